@@ -1,0 +1,123 @@
+// CPU AdamW for offloaded shards: one fused, memory-bound pass per shard sub-group.
+//
+// In an offload trainer the CPU updates every parameter every step with its states in host
+// memory, so the step is bound by memory bandwidth: per parameter it reads p, g, m, v and
+// writes p, m, v (28 B with fp32 gradients, 26 B with bf16 ones) plus 2 B when it also
+// writes the bf16/fp16 working copy that the next forward fetches. Everything else that a
+// step needs per element (gradient unscale, clip coefficient, decoupled weight decay, bias
+// correction, the half-precision copy) is folded into that one pass. See
+// Note [Adam step sequence] for how the pieces fit together.
+//
+// ISA: AVX-512 (with AVX512_BF16 conversion when the CPU has it), AVX2+FMA+F16C, or
+// scalar, chosen at run time by ActiveIsa() (strata/isa.h; STRATA_FORCE_ISA=scalar|avx2|
+// avx512 forces one, for tests and comparisons).
+//
+// Threading: each call parallelises its span with OpenMP into one contiguous,
+// cache-line-aligned range per thread (AdamOptions::num_threads; 0 = OpenMP's default).
+// Calls are synchronous: when a function returns, every output is written and visible.
+// Concurrent calls on disjoint spans are allowed (each opens its own OpenMP team).
+//
+// Memory: nothing is allocated in a call; spans are borrowed for the call only; any size
+// (including 0) and any element alignment are accepted. Outputs must not overlap inputs
+// other than the in-place p, m, v they update.
+//
+// Note [Adam step sequence]
+// A step over a shard split into sub-groups (the unit that is paged from NVMe) is:
+//   1. GradSumSquares() over every sub-group's gradient (rank-local), then the caller
+//      all-reduces the sums across ranks. A non-finite sum means some gradient element is
+//      NaN or Inf (fp16 overflow): skip the step, lower the loss scale, and touch no state.
+//   2. norm = sqrt(sum) * grad_unscale; clip_coef = min(1, max_norm / (norm + 1e-6)).
+//   3. AdamStep() once per sub-group with the same AdamHyperParams (same `step`), in any
+//      order, possibly while the I/O of neighbouring sub-groups is in flight.
+// AdamStepGuarded() does 1-3 for sub-groups that are all in memory on one rank.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "strata/isa.h"
+#include "strata/status.h"
+
+namespace strata {
+
+// Per-step hyper-parameters (PyTorch AdamW semantics: decoupled weight decay,
+// p <- p * (1 - lr * weight_decay) before the Adam update). Passed by value to every
+// sub-group of one step.
+struct AdamHyperParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // 0 turns decay off (exactly: p is multiplied by 1)
+  int64_t step = 1;           // 1-based count of steps taken, including this one
+  bool bias_correction = true;
+  // Multiplies every gradient element before use: the fp16 loss-scale unscale factor
+  // (1 / loss_scale; 1 for bf16/fp32) ...
+  float grad_unscale = 1.0f;
+  // ... and the global-norm clip coefficient computed by the caller (1 = no clipping).
+  float clip_coef = 1.0f;
+};
+
+// Format of the optional half-precision copy of the updated weights.
+enum class HalfFormat { kBf16, kFp16 };
+
+// The arrays of one sub-group, all of the same length n (elements, not bytes).
+// Exactly one of `grad` (fp32) and `grad_bf16` has n elements; the other is empty
+// (both are empty when n == 0). bf16/fp16 values are uint16_t bit patterns.
+struct AdamSpans {
+  std::span<float> params;       // fp32 master weights, updated in place
+  std::span<float> exp_avg;      // Adam m, updated in place
+  std::span<float> exp_avg_sq;   // Adam v, updated in place
+  std::span<const float> grad;   // fp32 gradient, read only
+  std::span<const uint16_t> grad_bf16;  // or a bf16 gradient, read only
+  // Optional: receives the updated weights rounded (nearest-even) to `half_format`.
+  // Empty = no copy. Written with streaming stores where aligned: do not expect it in cache.
+  std::span<uint16_t> half_out;
+  HalfFormat half_format = HalfFormat::kBf16;
+};
+
+struct AdamOptions {
+  int num_threads = 0;  // OpenMP threads for this call; 0 = omp_get_max_threads()
+};
+
+// One AdamW step over one sub-group: p, m, v updated in place, half_out written if given.
+// Returns InvalidArgument (and touches nothing) for mismatched lengths, a missing or
+// doubled gradient, or out-of-range hyper-parameters (lr < 0, betas outside [0, 1),
+// eps <= 0, step < 1, non-finite scale factors). Does not check the gradient for NaN/Inf:
+// that is GradSumSquares()'s job, before any sub-group is stepped.
+[[nodiscard]] Status AdamStep(const AdamHyperParams& hp, const AdamSpans& spans,
+                              const AdamOptions& options = {});
+
+// Result of the gradient pass.
+struct GradStats {
+  double sum_squares = 0.0;  // sum of g[i]^2 over the span, in double, of the raw (scaled) gradient
+  bool finite = true;        // false iff some element is NaN or +-Inf
+};
+
+// The pass that precedes the step: sum of squares for the global norm, NaN/Inf detection
+// fused into the same read. Accumulates in double, so finite inputs cannot overflow (each
+// square is below 2^256; see Note [Finite check]) and `finite` is exact. The sum is of
+// the gradient as stored (before grad_unscale): multiply by grad_unscale^2 for the true
+// norm. Results are deterministic for a given length and thread count.
+GradStats GradSumSquares(std::span<const float> grad, const AdamOptions& options = {});
+GradStats GradSumSquares(std::span<const uint16_t> grad_bf16, const AdamOptions& options = {});
+
+struct GuardedStepResult {
+  bool skipped = false;     // a gradient was non-finite: no state was written
+  double grad_norm = 0.0;   // global norm of the unscaled gradient (NaN/Inf when skipped)
+  float clip_coef = 1.0f;   // the coefficient that was applied
+};
+
+// Steps 1-3 of Note [Adam step sequence] for sub-groups held in memory by one rank:
+// the gradient pass over all sub-groups, skip on NaN/Inf, clip to max_grad_norm
+// (<= 0: no clipping; hp.clip_coef is ignored and replaced), then AdamStep per sub-group.
+[[nodiscard]] StatusOr<GuardedStepResult> AdamStepGuarded(const AdamHyperParams& hp, float max_grad_norm,
+                                                          std::span<const AdamSpans> sub_groups,
+                                                          const AdamOptions& options = {});
+
+// The ISA path AdamStep and GradSumSquares take now (ActiveIsa(), plus whether AVX-512
+// uses the hardware bf16 conversion), e.g. "avx512+bf16", for bench output and doctor.
+const char* AdamIsaDescription();
+
+}  // namespace strata

@@ -1,0 +1,208 @@
+// AdamStep / GradSumSquares: argument checks, per-step constants, the OpenMP split and the
+// run-time choice of ISA. The arithmetic lives in adam_impl.h (templates) and the per-ISA
+// files that instantiate it.
+#include "strata/cpu_adam.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/adam_impl.h"
+#include "strata/check.h"
+
+namespace strata {
+namespace {
+
+using cpu::AdamArgs;
+
+// Below this many elements per thread the OpenMP fork/join (a few microseconds) costs more
+// than a second thread gains.
+constexpr size_t kMinElementsPerThread = 1 << 15;
+// Upper bound on threads, so that per-thread partial sums live on the stack.
+constexpr int kMaxThreads = 256;
+// Thread ranges start on a 64-byte line of the fp32 arrays: no two threads write one line.
+constexpr size_t kLineFloats = 16;
+
+int ThreadsFor(size_t n, const AdamOptions& options) {
+  const int wanted = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+  const size_t useful = std::max<size_t>(1, n / kMinElementsPerThread);
+  return static_cast<int>(std::min<size_t>({static_cast<size_t>(wanted), useful, size_t{kMaxThreads}}));
+}
+
+// Thread t of nt gets [begin, end): contiguous (one sequential stream per array, which is
+// what the hardware prefetchers follow best), boundaries on cache lines of `base`.
+struct Range {
+  size_t begin, end;
+};
+Range ThreadRange(const void* base, size_t elem_bytes, size_t n, int t, int nt) {
+  const size_t line = 64 / elem_bytes;
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(base);
+  const size_t first_aligned = addr % elem_bytes ? 0 : std::min(n, ((64 - addr % 64) % 64) / elem_bytes);
+  const size_t rest = n - first_aligned;
+  const size_t per = (rest / nt + line - 1) / line * line;
+  auto boundary = [&](int k) { return k == 0 ? 0 : k == nt ? n : std::min(n, first_aligned + k * per); };
+  return {boundary(t), boundary(t + 1)};
+}
+
+// Runs fn(begin, end) over [0, n) on up to `threads` threads.
+template <class Fn>
+void ParallelRanges(const void* base, size_t elem_bytes, size_t n, int threads, Fn&& fn) {
+  if (threads <= 1) {
+    fn(0, 0, n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const Range r = ThreadRange(base, elem_bytes, n, t, nt);
+    if (r.begin < r.end) fn(t, r.begin, r.end);
+  }
+}
+
+using AdamRangeFn = void (*)(const AdamArgs&, size_t, size_t);
+
+AdamRangeFn PickAdamKernel() {
+  switch (ActiveIsa()) {
+    case IsaLevel::kAvx512:
+      return DetectCpuFeatures().avx512_bf16 ? cpu::AdamRangeAvx512Bf16 : cpu::AdamRangeAvx512;
+    case IsaLevel::kAvx2: return cpu::AdamRangeAvx2;
+    case IsaLevel::kScalar: break;
+  }
+  return cpu::AdamRangeScalar;
+}
+
+bool IsFinite(float x) { return std::isfinite(x); }
+
+Status ValidateHyperParams(const AdamHyperParams& hp) {
+  if (!IsFinite(hp.lr) || hp.lr < 0) return InvalidArgument("Adam lr must be finite and >= 0, got {}", hp.lr);
+  if (!(hp.beta1 >= 0 && hp.beta1 < 1) || !(hp.beta2 >= 0 && hp.beta2 < 1))
+    return InvalidArgument("Adam betas must lie in [0, 1), got ({}, {})", hp.beta1, hp.beta2);
+  if (!IsFinite(hp.eps) || hp.eps <= 0) return InvalidArgument("Adam eps must be finite and > 0, got {}", hp.eps);
+  if (!IsFinite(hp.weight_decay) || hp.weight_decay < 0)
+    return InvalidArgument("Adam weight_decay must be finite and >= 0, got {}", hp.weight_decay);
+  if (hp.step < 1) return InvalidArgument("Adam step is 1-based, got {}", hp.step);
+  if (!IsFinite(hp.grad_unscale) || !IsFinite(hp.clip_coef) || hp.clip_coef < 0)
+    return InvalidArgument("Adam grad_unscale ({}) and clip_coef ({}) must be finite, clip_coef >= 0",
+                           hp.grad_unscale, hp.clip_coef);
+  return Status::Ok();
+}
+
+Status ValidateSpans(const AdamSpans& s) {
+  const size_t n = s.params.size();
+  if (s.exp_avg.size() != n || s.exp_avg_sq.size() != n)
+    return InvalidArgument("Adam spans differ in length: params {}, exp_avg {}, exp_avg_sq {}", n,
+                           s.exp_avg.size(), s.exp_avg_sq.size());
+  if (n == 0) return Status::Ok();
+  const bool fp32 = s.grad.size() == n && s.grad_bf16.empty();
+  const bool bf16 = s.grad_bf16.size() == n && s.grad.empty();
+  if (!fp32 && !bf16)
+    return InvalidArgument("Adam needs exactly one gradient of {} elements; got grad {}, grad_bf16 {}", n,
+                           s.grad.size(), s.grad_bf16.size());
+  if (!s.half_out.empty() && s.half_out.size() != n)
+    return InvalidArgument("Adam half_out has {} elements, params {}", s.half_out.size(), n);
+  return Status::Ok();
+}
+
+AdamArgs MakeArgs(const AdamHyperParams& hp, const AdamSpans& s) {
+  AdamArgs a;
+  a.p = s.params.data();
+  a.m = s.exp_avg.data();
+  a.v = s.exp_avg_sq.data();
+  a.grad_kind = s.grad.empty() ? cpu::GradKind::kBf16 : cpu::GradKind::kFp32;
+  a.g32 = s.grad.data();
+  a.g16 = s.grad_bf16.data();
+  a.half = s.half_out.data();
+  a.half_kind = s.half_out.empty()                      ? cpu::HalfKind::kNone
+                : s.half_format == HalfFormat::kBf16 ? cpu::HalfKind::kBf16
+                                                     : cpu::HalfKind::kFp16;
+  a.beta1 = hp.beta1;
+  a.one_minus_beta1 = 1.0f - hp.beta1;
+  a.beta2 = hp.beta2;
+  a.one_minus_beta2 = 1.0f - hp.beta2;
+  a.grad_scale = hp.grad_unscale * hp.clip_coef;
+  a.decay = static_cast<float>(1.0 - static_cast<double>(hp.lr) * hp.weight_decay);
+  // Bias corrections in double: beta^t for t in the millions underflows gracefully to 0.
+  const double t = static_cast<double>(hp.step);
+  const double bc1 = hp.bias_correction ? 1.0 - std::pow(static_cast<double>(hp.beta1), t) : 1.0;
+  const double bc2 = hp.bias_correction ? 1.0 - std::pow(static_cast<double>(hp.beta2), t) : 1.0;
+  a.neg_step_size = static_cast<float>(-static_cast<double>(hp.lr) / bc1);
+  a.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  a.eps = hp.eps;
+  return a;
+}
+
+template <class T>
+GradStats SumSquaresParallel(const T* x, size_t n, const AdamOptions& options,
+                             double (*kernel)(const T*, size_t, size_t)) {
+  double partial[kMaxThreads] = {};
+  ParallelRanges(x, sizeof(T), n, ThreadsFor(n, options),
+                 [&](int t, size_t b, size_t e) { partial[t] = kernel(x, b, e); });
+  double sum = 0;
+  for (double s : partial) sum += s;  // fixed order: deterministic for a thread count
+  return {sum, std::isfinite(sum)};
+}
+
+}  // namespace
+
+Status AdamStep(const AdamHyperParams& hp, const AdamSpans& spans, const AdamOptions& options) {
+  STRATA_RETURN_IF_ERROR(ValidateHyperParams(hp));
+  STRATA_RETURN_IF_ERROR(ValidateSpans(spans));
+  const size_t n = spans.params.size();
+  if (n == 0) return Status::Ok();
+  const AdamArgs args = MakeArgs(hp, spans);
+  const AdamRangeFn kernel = PickAdamKernel();
+  ParallelRanges(args.p, sizeof(float), n, ThreadsFor(n, options),
+                 [&](int, size_t b, size_t e) { kernel(args, b, e); });
+  return Status::Ok();
+}
+
+GradStats GradSumSquares(std::span<const float> grad, const AdamOptions& options) {
+  auto kernel = ActiveIsa() == IsaLevel::kAvx512 ? cpu::SumSquaresAvx512
+                : ActiveIsa() == IsaLevel::kAvx2 ? cpu::SumSquaresAvx2
+                                                 : cpu::SumSquaresScalar;
+  return SumSquaresParallel(grad.data(), grad.size(), options, kernel);
+}
+
+GradStats GradSumSquares(std::span<const uint16_t> grad_bf16, const AdamOptions& options) {
+  auto kernel = ActiveIsa() == IsaLevel::kAvx512 ? cpu::SumSquaresBf16Avx512
+                : ActiveIsa() == IsaLevel::kAvx2 ? cpu::SumSquaresBf16Avx2
+                                                 : cpu::SumSquaresBf16Scalar;
+  return SumSquaresParallel(grad_bf16.data(), grad_bf16.size(), options, kernel);
+}
+
+StatusOr<GuardedStepResult> AdamStepGuarded(const AdamHyperParams& hp, float max_grad_norm,
+                                            std::span<const AdamSpans> sub_groups, const AdamOptions& options) {
+  // Validate everything first: a bad sub-group must not leave earlier ones stepped.
+  STRATA_RETURN_IF_ERROR(ValidateHyperParams(hp));
+  for (const AdamSpans& s : sub_groups) STRATA_RETURN_IF_ERROR(ValidateSpans(s));
+  double sum = 0;
+  for (const AdamSpans& s : sub_groups) {
+    sum += s.grad.empty() ? GradSumSquares(s.grad_bf16, options).sum_squares
+                          : GradSumSquares(s.grad, options).sum_squares;
+  }
+  GuardedStepResult result;
+  result.grad_norm = std::sqrt(sum) * std::abs(static_cast<double>(hp.grad_unscale));
+  if (!std::isfinite(sum)) {
+    result.skipped = true;
+    return result;
+  }
+  if (max_grad_norm > 0) {
+    result.clip_coef = static_cast<float>(std::min(1.0, max_grad_norm / (result.grad_norm + 1e-6)));
+  }
+  AdamHyperParams step_hp = hp;
+  step_hp.clip_coef = result.clip_coef;
+  for (const AdamSpans& s : sub_groups) STRATA_RETURN_IF_ERROR(AdamStep(step_hp, s, options));
+  return result;
+}
+
+const char* AdamIsaDescription() {
+  switch (ActiveIsa()) {
+    case IsaLevel::kAvx512: return DetectCpuFeatures().avx512_bf16 ? "avx512+bf16" : "avx512";
+    case IsaLevel::kAvx2: return "avx2+fma+f16c";
+    case IsaLevel::kScalar: break;
+  }
+  return "scalar";
+}
+
+}  // namespace strata

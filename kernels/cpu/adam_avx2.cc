@@ -1,0 +1,85 @@
+// AVX2 + FMA + F16C AdamW and gradient pass (compiled with -mavx2 -mfma -mf16c; called
+// only when ActiveIsa() is at least kAvx2). bf16 rounding is done with integer ops (no
+// hardware conversion at this level); fp16 uses F16C's round-to-nearest-even.
+#include <immintrin.h>
+
+#include "kernels/cpu/adam_impl.h"
+
+namespace strata::cpu {
+namespace {
+
+// fp32 -> bf16 bits (8 lanes, packed into the low 128 bits), nearest even, NaN kept quiet.
+inline __m128i RoundToBf16Bits(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
+  r = _mm256_srli_epi32(r, 16);
+  // packus works per 128-bit lane: [r0..3 r0..3 | r4..7 r4..7]; gather lanes 0 and 2.
+  const __m256i packed = _mm256_packus_epi32(r, r);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0b1000));
+}
+
+struct Avx2Ops {
+  static constexpr size_t kWidth = 8;
+  using F = __m256;
+  static F Set1(float x) { return _mm256_set1_ps(x); }
+  static F Load(const float* x) { return _mm256_loadu_ps(x); }
+  static void Store(float* x, F v) { _mm256_storeu_ps(x, v); }
+  static F LoadBf16(const uint16_t* x) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  template <bool kStream>
+  static void StoreHalf(uint16_t* x, __m128i h) {
+    if constexpr (kStream) _mm_stream_si128(reinterpret_cast<__m128i*>(x), h);
+    else _mm_storeu_si128(reinterpret_cast<__m128i*>(x), h);
+  }
+  template <bool kStream>
+  static void StoreBf16(uint16_t* x, F v) { StoreHalf<kStream>(x, RoundToBf16Bits(v)); }
+  template <bool kStream>
+  static void StoreFp16(uint16_t* x, F v) {
+    StoreHalf<kStream>(x, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F Div(F a, F b) { return _mm256_div_ps(a, b); }
+  static F Sqrt(F a) { return _mm256_sqrt_ps(a); }
+  static F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static void Fence() { _mm_sfence(); }
+  struct D {
+    __m256d lo, hi;
+  };
+  static D ZeroD() { return {_mm256_setzero_pd(), _mm256_setzero_pd()}; }
+  static F LoadAny(const float* x) { return Load(x); }
+  static F LoadAny(const uint16_t* x) { return LoadBf16(x); }
+  static void AccumulateSquares(D& acc, F x) {
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+    const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+    acc.lo = _mm256_fmadd_pd(lo, lo, acc.lo);
+    acc.hi = _mm256_fmadd_pd(hi, hi, acc.hi);
+  }
+  static double ReduceD(const D& acc) {
+    const __m256d s = _mm256_add_pd(acc.lo, acc.hi);
+    const __m128d t = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(t, _mm_unpackhi_pd(t, t)));
+  }
+};
+
+using Narrow = ScalarOps</*kHardwareFma=*/true>;
+
+}  // namespace
+
+void AdamRangeAvx2(const AdamArgs& a, size_t begin, size_t end) {
+  AdamRangeDispatch<Avx2Ops, Narrow>(a, begin, end);
+}
+
+double SumSquaresAvx2(const float* x, size_t begin, size_t end) {
+  return SumSquaresT<Avx2Ops, Narrow>(x, begin, end);
+}
+
+double SumSquaresBf16Avx2(const uint16_t* x, size_t begin, size_t end) {
+  return SumSquaresT<Avx2Ops, Narrow>(x, begin, end);
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,93 @@
+// AVX-512 AdamW and gradient pass (compiled with -mavx512f/bw/vl/dq/bf16; called only when
+// ActiveIsa() is kAvx512). Two flavours of the bf16 copy: the AVX512_BF16 instruction
+// (rounds to nearest even; like all of that extension it treats fp32 subnormals as zero)
+// or the same rounding done with integer ops on CPUs without it.
+#include <immintrin.h>
+
+// GCC 12 reports its own `__m512 __Y = __Y;` idiom inside the AVX-512 intrinsic headers as
+// uninitialized once they are inlined here (a known false positive); silence it for this file.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include "kernels/cpu/adam_impl.h"
+
+namespace strata::cpu {
+namespace {
+
+// fp32 -> bf16 bits, round to nearest even, NaN kept quiet (the integer-op route).
+inline __m256i RoundToBf16Bits(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+template <bool kHardwareBf16>
+struct Avx512Ops {
+  static constexpr size_t kWidth = 16;
+  using F = __m512;
+  static F Set1(float x) { return _mm512_set1_ps(x); }
+  static F Load(const float* x) { return _mm512_loadu_ps(x); }
+  static void Store(float* x, F v) { _mm512_storeu_ps(x, v); }
+  static F LoadBf16(const uint16_t* x) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  template <bool kStream>
+  static void StoreHalf(uint16_t* x, __m256i h) {
+    if constexpr (kStream) _mm256_stream_si256(reinterpret_cast<__m256i*>(x), h);
+    else _mm256_storeu_si256(reinterpret_cast<__m256i*>(x), h);
+  }
+  template <bool kStream>
+  static void StoreBf16(uint16_t* x, F v) {
+    if constexpr (kHardwareBf16) StoreHalf<kStream>(x, (__m256i)_mm512_cvtneps_pbh(v));
+    else StoreHalf<kStream>(x, RoundToBf16Bits(v));
+  }
+  template <bool kStream>
+  static void StoreFp16(uint16_t* x, F v) {
+    StoreHalf<kStream>(x, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F Div(F a, F b) { return _mm512_div_ps(a, b); }
+  static F Sqrt(F a) { return _mm512_sqrt_ps(a); }
+  static F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static void Fence() { _mm_sfence(); }
+  // Gradient pass: squares accumulated in double, 8 lanes per half.
+  struct D {
+    __m512d lo, hi;
+  };
+  static D ZeroD() { return {_mm512_setzero_pd(), _mm512_setzero_pd()}; }
+  static F LoadAny(const float* x) { return Load(x); }
+  static F LoadAny(const uint16_t* x) { return LoadBf16(x); }
+  static void AccumulateSquares(D& acc, F x) {
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+    const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    acc.lo = _mm512_fmadd_pd(lo, lo, acc.lo);
+    acc.hi = _mm512_fmadd_pd(hi, hi, acc.hi);
+  }
+  static double ReduceD(const D& acc) { return _mm512_reduce_add_pd(_mm512_add_pd(acc.lo, acc.hi)); }
+};
+
+using Narrow = ScalarOps</*kHardwareFma=*/true>;
+
+}  // namespace
+
+void AdamRangeAvx512(const AdamArgs& a, size_t begin, size_t end) {
+  AdamRangeDispatch<Avx512Ops<false>, Narrow>(a, begin, end);
+}
+
+void AdamRangeAvx512Bf16(const AdamArgs& a, size_t begin, size_t end) {
+  AdamRangeDispatch<Avx512Ops<true>, Narrow>(a, begin, end);
+}
+
+double SumSquaresAvx512(const float* x, size_t begin, size_t end) {
+  return SumSquaresT<Avx512Ops<false>, Narrow>(x, begin, end);
+}
+
+double SumSquaresBf16Avx512(const uint16_t* x, size_t begin, size_t end) {
+  return SumSquaresT<Avx512Ops<false>, Narrow>(x, begin, end);
+}
+
+}  // namespace strata::cpu

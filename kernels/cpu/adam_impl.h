@@ -1,0 +1,188 @@
+// Folder-private: the AdamW and gradient-norm kernels, written once as templates over a
+// small "ops" type per ISA (adam_scalar.cc, adam_avx2.cc, adam_avx512.cc instantiate them
+// with their own -m flags), and the per-ISA entry points that adam.cc dispatches to.
+//
+// Everything templated lives in an anonymous namespace on purpose: each ISA translation
+// unit gets its own internal copy, so the linker can never merge an AVX-512 instantiation
+// into the scalar path (an ODR trap with inline functions compiled under different flags).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "strata/cast.h"
+
+namespace strata::cpu {
+
+enum class GradKind { kFp32, kBf16 };
+enum class HalfKind { kNone, kBf16, kFp16 };
+
+// One step's arguments with every per-step constant folded (computed once in adam.cc).
+struct AdamArgs {
+  float* p = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  const float* g32 = nullptr;
+  const uint16_t* g16 = nullptr;
+  uint16_t* half = nullptr;
+  GradKind grad_kind = GradKind::kFp32;
+  HalfKind half_kind = HalfKind::kNone;
+  float beta1 = 0, one_minus_beta1 = 0;  // m = beta1 * m + (1 - beta1) * g
+  float beta2 = 0, one_minus_beta2 = 0;  // v = beta2 * v + (1 - beta2) * g^2
+  float grad_scale = 1;                  // grad_unscale * clip_coef
+  float decay = 1;                       // 1 - lr * weight_decay
+  float neg_step_size = 0;               // -lr / (1 - beta1^t)
+  float inv_sqrt_bc2 = 1;                // 1 / sqrt(1 - beta2^t)
+  float eps = 0;
+};
+
+// Per-ISA kernels over elements [begin, end) of one call (run by one thread).
+// `Avx512Bf16` uses the AVX512_BF16 conversion instruction; call it only when the CPU has it.
+void AdamRangeScalar(const AdamArgs& a, size_t begin, size_t end);
+void AdamRangeAvx2(const AdamArgs& a, size_t begin, size_t end);
+void AdamRangeAvx512(const AdamArgs& a, size_t begin, size_t end);
+void AdamRangeAvx512Bf16(const AdamArgs& a, size_t begin, size_t end);
+
+// Sum of squares in double of x[begin, end) (fp32 or bf16 bits); NaN/Inf propagate.
+double SumSquaresScalar(const float* x, size_t begin, size_t end);
+double SumSquaresAvx2(const float* x, size_t begin, size_t end);
+double SumSquaresAvx512(const float* x, size_t begin, size_t end);
+double SumSquaresBf16Scalar(const uint16_t* x, size_t begin, size_t end);
+double SumSquaresBf16Avx2(const uint16_t* x, size_t begin, size_t end);
+double SumSquaresBf16Avx512(const uint16_t* x, size_t begin, size_t end);
+
+namespace {
+
+// Single-element ops, the scalar path and every ISA's head and tail. kHardwareFma: fused
+// multiply-add (the SIMD files have -mfma, where std::fma is one instruction); the scalar
+// file has no FMA and rounds twice, which a plain x86-64 CPU does as well.
+template <bool kHardwareFma>
+struct ScalarOps {
+  static constexpr size_t kWidth = 1;
+  using F = float;
+  static F Set1(float x) { return x; }
+  static F Load(const float* x) { return *x; }
+  static void Store(float* x, F v) { *x = v; }
+  static F LoadBf16(const uint16_t* x) {
+    const uint32_t u = static_cast<uint32_t>(*x) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  template <bool kStream>
+  static void StoreBf16(uint16_t* x, F v) { *x = Fp32ToBf16(v); }
+  template <bool kStream>
+  static void StoreFp16(uint16_t* x, F v) { *x = Fp32ToFp16(v); }
+  static F Mul(F a, F b) { return a * b; }
+  static F Div(F a, F b) { return a / b; }
+  static F Sqrt(F a) { return std::sqrt(a); }
+  static F Fma(F a, F b, F c) {
+    if constexpr (kHardwareFma) return std::fma(a, b, c);
+    else return a * b + c;
+  }
+  static void Fence() {}
+  // Gradient pass.
+  using D = double;
+  static D ZeroD() { return 0.0; }
+  static double LoadAny(const float* x) { return *x; }
+  static double LoadAny(const uint16_t* x) { return LoadBf16(x); }
+  static void AccumulateSquares(D& acc, double x) { acc += x * x; }
+  static double ReduceD(D acc) { return acc; }
+};
+
+// One element or one vector of the AdamW update; identical arithmetic for every width, so
+// a tail done one element at a time gives the bits the vector body would have given.
+//   g' = g * grad_scale;  m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2
+//   p  = p * decay - step_size * m / (sqrt(v) / sqrt(bc2) + eps)
+template <class Ops>
+inline void AdamUpdate(const AdamArgs& a, typename Ops::F g, typename Ops::F& p, typename Ops::F& m,
+                       typename Ops::F& v) {
+  using F = typename Ops::F;
+  const F gs = Ops::Mul(g, Ops::Set1(a.grad_scale));
+  m = Ops::Fma(Ops::Set1(a.beta1), m, Ops::Mul(Ops::Set1(a.one_minus_beta1), gs));
+  v = Ops::Fma(Ops::Set1(a.beta2), v, Ops::Mul(Ops::Set1(a.one_minus_beta2), Ops::Mul(gs, gs)));
+  const F denom = Ops::Fma(Ops::Sqrt(v), Ops::Set1(a.inv_sqrt_bc2), Ops::Set1(a.eps));
+  p = Ops::Fma(Ops::Set1(a.neg_step_size), Ops::Div(m, denom), Ops::Mul(p, Ops::Set1(a.decay)));
+}
+
+// Elements [begin, end) in steps of Ops::kWidth (end - begin must be a multiple of it).
+// kStream: write the half copy with non-temporal stores (its destination is aligned).
+template <class Ops, GradKind kGrad, HalfKind kHalf, bool kStream>
+inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
+  using F = typename Ops::F;
+#pragma GCC unroll 2
+  for (size_t i = begin; i < end; i += Ops::kWidth) {
+    F g;
+    if constexpr (kGrad == GradKind::kFp32) g = Ops::Load(a.g32 + i);
+    else g = Ops::LoadBf16(a.g16 + i);
+    F p = Ops::Load(a.p + i), m = Ops::Load(a.m + i), v = Ops::Load(a.v + i);
+    AdamUpdate<Ops>(a, g, p, m, v);
+    Ops::Store(a.p + i, p);
+    Ops::Store(a.m + i, m);
+    Ops::Store(a.v + i, v);
+    if constexpr (kHalf == HalfKind::kBf16) Ops::template StoreBf16<kStream>(a.half + i, p);
+    if constexpr (kHalf == HalfKind::kFp16) Ops::template StoreFp16<kStream>(a.half + i, p);
+  }
+}
+
+// A range: a one-element head up to the first cache-line boundary of p (so the vector body
+// loads p, m, v... from aligned addresses when the arrays are co-aligned), the vector body,
+// a one-element tail. Wide and Narrow are the vector and single-element ops of one ISA.
+template <class Wide, class Narrow, GradKind kGrad, HalfKind kHalf>
+inline void AdamRangeT(const AdamArgs& a, size_t begin, size_t end) {
+  size_t head = begin;
+  while (head < end && (reinterpret_cast<uintptr_t>(a.p + head) % 64) != 0) ++head;
+  const size_t body_end = head + (end - head) / Wide::kWidth * Wide::kWidth;
+  AdamLoop<Narrow, kGrad, kHalf, false>(a, begin, head);
+  const bool stream = kHalf != HalfKind::kNone &&
+                      reinterpret_cast<uintptr_t>(a.half + head) % (2 * Wide::kWidth) == 0;
+  if (stream) {
+    AdamLoop<Wide, kGrad, kHalf, true>(a, head, body_end);
+    Wide::Fence();  // streaming stores are weakly ordered: publish them before returning
+  } else {
+    AdamLoop<Wide, kGrad, kHalf, false>(a, head, body_end);
+  }
+  AdamLoop<Narrow, kGrad, kHalf, false>(a, body_end, end);
+}
+
+// The 2 x 3 (gradient, half copy) matrix for one ISA, chosen once per range.
+template <class Wide, class Narrow>
+inline void AdamRangeDispatch(const AdamArgs& a, size_t begin, size_t end) {
+  const bool bf16_grad = a.grad_kind == GradKind::kBf16;
+  switch (a.half_kind) {
+    case HalfKind::kNone:
+      return bf16_grad ? AdamRangeT<Wide, Narrow, GradKind::kBf16, HalfKind::kNone>(a, begin, end)
+                       : AdamRangeT<Wide, Narrow, GradKind::kFp32, HalfKind::kNone>(a, begin, end);
+    case HalfKind::kBf16:
+      return bf16_grad ? AdamRangeT<Wide, Narrow, GradKind::kBf16, HalfKind::kBf16>(a, begin, end)
+                       : AdamRangeT<Wide, Narrow, GradKind::kFp32, HalfKind::kBf16>(a, begin, end);
+    case HalfKind::kFp16:
+      return bf16_grad ? AdamRangeT<Wide, Narrow, GradKind::kBf16, HalfKind::kFp16>(a, begin, end)
+                       : AdamRangeT<Wide, Narrow, GradKind::kFp32, HalfKind::kFp16>(a, begin, end);
+  }
+}
+
+// Note [Finite check]
+// Squares of finite fp32 values are below 2^256 and a double holds up to 2^1024, so a sum
+// of squares in double over any realistic span (< 2^700 elements) is finite exactly when
+// every element is: the NaN/Inf check costs nothing beyond the norm's own read.
+template <class Wide, class Narrow, class T>
+inline double SumSquaresT(const T* x, size_t begin, size_t end) {
+  typename Wide::D acc0 = Wide::ZeroD(), acc1 = Wide::ZeroD();
+  size_t i = begin;
+  for (; i + 2 * Wide::kWidth <= end; i += 2 * Wide::kWidth) {
+    Wide::AccumulateSquares(acc0, Wide::LoadAny(x + i));
+    Wide::AccumulateSquares(acc1, Wide::LoadAny(x + i + Wide::kWidth));
+  }
+  double sum = Wide::ReduceD(acc0) + Wide::ReduceD(acc1);
+  for (; i < end; ++i) {
+    const double e = Narrow::LoadAny(x + i);
+    sum += e * e;
+  }
+  return sum;
+}
+
+}  // namespace
+}  // namespace strata::cpu

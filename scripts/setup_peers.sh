@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Python peers for `strata bench adam`: DeepSpeed's CPU Adam (and `import torch` working).
+# Idempotent and cache-friendly (pip's cache is reused; a marker file skips finished work).
+# Called by `scripts/setup.sh --peers`; may also be run on its own.
+#
+# Why the extra wheels: .venv's torch==2.11.0 is PyPI's CUDA build installed without its
+# dependencies (the C++ build needs only libtorch_cpu). `import torch` still dlopens the CUDA
+# libraries. Most of them live in /usr/local/cuda/lib64; the three that do not are installed
+# here as wheels: cuSPARSELt, NVSHMEM and cuFile (pinned to what cuda-toolkit==13.0.2 pins).
+# Python must then run with LD_LIBRARY_PATH naming them and /usr/local/cuda/lib64;
+# bench/deepspeed_adam.py sets that itself (it re-executes itself with the variable set).
+#
+# DeepSpeed is installed with --no-deps (its requirements would pull torch's CUDA stack
+# again); the few pure-Python modules it imports are added explicitly. Its CPU Adam op is
+# JIT-built by ninja on first use (cached in ~/.cache/torch_extensions).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+py=$root/.venv/bin/python
+pip=("$py" -m pip install -q --disable-pip-version-check)
+log() { printf '[setup_peers] %s\n' "$*" >&2; }
+
+[ -x "$py" ] || { log ".venv missing: run scripts/setup.sh first"; exit 1; }
+marker=$root/.venv/peers.ok
+if [ -f "$marker" ]; then log "peers already installed ($marker)"; exit 0; fi
+
+log "installing the CUDA wheels that 'import torch' needs beyond /usr/local/cuda"
+"${pip[@]}" --no-deps nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 nvidia-cufile==1.15.1.6
+
+log "installing deepspeed (no deps) and the modules it imports"
+"${pip[@]}" ninja packaging psutil py-cpuinfo pydantic hjson msgpack tqdm einops
+"${pip[@]}" --no-deps deepspeed
+
+# Build DeepSpeed's CPU Adam once now, so that the first bench run does not pay for it.
+log "JIT-building DeepSpeed's CPU Adam op (first time: about a minute)"
+out=$("$py" "$root/bench/deepspeed_adam.py" --warmup --threads 2)
+log "$out"
+case "$out" in *"deepspeed cpu adam ok"*) ;; *) exit 1 ;; esac
+touch "$marker"
+log "done"
