@@ -118,7 +118,7 @@ int RunAdamBench(const AdamBenchOptions& o) {
     onednn_odd = MakeOneDnnTransforms(g.get() + 1, half.get() + 1, n - 3);  // odd size, unaligned
   }
 
-  AdamHyperParams hp{.lr = 1e-3f, .weight_decay = 0.01f};
+  AdamHyperParams hp{.lr = 1e-3, .weight_decay = 0.01};
   const AdamOptions adam_options{.num_threads = threads};
   AdamSpans spans{{p.get(), n}, {m.get(), n}, {v.get(), n}, {g.get(), n}, {}, {}, HalfFormat::kBf16};
   AdamSpans spans_bf16 = spans;

@@ -43,20 +43,22 @@ namespace strata {
 
 // Per-step hyper-parameters (PyTorch AdamW semantics: decoupled weight decay,
 // p <- p * (1 - lr * weight_decay) before the Adam update). Passed by value to every
-// sub-group of one step.
+// sub-group of one step. Doubles, as in PyTorch: the folded per-step constants (1 - beta,
+// lr / (1 - beta1^t), ...) are computed in double and rounded to fp32 once, so that
+// betas = 0.999 means what it says (1 - 0.999f in float would be off by 1.3e-5 relative).
 struct AdamHyperParams {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;  // 0 turns decay off (exactly: p is multiplied by 1)
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // 0 turns decay off (exactly: p is multiplied by 1)
   int64_t step = 1;           // 1-based count of steps taken, including this one
   bool bias_correction = true;
   // Multiplies every gradient element before use: the fp16 loss-scale unscale factor
   // (1 / loss_scale; 1 for bf16/fp32) ...
-  float grad_unscale = 1.0f;
+  double grad_unscale = 1.0;
   // ... and the global-norm clip coefficient computed by the caller (1 = no clipping).
-  float clip_coef = 1.0f;
+  double clip_coef = 1.0;
 };
 
 // Format of the optional half-precision copy of the updated weights.
@@ -106,13 +108,13 @@ GradStats GradSumSquares(std::span<const uint16_t> grad_bf16, const AdamOptions&
 struct GuardedStepResult {
   bool skipped = false;     // a gradient was non-finite: no state was written
   double grad_norm = 0.0;   // global norm of the unscaled gradient (NaN/Inf when skipped)
-  float clip_coef = 1.0f;   // the coefficient that was applied
+  double clip_coef = 1.0;   // the coefficient that was applied
 };
 
 // Steps 1-3 of Note [Adam step sequence] for sub-groups held in memory by one rank:
 // the gradient pass over all sub-groups, skip on NaN/Inf, clip to max_grad_norm
 // (<= 0: no clipping; hp.clip_coef is ignored and replaced), then AdamStep per sub-group.
-[[nodiscard]] StatusOr<GuardedStepResult> AdamStepGuarded(const AdamHyperParams& hp, float max_grad_norm,
+[[nodiscard]] StatusOr<GuardedStepResult> AdamStepGuarded(const AdamHyperParams& hp, double max_grad_norm,
                                                           std::span<const AdamSpans> sub_groups,
                                                           const AdamOptions& options = {});
 

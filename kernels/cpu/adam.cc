@@ -72,7 +72,7 @@ AdamRangeFn PickAdamKernel() {
   return cpu::AdamRangeScalar;
 }
 
-bool IsFinite(float x) { return std::isfinite(x); }
+bool IsFinite(double x) { return std::isfinite(x); }
 
 Status ValidateHyperParams(const AdamHyperParams& hp) {
   if (!IsFinite(hp.lr) || hp.lr < 0) return InvalidArgument("Adam lr must be finite and >= 0, got {}", hp.lr);
@@ -116,19 +116,20 @@ AdamArgs MakeArgs(const AdamHyperParams& hp, const AdamSpans& s) {
   a.half_kind = s.half_out.empty()                      ? cpu::HalfKind::kNone
                 : s.half_format == HalfFormat::kBf16 ? cpu::HalfKind::kBf16
                                                      : cpu::HalfKind::kFp16;
-  a.beta1 = hp.beta1;
-  a.one_minus_beta1 = 1.0f - hp.beta1;
-  a.beta2 = hp.beta2;
-  a.one_minus_beta2 = 1.0f - hp.beta2;
-  a.grad_scale = hp.grad_unscale * hp.clip_coef;
-  a.decay = static_cast<float>(1.0 - static_cast<double>(hp.lr) * hp.weight_decay);
-  // Bias corrections in double: beta^t for t in the millions underflows gracefully to 0.
+  // Every constant in double, rounded to fp32 once (see AdamHyperParams).
+  a.beta1 = static_cast<float>(hp.beta1);
+  a.one_minus_beta1 = static_cast<float>(1.0 - hp.beta1);
+  a.beta2 = static_cast<float>(hp.beta2);
+  a.one_minus_beta2 = static_cast<float>(1.0 - hp.beta2);
+  a.grad_scale = static_cast<float>(hp.grad_unscale * hp.clip_coef);
+  a.decay = static_cast<float>(1.0 - hp.lr * hp.weight_decay);
+  // Bias corrections: beta^t for t in the millions underflows gracefully to 0.
   const double t = static_cast<double>(hp.step);
-  const double bc1 = hp.bias_correction ? 1.0 - std::pow(static_cast<double>(hp.beta1), t) : 1.0;
-  const double bc2 = hp.bias_correction ? 1.0 - std::pow(static_cast<double>(hp.beta2), t) : 1.0;
-  a.neg_step_size = static_cast<float>(-static_cast<double>(hp.lr) / bc1);
+  const double bc1 = hp.bias_correction ? 1.0 - std::pow(hp.beta1, t) : 1.0;
+  const double bc2 = hp.bias_correction ? 1.0 - std::pow(hp.beta2, t) : 1.0;
+  a.neg_step_size = static_cast<float>(-hp.lr / bc1);
   a.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  a.eps = hp.eps;
+  a.eps = static_cast<float>(hp.eps);
   return a;
 }
 
@@ -171,7 +172,7 @@ GradStats GradSumSquares(std::span<const uint16_t> grad_bf16, const AdamOptions&
   return SumSquaresParallel(grad_bf16.data(), grad_bf16.size(), options, kernel);
 }
 
-StatusOr<GuardedStepResult> AdamStepGuarded(const AdamHyperParams& hp, float max_grad_norm,
+StatusOr<GuardedStepResult> AdamStepGuarded(const AdamHyperParams& hp, double max_grad_norm,
                                             std::span<const AdamSpans> sub_groups, const AdamOptions& options) {
   // Validate everything first: a bad sub-group must not leave earlier ones stepped.
   STRATA_RETURN_IF_ERROR(ValidateHyperParams(hp));
@@ -182,13 +183,13 @@ StatusOr<GuardedStepResult> AdamStepGuarded(const AdamHyperParams& hp, float max
                           : GradSumSquares(s.grad, options).sum_squares;
   }
   GuardedStepResult result;
-  result.grad_norm = std::sqrt(sum) * std::abs(static_cast<double>(hp.grad_unscale));
+  result.grad_norm = std::sqrt(sum) * std::abs(hp.grad_unscale);
   if (!std::isfinite(sum)) {
     result.skipped = true;
     return result;
   }
   if (max_grad_norm > 0) {
-    result.clip_coef = static_cast<float>(std::min(1.0, max_grad_norm / (result.grad_norm + 1e-6)));
+    result.clip_coef = std::min(1.0, max_grad_norm / (result.grad_norm + 1e-6));
   }
   AdamHyperParams step_hp = hp;
   step_hp.clip_coef = result.clip_coef;

@@ -1,0 +1,21 @@
+// Precision casts on the CPU: fp32 -> bf16 / fp16 with round-to-nearest-even, and back.
+// bf16 and fp16 values are carried as uint16_t bit patterns. Any length, any alignment;
+// src and dst must not overlap. Runs on the calling thread (callers parallelise by span).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace strata {
+
+// Scalar reference conversions (one element), exact RNE; NaN stays NaN (quiet).
+uint16_t Fp32ToBf16(float x);
+float Bf16ToFp32(uint16_t x);
+uint16_t Fp32ToFp16(float x);
+float Fp16ToFp32(uint16_t x);
+
+// dst.size() must equal src.size() (checked). Dispatches on ActiveIsa().
+void CastFp32ToBf16(std::span<const float> src, std::span<uint16_t> dst);
+void CastBf16ToFp32(std::span<const uint16_t> src, std::span<float> dst);
+
+}  // namespace strata

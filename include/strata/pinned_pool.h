@@ -1,0 +1,105 @@
+// PinnedPool: a fixed set of equally sized, 4 KiB-aligned host buffers (DeepSpeed's
+// buffer_count x buffer_size), allocated and page-locked once at creation and then leased
+// without allocation. The lease, PinnedBuffer, returns itself to the pool when destroyed.
+//
+// Page-locking is done by an injected HostPinner: mlock on a CPU build (subject to
+// RLIMIT_MEMLOCK), cudaHostRegister in the CUDA build. If pinning is refused the pool still
+// works with ordinary memory and says so once in the log (pinned() reports it).
+//
+// Threading: Acquire/TryAcquire/release are thread-safe. Acquire blocks while all buffers
+// are leased. The pool must outlive its leases (checked at destruction).
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "strata/status.h"
+
+namespace strata {
+
+// Page-locks host memory. Implementations: MakeMlockPinner() here, a CUDA one in offload/cuda.
+class HostPinner {
+ public:
+  virtual ~HostPinner() = default;
+  virtual const char* name() const = 0;
+  // Locks [data, data+bytes). An error means the memory stays usable but pageable.
+  virtual Status Pin(void* data, size_t bytes) = 0;
+  virtual void Unpin(void* data, size_t bytes) = 0;
+};
+std::unique_ptr<HostPinner> MakeMlockPinner();
+
+// Allocates `bytes` (rounded up to 4 KiB) of 4 KiB-aligned, pre-faulted anonymous memory,
+// released with FreeHostMemory. Use at start-up only: first touch costs ~0.5 s/GB here.
+StatusOr<std::byte*> AllocateHostMemory(size_t bytes);
+void FreeHostMemory(std::byte* data, size_t bytes);
+
+class PinnedPool;
+
+// A leased buffer: move-only, returned to its pool on destruction.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(PinnedBuffer&& other) noexcept { *this = std::move(other); }
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() { Release(); }
+
+  std::byte* data() const { return data_; }
+  size_t size() const { return size_; }  // the pool's buffer_size, bytes
+  std::span<std::byte> span() const { return {data_, size_}; }
+  int index() const { return index_; }
+  bool valid() const { return pool_ != nullptr; }
+  void Release();
+
+ private:
+  friend class PinnedPool;
+  PinnedBuffer(PinnedPool* pool, int index, std::byte* data, size_t size)
+      : pool_(pool), index_(index), data_(data), size_(size) {}
+  PinnedPool* pool_ = nullptr;
+  int index_ = -1;
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+class PinnedPool {
+ public:
+  // buffer_size is rounded up to 4 KiB. `pinner` may be null (no pinning). Fails only if
+  // the memory cannot be allocated.
+  static StatusOr<std::unique_ptr<PinnedPool>> Create(size_t buffer_count, size_t buffer_size,
+                                                      std::unique_ptr<HostPinner> pinner);
+  ~PinnedPool();
+  PinnedPool(const PinnedPool&) = delete;
+  PinnedPool& operator=(const PinnedPool&) = delete;
+
+  // Blocks until a buffer is free.
+  PinnedBuffer Acquire();
+  std::optional<PinnedBuffer> TryAcquire();
+
+  size_t buffer_count() const { return count_; }
+  size_t buffer_size() const { return size_; }
+  bool pinned() const { return pinned_; }
+  size_t free_count();
+  // The whole region (buffer_count * buffer_size bytes), e.g. to register with io_uring.
+  std::span<std::byte> region() const { return {base_, count_ * size_}; }
+
+ private:
+  friend class PinnedBuffer;
+  PinnedPool(std::byte* base, size_t count, size_t size, std::unique_ptr<HostPinner> pinner, bool pinned);
+  void Return(int index);
+
+  std::byte* base_;
+  size_t count_, size_;
+  std::unique_ptr<HostPinner> pinner_;
+  bool pinned_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int> free_;
+};
+
+}  // namespace strata

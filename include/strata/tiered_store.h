@@ -1,0 +1,86 @@
+// TieredStore: owns the placement of every shard tensor (fp32 master, Adam m and v, bf16
+// working copy, ...) in its home tier and moves it between the caller's host memory and that
+// home, asynchronously, with a Ticket to wait on.
+//
+// Tiers: kCpu keeps the tensor in page-locked host memory owned by the store (a move is a
+// memcpy, done in the calling thread); kNvme keeps it in the rank's swap file (NvmeTier:
+// O_DIRECT, io_uring, checksummed). Each tier has a byte budget fixed at creation; a
+// registration that would exceed it fails with the numbers, before anything is allocated.
+// All memory of the kCpu tier is allocated at Register (start-up), never during a step.
+//
+// One residency state per tensor, owned here: kEmpty (registered, never written),
+// kResident (its home holds the last write), kFailed (the last write failed: reads refused).
+//
+// Threading: all methods are thread-safe; many tickets may be in flight at once, for
+// different tensors. A tensor must not be written while a write or read of it is in flight.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "strata/nvme_tier.h"
+#include "strata/status.h"
+#include "strata/ticket.h"
+
+namespace strata {
+
+enum class Tier { kCpu, kNvme };
+const char* TierName(Tier tier);
+
+struct TieredStoreOptions {
+  uint64_t cpu_budget_bytes = UINT64_MAX;   // bytes the kCpu tier may hold
+  uint64_t nvme_budget_bytes = UINT64_MAX;  // bytes the kNvme tier may hold
+  bool pin_cpu_tier = true;                 // mlock the kCpu tier's memory (offload_*.pin_memory)
+  bool enable_nvme = false;                 // open an NvmeTier with `nvme`
+  NvmeTierOptions nvme;
+};
+
+// Names a registered tensor; cheap to copy.
+struct TensorHandle {
+  uint32_t index = UINT32_MAX;
+  bool valid() const { return index != UINT32_MAX; }
+};
+
+class TieredStore {
+ public:
+  static StatusOr<std::unique_ptr<TieredStore>> Create(TieredStoreOptions options);
+  ~TieredStore();
+
+  // Registers a tensor of `bytes` bytes whose home is `home`. Names must be unique.
+  // kResourceExhausted if the tier's budget (or the disk) cannot hold it.
+  StatusOr<TensorHandle> Register(const std::string& name, uint64_t bytes, Tier home);
+
+  // Copies src (exactly the tensor's bytes) to the tensor's home. `src` must stay valid
+  // and unchanged until the ticket completes.
+  Ticket Write(TensorHandle t, std::span<const std::byte> src);
+  // Copies the tensor from its home into dst (exactly its bytes). Refused for a tensor
+  // never written or whose last write failed.
+  Ticket Read(TensorHandle t, std::span<std::byte> dst);
+
+  // A kCpu tensor's memory, for in-place work (e.g. the CPU Adam on a resident shard).
+  std::span<std::byte> CpuMemory(TensorHandle t);
+
+  StatusOr<TensorHandle> Find(const std::string& name) const;
+  const std::string& name(TensorHandle t) const;
+  uint64_t bytes(TensorHandle t) const;
+  Tier home(TensorHandle t) const;
+  uint64_t used_bytes(Tier tier) const;
+  uint64_t budget_bytes(Tier tier) const;
+  NvmeTier* nvme() { return nvme_.get(); }
+
+ private:
+  struct Entry;
+  explicit TieredStore(TieredStoreOptions options);
+  Entry& Get(TensorHandle t);
+  const Entry& Get(TensorHandle t) const;
+
+  TieredStoreOptions options_;
+  std::unique_ptr<NvmeTier> nvme_;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace strata

@@ -1,0 +1,275 @@
+#include "strata/nvme_tier.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "offload/io_pump.h"
+#include "offload/swap_dir.h"
+#include "strata/check.h"
+#include "strata/log.h"
+#include "strata/pinned_pool.h"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kAlign = IoPump::kAlign;
+uint64_t RoundUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+enum class ExtentState { kEmpty, kWriting, kValid, kFailed };
+
+struct Extent {
+  std::string name;
+  uint64_t offset = 0, bytes = 0, capacity = 0;
+  uint64_t checksum = 0;
+  ExtentState state = ExtentState::kEmpty;
+  int readers = 0;  // reads in flight
+  bool live = false;
+};
+
+}  // namespace
+
+struct NvmeTier::Impl {
+  NvmeTierOptions options;
+  std::vector<StaleSwapFolder> stale;
+  std::unique_ptr<SwapDir> dir;
+  std::string file_path;
+  int fd = -1;
+  bool direct = false;
+  std::byte* staging = nullptr;
+  size_t staging_bytes = 0;
+  std::unique_ptr<IoPump> pump;
+
+  mutable std::mutex mu;  // guards everything below
+  std::vector<Extent> extents;
+  std::map<uint64_t, uint64_t> holes;  // offset -> capacity, space freed for reuse
+  uint64_t end = 0;                    // reserved size of the file
+
+  ~Impl() {
+    pump.reset();  // drains in-flight I/O first
+    if (fd >= 0) close(fd);
+    FreeHostMemory(staging, staging_bytes);
+  }
+
+  Extent& Get(ExtentId id) {
+    STRATA_CHECK(id < extents.size() && extents[id].live) << "unknown extent " << id;
+    return extents[id];
+  }
+
+  // First fit among the holes, else the end of the file. Holes are not coalesced: the
+  // store's tensors are registered once and mostly live for the whole run.
+  uint64_t Place(uint64_t capacity, uint64_t align, bool* grows) {
+    for (auto it = holes.begin(); it != holes.end(); ++it) {
+      const uint64_t start = RoundUp(it->first, align), hole_end = it->first + it->second;
+      if (start + capacity > hole_end) continue;
+      const uint64_t hole_start = it->first;
+      holes.erase(it);
+      if (start > hole_start) holes[hole_start] = start - hole_start;
+      if (start + capacity < hole_end) holes[start + capacity] = hole_end - start - capacity;
+      *grows = false;
+      return start;
+    }
+    *grows = true;
+    return RoundUp(end, align);
+  }
+};
+
+NvmeTier::NvmeTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+NvmeTier::~NvmeTier() = default;
+
+StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Open(NvmeTierOptions options) {
+  if (options.dir.empty()) return InvalidArgument("nvme_path is empty: name a folder on the NVMe drive");
+  if (options.block_size == 0 || options.block_size % kAlign != 0)
+    return InvalidArgument("aio.block_size must be a positive multiple of 4096 (got {})", options.block_size);
+  if (options.queue_depth == 0 || options.queue_depth > 4096)
+    return InvalidArgument("aio.queue_depth must be in [1, 4096] (got {})", options.queue_depth);
+
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  STRATA_ASSIGN_OR_RETURN(impl->dir, SwapDir::Create(options.dir, options.rank, options.remove_stale, &impl->stale));
+  impl->file_path = impl->dir->path() + "/swap.bin";
+
+  // O_DIRECT first; tmpfs and some file systems refuse it (EINVAL).
+  std::string why_fallback = "direct_io is off";
+  auto fd = options.direct_io ? impl->dir->CreateFile("swap.bin", /*direct=*/true)
+                              : StatusOr<int>(Status(StatusCode::kUnavailable, why_fallback));
+  if (fd.ok()) {
+    impl->direct = true;
+  } else {
+    if (options.direct_io) why_fallback = fd.status().message();
+    unlink(impl->file_path.c_str());
+    fd = impl->dir->CreateFile("swap.bin", /*direct=*/false);
+    if (!fd.ok()) return fd.status();
+  }
+  impl->fd = *fd;
+
+  std::unique_ptr<IoEngine> engine;
+  if (options.engine == IoEngineKind::kPread || !impl->direct) {
+    if (!impl->direct)
+      LogWarn("swap folder '{}' without O_DIRECT ({}); using the buffered pread/pwrite engine", options.dir, why_fallback);
+    engine = MakePreadEngine(options.queue_depth);
+  } else {
+    auto uring = MakeUringEngine(options.queue_depth);
+    if (uring.ok()) {
+      engine = std::move(uring).value();
+    } else if (options.engine == IoEngineKind::kUring) {
+      return uring.status();
+    } else {
+      LogWarn("{}; using the pread/pwrite engine", uring.status().message());
+      engine = MakePreadEngine(options.queue_depth);
+    }
+  }
+  if (options.wrap_engine) engine = options.wrap_engine(std::move(engine));
+
+  // Staging for unaligned pieces: a few blocks are enough, since aligned blocks bypass it.
+  const size_t staging_count = std::min<size_t>(options.queue_depth, 8);
+  impl->staging_bytes = staging_count * options.block_size;
+  STRATA_ASSIGN_OR_RETURN(impl->staging, AllocateHostMemory(impl->staging_bytes));
+
+  const int fds[] = {impl->fd};
+  STRATA_RETURN_IF_ERROR(engine->RegisterFiles(fds));
+  std::vector<std::span<std::byte>> regions = options.registered_buffers;
+  regions.push_back({impl->staging, impl->staging_bytes});
+  STRATA_RETURN_IF_ERROR(engine->RegisterBuffers(regions));
+
+  LogDebug("NVMe tier: {} ({}; {} engine, block {} B, queue depth {})", impl->file_path,
+           impl->direct ? "O_DIRECT" : "buffered", engine->name(), options.block_size, options.queue_depth);
+  impl->pump = std::make_unique<IoPump>(std::move(engine), impl->file_path, options.block_size, impl->staging,
+                                        staging_count);
+  return std::unique_ptr<NvmeTier>(new NvmeTier(std::move(impl)));
+}
+
+StatusOr<ExtentId> NvmeTier::Allocate(const std::string& name, uint64_t bytes) {
+  if (bytes == 0) return InvalidArgument("tensor '{}' has 0 bytes", name);
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  const uint64_t capacity = RoundUp(bytes, kAlign);
+  const uint64_t align = bytes >= m.options.block_size ? m.options.block_size : kAlign;
+  bool grows = false;
+  const uint64_t offset = m.Place(capacity, align, &grows);
+  if (grows) {
+    // Reserve the space now so a full disk is an error here, naming the tensor.
+    int rc = posix_fallocate(m.fd, static_cast<off_t>(offset), static_cast<off_t>(capacity));
+    if (rc == EOPNOTSUPP || rc == EINVAL) rc = ftruncate(m.fd, static_cast<off_t>(offset + capacity)) ? errno : 0;
+    if (rc != 0)
+      return ErrnoError(rc, "cannot reserve {} bytes for tensor '{}' in swap file '{}' at offset {}", capacity, name,
+                        m.file_path, offset);
+    if (offset > m.end) m.holes[m.end] = offset - m.end;  // alignment gap, reusable by small tensors
+    m.end = offset + capacity;
+  }
+  Extent e;
+  e.name = name;
+  e.offset = offset;
+  e.bytes = bytes;
+  e.capacity = capacity;
+  e.live = true;
+  m.extents.push_back(std::move(e));
+  return static_cast<ExtentId>(m.extents.size() - 1);
+}
+
+void NvmeTier::Free(ExtentId id) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  Extent& e = m.Get(id);
+  STRATA_CHECK(e.state != ExtentState::kWriting && e.readers == 0) << "freeing tensor '" << e.name << "' with I/O in flight";
+  m.holes[e.offset] = e.capacity;
+  e.live = false;
+}
+
+Ticket NvmeTier::Write(ExtentId id, std::span<const std::byte> src) {
+  Impl& m = *impl_;
+  IoJob job;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    Extent& e = m.Get(id);
+    STRATA_CHECK(src.size() == e.bytes) << "write of " << src.size() << " bytes to tensor '" << e.name << "' of "
+                                        << e.bytes << " bytes";
+    STRATA_CHECK(e.state != ExtentState::kWriting && e.readers == 0)
+        << "tensor '" << e.name << "' written while another write or read of it is in flight";
+    e.state = ExtentState::kWriting;
+    job = IoJob{IoOp::kWrite, const_cast<std::byte*>(src.data()), e.bytes, e.offset, "tensor '" + e.name + "'", {}};
+  }
+  // Hash in the caller's thread, before the bytes leave: the pump thread stays on I/O.
+  const uint64_t sum = m.options.verify_checksums ? XXH3_64bits(src.data(), src.size()) : 0;
+  auto ticket = std::make_shared<TicketState>(1);
+  job.on_done = [&m, id, sum, ticket](const Status& s) {
+    {
+      std::lock_guard<std::mutex> lock(m.mu);
+      Extent& e = m.extents[id];
+      e.state = s.ok() ? ExtentState::kValid : ExtentState::kFailed;
+      e.checksum = sum;
+    }
+    ticket->CompletePart(s);
+  };
+  m.pump->Enqueue(std::move(job));
+  return Ticket(ticket);
+}
+
+Ticket NvmeTier::Read(ExtentId id, std::span<std::byte> dst) {
+  Impl& m = *impl_;
+  IoJob job;
+  uint64_t sum = 0;
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    Extent& e = m.Get(id);
+    STRATA_CHECK(dst.size() == e.bytes) << "read of " << dst.size() << " bytes from tensor '" << e.name << "' of "
+                                        << e.bytes << " bytes";
+    STRATA_CHECK(e.state != ExtentState::kWriting) << "tensor '" << e.name << "' read while a write of it is in flight";
+    if (e.state != ExtentState::kValid)
+      return Ticket::Failed(Error(StatusCode::kFailedPrecondition, "tensor '{}' holds no valid data in '{}' ({})", e.name,
+                                  m.file_path, e.state == ExtentState::kFailed ? "its last write failed" : "never written"));
+    e.readers++;
+    sum = e.checksum;
+    name = e.name;
+    job = IoJob{IoOp::kRead, dst.data(), e.bytes, e.offset, "tensor '" + e.name + "'", {}};
+  }
+  auto ticket = std::make_shared<TicketState>(1);
+  if (m.options.verify_checksums) {
+    // Verified in the waiting thread, so hashing never stalls the pump.
+    const uint64_t offset = job.file_offset;
+    ticket->SetFinisher([&m, dst, sum, name, offset]() -> Status {
+      if (XXH3_64bits(dst.data(), dst.size()) == sum) return Status();
+      return Error(StatusCode::kDataLoss, "checksum mismatch reading tensor '{}' ({} bytes) from swap file '{}' at offset "
+                   "{}: the file was modified or truncated behind the store's back", name, dst.size(), m.file_path, offset);
+    });
+  }
+  job.on_done = [&m, id, ticket](const Status& s) {
+    {
+      std::lock_guard<std::mutex> lock(m.mu);
+      m.extents[id].readers--;
+    }
+    ticket->CompletePart(s);
+  };
+  m.pump->Enqueue(std::move(job));
+  return Ticket(ticket);
+}
+
+const std::string& NvmeTier::name(ExtentId id) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->Get(id).name;
+}
+uint64_t NvmeTier::bytes(ExtentId id) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->Get(id).bytes;
+}
+uint64_t NvmeTier::file_offset(ExtentId id) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->Get(id).offset;
+}
+const std::string& NvmeTier::file_path() const { return impl_->file_path; }
+const std::string& NvmeTier::folder() const { return impl_->dir->path(); }
+const char* NvmeTier::engine_name() const { return impl_->pump->engine().name(); }
+bool NvmeTier::direct_io() const { return impl_->direct; }
+uint64_t NvmeTier::file_bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->end;
+}
+NvmeTierStats NvmeTier::stats() const { return impl_->pump->stats(); }
+const std::vector<StaleSwapFolder>& NvmeTier::stale_folders() const { return impl_->stale; }
+
+}  // namespace strata

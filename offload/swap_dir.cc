@@ -1,0 +1,90 @@
+#include "offload/swap_dir.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+#include "strata/log.h"
+
+namespace strata {
+namespace fs = std::filesystem;
+
+namespace {
+constexpr const char* kPrefix = "strata-swap-";
+constexpr const char* kLockName = "owner.lock";
+
+// True when nobody holds the folder's lock: its owner is gone.
+bool IsStale(const fs::path& folder) {
+  int fd = open((folder / kLockName).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;  // never finished creating, or lock removed: not a live folder
+  bool stale = flock(fd, LOCK_EX | LOCK_NB) == 0;
+  close(fd);
+  return stale;
+}
+}  // namespace
+
+uint64_t FolderBytes(const std::string& path) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->is_regular_file(ec)) total += it->file_size(ec);
+  }
+  return total;
+}
+
+StatusOr<std::unique_ptr<SwapDir>> SwapDir::Create(const std::string& parent, int rank, bool remove_stale,
+                                                   std::vector<StaleSwapFolder>* stale) {
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) return Error(StatusCode::kIoError, "cannot create swap folder '{}': {}", parent, ec.message());
+
+  for (auto it = fs::directory_iterator(parent, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(kPrefix, 0) != 0 || !it->is_directory() || !IsStale(it->path())) continue;
+    StaleSwapFolder s{it->path().string(), FolderBytes(it->path().string()), false};
+    if (remove_stale) {
+      std::error_code rm;
+      fs::remove_all(it->path(), rm);
+      s.removed = !rm;
+    }
+    LogWarn("swap folder '{}' ({} bytes) was left by a process that did not exit cleanly; its contents are never read{}",
+            s.path, s.bytes, s.removed ? " and it has been removed" : "");
+    if (stale) stale->push_back(s);
+  }
+  if (ec) return Error(StatusCode::kIoError, "cannot list swap folder '{}': {}", parent, ec.message());
+
+  std::random_device rd;
+  const std::string path =
+      (fs::path(parent) / fmt::format("{}r{}-p{}-{:08x}", kPrefix, rank, getpid(), rd())).string();
+  if (mkdir(path.c_str(), 0700) != 0) return ErrnoError(errno, "cannot create swap folder '{}'", path);
+  const std::string lock_path = path + "/" + kLockName;
+  int lock_fd = open(lock_path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    Status s = ErrnoError(errno, "cannot lock '{}'", lock_path);
+    if (lock_fd >= 0) close(lock_fd);
+    fs::remove_all(path, ec);
+    return s;
+  }
+  return std::unique_ptr<SwapDir>(new SwapDir(path, lock_fd));
+}
+
+SwapDir::~SwapDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);  // the lock goes with it; then release it
+  if (ec) LogWarn("could not remove swap folder '{}': {}", path_, ec.message());
+  close(lock_fd_);
+}
+
+StatusOr<int> SwapDir::CreateFile(const std::string& name, bool direct) const {
+  const std::string file = path_ + "/" + name;
+  int fd = open(file.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | (direct ? O_DIRECT : 0), 0600);
+  if (fd < 0) return ErrnoError(errno, "cannot create swap file '{}'{}", file, direct ? " with O_DIRECT" : "");
+  return fd;
+}
+
+}  // namespace strata

@@ -1,0 +1,160 @@
+#include "strata/tiered_store.h"
+
+#include <sys/mman.h>
+
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+
+#include "strata/check.h"
+#include "strata/log.h"
+#include "strata/pinned_pool.h"
+
+namespace strata {
+
+const char* TierName(Tier tier) { return tier == Tier::kCpu ? "cpu" : "nvme"; }
+
+enum class Residency { kEmpty, kResident, kFailed };
+
+struct TieredStore::Entry {
+  std::string name;
+  uint64_t bytes = 0;
+  Tier home = Tier::kCpu;
+  Residency residency = Residency::kEmpty;
+  std::byte* cpu = nullptr;  // kCpu home
+  bool pinned = false;
+  ExtentId extent = 0;       // kNvme home
+};
+
+struct TieredStore::State {
+  mutable std::mutex mu;
+  std::deque<Entry> entries;  // stable addresses
+  std::unordered_map<std::string, uint32_t> by_name;
+  uint64_t used[2] = {0, 0};
+};
+
+TieredStore::TieredStore(TieredStoreOptions options) : options_(std::move(options)), state_(std::make_unique<State>()) {}
+
+TieredStore::~TieredStore() {
+  nvme_.reset();  // waits for in-flight I/O first
+  for (Entry& e : state_->entries) {
+    if (e.pinned) munlock(e.cpu, e.bytes);
+    FreeHostMemory(e.cpu, e.bytes);
+  }
+}
+
+StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOptions options) {
+  std::unique_ptr<TieredStore> store(new TieredStore(options));
+  if (options.enable_nvme) {
+    STRATA_ASSIGN_OR_RETURN(store->nvme_, NvmeTier::Open(options.nvme));
+  }
+  return store;
+}
+
+StatusOr<TensorHandle> TieredStore::Register(const std::string& name, uint64_t bytes, Tier home) {
+  State& st = *state_;
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (st.by_name.count(name)) return Error(StatusCode::kAlreadyExists, "tensor '{}' is already registered", name);
+  if (bytes == 0) return InvalidArgument("tensor '{}' has 0 bytes", name);
+  const int tier = static_cast<int>(home);
+  const uint64_t budget = budget_bytes(home);
+  if (st.used[tier] + bytes > budget)
+    return Error(StatusCode::kResourceExhausted,
+                 "tensor '{}' ({} bytes) does not fit the {} tier: {} of its {} bytes budget are used", name, bytes,
+                 TierName(home), st.used[tier], budget);
+  Entry e;
+  e.name = name;
+  e.bytes = bytes;
+  e.home = home;
+  if (home == Tier::kCpu) {
+    STRATA_ASSIGN_OR_RETURN(e.cpu, AllocateHostMemory(bytes));
+    if (options_.pin_cpu_tier) {
+      e.pinned = mlock(e.cpu, bytes) == 0;
+      if (!e.pinned)
+        LogOnce(LogLevel::kWarn, fmt::format("cpu tier memory is pageable: mlock refused (errno {}: {}); raise "
+                                             "RLIMIT_MEMLOCK (ulimit -l) to pin it", errno, std::strerror(errno)));
+    }
+  } else {
+    if (!nvme_)
+      return Error(StatusCode::kFailedPrecondition, "tensor '{}' has home nvme but the store has no NVMe tier "
+                   "(set nvme_path)", name);
+    STRATA_ASSIGN_OR_RETURN(e.extent, nvme_->Allocate(name, bytes));
+  }
+  st.used[tier] += bytes;
+  st.entries.push_back(std::move(e));
+  const auto index = static_cast<uint32_t>(st.entries.size() - 1);
+  st.by_name[name] = index;
+  return TensorHandle{index};
+}
+
+TieredStore::Entry& TieredStore::Get(TensorHandle t) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  STRATA_CHECK(t.index < state_->entries.size()) << "unknown tensor handle " << t.index;
+  return state_->entries[t.index];
+}
+const TieredStore::Entry& TieredStore::Get(TensorHandle t) const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  STRATA_CHECK(t.index < state_->entries.size()) << "unknown tensor handle " << t.index;
+  return state_->entries[t.index];
+}
+
+Ticket TieredStore::Write(TensorHandle t, std::span<const std::byte> src) {
+  Entry& e = Get(t);
+  STRATA_CHECK(src.size() == e.bytes) << "write of " << src.size() << " bytes to tensor '" << e.name << "' of "
+                                      << e.bytes;
+  if (e.home == Tier::kCpu) {
+    std::memcpy(e.cpu, src.data(), e.bytes);
+    std::lock_guard<std::mutex> lock(state_->mu);
+    e.residency = Residency::kResident;
+    return Ticket();
+  }
+  // The residency follows the NVMe write's outcome, which the tier records per extent.
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    e.residency = Residency::kResident;
+  }
+  return nvme_->Write(e.extent, src);
+}
+
+Ticket TieredStore::Read(TensorHandle t, std::span<std::byte> dst) {
+  Entry& e = Get(t);
+  STRATA_CHECK(dst.size() == e.bytes) << "read of " << dst.size() << " bytes from tensor '" << e.name << "' of "
+                                      << e.bytes;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (e.residency == Residency::kEmpty)
+      return Ticket::Failed(Error(StatusCode::kFailedPrecondition, "tensor '{}' was never written", e.name));
+  }
+  if (e.home == Tier::kCpu) {
+    std::memcpy(dst.data(), e.cpu, e.bytes);
+    return Ticket();
+  }
+  return nvme_->Read(e.extent, dst);
+}
+
+std::span<std::byte> TieredStore::CpuMemory(TensorHandle t) {
+  Entry& e = Get(t);
+  STRATA_CHECK(e.home == Tier::kCpu) << "tensor '" << e.name << "' does not live in the cpu tier";
+  return {e.cpu, e.bytes};
+}
+
+StatusOr<TensorHandle> TieredStore::Find(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  auto it = state_->by_name.find(name);
+  if (it == state_->by_name.end()) return Error(StatusCode::kNotFound, "no tensor named '{}' in the store", name);
+  return TensorHandle{it->second};
+}
+
+const std::string& TieredStore::name(TensorHandle t) const { return Get(t).name; }
+uint64_t TieredStore::bytes(TensorHandle t) const { return Get(t).bytes; }
+Tier TieredStore::home(TensorHandle t) const { return Get(t).home; }
+uint64_t TieredStore::used_bytes(Tier tier) const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->used[static_cast<int>(tier)];
+}
+uint64_t TieredStore::budget_bytes(Tier tier) const {
+  return tier == Tier::kCpu ? options_.cpu_budget_bytes : options_.nvme_budget_bytes;
+}
+
+}  // namespace strata

@@ -1,0 +1,41 @@
+// `strata bench io`.
+#include "bench/bench_util.h"
+#include "bench/io_bench.h"
+#include "src/cli/commands.h"
+#include "strata/log.h"
+
+namespace strata::cli {
+
+void AddBenchIoCommand(CLI::App& bench, Action* action) {
+  auto* cmd = bench.add_subcommand("io", "NVMe tier sequential write/read vs fio (io_uring) on the same file size, "
+                                         "block size and queue depth; pinned memcpy bandwidth");
+  auto opts = std::make_shared<bench::IoBenchOptions>();
+  auto size = std::make_shared<std::string>("2G");
+  auto block = std::make_shared<std::string>("1M");
+  cmd->add_option("--dir", opts->dir, "folder for the swap file (on the drive to measure)")->capture_default_str();
+  cmd->add_option("--size", *size, "bytes written and read per pass (K/M/G suffixes)")->capture_default_str();
+  cmd->add_option("--block", *block, "bytes per request (aio block_size)")->capture_default_str();
+  cmd->add_option("--qd", opts->queue_depth, "requests in flight (aio queue_depth)")->capture_default_str();
+  cmd->add_option("--rounds", opts->rounds, "interleaved repetitions")->capture_default_str()->check(CLI::Range(1, 100));
+  cmd->add_option("--engine", opts->engine, "auto | uring | pread")->capture_default_str()
+      ->check(CLI::IsMember({"auto", "uring", "pread"}));
+  cmd->add_flag("--no-checksum{false}", opts->checksums, "skip the per-tensor xxh3 (on by default)");
+  cmd->add_flag("--no-fio{false}", opts->run_fio, "do not run fio");
+  cmd->add_flag("--json", opts->json, "print one JSON object");
+  cmd->callback([=] {
+    *action = [=] {
+      auto s = bench::ParseBytes(*size, "--size");
+      auto b = bench::ParseBytes(*block, "--block");
+      if (!s.ok() || !b.ok()) {
+        LogError("{}", (!s.ok() ? s.status() : b.status()).message());
+        return 2;
+      }
+      opts->size = *s;
+      opts->block = static_cast<uint32_t>(*b);
+      if (opts->size < opts->tensor_bytes) opts->tensor_bytes = (opts->size / opts->block) * opts->block;
+      return bench::RunIoBench(*opts);
+    };
+  });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,21 @@
+// Subcommands of build/strata. Each Add* registers its options and a callback that sets
+// the process exit code through `int* exit_code`-style results (see main.cc).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace strata::cli {
+
+// The action chosen on the command line; main runs it after parsing.
+using Action = std::function<int()>;
+
+void AddDoctorCommand(CLI::App& app, Action* action);
+void AddBenchIoCommand(CLI::App& bench, Action* action);
+// Defined in bench_adam_cmd.cc (issue 3).
+void AddBenchAdamCommand(CLI::App& bench, Action* action);
+
+// The built-in default job that `strata` runs with no arguments.
+int RunDefaultJob();
+
+}  // namespace strata::cli

@@ -1,0 +1,174 @@
+// Failures the tier must survive: injected write and read errors (fault hook), a file-size
+// limit (RLIMIT_FSIZE -> EFBIG), short and EAGAIN completions, and swap folders left by a
+// killed process. Each error names the tensor; nothing else is corrupted.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "offload/test_util.h"
+#include "strata/nvme_tier.h"
+#include "support/faulty_io_engine.h"
+#include "support/temp_dir.h"
+
+namespace strata {
+namespace {
+
+using testing::Fault;
+using testing::FaultKind;
+using testing::RandomBytes;
+using testing::TempDir;
+using testing::TierOptions;
+
+constexpr size_t kBlock = 1 << 20;
+
+struct Faulted {
+  std::unique_ptr<NvmeTier> tier;
+  std::vector<std::vector<std::byte>> data;
+  std::vector<ExtentId> ids;
+};
+
+// Opens a tier whose engine injects `faults`, registers 3 tensors of 3.5 blocks each.
+Faulted OpenWithFaults(const std::string& dir, std::vector<Fault> faults) {
+  auto opts = TierOptions(dir, kBlock, 4);
+  opts.wrap_engine = [faults](std::unique_ptr<IoEngine> inner) -> std::unique_ptr<IoEngine> {
+    return std::make_unique<testing::FaultyIoEngine>(std::move(inner), faults);
+  };
+  Faulted f;
+  auto tier = NvmeTier::Open(opts);
+  EXPECT_TRUE(tier.ok()) << tier.status().ToString();
+  f.tier = std::move(tier).value();
+  for (int i = 0; i < 3; ++i) {
+    f.data.push_back(RandomBytes(3 * kBlock + kBlock / 2, 10 + i));
+    auto id = f.tier->Allocate("block" + std::to_string(i) + ".adam_m", f.data.back().size());
+    EXPECT_TRUE(id.ok());
+    f.ids.push_back(*id);
+  }
+  return f;
+}
+
+bool ReadsBack(Faulted& f, int i) {
+  std::vector<std::byte> dst(f.data[i].size());
+  return f.tier->Read(f.ids[i], dst).Wait().ok() && dst == f.data[i];
+}
+
+TEST(Faults, InjectedWriteErrorNamesTheTensorAndSparesTheOthers) {
+  TempDir dir;
+  // Tensor 0 takes write requests 0..3; request 5 belongs to tensor 1.
+  Faulted f = OpenWithFaults(dir.path(), {{IoOp::kWrite, 5, FaultKind::kError, EFBIG}});
+  ASSERT_TRUE(f.tier->Write(f.ids[0], f.data[0]).Wait().ok());
+  Status s = f.tier->Write(f.ids[1], f.data[1]).Wait();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("block1.adam_m"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(f.tier->file_path()), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("errno 27"), std::string::npos) << s.message();  // EFBIG
+  ASSERT_TRUE(f.tier->Write(f.ids[2], f.data[2]).Wait().ok());
+  // The failed tensor is refused, not read as valid; the others are intact.
+  std::vector<std::byte> dst(f.data[1].size());
+  Status r = f.tier->Read(f.ids[1], dst).Wait();
+  EXPECT_EQ(r.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.message().find("last write failed"), std::string::npos);
+  EXPECT_TRUE(ReadsBack(f, 0));
+  EXPECT_TRUE(ReadsBack(f, 2));
+  // Writing it again (the fault was one-shot) makes it valid.
+  ASSERT_TRUE(f.tier->Write(f.ids[1], f.data[1]).Wait().ok());
+  EXPECT_TRUE(ReadsBack(f, 1));
+}
+
+TEST(Faults, InjectedReadErrorNamesTheTensorAndARetrySucceeds) {
+  TempDir dir;
+  Faulted f = OpenWithFaults(dir.path(), {{IoOp::kRead, 2, FaultKind::kError, EIO}});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(f.tier->Write(f.ids[i], f.data[i]).Wait().ok());
+  std::vector<std::byte> dst(f.data[0].size());
+  Status s = f.tier->Read(f.ids[0], dst).Wait();
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("block0.adam_m"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("offset"), std::string::npos) << s.message();
+  EXPECT_TRUE(ReadsBack(f, 0));  // the data on disk is untouched
+  EXPECT_TRUE(ReadsBack(f, 1));
+  EXPECT_TRUE(ReadsBack(f, 2));
+}
+
+TEST(Faults, ShortAndEagainCompletionsAreResubmitted) {
+  TempDir dir;
+  Faulted f = OpenWithFaults(dir.path(), {{IoOp::kWrite, -1, FaultKind::kShort, 0},
+                                          {IoOp::kRead, 1, FaultKind::kEagain, 0},
+                                          {IoOp::kRead, 4, FaultKind::kShort, 0}});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(f.tier->Write(f.ids[i], f.data[i]).Wait().ok());
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(ReadsBack(f, i)) << i;
+  EXPECT_GT(f.tier->stats().resubmissions, 10u);
+}
+
+TEST(Faults, FileSizeLimitIsReportedAtReservationWithTheTensorName) {
+  TempDir dir;
+  // In a child, so the limit and the ignored SIGXFSZ stay there.
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{8 << 20, 8 << 20};
+    setrlimit(RLIMIT_FSIZE, &lim);
+    auto tier = NvmeTier::Open(TierOptions(dir.path()));
+    if (!tier.ok()) _exit(10);
+    auto a = (*tier)->Allocate("fits", 4 << 20);
+    if (!a.ok()) _exit(11);
+    auto src = RandomBytes(4 << 20, 1);
+    if (!(*tier)->Write(*a, src).Wait().ok()) _exit(12);
+    auto b = (*tier)->Allocate("too.big", 8 << 20);
+    if (b.ok()) _exit(13);
+    if (b.status().code() != StatusCode::kResourceExhausted) _exit(14);
+    if (b.status().message().find("too.big") == std::string::npos) _exit(15);
+    if (b.status().message().find("errno 27") == std::string::npos) _exit(16);
+    std::vector<std::byte> dst(4 << 20);
+    if (!(*tier)->Read(*a, dst).Wait().ok() || dst != src) _exit(17);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "child check " << WEXITSTATUS(status) << " failed";
+}
+
+TEST(Faults, SwapFolderOfAKilledProcessIsReportedAndNeverRead) {
+  TempDir dir;
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto tier = NvmeTier::Open(TierOptions(dir.path()));
+    if (!tier.ok()) _exit(10);
+    auto a = (*tier)->Allocate("doomed", 1 << 20);
+    auto src = RandomBytes(1 << 20, 1);
+    if (!a.ok() || !(*tier)->Write(*a, src).Wait().ok()) _exit(11);
+    kill(getpid(), SIGKILL);  // no destructor runs
+    _exit(12);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+
+  // Without removal: reported, left alone.
+  auto keep = TierOptions(dir.path());
+  keep.remove_stale = false;
+  auto t1 = NvmeTier::Open(keep);
+  ASSERT_TRUE(t1.ok());
+  ASSERT_EQ((*t1)->stale_folders().size(), 1u);
+  const auto stale = (*t1)->stale_folders()[0];
+  EXPECT_GE(stale.bytes, 1u << 20);
+  EXPECT_FALSE(stale.removed);
+  EXPECT_NE(stale.path, (*t1)->folder());  // a fresh folder, never the old data
+  EXPECT_TRUE(std::filesystem::exists(stale.path));
+  // A live tier's folder is not stale for another opener.
+  auto t2 = NvmeTier::Open(TierOptions(dir.path()));
+  ASSERT_TRUE(t2.ok());
+  ASSERT_EQ((*t2)->stale_folders().size(), 1u);
+  EXPECT_TRUE((*t2)->stale_folders()[0].removed);
+  EXPECT_FALSE(std::filesystem::exists(stale.path));
+  EXPECT_TRUE(std::filesystem::exists((*t1)->folder()));
+}
+
+}  // namespace
+}  // namespace strata

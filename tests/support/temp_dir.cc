@@ -1,0 +1,32 @@
+#include "support/temp_dir.h"
+
+#include <stdlib.h>
+#include <sys/statfs.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+
+namespace strata::testing {
+
+TempDir::TempDir() {
+  const char* base = std::getenv("STRATA_TEST_DIR");
+  std::string pattern = std::string(base && *base ? base : "/var/tmp") + "/strata-test-XXXXXX";
+  std::filesystem::create_directories(std::filesystem::path(pattern).parent_path());
+  if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed for " + pattern);
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string TmpfsDir() {
+  struct statfs s {};
+  constexpr long kTmpfsMagic = 0x01021994;
+  if (statfs("/dev/shm", &s) == 0 && s.f_type == kTmpfsMagic) return "/dev/shm";
+  return "";
+}
+
+}  // namespace strata::testing

@@ -1,0 +1,24 @@
+// TempDir: a fresh folder for one test, removed with everything in it at destruction.
+// Lives under $STRATA_TEST_DIR or /var/tmp (a real disk, so O_DIRECT works; /tmp may be tmpfs).
+#pragma once
+
+#include <string>
+
+namespace strata::testing {
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A tmpfs folder (/dev/shm) for the fallback-engine tests, or "" if there is none.
+std::string TmpfsDir();
+
+}  // namespace strata::testing
