@@ -65,7 +65,8 @@ configure build
 log "building build/ ($jobs jobs)"
 cmake --build build -j "$jobs"
 if [ $want_asan = 1 ]; then
-  configure build-asan -DSTRATA_SANITIZE=ON -DSTRATA_WITH_TORCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
-  log "building build-asan/"
-  cmake --build build-asan -j "$jobs"
+  configure build-asan -DSTRATA_SANITIZE=ON -DSTRATA_WITH_TORCH=OFF -DSTRATA_CUDA_COMPILE=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  log "building build-asan/ (store and kernel tests)"
+  cmake --build build-asan -j "$jobs" --target offload_tests kernels_tests
 fi
