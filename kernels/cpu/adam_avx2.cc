@@ -47,6 +47,7 @@ struct Avx2Ops {
   static F Sqrt(F a) { return _mm256_sqrt_ps(a); }
   static F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   static void Fence() { _mm_sfence(); }
+  static void Prefetch(const void* x) { _mm_prefetch(static_cast<const char*>(x), _MM_HINT_T0); }
   struct D {
     __m256d lo, hi;
   };

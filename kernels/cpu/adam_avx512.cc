@@ -54,6 +54,7 @@ struct Avx512Ops {
   static F Sqrt(F a) { return _mm512_sqrt_ps(a); }
   static F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   static void Fence() { _mm_sfence(); }
+  static void Prefetch(const void* x) { _mm_prefetch(static_cast<const char*>(x), _MM_HINT_T0); }
   // Gradient pass: squares accumulated in double, 8 lanes per half.
   struct D {
     __m512d lo, hi;

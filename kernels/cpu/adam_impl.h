@@ -83,6 +83,7 @@ struct ScalarOps {
     else return a * b + c;
   }
   static void Fence() {}
+  static void Prefetch(const void*) {}
   // Gradient pass.
   using D = double;
   static D ZeroD() { return 0.0; }
@@ -107,13 +108,31 @@ inline void AdamUpdate(const AdamArgs& a, typename Ops::F g, typename Ops::F& p,
   p = Ops::Fma(Ops::Set1(a.neg_step_size), Ops::Div(m, denom), Ops::Mul(p, Ops::Set1(a.decay)));
 }
 
+// Note [Adam memory traffic]
+// The step is bound by memory bandwidth; what was measured on Zen 4 (2 threads, 100M):
+//  - software prefetch of the four input streams 1 KiB ahead: ~5-8% faster. The hardware
+//    prefetchers stop at 4 KiB page boundaries and seven concurrent streams per core
+//    restart them often;
+//  - non-temporal stores for p, m, v: ~2x slower (the lines were just read into cache, a
+//    streaming store evicts them and writes partial lines); kept only for the write-only
+//    half copy, where they save the read-for-ownership of its 2 B/param;
+//  - one contiguous range per thread (not interleaved chunks): one stream per array each.
+constexpr size_t kPrefetchBytes = 1024;
+
 // Elements [begin, end) in steps of Ops::kWidth (end - begin must be a multiple of it).
 // kStream: write the half copy with non-temporal stores (its destination is aligned).
 template <class Ops, GradKind kGrad, HalfKind kHalf, bool kStream>
 inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
   using F = typename Ops::F;
+  constexpr size_t kAhead = kPrefetchBytes / sizeof(float);
 #pragma GCC unroll 2
   for (size_t i = begin; i < end; i += Ops::kWidth) {
+    // Addresses past the end are harmless: a prefetch never faults.
+    Ops::Prefetch(a.p + i + kAhead);
+    Ops::Prefetch(a.m + i + kAhead);
+    Ops::Prefetch(a.v + i + kAhead);
+    if constexpr (kGrad == GradKind::kFp32) Ops::Prefetch(a.g32 + i + kAhead);
+    else Ops::Prefetch(a.g16 + i + kAhead);
     F g;
     if constexpr (kGrad == GradKind::kFp32) g = Ops::Load(a.g32 + i);
     else g = Ops::LoadBf16(a.g16 + i);
