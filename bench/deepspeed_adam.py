@@ -16,8 +16,9 @@ different minutes). Protocol, one line each way:
 
 `import torch` needs CUDA libraries that are not on the default search path (PyPI's wheel
 is a CUDA build): this script re-executes itself once with LD_LIBRARY_PATH naming
-/usr/local/cuda/lib64 and the nvidia wheels' lib folders, because the dynamic loader reads
-that variable only at process start.
+/usr/local/cuda/lib64 and the nvidia wheels' lib folders (torch's own RPATH finds most of
+the latter; the variable makes it explicit), because the dynamic loader reads that variable
+only at process start.
 """
 import glob
 import os
@@ -28,10 +29,10 @@ import time
 def _ensure_library_path():
     if os.environ.get("STRATA_PEER_ENV") == "1":
         return
-    site = os.path.dirname(os.path.dirname(os.__file__))  # .../lib/python3.X
+    import site
     dirs = ["/usr/local/cuda/lib64"]
-    dirs += sorted(glob.glob(os.path.join(site, "site-packages", "nvidia", "*", "lib")))
-    dirs += sorted(glob.glob(os.path.join(site, "site-packages", "nvidia", "cu13", "lib")))
+    for packages in site.getsitepackages():  # the venv's, when run by .venv/bin/python
+        dirs += sorted(glob.glob(os.path.join(packages, "nvidia", "*", "lib")))
     old = os.environ.get("LD_LIBRARY_PATH", "")
     env = dict(os.environ, STRATA_PEER_ENV="1", LD_LIBRARY_PATH=":".join(dirs + ([old] if old else [])))
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
