@@ -1,0 +1,60 @@
+// Training data: pre-tokenized token files (uint16 or uint32 little-endian) or raw UTF-8
+// text through the byte-level tokenizer (vocab 256), with a built-in text as the default.
+// Batches are a pure function of (seed, split, global micro-batch index), so every rank
+// count, every resume and every reference loop sees the same samples; rank r of W at
+// step s, micro-batch g uses index (s * accumulation + g) * W + r.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/status.h"
+
+namespace strata::data {
+
+enum class TokenFormat { kAuto, kText, kUint16, kUint32 };
+enum class Split { kTrain, kEval };
+
+struct DataConfig {
+  std::string path;           // "" = the built-in text
+  TokenFormat format = TokenFormat::kAuto;  // auto: *.u16/*.uint16 -> uint16, *.u32/*.uint32 -> uint32, else text
+  double eval_fraction = 0.05;  // the last fraction of the tokens is held out for the eval loss
+  uint64_t seed = 1234;
+};
+
+struct Batch {
+  torch::Tensor inputs;   // int64 [B, T]
+  torch::Tensor targets;  // int64 [B, T], inputs shifted by one
+};
+
+class TokenDataset {
+ public:
+  // Loads (or generates) all tokens. Errors name the file: missing, empty, a size that is
+  // not a multiple of the token width, a token >= vocab_size, or fewer tokens than one
+  // sequence in either split.
+  static StatusOr<std::unique_ptr<TokenDataset>> Open(const DataConfig& config, int64_t vocab_size, int64_t seq_len);
+
+  // B sequences of T+1 consecutive tokens at offsets drawn from (seed, split, index).
+  Batch Get(Split split, uint64_t index, int64_t batch_size) const;
+
+  int64_t tokens(Split split) const;
+  const std::string& description() const { return description_; }  // "built-in text, 1.0 M tokens" etc.
+
+ private:
+  TokenDataset() = default;
+  std::vector<int32_t> tokens_;
+  int64_t eval_begin_ = 0;
+  int64_t seq_len_ = 0;
+  uint64_t seed_ = 0;
+  std::string description_;
+};
+
+// The built-in corpus: deterministic English-like text generated from a small grammar
+// (about 1 MB), so the default job needs no download and its loss has room to fall.
+const std::string& BuiltinText();
+
+}  // namespace strata::data
