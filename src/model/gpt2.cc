@@ -1,0 +1,117 @@
+// GPT-2 as blocks. Parameter names are Hugging Face's GPT2LMHeadModel names without the
+// "transformer." / "transformer.h.<i>." prefixes, in HF's order (Note [Block parameters]):
+//   embedding  wte.weight [V, C], wpe.weight [seq_len, C]
+//   layer      ln_1.{weight,bias} [C]
+//              attn.c_attn.{weight [3C, C], bias [3C]}   (q, k, v stacked along out)
+//              attn.c_proj.{weight [C, C], bias [C]}
+//              ln_2.{weight,bias} [C]
+//              mlp.c_fc.{weight [F, C], bias [F]}, mlp.c_proj.{weight [C, F], bias [C]}
+//   head       ln_f.{weight,bias} [C], lm_head.weight [V, C] (absent when tied)
+// Linear weights are [out, in]; HF's Conv1D stores [in, out], so a checkpoint loader
+// transposes attn.* and mlp.* weights.
+#include <cmath>
+
+#include "src/model/blocks.h"
+#include "src/model/layers.h"
+
+namespace strata::model::detail {
+namespace {
+
+class Gpt2Embedding final : public Block {
+ public:
+  explicit Gpt2Embedding(const ModelConfig& c) {
+    wte_ = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.d_model, c.init_std));
+    wpe_ = register_module("wpe", std::make_shared<Embedding>(c.seq_len, c.d_model, c.init_std));
+  }
+  BlockKind kind() const override { return BlockKind::kEmbedding; }
+  torch::Tensor Forward(const torch::Tensor& tokens) override {
+    STRATA_CHECK(tokens.dim() == 2) << "tokens must be [B, T], got " << tokens.sizes();
+    const int64_t T = tokens.size(1);
+    STRATA_CHECK(T <= wpe_->weight().size(0)) << "T " << T << " exceeds seq_len " << wpe_->weight().size(0);
+    torch::Tensor positions = torch::arange(T, tokens.options().dtype(torch::kLong));
+    return wte_->Forward(tokens) + wpe_->Forward(positions);  // [B, T, C] + [T, C]
+  }
+
+ private:
+  std::shared_ptr<Embedding> wte_, wpe_;
+};
+
+class Gpt2Attention final : public torch::nn::Module {
+ public:
+  Gpt2Attention(const ModelConfig& c, double proj_std) : n_head_(c.n_head) {
+    c_attn_ = register_module("c_attn", std::make_shared<Linear>(c.d_model, 3 * c.d_model, true, c.init_std));
+    c_proj_ = register_module("c_proj", std::make_shared<Linear>(c.d_model, c.d_model, true, proj_std));
+  }
+  torch::Tensor Forward(const torch::Tensor& x) {
+    const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+    // [B, T, 3C] -> [3, B, H, T, D]: the first C columns are q, split into heads of D.
+    torch::Tensor qkv = c_attn_->Forward(x).view({B, T, 3, n_head_, C / n_head_}).permute({2, 0, 3, 1, 4});
+    return c_proj_->Forward(CausalAttention(qkv[0], qkv[1], qkv[2]));
+  }
+
+ private:
+  int64_t n_head_;
+  std::shared_ptr<Linear> c_attn_, c_proj_;
+};
+
+class Gpt2Mlp final : public torch::nn::Module {
+ public:
+  Gpt2Mlp(const ModelConfig& c, double proj_std) {
+    const int64_t F = FfnHidden(c);
+    c_fc_ = register_module("c_fc", std::make_shared<Linear>(c.d_model, F, true, c.init_std));
+    c_proj_ = register_module("c_proj", std::make_shared<Linear>(F, c.d_model, true, proj_std));
+  }
+  torch::Tensor Forward(const torch::Tensor& x) {
+    return c_proj_->Forward(torch::gelu(c_fc_->Forward(x), "tanh"));  // GPT-2's gelu_new
+  }
+
+ private:
+  std::shared_ptr<Linear> c_fc_, c_proj_;
+};
+
+class Gpt2Layer final : public Block {
+ public:
+  explicit Gpt2Layer(const ModelConfig& c) {
+    // GPT-2's scaled init: each residual projection adds to the stream 2*n_layer times.
+    const double proj_std = c.init_std / std::sqrt(2.0 * static_cast<double>(c.n_layer));
+    ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(c.d_model, c.norm_eps));
+    attn_ = register_module("attn", std::make_shared<Gpt2Attention>(c, proj_std));
+    ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(c.d_model, c.norm_eps));
+    mlp_ = register_module("mlp", std::make_shared<Gpt2Mlp>(c, proj_std));
+  }
+  BlockKind kind() const override { return BlockKind::kLayer; }
+  torch::Tensor Forward(const torch::Tensor& x) override {
+    torch::Tensor h = x + attn_->Forward(ln_1_->Forward(x));
+    return h + mlp_->Forward(ln_2_->Forward(h));
+  }
+
+ private:
+  std::shared_ptr<LayerNorm> ln_1_, ln_2_;
+  std::shared_ptr<Gpt2Attention> attn_;
+  std::shared_ptr<Gpt2Mlp> mlp_;
+};
+
+}  // namespace
+
+std::shared_ptr<Block> MakeGpt2Block(const ModelConfig& config, int index) {
+  std::shared_ptr<Block> block;
+  switch (KindOf(config, index)) {
+    case BlockKind::kEmbedding: block = std::make_shared<Gpt2Embedding>(config); break;
+    case BlockKind::kLayer: block = std::make_shared<Gpt2Layer>(config); break;
+    case BlockKind::kHead: block = std::make_shared<LmHead<LayerNorm>>(config, "ln_f"); break;
+  }
+  InitialiseBlock(*block, config.seed, index);
+  return block;
+}
+
+int64_t Gpt2BlockParameters(const ModelConfig& c, int index) {
+  const int64_t C = c.d_model, V = c.vocab_size, F = FfnHidden(c);
+  switch (KindOf(c, index)) {
+    case BlockKind::kEmbedding: return V * C + c.seq_len * C;
+    case BlockKind::kLayer: return 2 * (2 * C) + (3 * C * C + 3 * C) + (C * C + C) + (F * C + F) + (C * F + C);
+    case BlockKind::kHead: return 2 * C + (c.tie_embeddings ? 0 : V * C);
+  }
+  return 0;
+}
+
+}  // namespace strata::model::detail

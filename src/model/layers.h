@@ -1,0 +1,190 @@
+// Folder-private building blocks of the GPT-2 and LLaMA blocks: leaf modules that own
+// parameters (Linear, Embedding, LayerNorm, RmsNorm), causal attention, RoPE, and the
+// per-block initialisation.
+//
+// Note [Block parameters]
+// The engine flattens a block's named_parameters() in registration order into one flat
+// buffer and later re-points every parameter at a view of a gathered buffer
+// (param.set_data(view)), possibly in bf16 or fp16. So:
+//   * parameters are registered in a fixed order, that of execution (gpt2.cc, llama.cc);
+//   * nothing else is state: RoPE tables and causal masks are recomputed in every Forward;
+//   * every Forward reads its tensors through the registered handles (never a cached
+//     copy) and computes in their dtype;
+//   * leaves are created empty and filled by InitialiseBlock from a generator seeded with
+//     (seed, block index) only, never from the global RNG (nn::Linear's constructor would
+//     draw from it, which is why these leaves exist).
+#pragma once
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "src/model/model.h"
+#include "strata/check.h"
+
+namespace strata::model::detail {
+
+// A module that owns parameters and knows how to draw them.
+class Leaf : public torch::nn::Module {
+ public:
+  virtual void Initialise(at::Generator& gen) = 0;
+
+ protected:
+  torch::Tensor AddParameter(const std::string& name, at::IntArrayRef shape) {
+    return register_parameter(name, torch::empty(shape, torch::kFloat32));
+  }
+};
+
+// y = x W^T + b with W [out, in] (nn::Linear's layout; HF GPT-2's Conv1D stores [in, out]).
+class Linear : public Leaf {
+ public:
+  Linear(int64_t in, int64_t out, bool bias, double init_std) : init_std_(init_std) {
+    weight_ = AddParameter("weight", {out, in});
+    if (bias) bias_ = AddParameter("bias", {out});
+  }
+  torch::Tensor Forward(const torch::Tensor& x) const { return torch::linear(x, weight_, bias_); }
+  void Initialise(at::Generator& gen) override {
+    weight_.normal_(0.0, init_std_, gen);
+    if (bias_.defined()) bias_.zero_();
+  }
+
+ private:
+  torch::Tensor weight_, bias_;
+  double init_std_;
+};
+
+// A lookup table [rows, dim].
+class Embedding : public Leaf {
+ public:
+  Embedding(int64_t rows, int64_t dim, double init_std) : init_std_(init_std) {
+    weight_ = AddParameter("weight", {rows, dim});
+  }
+  torch::Tensor Forward(const torch::Tensor& index) const { return torch::embedding(weight_, index); }
+  const torch::Tensor& weight() const { return weight_; }
+  void Initialise(at::Generator& gen) override { weight_.normal_(0.0, init_std_, gen); }
+
+ private:
+  torch::Tensor weight_;
+  double init_std_;
+};
+
+// LayerNorm with weight and bias over the last dimension (GPT-2). LibTorch's CPU kernel
+// accumulates in fp32 for bf16/fp16 inputs and returns the input dtype.
+class LayerNorm : public Leaf {
+ public:
+  LayerNorm(int64_t dim, double eps) : dim_(dim), eps_(eps) {
+    weight_ = AddParameter("weight", {dim});
+    bias_ = AddParameter("bias", {dim});
+  }
+  torch::Tensor Forward(const torch::Tensor& x) const { return torch::layer_norm(x, {dim_}, weight_, bias_, eps_); }
+  void Initialise(at::Generator&) override {
+    weight_.fill_(1.0);
+    bias_.zero_();
+  }
+
+ private:
+  torch::Tensor weight_, bias_;
+  int64_t dim_;
+  double eps_;
+};
+
+// RMSNorm with a weight only (LLaMA). As Hugging Face's LlamaRMSNorm: the statistic and the
+// normalisation in fp32, cast back to the input dtype, then scaled by the weight.
+class RmsNorm : public Leaf {
+ public:
+  RmsNorm(int64_t dim, double eps) : eps_(eps) { weight_ = AddParameter("weight", {dim}); }
+  torch::Tensor Forward(const torch::Tensor& x) const {
+    torch::Tensor x32 = x.to(torch::kFloat32);
+    torch::Tensor normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+    return weight_ * normed.to(x.scalar_type());
+  }
+  void Initialise(at::Generator&) override { weight_.fill_(1.0); }
+
+ private:
+  torch::Tensor weight_;
+  double eps_;
+};
+
+// Causal self-attention core. q [B, H, T, D]; k, v [B, Hkv, T, D] with H % Hkv == 0
+// (grouped-query attention: query head h reads key/value head h / (H / Hkv), as Hugging
+// Face's repeat_kv). Returns [B, T, H * D]. LibTorch's CPU SDPA (flash kernel for fp32,
+// bf16 and fp16) is deterministic: it splits work over batch and heads only.
+inline torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1);
+  STRATA_CHECK(H % Hkv == 0) << "H " << H << " Hkv " << Hkv;
+  torch::Tensor kk = k, vv = v;
+  if (Hkv != H) {
+    kk = k.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
+    vv = v.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
+  }
+  torch::Tensor y = at::scaled_dot_product_attention(q, kk, vv, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                                     /*is_causal=*/true);
+  return y.transpose(1, 2).reshape({B, T, H * D});
+}
+
+// RoPE tables for positions 0..T-1 and head dim D: cos, sin [T, D] with the dtype and
+// device of `like`, laid out for the rotate-half convention (frequency j at columns j and
+// j + D/2). Computed in fp32 like Hugging Face's LlamaRotaryEmbedding so that imported
+// checkpoints behave as there.
+inline std::pair<torch::Tensor, torch::Tensor> RopeTables(int64_t T, int64_t D, double theta,
+                                                          const torch::Tensor& like) {
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(like.device());
+  torch::Tensor inv_freq = 1.0 / torch::pow(theta, torch::arange(0, D, 2, f32) / static_cast<double>(D));
+  torch::Tensor freqs = torch::outer(torch::arange(T, f32), inv_freq);  // [T, D/2]
+  torch::Tensor angles = torch::cat({freqs, freqs}, -1);                // [T, D]
+  return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
+}
+
+// x [B, H, T, D] rotated by position: x * cos + rotate_half(x) * sin, where
+// rotate_half(x) = [-x2, x1] for the halves x1 = x[..., :D/2], x2 = x[..., D/2:].
+inline torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  torch::Tensor rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+// The seed of block `index`: a local generator per block, so a block's weights depend on
+// (seed, index) only, not on the global RNG nor on which blocks were made before.
+inline uint64_t BlockSeed(uint64_t seed, int index) { return seed * 1000003ULL + static_cast<uint64_t>(index); }
+
+// Fills every leaf of `block` in registration order from the block's own generator.
+inline void InitialiseBlock(torch::nn::Module& block, uint64_t seed, int index) {
+  torch::NoGradGuard no_grad;
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(BlockSeed(seed, index));
+  for (const auto& module : block.modules(/*include_self=*/true)) {
+    if (auto* leaf = dynamic_cast<Leaf*>(module.get())) leaf->Initialise(gen);
+  }
+}
+
+// The head, shared by both architectures: final norm (registered as `norm_name`), then the
+// LM head "lm_head.weight" [V, C] without bias, or, with tied embeddings, the embedding's
+// table bound through BindTiedWeight (not a parameter of this block).
+template <typename Norm>
+class LmHead final : public Block {
+ public:
+  LmHead(const ModelConfig& c, const std::string& norm_name) : tied_(c.tie_embeddings) {
+    norm_ = register_module(norm_name, std::make_shared<Norm>(c.d_model, c.norm_eps));
+    if (!tied_) lm_head_ = register_module("lm_head", std::make_shared<Linear>(c.d_model, c.vocab_size, false, c.init_std));
+  }
+  BlockKind kind() const override { return BlockKind::kHead; }
+  torch::Tensor Forward(const torch::Tensor& x) override {
+    torch::Tensor h = norm_->Forward(x);
+    if (!tied_) return lm_head_->Forward(h);
+    STRATA_CHECK(tied_weight_.defined()) << "tied head: BindTiedWeight(wte) must come before Forward";
+    return torch::linear(h, tied_weight_);
+  }
+  void BindTiedWeight(const torch::Tensor& weight) override {
+    STRATA_CHECK(tied_) << "BindTiedWeight on a head with its own lm_head";
+    tied_weight_ = weight;  // shares the TensorImpl: later set_data on the owner is seen here
+  }
+
+ private:
+  bool tied_;
+  std::shared_ptr<Norm> norm_;
+  std::shared_ptr<Linear> lm_head_;
+  torch::Tensor tied_weight_;
+};
+
+}  // namespace strata::model::detail

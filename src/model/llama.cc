@@ -1,0 +1,123 @@
+// LLaMA as blocks. Parameter names are Hugging Face's LlamaForCausalLM names without the
+// "model." / "model.layers.<i>." prefixes, registered in execution order (Note [Block
+// parameters]); D = C / n_head, Hkv = n_kv_head, F = FfnHidden():
+//   embedding  wte.weight [V, C]                      (HF: model.embed_tokens.weight)
+//   layer      input_layernorm.weight [C]
+//              self_attn.q_proj.weight [H*D, C], self_attn.k_proj.weight [Hkv*D, C],
+//              self_attn.v_proj.weight [Hkv*D, C], self_attn.o_proj.weight [C, H*D]
+//              post_attention_layernorm.weight [C]
+//              mlp.gate_proj.weight [F, C], mlp.up_proj.weight [F, C], mlp.down_proj.weight [C, F]
+//   head       norm.weight [C], lm_head.weight [V, C] (absent when tied)
+// No biases. HF stores the same [out, in] layouts, so weights load without transposes;
+// q_proj/k_proj rows are in HF's rotate-half order (no permutation as for Meta's files).
+#include "src/model/blocks.h"
+#include "src/model/layers.h"
+
+namespace strata::model::detail {
+namespace {
+
+int64_t KvHeads(const ModelConfig& c) { return c.n_kv_head > 0 ? c.n_kv_head : c.n_head; }
+
+class LlamaEmbedding final : public Block {
+ public:
+  explicit LlamaEmbedding(const ModelConfig& c) {
+    wte_ = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.d_model, c.init_std));
+  }
+  BlockKind kind() const override { return BlockKind::kEmbedding; }
+  torch::Tensor Forward(const torch::Tensor& tokens) override {
+    STRATA_CHECK(tokens.dim() == 2) << "tokens must be [B, T], got " << tokens.sizes();
+    return wte_->Forward(tokens);  // positions enter through RoPE in every layer
+  }
+
+ private:
+  std::shared_ptr<Embedding> wte_;
+};
+
+class LlamaAttention final : public torch::nn::Module {
+ public:
+  explicit LlamaAttention(const ModelConfig& c)
+      : n_head_(c.n_head), n_kv_head_(KvHeads(c)), head_dim_(c.d_model / c.n_head), rope_theta_(c.rope_theta) {
+    const int64_t C = c.d_model, q_out = n_head_ * head_dim_, kv_out = n_kv_head_ * head_dim_;
+    q_proj_ = register_module("q_proj", std::make_shared<Linear>(C, q_out, false, c.init_std));
+    k_proj_ = register_module("k_proj", std::make_shared<Linear>(C, kv_out, false, c.init_std));
+    v_proj_ = register_module("v_proj", std::make_shared<Linear>(C, kv_out, false, c.init_std));
+    o_proj_ = register_module("o_proj", std::make_shared<Linear>(q_out, C, false, c.init_std));
+  }
+  torch::Tensor Forward(const torch::Tensor& x) {
+    const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
+    torch::Tensor q = q_proj_->Forward(x).view({B, T, n_head_, D}).transpose(1, 2);     // [B, H, T, D]
+    torch::Tensor k = k_proj_->Forward(x).view({B, T, n_kv_head_, D}).transpose(1, 2);  // [B, Hkv, T, D]
+    torch::Tensor v = v_proj_->Forward(x).view({B, T, n_kv_head_, D}).transpose(1, 2);
+    auto [cos, sin] = RopeTables(T, D, rope_theta_, q);  // recomputed: not state to shard
+    return o_proj_->Forward(CausalAttention(ApplyRope(q, cos, sin), ApplyRope(k, cos, sin), v));
+  }
+
+ private:
+  int64_t n_head_, n_kv_head_, head_dim_;
+  double rope_theta_;
+  std::shared_ptr<Linear> q_proj_, k_proj_, v_proj_, o_proj_;
+};
+
+// SwiGLU: down(silu(gate(x)) * up(x)).
+class LlamaMlp final : public torch::nn::Module {
+ public:
+  explicit LlamaMlp(const ModelConfig& c) {
+    const int64_t C = c.d_model, F = FfnHidden(c);
+    gate_proj_ = register_module("gate_proj", std::make_shared<Linear>(C, F, false, c.init_std));
+    up_proj_ = register_module("up_proj", std::make_shared<Linear>(C, F, false, c.init_std));
+    down_proj_ = register_module("down_proj", std::make_shared<Linear>(F, C, false, c.init_std));
+  }
+  torch::Tensor Forward(const torch::Tensor& x) {
+    return down_proj_->Forward(torch::silu(gate_proj_->Forward(x)) * up_proj_->Forward(x));
+  }
+
+ private:
+  std::shared_ptr<Linear> gate_proj_, up_proj_, down_proj_;
+};
+
+class LlamaLayer final : public Block {
+ public:
+  explicit LlamaLayer(const ModelConfig& c) {
+    input_layernorm_ = register_module("input_layernorm", std::make_shared<RmsNorm>(c.d_model, c.norm_eps));
+    self_attn_ = register_module("self_attn", std::make_shared<LlamaAttention>(c));
+    post_attention_layernorm_ =
+        register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.d_model, c.norm_eps));
+    mlp_ = register_module("mlp", std::make_shared<LlamaMlp>(c));
+  }
+  BlockKind kind() const override { return BlockKind::kLayer; }
+  torch::Tensor Forward(const torch::Tensor& x) override {
+    torch::Tensor h = x + self_attn_->Forward(input_layernorm_->Forward(x));
+    return h + mlp_->Forward(post_attention_layernorm_->Forward(h));
+  }
+
+ private:
+  std::shared_ptr<RmsNorm> input_layernorm_, post_attention_layernorm_;
+  std::shared_ptr<LlamaAttention> self_attn_;
+  std::shared_ptr<LlamaMlp> mlp_;
+};
+
+}  // namespace
+
+std::shared_ptr<Block> MakeLlamaBlock(const ModelConfig& config, int index) {
+  std::shared_ptr<Block> block;
+  switch (KindOf(config, index)) {
+    case BlockKind::kEmbedding: block = std::make_shared<LlamaEmbedding>(config); break;
+    case BlockKind::kLayer: block = std::make_shared<LlamaLayer>(config); break;
+    case BlockKind::kHead: block = std::make_shared<LmHead<RmsNorm>>(config, "norm"); break;
+  }
+  InitialiseBlock(*block, config.seed, index);
+  return block;
+}
+
+int64_t LlamaBlockParameters(const ModelConfig& c, int index) {
+  const int64_t C = c.d_model, V = c.vocab_size, F = FfnHidden(c);
+  const int64_t q_out = C, kv_out = KvHeads(c) * (C / c.n_head);
+  switch (KindOf(c, index)) {
+    case BlockKind::kEmbedding: return V * C;
+    case BlockKind::kLayer: return 2 * C + C * q_out + 2 * C * kv_out + q_out * C + 3 * C * F;
+    case BlockKind::kHead: return C + (c.tie_embeddings ? 0 : V * C);
+  }
+  return 0;
+}
+
+}  // namespace strata::model::detail
