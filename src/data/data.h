@@ -21,7 +21,8 @@ enum class Split { kTrain, kEval };
 
 struct DataConfig {
   std::string path;           // "" = the built-in text
-  TokenFormat format = TokenFormat::kAuto;  // auto: *.u16/*.uint16 -> uint16, *.u32/*.uint32 -> uint32, else text
+  // auto: *.u16/*.uint16/*.bin -> uint16 (an llm.c header is skipped), *.u32/*.uint32 -> uint32, else text
+  TokenFormat format = TokenFormat::kAuto;
   double eval_fraction = 0.05;  // the last fraction of the tokens is held out for the eval loss
   uint64_t seed = 1234;
 };
@@ -38,7 +39,8 @@ class TokenDataset {
   // sequence in either split.
   static StatusOr<std::unique_ptr<TokenDataset>> Open(const DataConfig& config, int64_t vocab_size, int64_t seq_len);
 
-  // B sequences of T+1 consecutive tokens at offsets drawn from (seed, split, index).
+  // B sequences of T+1 consecutive tokens; sequence b's offset is drawn from (seed, split,
+  // index * B + b), so batches of B/2 at indices 2k and 2k+1 equal one batch of B at k.
   Batch Get(Split split, uint64_t index, int64_t batch_size) const;
 
   int64_t tokens(Split split) const;
