@@ -1,0 +1,81 @@
+#include "src/comm/rendezvous.h"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <exception>
+#include <string>
+
+namespace strata::comm {
+namespace {
+
+std::vector<uint8_t> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string Text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+
+std::string AddressKey(int rank) { return fmt::format("strata/ring/{}", rank); }
+constexpr const char* kReadCount = "strata/ring/read";
+constexpr const char* kAllRead = "strata/ring/all_read";
+
+PeerAddress ParseAddress(const std::string& text, int rank) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos) throw std::runtime_error(fmt::format("rank {} published a bad address '{}'", rank, text));
+  return PeerAddress{text.substr(0, colon), static_cast<uint16_t>(std::stoi(text.substr(colon + 1)))};
+}
+
+}  // namespace
+
+struct Rendezvous::Impl {
+  LaunchEnv env;
+  std::chrono::milliseconds timeout;
+  std::unique_ptr<c10d::TCPStore> store;
+
+  // Runs `fn`, turning LibTorch's exceptions into a Status that says where and who.
+  template <typename Fn>
+  Status Guarded(Fn&& fn) {
+    try {
+      fn();
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      what = what.substr(0, what.find('\n'));  // c10d's messages are long; line 1 says what failed
+      return Error(StatusCode::kUnavailable, "rendezvous at {}:{} (rank {} of {}, timeout {} ms): {}", env.master_addr,
+                   env.master_port, env.rank, env.world_size, timeout.count(), what);
+    }
+  }
+};
+
+Rendezvous::Rendezvous(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Rendezvous::~Rendezvous() = default;
+
+StatusOr<std::unique_ptr<Rendezvous>> Rendezvous::Connect(const LaunchEnv& env, std::chrono::milliseconds timeout) {
+  auto impl = std::make_unique<Impl>();
+  impl->env = env;
+  impl->timeout = timeout;
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(env.master_port);
+  opts.isServer = env.rank == 0;
+  opts.numWorkers = static_cast<size_t>(env.world_size);
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  Impl* p = impl.get();
+  STRATA_RETURN_IF_ERROR(p->Guarded([&] { p->store = std::make_unique<c10d::TCPStore>(env.master_addr, opts); }));
+  return std::unique_ptr<Rendezvous>(new Rendezvous(std::move(impl)));
+}
+
+StatusOr<std::vector<PeerAddress>> Rendezvous::ExchangeAddresses(const PeerAddress& mine) {
+  std::vector<PeerAddress> peers;
+  c10d::TCPStore& store = *impl_->store;
+  const LaunchEnv& env = impl_->env;
+  STRATA_RETURN_IF_ERROR(impl_->Guarded([&] {
+    store.set(AddressKey(env.rank), Bytes(fmt::format("{}:{}", mine.host, mine.port)));
+    std::vector<std::string> keys;
+    for (int r = 0; r < env.world_size; ++r) keys.push_back(AddressKey(r));
+    store.wait(keys, impl_->timeout);
+    for (int r = 0; r < env.world_size; ++r) peers.push_back(ParseAddress(Text(store.get(keys[static_cast<size_t>(r)])), r));
+    // Rank 0 owns the store's server: it may only drop it after everyone has read.
+    if (store.add(kReadCount, 1) == env.world_size) store.set(kAllRead, Bytes("1"));
+    if (env.rank == 0) store.wait({kAllRead}, impl_->timeout);
+  }));
+  return peers;
+}
+
+}  // namespace strata::comm

@@ -1,0 +1,33 @@
+// Rendezvous through LibTorch's c10d TCPStore: every rank publishes the address of its ring
+// listener and learns everyone else's. The only file of src/comm that includes LibTorch.
+// Folder-private: used by src/comm only.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "src/comm/ring.h"
+#include "strata/communicator.h"
+
+namespace strata::comm {
+
+class Rendezvous {
+ public:
+  // Rank 0 starts the store's server at env.master_addr:env.master_port, the others connect
+  // to it. Connect before opening any other listener: once the store is up its port can no
+  // longer be taken by an ephemeral bind of ours. LibTorch's exceptions become a Status.
+  static StatusOr<std::unique_ptr<Rendezvous>> Connect(const LaunchEnv& env, std::chrono::milliseconds timeout);
+  ~Rendezvous();
+
+  // Publishes `mine` and returns the listener address of every rank (index = rank). Rank 0
+  // returns only once every rank has read all addresses, so it may then drop the store.
+  StatusOr<std::vector<PeerAddress>> ExchangeAddresses(const PeerAddress& mine);
+
+ private:
+  struct Impl;
+  explicit Rendezvous(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::comm
