@@ -2,6 +2,7 @@
 // LauncherChild test, whose behaviour STRATA_TEST_LAUNCH_MODE selects.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -30,6 +31,11 @@ TEST(LauncherChild, Run) {
     if (env->rank == 1) _exit(3);
     std::this_thread::sleep_for(60s);  // the launcher must terminate this rank
     _exit(12);
+  }
+  if (mode == "sigint") {
+    if (env->rank == 0) kill(getppid(), SIGINT);  // as if Ctrl-C reached the launcher
+    std::this_thread::sleep_for(60s);  // the forwarded SIGINT must end this rank
+    _exit(17);
   }
   if (mode == "allreduce") {
     auto comm = MakeTcpCommunicator(*env, 5s);
@@ -67,6 +73,13 @@ TEST(Launcher, AFailingRankStopsTheOthersAndGivesItsCode) {
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(Launch(3, "fail"), 3);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s) << "the sleeping ranks were not terminated";
+}
+
+TEST(Launcher, ForwardsSigintToTheRanks) {
+  if (IsLaunchedRank()) GTEST_SKIP();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(Launch(2, "sigint"), 128 + SIGINT);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
 }
 
 }  // namespace
