@@ -196,13 +196,19 @@ Ticket NvmeTier::Write(ExtentId id, std::span<const std::byte> src) {
   // Hash in the caller's thread, before the bytes leave: the pump thread stays on I/O.
   const uint64_t sum = m.options.verify_checksums ? XXH3_64bits(src.data(), src.size()) : 0;
   auto ticket = std::make_shared<TicketState>(1);
-  job.on_done = [&m, id, sum, ticket](const Status& s) {
+  const auto start = std::chrono::steady_clock::now();
+  job.on_done = [&m, id, sum, ticket, start](const Status& s) {
+    std::string name;
+    uint64_t bytes;
     {
       std::lock_guard<std::mutex> lock(m.mu);
       Extent& e = m.extents[id];
       e.state = s.ok() ? ExtentState::kValid : ExtentState::kFailed;
       e.checksum = sum;
+      if (m.options.on_io) name = e.name;
+      bytes = e.bytes;
     }
+    if (m.options.on_io) m.options.on_io(IoOp::kWrite, name, bytes, start, std::chrono::steady_clock::now());
     ticket->CompletePart(s);
   };
   m.pump->Enqueue(std::move(job));
@@ -238,11 +244,13 @@ Ticket NvmeTier::Read(ExtentId id, std::span<std::byte> dst) {
                    "{}: the file was modified or truncated behind the store's back", name, dst.size(), m.file_path, offset);
     });
   }
-  job.on_done = [&m, id, ticket](const Status& s) {
+  const auto start = std::chrono::steady_clock::now();
+  job.on_done = [&m, id, ticket, start, name, bytes = job.bytes](const Status& s) {
     {
       std::lock_guard<std::mutex> lock(m.mu);
       m.extents[id].readers--;
     }
+    if (m.options.on_io) m.options.on_io(IoOp::kRead, name, bytes, start, std::chrono::steady_clock::now());
     ticket->CompletePart(s);
   };
   m.pump->Enqueue(std::move(job));

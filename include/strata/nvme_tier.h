@@ -25,6 +25,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -51,6 +52,10 @@ struct NvmeTierOptions {
   IoEngineKind engine = IoEngineKind::kAuto;
   // Host memory to register with io_uring for zero-copy I/O (e.g. the PinnedPool's region).
   std::vector<std::span<std::byte>> registered_buffers;
+  // Observes every finished tensor transfer (on the I/O thread; keep it cheap): for traces.
+  std::function<void(IoOp op, const std::string& tensor, uint64_t bytes, std::chrono::steady_clock::time_point start,
+                     std::chrono::steady_clock::time_point end)>
+      on_io;
   // Tests: wraps the chosen engine (fault injection).
   std::function<std::unique_ptr<IoEngine>(std::unique_ptr<IoEngine>)> wrap_engine;
 };

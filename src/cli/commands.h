@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace strata::cli {
 
@@ -15,7 +17,14 @@ void AddBenchIoCommand(CLI::App& bench, Action* action);
 // Defined in bench_adam_cmd.cc (issue 3).
 void AddBenchAdamCommand(CLI::App& bench, Action* action);
 
-// The built-in default job that `strata` runs with no arguments.
-int RunDefaultJob();
+void AddTrainCommand(CLI::App& app, Action* action);
+
+// The built-in default job that `strata` runs with no arguments: the tiny model, 2 local
+// ranks, parameters and optimizer states on NVMe (configs/tiny_cpu.json).
+int RunDefaultTraining();
+
+// This process's command line (for the local launcher, which re-executes it per rank).
+void SetCurrentArgv(int argc, char** argv);
+const std::vector<std::string>& CurrentArgv();
 
 }  // namespace strata::cli

@@ -1,25 +1,26 @@
 // build/strata: the composition root. Parses the command line and runs one subcommand.
 #include <cstdio>
 
-#include "bench/io_bench.h"
 #include "src/cli/commands.h"
 
 namespace strata::cli {
 
-int RunDefaultJob() {
-  // Until training exists, the main job is the offload bandwidth benchmark.
-  std::printf("strata: no subcommand given; running the default job: strata bench io (see strata --help)\n");
-  std::fflush(stdout);
-  return bench::RunIoBench(bench::IoBenchOptions{});
+namespace {
+std::vector<std::string> g_argv;
 }
+
+void SetCurrentArgv(int argc, char** argv) { g_argv.assign(argv, argv + argc); }
+const std::vector<std::string>& CurrentArgv() { return g_argv; }
 
 }  // namespace strata::cli
 
 int main(int argc, char** argv) {
   CLI::App app{"Strata: a ZeRO-3 trainer with CPU and NVMe offload for models larger than their GPUs"};
   app.require_subcommand(0, 1);
+  strata::cli::SetCurrentArgv(argc, argv);
   strata::cli::Action action;
   strata::cli::AddDoctorCommand(app, &action);
+  strata::cli::AddTrainCommand(app, &action);
   CLI::App* bench = app.add_subcommand("bench", "benchmarks, each against its anchor measured in the same run");
   bench->require_subcommand(1);
   strata::cli::AddBenchIoCommand(*bench, &action);
@@ -29,6 +30,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (!action) return strata::cli::RunDefaultJob();
+  if (!action) {
+    std::printf("strata: no subcommand given; running the default job: the tiny GPT-2 on 2 local ranks with "
+                "parameters and optimizer states on NVMe (strata train --nproc 2; see strata --help)\n");
+    std::fflush(stdout);
+    return strata::cli::RunDefaultTraining();
+  }
   return action();
 }

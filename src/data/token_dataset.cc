@@ -150,9 +150,11 @@ int64_t TokenDataset::tokens(Split split) const {
   return split == Split::kTrain ? eval_begin_ : n - eval_begin_;
 }
 
-// Note [Batch sampling]: a sequence never crosses the train/eval boundary, and the offsets
-// of batch (split, index) come from a splitmix64 stream seeded by hashing (seed, split,
-// index), so a batch is reproducible from those three numbers alone (no hidden state).
+// Note [Batch sampling]: a sequence never crosses the train/eval boundary. Row b of batch
+// (split, index) of size B is sequence number n = index * B + b, whose offset is drawn
+// from a splitmix64 stream seeded by hashing (seed, split, n): no hidden state, and W
+// ranks with B rows each (index i*W + r) see exactly the rows of one rank with W*B rows
+// (index i), so any rank count reproduces the single-process batches.
 Batch TokenDataset::Get(Split split, uint64_t index, int64_t batch_size) const {
   STRATA_CHECK(batch_size > 0) << "batch_size " << batch_size;
   const int64_t T = seq_len_;
@@ -160,10 +162,8 @@ Batch TokenDataset::Get(Split split, uint64_t index, int64_t batch_size) const {
   const int64_t starts = tokens(split) - T;  // offsets begin .. begin + starts - 1 fit T + 1 tokens
   STRATA_CHECK(starts >= 1) << "split too short for a sequence; Open() checks this";
 
-  uint64_t state = seed_;
-  state = SplitMix(state) ^ (split == Split::kTrain ? 0x7472616EULL : 0x6576616CULL);  // "tran" / "eval"
-  state = SplitMix(state) ^ index;
-  SplitMix(state);
+  uint64_t base = seed_;
+  base = SplitMix(base) ^ (split == Split::kTrain ? 0x7472616EULL : 0x6576616CULL);  // "tran" / "eval"
 
   Batch batch;
   batch.inputs = torch::empty({batch_size, T}, torch::kInt64);
@@ -171,6 +171,9 @@ Batch TokenDataset::Get(Split split, uint64_t index, int64_t batch_size) const {
   int64_t* in = batch.inputs.data_ptr<int64_t>();
   int64_t* out = batch.targets.data_ptr<int64_t>();
   for (int64_t b = 0; b < batch_size; ++b) {
+    uint64_t state = base;
+    state = SplitMix(state) ^ (index * static_cast<uint64_t>(batch_size) + static_cast<uint64_t>(b));
+    SplitMix(state);
     const int32_t* src = tokens_.data() + begin + static_cast<int64_t>(Below(state, static_cast<uint64_t>(starts)));
     for (int64_t t = 0; t < T; ++t) {
       in[b * T + t] = src[t];

@@ -1,0 +1,86 @@
+// Engine: the ZeRO training step of DESIGN.md ("One training step") on one rank.
+//
+// Every block of the model is one flat group, padded and split into equal shards. Per
+// rank and group the engine keeps, each in its home tier through the TieredStore:
+//   working weights (compute dtype): stage 3 a shard, else the full group   (offload_param)
+//   fp32 master, Adam m and v: this rank's optimizer range                  (offload_optimizer)
+//   fp32 gradient accumulator: stage >= 2 a shard, else the full group      (host memory)
+// A step: forward block by block (gather, run, keep only the block's input), the head's
+// forward and backward together, backward block by block by recomputation (gather again,
+// recompute, backprop, reduce gradients into the accumulator), then the global gradient
+// norm across ranks (with NaN/Inf detection: an fp16 overflow skips the step), then
+// CPU AdamW by sub-group, pipelined with the NVMe reads and writes of the optimizer state;
+// its fused output is the next step's working weights. The PrefetchScheduler keeps the
+// reads of upcoming working weights in flight while blocks compute.
+//
+// The engine borrows the communicator and the tracer; the caller owns them.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "src/data/data.h"
+#include "src/engine/train_config.h"
+#include "strata/communicator.h"
+#include "strata/status.h"
+#include "strata/trace.h"
+
+namespace strata {
+
+struct StepStats {
+  int64_t step = 0;
+  double loss = 0;        // mean over the step's micro-batches and ranks
+  double grad_norm = 0;   // global, unscaled, before clipping (NaN/Inf when skipped)
+  double lr = 0;
+  double loss_scale = 1;
+  bool skipped = false;   // fp16 overflow: no state was updated
+  int64_t tokens = 0;     // tokens of the global batch
+  double seconds = 0;     // wall time of the step on this rank
+  double wait_s = 0;      // time the compute thread waited for transfers (exposed)
+  double compute_s = 0, comm_s = 0, optimizer_s = 0;
+  uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
+};
+
+// Bytes this rank holds, by what they are and where they live. On a CPU build "device"
+// is host memory that is not offloaded (offload device "none").
+enum class StateKind { kWorking, kMaster, kAdamM, kAdamV, kGradAccum, kGatherBuffers, kPinnedBuffers };
+inline constexpr int kNumStateKinds = 7;
+enum class Residence { kDevice, kCpu, kNvme };
+struct MemoryLedger {
+  uint64_t bytes[kNumStateKinds][3] = {};
+  uint64_t Total(Residence r) const;
+  uint64_t Of(StateKind k) const;
+};
+
+class Engine {
+ public:
+  static StatusOr<std::unique_ptr<Engine>> Create(const TrainConfig& config, Communicator* comm, Tracer* tracer);
+  ~Engine();
+
+  // One optimizer step (gradient_accumulation_steps micro-batches). `step` is 0-based and
+  // picks the data. Collective: every rank calls it with the same step.
+  StatusOr<StepStats> Step(int64_t step, const data::TokenDataset& data);
+  // Mean loss over `batches` eval batches per rank, averaged over ranks. Collective.
+  StatusOr<double> EvalLoss(const data::TokenDataset& data, int64_t batches);
+
+  // The fp32 master weights of block `b`, unflattened, by parameter name. Collective.
+  StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> MasterParameters(int block);
+
+  int num_blocks() const;
+  const MemoryLedger& ledger() const;
+  uint64_t prefetch_high_water_bytes() const;
+  uint64_t prefetch_budget_bytes() const;
+  const TrainConfig& config() const;
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata

@@ -1,0 +1,63 @@
+// Dynamic loss scaling for fp16 (DeepSpeed's semantics): start at 2^initial_scale_power;
+// on an overflowing step skip the update and, once `hysteresis` overflows have been seen,
+// halve the scale (not below min_loss_scale); after `window` clean steps double it. A static
+// loss_scale > 0 never changes. bf16 and fp32 use a scale of 1.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+
+#include "src/engine/train_config.h"
+
+namespace strata {
+
+class LossScaler {
+ public:
+  LossScaler(const LossScaleConfig& c, bool enabled)
+      : c_(c), enabled_(enabled),
+        scale_(!enabled ? 1.0 : c.static_scale > 0 ? c.static_scale : std::ldexp(1.0, c.initial_scale_power)),
+        hysteresis_left_(c.hysteresis) {}
+
+  double scale() const { return scale_; }
+  bool dynamic() const { return enabled_ && c_.static_scale <= 0; }
+
+  // Call once per optimizer step with whether the gradients overflowed.
+  void Update(bool overflow) {
+    if (!dynamic()) return;
+    if (overflow) {
+      clean_steps_ = 0;
+      if (--hysteresis_left_ <= 0) {
+        scale_ = std::max(c_.min_scale, scale_ / 2);
+        hysteresis_left_ = c_.hysteresis;
+      }
+      return;
+    }
+    if (++clean_steps_ >= c_.window) {
+      scale_ *= 2;
+      clean_steps_ = 0;
+      hysteresis_left_ = c_.hysteresis;
+    }
+  }
+
+  // For checkpoints.
+  struct State {
+    double scale;
+    int64_t clean_steps;
+    int hysteresis_left;
+  };
+  State state() const { return {scale_, clean_steps_, hysteresis_left_}; }
+  void set_state(const State& s) {
+    scale_ = s.scale;
+    clean_steps_ = s.clean_steps;
+    hysteresis_left_ = s.hysteresis_left;
+  }
+
+ private:
+  LossScaleConfig c_;
+  bool enabled_;
+  double scale_;
+  int64_t clean_steps_ = 0;
+  int hysteresis_left_;
+};
+
+}  // namespace strata

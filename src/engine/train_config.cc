@@ -1,0 +1,252 @@
+#include "src/engine/train_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "src/engine/json_reader.h"
+
+namespace strata {
+
+const char* OffloadDeviceName(OffloadDevice d) {
+  return d == OffloadDevice::kNone ? "none" : d == OffloadDevice::kCpu ? "cpu" : "nvme";
+}
+
+namespace {
+
+constexpr int64_t kMaxI = int64_t{1} << 50;
+
+Status ParseOffload(JsonReader& zero, const std::string& key, OffloadConfig* o, std::vector<std::string>* warn) {
+  STRATA_ASSIGN_OR_RETURN(JsonReader r, zero.Child(key));
+  std::string device = OffloadDeviceName(o->device);
+  STRATA_RETURN_IF_ERROR(r.Choice("device", &device, {"none", "cpu", "nvme"}));
+  o->device = device == "none" ? OffloadDevice::kNone : device == "cpu" ? OffloadDevice::kCpu : OffloadDevice::kNvme;
+  STRATA_RETURN_IF_ERROR(r.String("nvme_path", &o->nvme_path));
+  STRATA_RETURN_IF_ERROR(r.Bool("pin_memory", &o->pin_memory));
+  STRATA_RETURN_IF_ERROR(r.Int("buffer_count", &o->buffer_count, 1, 1024));
+  STRATA_RETURN_IF_ERROR(r.Int("buffer_size", &o->buffer_size, 1, kMaxI));
+  r.Touch("max_in_cpu");
+  r.Touch("fast_init");
+  r.Touch("ratio");
+  r.UnusedKeys(warn);
+  if (o->device == OffloadDevice::kNvme && o->nvme_path.empty())
+    return InvalidArgument("zero_optimization.{}.nvme_path: required when device is \"nvme\"", key);
+  return Status();
+}
+
+Status ParseScheduler(JsonReader& root, TrainConfig* c) {
+  STRATA_ASSIGN_OR_RETURN(JsonReader s, root.Child("scheduler"));
+  if (!root.Has("scheduler")) return Status();
+  std::string type = "WarmupLR";
+  STRATA_RETURN_IF_ERROR(s.Choice("type", &type, {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}));
+  c->schedule.kind = type == "WarmupLR" ? LrScheduleKind::kWarmupLR
+                     : type == "WarmupDecayLR" ? LrScheduleKind::kWarmupDecayLR
+                                               : LrScheduleKind::kWarmupCosineLR;
+  STRATA_ASSIGN_OR_RETURN(JsonReader p, s.Child("params"));
+  c->schedule.warmup_max_lr = c->lr;
+  STRATA_RETURN_IF_ERROR(p.Double("warmup_min_lr", &c->schedule.warmup_min_lr, 0, 1e3));
+  STRATA_RETURN_IF_ERROR(p.Double("warmup_max_lr", &c->schedule.warmup_max_lr, 0, 1e3));
+  STRATA_RETURN_IF_ERROR(p.Int("warmup_num_steps", &c->schedule.warmup_num_steps, 0, kMaxI));
+  STRATA_RETURN_IF_ERROR(p.Int("total_num_steps", &c->schedule.total_num_steps, 0, kMaxI));
+  STRATA_RETURN_IF_ERROR(p.Double("cos_min_ratio", &c->schedule.cos_min_ratio, 0, 1));
+  STRATA_RETURN_IF_ERROR(p.Double("warmup_min_ratio", &c->schedule.warmup_min_ratio, 0, 1));
+  p.Touch("warmup_type");
+  p.Touch("last_batch_iteration");
+  p.UnusedKeys(&c->warnings);
+  s.UnusedKeys(&c->warnings);
+  return Status();
+}
+
+Status ParseStrata(JsonReader& root, TrainConfig* c) {
+  STRATA_ASSIGN_OR_RETURN(JsonReader s, root.Child("strata"));
+  STRATA_RETURN_IF_ERROR(s.Int("steps", &c->steps, 0, kMaxI));
+  int64_t seed = static_cast<int64_t>(c->seed);
+  STRATA_RETURN_IF_ERROR(s.Int("seed", &seed, 0, kMaxI));
+  c->seed = static_cast<uint64_t>(seed);
+  STRATA_RETURN_IF_ERROR(s.Int("eval_interval", &c->eval_interval, 0, kMaxI));
+  STRATA_RETURN_IF_ERROR(s.Int("eval_batches", &c->eval_batches, 1, 100000));
+  STRATA_RETURN_IF_ERROR(s.Bool("verify_checksums", &c->verify_checksums));
+  STRATA_RETURN_IF_ERROR(s.Int("debug_overflow_step", &c->debug_overflow_step, -1, kMaxI));
+
+  STRATA_ASSIGN_OR_RETURN(JsonReader m, s.Child("model"));
+  model::ModelConfig& mc = c->model;
+  std::string arch = mc.arch == model::Arch::kGpt2 ? "gpt2" : "llama";
+  STRATA_RETURN_IF_ERROR(m.Choice("arch", &arch, {"gpt2", "llama"}));
+  mc.arch = arch == "gpt2" ? model::Arch::kGpt2 : model::Arch::kLlama;
+  STRATA_RETURN_IF_ERROR(m.Int("vocab_size", &mc.vocab_size, 2, 1 << 24));
+  STRATA_RETURN_IF_ERROR(m.Int("seq_len", &mc.seq_len, 1, 1 << 20));
+  STRATA_RETURN_IF_ERROR(m.Int("n_layer", &mc.n_layer, 1, 10000));
+  STRATA_RETURN_IF_ERROR(m.Int("d_model", &mc.d_model, 1, 1 << 20));
+  STRATA_RETURN_IF_ERROR(m.Int("n_head", &mc.n_head, 1, 4096));
+  STRATA_RETURN_IF_ERROR(m.Int("n_kv_head", &mc.n_kv_head, 0, 4096));
+  STRATA_RETURN_IF_ERROR(m.Int("ffn_hidden", &mc.ffn_hidden, 0, 1 << 22));
+  STRATA_RETURN_IF_ERROR(m.Bool("tie_embeddings", &mc.tie_embeddings));
+  STRATA_RETURN_IF_ERROR(m.Double("norm_eps", &mc.norm_eps, 0, 1));
+  STRATA_RETURN_IF_ERROR(m.Double("rope_theta", &mc.rope_theta, 1, 1e9));
+  STRATA_RETURN_IF_ERROR(m.Double("init_std", &mc.init_std, 0, 10));
+  mc.seed = c->seed;
+  m.UnusedKeys(&c->warnings);
+  if (Status v = model::Validate(mc); !v.ok()) return v.WithContext("strata.model");
+
+  STRATA_ASSIGN_OR_RETURN(JsonReader d, s.Child("data"));
+  STRATA_RETURN_IF_ERROR(d.String("path", &c->data.path));
+  std::string fmt_name = "auto";
+  STRATA_RETURN_IF_ERROR(d.Choice("format", &fmt_name, {"auto", "text", "uint16", "uint32"}));
+  c->data.format = fmt_name == "auto" ? data::TokenFormat::kAuto
+                   : fmt_name == "text" ? data::TokenFormat::kText
+                   : fmt_name == "uint16" ? data::TokenFormat::kUint16
+                                          : data::TokenFormat::kUint32;
+  STRATA_RETURN_IF_ERROR(d.Double("eval_fraction", &c->data.eval_fraction, 0.001, 0.5));
+  c->data.seed = c->seed;
+  d.UnusedKeys(&c->warnings);
+  s.UnusedKeys(&c->warnings);
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return InvalidArgument("{}: not valid JSON: {}", origin, e.what());
+  }
+  if (!j.is_object()) return InvalidArgument("{}: the top level must be a JSON object", origin);
+  TrainConfig c;
+  JsonReader root(&j, "");
+  auto fail = [&](const Status& s) { return s.WithContext(origin); };
+
+  Status s;
+  if (!(s = root.Int("train_micro_batch_size_per_gpu", &c.micro_batch, 1, 1 << 20)).ok()) return fail(s);
+  if (!(s = root.Int("gradient_accumulation_steps", &c.grad_accum, 1, 1 << 20)).ok()) return fail(s);
+  root.Touch("train_batch_size");  // checked for consistency by the caller that knows the world size
+  if (!(s = root.Double("gradient_clipping", &c.gradient_clipping, 0, 1e9)).ok()) return fail(s);
+  if (!(s = root.Int("steps_per_print", &c.steps_per_print, 1, kMaxI)).ok()) return fail(s);
+  root.Touch("wall_clock_breakdown");
+
+  // Precision.
+  auto bf16 = root.Child("bf16");
+  auto fp16 = root.Child("fp16");
+  if (!bf16.ok()) return fail(bf16.status());
+  if (!fp16.ok()) return fail(fp16.status());
+  bool bf16_on = false, fp16_on = false;
+  if (!(s = bf16->Bool("enabled", &bf16_on)).ok()) return fail(s);
+  if (!(s = fp16->Bool("enabled", &fp16_on)).ok()) return fail(s);
+  if (bf16_on && fp16_on) return fail(InvalidArgument("bf16.enabled and fp16.enabled are both true: choose one"));
+  c.compute_dtype = bf16_on ? DType::kBF16 : fp16_on ? DType::kF16 : DType::kF32;
+  if (!(s = fp16->Double("loss_scale", &c.loss_scale.static_scale, 0, 1e30)).ok()) return fail(s);
+  if (!(s = fp16->Int("initial_scale_power", &c.loss_scale.initial_scale_power, 0, 64)).ok()) return fail(s);
+  if (!(s = fp16->Int("loss_scale_window", &c.loss_scale.window, 1, kMaxI)).ok()) return fail(s);
+  if (!(s = fp16->Int("hysteresis", &c.loss_scale.hysteresis, 1, 1000)).ok()) return fail(s);
+  if (!(s = fp16->Double("min_loss_scale", &c.loss_scale.min_scale, 1e-30, 1e30)).ok()) return fail(s);
+  fp16->Touch("auto_cast");
+  bf16->UnusedKeys(&c.warnings);
+  fp16->UnusedKeys(&c.warnings);
+
+  // Optimizer.
+  auto opt = root.Child("optimizer");
+  if (!opt.ok()) return fail(opt.status());
+  if (root.Has("optimizer")) {
+    std::string type = "AdamW";
+    if (!(s = opt->Choice("type", &type, {"Adam", "AdamW"})).ok()) return fail(s);
+    auto p = opt->Child("params");
+    if (!p.ok()) return fail(p.status());
+    if (!(s = p->Double("lr", &c.lr, 0, 1e3)).ok()) return fail(s);
+    if (p->Has("betas")) {
+      const nlohmann::json* b = p->Raw("betas");
+      if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number() || !(*b)[1].is_number())
+        return fail(InvalidArgument("optimizer.params.betas: expected [beta1, beta2], got {}", b->dump()));
+      c.beta1 = (*b)[0].get<double>();
+      c.beta2 = (*b)[1].get<double>();
+      if (!(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1))
+        return fail(InvalidArgument("optimizer.params.betas: {} out of range [0, 1)", b->dump()));
+    }
+    if (!(s = p->Double("eps", &c.eps, 0, 1)).ok()) return fail(s);
+    if (!(s = p->Double("weight_decay", &c.weight_decay, 0, 10)).ok()) return fail(s);
+    c.adam_w_mode = type == "AdamW";
+    if (!(s = p->Bool("adam_w_mode", &c.adam_w_mode)).ok()) return fail(s);
+    p->Touch("torch_adam");
+    p->UnusedKeys(&c.warnings);
+    opt->UnusedKeys(&c.warnings);
+  }
+  if (!(s = ParseScheduler(root, &c)).ok()) return fail(s);
+
+  // ZeRO.
+  auto zero = root.Child("zero_optimization");
+  if (!zero.ok()) return fail(zero.status());
+  if (!(s = zero->Int("stage", &c.zero_stage, 0, 3)).ok()) return fail(s);
+  if (!(s = ParseOffload(*zero, "offload_param", &c.offload_param, &c.warnings)).ok()) return fail(s);
+  if (!(s = ParseOffload(*zero, "offload_optimizer", &c.offload_optimizer, &c.warnings)).ok()) return fail(s);
+  if (!(s = zero->Int("sub_group_size", &c.sub_group_size, 1, kMaxI)).ok()) return fail(s);
+  if (!(s = zero->Int("stage3_prefetch_bucket_size", &c.prefetch_bucket_size, 0, kMaxI)).ok()) return fail(s);
+  for (const char* k : {"stage3_max_live_parameters", "stage3_max_reuse_distance", "overlap_comm", "contiguous_gradients",
+                        "reduce_bucket_size", "allgather_bucket_size", "reduce_scatter", "allgather_partitions",
+                        "stage3_param_persistence_threshold", "stage3_gather_16bit_weights_on_model_save",
+                        "round_robin_gradients"})
+    zero->Touch(k);
+  zero->UnusedKeys(&c.warnings);
+  if (c.offload_param.device != OffloadDevice::kNone && c.zero_stage != 3)
+    return fail(InvalidArgument("zero_optimization.offload_param: needs stage 3 (stage is {})", c.zero_stage));
+
+  auto aio = root.Child("aio");
+  if (!aio.ok()) return fail(aio.status());
+  if (!(s = aio->Int("block_size", &c.aio.block_size, 4096, 1 << 30)).ok()) return fail(s);
+  if (c.aio.block_size % 4096) return fail(InvalidArgument("aio.block_size: {} is not a multiple of 4096", c.aio.block_size));
+  if (!(s = aio->Int("queue_depth", &c.aio.queue_depth, 1, 4096)).ok()) return fail(s);
+  if (!(s = aio->Int("thread_count", &c.aio.thread_count, 1, 64)).ok()) return fail(s);
+  if (!(s = aio->Bool("single_submit", &c.aio.single_submit)).ok()) return fail(s);
+  if (!(s = aio->Bool("overlap_events", &c.aio.overlap_events)).ok()) return fail(s);
+  aio->UnusedKeys(&c.warnings);
+
+  if (!(s = ParseStrata(root, &c)).ok()) return fail(s);
+  if (c.schedule.total_num_steps == 0) c.schedule.total_num_steps = c.steps;
+  root.UnusedKeys(&c.warnings);
+  return c;
+}
+
+StatusOr<TrainConfig> LoadTrainConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return ErrnoError(errno, "cannot open config file '{}'", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseTrainConfig(ss.str(), path);
+}
+
+StatusOr<std::string> ApplyOverrides(const std::string& text, const std::vector<std::string>& sets) {
+  if (sets.empty()) return text;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return InvalidArgument("not valid JSON: {}", e.what());
+  }
+  for (const std::string& kv : sets) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) return InvalidArgument("--set {}: expected key.path=value", kv);
+    const std::string key = kv.substr(0, eq), raw = kv.substr(eq + 1);
+    nlohmann::json value;
+    try {
+      value = nlohmann::json::parse(raw);
+    } catch (...) {
+      value = raw;  // a bare word is a string
+    }
+    nlohmann::json* node = &j;
+    size_t start = 0;
+    while (true) {
+      const size_t dot = key.find('.', start);
+      const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      if (dot == std::string::npos) {
+        (*node)[part] = value;
+        break;
+      }
+      nlohmann::json& next = (*node)[part];
+      if (next.is_null()) next = nlohmann::json::object();
+      if (!next.is_object()) return InvalidArgument("--set {}: '{}' is not an object", kv, key.substr(0, dot));
+      node = &next;
+      start = dot + 1;
+    }
+  }
+  return j.dump();
+}
+
+}  // namespace strata

@@ -1,0 +1,99 @@
+// TrainConfig: everything a training run needs, parsed once from a DeepSpeed-style
+// ds_config.json (the keys DeepSpeed users know, same meaning) plus Strata's own section
+// under "strata" (model, data, run length, prefetch). Parsed into typed structs and passed
+// explicitly; nothing reads the JSON later.
+//
+// Errors name the key path and the allowed range ("zero_optimization.stage: 4 is out of
+// range [0, 3]"); keys Strata does not use are reported by name as warnings.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "src/data/data.h"
+#include "src/model/model.h"
+#include "strata/dtype.h"
+#include "strata/status.h"
+
+namespace strata {
+
+enum class OffloadDevice { kNone, kCpu, kNvme };
+const char* OffloadDeviceName(OffloadDevice d);
+
+struct OffloadConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path = "/var/tmp/strata";
+  bool pin_memory = true;
+  int64_t buffer_count = 5;
+  int64_t buffer_size = 100'000'000;  // elements (DeepSpeed's meaning)
+};
+
+struct AioConfig {
+  int64_t block_size = 1 << 20;  // bytes per request
+  int64_t queue_depth = 32;
+  int64_t thread_count = 1;
+  bool single_submit = false;
+  bool overlap_events = true;
+};
+
+struct LossScaleConfig {
+  double static_scale = 0;       // fp16.loss_scale: 0 = dynamic
+  int initial_scale_power = 16;  // dynamic: starts at 2^power
+  int64_t window = 1000;         // steps without overflow before doubling
+  int hysteresis = 2;            // overflows tolerated before halving
+  double min_scale = 1;
+};
+
+enum class LrScheduleKind { kConstant, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+
+struct ScheduleConfig {
+  LrScheduleKind kind = LrScheduleKind::kConstant;
+  double warmup_min_lr = 0;
+  double warmup_max_lr = 1e-3;  // WarmupLR / WarmupDecayLR peak (defaults to optimizer lr)
+  int64_t warmup_num_steps = 0;
+  int64_t total_num_steps = 0;  // WarmupDecayLR / WarmupCosineLR (defaults to the run's steps)
+  double cos_min_ratio = 0.1;   // WarmupCosineLR: final lr / peak
+  double warmup_min_ratio = 0;  // WarmupCosineLR: first lr / peak
+};
+
+struct TrainConfig {
+  // Batch.
+  int64_t micro_batch = 8;        // train_micro_batch_size_per_gpu
+  int64_t grad_accum = 1;         // gradient_accumulation_steps
+  double gradient_clipping = 0;   // 0 = off
+  // Precision.
+  DType compute_dtype = DType::kF32;  // bf16.enabled -> kBF16, fp16.enabled -> kF16
+  LossScaleConfig loss_scale;
+  // Optimizer (Adam / AdamW).
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  bool adam_w_mode = true;        // "AdamW" or Adam with adam_w_mode (decoupled decay)
+  ScheduleConfig schedule;
+  // ZeRO.
+  int zero_stage = 3;
+  OffloadConfig offload_param, offload_optimizer;
+  int64_t sub_group_size = 1'000'000'000;   // optimizer sub-group, elements
+  int64_t prefetch_bucket_size = 50'000'000;  // stage3_prefetch_bucket_size, elements in flight
+  AioConfig aio;
+  int64_t steps_per_print = 10;
+  // strata.*
+  model::ModelConfig model;
+  data::DataConfig data;
+  int64_t steps = 100;
+  uint64_t seed = 1234;
+  int64_t eval_interval = 50;      // steps; 0 = only at the end
+  int64_t eval_batches = 4;
+  bool verify_checksums = true;
+  int64_t debug_overflow_step = -1;  // tests: plant an Inf in the gradient at this step (0-based)
+
+  std::vector<std::string> warnings;  // unknown keys, by path
+};
+
+// Parses a ds_config-style JSON text. `origin` names the file in messages.
+StatusOr<TrainConfig> ParseTrainConfig(const std::string& json_text, const std::string& origin);
+StatusOr<TrainConfig> LoadTrainConfig(const std::string& path);
+// "key.path=value" overrides (JSON values; bare words are strings), applied before parsing.
+StatusOr<std::string> ApplyOverrides(const std::string& json_text, const std::vector<std::string>& sets);
+
+}  // namespace strata

@@ -1,0 +1,116 @@
+// ds_config parsing: the shipped configs, errors naming keys and ranges, warnings for keys
+// Strata does not use, --set overrides, and the learning-rate schedules.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "src/engine/lr_schedule.h"
+#include "src/engine/train_config.h"
+
+namespace strata {
+namespace {
+
+TEST(Config, EveryShippedConfigParses) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(STRATA_SOURCE_DIR "/configs")) {
+    if (e.path().extension() != ".json") continue;
+    auto c = LoadTrainConfig(e.path().string());
+    EXPECT_TRUE(c.ok()) << e.path() << ": " << c.status().ToString();
+    if (c.ok()) EXPECT_TRUE(c->warnings.empty()) << e.path() << ": unused key " << c->warnings[0];
+    ++n;
+  }
+  EXPECT_GE(n, 2);
+}
+
+TEST(Config, TheDefaultConfigIsTheTinyNvmeRun) {
+  auto c = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/tiny_cpu.json");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->zero_stage, 3);
+  EXPECT_EQ(c->offload_param.device, OffloadDevice::kNvme);
+  EXPECT_EQ(c->offload_optimizer.device, OffloadDevice::kNvme);
+  EXPECT_EQ(c->compute_dtype, DType::kBF16);
+}
+
+TEST(Config, WrongTypeNamesTheKey) {
+  auto c = ParseTrainConfig(R"({"zero_optimization": {"stage": "three"}})", "x.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("zero_optimization.stage"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find("x.json"), std::string::npos);
+}
+
+TEST(Config, OutOfRangeNamesTheRange) {
+  auto c = ParseTrainConfig(R"({"zero_optimization": {"stage": 4}})", "x.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("[0, 3]"), std::string::npos) << c.status().message();
+  auto d = ParseTrainConfig(R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.5]}}})", "x.json");
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("optimizer.params.betas"), std::string::npos);
+  auto e = ParseTrainConfig(R"({"zero_optimization": {"offload_optimizer": {"device": "gpu"}}})", "x.json");
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("\"none\", \"cpu\", \"nvme\""), std::string::npos) << e.status().message();
+}
+
+TEST(Config, UnknownKeysAreWarnedByPath) {
+  auto c = ParseTrainConfig(R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stgae": 3},
+                                "strata": {"model": {"n_layers": 2}}, "fancy_feature": true})", "x.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::vector<std::string> want = {"zero_optimization.stgae", "strata.model.n_layers", "fancy_feature"};
+  for (const auto& w : want)
+    EXPECT_NE(std::find(c->warnings.begin(), c->warnings.end(), w), c->warnings.end()) << w;
+}
+
+TEST(Config, DeepSpeedStyleConfigIsAccepted) {
+  // In the style of DeepSpeed's ZeRO-Infinity documentation.
+  auto c = ParseTrainConfig(R"({
+    "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "gradient_clipping": 1.0,
+    "fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
+             "hysteresis": 2, "min_loss_scale": 1},
+    "optimizer": {"type": "Adam", "params": {"lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-4, "warmup_num_steps": 100}},
+    "zero_optimization": {"stage": 3, "contiguous_gradients": true, "overlap_comm": true,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true, "buffer_count": 4},
+      "offload_param": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true, "buffer_count": 5,
+                        "buffer_size": 1e8, "max_in_cpu": 1e9},
+      "stage3_max_live_parameters": 1e9, "stage3_prefetch_bucket_size": 5e8, "sub_group_size": 1e9},
+    "aio": {"block_size": 1048576, "queue_depth": 8, "thread_count": 1, "single_submit": false, "overlap_events": true},
+    "steps_per_print": 100, "wall_clock_breakdown": false})", "ds.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->warnings.empty()) << c->warnings[0];
+  EXPECT_EQ(c->compute_dtype, DType::kF16);
+  EXPECT_EQ(c->offload_param.buffer_size, 100000000);
+  EXPECT_EQ(c->prefetch_bucket_size, 500000000);
+  EXPECT_EQ(c->grad_accum, 2);
+}
+
+TEST(Config, OverridesApplyByPath) {
+  auto text = ApplyOverrides(R"({"zero_optimization": {"stage": 3}})",
+                             {"zero_optimization.stage=1", "strata.model.arch=llama", "bf16.enabled=true"});
+  ASSERT_TRUE(text.ok());
+  auto c = ParseTrainConfig(*text, "x");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->zero_stage, 1);
+  EXPECT_EQ(c->model.arch, model::Arch::kLlama);
+  EXPECT_EQ(c->compute_dtype, DType::kBF16);
+  EXPECT_FALSE(ApplyOverrides("{}", {"novalue"}).ok());
+}
+
+TEST(Config, LearningRateSchedules) {
+  TrainConfig c;
+  c.lr = 1.0;
+  c.schedule.kind = LrScheduleKind::kWarmupCosineLR;
+  c.schedule.warmup_num_steps = 10;
+  c.schedule.total_num_steps = 110;
+  c.schedule.cos_min_ratio = 0.1;
+  EXPECT_NEAR(LearningRate(c, 0), 0.1, 1e-12);
+  EXPECT_NEAR(LearningRate(c, 9), 1.0, 1e-12);
+  EXPECT_NEAR(LearningRate(c, 60), 0.55, 1e-12);  // half way down the cosine
+  EXPECT_NEAR(LearningRate(c, 110), 0.1, 1e-12);
+  c.schedule.kind = LrScheduleKind::kWarmupDecayLR;
+  c.schedule.warmup_max_lr = 2.0;
+  EXPECT_NEAR(LearningRate(c, 60), 1.0, 1e-12);
+  EXPECT_NEAR(LearningRate(c, 110), 0.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,90 @@
+// Runs the engine on N ranks as threads of this process (LocalCommunicator) and collects
+// what the tests compare: per-step stats of rank 0 and every block's fp32 master weights.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "src/engine/engine.h"
+#include "src/engine/train_config.h"
+#include "support/temp_dir.h"
+
+namespace strata::testing {
+
+// A tiny GPT-2: 2 layers, d 64, 4 heads, seq 32, micro-batch 4, fp32, stage 3, no offload.
+inline TrainConfig TinyConfig(const std::string& nvme_dir) {
+  auto c = ParseTrainConfig(R"({
+    "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.002, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
+    "zero_optimization": {"stage": 3, "sub_group_size": 5000, "stage3_prefetch_bucket_size": 20000},
+    "aio": {"block_size": 65536, "queue_depth": 8},
+    "strata": {"steps": 5, "seed": 7,
+               "model": {"arch": "gpt2", "vocab_size": 256, "seq_len": 32, "n_layer": 2, "d_model": 64, "n_head": 4},
+               "data": {"eval_fraction": 0.05}}})", "TinyConfig");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  c->offload_param.nvme_path = nvme_dir;
+  c->offload_optimizer.nvme_path = nvme_dir;
+  return *c;
+}
+
+struct RunResult {
+  std::vector<StepStats> stats;  // rank 0
+  std::vector<std::vector<std::pair<std::string, torch::Tensor>>> master;  // [block] -> params
+  MemoryLedger ledger;  // rank 0
+  uint64_t prefetch_high_water = 0, prefetch_budget = 0;
+};
+
+inline RunResult RunEngine(const TrainConfig& cfg, int world, int64_t steps) {
+  auto data = data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
+  EXPECT_TRUE(data.ok()) << data.status().ToString();
+  auto comms = MakeLocalCommunicators(world);
+  RunResult result;
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto fail = [&](const Status& s) { errors[r] = s.ToString(); };
+      auto engine = Engine::Create(cfg, comms[r].get(), nullptr);
+      if (!engine.ok()) return fail(engine.status());
+      for (int64_t s = 0; s < steps; ++s) {
+        auto st = (*engine)->Step(s, **data);
+        if (!st.ok()) return fail(st.status());
+        if (r == 0) result.stats.push_back(*st);
+      }
+      for (int b = 0; b < (*engine)->num_blocks(); ++b) {
+        auto p = (*engine)->MasterParameters(b);
+        if (!p.ok()) return fail(p.status());
+        if (r == 0) result.master.push_back(*p);
+      }
+      if (r == 0) {
+        result.ledger = (*engine)->ledger();
+        result.prefetch_high_water = (*engine)->prefetch_high_water_bytes();
+        result.prefetch_budget = (*engine)->prefetch_budget_bytes();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  return result;
+}
+
+// Largest |a - b| over all parameters of all blocks.
+inline double MaxAbsDiff(const RunResult& a, const RunResult& b) {
+  double worst = 0;
+  EXPECT_EQ(a.master.size(), b.master.size());
+  for (size_t blk = 0; blk < a.master.size() && blk < b.master.size(); ++blk)
+    for (size_t i = 0; i < a.master[blk].size(); ++i)
+      worst = std::max(worst, (a.master[blk][i].second - b.master[blk][i].second).abs().max().item<double>());
+  return worst;
+}
+
+inline bool BitwiseEqual(const RunResult& a, const RunResult& b) {
+  if (a.master.size() != b.master.size()) return false;
+  for (size_t blk = 0; blk < a.master.size(); ++blk)
+    for (size_t i = 0; i < a.master[blk].size(); ++i)
+      if (!torch::equal(a.master[blk][i].second, b.master[blk][i].second)) return false;
+  return true;
+}
+
+}  // namespace strata::testing
