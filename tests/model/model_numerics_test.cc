@@ -140,9 +140,11 @@ TEST(ModelNumericsTest, UniformLogitsGiveLogVocab) {
   EXPECT_NEAR(loss.item<double>(), std::log(256.0), 1e-5);
 }
 
-// 80 Adam steps on the built-in text: the held-out loss starts at ln(256) = 5.55 and must
-// fall well below the text's unigram entropy (3.18 nats), i.e. the model uses context
-// (measured: ~2.6 for GPT-2, ~2.3 for LLaMA; the d=128 model reaches ~1.0 in 400 steps).
+// 100 Adam steps on the built-in text: the held-out loss starts at ln(256) = 5.55 and must
+// fall well below the text's unigram entropy (3.18 nats), i.e. the model uses context.
+// Measured over seeds 1-5: GPT-2 2.31-2.55, LLaMA 2.01-2.25. One layer: two-layer GPT-2s
+// sit on the unigram plateau (~3.15) for a seed-dependent 80-150 steps before dropping
+// (the d=128, 2-layer model reaches ~1.0 in 400 steps).
 TEST(ModelTrainingTest, LossFallsOnBuiltinText) {
   // One intra-op thread: on a loaded 2-core machine OpenMP's spinning threads made these
   // tiny ops 20-40x slower; one thread takes ~25 ms a step.
@@ -153,7 +155,7 @@ TEST(ModelTrainingTest, LossFallsOnBuiltinText) {
     c.arch = arch;
     c.vocab_size = 256;
     c.seq_len = 64;
-    c.n_layer = 2;
+    c.n_layer = 1;
     c.d_model = 64;
     c.n_head = 4;
     auto data = data::TokenDataset::Open(data::DataConfig{}, c.vocab_size, c.seq_len);
@@ -166,7 +168,7 @@ TEST(ModelTrainingTest, LossFallsOnBuiltinText) {
       return LanguageModelLoss(model.Forward(b.inputs), b.targets).item<double>();
     };
     const double before = eval_loss();
-    for (uint64_t step = 0; step < 80; ++step) {
+    for (uint64_t step = 0; step < 100; ++step) {
       data::Batch b = (*data)->Get(data::Split::kTrain, step, 16);
       adam.zero_grad();
       LanguageModelLoss(model.Forward(b.inputs), b.targets).backward();
@@ -175,7 +177,7 @@ TEST(ModelTrainingTest, LossFallsOnBuiltinText) {
     const double after = eval_loss();
     std::printf("arch %d: eval loss %.3f -> %.3f\n", static_cast<int>(arch), before, after);
     EXPECT_NEAR(before, std::log(256.0), 0.1);
-    EXPECT_LT(after, 2.9);
+    EXPECT_LT(after, 2.8);
   }
   at::set_num_threads(threads);
 }
