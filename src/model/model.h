@@ -65,7 +65,7 @@ struct Tie {
 
 class ModelSpec {
  public:
-  explicit ModelSpec(ModelConfig config);
+  explicit ModelSpec(ModelConfig config);  // config must pass Validate() (STRATA_CHECKed)
   const ModelConfig& config() const { return config_; }
   int num_blocks() const;  // n_layer + 2
   // Block `index`, fp32 parameters on the CPU, initialised from (seed, index) only.
@@ -73,8 +73,9 @@ class ModelSpec {
   std::optional<Tie> tie() const;
   int64_t block_parameters(int index) const;  // elements in that block's own parameters
   int64_t num_parameters() const;             // all blocks (a tied weight counted once)
-  // Training FLOPs per token: 6 * parameters (embedding tables excluded) + attention
-  // 12 * n_layer * d_model * seq_len (forward + backward, no recomputation).
+  // Training FLOPs per token: 6 * parameters (embedding tables excluded; the LM head's
+  // [V, C] matmul counted, tied or not) + attention 12 * n_layer * d_model * seq_len
+  // (forward + backward, no recomputation).
   double train_flops_per_token() const;
 
  private:
