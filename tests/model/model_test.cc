@@ -145,6 +145,11 @@ TEST(ModelSpecTest, MakeBlockIsDeterministicAndIndependent) {
     (void)torch::rand({100});
     (void)spec.MakeBlock(1);  // nor do the blocks made before
     ExpectSameParameters(*first, *spec.MakeBlock(2), /*equal=*/true);
+    torch::manual_seed(5);  // ... and is left untouched
+    torch::Tensor expected = torch::rand({4});
+    torch::manual_seed(5);
+    (void)spec.MakeBlock(0);
+    EXPECT_TRUE(torch::equal(torch::rand({4}), expected));
     ExpectSameParameters(*spec.MakeBlock(1), *spec.MakeBlock(2), /*equal=*/false);
     ModelConfig other = Tiny(arch);
     other.seed = 8;
