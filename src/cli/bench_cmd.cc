@@ -1,8 +1,13 @@
 // `strata bench io`.
 #include "bench/bench_util.h"
 #include "bench/io_bench.h"
+#include "bench/step_bench.h"
+#include "src/cli/default_config.h"
 #include "src/cli/commands.h"
 #include "strata/log.h"
+
+#include <cerrno>
+#include <cstring>
 
 namespace strata::cli {
 
@@ -34,6 +39,34 @@ void AddBenchIoCommand(CLI::App& bench, Action* action) {
       opts->block = static_cast<uint32_t>(*b);
       if (opts->size < opts->tensor_bytes) opts->tensor_bytes = (opts->size / opts->block) * opts->block;
       return bench::RunIoBench(*opts);
+    };
+  });
+}
+
+void AddBenchStepCommand(CLI::App& bench, Action* action) {
+  auto* cmd = bench.add_subcommand("step", "training step time with offload none / cpu / nvme side by side (1 rank)");
+  auto opts = std::make_shared<bench::StepBenchOptions>();
+  auto config = std::make_shared<std::string>();
+  cmd->add_option("--config", *config, "ds_config.json (default: the built-in tiny config)");
+  cmd->add_option("--steps", opts->steps, "measured steps per mode")->capture_default_str()->check(CLI::Range(1, 10000));
+  cmd->add_option("--set", opts->sets, "override a config key");
+  cmd->add_flag("--json", opts->json, "print one JSON object");
+  cmd->callback([=] {
+    *action = [=] {
+      opts->config_json = kDefaultConfigJson;
+      if (!config->empty()) {
+        FILE* f = std::fopen(config->c_str(), "rb");
+        if (!f) {
+          LogError("cannot open config file '{}': {}", *config, std::strerror(errno));
+          return 2;
+        }
+        opts->config_json.clear();
+        char buf[65536];
+        size_t n;
+        while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) opts->config_json.append(buf, n);
+        std::fclose(f);
+      }
+      return bench::RunStepBench(*opts);
     };
   });
 }

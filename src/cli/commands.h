@@ -14,6 +14,7 @@ using Action = std::function<int()>;
 
 void AddDoctorCommand(CLI::App& app, Action* action);
 void AddBenchIoCommand(CLI::App& bench, Action* action);
+void AddBenchStepCommand(CLI::App& bench, Action* action);
 // Defined in bench_adam_cmd.cc (issue 3).
 void AddBenchAdamCommand(CLI::App& bench, Action* action);
 

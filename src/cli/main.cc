@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   strata::cli::AddBenchIoCommand(*bench, &action);
   strata::cli::AddBenchAdamCommand(*bench, &action);
+  strata::cli::AddBenchStepCommand(*bench, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

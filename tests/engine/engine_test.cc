@@ -64,10 +64,19 @@ TEST(Engine, GradientAccumulationMatchesOneLargeBatch) {
 
 // Tolerance: the same fp32 math in a different order (flattened groups, Strata's SIMD AdamW
 // vs LibTorch's op-by-op AdamW): 1e-5 absolute after 5 steps at lr 2e-3.
-TEST(Engine, MatchesAPlainLibTorchLoop) {
+class EngineVsLibTorch : public ::testing::TestWithParam<model::Arch> {};
+
+TEST_P(EngineVsLibTorch, MatchesAPlainLibTorchLoop) {
   TempDir dir;
   TrainConfig c = TinyConfig(dir.path());
   c.zero_stage = 3;
+  if (GetParam() == model::Arch::kLlama) {  // grouped-query attention, untied head, NVMe states
+    c.model.arch = model::Arch::kLlama;
+    c.model.n_kv_head = 2;
+    c.model.tie_embeddings = false;
+    c.offload_param.device = OffloadDevice::kNvme;
+    c.offload_optimizer.device = OffloadDevice::kNvme;
+  }
   auto strata_run = RunEngine(c, 1, 5);
 
   model::ModelSpec spec(c.model);
@@ -98,6 +107,9 @@ TEST(Engine, MatchesAPlainLibTorchLoop) {
   }
   EXPECT_LT(worst, 1e-5);
 }
+
+INSTANTIATE_TEST_SUITE_P(Archs, EngineVsLibTorch, ::testing::Values(model::Arch::kGpt2, model::Arch::kLlama),
+                         [](const auto& info) { return info.param == model::Arch::kGpt2 ? "gpt2" : "llama"; });
 
 TEST(Engine, Fp16SkipsAPlantedOverflowAndRecovers) {
   TempDir dir;

@@ -1,0 +1,21 @@
+// `strata bench step`: the training step with parameters and optimizer states offloaded to
+// none / cpu / nvme, side by side on one rank, steps interleaved across the three (the
+// machine drifts), reporting median step time, tokens/s, exposed transfer time and NVMe
+// bytes per step; "none" is the anchor the others are a ratio of.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace strata::bench {
+
+struct StepBenchOptions {
+  std::string config_json;           // the config text (the built-in tiny config by default)
+  std::vector<std::string> sets;     // --set overrides
+  int steps = 8;                     // measured steps per mode (after one warm-up step)
+  bool json = false;
+};
+
+int RunStepBench(const StepBenchOptions& options);
+
+}  // namespace strata::bench
