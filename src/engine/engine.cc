@@ -59,9 +59,11 @@ Engine::~Engine() {
     FreeHostMemory(reinterpret_cast<std::byte*>(impl_->host_allocs[i]), impl_->host_alloc_bytes[i]);
 }
 
-StatusOr<std::unique_ptr<Engine>> Engine::Create(const TrainConfig& config, Communicator* comm, Tracer* tracer) {
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const TrainConfig& config, Communicator* comm, Tracer* tracer,
+                                                EngineHooks hooks) {
   auto impl = std::make_unique<Impl>();
   impl->cfg = config;
+  impl->hooks = std::move(hooks);
   impl->comm = comm;
   impl->tracer = tracer;
   STRATA_RETURN_IF_ERROR(impl->Init());
@@ -126,6 +128,17 @@ Status Engine::Impl::Init() {
       g.layout = MakeShardLayout(offset, world, rank);
     });
     STRATA_RETURN_IF_ERROR(s);
+    if (hooks.init_weights) {
+      std::vector<std::pair<std::string, torch::Tensor>> named;
+      for (size_t i = 0; i < g.params.size(); ++i) named.push_back({g.slots[i].name, g.params[i].detach()});
+      Status hs;
+      Status ts = TorchCall("init weights", [&] {
+        torch::NoGradGuard no_grad;
+        hs = hooks.init_weights(b, named);
+      });
+      STRATA_RETURN_IF_ERROR(ts);
+      STRATA_RETURN_IF_ERROR(hs.WithContext(fmt::format("initial weights of block {}", b)));
+    }
     if (tie && b == tie->owner_block && g.tied_slot < 0)
       return Status(StatusCode::kInternal, fmt::format("tied parameter '{}' not found in block {}", tie->owner_param, b));
 
@@ -494,6 +507,54 @@ StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> Engine::MasterParam
   for (const ParamSlot& s : g.slots) out.push_back({s.name, full.narrow(0, s.offset, s.numel).view(s.shape).clone()});
   return out;
 }
+
+Status Engine::VisitState(
+    const std::function<Status(const std::string& name, std::span<const std::byte> bytes)>& visit) {
+  Impl& m = *impl_;
+  std::vector<std::byte> buf;
+  auto one = [&](TensorHandle h) -> Status {
+    buf.resize(m.store->bytes(h));
+    STRATA_RETURN_IF_ERROR(m.ReadAfterPendingWrite(h, buf).Wait());
+    return visit(m.store->name(h), buf);
+  };
+  for (const Group& g : m.groups) {
+    STRATA_RETURN_IF_ERROR(one(g.working));
+    for (const SubGroup& sg : g.subs)
+      for (TensorHandle h : {sg.master, sg.m, sg.v}) STRATA_RETURN_IF_ERROR(one(h));
+  }
+  return Status();
+}
+
+Status Engine::RestoreState(const std::string& name, std::span<const std::byte> bytes) {
+  Impl& m = *impl_;
+  STRATA_ASSIGN_OR_RETURN(TensorHandle h, m.store->Find(name));
+  if (bytes.size() != m.store->bytes(h))
+    return Error(StatusCode::kInvalidArgument, "tensor '{}' has {} bytes, the checkpoint holds {}", name,
+                 m.store->bytes(h), bytes.size());
+  auto it = m.pending_writes.find(h.index);
+  if (it != m.pending_writes.end()) {
+    STRATA_RETURN_IF_ERROR(it->second->ticket.Wait());
+    m.pending_writes.erase(it);
+  }
+  return m.store->Write(h, bytes).Wait();
+}
+
+EngineCounters Engine::counters() const {
+  const auto s = impl_->scaler.state();
+  return {impl_->adam_steps, s.scale, s.clean_steps, s.hysteresis_left};
+}
+
+void Engine::set_counters(const EngineCounters& c) {
+  impl_->adam_steps = c.adam_steps;
+  impl_->scaler.set_state({c.loss_scale, c.clean_steps, c.hysteresis_left});
+}
+
+std::vector<Engine::ParamInfo> Engine::BlockParams(int block) const {
+  std::vector<ParamInfo> out;
+  for (const ParamSlot& s : impl_->groups.at(block).slots) out.push_back({s.name, s.shape, s.offset, s.numel});
+  return out;
+}
+int64_t Engine::BlockPadded(int block) const { return impl_->groups.at(block).layout.padded; }
 
 int Engine::num_blocks() const { return static_cast<int>(impl_->groups.size()); }
 const MemoryLedger& Engine::ledger() const { return impl_->ledger; }

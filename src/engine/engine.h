@@ -18,7 +18,9 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,9 +58,27 @@ struct MemoryLedger {
   uint64_t Of(StateKind k) const;
 };
 
+// Optional behaviour at creation.
+struct EngineHooks {
+  // Replaces the seeded initial weights of block `block`: `params` holds the block's fp32
+  // parameters (name -> tensor, registration order); overwrite their values in place
+  // (e.g. from a safetensors file). An error (a missing name, a shape mismatch) aborts
+  // Create with that error.
+  std::function<Status(int block, std::vector<std::pair<std::string, torch::Tensor>>& params)> init_weights;
+};
+
+// The counters a checkpoint must carry besides the tensors.
+struct EngineCounters {
+  int64_t adam_steps = 0;  // optimizer steps applied (Adam's bias correction)
+  double loss_scale = 1;
+  int64_t clean_steps = 0;
+  int hysteresis_left = 0;
+};
+
 class Engine {
  public:
-  static StatusOr<std::unique_ptr<Engine>> Create(const TrainConfig& config, Communicator* comm, Tracer* tracer);
+  static StatusOr<std::unique_ptr<Engine>> Create(const TrainConfig& config, Communicator* comm, Tracer* tracer,
+                                                  EngineHooks hooks = {});
   ~Engine();
 
   // One optimizer step (gradient_accumulation_steps micro-batches). `step` is 0-based and
@@ -69,6 +89,25 @@ class Engine {
 
   // The fp32 master weights of block `b`, unflattened, by parameter name. Collective.
   StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> MasterParameters(int block);
+
+  // This rank's shard of the training state, tensor by tensor, in a fixed order: for each
+  // block its working weights ("block3.working", compute dtype) then, per optimizer
+  // sub-group, "block3.<offset>.master" / ".adam_m" / ".adam_v" (fp32). Waits for writes in
+  // flight first. Not collective.
+  Status VisitState(const std::function<Status(const std::string& name, std::span<const std::byte> bytes)>& visit);
+  // Overwrites one tensor visited by VisitState (same name, same byte count).
+  Status RestoreState(const std::string& name, std::span<const std::byte> bytes);
+  EngineCounters counters() const;
+  void set_counters(const EngineCounters& c);
+  // Where this rank's parameters live: [begin, end) of each block's flat group and the
+  // parameter slots (name, shape, flat offset), for consolidating checkpoints.
+  struct ParamInfo {
+    std::string name;
+    std::vector<int64_t> shape;
+    int64_t offset = 0, numel = 0;
+  };
+  std::vector<ParamInfo> BlockParams(int block) const;
+  int64_t BlockPadded(int block) const;
 
   int num_blocks() const;
   const MemoryLedger& ledger() const;

@@ -55,6 +55,7 @@ struct PendingWrite {
 
 struct Engine::Impl {
   TrainConfig cfg;
+  EngineHooks hooks;
   Communicator* comm = nullptr;
   Tracer* tracer = nullptr;
   std::unique_ptr<model::ModelSpec> spec;
