@@ -22,20 +22,18 @@ struct Hello {
 
 bool IsPeerGone(int err) { return err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == ETIMEDOUT; }
 
-}  // namespace
-
-RingLinks::RingLinks(int rank, int world_size, FileDescriptor prev, FileDescriptor next,
-                     std::chrono::milliseconds timeout)
-    : rank_(rank), world_size_(world_size), prev_(std::move(prev)), next_(std::move(next)), timeout_(timeout) {}
-
-namespace {
 // Whether the peer of `fd` has closed it (end of stream or reset), without consuming data.
 bool IsClosed(int fd) {
   char byte;
   ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   return n == 0 || (n < 0 && IsPeerGone(errno));
 }
+
 }  // namespace
+
+RingLinks::RingLinks(int rank, int world_size, FileDescriptor prev, FileDescriptor next,
+                     std::chrono::milliseconds timeout)
+    : rank_(rank), world_size_(world_size), prev_(std::move(prev)), next_(std::move(next)), timeout_(timeout) {}
 
 // When both neighbours are gone, which went first cannot be told from here (one may have
 // exited because of the other's death), so the message names both.
