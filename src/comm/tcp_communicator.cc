@@ -51,6 +51,22 @@ RingStep Duplex(const char* send, size_t send_bytes, char* recv, size_t recv_byt
   return step;
 }
 
+// Combines the partial arriving from the previous rank with this rank's values as the
+// bytes land: in[i] = op(in[i], own[i]) for every element completed so far.
+struct ReduceOnArrival {
+  float* in;
+  const char* own;
+  DType dtype;
+  ReduceOp op;
+  size_t reduced = 0;  // elements already combined
+
+  void Arrived(size_t bytes_in) {
+    const size_t ready = bytes_in / sizeof(float);
+    comm::Accumulate(in + reduced, own + reduced * DTypeSize(dtype), dtype, ready - reduced, op);
+    reduced = ready;
+  }
+};
+
 class TcpCommunicator final : public Communicator {
  public:
   explicit TcpCommunicator(comm::RingLinks ring) : ring_(std::move(ring)) {
@@ -150,15 +166,9 @@ class TcpCommunicator final : public Communicator {
       } else if (s == 0) {
         comm::LoadF32(own_send, dtype, send_n, out);
       }
-      const char* own_recv = full + chunks.begin(recv_c) * esize;
-      size_t reduced = 0;  // elements of `in` already combined with this rank's values
-      auto reduce_arrived = [&](size_t bytes_in) {
-        const size_t ready = bytes_in / sizeof(float);
-        comm::Accumulate(in + reduced, own_recv + reduced * esize, dtype, ready - reduced, op);
-        reduced = ready;
-      };
+      ReduceOnArrival reducer{in, full + chunks.begin(recv_c) * esize, dtype, op};
       RingStep step = Duplex(send, send_n * sizeof(float), reinterpret_cast<char*>(in), recv_n * sizeof(float));
-      step.on_recv = reduce_arrived;
+      step.on_recv = [r = &reducer](size_t bytes_in) { r->Arrived(bytes_in); };  // small: no allocation
       STRATA_RETURN_IF_ERROR(Run(step, name));
       std::swap(out, in);
     }
