@@ -32,6 +32,7 @@ class CheckFailure {
 // Lets `STRATA_CHECK(c) << x;` parse as a void expression in the failing branch.
 struct Voidify {
   void operator&(CheckFailure&) {}
+  void operator&(CheckFailure&&) {}  // STRATA_CHECK(c) with no message
 };
 
 }  // namespace strata::detail
