@@ -53,6 +53,8 @@ fi
 
 # --- configure and build ---------------------------------------------------------------
 jobs=${STRATA_JOBS:-$(nproc)}
+# ccache keyed on paths relative to the checkout, so a fresh clone reuses earlier builds.
+export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=true
 configure() {  # dir, extra cmake args...
   local dir=$1; shift
   if [ ! -f "$dir/build.ninja" ]; then
