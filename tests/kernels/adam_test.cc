@@ -267,5 +267,23 @@ TEST(AdamStepTest, RejectsBadArgumentsWithoutTouchingState) {
   EXPECT_TRUE(AdamStep({}, {}).ok());  // empty sub-group: nothing to do
 }
 
+TEST(AdamStepTest, GuardedStepValidatesEverySubGroupBeforeSteppingAny) {
+  std::vector<float> p1(100, 1.0f), m1(100, 0.0f), v1(100, 0.0f), g1(100, 0.5f);
+  std::vector<float> p2(100, 1.0f), m2(100, 0.0f), v2(50, 0.0f), g2(100, 0.5f);  // v2 too short
+  AdamSpans groups[2] = {{p1, m1, v1, g1, {}, {}, HalfFormat::kBf16}, {p2, m2, v2, g2, {}, {}, HalfFormat::kBf16}};
+  auto r = AdamStepGuarded({}, /*max_grad_norm=*/0, groups);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(p1, std::vector<float>(100, 1.0f));  // the valid first sub-group was not stepped
+}
+
+TEST(AdamStepTest, WithoutBiasCorrectionFirstStepIsScaledByOneMinusBeta) {
+  // Step 1, no bias correction, no decay: m = 0.1 g, v = 0.001 g^2, p -= lr m / (sqrt(v) + eps)
+  std::vector<float> p(33, 0.0f), m(33, 0.0f), v(33, 0.0f), g(33, 2.0f);
+  AdamHyperParams hp{.lr = 0.1, .eps = 1e-8, .bias_correction = false};
+  ASSERT_TRUE(AdamStep(hp, {p, m, v, g, {}, {}, HalfFormat::kBf16}).ok());
+  const double want = -0.1 * (0.1 * 2.0) / (std::sqrt(0.001 * 4.0) + 1e-8);
+  for (float x : p) EXPECT_NEAR(x, want, 1e-6 * std::abs(want));
+}
+
 }  // namespace
 }  // namespace strata
