@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -19,6 +20,10 @@ void AddBenchStepCommand(CLI::App& bench, Action* action);
 void AddBenchAdamCommand(CLI::App& bench, Action* action);
 
 void AddTrainCommand(CLI::App& app, Action* action);
+// `strata config check`, `strata export`, `strata estimate` (issue 5).
+void AddConfigCommand(CLI::App& app, Action* action);
+void AddExportCommand(CLI::App& app, Action* action);
+void AddEstimateCommand(CLI::App& app, Action* action);
 
 // The built-in default job that `strata` runs with no arguments: the tiny model, 2 local
 // ranks, parameters and optimizer states on NVMe (configs/tiny_cpu.json).

@@ -21,6 +21,9 @@ int main(int argc, char** argv) {
   strata::cli::Action action;
   strata::cli::AddDoctorCommand(app, &action);
   strata::cli::AddTrainCommand(app, &action);
+  strata::cli::AddConfigCommand(app, &action);
+  strata::cli::AddExportCommand(app, &action);
+  strata::cli::AddEstimateCommand(app, &action);
   CLI::App* bench = app.add_subcommand("bench", "benchmarks, each against its anchor measured in the same run");
   bench->require_subcommand(1);
   strata::cli::AddBenchIoCommand(*bench, &action);

@@ -1,17 +1,24 @@
 // `strata train`: the training loop around the Engine, on one rank of a launch (torchrun,
-// Slurm, or `--nproc N`, which starts N local ranks itself).
+// Slurm, or `--nproc N`, which starts N local ranks itself): config, memory check,
+// --init-from, --resume, checkpoints every save_interval steps, progress.
 #include <omp.h>
 #include <unistd.h>
 
-#include <cmath>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <thread>
 
+#include "src/checkpoint/checkpoint.h"
+#include "src/checkpoint/hf_loader.h"
 #include "src/cli/commands.h"
 #include "src/cli/default_config.h"
+#include "src/cli/progress.h"
+#include "src/cli/train_config_cli.h"
 #include "src/comm/launcher.h"
 #include "src/engine/engine.h"
 #include "src/engine/train_config.h"
+#include "src/estimate/estimator.h"
 #include "strata/log.h"
 
 namespace strata::cli {
@@ -19,39 +26,37 @@ namespace {
 
 struct TrainArgs {
   std::string config;  // "" = the built-in tiny config
+  std::string strata_file;
   int64_t steps = -1;
   int64_t seed = -1;
   int nproc = 1;
   std::string trace;
   std::vector<std::string> sets;
+  std::string save, resume, init_from, metrics;
+  int64_t save_interval = -1;
+  bool no_fit_check = false;
+  bool memory_only = false;
 };
-
-StatusOr<TrainConfig> ResolveConfig(const TrainArgs& a) {
-  std::string text = kDefaultConfigJson;
-  std::string origin = "built-in tiny config (configs/tiny_cpu.json)";
-  if (!a.config.empty()) {
-    FILE* f = std::fopen(a.config.c_str(), "rb");
-    if (!f) return ErrnoError(errno, "cannot open config file '{}'", a.config);
-    text.clear();
-    char buf[65536];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-    std::fclose(f);
-    origin = a.config;
-  }
-  std::vector<std::string> sets = a.sets;
-  if (a.steps >= 0) sets.push_back(fmt::format("strata.steps={}", a.steps));
-  if (a.seed >= 0) sets.push_back(fmt::format("strata.seed={}", a.seed));
-  STRATA_ASSIGN_OR_RETURN(std::string resolved, ApplyOverrides(text, sets));
-  return ParseTrainConfig(resolved, origin);
-}
 
 int Fail(const Status& s) {
   LogError("{}", s.ToString());
   return 1;
 }
 
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace
+
+StatusOr<TrainConfig> ResolveTrainConfig(const std::string& config, const std::string& strata_file,
+                                         std::vector<std::string> sets, int world_size) {
+  std::string origin = "built-in tiny config (configs/tiny_cpu.json)";
+  STRATA_ASSIGN_OR_RETURN(std::string text, ComposeConfigText(config, kDefaultConfigJson, strata_file, sets, &origin));
+  STRATA_ASSIGN_OR_RETURN(TrainConfig cfg, ParseTrainConfig(text, origin));
+  if (Status s = ResolveBatch(&cfg, world_size); !s.ok()) return s.WithContext(origin);
+  return cfg;
+}
 
 int RunTrain(const TrainArgs& a) {
   if (a.nproc > 1 && !IsLaunchedRank()) {
@@ -62,15 +67,24 @@ int RunTrain(const TrainArgs& a) {
   }
   auto env = LaunchEnv::FromEnvironment();
   if (!env.ok()) return Fail(env.status());
-  auto cfg_or = ResolveConfig(a);
+  std::vector<std::string> sets = a.sets;
+  if (a.steps >= 0) sets.push_back(fmt::format("strata.steps={}", a.steps));
+  if (a.seed >= 0) sets.push_back(fmt::format("strata.seed={}", a.seed));
+  if (a.save_interval >= 0) sets.push_back(fmt::format("strata.save_interval={}", a.save_interval));
+  auto cfg_or = ResolveTrainConfig(a.config, a.strata_file, sets, env->world_size);
   if (!cfg_or.ok()) return Fail(cfg_or.status());
   TrainConfig& cfg = *cfg_or;
   const bool lead = env->rank == 0;
   if (lead)
     for (const auto& w : cfg.warnings) LogWarn("config key '{}' is not used by Strata; ignored", w);
 
-  // Share the cores between the local ranks: LibTorch's and OpenMP's pools alike.
+  // Refuse a config that cannot fit before allocating anything.
   const int local_ranks = std::max(1, a.nproc > 1 ? a.nproc : env->world_size);
+  const MemoryEstimate estimate = EstimateMemory(cfg, env->world_size);
+  if (!a.no_fit_check)
+    if (Status s = CheckFits(estimate, ProbeMachine(cfg), local_ranks); !s.ok()) return Fail(s);
+
+  // Share the cores between the local ranks: LibTorch's and OpenMP's pools alike.
   const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_ranks);
   torch::set_num_threads(threads);
   omp_set_num_threads(threads);
@@ -86,62 +100,107 @@ int RunTrain(const TrainArgs& a) {
 
   auto data = data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
   if (!data.ok()) return Fail(data.status());
+  const model::ModelSpec spec(cfg.model);
+  EngineHooks hooks;
+  if (!a.init_from.empty() && a.resume.empty()) {
+    auto w = ckpt::HfWeights::Open(a.init_from, cfg.model);
+    if (!w.ok()) return Fail(w.status().WithContext("--init-from"));
+    hooks = ckpt::MakeInitFromHooks(*w, spec.num_blocks());
+  } else if (!a.init_from.empty() && lead) {
+    LogWarn("--init-from {} ignored: --resume restores all weights", a.init_from);
+  }
   Tracer tracer(env->rank);
-  auto engine_or = Engine::Create(cfg, comm.get(), &tracer);
+  auto engine_or = Engine::Create(cfg, comm.get(), &tracer, std::move(hooks));
   if (!engine_or.ok()) return Fail(engine_or.status().WithContext(fmt::format("rank {}", env->rank)));
   Engine& engine = **engine_or;
-  const model::ModelSpec spec(cfg.model);
+
   if (lead) {
-    std::printf("strata train: %s model, %.2f M parameters, %d blocks; %d rank(s), ZeRO stage %d; params on %s, "
-                "optimizer states on %s; %s compute; data: %s\n",
-                cfg.model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", spec.num_parameters() / 1e6,
-                engine.num_blocks(), env->world_size, cfg.zero_stage, OffloadDeviceName(cfg.offload_param.device),
-                OffloadDeviceName(cfg.offload_optimizer.device), DTypeName(cfg.compute_dtype),
-                (*data)->description().c_str());
+    // What this rank allocated (the engine's ledger) beside what the estimator predicted.
+    const MemoryLedger& m = engine.ledger();
+    auto pair = [&](Residence r) {
+      return fmt::format("{} (estimated {})", HumanBytes(m.Total(r)), HumanBytes(estimate.ledger.Total(r)));
+    };
+    const std::string line = fmt::format("memory per rank: device {}, cpu {}, nvme {}; activations ~{} (estimated)",
+                                         pair(Residence::kDevice), pair(Residence::kCpu), pair(Residence::kNvme),
+                                         HumanBytes(estimate.activations));
+    std::printf("%s\n", line.c_str());
     std::fflush(stdout);
+  }
+  if (a.memory_only) return 0;
+
+  int64_t start = 0;
+  if (!a.resume.empty()) {
+    auto s = ckpt::LoadCheckpoint(engine, *comm, cfg, a.resume);
+    if (!s.ok()) return Fail(s.status().WithContext(fmt::format("rank {}", env->rank)));
+    start = *s;
+  }
+
+  ProgressOptions po;
+  po.first_step = start;
+  po.total_steps = cfg.steps;
+  po.steps_per_print = cfg.steps_per_print;
+  po.flops_per_token = spec.train_flops_per_token();
+  po.wall_clock_breakdown = cfg.wall_clock_breakdown;
+  po.bar = lead && ::isatty(STDOUT_FILENO);
+  po.metrics_path = lead ? a.metrics : "";
+  Progress progress(po);
+  if (Status s = progress.Open(); !s.ok()) return Fail(s);
+  if (lead) {
+    progress.Message(fmt::format(
+        "strata train: {} model, {:.2f} M parameters, {} blocks; {} rank(s), ZeRO stage {}; params on {}, optimizer "
+        "states on {}; {} compute; batch {} = {} x {} accumulation x {} rank(s); data: {}",
+        cfg.model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", spec.num_parameters() / 1e6, engine.num_blocks(),
+        env->world_size, cfg.zero_stage, OffloadDeviceName(cfg.offload_param.device),
+        OffloadDeviceName(cfg.offload_optimizer.device), DTypeName(cfg.compute_dtype), cfg.train_batch, cfg.micro_batch,
+        cfg.grad_accum, env->world_size, (*data)->description()));
+    if (!a.init_from.empty() && a.resume.empty()) progress.Message("initial weights from " + a.init_from);
+    if (!a.resume.empty()) progress.Message(fmt::format("resumed from {} at step {}", a.resume, start));
   }
 
   auto eval = [&](int64_t step) -> Status {
     STRATA_ASSIGN_OR_RETURN(double loss, engine.EvalLoss(**data, cfg.eval_batches));
-    if (lead) std::printf("eval  step %5lld  loss %.4f (held-out, %lld batches)\n", (long long)step, loss,
-                          (long long)cfg.eval_batches);
-    std::fflush(stdout);
+    if (lead) progress.OnEval(step, loss, cfg.eval_batches);
     return Status();
   };
-  if (Status s = eval(0); !s.ok()) return Fail(s);
+  ckpt::SaveOptions so;
+  so.keep = cfg.keep_checkpoints;
+  if (!cfg.debug_crash_in_save.empty())
+    so.crash_hook = [point = cfg.debug_crash_in_save](const std::string& p) {
+      if (p == point) std::raise(SIGKILL);  // tests: a process killed in the middle of a save
+    };
+  auto save = [&](int64_t step) -> Status {
+    const auto t0 = std::chrono::steady_clock::now();
+    STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(engine, *comm, cfg, a.save, step, so));
+    if (lead) progress.OnSave(step, a.save, Seconds(t0));
+    return Status();
+  };
+  if (Status s = eval(start); !s.ok()) return Fail(s);
 
-  double sum_wait = 0, sum_time = 0, trace_from = 0;
-  int64_t measured = 0;
-  for (int64_t step = 0; step < cfg.steps; ++step) {
-    trace_from = tracer.Now();
+  int64_t last_saved = start;
+  for (int64_t step = start; step < cfg.steps; ++step) {
+    const double trace_from = tracer.Now();
     auto st = engine.Step(step, **data);
     if (!st.ok()) return Fail(st.status().WithContext(fmt::format("rank {}", env->rank)));
-    if (step > 0) {  // the first step pays one-time costs
-      sum_wait += st->wait_s;
-      sum_time += st->seconds;
-      ++measured;
-    }
-    if (lead && (step % cfg.steps_per_print == 0 || step + 1 == cfg.steps)) {
-      std::printf("train step %5lld  loss %.4f  lr %.3g  grad norm %.3f%s  %.0f tokens/s  step %.1f ms  "
-                  "exposed I/O %.1f ms  nvme r/w %.1f/%.1f MB\n",
-                  (long long)step, st->loss, st->lr, st->grad_norm, st->skipped ? " (skipped: overflow)" : "",
-                  st->tokens / st->seconds, st->seconds * 1e3, st->wait_s * 1e3, st->nvme_read_bytes / 1e6,
-                  st->nvme_write_bytes / 1e6);
-      std::fflush(stdout);
-    }
+    if (lead) progress.OnStep(*st);
     if (cfg.eval_interval > 0 && (step + 1) % cfg.eval_interval == 0 && step + 1 != cfg.steps)
       if (Status s = eval(step + 1); !s.ok()) return Fail(s);
+    if (!a.save.empty() && cfg.save_interval > 0 && (step + 1) % cfg.save_interval == 0) {
+      if (Status s = save(step + 1); !s.ok()) return Fail(s);
+      last_saved = step + 1;
+    }
     if (a.trace.empty() || step + 1 < cfg.steps) tracer.Trim(trace_from);
   }
+  if (!a.save.empty() && last_saved != cfg.steps)
+    if (Status s = save(cfg.steps); !s.ok()) return Fail(s);
   if (Status s = eval(cfg.steps); !s.ok()) return Fail(s);
   if (!a.trace.empty()) {
     const std::string path = env->world_size > 1 ? fmt::format("{}.rank{}", a.trace, env->rank) : a.trace;
     if (Status s = tracer.WriteChromeTrace(path); !s.ok()) return Fail(s);
-    if (lead) std::printf("trace of the last step written to %s%s\n", path.c_str(), env->world_size > 1 ? " (one file per rank)" : "");
+    if (lead)
+      progress.Message(fmt::format("trace of the last step written to {}{}", path,
+                                   env->world_size > 1 ? " (one file per rank)" : ""));
   }
-  if (lead && measured > 0)
-    std::printf("summary: %lld steps, mean step %.1f ms, exposed transfer time %.1f ms per step (%.1f%% of the step)\n",
-                (long long)cfg.steps, sum_time / measured * 1e3, sum_wait / measured * 1e3, 100.0 * sum_wait / sum_time);
+  if (lead) progress.Finish();
   return 0;
 }
 
@@ -151,11 +210,22 @@ void AddTrainCommand(CLI::App& app, Action* action) {
   auto a = std::make_shared<TrainArgs>();
   cmd->add_option("--config", a->config, "ds_config.json (DeepSpeed keys + a \"strata\" section); default: the "
                                          "built-in tiny config");
+  cmd->add_option("--strata", a->strata_file, "a second JSON file holding the \"strata\" section (model, data, run)");
   cmd->add_option("--steps", a->steps, "optimizer steps (overrides strata.steps)");
   cmd->add_option("--seed", a->seed, "seed for init and data (overrides strata.seed)");
   cmd->add_option("--nproc", a->nproc, "start this many local ranks")->check(CLI::Range(1, 1024));
   cmd->add_option("--trace", a->trace, "write a Chrome trace (Perfetto) of the last step to FILE");
   cmd->add_option("--set", a->sets, "override a config key: --set zero_optimization.stage=2");
+  cmd->add_option("--save", a->save, "checkpoint folder: saves every save_interval steps and at the end");
+  cmd->add_option("--save-interval", a->save_interval, "steps between checkpoints (overrides strata.save_interval)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
+  cmd->add_option("--resume", a->resume, "continue from a checkpoint folder (its latest step) or a step folder");
+  cmd->add_option("--init-from", a->init_from, "initial weights from a safetensors file (Hugging Face GPT-2 / LLaMA "
+                                               "names, or strata export)");
+  cmd->add_option("--metrics", a->metrics, "write one JSON object per step to FILE.jsonl");
+  cmd->add_flag("--no-fit-check", a->no_fit_check, "start even if the memory estimate exceeds this machine");
+  cmd->add_flag("--memory-only", a->memory_only, "create the engine, print the memory it allocated per tier beside the "
+                                                 "estimate, and exit");
   cmd->callback([=] { *action = [=] { return RunTrain(*a); }; });
 }
 

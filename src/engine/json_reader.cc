@@ -14,12 +14,18 @@ const nlohmann::json* JsonReader::Get(const std::string& key) {
 StatusOr<JsonReader> JsonReader::Child(const std::string& key) {
   const nlohmann::json* v = Get(key);
   if (v && !v->is_object()) return InvalidArgument("{}: expected an object, got {}", PathOf(key), v->dump());
-  return JsonReader(v, PathOf(key));
+  JsonReader child(v, PathOf(key));
+  child.autos_ = autos_;
+  return child;
 }
 
 Status JsonReader::Bool(const std::string& key, bool* out) {
   const nlohmann::json* v = Get(key);
   if (!v) return Status();
+  if (IsAuto(key)) {
+    autos_->push_back({PathOf(key), *out ? "true" : "false", "Strata's default"});
+    return Status();
+  }
   if (!v->is_boolean()) return InvalidArgument("{}: expected true or false, got {}", PathOf(key), v->dump());
   *out = v->get<bool>();
   return Status();
@@ -28,6 +34,10 @@ Status JsonReader::Bool(const std::string& key, bool* out) {
 Status JsonReader::Int(const std::string& key, int64_t* out, int64_t lo, int64_t hi) {
   const nlohmann::json* v = Get(key);
   if (!v) return Status();
+  if (IsAuto(key)) {
+    autos_->push_back({PathOf(key), std::to_string(*out), "Strata's default"});
+    return Status();
+  }
   // DeepSpeed configs often write sizes as 1e8: accept numbers that are whole.
   if (!v->is_number() || (v->is_number_float() && std::floor(v->get<double>()) != v->get<double>()))
     return InvalidArgument("{}: expected an integer in [{}, {}], got {}", PathOf(key), lo, hi, v->dump());
@@ -48,6 +58,10 @@ Status JsonReader::Int(const std::string& key, int* out, int lo, int hi) {
 Status JsonReader::Double(const std::string& key, double* out, double lo, double hi) {
   const nlohmann::json* v = Get(key);
   if (!v) return Status();
+  if (IsAuto(key)) {
+    autos_->push_back({PathOf(key), fmt::format("{}", *out), "Strata's default"});
+    return Status();
+  }
   if (!v->is_number()) return InvalidArgument("{}: expected a number in [{}, {}], got {}", PathOf(key), lo, hi, v->dump());
   const double d = v->get<double>();
   if (!(d >= lo && d <= hi)) return InvalidArgument("{}: {} is out of range [{}, {}]", PathOf(key), v->dump(), lo, hi);

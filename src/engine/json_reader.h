@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,9 +14,18 @@
 
 namespace strata {
 
+// A key whose value was "auto" (as Hugging Face's DeepSpeed configs write it): the reader
+// keeps the caller's default and records the path and the value it kept.
+struct AutoValue {
+  std::string path;
+  std::string value;
+  std::string reason;
+};
+
 class JsonReader {
  public:
-  JsonReader(const nlohmann::json* object, std::string path) : obj_(object), path_(std::move(path)) {}
+  JsonReader(const nlohmann::json* object, std::string path)
+      : obj_(object), path_(std::move(path)), autos_(std::make_shared<std::vector<AutoValue>>()) {}
 
   bool Has(const std::string& key) const { return obj_ && obj_->is_object() && obj_->contains(key); }
   std::string PathOf(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
@@ -36,6 +46,13 @@ class JsonReader {
     return Has(key) ? &(*obj_)[key] : nullptr;
   }
 
+  // True (and the key marked used) when the key's value is the string "auto".
+  bool IsAuto(const std::string& key) const {
+    return Has(key) && (*obj_)[key].is_string() && (*obj_)[key].get<std::string>() == "auto";
+  }
+  // Every "auto" met by this reader and its children, in reading order.
+  const std::vector<AutoValue>& autos() const { return *autos_; }
+
   // Appends the paths of keys never read to `out` (nested readers report their own).
   void UnusedKeys(std::vector<std::string>* out) const;
 
@@ -44,6 +61,7 @@ class JsonReader {
   const nlohmann::json* obj_;
   std::string path_;
   std::set<std::string> used_;
+  std::shared_ptr<std::vector<AutoValue>> autos_;  // shared with children
 };
 
 }  // namespace strata

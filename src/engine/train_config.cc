@@ -1,5 +1,6 @@
 #include "src/engine/train_config.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -66,6 +67,10 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   STRATA_RETURN_IF_ERROR(s.Int("eval_batches", &c->eval_batches, 1, 100000));
   STRATA_RETURN_IF_ERROR(s.Bool("verify_checksums", &c->verify_checksums));
   STRATA_RETURN_IF_ERROR(s.Int("debug_overflow_step", &c->debug_overflow_step, -1, kMaxI));
+  STRATA_RETURN_IF_ERROR(s.Int("save_interval", &c->save_interval, 0, kMaxI));
+  STRATA_RETURN_IF_ERROR(s.Int("keep_checkpoints", &c->keep_checkpoints, 0, 1000000));
+  STRATA_RETURN_IF_ERROR(
+      s.Choice("debug_crash_in_save", &c->debug_crash_in_save, {"", "shard_partly_written", "before_rename", "before_latest"}));
 
   STRATA_ASSIGN_OR_RETURN(JsonReader m, s.Child("model"));
   model::ModelConfig& mc = c->model;
@@ -117,12 +122,23 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   auto fail = [&](const Status& s) { return s.WithContext(origin); };
 
   Status s;
-  if (!(s = root.Int("train_micro_batch_size_per_gpu", &c.micro_batch, 1, 1 << 20)).ok()) return fail(s);
-  if (!(s = root.Int("gradient_accumulation_steps", &c.grad_accum, 1, 1 << 20)).ok()) return fail(s);
-  root.Touch("train_batch_size");  // checked for consistency by the caller that knows the world size
+  // Batch keys: "auto" or absent leaves them to ResolveBatch (which knows the world size).
+  auto batch_key = [&](const char* key, int64_t* value, std::optional<int64_t>* set) -> Status {
+    if (root.IsAuto(key) || !root.Has(key)) {
+      root.Touch(key);
+      return Status();
+    }
+    STRATA_RETURN_IF_ERROR(root.Int(key, value, 1, 1 << 24));
+    *set = *value;
+    return Status();
+  };
+  if (!(s = batch_key("train_micro_batch_size_per_gpu", &c.micro_batch, &c.micro_batch_set)).ok()) return fail(s);
+  if (!(s = batch_key("gradient_accumulation_steps", &c.grad_accum, &c.grad_accum_set)).ok()) return fail(s);
+  if (!(s = batch_key("train_batch_size", &c.train_batch, &c.train_batch_set)).ok()) return fail(s);
+  c.train_batch = c.micro_batch * c.grad_accum;  // provisional (one rank), until ResolveBatch
   if (!(s = root.Double("gradient_clipping", &c.gradient_clipping, 0, 1e9)).ok()) return fail(s);
   if (!(s = root.Int("steps_per_print", &c.steps_per_print, 1, kMaxI)).ok()) return fail(s);
-  root.Touch("wall_clock_breakdown");
+  if (!(s = root.Bool("wall_clock_breakdown", &c.wall_clock_breakdown)).ok()) return fail(s);
 
   // Precision.
   auto bf16 = root.Child("bf16");
@@ -149,10 +165,14 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   if (root.Has("optimizer")) {
     std::string type = "AdamW";
     if (!(s = opt->Choice("type", &type, {"Adam", "AdamW"})).ok()) return fail(s);
+    if (type == "Adam") c.weight_decay = 0;  // DeepSpeed's (and torch's) Adam default
     auto p = opt->Child("params");
     if (!p.ok()) return fail(p.status());
     if (!(s = p->Double("lr", &c.lr, 0, 1e3)).ok()) return fail(s);
-    if (p->Has("betas")) {
+    if (p->IsAuto("betas")) {
+      p->Touch("betas");
+      c.autos.push_back({"optimizer.params.betas", fmt::format("[{}, {}]", c.beta1, c.beta2), "Strata's default"});
+    } else if (p->Has("betas")) {
       const nlohmann::json* b = p->Raw("betas");
       if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number() || !(*b)[1].is_number())
         return fail(InvalidArgument("optimizer.params.betas: expected [beta1, beta2], got {}", b->dump()));
@@ -163,7 +183,7 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
     }
     if (!(s = p->Double("eps", &c.eps, 0, 1)).ok()) return fail(s);
     if (!(s = p->Double("weight_decay", &c.weight_decay, 0, 10)).ok()) return fail(s);
-    c.adam_w_mode = type == "AdamW";
+    c.adam_w_mode = true;  // DeepSpeed's "Adam" is decoupled (AdamW) unless adam_w_mode is false
     if (!(s = p->Bool("adam_w_mode", &c.adam_w_mode)).ok()) return fail(s);
     p->Touch("torch_adam");
     p->UnusedKeys(&c.warnings);
@@ -171,7 +191,12 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   }
   if (!(s = ParseScheduler(root, &c)).ok()) return fail(s);
 
-  // ZeRO.
+  // ZeRO. DeepSpeed's legacy form "zero_optimization": true|false means stage 1|0.
+  nlohmann::json legacy_zero;
+  if (root.Has("zero_optimization") && j["zero_optimization"].is_boolean()) {
+    legacy_zero = {{"stage", j["zero_optimization"].get<bool>() ? 1 : 0}};
+    j["zero_optimization"] = legacy_zero;
+  }
   auto zero = root.Child("zero_optimization");
   if (!zero.ok()) return fail(zero.status());
   if (!(s = zero->Int("stage", &c.zero_stage, 0, 3)).ok()) return fail(s);
@@ -179,7 +204,8 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   if (!(s = ParseOffload(*zero, "offload_optimizer", &c.offload_optimizer, &c.warnings)).ok()) return fail(s);
   if (!(s = zero->Int("sub_group_size", &c.sub_group_size, 1, kMaxI)).ok()) return fail(s);
   if (!(s = zero->Int("stage3_prefetch_bucket_size", &c.prefetch_bucket_size, 0, kMaxI)).ok()) return fail(s);
-  for (const char* k : {"stage3_max_live_parameters", "stage3_max_reuse_distance", "overlap_comm", "contiguous_gradients",
+  if (!(s = zero->Int("stage3_max_live_parameters", &c.max_live_parameters, 0, kMaxI)).ok()) return fail(s);
+  for (const char* k : {"stage3_max_reuse_distance", "overlap_comm", "contiguous_gradients",
                         "reduce_bucket_size", "allgather_bucket_size", "reduce_scatter", "allgather_partitions",
                         "stage3_param_persistence_threshold", "stage3_gather_16bit_weights_on_model_save",
                         "round_robin_gradients"})
@@ -201,15 +227,101 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   if (!(s = ParseStrata(root, &c)).ok()) return fail(s);
   if (c.schedule.total_num_steps == 0) c.schedule.total_num_steps = c.steps;
   root.UnusedKeys(&c.warnings);
+  for (AutoValue a : root.autos()) {
+    if (a.path == "scheduler.params.warmup_max_lr") a.reason = "the optimizer's lr";
+    if (a.path == "scheduler.params.total_num_steps") {
+      a.value = std::to_string(c.schedule.total_num_steps);
+      a.reason = "the run's steps (strata.steps)";
+    }
+    if (a.path == "bf16.enabled" || a.path == "fp16.enabled") a.reason = "off unless set: Strata picks no precision for you";
+    c.autos.push_back(a);
+  }
   return c;
 }
 
+Status ResolveBatch(TrainConfig* c, int world) {
+  const int64_t w = world;
+  auto note = [&](const char* key, int64_t v, std::string why) {
+    c->autos.push_back({key, std::to_string(v), std::move(why)});
+  };
+  const auto tb = c->train_batch_set, mb = c->micro_batch_set, ga = c->grad_accum_set;
+  auto indivisible = [&](int64_t num, int64_t den, const std::string& what) {
+    return InvalidArgument("train_batch_size {} is not divisible by {} ({}) on {} rank(s)", num, den, what, world);
+  };
+  if (tb && mb && ga) {
+    if (*tb != *mb * *ga * w)
+      return InvalidArgument(
+          "train_batch_size {} != train_micro_batch_size_per_gpu {} * gradient_accumulation_steps {} * {} rank(s) = {}",
+          *tb, *mb, *ga, world, *mb * *ga * w);
+  } else if (tb && mb) {
+    if (*tb % (*mb * w)) return indivisible(*tb, *mb * w, "micro-batch x ranks");
+    c->grad_accum = *tb / (*mb * w);
+    note("gradient_accumulation_steps", c->grad_accum, fmt::format("train_batch_size / (micro-batch x {} ranks)", world));
+  } else if (tb && ga) {
+    if (*tb % (*ga * w)) return indivisible(*tb, *ga * w, "accumulation steps x ranks");
+    c->micro_batch = *tb / (*ga * w);
+    note("train_micro_batch_size_per_gpu", c->micro_batch,
+         fmt::format("train_batch_size / (accumulation steps x {} ranks)", world));
+  } else if (tb) {
+    if (*tb % w) return indivisible(*tb, w, "ranks");
+    c->grad_accum = 1;
+    c->micro_batch = *tb / w;
+    note("gradient_accumulation_steps", 1, "train_batch_size alone: no accumulation");
+    note("train_micro_batch_size_per_gpu", c->micro_batch, fmt::format("train_batch_size / {} ranks", world));
+  } else {
+    if (!mb) note("train_micro_batch_size_per_gpu", c->micro_batch, "Strata's default");
+    if (!ga) note("gradient_accumulation_steps", c->grad_accum, mb ? "no train_batch_size: no accumulation" : "Strata's default");
+  }
+  c->train_batch = c->micro_batch * c->grad_accum * w;
+  if (!tb) note("train_batch_size", c->train_batch, fmt::format("micro-batch x accumulation steps x {} ranks", world));
+  return Status();
+}
+
+StatusOr<std::string> ComposeConfigText(const std::string& path, const std::string& default_text,
+                                        const std::string& strata_file, const std::vector<std::string>& sets,
+                                        std::string* origin) {
+  auto read = [](const std::string& p) -> StatusOr<std::string> {
+    std::ifstream in(p);
+    if (!in) return ErrnoError(errno, "cannot open config file '{}'", p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  auto parse = [](const std::string& text, const std::string& name) -> StatusOr<nlohmann::json> {
+    try {
+      return nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      return InvalidArgument("{}: not valid JSON: {}", name, e.what());
+    }
+  };
+  std::string text = default_text;
+  if (!path.empty()) {
+    STRATA_ASSIGN_OR_RETURN(text, read(path));
+    *origin = path;
+  }
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json j, parse(text, *origin));
+  std::string second = strata_file;
+  if (second.empty() && j.is_object() && j.contains("strata") && j["strata"].is_string()) {
+    second = j["strata"].get<std::string>();
+    const std::filesystem::path base = std::filesystem::path(path).parent_path();
+    if (!second.empty() && second[0] != '/' && !base.empty()) second = (base / second).string();
+  }
+  if (!second.empty()) {
+    STRATA_ASSIGN_OR_RETURN(std::string stext, read(second));
+    STRATA_ASSIGN_OR_RETURN(nlohmann::json sj, parse(stext, second));
+    // The second file is either the section itself or a config holding it under "strata".
+    if (sj.is_object() && sj.contains("strata") && sj["strata"].is_object()) sj = sj["strata"];
+    if (!sj.is_object()) return InvalidArgument("{}: the strata section must be a JSON object", second);
+    j["strata"] = sj;
+    *origin += " + " + second;
+  }
+  return ApplyOverrides(j.dump(), sets);
+}
+
 StatusOr<TrainConfig> LoadTrainConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return ErrnoError(errno, "cannot open config file '{}'", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseTrainConfig(ss.str(), path);
+  std::string origin = path;
+  STRATA_ASSIGN_OR_RETURN(std::string text, ComposeConfigText(path, "", "", {}, &origin));
+  return ParseTrainConfig(text, origin);
 }
 
 StatusOr<std::string> ApplyOverrides(const std::string& text, const std::vector<std::string>& sets) {

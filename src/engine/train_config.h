@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "src/data/data.h"
+#include "src/engine/json_reader.h"
 #include "src/model/model.h"
 #include "strata/dtype.h"
 #include "strata/status.h"
@@ -59,9 +60,13 @@ struct ScheduleConfig {
 };
 
 struct TrainConfig {
-  // Batch.
+  // Batch. The three DeepSpeed keys as written (absent or "auto" = unset); ResolveBatch
+  // derives the missing ones with DeepSpeed's rule
+  //   train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * world.
+  std::optional<int64_t> train_batch_set, micro_batch_set, grad_accum_set;
   int64_t micro_batch = 8;        // train_micro_batch_size_per_gpu
   int64_t grad_accum = 1;         // gradient_accumulation_steps
+  int64_t train_batch = 0;        // train_batch_size, known after ResolveBatch
   double gradient_clipping = 0;   // 0 = off
   // Precision.
   DType compute_dtype = DType::kF32;  // bf16.enabled -> kBF16, fp16.enabled -> kF16
@@ -76,7 +81,9 @@ struct TrainConfig {
   int64_t sub_group_size = 1'000'000'000;   // optimizer sub-group, elements
   int64_t prefetch_bucket_size = 50'000'000;  // stage3_prefetch_bucket_size, elements in flight
   AioConfig aio;
+  int64_t max_live_parameters = 1'000'000'000;  // stage3_max_live_parameters (elements; checked, informative)
   int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;  // print compute / comm / optimizer / exposed I/O per logged step
   // strata.*
   model::ModelConfig model;
   data::DataConfig data;
@@ -86,9 +93,27 @@ struct TrainConfig {
   int64_t eval_batches = 4;
   bool verify_checksums = true;
   int64_t debug_overflow_step = -1;  // tests: plant an Inf in the gradient at this step (0-based)
+  int64_t save_interval = 0;         // strata.save_interval: checkpoint every K steps with --save (0 = at the end only)
+  int keep_checkpoints = 2;          // strata.keep_checkpoints: step folders kept (0 = all)
+  std::string debug_crash_in_save;   // tests: kill the process at this point of a checkpoint save
+
+  std::vector<AutoValue> autos;       // keys written "auto" and what they became
 
   std::vector<std::string> warnings;  // unknown keys, by path
 };
+
+// Derives the batch keys left unset for `world_size` ranks (DeepSpeed's rule above) and
+// checks their consistency; records what each "auto" became in config->autos. The error
+// names the keys and the numbers ("train_batch_size 30 is not divisible by ...").
+Status ResolveBatch(TrainConfig* config, int world_size);
+
+// The JSON text of a run's config: `path` ("" = `default_text`, named `default_origin`),
+// with a "strata" value that is a string read as a second file (relative to the first),
+// then `strata_file` (if not empty) replacing the "strata" section, then the --set
+// overrides. *origin receives the name for messages.
+StatusOr<std::string> ComposeConfigText(const std::string& path, const std::string& default_text,
+                                        const std::string& strata_file, const std::vector<std::string>& sets,
+                                        std::string* origin);
 
 // Parses a ds_config-style JSON text. `origin` names the file in messages.
 StatusOr<TrainConfig> ParseTrainConfig(const std::string& json_text, const std::string& origin);

@@ -112,5 +112,128 @@ TEST(Config, LearningRateSchedules) {
   EXPECT_NEAR(LearningRate(c, 110), 0.0, 1e-12);
 }
 
+// DeepSpeed documentation examples (written in their style: tests/engine/ds_configs/)
+// are accepted unchanged; the only warnings are keys Strata does not use, by name.
+TEST(Config, DeepSpeedDocumentationExamplesAreAcceptedUnchanged) {
+  const std::string dir = STRATA_SOURCE_DIR "/tests/engine/ds_configs/";
+  struct Case {
+    const char* file;
+    int world;
+    int64_t micro, accum;
+  };
+  for (const Case& k : {Case{"config_json_basic.json", 1, 8, 1}, Case{"zero3_offload_cpu.json", 2, 4, 2},
+                        Case{"zero_infinity_nvme.json", 4, 8, 2}, Case{"schedulers_warmup_decay.json", 2, 8, 1},
+                        Case{"schedulers_warmup_cosine.json", 1, 2, 4}, Case{"hf_trainer_zero3_auto.json", 2, 8, 1},
+                        Case{"with_strata_file.json", 1, 2, 1}}) {
+    auto c = LoadTrainConfig(dir + k.file);
+    ASSERT_TRUE(c.ok()) << k.file << ": " << c.status().ToString();
+    EXPECT_TRUE(c->warnings.empty()) << k.file << ": " << c->warnings[0];
+    ASSERT_TRUE(ResolveBatch(&*c, k.world).ok()) << k.file;
+    EXPECT_EQ(c->micro_batch, k.micro) << k.file;
+    EXPECT_EQ(c->grad_accum, k.accum) << k.file;
+    EXPECT_EQ(c->train_batch, k.micro * k.accum * k.world) << k.file;
+  }
+  auto basic = LoadTrainConfig(dir + "config_json_basic.json");
+  EXPECT_EQ(basic->zero_stage, 1);  // legacy "zero_optimization": true
+  EXPECT_EQ(basic->compute_dtype, DType::kF16);
+  EXPECT_EQ(basic->weight_decay, 0);  // Adam's default
+  auto nvme = LoadTrainConfig(dir + "zero_infinity_nvme.json");
+  EXPECT_EQ(nvme->offload_param.device, OffloadDevice::kNvme);
+  EXPECT_EQ(nvme->aio.block_size, 262144);
+  EXPECT_TRUE(nvme->wall_clock_breakdown);
+  auto decay = LoadTrainConfig(dir + "schedulers_warmup_decay.json");
+  EXPECT_EQ(decay->schedule.kind, LrScheduleKind::kWarmupDecayLR);
+  EXPECT_EQ(decay->schedule.total_num_steps, 10000);
+  auto second = LoadTrainConfig(dir + "with_strata_file.json");
+  EXPECT_EQ(second->steps, 7);
+  EXPECT_EQ(second->save_interval, 3);
+  EXPECT_EQ(second->model.arch, model::Arch::kLlama);
+}
+
+TEST(Config, AutoValuesAreResolvedAndExplained) {
+  auto c = LoadTrainConfig(STRATA_SOURCE_DIR "/tests/engine/ds_configs/hf_trainer_zero3_auto.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE(ResolveBatch(&*c, 2).ok());
+  auto find = [&](const std::string& path) -> const AutoValue* {
+    for (const auto& a : c->autos)
+      if (a.path == path) return &a;
+    return nullptr;
+  };
+  for (const char* k : {"fp16.enabled", "optimizer.params.lr", "optimizer.params.betas", "optimizer.params.eps",
+                        "optimizer.params.weight_decay", "scheduler.params.warmup_max_lr", "gradient_clipping",
+                        "zero_optimization.stage3_prefetch_bucket_size", "train_batch_size",
+                        "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"})
+    EXPECT_NE(find(k), nullptr) << k;
+  EXPECT_EQ(find("scheduler.params.warmup_max_lr")->reason, "the optimizer's lr");
+  EXPECT_EQ(find("train_batch_size")->value, "16");  // 8 x 1 x 2 ranks
+  EXPECT_EQ(c->compute_dtype, DType::kF32);
+}
+
+TEST(Config, BatchSizeConsistencyRule) {
+  auto parse = [](const std::string& text, int world) -> StatusOr<TrainConfig> {
+    STRATA_ASSIGN_OR_RETURN(TrainConfig c, ParseTrainConfig(text, "b.json"));
+    STRATA_RETURN_IF_ERROR(ResolveBatch(&c, world));
+    return c;
+  };
+  auto c = parse(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4})", 2);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->grad_accum, 4);
+  c = parse(R"({"train_batch_size": 32, "gradient_accumulation_steps": 2})", 4);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->micro_batch, 4);
+  c = parse(R"({"train_batch_size": 24})", 3);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->micro_batch, 8);
+  EXPECT_EQ(c->grad_accum, 1);
+  c = parse(R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1})", 2);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("train_batch_size 30 != train_micro_batch_size_per_gpu 4 * "
+                                      "gradient_accumulation_steps 1 * 2 rank(s) = 8"),
+            std::string::npos)
+      << c.status().message();
+  c = parse(R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4})", 2);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("not divisible"), std::string::npos) << c.status().message();
+  c = parse(R"({"train_batch_size": "eight"})", 1);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("train_batch_size: expected an integer"), std::string::npos);
+}
+
+TEST(Config, MisspeltKeysAreWarnedAndWrongValuesNameTheRange) {
+  auto c = ParseTrainConfig(R"({"gradient_clipings": 1.0, "zero_optimization": {"stage": 3,
+      "offload_param": {"devcie": "cpu"}}, "optimizer": {"type": "AdamW", "params": {"learning_rate": 1e-3}}})",
+                            "m.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  for (const char* w : {"gradient_clipings", "zero_optimization.offload_param.devcie", "optimizer.params.learning_rate"})
+    EXPECT_NE(std::find(c->warnings.begin(), c->warnings.end(), w), c->warnings.end()) << w;
+  auto bad = ParseTrainConfig(R"({"fp16": {"enabled": true, "initial_scale_power": 99}})", "m.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("fp16.initial_scale_power: 99 is out of range [0, 64]"), std::string::npos)
+      << bad.status().message();
+  bad = ParseTrainConfig(R"({"aio": {"queue_depth": "deep"}})", "m.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("aio.queue_depth: expected an integer in [1, 4096]"), std::string::npos)
+      << bad.status().message();
+  bad = ParseTrainConfig(R"({"scheduler": {"type": "OneCycle"}})", "m.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("\"OneCycle\" is not one of"), std::string::npos);
+}
+
+TEST(Config, SecondFileAndSetOverridesCompose) {
+  std::string origin = "default";
+  auto text = ComposeConfigText(STRATA_SOURCE_DIR "/tests/engine/ds_configs/with_strata_file.json", "", "",
+                                {"strata.model.n_layer=3", "zero_optimization.stage=2"}, &origin);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_NE(origin.find("with_strata_file.strata.json"), std::string::npos) << origin;
+  auto c = ParseTrainConfig(*text, origin);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.n_layer, 3);
+  EXPECT_EQ(c->zero_stage, 2);
+  EXPECT_EQ(c->steps, 7);
+  auto missing = ComposeConfigText("/nonexistent/ds.json", "", "", {}, &origin);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/ds.json"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace strata

@@ -1,0 +1,219 @@
+#include "src/checkpoint/checkpoint.h"
+
+#include <filesystem>
+
+#include "src/checkpoint/durable_file.h"
+#include "src/checkpoint/manifest.h"
+#include "src/checkpoint/safetensors.h"
+#include "strata/flat_group.h"
+#include "strata/log.h"
+
+namespace strata::ckpt {
+namespace fs = std::filesystem;
+namespace {
+
+const char* SafetensorsDType(DType d) { return d == DType::kF32 ? "F32" : d == DType::kBF16 ? "BF16" : "F16"; }
+
+// Every rank learns whether any rank failed a phase, so none waits for a peer that gave up.
+Status Agree(Communicator& comm, const Status& mine, const char* phase) {
+  float bad = mine.ok() ? 0.f : 1.f;
+  if (comm.world_size() > 1) STRATA_RETURN_IF_ERROR(comm.AllReduce(&bad, 1, DType::kF32, ReduceOp::kSum));
+  if (!mine.ok()) return mine.WithContext(phase);
+  if (bad > 0) return Error(StatusCode::kFailedPrecondition, "{}: another rank failed (see its error)", phase);
+  return Status();
+}
+
+Status RemoveAll(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec) return Error(StatusCode::kIoError, "cannot remove '{}': {}", path, ec.message());
+  return Status();
+}
+
+// Upper bound of this rank's tensor count: a working tensor per block and three per
+// optimizer sub-group (at most padded / sub-group size + 1 of them).
+int64_t MaxTensors(const Engine& e, const TrainConfig& cfg) {
+  const int64_t step = std::max<int64_t>(kShardAlign, cfg.sub_group_size / kShardAlign * kShardAlign);
+  int64_t n = 0;
+  for (int b = 0; b < e.num_blocks(); ++b) n += 1 + 3 * (e.BlockPadded(b) / step + 1);
+  return n;
+}
+
+// Streams this rank's state into `path`: the header's room is reserved first (its size is
+// bounded by the tensor count), the data follows in VisitState order, and the header is
+// written last into its room, padded with spaces (valid JSON whitespace).
+Status WriteShard(Engine& engine, const TrainConfig& cfg, const std::string& path, const SaveOptions& opt,
+                  nlohmann::json* sum) {
+  const uint64_t room = static_cast<uint64_t>(MaxTensors(engine, cfg)) * 192 + 4096;
+  STRATA_ASSIGN_OR_RETURN(DurableWriter w, DurableWriter::Create(path));
+  std::string blank(8 + room, ' ');
+  STRATA_RETURN_IF_ERROR(w.Write(std::as_bytes(std::span(blank.data(), blank.size()))));
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  header["__metadata__"] = {{"format", "strata-shard"}};
+  uint64_t offset = 0;
+  int64_t count = 0;
+  STRATA_RETURN_IF_ERROR(engine.VisitState([&](const std::string& name, std::span<const std::byte> bytes) -> Status {
+    const bool working = name.size() > 8 && name.compare(name.size() - 8, 8, ".working") == 0;
+    const char* dtype = working ? SafetensorsDType(cfg.compute_dtype) : "F32";
+    const int64_t numel = static_cast<int64_t>(bytes.size()) / SafetensorsDTypeSize(dtype);
+    header[name] = {{"dtype", dtype},
+                    {"shape", nlohmann::json::array({numel})},
+                    {"data_offsets", nlohmann::json::array({offset, offset + bytes.size()})}};
+    offset += bytes.size();
+    STRATA_RETURN_IF_ERROR(w.Write(bytes));
+    if (++count == 1 && opt.crash_hook) opt.crash_hook("shard_partly_written");
+    return Status();
+  }));
+  std::string text = header.dump();
+  if (text.size() > room)
+    return Error(StatusCode::kInternal, "'{}': header of {} bytes exceeds its reserved {}", path, text.size(), room);
+  text.append(room - text.size(), ' ');
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(room >> (8 * i));
+  STRATA_RETURN_IF_ERROR(w.PWrite(0, std::as_bytes(std::span(len))));
+  STRATA_RETURN_IF_ERROR(w.PWrite(8, std::as_bytes(std::span(text.data(), text.size()))));
+  STRATA_RETURN_IF_ERROR(w.Close());
+  STRATA_ASSIGN_OR_RETURN(MappedFile m, MappedFile::Open(path));  // the checksum covers the final bytes
+  *sum = {{"name", fs::path(path).filename().string()}, {"bytes", m.bytes().size()},
+          {"xxh3", HexU64(Xxh3(m.bytes()))}, {"tensors", count}};
+  return Status();
+}
+
+nlohmann::json Layout(const Engine& e) {
+  nlohmann::json out = nlohmann::json::array();
+  for (int b = 0; b < e.num_blocks(); ++b) {
+    nlohmann::json params = nlohmann::json::array();
+    for (const auto& p : e.BlockParams(b)) params.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}});
+    out.push_back({{"block", b}, {"padded", e.BlockPadded(b)}, {"params", params}});
+  }
+  return out;
+}
+
+// Rank 0's part of the commit: manifest, rename, `latest`, pruning.
+Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, const std::string& tmp, int64_t step,
+              int world, const SaveOptions& opt) {
+  nlohmann::json files = nlohmann::json::array();
+  for (int r = 0; r < world; ++r) {
+    const std::string sum_path = (fs::path(tmp) / fmt::format("rank{}.sum", r)).string();
+    STRATA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(sum_path));
+    files.push_back(nlohmann::json::parse(text));
+  }
+  const EngineCounters c = engine.counters();
+  nlohmann::json manifest = {
+      {"format", kManifestFormat},
+      {"step", step},
+      {"world_size", world},
+      {"compute_dtype", DTypeName(cfg.compute_dtype)},
+      {"seed", cfg.seed},
+      {"sub_group_size", cfg.sub_group_size},
+      {"zero_stage", cfg.zero_stage},
+      {"model", ModelConfigJson(cfg.model)},
+      {"counters",
+       {{"adam_steps", c.adam_steps}, {"loss_scale", c.loss_scale}, {"clean_steps", c.clean_steps},
+        {"hysteresis_left", c.hysteresis_left}}},
+      {"data_position", {{"next_step", step}, {"note", "batches are a pure function of (seed, step)"}}},
+      {"layout", Layout(engine)},
+      {"files", files}};
+  STRATA_RETURN_IF_ERROR(WriteFileAtomically((fs::path(tmp) / "manifest.json").string(), manifest.dump(1)));
+  STRATA_RETURN_IF_ERROR(FsyncDir(tmp));
+  if (opt.crash_hook) opt.crash_hook("before_rename");
+  const std::string final_dir = (fs::path(dir) / StepDirName(step)).string();
+  STRATA_RETURN_IF_ERROR(RemoveAll(final_dir));  // a re-save of the same step replaces it
+  if (::rename(tmp.c_str(), final_dir.c_str()) != 0) return ErrnoError(errno, "rename '{}' to '{}'", tmp, final_dir);
+  STRATA_RETURN_IF_ERROR(FsyncDir(dir));
+  if (opt.crash_hook) opt.crash_hook("before_latest");
+  STRATA_RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / "latest").string(), StepDirName(step) + "\n"));
+  if (opt.keep > 0) {
+    auto steps = ListSteps(dir);
+    for (size_t i = 0; i + opt.keep < steps.size(); ++i)
+      if (steps[i].first != step) STRATA_RETURN_IF_ERROR(RemoveAll(steps[i].second));
+  }
+  return Status();
+}
+
+}  // namespace
+
+nlohmann::json ModelConfigJson(const model::ModelConfig& m) {
+  return {{"arch", m.arch == model::Arch::kGpt2 ? "gpt2" : "llama"},
+          {"vocab_size", m.vocab_size},
+          {"seq_len", m.seq_len},
+          {"n_layer", m.n_layer},
+          {"d_model", m.d_model},
+          {"n_head", m.n_head},
+          {"n_kv_head", m.n_kv_head},
+          {"ffn_hidden", m.ffn_hidden},
+          {"tie_embeddings", m.tie_embeddings},
+          {"norm_eps", m.norm_eps},
+          {"rope_theta", m.rope_theta}};
+}
+
+Status SaveCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg, const std::string& dir, int64_t step,
+                      const SaveOptions& opt) {
+  const int rank = comm.rank(), world = comm.world_size();
+  const std::string tmp = (fs::path(dir) / (StepDirName(step) + ".tmp")).string();
+  Status s;
+  if (rank == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) s = Error(StatusCode::kIoError, "cannot create checkpoint folder '{}': {}", dir, ec.message());
+    if (s.ok()) s = RemoveAll(tmp);  // a crashed earlier save of this step
+    if (s.ok() && !fs::create_directory(tmp, ec))
+      s = Error(StatusCode::kIoError, "cannot create '{}': {}", tmp, ec.message());
+  }
+  STRATA_RETURN_IF_ERROR(Agree(comm, s, "checkpoint: preparing the folder"));
+
+  nlohmann::json sum;
+  s = WriteShard(engine, cfg, (fs::path(tmp) / RankFileName(rank)).string(), opt, &sum);
+  if (s.ok()) s = WriteFileAtomically((fs::path(tmp) / fmt::format("rank{}.sum", rank)).string(), sum.dump());
+  STRATA_RETURN_IF_ERROR(Agree(comm, s, fmt::format("checkpoint: writing rank {}'s shard", rank).c_str()));
+
+  if (rank == 0) s = Commit(engine, cfg, dir, tmp, step, world, opt);
+  return Agree(comm, s, "checkpoint: committing");
+}
+
+StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg, const std::string& path) {
+  int64_t step = 0;
+  auto load = [&]() -> Status {
+    STRATA_ASSIGN_OR_RETURN(std::string step_dir, ResolveStepDir(path));
+    STRATA_ASSIGN_OR_RETURN(nlohmann::json m, ReadManifest(step_dir));
+    const std::string where = (fs::path(step_dir) / "manifest.json").string();
+    if (m["world_size"].get<int>() != comm.world_size())
+      return Error(StatusCode::kFailedPrecondition,
+                   "'{}' was saved by {} ranks; this run has {} (resharding a checkpoint is not supported; export it "
+                   "and start with --init-from instead)",
+                   where, m["world_size"].dump(), comm.world_size());
+    if (m["compute_dtype"] != DTypeName(cfg.compute_dtype))
+      return Error(StatusCode::kFailedPrecondition, "'{}' was saved with compute dtype {}; this run uses {}", where,
+                   m["compute_dtype"].dump(), DTypeName(cfg.compute_dtype));
+    const nlohmann::json model = ModelConfigJson(cfg.model);
+    for (auto it = model.begin(); it != model.end(); ++it)
+      if (m["model"].value(it.key(), nlohmann::json()) != *it)
+        return Error(StatusCode::kFailedPrecondition, "'{}': strata.model.{} is {} there, {} in this run", where,
+                     it.key(), m["model"].value(it.key(), nlohmann::json()).dump(), it->dump());
+    if (m.value("seed", cfg.seed) != cfg.seed)
+      LogWarn("resuming '{}' (seed {}) with seed {}: the data order after the checkpoint differs from the original run",
+              step_dir, m["seed"].dump(), cfg.seed);
+    STRATA_ASSIGN_OR_RETURN(SafetensorsFile f, OpenRankFile(step_dir, m, comm.rank()));
+    for (const TensorView& t : f.tensors()) {
+      Status s = engine.RestoreState(t.name, t.bytes);
+      if (!s.ok())
+        return s.WithContext(fmt::format("'{}' does not match this run's state (different sub_group_size or stage?)",
+                                         f.path()));
+    }
+    const nlohmann::json& c = m["counters"];
+    engine.set_counters({c.at("adam_steps").get<int64_t>(), c.at("loss_scale").get<double>(),
+                         c.at("clean_steps").get<int64_t>(), c.at("hysteresis_left").get<int>()});
+    step = m["step"].get<int64_t>();
+    return Status();
+  };
+  Status s;
+  try {
+    s = load();
+  } catch (const nlohmann::json::exception& e) {
+    s = Error(StatusCode::kDataLoss, "checkpoint '{}': malformed manifest ({})", path, e.what());
+  }
+  STRATA_RETURN_IF_ERROR(Agree(comm, s, fmt::format("resuming from '{}'", path).c_str()));
+  return step;
+}
+
+}  // namespace strata::ckpt

@@ -1,0 +1,46 @@
+// Save and resume the whole training state, sharded per rank (see manifest.h for the
+// layout). Both are collective: every rank of the run calls them with the same arguments.
+//
+// Note [Checkpoint commit]
+// 1. rank 0 creates DIR/step_N.tmp (an old one left by a crash is removed first);
+// 2. every rank streams its shard into rank<r>.safetensors there, fsyncs it, and writes
+//    rank<r>.sum (bytes, xxh3-64, tensor count), fsynced;
+// 3. rank 0 writes manifest.json (fsynced), fsyncs the folder, renames step_N.tmp to
+//    step_N, fsyncs DIR, then replaces DIR/latest (temporary name + fsync + rename);
+// 4. rank 0 removes the oldest step folders beyond `keep`.
+// A process killed anywhere before the end of 3 leaves `latest` on the previous step
+// folder, untouched. Failures on any rank reach all ranks (an all-reduced flag after each
+// phase), so no rank waits for a peer that gave up.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <string>
+
+#include "src/engine/engine.h"
+#include "strata/communicator.h"
+#include "strata/status.h"
+
+namespace strata::ckpt {
+
+struct SaveOptions {
+  int keep = 2;  // step folders kept, newest first; 0 = all
+  // Tests: called at named points of the commit ("shard_partly_written" after the first tensor, "before_rename",
+  // "before_latest") on every rank; the hook may kill the process.
+  std::function<void(const std::string& point)> crash_hook;
+};
+
+// Writes the state after `step` optimizer steps (the next step to run is `step`).
+Status SaveCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg, const std::string& dir,
+                      int64_t step, const SaveOptions& options = {});
+
+// Restores the state from `path` (a checkpoint folder, via its `latest`, or one step
+// folder). Returns the step to continue from. The run must have the same world size,
+// model, compute dtype and optimizer sub-groups as the one that saved.
+StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg, const std::string& path);
+
+// The model section of a config as the manifest stores it (strata.model keys).
+nlohmann::json ModelConfigJson(const model::ModelConfig& m);
+
+}  // namespace strata::ckpt

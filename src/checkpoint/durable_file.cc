@@ -1,0 +1,146 @@
+#include "src/checkpoint/durable_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <filesystem>
+
+namespace strata::ckpt {
+
+StatusOr<DurableWriter> DurableWriter::Create(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError(errno, "cannot create '{}'", path);
+  return DurableWriter(fd, path);
+}
+
+DurableWriter::DurableWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
+  state_ = XXH3_createState();
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+
+DurableWriter::DurableWriter(DurableWriter&& o) noexcept
+    : fd_(o.fd_), path_(std::move(o.path_)), written_(o.written_), state_(o.state_) {
+  o.fd_ = -1;
+  o.state_ = nullptr;
+}
+
+DurableWriter::~DurableWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (state_) XXH3_freeState(static_cast<XXH3_state_t*>(state_));
+}
+
+Status DurableWriter::Write(std::span<const std::byte> bytes) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), bytes.data(), bytes.size());
+  size_t done = 0;
+  while (done < bytes.size()) {  // short writes are normal; EINTR is retried
+    const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError(errno, "write to '{}' at offset {}", path_, written_ + done);
+    done += static_cast<size_t>(n);
+  }
+  written_ += done;
+  return Status();
+}
+
+Status DurableWriter::PWrite(uint64_t offset, std::span<const std::byte> bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError(errno, "write to '{}' at offset {}", path_, offset + done);
+    done += static_cast<size_t>(n);
+  }
+  return Status();
+}
+
+Status DurableWriter::Close() {
+  if (::fsync(fd_) != 0) return ErrnoError(errno, "fsync of '{}'", path_);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) return ErrnoError(errno, "close of '{}'", path_);
+  return Status();
+}
+
+uint64_t DurableWriter::xxh3() const { return XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_)); }
+
+Status FsyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, "cannot open folder '{}'", dir);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return ErrnoError(err, "fsync of folder '{}'", dir);
+  return Status();
+}
+
+Status WriteFileAtomically(const std::string& path, std::string_view text) {
+  const std::string tmp = path + ".tmp";
+  STRATA_ASSIGN_OR_RETURN(DurableWriter w, DurableWriter::Create(tmp));
+  STRATA_RETURN_IF_ERROR(w.Write(std::as_bytes(std::span(text.data(), text.size()))));
+  STRATA_RETURN_IF_ERROR(w.Close());
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError(errno, "rename '{}' to '{}'", tmp, path);
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return FsyncDir(dir.empty() ? "." : dir);
+}
+
+StatusOr<std::string> ReadTextFile(const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(path));
+  auto b = f.bytes();
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, "cannot open '{}'", path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoError(err, "stat of '{}'", path);
+  }
+  MappedFile m;
+  m.path_ = path;
+  m.size_ = static_cast<size_t>(st.st_size);
+  if (m.size_ > 0) {
+    void* p = ::mmap(nullptr, m.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoError(err, "mmap of '{}' ({} bytes)", path, m.size_);
+    }
+    m.data_ = p;
+  }
+  ::close(fd);
+  return m;
+}
+
+MappedFile::MappedFile(MappedFile&& o) noexcept : data_(o.data_), size_(o.size_), path_(std::move(o.path_)) {
+  o.data_ = nullptr;
+  o.size_ = 0;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+  if (this != &o) {
+    if (data_) ::munmap(data_, size_);
+    data_ = o.data_;
+    size_ = o.size_;
+    path_ = std::move(o.path_);
+    o.data_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, size_);
+}
+
+uint64_t Xxh3(std::span<const std::byte> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+std::string HexU64(uint64_t v) { return fmt::format("{:016x}", v); }
+
+}  // namespace strata::ckpt

@@ -1,0 +1,102 @@
+#include "src/checkpoint/export.h"
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "src/checkpoint/hf_names.h"
+#include "src/checkpoint/manifest.h"
+#include "src/checkpoint/safetensors.h"
+
+namespace strata::ckpt {
+
+uint16_t Bf16FromF32(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu)) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+StatusOr<ExportReport> ExportCheckpoint(const std::string& checkpoint, const std::string& out, ExportDType dtype) {
+  ExportReport rep;
+  STRATA_ASSIGN_OR_RETURN(rep.step_dir, ResolveStepDir(checkpoint));
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json m, ReadManifest(rep.step_dir));
+  const int world = m["world_size"].get<int>();
+  std::vector<SafetensorsFile> files;
+  for (int r = 0; r < world; ++r) {
+    STRATA_ASSIGN_OR_RETURN(SafetensorsFile f, OpenRankFile(rep.step_dir, m, r));
+    files.push_back(std::move(f));
+  }
+  rep.step = m["step"].get<int64_t>();
+  const bool gpt2 = m["model"].at("arch") == "gpt2";
+  const int n_layer = m["model"].at("n_layer").get<int>();
+
+  // Per block: the fp32 master shards ("block<b>.<offset>.master") at their flat offsets.
+  std::vector<std::vector<std::byte>> data;  // one buffer per output tensor
+  std::vector<TensorView> views;
+  for (const nlohmann::json& blk : m["layout"]) {
+    const int b = blk.at("block").get<int>();
+    const int64_t padded = blk.at("padded").get<int64_t>();
+    std::vector<float> flat(padded, 0.f);
+    std::vector<char> seen(padded, 0);
+    const std::string prefix = fmt::format("block{}.", b);
+    for (const SafetensorsFile& f : files)
+      for (const TensorView& t : f.tensors()) {
+        if (t.name.rfind(prefix, 0) != 0 || t.name.size() < 7 || t.name.compare(t.name.size() - 7, 7, ".master") != 0)
+          continue;
+        const int64_t off = std::stoll(t.name.substr(prefix.size()));
+        const int64_t n = t.numel();
+        if (t.dtype != "F32" || off < 0 || off + n > padded)
+          return Error(StatusCode::kDataLoss, "'{}': tensor '{}' ({} x {}) lies outside block {} ({} elements)", f.path(),
+                       t.name, n, t.dtype, b, padded);
+        std::memcpy(flat.data() + off, t.bytes.data(), n * 4);
+        std::memset(seen.data() + off, 1, n);
+      }
+    for (const nlohmann::json& p : blk.at("params")) {
+      const std::string name = p.at("name").get<std::string>();
+      const auto shape = p.at("shape").get<std::vector<int64_t>>();
+      const int64_t off = p.at("offset").get<int64_t>();
+      int64_t numel = 1;
+      for (int64_t s : shape) numel *= s;
+      for (int64_t i = off; i < off + numel; ++i)
+        if (!seen[i])
+          return Error(StatusCode::kDataLoss, "'{}': no rank file holds element {} of block {} ('{}')", rep.step_dir, i,
+                       b, name);
+      const HfName hf = ToHfName(gpt2, n_layer, b, name);
+      std::vector<int64_t> out_shape = shape;
+      std::vector<float> vals(flat.begin() + off, flat.begin() + off + numel);
+      if (hf.transpose) {  // [out, in] -> [in, out]
+        const int64_t rows = shape[0], cols = shape[1];
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) vals[c * rows + r] = flat[off + r * cols + c];
+        out_shape = {cols, rows};
+      }
+      std::vector<std::byte> bytes;
+      if (dtype == ExportDType::kF32) {
+        bytes.resize(numel * 4);
+        std::memcpy(bytes.data(), vals.data(), bytes.size());
+      } else {
+        bytes.resize(numel * 2);
+        for (int64_t i = 0; i < numel; ++i) {
+          const uint16_t h = Bf16FromF32(vals[i]);
+          std::memcpy(bytes.data() + 2 * i, &h, 2);
+        }
+      }
+      data.push_back(std::move(bytes));
+      views.push_back({hf.name, dtype == ExportDType::kF32 ? "F32" : "BF16", out_shape, {}});
+      rep.parameters += numel;
+    }
+  }
+  for (size_t i = 0; i < views.size(); ++i) views[i].bytes = data[i];
+  rep.tensors = static_cast<int64_t>(views.size());
+  const std::string tmp = out + ".tmp";
+  STRATA_RETURN_IF_ERROR(WriteSafetensors(tmp, views, {{"format", "pt"}}, &rep.bytes));
+  if (::rename(tmp.c_str(), out.c_str()) != 0) return ErrnoError(errno, "rename '{}' to '{}'", tmp, out);
+  const std::string parent = std::filesystem::path(out).parent_path().string();
+  STRATA_RETURN_IF_ERROR(FsyncDir(parent.empty() ? "." : parent));
+  return rep;
+}
+
+}  // namespace strata::ckpt

@@ -1,0 +1,33 @@
+// Strata's parameter names (block index + the block's own name, see src/model/gpt2.cc and
+// llama.cc) <-> the names Hugging Face transformers writes with save_pretrained:
+//   GPT2LMHeadModel   transformer.wte.weight, transformer.wpe.weight,
+//                     transformer.h.<i>.<name>, transformer.ln_f.*, lm_head.weight
+//   LlamaForCausalLM  model.embed_tokens.weight, model.layers.<i>.<name>, model.norm.weight,
+//                     lm_head.weight
+// GPT-2's attn.c_attn / attn.c_proj / mlp.c_fc / mlp.c_proj weights are Conv1D in HF,
+// stored [in, out]; Strata's Linear is [out, in]: those four are transposed both ways.
+// A tied LM head is absent from HF files (HF re-ties lm_head.weight to the embedding).
+// Torch-free.
+#pragma once
+
+#include <string>
+
+namespace strata::ckpt {
+
+struct HfName {
+  std::string name;        // full HF key
+  bool transpose = false;  // 2-D, [out, in] in Strata vs [in, out] in the file
+};
+
+// `block` 0 = embedding, 1..n_layer = layers, n_layer+1 = head.
+HfName ToHfName(bool gpt2, int n_layer, int block, const std::string& strata_name);
+
+// Tensors that HF files may carry but that are buffers, not parameters (GPT-2's causal
+// mask "attn.bias" / "attn.masked_bias", LLaMA's "rotary_emb.inv_freq"): skipped on load.
+bool IsHfBuffer(const std::string& hf_name);
+
+// HF's prefix-less variants (GPT2Model / LlamaModel save without "transformer." /
+// "model."): the key as written in a file -> the canonical full key above.
+std::string CanonicalHfName(bool gpt2, const std::string& key);
+
+}  // namespace strata::ckpt

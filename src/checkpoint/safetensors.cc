@@ -1,0 +1,119 @@
+#include "src/checkpoint/safetensors.h"
+
+#include "strata/check.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+namespace strata::ckpt {
+
+int SafetensorsDTypeSize(const std::string& d) {
+  if (d == "F64" || d == "I64" || d == "U64") return 8;
+  if (d == "F32" || d == "I32" || d == "U32") return 4;
+  if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
+  if (d == "I8" || d == "U8" || d == "BOOL" || d == "F8_E4M3" || d == "F8_E5M2") return 1;
+  return 0;
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& tensors,
+                        const std::map<std::string, std::string>& metadata, uint64_t* size, uint64_t* xxh3) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const TensorView& t : tensors) {
+    const int es = SafetensorsDTypeSize(t.dtype);
+    STRATA_CHECK(es > 0) << "unknown safetensors dtype " << t.dtype;
+    STRATA_CHECK(static_cast<uint64_t>(t.numel()) * es == t.bytes.size())
+        << t.name << ": " << t.bytes.size() << " bytes for " << t.numel() << " x " << es;
+    header[t.name] = {{"dtype", t.dtype},
+                      {"shape", t.shape},
+                      {"data_offsets", nlohmann::ordered_json::array({offset, offset + t.bytes.size()})}};
+    offset += t.bytes.size();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+
+  STRATA_ASSIGN_OR_RETURN(DurableWriter w, DurableWriter::Create(path));
+  STRATA_RETURN_IF_ERROR(w.Write(std::as_bytes(std::span(len))));
+  STRATA_RETURN_IF_ERROR(w.Write(std::as_bytes(std::span(text.data(), text.size()))));
+  for (const TensorView& t : tensors) STRATA_RETURN_IF_ERROR(w.Write(t.bytes));
+  if (size) *size = w.bytes_written();
+  if (xxh3) *xxh3 = w.xxh3();
+  return w.Close();
+}
+
+StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(MappedFile m, MappedFile::Open(path));
+  return FromMapping(std::move(m));
+}
+
+StatusOr<SafetensorsFile> SafetensorsFile::FromMapping(MappedFile m) {
+  SafetensorsFile f(std::move(m));
+  const std::string& path = f.path();
+  const auto all = f.file_.bytes();
+  auto bad = [&](const std::string& why) {
+    return Error(StatusCode::kDataLoss, "'{}' is not a valid safetensors file: {}", path, why);
+  };
+  if (all.size() < 8) return bad(fmt::format("{} bytes, shorter than the 8-byte header length", all.size()));
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(all[i])) << (8 * i);
+  if (n > all.size() - 8) return bad(fmt::format("header length {} exceeds the file ({} bytes)", n, all.size()));
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(reinterpret_cast<const char*>(all.data() + 8), reinterpret_cast<const char*>(all.data() + 8 + n));
+  } catch (const nlohmann::json::exception& e) {
+    return bad(fmt::format("header is not JSON ({})", e.what()));
+  }
+  if (!header.is_object()) return bad("header is not a JSON object");
+  const auto data = all.subspan(8 + n);
+  try {
+    for (auto it = header.begin(); it != header.end(); ++it) {
+      if (it.key() == "__metadata__") {
+        for (auto m2 = it->begin(); m2 != it->end(); ++m2)
+          if (m2->is_string()) f.metadata_[m2.key()] = m2->get<std::string>();
+        continue;
+      }
+      TensorView t;
+      t.name = it.key();
+      t.dtype = it->at("dtype").get<std::string>();
+      t.shape = it->at("shape").get<std::vector<int64_t>>();
+      const auto off = it->at("data_offsets").get<std::vector<uint64_t>>();
+      const int es = SafetensorsDTypeSize(t.dtype);
+      if (es == 0) return bad(fmt::format("tensor '{}' has unknown dtype '{}'", t.name, t.dtype));
+      if (off.size() != 2 || off[0] > off[1] || off[1] > data.size())
+        return bad(fmt::format("tensor '{}': data_offsets outside the file's {} data bytes (truncated?)", t.name,
+                               data.size()));
+      if (std::any_of(t.shape.begin(), t.shape.end(), [](int64_t s) { return s < 0; }) ||
+          static_cast<uint64_t>(t.numel()) * es != off[1] - off[0])
+        return bad(fmt::format("tensor '{}': {} bytes do not hold {} x {} elements", t.name, off[1] - off[0],
+                               t.numel(), t.dtype));
+      t.bytes = data.subspan(off[0], off[1] - off[0]);
+      f.index_[t.name] = f.tensors_.size();
+      f.tensors_.push_back(std::move(t));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return bad(fmt::format("malformed tensor entry ({})", e.what()));
+  }
+  // Hugging Face's files list tensors alphabetically in the header; keep data order.
+  std::sort(f.tensors_.begin(), f.tensors_.end(),
+            [](const TensorView& a, const TensorView& b) { return a.bytes.data() < b.bytes.data(); });
+  for (size_t i = 0; i < f.tensors_.size(); ++i) f.index_[f.tensors_[i].name] = i;
+  return f;
+}
+
+const TensorView* SafetensorsFile::Find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+}  // namespace strata::ckpt

@@ -1,0 +1,108 @@
+// `strata config check FILE`: parses a ds_config.json the way `train` does, prints the
+// resolved configuration (what every "auto" became and why) and the warnings, and exits
+// non-zero on any error, without training.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
+#include "src/checkpoint/checkpoint.h"
+#include "src/cli/commands.h"
+#include "src/cli/train_config_cli.h"
+#include "strata/log.h"
+
+namespace strata::cli {
+namespace {
+
+struct ConfigArgs {
+  std::string file, strata_file;
+  std::vector<std::string> sets;
+  int nproc = 1;
+};
+
+const char* ScheduleName(LrScheduleKind k) {
+  switch (k) {
+    case LrScheduleKind::kConstant: return "constant";
+    case LrScheduleKind::kWarmupLR: return "WarmupLR";
+    case LrScheduleKind::kWarmupDecayLR: return "WarmupDecayLR";
+    case LrScheduleKind::kWarmupCosineLR: return "WarmupCosineLR";
+  }
+  return "?";
+}
+
+nlohmann::ordered_json Offload(const OffloadConfig& o) {
+  return {{"device", OffloadDeviceName(o.device)}, {"nvme_path", o.nvme_path}, {"pin_memory", o.pin_memory},
+          {"buffer_count", o.buffer_count}, {"buffer_size", o.buffer_size}};
+}
+
+// The configuration as Strata will run it, in ds_config shape.
+nlohmann::ordered_json Resolved(const TrainConfig& c) {
+  const auto& s = c.schedule;
+  return {
+      {"train_batch_size", c.train_batch},
+      {"train_micro_batch_size_per_gpu", c.micro_batch},
+      {"gradient_accumulation_steps", c.grad_accum},
+      {"gradient_clipping", c.gradient_clipping},
+      {"bf16", {{"enabled", c.compute_dtype == DType::kBF16}}},
+      {"fp16",
+       {{"enabled", c.compute_dtype == DType::kF16}, {"loss_scale", c.loss_scale.static_scale},
+        {"initial_scale_power", c.loss_scale.initial_scale_power}, {"loss_scale_window", c.loss_scale.window},
+        {"hysteresis", c.loss_scale.hysteresis}, {"min_loss_scale", c.loss_scale.min_scale}}},
+      {"optimizer",
+       {{"type", c.adam_w_mode ? "AdamW" : "Adam"},
+        {"params", {{"lr", c.lr}, {"betas", {c.beta1, c.beta2}}, {"eps", c.eps}, {"weight_decay", c.weight_decay}}}}},
+      {"scheduler",
+       {{"type", ScheduleName(s.kind)},
+        {"params",
+         {{"warmup_min_lr", s.warmup_min_lr}, {"warmup_max_lr", s.warmup_max_lr},
+          {"warmup_num_steps", s.warmup_num_steps}, {"total_num_steps", s.total_num_steps},
+          {"cos_min_ratio", s.cos_min_ratio}, {"warmup_min_ratio", s.warmup_min_ratio}}}}},
+      {"zero_optimization",
+       {{"stage", c.zero_stage}, {"offload_param", Offload(c.offload_param)},
+        {"offload_optimizer", Offload(c.offload_optimizer)}, {"sub_group_size", c.sub_group_size},
+        {"stage3_prefetch_bucket_size", c.prefetch_bucket_size},
+        {"stage3_max_live_parameters", c.max_live_parameters}}},
+      {"aio",
+       {{"block_size", c.aio.block_size}, {"queue_depth", c.aio.queue_depth}, {"thread_count", c.aio.thread_count},
+        {"single_submit", c.aio.single_submit}, {"overlap_events", c.aio.overlap_events}}},
+      {"steps_per_print", c.steps_per_print},
+      {"wall_clock_breakdown", c.wall_clock_breakdown},
+      {"strata",
+       {{"steps", c.steps}, {"seed", c.seed}, {"eval_interval", c.eval_interval}, {"eval_batches", c.eval_batches},
+        {"verify_checksums", c.verify_checksums}, {"save_interval", c.save_interval},
+        {"keep_checkpoints", c.keep_checkpoints}, {"model", ckpt::ModelConfigJson(c.model)},
+        {"data", {{"path", c.data.path}, {"eval_fraction", c.data.eval_fraction}}}}}};
+}
+
+int RunCheck(const ConfigArgs& a) {
+  auto cfg = ResolveTrainConfig(a.file, a.strata_file, a.sets, a.nproc);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "error: %s\n", cfg.status().message().c_str());
+    return 1;
+  }
+  std::printf("%s: OK for %d rank(s)\n\nresolved configuration:\n%s\n", a.file.c_str(), a.nproc,
+              Resolved(*cfg).dump(2).c_str());
+  std::printf("\n\"auto\" and derived values:\n");
+  if (cfg->autos.empty()) std::printf("  (none)\n");
+  for (const AutoValue& v : cfg->autos) std::printf("  %s = %s  (%s)\n", v.path.c_str(), v.value.c_str(), v.reason.c_str());
+  std::printf("\nwarnings:\n");
+  if (cfg->warnings.empty()) std::printf("  (none)\n");
+  for (const auto& w : cfg->warnings) std::printf("  warning: config key '%s' is not used by Strata; ignored\n", w.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void AddConfigCommand(CLI::App& app, Action* action) {
+  auto* config = app.add_subcommand("config", "configuration tools");
+  config->require_subcommand(1);
+  auto* check = config->add_subcommand("check", "print the resolved configuration, what each \"auto\" became, the "
+                                                "warnings; exit 1 on any error (no training)");
+  auto a = std::make_shared<ConfigArgs>();
+  check->add_option("file", a->file, "ds_config.json")->required();
+  check->add_option("--strata", a->strata_file, "a second JSON file holding the \"strata\" section");
+  check->add_option("--set", a->sets, "override a config key: --set zero_optimization.stage=2");
+  check->add_option("--nproc", a->nproc, "world size the batch keys are resolved for")->check(CLI::Range(1, 1 << 20));
+  check->callback([=] { *action = [=] { return RunCheck(*a); }; });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,126 @@
+#include "src/cli/progress.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cmath>
+
+namespace strata::cli {
+namespace {
+
+std::string Duration(double s) {
+  if (!(s >= 0) || s > 1e7) return "?";
+  const int64_t t = static_cast<int64_t>(std::llround(s));
+  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60);
+  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+}  // namespace
+
+Progress::~Progress() {
+  if (metrics_) std::fclose(metrics_);
+}
+
+Status Progress::Open() {
+  if (o_.metrics_path.empty()) return Status();
+  metrics_ = std::fopen(o_.metrics_path.c_str(), "w");
+  if (!metrics_) return ErrnoError(errno, "cannot create metrics file '{}'", o_.metrics_path);
+  return Status();
+}
+
+void Progress::ClearBar() {
+  if (bar_drawn_) std::fputs("\r\033[K", stdout);
+  bar_drawn_ = false;
+}
+
+void Progress::Message(const std::string& line) {
+  ClearBar();
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+void Progress::DrawBar(const StepStats& st) {
+  const int64_t total = std::max<int64_t>(1, o_.total_steps - o_.first_step);
+  const double frac = std::min(1.0, static_cast<double>(done_) / total);
+  const int width = 30, full = static_cast<int>(frac * width);
+  const double mean = all_time_ / std::max<int64_t>(1, done_);
+  std::printf("\r\033[K[%s%s] %lld/%lld %3.0f%%  ETA %s  loss %.4f", std::string(full, '#').c_str(),
+              std::string(width - full, '.').c_str(), (long long)(st.step + 1), (long long)o_.total_steps, 100 * frac,
+              Duration(mean * (total - done_)).c_str(), st.loss);
+  std::fflush(stdout);
+  bar_drawn_ = true;
+}
+
+void Progress::OnStep(const StepStats& st) {
+  ++done_;
+  all_time_ += st.seconds;
+  tokens_ += st.tokens;
+  skipped_ += st.skipped;
+  last_loss_ = st.loss;
+  read_bytes_ += st.nvme_read_bytes;
+  write_bytes_ += st.nvme_write_bytes;
+  const double tflops = st.tokens * o_.flops_per_token / std::max(1e-12, st.seconds) / 1e12;
+  if (done_ > 1) {  // the first step pays one-time costs
+    sum_time_ += st.seconds;
+    sum_wait_ += st.wait_s;
+    sum_flops_ += st.tokens * o_.flops_per_token;
+    ++measured_;
+  }
+  if (metrics_) {
+    nlohmann::json j = {{"step", st.step},           {"loss", st.loss},
+                        {"lr", st.lr},               {"grad_norm", std::isfinite(st.grad_norm) ? nlohmann::json(st.grad_norm) : nlohmann::json(nullptr)},
+                        {"loss_scale", st.loss_scale}, {"skipped", st.skipped},
+                        {"tokens", st.tokens},       {"step_s", st.seconds},
+                        {"tokens_per_s", st.tokens / std::max(1e-12, st.seconds)},
+                        {"tflops", tflops},          {"exposed_io_s", st.wait_s},
+                        {"compute_s", st.compute_s}, {"comm_s", st.comm_s},
+                        {"optimizer_s", st.optimizer_s}, {"nvme_read_bytes", st.nvme_read_bytes},
+                        {"nvme_write_bytes", st.nvme_write_bytes}};
+    std::fprintf(metrics_, "%s\n", j.dump().c_str());
+    std::fflush(metrics_);
+  }
+  if (st.step % o_.steps_per_print == 0 || st.step + 1 == o_.total_steps) {
+    std::string line = fmt::format(
+        "train step {:5d}  loss {:.4f}  lr {:.3g}  grad norm {:.3f}{}  {:.0f} tokens/s  {:.3f} TFLOPS  step {:.1f} ms  "
+        "nvme r/w {:.1f}/{:.1f} MB  exposed I/O {:.1f} ms",
+        st.step, st.loss, st.lr, st.grad_norm, st.skipped ? " (skipped: overflow)" : "",
+        st.tokens / std::max(1e-12, st.seconds), tflops, st.seconds * 1e3, st.nvme_read_bytes / 1e6,
+        st.nvme_write_bytes / 1e6, st.wait_s * 1e3);
+    if (o_.wall_clock_breakdown)
+      line += fmt::format("  [compute {:.1f} ms, comm {:.1f} ms, optimizer {:.1f} ms]", st.compute_s * 1e3,
+                          st.comm_s * 1e3, st.optimizer_s * 1e3);
+    Message(line);
+  }
+  if (o_.bar) DrawBar(st);
+}
+
+void Progress::OnEval(int64_t step, double loss, int64_t batches) {
+  Message(fmt::format("eval  step {:5d}  loss {:.4f} (held-out, {} batches)", step, loss, batches));
+}
+
+void Progress::OnSave(int64_t step, const std::string& dir, double seconds) {
+  Message(fmt::format("checkpoint step {} saved to {} ({:.2f} s)", step, dir, seconds));
+}
+
+void Progress::Finish() {
+  ClearBar();
+  if (done_ == 0) {
+    std::printf("summary: no steps run (start step %lld, steps %lld)\n", (long long)o_.first_step,
+                (long long)o_.total_steps);
+  } else {
+    const double mean = measured_ > 0 ? sum_time_ / measured_ : all_time_ / done_;
+    const double wait = measured_ > 0 ? sum_wait_ / measured_ : 0;
+    std::printf("summary: %lld steps (%lld..%lld) in %s, final loss %.4f, mean step %.1f ms, %.0f tokens/s, %.3f "
+                "TFLOPS, exposed transfer time %.1f ms per step (%.1f%% of the step), nvme read %.1f MB / written %.1f "
+                "MB%s\n",
+                (long long)done_, (long long)o_.first_step, (long long)(o_.first_step + done_ - 1),
+                Duration(all_time_).c_str(), last_loss_, mean * 1e3, tokens_ / all_time_,
+                measured_ > 0 ? sum_flops_ / sum_time_ / 1e12 : 0.0, wait * 1e3, mean > 0 ? 100 * wait / mean : 0.0,
+                read_bytes_ / 1e6, write_bytes_ / 1e6,
+                skipped_ ? fmt::format(", {} step(s) skipped on overflow", skipped_).c_str() : "");
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace strata::cli

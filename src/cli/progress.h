@@ -1,0 +1,45 @@
+// Training progress for the lead rank: every steps_per_print steps one line (step, loss,
+// lr, grad norm, tokens/s, achieved TFLOPS, NVMe bytes moved each way, exposed I/O time);
+// on a terminal a progress bar with ETA redrawn below the lines; `--metrics FILE.jsonl`
+// one JSON object per step; a final summary. Not thread-safe; one per process.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "src/engine/engine.h"
+
+namespace strata::cli {
+
+struct ProgressOptions {
+  int64_t first_step = 0, total_steps = 0;  // steps [first_step, total_steps) will run
+  int64_t steps_per_print = 10;
+  double flops_per_token = 0;  // model FLOPs per trained token (6N + attention)
+  bool wall_clock_breakdown = false;
+  bool bar = false;             // draw the bar (stdout is a terminal)
+  std::string metrics_path;     // "" = none
+};
+
+class Progress {
+ public:
+  explicit Progress(ProgressOptions o) : o_(std::move(o)) {}
+  ~Progress();
+  Status Open();  // creates the metrics file
+  void OnStep(const StepStats& st);
+  void OnEval(int64_t step, double loss, int64_t batches);
+  void OnSave(int64_t step, const std::string& dir, double seconds);
+  void Message(const std::string& line);  // any other line, printed above the bar
+  void Finish();                          // the summary
+
+ private:
+  void ClearBar();
+  void DrawBar(const StepStats& st);
+  ProgressOptions o_;
+  FILE* metrics_ = nullptr;
+  bool bar_drawn_ = false;
+  int64_t done_ = 0, measured_ = 0, tokens_ = 0, skipped_ = 0;
+  double sum_time_ = 0, sum_wait_ = 0, all_time_ = 0, last_loss_ = 0, sum_flops_ = 0;
+  double read_bytes_ = 0, write_bytes_ = 0;
+};
+
+}  // namespace strata::cli

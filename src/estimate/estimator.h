@@ -1,0 +1,47 @@
+// Per-rank memory of a training run, computed from the config alone, before anything is
+// allocated: the same arithmetic as Engine::Init (flat groups padded to equal shards,
+// optimizer sub-groups, pinned pools), so its figures are what Engine::ledger() measures,
+// plus an approximation of the activations (not in the ledger). `train` refuses a config
+// whose estimate exceeds this machine; `strata estimate` prints it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/engine/engine.h"
+#include "src/engine/train_config.h"
+
+namespace strata {
+
+struct MemoryEstimate {
+  MemoryLedger ledger;             // per rank, same categories as Engine::ledger()
+  uint64_t activations = 0;        // per rank, on the compute device, approximate
+  uint64_t nvme_on_disk = 0;       // per rank: swap extents rounded up as the NVMe tier places them
+  int64_t parameters = 0;
+  int world = 1;
+  // Sums over all the ranks of this node (device + cpu share host memory on a CPU build).
+  uint64_t node_host_bytes(int local_ranks) const;
+  uint64_t node_nvme_bytes(int local_ranks) const { return nvme_on_disk * local_ranks; }
+};
+
+// `params_override` > 0 rescales every block so the model has that many parameters (the
+// `estimate --params N` form); the config's shape otherwise.
+MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_override = 0);
+
+struct MachineCapacity {
+  uint64_t host_available = 0;  // MemAvailable
+  uint64_t nvme_free = 0;       // free bytes of the swap folder's file system (0 = unknown)
+  std::string nvme_dir;
+};
+MachineCapacity ProbeMachine(const TrainConfig& cfg);
+
+// OK, or RESOURCE_EXHAUSTED with the numbers: needed per rank and per node against what
+// this machine has.
+Status CheckFits(const MemoryEstimate& e, const MachineCapacity& m, int local_ranks);
+
+// A table: rows = state kinds, columns = device / cpu (pinned where pinned) / nvme.
+std::string FormatEstimate(const MemoryEstimate& e);
+std::string HumanBytes(uint64_t bytes);
+
+}  // namespace strata

@@ -1,0 +1,198 @@
+// Checkpoints: resume equals uninterrupted training bitwise; the last K folders and the
+// `latest` pointer; a truncated or altered shard is refused with the file named; export
+// round-trips through --init-from bitwise (fp32); --init-from names what does not match.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "../engine/engine_test_util.h"
+#include "ckpt_test_util.h"
+#include "src/checkpoint/checkpoint.h"
+#include "src/checkpoint/export.h"
+#include "src/checkpoint/hf_loader.h"
+#include "src/checkpoint/manifest.h"
+
+namespace strata {
+namespace {
+namespace fs = std::filesystem;
+using testing::CollectMaster;
+using testing::Params;
+using testing::RunRanks;
+using testing::TempDir;
+
+// bf16 compute, parameters and optimizer states on NVMe, two optimizer sub-groups per
+// block: every kind of state a checkpoint carries.
+TrainConfig ResumeConfig(const std::string& dir) {
+  TrainConfig c = testing::TinyConfig(dir);
+  c.compute_dtype = DType::kBF16;
+  c.offload_param.device = OffloadDevice::kNvme;
+  c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.schedule.kind = LrScheduleKind::kWarmupCosineLR;
+  c.schedule.warmup_num_steps = 2;
+  c.schedule.total_num_steps = 6;
+  return c;
+}
+
+// Trains steps [from, to) on a fresh engine, optionally resuming / saving; collects master.
+Status Train(const TrainConfig& cfg, int rank, Communicator& comm, int64_t from, int64_t to, const std::string& resume,
+             const std::string& save, Params* out, EngineHooks hooks = {}) {
+  STRATA_ASSIGN_OR_RETURN(auto data, data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len));
+  STRATA_ASSIGN_OR_RETURN(auto engine, Engine::Create(cfg, &comm, nullptr, std::move(hooks)));
+  if (!resume.empty()) {
+    STRATA_ASSIGN_OR_RETURN(int64_t step, ckpt::LoadCheckpoint(*engine, comm, cfg, resume));
+    if (step != from) return Error(StatusCode::kInternal, "resumed at step {}, expected {}", step, from);
+  }
+  for (int64_t s = from; s < to; ++s) STRATA_RETURN_IF_ERROR(engine->Step(s, *data).status());
+  if (!save.empty()) STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(*engine, comm, cfg, save, to));
+  return out ? CollectMaster(*engine, rank, out) : Status();
+}
+
+TEST(Checkpoint, ResumeAfterNStepsEqualsUninterruptedTrainingBitwise) {
+  TempDir dir;
+  const TrainConfig cfg = ResumeConfig(dir.path());
+  const std::string ck = dir.path() + "/ckpt";
+  Params straight, resumed;
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 6, "", "", &straight); }), "");
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 3, "", ck, nullptr); }), "");
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 3, 6, ck, "", &resumed); }), "");
+  testing::ExpectBitwiseEqual(straight, resumed);
+  // Without the restore the second half would differ: the comparison has teeth.
+  Params fresh;
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 3, 6, "", "", &fresh); }), "");
+  EXPECT_FALSE(torch::equal(straight[1][2].second, fresh[1][2].second));
+}
+
+TEST(Checkpoint, KeepsTheLastKAndPointsLatestAtTheNewest) {
+  TempDir dir;
+  const TrainConfig cfg = ResumeConfig(dir.path());
+  const std::string ck = dir.path() + "/ckpt";
+  ASSERT_EQ(RunRanks(1, [&](int r, Communicator& c) -> Status {
+              STRATA_ASSIGN_OR_RETURN(auto e, Engine::Create(cfg, &c, nullptr));
+              ckpt::SaveOptions o;
+              o.keep = 2;
+              for (int64_t s : {1, 2, 3}) STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(*e, c, cfg, ck, s, o));
+              return Status();
+            }),
+            "");
+  auto steps = ckpt::ListSteps(ck);
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0].first, 2);
+  EXPECT_EQ(steps[1].first, 3);
+  auto latest = ckpt::ResolveStepDir(ck);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(fs::path(*latest).filename(), "step_00000003");
+  auto m = ckpt::ReadManifest(*latest);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ((*m)["files"][0]["name"], "rank0.safetensors");
+  EXPECT_EQ((*m)["files"][0]["xxh3"].get<std::string>().size(), 16u);
+}
+
+// Saves one checkpoint of 2 ranks, damages rank 1's shard with `damage`, and expects the
+// resume to fail on every rank with an error naming that file.
+void ExpectDamageRefused(const std::function<void(const std::string& file)>& damage, const std::string& what) {
+  TempDir dir;
+  const TrainConfig cfg = ResumeConfig(dir.path());
+  const std::string ck = dir.path() + "/ckpt";
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 1, "", ck, nullptr); }), "");
+  const std::string file = ck + "/step_00000001/rank1.safetensors";
+  damage(file);
+  const std::string err =
+      RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 1, 1, ck, "", nullptr); });
+  EXPECT_NE(err.find(file), std::string::npos) << err;
+  EXPECT_NE(err.find(what), std::string::npos) << err;
+  // Export verifies the same way.
+  auto ex = ckpt::ExportCheckpoint(ck, dir.path() + "/out.safetensors", ckpt::ExportDType::kF32);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_NE(ex.status().message().find(file), std::string::npos) << ex.status().ToString();
+}
+
+TEST(Checkpoint, TruncatedShardIsRefusedWithTheFileNamed) {
+  ExpectDamageRefused([](const std::string& f) { fs::resize_file(f, fs::file_size(f) - 100); }, "truncated");
+}
+
+TEST(Checkpoint, FlippedByteIsRefusedWithTheFileNamed) {
+  ExpectDamageRefused(
+      [](const std::string& f) {
+        std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+        io.seekg(static_cast<std::streamoff>(fs::file_size(f) - 7));
+        char c;
+        io.read(&c, 1);
+        c ^= 0x10;
+        io.seekp(static_cast<std::streamoff>(fs::file_size(f) - 7));
+        io.write(&c, 1);
+      },
+      "corrupt");
+}
+
+TEST(Checkpoint, ExportRoundTripsThroughInitFromBitwise) {
+  TempDir dir;
+  TrainConfig cfg = ResumeConfig(dir.path());
+  cfg.compute_dtype = DType::kF32;
+  const std::string ck = dir.path() + "/ckpt", out = dir.path() + "/model.safetensors";
+  Params trained, loaded;
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 2, "", ck, &trained); }), "");
+  auto ex = ckpt::ExportCheckpoint(ck, out, ckpt::ExportDType::kF32);
+  ASSERT_TRUE(ex.ok()) << ex.status().ToString();
+  EXPECT_EQ(ex->parameters, model::ModelSpec(cfg.model).num_parameters());
+  auto w = ckpt::HfWeights::Open(out, cfg.model);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  const int blocks = model::ModelSpec(cfg.model).num_blocks();
+  // One rank this time: the export is independent of the rank count that wrote it.
+  ASSERT_EQ(RunRanks(1, [&](int r, Communicator& c) {
+              return Train(cfg, r, c, 0, 0, "", "", &loaded, ckpt::MakeInitFromHooks(*w, blocks));
+            }),
+            "");
+  testing::ExpectBitwiseEqual(trained, loaded);
+  // bf16 export: half the bytes, same names.
+  auto ex16 = ckpt::ExportCheckpoint(ck, dir.path() + "/bf16.safetensors", ckpt::ExportDType::kBF16);
+  ASSERT_TRUE(ex16.ok());
+  EXPECT_EQ(ex16->tensors, ex->tensors);
+}
+
+TEST(Checkpoint, InitFromNamesWhatDoesNotMatch) {
+  TempDir dir;
+  TrainConfig cfg = ResumeConfig(dir.path());
+  const std::string ck = dir.path() + "/ckpt", out = dir.path() + "/model.safetensors";
+  ASSERT_EQ(RunRanks(1, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 0, "", ck, nullptr); }), "");
+  ASSERT_TRUE(ckpt::ExportCheckpoint(ck, out, ckpt::ExportDType::kF32).ok());
+  auto try_load = [&](const model::ModelConfig& m) {
+    TrainConfig c2 = cfg;
+    c2.model = m;
+    auto w = ckpt::HfWeights::Open(out, m);
+    EXPECT_TRUE(w.ok());
+    return RunRanks(1, [&](int r, Communicator& c) {
+      return Train(c2, r, c, 0, 0, "", "", nullptr, ckpt::MakeInitFromHooks(*w, model::ModelSpec(m).num_blocks()));
+    });
+  };
+  model::ModelConfig wider = cfg.model;
+  wider.d_model = 128;
+  std::string err = try_load(wider);
+  EXPECT_NE(err.find("transformer.wte.weight' has shape [256, 64], the model config needs [256, 128]"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find(out), std::string::npos) << err;
+  model::ModelConfig deeper = cfg.model;
+  deeper.n_layer = 3;
+  err = try_load(deeper);
+  EXPECT_NE(err.find("missing tensor 'transformer.h.2.ln_1.weight'"), std::string::npos) << err;
+  model::ModelConfig shallower = cfg.model;
+  shallower.n_layer = 1;
+  err = try_load(shallower);
+  EXPECT_NE(err.find("'transformer.h.1.attn.c_attn.weight' [64, 192]"), std::string::npos) << err;
+}
+
+TEST(Checkpoint, ResumeRefusesAnotherWorldSizeOrModel) {
+  TempDir dir;
+  TrainConfig cfg = ResumeConfig(dir.path());
+  const std::string ck = dir.path() + "/ckpt";
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 1, "", ck, nullptr); }), "");
+  std::string err = RunRanks(1, [&](int r, Communicator& c) { return Train(cfg, r, c, 1, 1, ck, "", nullptr); });
+  EXPECT_NE(err.find("saved by 2 ranks; this run has 1"), std::string::npos) << err;
+  TrainConfig other = cfg;
+  other.model.n_head = 8;
+  err = RunRanks(2, [&](int r, Communicator& c) { return Train(other, r, c, 1, 1, ck, "", nullptr); });
+  EXPECT_NE(err.find("strata.model.n_head is 4 there, 8 in this run"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,90 @@
+// The user-facing subcommands end to end: config check (resolved values, "auto", warnings,
+// errors with exit 1), estimate, train --metrics / progress summary, export.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli_run.h"
+#include "support/temp_dir.h"
+
+namespace strata {
+namespace {
+using testing::RunStrata;
+
+const std::string kDs = STRATA_SOURCE_DIR "/tests/engine/ds_configs/";
+
+TEST(Cli, ConfigCheckPrintsTheResolvedConfigAutosAndWarnings) {
+  auto r = RunStrata("config check " + kDs + "hf_trainer_zero3_auto.json --nproc 2");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"train_batch_size\": 16"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("train_batch_size = 16  (micro-batch x accumulation steps x 2 ranks)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("scheduler.params.warmup_max_lr = 0.001  (the optimizer's lr)"), std::string::npos) << r.out;
+
+  testing::TempDir dir;
+  const std::string bad = dir.path() + "/bad.json";
+  std::ofstream(bad) << R"({"gradient_clipings": 1.0, "train_batch_size": 16})";
+  r = RunStrata("config check " + bad + " --nproc 2");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("warning: config key 'gradient_clipings' is not used"), std::string::npos) << r.out;
+  r = RunStrata("config check " + bad + " --nproc 3");  // 16 is not divisible by 3 ranks
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("train_batch_size 16 is not divisible by 3"), std::string::npos) << r.out;
+  r = RunStrata("config check " + bad + " --set zero_optimization.stage=5");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("zero_optimization.stage: 5 is out of range [0, 3]"), std::string::npos) << r.out;
+  r = RunStrata("config check " + bad + " --set bf16.enabled=yes");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("bf16.enabled: expected true or false"), std::string::npos) << r.out;
+}
+
+TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
+  auto r = RunStrata("estimate --config " STRATA_SOURCE_DIR "/configs/tiny_cpu.json --nproc 2");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("fp32 master weights"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fits this machine: yes"), std::string::npos) << r.out;
+  r = RunStrata("estimate --params 1e15 --nproc 1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("fits this machine: no"), std::string::npos) << r.out;
+  // train refuses the same before allocating.
+  r = RunStrata("train --steps 1 --set strata.model.n_layer=5000 --set strata.model.d_model=8192 "
+                "--set strata.model.n_head=64");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("does not fit this machine"), std::string::npos) << r.out;
+}
+
+TEST(Cli, TrainWritesMetricsAndASummaryAndExportLoadsBack) {
+  testing::TempDir dir;
+  const std::string metrics = dir.path() + "/m.jsonl", ck = dir.path() + "/ck";
+  auto r = RunStrata("train --steps 3 --set strata.model.n_layer=1 --set strata.model.d_model=32 "
+                     "--set strata.eval_batches=1 --set steps_per_print=2 --set wall_clock_breakdown=true "
+                     "--set zero_optimization.offload_param.nvme_path=" + dir.path() +
+                     " --set zero_optimization.offload_optimizer.nvme_path=" + dir.path() + " --metrics " + metrics +
+                     " --save " + ck);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("train step     2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("TFLOPS"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[compute "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("summary: 3 steps"), std::string::npos) << r.out;
+  std::ifstream in(metrics);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["step"], n);
+    for (const char* k : {"loss", "lr", "grad_norm", "tokens_per_s", "tflops", "exposed_io_s", "nvme_read_bytes"})
+      EXPECT_TRUE(j.contains(k)) << k;
+    ++n;
+  }
+  EXPECT_EQ(n, 3);
+  r = RunStrata("export " + ck + " --out " + dir.path() + "/m.safetensors --dtype bf16");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("(step 3)"), std::string::npos) << r.out;
+  r = RunStrata("export " + dir.path() + "/nothing --out " + dir.path() + "/x.safetensors");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("does not exist"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,93 @@
+// The safetensors reader and writer (torch-free): round trip, Hugging Face's header
+// conventions, and files that lie about their contents.
+#include "src/checkpoint/safetensors.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "src/checkpoint/export.h"
+#include "src/checkpoint/hf_names.h"
+#include "support/temp_dir.h"
+
+namespace strata::ckpt {
+namespace {
+
+TEST(Safetensors, RoundTripKeepsNamesShapesBytesAndMetadata) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/a.safetensors";
+  std::vector<float> a = {1, 2, 3, 4, 5, 6};
+  std::vector<uint16_t> b = {7, 8};
+  ASSERT_TRUE(WriteSafetensors(path, {{"x.weight", "F32", {2, 3}, std::as_bytes(std::span(a))},
+                                      {"y", "BF16", {2}, std::as_bytes(std::span(b))}},
+                               {{"format", "pt"}})
+                  .ok());
+  // Header length: little-endian u64, header padded to 8 bytes as HF does.
+  std::ifstream in(path, std::ios::binary);
+  uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  EXPECT_EQ(n % 8, 0u);
+  auto f = SafetensorsFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_EQ(f->tensors().size(), 2u);
+  const TensorView* x = f->Find("x.weight");
+  ASSERT_TRUE(x);
+  EXPECT_EQ(x->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(std::memcmp(x->bytes.data(), a.data(), 24), 0);
+  EXPECT_EQ(f->Find("y")->dtype, "BF16");
+  EXPECT_EQ(f->metadata().at("format"), "pt");
+}
+
+TEST(Safetensors, TruncatedOrInconsistentFilesAreErrorsNamingTheFile) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/t.safetensors";
+  std::vector<float> a(100, 1.f);
+  ASSERT_TRUE(WriteSafetensors(path, {{"w", "F32", {100}, std::as_bytes(std::span(a))}}, {}).ok());
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 4);
+  auto f = SafetensorsFile::Open(path);
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(f.status().message().find(path), std::string::npos) << f.status().message();
+  EXPECT_NE(f.status().message().find("'w'"), std::string::npos) << f.status().message();
+
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << "abc";
+  f = SafetensorsFile::Open(path);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("shorter than the 8-byte header length"), std::string::npos);
+}
+
+TEST(HfNames, Gpt2Conv1DIsTransposedAndPrefixed) {
+  EXPECT_EQ(ToHfName(true, 2, 0, "wte.weight").name, "transformer.wte.weight");
+  const HfName c = ToHfName(true, 2, 2, "attn.c_attn.weight");
+  EXPECT_EQ(c.name, "transformer.h.1.attn.c_attn.weight");
+  EXPECT_TRUE(c.transpose);
+  EXPECT_FALSE(ToHfName(true, 2, 1, "attn.c_attn.bias").transpose);
+  EXPECT_FALSE(ToHfName(true, 2, 1, "ln_1.weight").transpose);
+  EXPECT_EQ(ToHfName(true, 2, 3, "ln_f.bias").name, "transformer.ln_f.bias");
+  EXPECT_EQ(CanonicalHfName(true, "h.0.ln_1.weight"), "transformer.h.0.ln_1.weight");
+}
+
+TEST(HfNames, LlamaNames) {
+  EXPECT_EQ(ToHfName(false, 2, 0, "wte.weight").name, "model.embed_tokens.weight");
+  EXPECT_EQ(ToHfName(false, 2, 1, "self_attn.q_proj.weight").name, "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_FALSE(ToHfName(false, 2, 1, "self_attn.q_proj.weight").transpose);
+  EXPECT_EQ(ToHfName(false, 2, 3, "norm.weight").name, "model.norm.weight");
+  EXPECT_EQ(ToHfName(false, 2, 3, "lm_head.weight").name, "lm_head.weight");
+  EXPECT_TRUE(IsHfBuffer("model.layers.0.self_attn.rotary_emb.inv_freq"));
+}
+
+TEST(Export, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(Bf16FromF32(1.0f), 0x3f80);
+  float f;
+  uint32_t u = 0x3f808000;  // exactly halfway: ties to even (0x3f80)
+  std::memcpy(&f, &u, 4);
+  EXPECT_EQ(Bf16FromF32(f), 0x3f80);
+  u = 0x3f818000;  // halfway above an odd mantissa: rounds up
+  std::memcpy(&f, &u, 4);
+  EXPECT_EQ(Bf16FromF32(f), 0x3f82);
+}
+
+}  // namespace
+}  // namespace strata::ckpt
