@@ -45,10 +45,11 @@ StatusOr<double> StorePass(NvmeTier& tier, const std::vector<ExtentId>& extents,
   return static_cast<double>(extents.size() * tensor_bytes) / dt / 1e9;
 }
 
-// fio with the io_uring engine on the same folder, size, block and depth. Returns GB/s.
+// fio with the io_uring engine on the same folder, size, block and depth, with registered
+// buffers and file as the store uses (the strongest io_uring setting fio offers). Returns GB/s.
 StatusOr<double> FioPass(const std::string& file, const IoBenchOptions& o, bool write) {
   const std::string cmd = fmt::format(
-      "fio --name=strata-anchor --filename='{}' --size={} --bs={} --iodepth={} --ioengine=io_uring --direct=1 "
+      "fio --name=strata-anchor --filename='{}' --size={} --bs={} --iodepth={} --ioengine=io_uring --fixedbufs --registerfiles --direct=1 "
       "--rw={} --numjobs=1 --group_reporting --output-format=json 2>&1",
       file, o.size, o.block, o.queue_depth, write ? "write" : "read");
   FILE* p = popen(cmd.c_str(), "r");
@@ -105,7 +106,7 @@ int RunIoBench(const IoBenchOptions& o) {
 
   // Enough buffers to keep queue_depth blocks in flight, plus one being refilled.
   const size_t in_flight_tensors = (static_cast<uint64_t>(o.queue_depth) * o.block + o.tensor_bytes - 1) / o.tensor_bytes;
-  auto pool_or = PinnedPool::Create(std::max<size_t>(2, in_flight_tensors + 1), o.tensor_bytes, MakeMlockPinner());
+  auto pool_or = PinnedPool::Create(std::max<size_t>(3, in_flight_tensors + 2), o.tensor_bytes, MakeMlockPinner());
   if (!pool_or.ok()) return fail(pool_or.status());
   PinnedPool& pool = **pool_or;
   {
@@ -139,22 +140,22 @@ int RunIoBench(const IoBenchOptions& o) {
                  HumanBytes(bytes).c_str(), tier.folder().c_str(), HumanBytes(o.block).c_str(), o.queue_depth,
                  tier.engine_name(), tier.direct_io() ? " + O_DIRECT" : " (buffered)", o.rounds);
   for (int r = 0; r < o.rounds; ++r) {
-    // Interleaved: store write, fio write, store read, fio read.
-    auto w = StorePass(tier, extents, pool, true, o.tensor_bytes);
-    if (!w.ok()) return fail(w.status());
-    sw.push_back(*w);
-    if (fio) {
-      auto f = FioPass(fio_file, o, true);
-      if (!f.ok()) return fail(f.status());
-      fw.push_back(*f);
-    }
-    auto rd = StorePass(tier, extents, pool, false, o.tensor_bytes);
-    if (!rd.ok()) return fail(rd.status());
-    sr.push_back(*rd);
-    if (fio) {
-      auto f = FioPass(fio_file, o, false);
-      if (!f.ok()) return fail(f.status());
-      fr.push_back(*f);
+    // Interleaved, and the order alternates between rounds (store first, then fio first):
+    // the VM's host may cache recently written data, which must not favour either side.
+    const bool store_first = r % 2 == 0;
+    for (int op = 0; op < 2; ++op) {
+      const bool write = op == 0;
+      for (int side = 0; side < 2; ++side) {
+        if ((side == 0) == store_first) {
+          auto v = StorePass(tier, extents, pool, write, o.tensor_bytes);
+          if (!v.ok()) return fail(v.status());
+          (write ? sw : sr).push_back(*v);
+        } else if (fio) {
+          auto f = FioPass(fio_file, o, write);
+          if (!f.ok()) return fail(f.status());
+          (write ? fw : fr).push_back(*f);
+        }
+      }
     }
     if (!o.json)
       std::fprintf(stderr, "  round %d: store write %.2f read %.2f GB/s%s\n", r + 1, sw.back(), sr.back(),

@@ -149,6 +149,8 @@ void IoPump::SubmitOrFail(std::vector<IoRequest>* batch) {
 void IoPump::Run() {
   std::vector<IoRequest> batch;
   std::vector<IoCompletion> done;
+  Status attached = engine_->AttachDrivingThread();
+  STRATA_CHECK(attached.ok()) << "I/O engine " << engine_->name() << ": " << attached.ToString();
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);

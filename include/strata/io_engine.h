@@ -48,6 +48,9 @@ class IoEngine {
   // Appends at least `min_complete` completions to `out` (blocking), or whatever is ready
   // when min_complete == 0.
   virtual Status Reap(unsigned min_complete, std::vector<IoCompletion>* out) = 0;
+  // Called once by the thread that will Submit and Reap, before its first Submit (an
+  // io_uring created for a single issuer is enabled here, by that thread).
+  virtual Status AttachDrivingThread() { return Status(); }
 };
 
 // io_uring through liburing: registered file table and buffers, batched submission.

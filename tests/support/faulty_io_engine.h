@@ -34,6 +34,7 @@ class FaultyIoEngine final : public IoEngine {
   Status RegisterBuffers(std::span<const std::span<std::byte>> r) override { return inner_->RegisterBuffers(r); }
   Status Submit(std::span<const IoRequest> reqs) override;
   Status Reap(unsigned min_complete, std::vector<IoCompletion>* out) override;
+  Status AttachDrivingThread() override { return inner_->AttachDrivingThread(); }
   long injected() const { return injected_; }
 
  private:
