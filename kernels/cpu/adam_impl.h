@@ -109,13 +109,14 @@ inline void AdamUpdate(const AdamArgs& a, typename Ops::F g, typename Ops::F& p,
 }
 
 // Note [Adam memory traffic]
-// The step is bound by memory bandwidth; what was measured on Zen 4 (2 threads, 100M):
-//  - software prefetch of the four input streams 1 KiB ahead: ~5-8% faster. The hardware
-//    prefetchers stop at 4 KiB page boundaries and seven concurrent streams per core
-//    restart them often;
-//  - non-temporal stores for p, m, v: ~2x slower (the lines were just read into cache, a
-//    streaming store evicts them and writes partial lines); kept only for the write-only
-//    half copy, where they save the read-for-ownership of its 2 B/param;
+// The step is bound by memory bandwidth. Measured on Zen 4, 2 threads, 100M parameters,
+// interleaved micro-benchmarks (medians of 5):
+//  - software prefetch of the four input streams 1 KiB ahead: 58 ms instead of 67 (4 KiB
+//    ahead: 59). The hardware prefetchers stop at 4 KiB page boundaries, and seven
+//    concurrent streams per core restart them often;
+//  - non-temporal stores for p, m, v: about 2x slower (the lines were just read into
+//    cache; a streaming store evicts them). Kept only for the write-only half copy, where
+//    they save the read-for-ownership of its 2 B/param: 66 ms instead of 69;
 //  - one contiguous range per thread (not interleaved chunks): one stream per array each.
 constexpr size_t kPrefetchBytes = 1024;
 
