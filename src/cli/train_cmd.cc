@@ -2,11 +2,14 @@
 // Slurm, or `--nproc N`, which starts N local ranks itself): config, memory check,
 // --init-from, --resume, checkpoints every save_interval steps, progress.
 #include <omp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "src/checkpoint/checkpoint.h"
@@ -41,6 +44,40 @@ struct TrainArgs {
 int Fail(const Status& s) {
   LogError("{}", s.ToString());
   return 1;
+}
+
+// Independent measurements beside the engine's ledger: this process's resident memory (now
+// and peak, kB from /proc/self/status) and the bytes its swap folder occupies on disk.
+uint64_t ProcStatusBytes(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string k;
+  uint64_t kb = 0;
+  std::string unit;
+  while (in >> k) {
+    if (k == key) {
+      in >> kb;
+      return kb * 1024;
+    }
+    std::getline(in, unit);
+  }
+  return 0;
+}
+
+uint64_t OwnSwapBytesOnDisk(const TrainConfig& cfg, int rank) {
+  const std::string prefix = fmt::format("strata-swap-r{}-p{}-", rank, ::getpid());
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const std::string& dir : {cfg.offload_param.nvme_path, cfg.offload_optimizer.nvme_path}) {
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      if (e.path().filename().string().rfind(prefix, 0) != 0) continue;
+      for (const auto& f : std::filesystem::recursive_directory_iterator(e.path(), ec)) {
+        struct stat st {};
+        if (::stat(f.path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) total += static_cast<uint64_t>(st.st_blocks) * 512;
+      }
+    }
+    if (cfg.offload_param.nvme_path == cfg.offload_optimizer.nvme_path) break;
+  }
+  return total;
 }
 
 double Seconds(std::chrono::steady_clock::time_point t0) {
@@ -120,9 +157,12 @@ int RunTrain(const TrainArgs& a) {
     auto pair = [&](Residence r) {
       return fmt::format("{} (estimated {})", HumanBytes(m.Total(r)), HumanBytes(estimate.ledger.Total(r)));
     };
-    const std::string line = fmt::format("memory per rank: device {}, cpu {}, nvme {}; activations ~{} (estimated)",
-                                         pair(Residence::kDevice), pair(Residence::kCpu), pair(Residence::kNvme),
-                                         HumanBytes(estimate.activations));
+    const std::string line = fmt::format(
+        "memory per rank: device {}, cpu {}, nvme {}; activations ~{} (estimated); measured: process resident {} "
+        "(peak {}), swap files on disk {} (estimated {})",
+        pair(Residence::kDevice), pair(Residence::kCpu), pair(Residence::kNvme), HumanBytes(estimate.activations),
+        HumanBytes(ProcStatusBytes("VmRSS:")), HumanBytes(ProcStatusBytes("VmHWM:")),
+        HumanBytes(OwnSwapBytesOnDisk(cfg, env->rank)), HumanBytes(estimate.nvme_on_disk));
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
   }

@@ -88,9 +88,9 @@ def main():
     _ensure_library_path()
     cmd = sys.argv[1]
     if cmd == "check":
-        import safetensors  # noqa: F401
-        import torch  # noqa: F401
+        import safetensors  # noqa: F401  (the cheap imports first: a missing peer fails fast)
         import transformers
+        import torch  # noqa: F401
         print(f"ok transformers {transformers.__version__}")
     elif cmd == "make":
         make(sys.argv[2], sys.argv[3])
