@@ -231,6 +231,28 @@ std::vector<int> Engine::Impl::VisitPlan(int micro_batches) const {
   return plan;
 }
 
+// Null when working weights are not on NVMe (nothing to prefetch). A pool without a free
+// buffer reclaims one by waiting for the oldest write-back.
+std::unique_ptr<PrefetchScheduler> Engine::Impl::MakePrefetcher(std::vector<int> plan) {
+  if (!param_pool) return nullptr;
+  const size_t dsize = DTypeSize(cfg.compute_dtype);
+  return std::make_unique<PrefetchScheduler>(
+      std::move(plan), [this, dsize](int g) { return static_cast<uint64_t>(groups[g].working_len * dsize); },
+      std::max<uint64_t>(1, cfg.prefetch_bucket_size * dsize), param_pool.get(),
+      [this](int g, std::span<std::byte> dst) { return ReadAfterPendingWrite(groups[g].working, dst); },
+      [this] {
+        if (write_queue.empty()) return false;
+        RetireWrites(/*all=*/false);
+        if (!write_queue.empty()) {
+          Tracer::Span span(tracer, Track::kWait, "wait write-back (buffers)");
+          write_queue.front()->ticket.Wait().IgnoreError();
+          RetireWrites(false);
+        }
+        return true;
+      },
+      tracer);
+}
+
 Ticket Engine::Impl::ReadAfterPendingWrite(TensorHandle h, std::span<std::byte> dst) {
   auto it = pending_writes.find(h.index);
   if (it != pending_writes.end()) {
@@ -385,26 +407,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   const int world = m.comm->world_size(), rank = m.comm->rank();
   m.RetireWrites(/*all=*/false);
 
-  std::unique_ptr<PrefetchScheduler> prefetch;
-  if (m.param_pool) {
-    const uint64_t budget = std::max<uint64_t>(1, m.cfg.prefetch_bucket_size * DTypeSize(m.cfg.compute_dtype));
-    prefetch = std::make_unique<PrefetchScheduler>(
-        m.VisitPlan(static_cast<int>(m.cfg.grad_accum)),
-        [&m](int g) { return static_cast<uint64_t>(m.groups[g].working_len * DTypeSize(m.cfg.compute_dtype)); },
-        budget, m.param_pool.get(),
-        [&m](int g, std::span<std::byte> dst) { return m.ReadAfterPendingWrite(m.groups[g].working, dst); },
-        [&m] {
-          if (m.write_queue.empty()) return false;
-          m.RetireWrites(/*all=*/false);
-          if (!m.write_queue.empty()) {
-            Tracer::Span span(m.tracer, Track::kWait, "wait write-back (buffers)");
-            m.write_queue.front()->ticket.Wait().IgnoreError();
-            m.RetireWrites(false);
-          }
-          return true;
-        },
-        m.tracer);
-  }
+  std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(m.VisitPlan(static_cast<int>(m.cfg.grad_accum)));
 
   double loss_sum = 0;
   for (int64_t mb = 0; mb < m.cfg.grad_accum; ++mb) {
@@ -449,23 +452,11 @@ StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batche
   m.RetireWrites(false);
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    std::unique_ptr<PrefetchScheduler> prefetch;
-    if (m.param_pool) {
-      std::vector<int> plan;
-      for (int b = 0; b < n - 1; ++b) plan.push_back(b);
-      if (m.tie) plan.push_back(m.tie->owner_block);
-      plan.push_back(n - 1);
-      prefetch = std::make_unique<PrefetchScheduler>(
-          plan, [&m](int g) { return static_cast<uint64_t>(m.groups[g].working_len * DTypeSize(m.cfg.compute_dtype)); },
-          std::max<uint64_t>(1, m.cfg.prefetch_bucket_size * DTypeSize(m.cfg.compute_dtype)), m.param_pool.get(),
-          [&m](int g, std::span<std::byte> dst) { return m.ReadAfterPendingWrite(m.groups[g].working, dst); },
-          [&m] {
-            if (m.write_queue.empty()) return false;
-            m.RetireWrites(true);
-            return true;
-          },
-          m.tracer);
-    }
+    std::vector<int> plan;
+    for (int b = 0; b < n - 1; ++b) plan.push_back(b);
+    if (m.tie) plan.push_back(m.tie->owner_block);
+    plan.push_back(n - 1);
+    std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(std::move(plan));
     data::Batch batch = data.Get(data::Split::kEval, static_cast<uint64_t>(i * world + rank), m.cfg.micro_batch);
     torch::Tensor x = batch.inputs;
     for (int b = 0; b < n - 1; ++b) {

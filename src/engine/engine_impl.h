@@ -91,6 +91,7 @@ struct Engine::Impl {
   void Bind(int g, int slot);
   Status ReduceGradients(int g);
   std::vector<int> VisitPlan(int micro_batches) const;
+  std::unique_ptr<PrefetchScheduler> MakePrefetcher(std::vector<int> plan);
   Ticket ReadAfterPendingWrite(TensorHandle h, std::span<std::byte> dst);
   void RetireWrites(bool all);
 
