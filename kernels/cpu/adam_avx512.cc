@@ -10,19 +10,10 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include "kernels/cpu/adam_impl.h"
+#include "kernels/cpu/bf16_avx512.h"
 
 namespace strata::cpu {
 namespace {
-
-// fp32 -> bf16 bits, round to nearest even, NaN kept quiet (the integer-op route).
-inline __m256i RoundToBf16Bits(__m512 x) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-}
 
 template <bool kHardwareBf16>
 struct Avx512Ops {
