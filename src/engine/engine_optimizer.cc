@@ -22,8 +22,10 @@ std::span<float> AsFloats(std::span<std::byte> b) { return {reinterpret_cast<flo
 
 StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   Tracer::Span span(tracer, Track::kOptimizer, "optimizer step");
-  if (cfg.debug_overflow_step == step && comm->rank() == 0)
-    groups[0].grad_acc[0] = std::numeric_limits<float>::infinity();  // planted by tests
+  // Planted by tests: on rank 0, or on every rank at stage 0, where each rank judges its own
+  // (replicated) gradients and the overflow flag is not reduced.
+  if (cfg.debug_overflow_step == step && (comm->rank() == 0 || !optim_sharded))
+    groups[0].grad_acc[0] = std::numeric_limits<float>::infinity();
 
   // Global norm: each rank sums squares over its optimizer ranges (disjoint for stage >= 1).
   double sumsq = 0;
