@@ -147,6 +147,7 @@ int RunTrain(const TrainArgs& a) {
     LogWarn("--init-from {} ignored: --resume restores all weights", a.init_from);
   }
   Tracer tracer(env->rank);
+  const uint64_t rss_before_engine = ProcStatusBytes("VmRSS:");
   auto engine_or = Engine::Create(cfg, comm.get(), &tracer, std::move(hooks));
   if (!engine_or.ok()) return Fail(engine_or.status().WithContext(fmt::format("rank {}", env->rank)));
   Engine& engine = **engine_or;
@@ -159,9 +160,11 @@ int RunTrain(const TrainArgs& a) {
     };
     const std::string line = fmt::format(
         "memory per rank: device {}, cpu {}, nvme {}; activations ~{} (estimated); measured: process resident {} "
-        "(peak {}), swap files on disk {} (estimated {})",
+        "(peak {}; the engine added {}, estimated {}), swap files on disk {} (estimated {})",
         pair(Residence::kDevice), pair(Residence::kCpu), pair(Residence::kNvme), HumanBytes(estimate.activations),
         HumanBytes(ProcStatusBytes("VmRSS:")), HumanBytes(ProcStatusBytes("VmHWM:")),
+        HumanBytes(ProcStatusBytes("VmRSS:") - std::min(rss_before_engine, ProcStatusBytes("VmRSS:"))),
+        HumanBytes(estimate.resident_state()),
         HumanBytes(OwnSwapBytesOnDisk(cfg, env->rank)), HumanBytes(estimate.nvme_on_disk));
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);

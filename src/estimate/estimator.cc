@@ -26,9 +26,11 @@ uint64_t OnDisk(uint64_t bytes, uint64_t block) {
 
 }  // namespace
 
-uint64_t MemoryEstimate::node_host_bytes(int local_ranks) const {
-  return (ledger.Total(Residence::kDevice) + ledger.Total(Residence::kCpu) + activations) * local_ranks;
+uint64_t MemoryEstimate::resident_state() const {
+  return ledger.Total(Residence::kDevice) + ledger.Total(Residence::kCpu) + scratch + staging;
 }
+
+uint64_t MemoryEstimate::node_host_bytes(int local_ranks) const { return (resident_state() + activations) * local_ranks; }
 
 MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_override) {
   MemoryEstimate e;
@@ -41,7 +43,7 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   const int pres = Res(cfg.offload_param.device), ores = Res(cfg.offload_optimizer.device);
   const uint64_t block = cfg.aio.block_size;
   auto add = [&](StateKind k, int r, uint64_t bytes) { e.ledger.bytes[static_cast<int>(k)][r] += bytes; };
-  int64_t max_padded = 0, max_working = 0, max_sub = 0, tied_padded = 0;
+  int64_t max_padded = 0, max_shard = 0, max_working = 0, max_sub = 0, tied_padded = 0;
   for (int b = 0; b < n; ++b) {
     const int64_t numel = static_cast<int64_t>(std::llround(spec.block_parameters(b) * scale));
     e.parameters += numel;
@@ -58,10 +60,17 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
     }
     add(StateKind::kGradAccum, static_cast<int>(Residence::kCpu), (stage >= 2 ? l.shard : l.padded) * 4);
     max_padded = std::max(max_padded, l.padded);
+    max_shard = std::max(max_shard, l.shard);
     max_working = std::max<int64_t>(max_working, working * dsize);
     if (b == 0) tied_padded = l.padded;
   }
   const bool tied = spec.tie().has_value();
+  // Engine scratch (engine.cc Init): flat_grad [max padded], reduced [max shard], and for a
+  // tied model pending_tied [V, C], all fp32.
+  e.scratch = (max_padded + max_shard) * 4 +
+              (tied ? static_cast<uint64_t>(std::llround(cfg.model.vocab_size * cfg.model.d_model * scale)) * 4 : 0);
+  if (cfg.offload_param.device == OffloadDevice::kNvme || cfg.offload_optimizer.device == OffloadDevice::kNvme)
+    e.staging = std::min<int64_t>(cfg.aio.queue_depth, 8) * cfg.aio.block_size;  // NvmeTier staging
   add(StateKind::kGatherBuffers, static_cast<int>(Residence::kDevice), (max_padded + (tied ? tied_padded : 0)) * dsize);
   if (cfg.offload_param.device == OffloadDevice::kNvme)
     add(StateKind::kPinnedBuffers, static_cast<int>(Residence::kCpu),
@@ -113,10 +122,12 @@ Status CheckFits(const MemoryEstimate& e, const MachineCapacity& m, int local_ra
   std::string why;
   const uint64_t host = e.node_host_bytes(local_ranks);
   if (m.host_available > 0 && host > m.host_available)
-    why += fmt::format("\n  host memory: {} needed ({} rank(s) x {} = device {} + cpu {} + activations ~{}), {} available",
-                       HumanBytes(host), local_ranks, HumanBytes(host / local_ranks),
-                       HumanBytes(e.ledger.Total(Residence::kDevice)), HumanBytes(e.ledger.Total(Residence::kCpu)),
-                       HumanBytes(e.activations), HumanBytes(m.host_available));
+    why += fmt::format(
+        "\n  host memory: {} needed ({} rank(s) x {} = device {} + cpu {} + scratch and staging {} + activations ~{}), "
+        "{} available",
+        HumanBytes(host), local_ranks, HumanBytes(host / local_ranks), HumanBytes(e.ledger.Total(Residence::kDevice)),
+        HumanBytes(e.ledger.Total(Residence::kCpu)), HumanBytes(e.scratch + e.staging), HumanBytes(e.activations),
+        HumanBytes(m.host_available));
   const uint64_t disk = e.node_nvme_bytes(local_ranks);
   if (m.nvme_free > 0 && disk > m.nvme_free)
     why += fmt::format("\n  NVMe: {} needed in '{}' ({} rank(s) x {}), {} free", HumanBytes(disk), m.nvme_dir,
@@ -135,9 +146,12 @@ std::string FormatEstimate(const MemoryEstimate& e) {
   for (int k = 0; k < kNumStateKinds; ++k)
     out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", kNames[k], HumanBytes(e.ledger.bytes[k][0]),
                        HumanBytes(e.ledger.bytes[k][1]), HumanBytes(e.ledger.bytes[k][2]));
+  out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "fp32 gradient scratch", HumanBytes(e.scratch), "-", "-");
+  out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "NVMe staging", "-", HumanBytes(e.staging), "-");
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "activations (approx.)", HumanBytes(e.activations), "-", "-");
-  out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "total", HumanBytes(e.ledger.Total(Residence::kDevice) + e.activations),
-                     HumanBytes(e.ledger.Total(Residence::kCpu)), HumanBytes(e.nvme_on_disk));
+  out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "total",
+                     HumanBytes(e.ledger.Total(Residence::kDevice) + e.scratch + e.activations),
+                     HumanBytes(e.ledger.Total(Residence::kCpu) + e.staging), HumanBytes(e.nvme_on_disk));
   return out;
 }
 

@@ -17,9 +17,15 @@ namespace strata {
 struct MemoryEstimate {
   MemoryLedger ledger;             // per rank, same categories as Engine::ledger()
   uint64_t activations = 0;        // per rank, on the compute device, approximate
+  // Per rank, outside the engine's ledger: its fp32 gradient scratch (the flat gradient of
+  // the largest block, the reduced shard, the tied weight's pending gradient; compute
+  // device) and the NVMe tier's staging buffers (host).
+  uint64_t scratch = 0, staging = 0;
   uint64_t nvme_on_disk = 0;       // per rank: swap extents rounded up as the NVMe tier places them
   int64_t parameters = 0;
   int world = 1;
+  // What one rank holds in memory before activations: ledger device + cpu, scratch, staging.
+  uint64_t resident_state() const;
   // Sums over all the ranks of this node (device + cpu share host memory on a CPU build).
   uint64_t node_host_bytes(int local_ranks) const;
   uint64_t node_nvme_bytes(int local_ranks) const { return nvme_on_disk * local_ranks; }
