@@ -61,6 +61,7 @@ void Progress::OnStep(const StepStats& st) {
   read_bytes_ += st.nvme_read_bytes;
   write_bytes_ += st.nvme_write_bytes;
   const double tflops = st.tokens * o_.flops_per_token / std::max(1e-12, st.seconds) / 1e12;
+  if (done_ == 1) first_wait_ = st.wait_s;
   if (done_ > 1) {  // the first step pays one-time costs
     sum_time_ += st.seconds;
     sum_wait_ += st.wait_s;
@@ -109,14 +110,15 @@ void Progress::Finish() {
     std::printf("summary: no steps run (start step %lld, steps %lld)\n", (long long)o_.first_step,
                 (long long)o_.total_steps);
   } else {
+    // Means leave out the first step (one-time costs) unless it is the only one.
     const double mean = measured_ > 0 ? sum_time_ / measured_ : all_time_ / done_;
-    const double wait = measured_ > 0 ? sum_wait_ / measured_ : 0;
+    const double wait = measured_ > 0 ? sum_wait_ / measured_ : first_wait_;
     std::printf("summary: %lld steps (%lld..%lld) in %s, final loss %.4f, mean step %.1f ms, %.0f tokens/s, %.3f "
                 "TFLOPS, exposed transfer time %.1f ms per step (%.1f%% of the step), nvme read %.1f MB / written %.1f "
                 "MB%s\n",
                 (long long)done_, (long long)o_.first_step, (long long)(o_.first_step + done_ - 1),
                 Duration(all_time_).c_str(), last_loss_, mean * 1e3, tokens_ / all_time_,
-                measured_ > 0 ? sum_flops_ / sum_time_ / 1e12 : 0.0, wait * 1e3, mean > 0 ? 100 * wait / mean : 0.0,
+                (measured_ > 0 ? sum_flops_ / sum_time_ : tokens_ * o_.flops_per_token / all_time_) / 1e12, wait * 1e3, mean > 0 ? 100 * wait / mean : 0.0,
                 read_bytes_ / 1e6, write_bytes_ / 1e6,
                 skipped_ ? fmt::format(", {} step(s) skipped on overflow", skipped_).c_str() : "");
   }
