@@ -128,7 +128,9 @@ int RunTrain(const TrainArgs& a) {
 
   std::unique_ptr<Communicator> comm;
   if (env->world_size > 1) {
-    auto c = MakeTcpCommunicator(*env, std::chrono::seconds(120));
+    // A dead peer closes its sockets (the others fail at once); a hung one is caught by this
+    // timeout, so no rank waits forever.
+    auto c = MakeTcpCommunicator(*env, std::chrono::seconds(cfg.comm_timeout_s));
     if (!c.ok()) return Fail(c.status());
     comm = std::move(c).value();
   } else {

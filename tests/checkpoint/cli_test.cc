@@ -1,6 +1,10 @@
 // The user-facing subcommands end to end: config check (resolved values, "auto", warnings,
 // errors with exit 1), estimate, train --metrics / progress summary, export.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 
 #include <fstream>
 #include <iterator>
@@ -106,6 +110,46 @@ TEST(Cli, ResumeFromTheCommandLineEqualsUninterruptedTrainingBitwise) {
   const std::string ba((std::istreambuf_iterator<char>(fa)), {}), bb((std::istreambuf_iterator<char>(fb)), {});
   EXPECT_GT(ba.size(), 100000u);
   EXPECT_TRUE(ba == bb) << "exports of 4 uninterrupted steps and of 2 + 2 resumed steps differ";
+}
+
+// torchrun-style launch (one process per rank, no launcher): a rank that dies makes the
+// other exit at once naming it; a rank that hangs (SIGSTOP) makes it exit after
+// strata.comm_timeout_s, never wait forever.
+TEST(Cli, ADeadOrHungRankMakesTheOthersExitWithAClearError) {
+  testing::TempDir dir;
+  for (const int sig : {SIGKILL, SIGSTOP}) {
+    const std::string port = std::to_string(29700 + sig);
+    const std::string args = " train --steps 100000 --set strata.model.n_layer=1 --set strata.comm_timeout_s=3 "
+                             "--set zero_optimization.offload_param.nvme_path=" + dir.path() +
+                             " --set zero_optimization.offload_optimizer.nvme_path=" + dir.path();
+    const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;
+    const pid_t victim = fork();
+    if (victim == 0) {
+      ::execl("/bin/sh", "sh", "-c", ("RANK=1 " + env + " exec " STRATA_BINARY + args + " >/dev/null 2>&1").c_str(),
+              nullptr);
+      _exit(127);
+    }
+    const std::string cmd = "RANK=0 " + env + " " STRATA_BINARY + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_TRUE(p);
+    std::string out;
+    char buf[4096];
+    bool hit = false;
+    while (fgets(buf, sizeof buf, p)) {
+      out += buf;
+      if (!hit && out.find("train step    10") != std::string::npos) {  // both ranks are training
+        hit = true;
+        ::kill(victim, sig);
+      }
+    }
+    const int st = pclose(p);
+    ::kill(victim, SIGKILL);
+    ::waitpid(victim, nullptr, 0);
+    ASSERT_TRUE(hit) << out;
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << out;
+    EXPECT_NE(out.find(sig == SIGKILL ? "rank 1 closed the connection" : "timed out after 3000 ms"), std::string::npos)
+        << out;
+  }
 }
 
 }  // namespace
