@@ -58,16 +58,20 @@ StatusOr<std::unique_ptr<SwapDir>> SwapDir::Create(const std::string& parent, in
   }
   if (ec) return Error(StatusCode::kIoError, "cannot list swap folder '{}': {}", parent, ec.message());
 
+  // The folder appears under its final name only once its lock is held (created under a
+  // hidden name, locked, renamed), so a sibling rank scanning at the same moment can never
+  // take a folder being created for a stale one.
   std::random_device rd;
-  const std::string path =
-      (fs::path(parent) / fmt::format("{}r{}-p{}-{:08x}", kPrefix, rank, getpid(), rd())).string();
-  if (mkdir(path.c_str(), 0700) != 0) return ErrnoError(errno, "cannot create swap folder '{}'", path);
-  const std::string lock_path = path + "/" + kLockName;
+  const std::string leaf = fmt::format("{}r{}-p{}-{:08x}", kPrefix, rank, getpid(), rd());
+  const std::string staging = (fs::path(parent) / ("." + leaf)).string();
+  const std::string path = (fs::path(parent) / leaf).string();
+  if (mkdir(staging.c_str(), 0700) != 0) return ErrnoError(errno, "cannot create swap folder '{}'", staging);
+  const std::string lock_path = staging + "/" + kLockName;
   int lock_fd = open(lock_path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    Status s = ErrnoError(errno, "cannot lock '{}'", lock_path);
+  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0 || rename(staging.c_str(), path.c_str()) != 0) {
+    Status s = ErrnoError(errno, "cannot create and lock swap folder '{}'", path);
     if (lock_fd >= 0) close(lock_fd);
-    fs::remove_all(path, ec);
+    fs::remove_all(staging, ec);
     return s;
   }
   return std::unique_ptr<SwapDir>(new SwapDir(path, lock_fd));

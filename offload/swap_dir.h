@@ -1,6 +1,7 @@
 // Folder-private. SwapDir: this process's private swap folder inside nvme_path,
 // "strata-swap-r<rank>-p<pid>-<nonce>" (mode 0700), with an `owner.lock` held by flock for
-// the folder's lifetime. A folder whose lock can be taken belongs to a process that died
+// the folder's lifetime. The folder is created under a hidden name and renamed once its lock
+// is held, so ranks sharing nvme_path never mistake a sibling's new folder for a stale one. A folder whose lock can be taken belongs to a process that died
 // without cleaning up (killed, crashed): it is reported, never opened as data, and removed
 // when asked. A clean destruction removes the folder and everything in it.
 #pragma once

@@ -7,6 +7,7 @@
 // all-reduce therefore reduces into a per-rank scratch buffer and copies it back after
 // phase 2. Reductions add in rank order 0..n-1 in fp32: deterministic by construction.
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -41,7 +42,11 @@ class SharedState {
       cv_.notify_all();
       return;
     }
-    cv_.wait(lock, [&] { return generation_ != gen; });
+    // Ranks here are threads of one test or tool: a peer that returned early (an error on
+    // its side) would leave this one waiting forever, so a long silence is fatal, not a hang.
+    const bool arrived = cv_.wait_for(lock, std::chrono::minutes(5), [&] { return generation_ != gen; });
+    STRATA_CHECK(arrived) << "local communicator: " << (n_ - arrived_) << " of " << n_
+                          << " ranks did not reach a collective within 5 minutes (did a rank return early with an error?)";
   }
 
  private:

@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include "offload/test_util.h"
 #include "strata/nvme_tier.h"
@@ -168,6 +170,39 @@ TEST(Faults, SwapFolderOfAKilledProcessIsReportedAndNeverRead) {
   EXPECT_TRUE((*t2)->stale_folders()[0].removed);
   EXPECT_FALSE(std::filesystem::exists(stale.path));
   EXPECT_TRUE(std::filesystem::exists((*t1)->folder()));
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// Ranks of one node share nvme_path and open their tiers at the same moment: none may take
+// another's folder, still being created, for one left by a dead process.
+TEST(Faults, RanksOpeningTogetherNeverRemoveEachOthersFolders) {
+  testing::TempDir dir;
+  for (int round = 0; round < 20; ++round) {
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0}, stale{0};
+    for (int r = 0; r < 4; ++r) {
+      threads.emplace_back([&, r] {
+        auto o = testing::TierOptions(dir.path());
+        o.rank = r;
+        auto tier = NvmeTier::Open(o);
+        if (!tier.ok()) { failures++; return; }
+        stale += static_cast<int>((*tier)->stale_folders().size());
+        auto id = (*tier)->Allocate("x", 8192);
+        auto src = testing::RandomBytes(8192, r);
+        std::vector<std::byte> dst(8192);
+        if (!id.ok() || !(*tier)->Write(*id, src).Wait().ok() || !(*tier)->Read(*id, dst).Wait().ok() || dst != src)
+          failures++;
+      });
+    }
+    for (auto& t : threads) t.join();
+    ASSERT_EQ(failures.load(), 0) << "round " << round;
+    ASSERT_EQ(stale.load(), 0) << "round " << round;
+  }
 }
 
 }  // namespace
