@@ -235,9 +235,7 @@ int RunTrain(const TrainArgs& a) {
     }
     if (a.trace.empty() || step + 1 < cfg.steps) tracer.Trim(trace_from);
   }
-  if (!a.save.empty() && last_saved != cfg.steps)
-    if (Status s = save(cfg.steps); !s.ok()) return Fail(s);
-  if (Status s = eval(cfg.steps); !s.ok()) return Fail(s);
+  // Written before the final save and eval, so the trace holds exactly the last step.
   if (!a.trace.empty()) {
     const std::string path = env->world_size > 1 ? fmt::format("{}.rank{}", a.trace, env->rank) : a.trace;
     if (Status s = tracer.WriteChromeTrace(path); !s.ok()) return Fail(s);
@@ -245,6 +243,9 @@ int RunTrain(const TrainArgs& a) {
       progress.Message(fmt::format("trace of the last step written to {}{}", path,
                                    env->world_size > 1 ? " (one file per rank)" : ""));
   }
+  if (!a.save.empty() && last_saved != cfg.steps)
+    if (Status s = save(cfg.steps); !s.ok()) return Fail(s);
+  if (Status s = eval(cfg.steps); !s.ok()) return Fail(s);
   if (lead) progress.Finish();
   return 0;
 }
