@@ -233,7 +233,7 @@ int RunTrain(const TrainArgs& a) {
       if (Status s = save(step + 1); !s.ok()) return Fail(s);
       last_saved = step + 1;
     }
-    if (a.trace.empty() || step + 1 < cfg.steps) tracer.Trim(trace_from);
+    tracer.Trim(trace_from);  // keeps this step's spans (and transfers still running into it)
   }
   // Written before the final save and eval, so the trace holds exactly the last step.
   if (!a.trace.empty()) {
