@@ -45,13 +45,14 @@ StatusOr<double> StorePass(NvmeTier& tier, const std::vector<ExtentId>& extents,
   return static_cast<double>(extents.size() * tensor_bytes) / dt / 1e9;
 }
 
-// fio with the io_uring engine on the same folder, size, block and depth, with registered
-// buffers and file as the store uses (the strongest io_uring setting fio offers). Returns GB/s.
-StatusOr<double> FioPass(const std::string& file, const IoBenchOptions& o, bool write) {
+// fio with the io_uring engine on the same folder, size, block and depth. Returns GB/s.
+// `fixed`: also registered buffers and file, as the store uses (fio's strongest io_uring
+// setting); otherwise fio's io_uring defaults.
+StatusOr<double> FioPass(const std::string& file, const IoBenchOptions& o, bool write, bool fixed) {
   const std::string cmd = fmt::format(
-      "fio --name=strata-anchor --filename='{}' --size={} --bs={} --iodepth={} --ioengine=io_uring --fixedbufs --registerfiles --direct=1 "
+      "fio --name=strata-anchor --filename='{}' --size={} --bs={} --iodepth={} --ioengine=io_uring {}--direct=1 "
       "--rw={} --numjobs=1 --group_reporting --output-format=json 2>&1",
-      file, o.size, o.block, o.queue_depth, write ? "write" : "read");
+      file, o.size, o.block, o.queue_depth, fixed ? "--fixedbufs --registerfiles " : "", write ? "write" : "read");
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return ErrnoError(errno, "cannot run fio");
   std::string out;
@@ -134,7 +135,7 @@ int RunIoBench(const IoBenchOptions& o) {
 
   const bool fio = o.run_fio && HaveFio();
   const std::string fio_file = tier.folder() + "/fio.bin";
-  std::vector<double> sw, sr, fw, fr;
+  std::vector<double> sw, sr, fw, fr, xw, xr;  // store, fio defaults, fio with fixed buffers
   if (!o.json)
     std::fprintf(stderr, "bench io: %s in %s, block %s, queue depth %u, %s engine%s, %d rounds\n",
                  HumanBytes(bytes).c_str(), tier.folder().c_str(), HumanBytes(o.block).c_str(), o.queue_depth,
@@ -145,15 +146,16 @@ int RunIoBench(const IoBenchOptions& o) {
     const bool store_first = r % 2 == 0;
     for (int op = 0; op < 2; ++op) {
       const bool write = op == 0;
-      for (int side = 0; side < 2; ++side) {
-        if ((side == 0) == store_first) {
+      for (int k = 0; k < 3; ++k) {
+        const int side = store_first ? k : 2 - k;  // 0 store, 1 fio defaults, 2 fio fixed buffers
+        if (side == 0) {
           auto v = StorePass(tier, extents, pool, write, o.tensor_bytes);
           if (!v.ok()) return fail(v.status());
           (write ? sw : sr).push_back(*v);
         } else if (fio) {
-          auto f = FioPass(fio_file, o, write);
+          auto f = FioPass(fio_file, o, write, side == 2);
           if (!f.ok()) return fail(f.status());
-          (write ? fw : fr).push_back(*f);
+          (side == 1 ? (write ? fw : fr) : (write ? xw : xr)).push_back(*f);
         }
       }
     }
@@ -171,6 +173,7 @@ int RunIoBench(const IoBenchOptions& o) {
   const double cpn = MemcpyGbps(region.data(), region.data() + half, half, all);
 
   const Summary SW = Summarize(sw), SR = Summarize(sr), FW = Summarize(fw), FR = Summarize(fr);
+  const Summary XW = Summarize(xw), XR = Summarize(xr);
   const NvmeTierStats st = tier.stats();
   if (o.json) {
     nlohmann::json j;
@@ -192,6 +195,10 @@ int RunIoBench(const IoBenchOptions& o) {
     j["fio_read_gbps"] = opt(fio, FR.median);
     j["write_ratio_vs_fio"] = opt(fio, FW.median > 0 ? SW.median / FW.median : 0);
     j["read_ratio_vs_fio"] = opt(fio, FR.median > 0 ? SR.median / FR.median : 0);
+    j["fio_fixed_write_gbps"] = opt(fio, XW.median);
+    j["fio_fixed_read_gbps"] = opt(fio, XR.median);
+    j["write_ratio_vs_fio_fixed"] = opt(fio, XW.median > 0 ? SW.median / XW.median : 0);
+    j["read_ratio_vs_fio_fixed"] = opt(fio, XR.median > 0 ? SR.median / XR.median : 0);
     j["pinned_memcpy_gbps_1thread"] = cp1;
     j["pinned_memcpy_gbps_all_threads"] = cpn;
     j["threads"] = all;
@@ -200,10 +207,11 @@ int RunIoBench(const IoBenchOptions& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  Table t({"sequential, " + HumanBytes(bytes), "strata GB/s", "fio io_uring GB/s", "strata / fio"});
+  Table t({"sequential, " + HumanBytes(bytes), "strata GB/s", "fio io_uring GB/s", "strata / fio",
+           "fio +fixedbufs GB/s", "strata / that"});
   auto ratio = [&](const Summary& a, const Summary& b) { return fio ? fmt::format("{:.2f}", a.median / b.median) : "-"; };
-  t.Row({"write", Format(SW), fio ? Format(FW) : "(no fio)", ratio(SW, FW)});
-  t.Row({"read", Format(SR), fio ? Format(FR) : "(no fio)", ratio(SR, FR)});
+  t.Row({"write", Format(SW), fio ? Format(FW) : "(no fio)", ratio(SW, FW), fio ? Format(XW) : "-", ratio(SW, XW)});
+  t.Row({"read", Format(SR), fio ? Format(FR) : "(no fio)", ratio(SR, FR), fio ? Format(XR) : "-", ratio(SR, XR)});
   t.Print(stdout);
   std::printf("median (min-max) of %d interleaved rounds; block %s, queue depth %u, %s engine, checksums %s\n", o.rounds,
               HumanBytes(o.block).c_str(), o.queue_depth, tier.engine_name(), o.checksums ? "on" : "off");
