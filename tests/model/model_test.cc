@@ -6,23 +6,12 @@
 #include <vector>
 
 #include "src/model/model.h"
+#include "tests/model/model_test_util.h"
 
 namespace strata::model {
 namespace {
 
-ModelConfig Tiny(Arch arch, bool tie = true) {
-  ModelConfig c;
-  c.arch = arch;
-  c.vocab_size = 64;
-  c.seq_len = 16;
-  c.n_layer = 2;
-  c.d_model = 32;
-  c.n_head = 4;
-  c.n_kv_head = arch == Arch::kLlama ? 2 : 0;
-  c.tie_embeddings = tie;
-  c.seed = 7;
-  return c;
-}
+using testing::Tiny;
 
 std::vector<std::string> Names(const torch::nn::Module& m) {
   std::vector<std::string> names;
