@@ -17,10 +17,12 @@ namespace {
 constexpr const char* kPrefix = "strata-swap-";
 constexpr const char* kLockName = "owner.lock";
 
-// True when nobody holds the folder's lock: its owner is gone.
+// True when nobody holds the folder's lock: its owner is gone. A folder appears only with
+// its lock held and leaves view before its lock goes, so one without a lock file is not
+// judged (it is being removed right now).
 bool IsStale(const fs::path& folder) {
   int fd = open((folder / kLockName).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return true;  // never finished creating, or lock removed: not a live folder
+  if (fd < 0) return false;
   bool stale = flock(fd, LOCK_EX | LOCK_NB) == 0;
   close(fd);
   return stale;
@@ -78,8 +80,13 @@ StatusOr<std::unique_ptr<SwapDir>> SwapDir::Create(const std::string& parent, in
 }
 
 SwapDir::~SwapDir() {
+  // Out of view first (a hidden name), so sibling ranks scanning nvme_path never see a
+  // half-removed folder; then remove it, the lock with it; then release the lock.
   std::error_code ec;
-  fs::remove_all(path_, ec);  // the lock goes with it; then release it
+  const fs::path p(path_);
+  const fs::path hidden = p.parent_path() / ("." + p.filename().string() + ".removing");
+  const std::string victim = rename(path_.c_str(), hidden.c_str()) == 0 ? hidden.string() : path_;
+  fs::remove_all(victim, ec);
   if (ec) LogWarn("could not remove swap folder '{}': {}", path_, ec.message());
   close(lock_fd_);
 }
