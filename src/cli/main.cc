@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "src/cli/commands.h"
+#include "src/comm/launcher.h"
 
 namespace strata::cli {
 
@@ -35,7 +36,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   if (!action) {
-    std::printf("strata: no subcommand given; running the default job: the tiny GPT-2 on 2 local ranks with "
+    if (!strata::IsLaunchedRank())  // the launched ranks re-run this same command line
+      std::printf("strata: no subcommand given; running the default job: the tiny GPT-2 on 2 local ranks with "
                 "parameters and optimizer states on NVMe (strata train --nproc 2; see strata --help)\n");
     std::fflush(stdout);
     return strata::cli::RunDefaultTraining();
