@@ -149,7 +149,7 @@ int RunTrain(const TrainArgs& a) {
     LogWarn("--init-from {} ignored: --resume restores all weights", a.init_from);
   }
   Tracer tracer(env->rank);
-  const uint64_t rss_before_engine = ProcStatusBytes("VmRSS:");
+  const uint64_t rss_before_engine = ProcStatusBytes("VmRSS:"), file_before_engine = ProcStatusBytes("RssFile:");
   auto engine_or = Engine::Create(cfg, comm.get(), &tracer, std::move(hooks));
   if (!engine_or.ok()) return Fail(engine_or.status().WithContext(fmt::format("rank {}", env->rank)));
   Engine& engine = **engine_or;
@@ -161,13 +161,11 @@ int RunTrain(const TrainArgs& a) {
       return fmt::format("{} (estimated {})", HumanBytes(m.Total(r)), HumanBytes(estimate.ledger.Total(r)));
     };
     const std::string line = fmt::format(
-        "memory per rank: device {}, cpu {}, nvme {}; activations ~{} (estimated); measured: process resident {} "
-        "(peak {}; the engine added {}, estimated {}), swap files on disk {} (estimated {})",
-        pair(Residence::kDevice), pair(Residence::kCpu), pair(Residence::kNvme), HumanBytes(estimate.activations),
-        HumanBytes(ProcStatusBytes("VmRSS:")), HumanBytes(ProcStatusBytes("VmHWM:")),
-        HumanBytes(ProcStatusBytes("VmRSS:") - std::min(rss_before_engine, ProcStatusBytes("VmRSS:"))),
-        HumanBytes(estimate.resident_state()),
-        HumanBytes(OwnSwapBytesOnDisk(cfg, env->rank)), HumanBytes(estimate.nvme_on_disk));
+        "memory per rank (the engine's ledger): device {}, cpu {}, nvme {}; swap files on disk {} (estimated {}); "
+        "estimated peak host memory {} (see the measured figure at the end)",
+        pair(Residence::kDevice), pair(Residence::kCpu), pair(Residence::kNvme),
+        HumanBytes(OwnSwapBytesOnDisk(cfg, env->rank)), HumanBytes(estimate.nvme_on_disk),
+        HumanBytes(estimate.host_peak()));
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
   }
@@ -246,7 +244,22 @@ int RunTrain(const TrainArgs& a) {
   if (!a.save.empty() && last_saved != cfg.steps)
     if (Status s = save(cfg.steps); !s.ok()) return Fail(s);
   if (Status s = eval(cfg.steps); !s.ok()) return Fail(s);
-  if (lead) progress.Finish();
+  if (lead) {
+    // The run's peak against what `strata estimate` promised, per tier. Host memory: peak
+    // resident growth since before the engine, less the library code paged in meanwhile
+    // (file-backed pages the estimate does not cover).
+    const uint64_t peak = ProcStatusBytes("VmHWM:"), file_now = ProcStatusBytes("RssFile:");
+    const uint64_t code = file_now - std::min(file_now, file_before_engine);
+    const uint64_t host = peak - std::min(peak, rss_before_engine + code);
+    auto vs = [](uint64_t measured, uint64_t estimated) {
+      return fmt::format("{} (estimated {}, {:+.1f}%)", HumanBytes(measured), HumanBytes(estimated),
+                         estimated ? 100.0 * (static_cast<double>(estimated) - measured) / measured : 0.0);
+    };
+    progress.Message(fmt::format("memory of rank 0, measured over the run: host peak {}; page-locked {}; swap files {}",
+                                 vs(host, estimate.host_peak()), vs(ProcStatusBytes("VmLck:"), estimate.pinned),
+                                 vs(OwnSwapBytesOnDisk(cfg, env->rank), estimate.nvme_on_disk)));
+    progress.Finish();
+  }
   return 0;
 }
 

@@ -5,10 +5,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "cli_run.h"
 #include "support/temp_dir.h"
@@ -57,6 +58,21 @@ TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
                 "--set strata.model.n_head=64");
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_NE(r.out.find("does not fit this machine"), std::string::npos) << r.out;
+}
+
+// The estimator against what a real run of the shipped tiny config measures (peak host
+// memory less library code, page-locked bytes, swap files on disk), per tier, on 2 ranks.
+TEST(Cli, TheTinyRunMeasuresWhatTheEstimatorPredictsWithinTenPercent) {
+  testing::TempDir dir;
+  auto r = RunStrata("train --nproc 2 --steps 5 --set strata.eval_batches=1 "
+                     "--set zero_optimization.offload_param.nvme_path=" + dir.path() +
+                     " --set zero_optimization.offload_optimizer.nvme_path=" + dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::regex line(R"(memory of rank 0, measured over the run: host peak .*\(estimated .*, ([-+0-9.]+)%\); )"
+                        R"(page-locked .*\(estimated .*, ([-+0-9.]+)%\); swap files .*\(estimated .*, ([-+0-9.]+)%\))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, line)) << r.out;
+  for (int tier = 1; tier <= 3; ++tier) EXPECT_LE(std::abs(std::stod(m[tier].str())), 10.0) << m[0].str();
 }
 
 TEST(Cli, TrainWritesMetricsAndASummaryAndExportLoadsBack) {
