@@ -15,7 +15,7 @@ struct IoBenchOptions {
   uint32_t block = 1u << 20;             // bytes per request (aio.block_size)
   unsigned queue_depth = 32;             // aio.queue_depth
   uint64_t tensor_bytes = 64ull << 20;   // the store moves tensors of this size
-  int rounds = 3;                        // interleaved repetitions; medians reported
+  int rounds = 7;                        // interleaved repetitions; medians reported (the VM drifts +-40%)
   bool checksums = true;                 // the store's default
   bool run_fio = true;
   std::string engine = "auto";           // auto | uring | pread

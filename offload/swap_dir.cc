@@ -1,10 +1,13 @@
 #include "offload/swap_dir.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <ctime>
 #include <filesystem>
 #include <random>
 
@@ -27,6 +30,20 @@ bool IsStale(const fs::path& folder) {
   close(fd);
   return stale;
 }
+
+// A hidden folder (".strata-swap-r<rank>-p<pid>-<nonce>", being created, or the same with
+// ".removing", being removed) outlives its process only if that process died mid-way. It
+// is abandoned when the pid in its name is gone and it is older than a minute (creating
+// or removing one takes far less; the age keeps a process of another pid namespace safe).
+bool IsAbandonedHidden(const fs::path& folder, const std::string& name) {
+  const size_t p = name.find("-p", 1 + std::char_traits<char>::length(kPrefix));
+  if (p == std::string::npos) return false;
+  const long pid = std::strtol(name.c_str() + p + 2, nullptr, 10);
+  if (pid <= 0 || (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)) return false;
+  struct stat st {};
+  if (stat(folder.c_str(), &st) != 0) return false;
+  return time(nullptr) - st.st_mtime > 60;
+}
 }  // namespace
 
 uint64_t FolderBytes(const std::string& path) {
@@ -47,7 +64,9 @@ StatusOr<std::unique_ptr<SwapDir>> SwapDir::Create(const std::string& parent, in
 
   for (auto it = fs::directory_iterator(parent, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.rfind(kPrefix, 0) != 0 || !it->is_directory() || !IsStale(it->path())) continue;
+    const bool hidden = name.rfind(std::string(".") + kPrefix, 0) == 0;
+    if (!hidden && name.rfind(kPrefix, 0) != 0) continue;
+    if (!it->is_directory() || !(hidden ? IsAbandonedHidden(it->path(), name) : IsStale(it->path()))) continue;
     StaleSwapFolder s{it->path().string(), FolderBytes(it->path().string()), false};
     if (remove_stale) {
       std::error_code rm;

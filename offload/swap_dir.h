@@ -1,9 +1,11 @@
 // Folder-private. SwapDir: this process's private swap folder inside nvme_path,
 // "strata-swap-r<rank>-p<pid>-<nonce>" (mode 0700), with an `owner.lock` held by flock for
 // the folder's lifetime. The folder is created under a hidden name and renamed once its lock
-// is held, so ranks sharing nvme_path never mistake a sibling's new folder for a stale one. A folder whose lock can be taken belongs to a process that died
-// without cleaning up (killed, crashed): it is reported, never opened as data, and removed
-// when asked. A clean destruction removes the folder and everything in it.
+// is held, so ranks sharing nvme_path never mistake a sibling's new folder for a stale one.
+// A folder whose lock can be taken belongs to a process that died without cleaning up
+// (killed, crashed): it is reported, never opened as data, and removed when asked; so is a
+// hidden folder of a process that died while creating or removing its own. A clean
+// destruction removes the folder and everything in it.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +17,6 @@
 #include "strata/status.h"
 
 namespace strata {
-
 
 class SwapDir {
  public:

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "offload/test_util.h"
@@ -170,6 +172,40 @@ TEST(Faults, SwapFolderOfAKilledProcessIsReportedAndNeverRead) {
   EXPECT_TRUE((*t2)->stale_folders()[0].removed);
   EXPECT_FALSE(std::filesystem::exists(stale.path));
   EXPECT_TRUE(std::filesystem::exists((*t1)->folder()));
+}
+
+// A process killed between creating its hidden folder and naming it (or while removing
+// it) leaves a hidden folder: reported and removed once its pid is gone and it is a minute
+// old; a live process's, or a fresh one, is left alone.
+TEST(Faults, HiddenFolderOfAProcessKilledMidCreationIsReported) {
+  TempDir dir;
+  pid_t dead = fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);
+  auto make = [&](const std::string& leaf, bool old) {
+    const auto p = std::filesystem::path(dir.path()) / leaf;
+    std::filesystem::create_directory(p);
+    std::ofstream(p / "swap.bin") << std::string(4096, 'x');
+    if (old) std::filesystem::last_write_time(p, std::filesystem::file_time_type::clock::now() - std::chrono::minutes(5));
+    return p;
+  };
+  const auto abandoned = make(fmt::format(".strata-swap-r0-p{}-0badf00d", dead), true);
+  const auto removing = make(fmt::format(".strata-swap-r1-p{}-0badf00d.removing", dead), true);
+  const auto fresh = make(fmt::format(".strata-swap-r2-p{}-0badf00d", dead), false);
+  const auto alive = make(fmt::format(".strata-swap-r3-p{}-0badf00d", getpid()), true);
+  auto tier = NvmeTier::Open(TierOptions(dir.path()));
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  ASSERT_EQ((*tier)->stale_folders().size(), 2u);
+  for (const auto& s : (*tier)->stale_folders()) {
+    EXPECT_TRUE(s.path == abandoned.string() || s.path == removing.string()) << s.path;
+    EXPECT_EQ(s.bytes, 4096u);
+    EXPECT_TRUE(s.removed);
+  }
+  EXPECT_FALSE(std::filesystem::exists(abandoned));
+  EXPECT_FALSE(std::filesystem::exists(removing));
+  EXPECT_TRUE(std::filesystem::exists(fresh));
+  EXPECT_TRUE(std::filesystem::exists(alive));
 }
 
 }  // namespace
