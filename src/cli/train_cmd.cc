@@ -22,6 +22,7 @@
 #include "src/engine/engine.h"
 #include "src/engine/train_config.h"
 #include "src/estimate/estimator.h"
+#include "strata/cuda/cuda.h"
 #include "strata/log.h"
 
 namespace strata::cli {
@@ -137,6 +138,22 @@ int RunTrain(const TrainArgs& a) {
     comm = MakeSingleRankCommunicator();
   }
 
+  // Where blocks run; a GPU gets NCCL for its device buffers, met through the host communicator.
+  auto device = ComputeDevice::Parse(cfg.device, env->local_rank);
+  if (!device.ok()) return Fail(device.status());
+  std::unique_ptr<Communicator> device_comm;
+  if (!device->is_cpu()) {
+#if STRATA_CUDA_BUILD
+    auto nccl = cuda::MakeNcclCommunicator(comm.get(), device->index());
+    if (!nccl.ok()) return Fail(nccl.status().WithContext(fmt::format("rank {}", env->rank)));
+    device_comm = std::move(nccl).value();
+#else
+    return Fail(Error(StatusCode::kFailedPrecondition, "strata.device '{}': this is a CPU build of Strata; configure "
+                      "with -DSTRATA_CUDA=ON for GPUs, or set strata.device=cpu", cfg.device));
+#endif
+  }
+  const ComputeDevice compute_device(*device, device_comm ? device_comm.get() : comm.get());
+
   auto data = data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
   if (!data.ok()) return Fail(data.status());
   const model::ModelSpec spec(cfg.model);
@@ -150,7 +167,7 @@ int RunTrain(const TrainArgs& a) {
   }
   Tracer tracer(env->rank);
   const uint64_t rss_before_engine = ProcStatusBytes("VmRSS:"), file_before_engine = ProcStatusBytes("RssFile:");
-  auto engine_or = Engine::Create(cfg, comm.get(), &tracer, std::move(hooks));
+  auto engine_or = Engine::Create(cfg, comm.get(), &tracer, std::move(hooks), &compute_device);
   if (!engine_or.ok()) return Fail(engine_or.status().WithContext(fmt::format("rank {}", env->rank)));
   Engine& engine = **engine_or;
 
@@ -191,10 +208,11 @@ int RunTrain(const TrainArgs& a) {
   if (lead) {
     progress.Message(fmt::format(
         "strata train: {} model, {:.2f} M parameters, {} blocks; {} rank(s), ZeRO stage {}; params on {}, optimizer "
-        "states on {}; {} compute; batch {} = {} x {} accumulation x {} rank(s); data: {}",
+        "states on {}; {} compute on {}; batch {} = {} x {} accumulation x {} rank(s); data: {}",
         cfg.model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", spec.num_parameters() / 1e6, engine.num_blocks(),
         env->world_size, cfg.zero_stage, OffloadDeviceName(cfg.offload_param.device),
-        OffloadDeviceName(cfg.offload_optimizer.device), DTypeName(cfg.compute_dtype), cfg.train_batch, cfg.micro_batch,
+        OffloadDeviceName(cfg.offload_optimizer.device), DTypeName(cfg.compute_dtype), device->str(), cfg.train_batch,
+        cfg.micro_batch,
         cfg.grad_accum, env->world_size, (*data)->description()));
     if (!a.init_from.empty() && a.resume.empty()) progress.Message("initial weights from " + a.init_from);
     if (!a.resume.empty()) progress.Message(fmt::format("resumed from {} at step {}", a.resume, start));

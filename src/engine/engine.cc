@@ -60,11 +60,18 @@ Engine::~Engine() {
 }
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const TrainConfig& config, Communicator* comm, Tracer* tracer,
-                                                EngineHooks hooks) {
+                                                EngineHooks hooks, const ComputeDevice* device) {
   auto impl = std::make_unique<Impl>();
   impl->cfg = config;
   impl->hooks = std::move(hooks);
   impl->comm = comm;
+  if (device) impl->dev = *device;
+  impl->dcomm = impl->dev.collectives() ? impl->dev.collectives() : comm;
+  if (!impl->dev.device().is_cpu() && !impl->dev.collectives())
+    return InvalidArgument("compute device {} needs a communicator for device buffers (NCCL)", impl->dev.device().str());
+  if (impl->dcomm->world_size() != comm->world_size() || impl->dcomm->rank() != comm->rank())
+    return InvalidArgument("the device communicator ({} of {}) and the host communicator ({} of {}) disagree",
+                           impl->dcomm->rank(), impl->dcomm->world_size(), comm->rank(), comm->world_size());
   impl->tracer = tracer;
   STRATA_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -192,12 +199,23 @@ Status Engine::Impl::Init() {
     max_working = std::max<int64_t>(max_working, g.working_len * dsize);
   }
 
-  gather[0] = torch::empty({max_padded}, torch::TensorOptions().dtype(compute));
-  gather[1] = tie ? torch::empty({groups[tie->owner_block].layout.padded}, torch::TensorOptions().dtype(compute))
-                  : torch::Tensor();
-  flat_grad = torch::zeros({max_padded}, torch::kFloat32);
-  reduced = torch::zeros({max_shard}, torch::kFloat32);
-  if (tie) pending_tied = torch::zeros({groups[tie->owner_block].slots[groups[tie->owner_block].tied_slot].numel}, torch::kFloat32);
+  // Scratch on the compute device.
+  Status ds = TorchCall("device buffers", [&] {
+    const auto on = torch::TensorOptions().device(dev.device());
+    gather[0] = torch::empty({max_padded}, on.dtype(compute));
+    gather[1] = tie ? torch::empty({groups[tie->owner_block].layout.padded}, on.dtype(compute)) : torch::Tensor();
+    flat_grad = torch::zeros({max_padded}, on.dtype(torch::kFloat32));
+    reduced = torch::zeros({max_shard}, on.dtype(torch::kFloat32));
+    if (tie)
+      pending_tied = torch::zeros({groups[tie->owner_block].slots[groups[tie->owner_block].tied_slot].numel},
+                                  on.dtype(torch::kFloat32));
+    if (!dev.is_host()) {
+      shard_in = torch::empty({max_shard}, on.dtype(compute));
+      grad_host = torch::empty({grads_sharded ? max_shard : max_padded},
+                               torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(dev.device().is_cuda()));
+    }
+  });
+  STRATA_RETURN_IF_ERROR(ds);
   ledger.bytes[static_cast<int>(StateKind::kGatherBuffers)][static_cast<int>(Residence::kDevice)] +=
       (gather[0].numel() + (tie ? gather[1].numel() : 0)) * dsize;
 
@@ -280,10 +298,10 @@ void Engine::Impl::RetireWrites(bool all) {
 Status Engine::Impl::Gather(int g, int slot, PrefetchScheduler* prefetch) {
   Group& grp = groups[g];
   torch::Tensor full = gather[slot].narrow(0, 0, grp.layout.padded);
-  const size_t dsize = DTypeSize(cfg.compute_dtype);
+  // The gather buffer may still be read by device work queued for the previous block.
+  STRATA_RETURN_IF_ERROR(dev.WaitForCompute());
   if (!weights_sharded) {
-    auto mem = store->CpuMemory(grp.working);
-    std::memcpy(full.data_ptr(), mem.data(), mem.size());
+    STRATA_RETURN_IF_ERROR(dev.CopyIn(full, store->CpuMemory(grp.working).data()));
   } else {
     PinnedBuffer lease;
     const std::byte* src;
@@ -293,10 +311,14 @@ Status Engine::Impl::Gather(int g, int slot, PrefetchScheduler* prefetch) {
       STRATA_ASSIGN_OR_RETURN(lease, prefetch->Take(g));
       src = lease.data();
     }
+    if (!dev.is_host()) {
+      torch::Tensor shard = shard_in.narrow(0, 0, grp.layout.shard);
+      STRATA_RETURN_IF_ERROR(dev.CopyIn(shard, src));
+      src = static_cast<const std::byte*>(shard.data_ptr());
+    }
     Tracer::Span span(tracer, Track::kComm, "all-gather g" + std::to_string(g));
-    STRATA_RETURN_IF_ERROR(comm->AllGather(src, full.data_ptr(), grp.layout.shard, cfg.compute_dtype));
+    STRATA_RETURN_IF_ERROR(dcomm->AllGather(src, full.data_ptr(), grp.layout.shard, cfg.compute_dtype));
   }
-  (void)dsize;
   Bind(g, slot);
   return Status();
 }
@@ -328,15 +350,28 @@ Status Engine::Impl::ReduceGradients(int g) {
   }
   const double inv = 1.0 / (static_cast<double>(cfg.grad_accum) * comm->world_size());
   torch::Tensor acc = torch::from_blob(grp.grad_acc, {grp.grad_len}, torch::kFloat32);
-  Tracer::Span span(tracer, Track::kComm, (grads_sharded ? "reduce-scatter g" : "all-reduce g") + std::to_string(g));
-  if (grads_sharded) {
-    torch::Tensor out = reduced.narrow(0, 0, grp.layout.shard);
-    STRATA_RETURN_IF_ERROR(comm->ReduceScatter(flat.data_ptr(), out.data_ptr(), grp.layout.shard, DType::kF32, ReduceOp::kSum));
-    acc.add_(out, inv);
-  } else {
-    STRATA_RETURN_IF_ERROR(comm->AllReduce(flat.data_ptr(), grp.layout.padded, DType::kF32, ReduceOp::kSum));
-    acc.add_(flat, inv);
+  STRATA_RETURN_IF_ERROR(dev.WaitForCompute());  // the collective's stream reads `flat`
+  torch::Tensor out;
+  {
+    Tracer::Span span(tracer, Track::kComm, (grads_sharded ? "reduce-scatter g" : "all-reduce g") + std::to_string(g));
+    if (grads_sharded) {
+      out = reduced.narrow(0, 0, grp.layout.shard);
+      STRATA_RETURN_IF_ERROR(
+          dcomm->ReduceScatter(flat.data_ptr(), out.data_ptr(), grp.layout.shard, DType::kF32, ReduceOp::kSum));
+    } else {
+      out = flat;
+      STRATA_RETURN_IF_ERROR(dcomm->AllReduce(flat.data_ptr(), grp.layout.padded, DType::kF32, ReduceOp::kSum));
+    }
   }
+  if (!dev.is_host()) {
+    // The shard leaves the device as soon as its collective is done; the accumulation is
+    // the host's (the CPU Adam reads it there).
+    Tracer::Span span(tracer, Track::kWait, "gradients to host g" + std::to_string(g));
+    torch::Tensor host = grad_host.narrow(0, 0, out.numel());
+    STRATA_RETURN_IF_ERROR(dev.CopyOut(host.data_ptr(), out));
+    out = host;
+  }
+  acc.add_(out, inv);
   return Status();
 }
 
@@ -345,7 +380,11 @@ Status Engine::Impl::ReduceGradients(int g) {
 Status Engine::Impl::RunMicroBatch(const data::Batch& batch, PrefetchScheduler* prefetch, double* loss) {
   const int n = static_cast<int>(groups.size());
   std::vector<torch::Tensor> inputs(n);
-  torch::Tensor x = batch.inputs;
+  torch::Tensor x, targets;
+  STRATA_RETURN_IF_ERROR(TorchCall("batch to the device", [&] {
+    x = batch.inputs.to(dev.device());
+    targets = batch.targets.to(dev.device());
+  }));
   for (int b = 0; b < n - 1; ++b) {
     STRATA_RETURN_IF_ERROR(Gather(b, 0, prefetch));
     Tracer::Span span(tracer, Track::kCompute, "forward b" + std::to_string(b));
@@ -366,7 +405,7 @@ Status Engine::Impl::RunMicroBatch(const data::Batch& batch, PrefetchScheduler* 
       Group& head = groups[n - 1];
       if (tie) head.module->BindTiedWeight(groups[tie->owner_block].params[groups[tie->owner_block].tied_slot]);
       torch::Tensor in = inputs[n - 1].detach().requires_grad_(true);
-      torch::Tensor l = model::LanguageModelLoss(head.module->Forward(in), batch.targets);
+      torch::Tensor l = model::LanguageModelLoss(head.module->Forward(in), targets);
       *loss = l.item<double>();
       (l * scaler.scale()).backward();
       grad_out = in.grad();
@@ -458,7 +497,7 @@ StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batche
     plan.push_back(n - 1);
     std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(std::move(plan));
     data::Batch batch = data.Get(data::Split::kEval, static_cast<uint64_t>(i * world + rank), m.cfg.micro_batch);
-    torch::Tensor x = batch.inputs;
+    torch::Tensor x = batch.inputs.to(m.dev.device());
     for (int b = 0; b < n - 1; ++b) {
       STRATA_RETURN_IF_ERROR(m.Gather(b, 0, prefetch.get()));
       STRATA_RETURN_IF_ERROR(TorchCall("eval", [&] {
@@ -472,7 +511,7 @@ StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batche
       torch::NoGradGuard g;
       Group& head = m.groups[n - 1];
       if (m.tie) head.module->BindTiedWeight(m.groups[m.tie->owner_block].params[m.groups[m.tie->owner_block].tied_slot]);
-      sum += model::LanguageModelLoss(head.module->Forward(x), batch.targets).item<double>();
+      sum += model::LanguageModelLoss(head.module->Forward(x), batch.targets.to(m.dev.device())).item<double>();
     }));
   }
   float buf = static_cast<float>(sum);

@@ -13,7 +13,8 @@
 // its fused output is the next step's working weights. The PrefetchScheduler keeps the
 // reads of upcoming working weights in flight while blocks compute.
 //
-// The engine borrows the communicator and the tracer; the caller owns them.
+// The engine borrows the communicators, the compute device and the tracer; the caller owns
+// them. Blocks run on the compute device (the host, or a GPU); every state stays on the host.
 #pragma once
 
 #include <torch/torch.h>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "src/data/data.h"
+#include "src/engine/compute_device.h"
 #include "src/engine/train_config.h"
 #include "strata/communicator.h"
 #include "strata/status.h"
@@ -77,8 +79,10 @@ struct EngineCounters {
 
 class Engine {
  public:
+  // `comm`: the host communicator (host buffers). `device`: where blocks run, with its
+  // communicator for device buffers; null = the host, collectives on `comm`. Both borrowed.
   static StatusOr<std::unique_ptr<Engine>> Create(const TrainConfig& config, Communicator* comm, Tracer* tracer,
-                                                  EngineHooks hooks = {});
+                                                  EngineHooks hooks = {}, const ComputeDevice* device = nullptr);
   ~Engine();
 
   // One optimizer step (gradient_accumulation_steps micro-batches). `step` is 0-based and

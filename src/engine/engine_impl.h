@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 
+#include "src/engine/compute_device.h"
 #include "src/engine/engine.h"
 #include "src/engine/loss_scaler.h"
 #include "src/engine/prefetch.h"
@@ -56,7 +57,9 @@ struct PendingWrite {
 struct Engine::Impl {
   TrainConfig cfg;
   EngineHooks hooks;
-  Communicator* comm = nullptr;
+  Communicator* comm = nullptr;   // host buffers
+  ComputeDevice dev{torch::Device(torch::kCPU), nullptr};
+  Communicator* dcomm = nullptr;  // device buffers (== comm on the host)
   Tracer* tracer = nullptr;
   std::unique_ptr<model::ModelSpec> spec;
   std::optional<model::Tie> tie;
@@ -75,6 +78,8 @@ struct Engine::Impl {
   torch::Tensor flat_grad;       // fp32, max padded elements
   torch::Tensor reduced;         // fp32, max shard elements
   torch::Tensor pending_tied;    // fp32 grad of the tied weight from the head
+  torch::Tensor shard_in;        // off-host only: this rank's working shard, before the all-gather
+  torch::Tensor grad_host;       // off-host only: fp32 gradients copied out (pinned)
   std::vector<float*> host_allocs;
   std::vector<size_t> host_alloc_bytes;
 

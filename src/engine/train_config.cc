@@ -70,6 +70,7 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   STRATA_RETURN_IF_ERROR(s.Int("save_interval", &c->save_interval, 0, kMaxI));
   STRATA_RETURN_IF_ERROR(s.Int("keep_checkpoints", &c->keep_checkpoints, 0, 1000000));
   STRATA_RETURN_IF_ERROR(s.Int("comm_timeout_s", &c->comm_timeout_s, 1, 86400));
+  STRATA_RETURN_IF_ERROR(s.String("device", &c->device));
   STRATA_RETURN_IF_ERROR(
       s.Choice("debug_crash_in_save", &c->debug_crash_in_save, {"", "shard_partly_written", "before_rename", "before_latest"}));
 

@@ -97,6 +97,7 @@ struct TrainConfig {
   int keep_checkpoints = 2;          // strata.keep_checkpoints: step folders kept (0 = all)
   std::string debug_crash_in_save;   // tests: kill the process at this point of a checkpoint save
   int64_t comm_timeout_s = 120;      // strata.comm_timeout_s: a rank waiting longer on a peer exits with an error
+  std::string device = "auto";       // strata.device: "auto" (a GPU when one is usable), "cpu", "cuda", "cuda:N"
 
   std::vector<AutoValue> autos;       // keys written "auto" and what they became
 

@@ -35,7 +35,8 @@ struct RunResult {
   uint64_t prefetch_high_water = 0, prefetch_budget = 0;
 };
 
-inline RunResult RunEngine(const TrainConfig& cfg, int world, int64_t steps) {
+// `host_as_device`: each rank drives the host as if it were a GPU (ComputeDevice::HostAsDevice).
+inline RunResult RunEngine(const TrainConfig& cfg, int world, int64_t steps, bool host_as_device = false) {
   auto data = data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
   EXPECT_TRUE(data.ok()) << data.status().ToString();
   auto comms = MakeLocalCommunicators(world);
@@ -45,7 +46,9 @@ inline RunResult RunEngine(const TrainConfig& cfg, int world, int64_t steps) {
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       auto fail = [&](const Status& s) { errors[r] = s.ToString(); };
-      auto engine = Engine::Create(cfg, comms[r].get(), nullptr);
+      const ComputeDevice device = host_as_device ? ComputeDevice::HostAsDevice(comms[r].get())
+                                                  : ComputeDevice(torch::Device(torch::kCPU), comms[r].get());
+      auto engine = Engine::Create(cfg, comms[r].get(), nullptr, {}, &device);
       if (!engine.ok()) return fail(engine.status());
       for (int64_t s = 0; s < steps; ++s) {
         auto st = (*engine)->Step(s, **data);
