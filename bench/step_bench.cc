@@ -24,6 +24,7 @@ int RunStepBench(const StepBenchOptions& o) {
   const OffloadDevice modes[] = {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme};
   std::vector<std::unique_ptr<Communicator>> comms;
   std::vector<std::unique_ptr<Tracer>> tracers;
+  std::vector<std::unique_ptr<OpenedDevice>> devices;  // before the engines: destroyed after them
   std::vector<std::unique_ptr<Engine>> engines;
   for (OffloadDevice d : modes) {
     TrainConfig c = *base;
@@ -31,7 +32,10 @@ int RunStepBench(const StepBenchOptions& o) {
     c.offload_optimizer.device = d;
     comms.push_back(MakeSingleRankCommunicator());
     tracers.push_back(std::make_unique<Tracer>());
-    auto e = Engine::Create(c, comms.back().get(), tracers.back().get());
+    auto dev = OpenComputeDevice(c.device, 0, comms.back().get());
+    if (!dev.ok()) return fail(dev.status());
+    devices.push_back(std::move(dev).value());
+    auto e = Engine::Create(c, comms.back().get(), tracers.back().get(), {}, &devices.back()->device);
     if (!e.ok()) return fail(e.status().WithContext(fmt::format("offload {}", OffloadDeviceName(d))));
     engines.push_back(std::move(e).value());
   }
@@ -53,6 +57,7 @@ int RunStepBench(const StepBenchOptions& o) {
   if (o.json) {
     nlohmann::json j;
     j["tokens_per_step"] = tokens;
+    j["device"] = devices[0]->device.device().str();
     j["steps"] = o.steps;
     for (int m = 0; m < 3; ++m) {
       const Summary t = Summarize(ms[m]);
@@ -65,9 +70,9 @@ int RunStepBench(const StepBenchOptions& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("bench step: %s, %lld tokens per step, 1 rank, ZeRO stage %d, %s compute; %d steps per mode, interleaved\n",
-              base->model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", (long long)tokens, base->zero_stage,
-              DTypeName(base->compute_dtype), o.steps);
+  std::printf("bench step: %s, %lld tokens per step, 1 rank, ZeRO stage %d, %s compute on %s; %d steps per mode, "
+              "interleaved\n", base->model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", (long long)tokens,
+              base->zero_stage, DTypeName(base->compute_dtype), devices[0]->device.device().str().c_str(), o.steps);
   Table t({"offload", "step ms", "tokens/s", "exposed ms", "nvme MB/step", "time / none"});
   for (int m = 0; m < 3; ++m) {
     const Summary s = Summarize(ms[m]);

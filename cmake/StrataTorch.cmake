@@ -1,4 +1,5 @@
-# Finds LibTorch for a CPU build and defines strata::torch (torch_cpu + c10 only).
+# Finds LibTorch and defines strata::torch: torch_cpu + c10 (and, with STRATA_CUDA, torch_cuda
+# + c10_cuda).
 #
 # PyPI's torch wheel is a CUDA build; TorchConfig.cmake would go looking for the CUDA
 # toolkit, cuDNN and NVTX even for a CPU build, and `import torch` fails without the CUDA
@@ -25,6 +26,17 @@ if(_strata_torch_dir AND EXISTS "${_strata_torch_dir}/lib/libtorch_cpu.so")
   target_link_libraries(strata_torch_imported INTERFACE strata_torch_headers
     "${STRATA_TORCH_DIR}/lib/libtorch_cpu.so" "${STRATA_TORCH_DIR}/lib/libc10.so")
   target_link_options(strata_torch_imported INTERFACE "LINKER:-rpath,${STRATA_TORCH_DIR}/lib")
+  if(STRATA_CUDA)
+    # LibTorch's CUDA half, linked even though nothing references it by name: loading it
+    # registers the CUDA hooks that LibTorch's device-generic API (tensors on "cuda",
+    # c10::Stream) dispatches through. Its own CUDA dependencies (cuDNN, cuBLAS, ...) are
+    # found at run time through its RUNPATH; where they are absent (a build machine without
+    # the CUDA wheels) the link still succeeds.
+    target_link_libraries(strata_torch_imported INTERFACE "-Wl,--no-as-needed"
+      "${STRATA_TORCH_DIR}/lib/libtorch_cuda.so" "${STRATA_TORCH_DIR}/lib/libc10_cuda.so" "-Wl,--as-needed")
+    target_link_options(strata_torch_imported INTERFACE "LINKER:--allow-shlib-undefined")
+    message(STATUS "Strata: CUDA build, linking torch_cuda + c10_cuda")
+  endif()
   add_library(strata::torch ALIAS strata_torch_imported)
   message(STATUS "Strata: LibTorch from ${STRATA_TORCH_DIR} (torch_cpu + c10)")
 else()

@@ -25,7 +25,7 @@ export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 log "torch $(python3 -c 'import torch; print(torch.__version__, torch.version.cuda)') at $torch_prefix"
 
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_PYTHON="$(command -v python3)" \
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_PYTHON="$(command -v python3)" \
   -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix" -DCMAKE_INCLUDE_PATH="$prefix/usr/include" \
   -DCMAKE_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu" > "$out/configure.log" 2>&1 || { log "configure failed"; exit 1; }
 cmake --build build-gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { log "build failed (see build.log)"; exit 1; }
@@ -38,6 +38,9 @@ build-gpu/strata-cuda-bench $((4 << 30)) $((64 << 20)) 7 > "$out/h2d.json" 2>>"$
 cat "$out/h2d.json" | tee -a "$out/run.log"
 build-gpu/strata doctor > "$out/doctor.txt" 2>&1
 build-gpu/strata bench step --json > "$out/bench-step.json" 2>>"$out/run.log" || status=1
+# The default job on the GPU (blocks on cuda:0, every state on NVMe), its loss curve and memory line.
+build-gpu/strata train --set strata.device=cuda --trace "$out/trace.json" > "$out/train-tiny-gpu.log" 2>&1 || status=1
+tail -4 "$out/train-tiny-gpu.log" | tee -a "$out/run.log"
 
 # The peers on the same LLaMA shape: DeepSpeed ZeRO-Infinity (cpu, nvme) and FSDP2 CPU offload.
 if [ -n "$peers_size" ]; then

@@ -12,6 +12,7 @@
 #include "strata/isa.h"
 
 #ifdef STRATA_HAVE_TORCH
+#include <torch/cuda.h>
 #include <torch/headeronly/version.h>
 #endif
 
@@ -54,8 +55,10 @@ int RunDoctor(const std::string& dir) {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   std::printf("host memory:      %.1f GiB\n", pages * double(page) / (1 << 30));
 #ifdef STRATA_HAVE_TORCH
-  std::printf("LibTorch:         %d.%d.%d (torch_cpu + c10)\n", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR,
-              TORCH_VERSION_PATCH);
+  std::printf("LibTorch:         %d.%d.%d (%s)\n", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH,
+              STRATA_CUDA_BUILD ? "torch_cpu + c10 + torch_cuda + c10_cuda" : "torch_cpu + c10");
+  const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  std::printf("CUDA devices:     %d%s\n", gpus, gpus ? " (strata.device \"auto\" trains on cuda:LOCAL_RANK)" : "");
 #else
   std::printf("LibTorch:         not built in (STRATA_WITH_TORCH=OFF)\n");
 #endif

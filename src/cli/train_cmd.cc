@@ -22,7 +22,6 @@
 #include "src/engine/engine.h"
 #include "src/engine/train_config.h"
 #include "src/estimate/estimator.h"
-#include "strata/cuda/cuda.h"
 #include "strata/log.h"
 
 namespace strata::cli {
@@ -139,20 +138,9 @@ int RunTrain(const TrainArgs& a) {
   }
 
   // Where blocks run; a GPU gets NCCL for its device buffers, met through the host communicator.
-  auto device = ComputeDevice::Parse(cfg.device, env->local_rank);
-  if (!device.ok()) return Fail(device.status());
-  std::unique_ptr<Communicator> device_comm;
-  if (!device->is_cpu()) {
-#if STRATA_CUDA_BUILD
-    auto nccl = cuda::MakeNcclCommunicator(comm.get(), device->index());
-    if (!nccl.ok()) return Fail(nccl.status().WithContext(fmt::format("rank {}", env->rank)));
-    device_comm = std::move(nccl).value();
-#else
-    return Fail(Error(StatusCode::kFailedPrecondition, "strata.device '{}': this is a CPU build of Strata; configure "
-                      "with -DSTRATA_CUDA=ON for GPUs, or set strata.device=cpu", cfg.device));
-#endif
-  }
-  const ComputeDevice compute_device(*device, device_comm ? device_comm.get() : comm.get());
+  auto device = OpenComputeDevice(cfg.device, env->local_rank, comm.get());
+  if (!device.ok()) return Fail(device.status().WithContext(fmt::format("rank {}", env->rank)));
+  const ComputeDevice& compute_device = (*device)->device;
 
   auto data = data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
   if (!data.ok()) return Fail(data.status());
@@ -211,7 +199,7 @@ int RunTrain(const TrainArgs& a) {
         "states on {}; {} compute on {}; batch {} = {} x {} accumulation x {} rank(s); data: {}",
         cfg.model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", spec.num_parameters() / 1e6, engine.num_blocks(),
         env->world_size, cfg.zero_stage, OffloadDeviceName(cfg.offload_param.device),
-        OffloadDeviceName(cfg.offload_optimizer.device), DTypeName(cfg.compute_dtype), device->str(), cfg.train_batch,
+        OffloadDeviceName(cfg.offload_optimizer.device), DTypeName(cfg.compute_dtype), compute_device.device().str(), cfg.train_batch,
         cfg.micro_batch,
         cfg.grad_accum, env->world_size, (*data)->description()));
     if (!a.init_from.empty() && a.resume.empty()) progress.Message("initial weights from " + a.init_from);

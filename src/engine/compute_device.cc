@@ -4,6 +4,10 @@
 
 #include <cstring>
 
+#if STRATA_CUDA_BUILD
+#include "strata/cuda/cuda.h"
+#endif
+
 namespace strata {
 namespace {
 
@@ -67,6 +71,23 @@ Status ComputeDevice::WaitForCompute() const {
     c10::impl::VirtualGuardImpl guard(device_.type());
     guard.getStream(device_).synchronize();
   });
+}
+
+StatusOr<std::unique_ptr<OpenedDevice>> OpenComputeDevice(const std::string& spec, int local_rank,
+                                                          Communicator* host) {
+  STRATA_ASSIGN_OR_RETURN(torch::Device d, ComputeDevice::Parse(spec, local_rank));
+  auto out = std::make_unique<OpenedDevice>(host);
+  if (d.is_cpu()) return out;
+#if STRATA_CUDA_BUILD
+  auto nccl = cuda::MakeNcclCommunicator(host, d.index());
+  if (!nccl.ok()) return nccl.status().WithContext(fmt::format("NCCL on {}", d.str()));
+  out->collectives = std::move(nccl).value();
+  out->device = ComputeDevice(d, out->collectives.get());
+  return out;
+#else
+  return Error(StatusCode::kFailedPrecondition, "strata.device '{}': this is a CPU build of Strata; configure with "
+               "-DSTRATA_CUDA=ON for GPUs, or set strata.device=cpu", spec);
+#endif
 }
 
 }  // namespace strata

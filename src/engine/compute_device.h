@@ -61,4 +61,13 @@ class ComputeDevice {
   bool as_device_ = false;
 };
 
+// A compute device with the communicator it owns (NCCL on a GPU, met through `host`; none
+// on the host, whose collectives are `host`'s). A GPU needs a CUDA build of Strata.
+struct OpenedDevice {
+  explicit OpenedDevice(Communicator* host) : device(torch::Device(torch::kCPU), host) {}
+  std::unique_ptr<Communicator> collectives;
+  ComputeDevice device;
+};
+StatusOr<std::unique_ptr<OpenedDevice>> OpenComputeDevice(const std::string& spec, int local_rank, Communicator* host);
+
 }  // namespace strata
