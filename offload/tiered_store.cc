@@ -34,12 +34,14 @@ struct TieredStore::State {
   uint64_t used[2] = {0, 0};
 };
 
-TieredStore::TieredStore(TieredStoreOptions options) : options_(std::move(options)), state_(std::make_unique<State>()) {}
+TieredStore::TieredStore(TieredStoreOptions options) : options_(std::move(options)), state_(std::make_unique<State>()) {
+  if (!options_.cpu_pinner) options_.cpu_pinner = MakeMlockPinner();
+}
 
 TieredStore::~TieredStore() {
   nvme_.reset();  // waits for in-flight I/O first
   for (Entry& e : state_->entries) {
-    if (e.pinned) munlock(e.cpu, e.bytes);
+    if (e.pinned) options_.cpu_pinner->Unpin(e.cpu, e.bytes);
     FreeHostMemory(e.cpu, e.bytes);
   }
 }
@@ -70,10 +72,11 @@ StatusOr<TensorHandle> TieredStore::Register(const std::string& name, uint64_t b
   if (home == Tier::kCpu) {
     STRATA_ASSIGN_OR_RETURN(e.cpu, AllocateHostMemory(bytes));
     if (options_.pin_cpu_tier) {
-      e.pinned = mlock(e.cpu, bytes) == 0;
+      Status pin = options_.cpu_pinner->Pin(e.cpu, bytes);
+      e.pinned = pin.ok();
       if (!e.pinned)
-        LogOnce(LogLevel::kWarn, fmt::format("cpu tier memory is pageable: mlock refused (errno {}: {}); raise "
-                                             "RLIMIT_MEMLOCK (ulimit -l) to pin it", errno, std::strerror(errno)));
+        LogOnce(LogLevel::kWarn, fmt::format("cpu tier memory is pageable: {} ({}); raise RLIMIT_MEMLOCK (ulimit -l) "
+                                             "to pin it", pin.message(), options_.cpu_pinner->name()));
     }
   } else {
     if (!nvme_)

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "strata/nvme_tier.h"
+#include "strata/pinned_pool.h"
 #include "strata/status.h"
 #include "strata/ticket.h"
 
@@ -33,7 +34,9 @@ const char* TierName(Tier tier);
 struct TieredStoreOptions {
   uint64_t cpu_budget_bytes = UINT64_MAX;   // bytes the kCpu tier may hold
   uint64_t nvme_budget_bytes = UINT64_MAX;  // bytes the kNvme tier may hold
-  bool pin_cpu_tier = true;                 // mlock the kCpu tier's memory (offload_*.pin_memory)
+  bool pin_cpu_tier = true;                 // page-lock the kCpu tier's memory (offload_*.pin_memory)
+  // How to page-lock it: mlock when null; cudaHostRegister for a GPU (fast, async copies).
+  std::shared_ptr<HostPinner> cpu_pinner;
   bool enable_nvme = false;                 // open an NvmeTier with `nvme`
   NvmeTierOptions nvme;
 };

@@ -65,6 +65,13 @@ Status ComputeDevice::CopyOut(void* dst, const torch::Tensor& src) const {
   });
 }
 
+std::unique_ptr<HostPinner> ComputeDevice::MakeHostPinner() const {
+#if STRATA_CUDA_BUILD
+  if (device_.is_cuda()) return cuda::MakeCudaHostPinner();
+#endif
+  return MakeMlockPinner();
+}
+
 Status ComputeDevice::WaitForCompute() const {
   if (device_.is_cpu()) return Status();
   return DeviceCall("waiting for the compute stream", device_, [&] {

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "strata/communicator.h"
+#include "strata/pinned_pool.h"
 #include "strata/status.h"
 
 namespace strata {
@@ -50,6 +51,9 @@ class ComputeDevice {
   // Copies `src` (on this device) into host memory `dst` once the work queued before it has
   // produced it; `dst` holds the bytes when it returns.
   Status CopyOut(void* dst, const torch::Tensor& src) const;
+  // Page-locks host memory the device copies from and to: mlock on the host,
+  // cudaHostRegister for a CUDA device (so copies run at full speed, asynchronously).
+  std::unique_ptr<HostPinner> MakeHostPinner() const;
   // Waits for the device work queued so far on LibTorch's current stream (not the whole
   // device), so a collective on another stream may read or overwrite its buffers. No-op on
   // the host.

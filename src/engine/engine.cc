@@ -94,6 +94,7 @@ Status Engine::Impl::Init() {
   // The store: one swap folder per rank when anything lives on NVMe.
   TieredStoreOptions so;
   so.pin_cpu_tier = cfg.offload_optimizer.pin_memory;
+  so.cpu_pinner = dev.MakeHostPinner();
   const bool param_nvme = cfg.offload_param.device == OffloadDevice::kNvme;
   const bool optim_nvme = cfg.offload_optimizer.device == OffloadDevice::kNvme;
   so.enable_nvme = param_nvme || optim_nvme;
@@ -219,7 +220,7 @@ Status Engine::Impl::Init() {
   ledger.bytes[static_cast<int>(StateKind::kGatherBuffers)][static_cast<int>(Residence::kDevice)] +=
       (gather[0].numel() + (tie ? gather[1].numel() : 0)) * dsize;
 
-  auto pinner = [&](bool pin) { return pin ? MakeMlockPinner() : nullptr; };
+  auto pinner = [&](bool pin) { return pin ? dev.MakeHostPinner() : nullptr; };
   if (param_nvme) {
     const size_t count = std::max<int64_t>(3, cfg.offload_param.buffer_count);
     STRATA_ASSIGN_OR_RETURN(param_pool, PinnedPool::Create(count, max_working, pinner(cfg.offload_param.pin_memory)));
