@@ -5,18 +5,13 @@
 #include <cstring>
 #include <random>
 
+#include "cuda/require_gpu.h"
 #include "kernels/cuda/cast.h"
 #include "strata/cast.h"
 #include "strata/cuda/cuda.h"
 
 namespace strata {
 namespace {
-
-#define REQUIRE_GPU()                                  \
-  do {                                                 \
-    std::string why;                                   \
-    if (!cuda::DeviceAvailable(&why)) GTEST_SKIP() << why; \
-  } while (0)
 
 TEST(Cuda, PinnedRoundTripThroughTheDevice) {
   REQUIRE_GPU();

@@ -6,16 +6,11 @@
 #include <cstdlib>
 
 #include "engine/engine_test_util.h"
+#include "cuda/require_gpu.h"
 #include "strata/cuda/cuda.h"
 
 namespace strata {
 namespace {
-
-#define REQUIRE_GPU()                                      \
-  do {                                                     \
-    std::string why;                                       \
-    if (!cuda::DeviceAvailable(&why)) GTEST_SKIP() << why; \
-  } while (0)
 
 // Bitwise comparisons need deterministic kernels (cuBLAS workspace, no atomics in backward).
 void Deterministic() {
