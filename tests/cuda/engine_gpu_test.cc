@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "engine/engine_test_util.h"
 #include "cuda/require_gpu.h"
+#include "engine/engine_test_util.h"
 #include "strata/cuda/cuda.h"
 
 namespace strata {
