@@ -5,6 +5,7 @@
 #include "bench/bench_util.h"
 #include "src/engine/engine.h"
 #include "src/engine/train_config.h"
+#include "src/model/model.h"
 #include "strata/log.h"
 
 namespace strata::bench {
@@ -54,15 +55,24 @@ int RunStepBench(const StepBenchOptions& o) {
     }
   }
   const Summary anchor = Summarize(ms[0]);
+  // Achieved model TFLOPS (6 N per token, plus attention) and MFU against the stated peak.
+  const double flops_per_token = model::ModelSpec(base->model).train_flops_per_token();
+  const double peak = o.peak_tflops > 0 ? o.peak_tflops : devices[0]->device.PeakTflops(base->compute_dtype);
+  auto tflops = [&](double step_ms) { return tokens * flops_per_token / (step_ms / 1e3) / 1e12; };
   if (o.json) {
     nlohmann::json j;
     j["tokens_per_step"] = tokens;
     j["device"] = devices[0]->device.device().str();
+    j["device_name"] = devices[0]->device.Name();
+    j["flops_per_token"] = flops_per_token;
+    j["peak_tflops"] = peak > 0 ? nlohmann::json(peak) : nlohmann::json(nullptr);
     j["steps"] = o.steps;
     for (int m = 0; m < 3; ++m) {
       const Summary t = Summarize(ms[m]);
       j[OffloadDeviceName(modes[m])] = {{"step_ms", t.median}, {"step_ms_min", t.min}, {"step_ms_max", t.max},
                                         {"tokens_per_s", tokens / (t.median / 1e3)},
+                                        {"tflops", tflops(t.median)},
+                                        {"mfu", peak > 0 ? nlohmann::json(tflops(t.median) / peak) : nlohmann::json(nullptr)},
                                         {"exposed_ms", Summarize(wait[m]).median},
                                         {"nvme_mb_per_step", Summarize(nvme[m]).median},
                                         {"ratio_vs_none", t.median / anchor.median}};
@@ -73,15 +83,21 @@ int RunStepBench(const StepBenchOptions& o) {
   std::printf("bench step: %s, %lld tokens per step, 1 rank, ZeRO stage %d, %s compute on %s; %d steps per mode, "
               "interleaved\n", base->model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", (long long)tokens,
               base->zero_stage, DTypeName(base->compute_dtype), devices[0]->device.device().str().c_str(), o.steps);
-  Table t({"offload", "step ms", "tokens/s", "exposed ms", "nvme MB/step", "time / none"});
+  Table t({"offload", "step ms", "tokens/s", "TFLOPS", "MFU", "exposed ms", "nvme MB/step", "time / none"});
   for (int m = 0; m < 3; ++m) {
     const Summary s = Summarize(ms[m]);
     t.Row({OffloadDeviceName(modes[m]), Format(s, 1), fmt::format("{:.0f}", tokens / (s.median / 1e3)),
+           fmt::format("{:.3f}", tflops(s.median)),
+           peak > 0 ? fmt::format("{:.1f}%", 100 * tflops(s.median) / peak) : std::string("-"),
            fmt::format("{:.2f}", Summarize(wait[m]).median), fmt::format("{:.1f}", Summarize(nvme[m]).median),
            fmt::format("{:.2f}", s.median / anchor.median)});
   }
   t.Print(stdout);
-  std::printf("median (min-max); exposed = time the compute thread waited for transfers\n");
+  std::printf("median (min-max); exposed = time the compute thread waited for transfers; TFLOPS = model FLOPs "
+              "(%.3g per token) / step time; MFU against %s\n", flops_per_token,
+              peak > 0 ? fmt::format("{:.1f} TFLOPS dense {} ({})", peak, DTypeName(base->compute_dtype),
+                                     devices[0]->device.Name()).c_str()
+                       : "no stated peak (the host; pass --peak-tflops)");
   return 0;
 }
 

@@ -14,6 +14,7 @@ struct StepBenchOptions {
   std::vector<std::string> sets;     // --set overrides
   int steps = 8;                     // measured steps per mode (after one warm-up step)
   bool json = false;
+  double peak_tflops = 0;            // for MFU; 0 = the device's stated dense peak (none on a CPU)
 };
 
 int RunStepBench(const StepBenchOptions& options);

@@ -37,4 +37,10 @@ bool DeviceAvailable(std::string* why) {
   return true;
 }
 
+std::string DeviceName(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "";
+  return prop.name;
+}
+
 }  // namespace strata::cuda

@@ -65,6 +65,28 @@ Status ComputeDevice::CopyOut(void* dst, const torch::Tensor& src) const {
   });
 }
 
+std::string ComputeDevice::Name() const {
+#if STRATA_CUDA_BUILD
+  if (device_.is_cuda()) return cuda::DeviceName(device_.index());
+#endif
+  return device_.str();
+}
+
+double ComputeDevice::PeakTflops(DType dtype) const {
+  // Dense (no sparsity) figures from NVIDIA's data sheets.
+  struct Peak {
+    const char* name_part;
+    double half, fp32;
+  };
+  static const Peak kPeaks[] = {{"H100 PCIe", 756.0, 51.0}, {"H100", 989.4, 66.9}, {"H200", 989.4, 66.9},
+                                {"H800", 989.4, 66.9},     {"A100", 312.0, 19.5}, {"L40S", 362.05, 91.6}};
+  if (!device_.is_cuda()) return 0;
+  const std::string name = Name();
+  for (const Peak& p : kPeaks)
+    if (name.find(p.name_part) != std::string::npos) return dtype == DType::kF32 ? p.fp32 : p.half;
+  return 0;
+}
+
 std::unique_ptr<HostPinner> ComputeDevice::MakeHostPinner() const {
 #if STRATA_CUDA_BUILD
   if (device_.is_cuda()) return cuda::MakeCudaHostPinner();

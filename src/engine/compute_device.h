@@ -16,6 +16,7 @@
 #include <string>
 
 #include "strata/communicator.h"
+#include "strata/dtype.h"
 #include "strata/pinned_pool.h"
 #include "strata/status.h"
 
@@ -51,6 +52,11 @@ class ComputeDevice {
   // Copies `src` (on this device) into host memory `dst` once the work queued before it has
   // produced it; `dst` holds the bytes when it returns.
   Status CopyOut(void* dst, const torch::Tensor& src) const;
+  // "cpu", or the GPU's product name.
+  std::string Name() const;
+  // The device's stated dense peak in TFLOPS for `dtype` (bf16/fp16 tensor cores, fp32
+  // without TF32) from its product name; 0 where not known (the host, unlisted GPUs).
+  double PeakTflops(DType dtype) const;
   // Page-locks host memory the device copies from and to: mlock on the host,
   // cudaHostRegister for a CUDA device (so copies run at full speed, asynchronously).
   std::unique_ptr<HostPinner> MakeHostPinner() const;

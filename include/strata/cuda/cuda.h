@@ -16,6 +16,8 @@ namespace strata::cuda {
 // True when a CUDA device can be used; otherwise `why` says what is missing (no driver,
 // no device). Tests labelled gpu skip on false.
 bool DeviceAvailable(std::string* why);
+// The product name of CUDA device `device` ("NVIDIA H100 80GB HBM3"), "" when unknown.
+std::string DeviceName(int device);
 
 // Page-locks host memory with cudaHostRegister (portable, mapped), so that copies to and
 // from any device run at full PCIe/NVLink speed and asynchronously.
