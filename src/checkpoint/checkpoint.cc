@@ -165,10 +165,17 @@ Status SaveCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg
   nlohmann::json sum;
   s = WriteShard(engine, cfg, (fs::path(tmp) / RankFileName(rank)).string(), opt, &sum);
   if (s.ok()) s = WriteFileAtomically((fs::path(tmp) / fmt::format("rank{}.sum", rank)).string(), sum.dump());
-  STRATA_RETURN_IF_ERROR(Agree(comm, s, fmt::format("checkpoint: writing rank {}'s shard", rank).c_str()));
-
-  if (rank == 0) s = Commit(engine, cfg, dir, tmp, step, world, opt);
-  return Agree(comm, s, "checkpoint: committing");
+  s = Agree(comm, s, fmt::format("checkpoint: writing rank {}'s shard", rank).c_str());
+  if (s.ok()) {
+    if (rank == 0) s = Commit(engine, cfg, dir, tmp, step, world, opt);
+    s = Agree(comm, s, "checkpoint: committing");
+  }
+  // A failed save (a full disk, an I/O error) can never become valid: its folder goes, so the
+  // space comes back; the checkpoints before it and `latest` were never touched.
+  if (!s.ok() && rank == 0 && RemoveAll(tmp).ok())
+    s = Status(s.code(), fmt::format("{} (the incomplete '{}' was removed; earlier checkpoints in '{}' are intact)",
+                                     s.message(), tmp, dir));
+  return s;
 }
 
 StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg, const std::string& path) {

@@ -3,7 +3,10 @@
 // strata.debug_crash_in_save) at a point of the next save; a third run resumes from what
 // `latest` names and must land on step 2.
 #include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <filesystem>
 
 #include "cli_run.h"
@@ -48,6 +51,54 @@ TEST_P(KilledDuringSave, LeavesThePreviousCheckpointLoadable) {
 
 INSTANTIATE_TEST_SUITE_P(Points, KilledDuringSave,
                          ::testing::Values("shard_partly_written", "before_rename", "before_latest"));
+
+// Bytes a folder occupies (allocated blocks, as a size-limited tmpfs counts them).
+uint64_t AllocatedBytes(const std::string& path) {
+  uint64_t total = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(path)) {
+    struct stat st {};
+    if (::lstat(e.path().c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  return total;
+}
+
+// A disk that fills up during a save: a clear error naming the file and errno, the
+// incomplete step removed (its space returned), `latest` and the earlier steps loadable.
+TEST(FullDisk, ASaveThatRunsOutOfSpaceLeavesTheEarlierCheckpointsLoadable) {
+  testing::TempDir dir;
+  const std::string base =
+      "train --set strata.model.n_layer=1 --set strata.model.d_model=32 --set strata.model.seq_len=32 "
+      "--set strata.eval_batches=1 --set train_micro_batch_size_per_gpu=2 --set strata.save_interval=1 "
+      "--set zero_optimization.offload_param.nvme_path=" + dir.path() +
+      " --set zero_optimization.offload_optimizer.nvme_path=" + dir.path();
+  // One checkpoint's size, then a file system with room for two and a half.
+  auto probe = RunStrata(base + " --steps 1 --save " + dir.path() + "/probe");
+  ASSERT_EQ(probe.exit_code, 0) << probe.out;
+  const uint64_t one = AllocatedBytes(dir.path() + "/probe/step_00000001");
+  const std::string disk = dir.path() + "/disk";
+  std::filesystem::create_directory(disk);
+  const std::string size = fmt::format("size={}", (one * 5 / 2 + 4095) / 4096 * 4096);
+  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, size.c_str()) != 0)
+    GTEST_SKIP() << "cannot mount a small tmpfs here (errno " << errno << "); needs root";
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{disk};
+
+  const std::string ck = disk + "/ckpt";
+  auto full = RunStrata(base + " --steps 3 --save " + ck);  // steps 1 and 2 fit, 3 does not
+  EXPECT_EQ(full.exit_code, 1) << full.out;
+  EXPECT_NE(full.out.find("No space left on device"), std::string::npos) << full.out;
+  EXPECT_NE(full.out.find("step_00000003.tmp/rank0.safetensors"), std::string::npos) << full.out;
+  EXPECT_NE(full.out.find("was removed"), std::string::npos) << full.out;
+  EXPECT_FALSE(std::filesystem::exists(ck + "/step_00000003.tmp"));
+  auto latest = ckpt::ResolveStepDir(ck);
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_EQ(std::filesystem::path(*latest).filename(), "step_00000002");
+  auto resumed = RunStrata(base + " --steps 3 --set strata.save_interval=0 --resume " + ck);
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("at step 2"), std::string::npos) << resumed.out;
+}
 
 }  // namespace
 }  // namespace strata
