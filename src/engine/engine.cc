@@ -53,6 +53,7 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Engine::~Engine() {
   if (!impl_) return;
+  impl_->DropEarlyStates();
   impl_->RetireWrites(/*all=*/true);
   impl_->store.reset();
   for (size_t i = 0; i < impl_->host_allocs.size(); ++i)
@@ -446,6 +447,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   const auto wall0 = std::chrono::steady_clock::now();
   const int world = m.comm->world_size(), rank = m.comm->rank();
   m.RetireWrites(/*all=*/false);
+  m.DropEarlyStates();  // left by a step that failed before its optimizer ran
 
   std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(m.VisitPlan(static_cast<int>(m.cfg.grad_accum)));
 
@@ -453,10 +455,12 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   for (int64_t mb = 0; mb < m.cfg.grad_accum; ++mb) {
     const uint64_t index = static_cast<uint64_t>((step * m.cfg.grad_accum + mb) * world + rank);
     data::Batch batch = data.Get(data::Split::kTrain, index, m.cfg.micro_batch);
+    if (mb + 1 == m.cfg.grad_accum) m.ReadFirstStatesEarly();  // hidden behind this micro-batch
     double loss = 0;
     Status s = m.RunMicroBatch(batch, prefetch.get(), &loss);
     if (!s.ok()) {
       if (prefetch) prefetch->Drain();
+      m.DropEarlyStates();
       return s.WithContext(fmt::format("step {}", step));
     }
     loss_sum += loss;

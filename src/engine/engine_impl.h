@@ -48,6 +48,13 @@ struct Group {
   int tied_slot = -1;               // owner: index of the slot the head borrows
 };
 
+// One optimizer sub-group's states (master, m, v) being read into pinned buffers.
+struct LoadedStates {
+  const SubGroup* sub = nullptr;
+  PinnedBuffer buf[3];
+  Ticket read[3];
+};
+
 // A write whose source memory must stay leased until it completes.
 struct PendingWrite {
   Ticket ticket;
@@ -86,6 +93,9 @@ struct Engine::Impl {
   // Writes still in flight, by store tensor: a read of that tensor waits for them first.
   std::map<uint32_t, std::shared_ptr<PendingWrite>> pending_writes;
   std::deque<std::shared_ptr<PendingWrite>> write_queue;  // in issue order, to reap leases
+  // The first sub-group's states, read during the last micro-batch so that the optimizer
+  // step does not start by waiting for NVMe; consumed (or dropped) by OptimizerStep.
+  std::unique_ptr<LoadedStates> early_states;
   uint64_t prefetch_high_water = 0;
   int64_t adam_steps = 0;  // steps applied (skipped ones excluded): Adam's bias correction
 
@@ -102,7 +112,9 @@ struct Engine::Impl {
 
   // engine_optimizer.cc
   StatusOr<bool> OptimizerStep(int64_t step, StepStats* stats);
-  Status UpdateGroup(const Group& grp, const AdamHyperParams& hp);
+  Status UpdateAllGroups(const AdamHyperParams& hp);
+  void ReadFirstStatesEarly();  // best effort, never blocks
+  void DropEarlyStates();       // waits for its reads, returns its buffers
 };
 
 }  // namespace strata

@@ -1,8 +1,8 @@
 // The optimizer half of the step: the global gradient norm (with NaN/Inf detection, so an
 // fp16 overflow skips the step before any state is written), the clip coefficient, then
-// CPU AdamW sub-group by sub-group. With the optimizer state on NVMe the sub-groups form a
-// software pipeline: the reads of sub-group j+1 and the write-backs of j-1 are in flight
-// while j is updated. The fused half-precision output is the next forward's working weights.
+// CPU AdamW sub-group by sub-group. With the optimizer state on NVMe the sub-groups of all
+// groups form one software pipeline: the reads of sub-group j+1 and the write-backs of j-1
+// are in flight while j is updated. The fused half-precision output is the next forward's working weights.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -46,6 +46,7 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
     for (const Group& g : groups) std::memset(g.grad_acc, 0, g.grad_len * 4);
   };
   if (!finite) {
+    DropEarlyStates();
     scaler.Update(/*overflow=*/true);
     zero_grads();
     LogWarn("step {}: gradient overflow (loss scale {}); step skipped, loss scale now {}", step, scale, scaler.scale());
@@ -63,7 +64,7 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   const double max_norm = cfg.gradient_clipping;
   hp.clip_coef = (max_norm > 0 && stats->grad_norm > max_norm) ? max_norm / (stats->grad_norm + 1e-6) : 1.0;
 
-  for (const Group& g : groups) STRATA_RETURN_IF_ERROR(UpdateGroup(g, hp));
+  STRATA_RETURN_IF_ERROR(UpdateAllGroups(hp));
 
   // Stages 1 and 2 keep full working weights on every rank: share the updated shards.
   if (!weights_sharded && optim_sharded && comm->world_size() > 1) {
@@ -79,33 +80,13 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   return true;
 }
 
-// Updates one group's optimizer range, sub-group by sub-group.
-Status Engine::Impl::UpdateGroup(const Group& g, const AdamHyperParams& hp) {
+// Updates every group's optimizer range, sub-group by sub-group, as one pipeline across
+// group boundaries: with the states on NVMe, the reads of the next sub-group (of this group
+// or the next) and the write-backs of the previous ones are in flight while one is updated.
+Status Engine::Impl::UpdateAllGroups(const AdamHyperParams& hp) {
   const size_t dsize = DTypeSize(cfg.compute_dtype);
   const bool states_nvme = optim_pool != nullptr;
-  const bool working_nvme = store->home(g.working) == Tier::kNvme;
 
-  // Where the updated working weights go: in place in the cpu tier, or a pinned buffer that
-  // is written to NVMe once the whole group is done.
-  PinnedBuffer out_lease;
-  std::byte* working_out;
-  if (working_nvme) {
-    while (!(out_lease = param_pool->TryAcquire().value_or(PinnedBuffer())).valid()) {
-      Tracer::Span w(tracer, Track::kWait, "wait write-back (buffers)");
-      if (write_queue.empty()) return Status(StatusCode::kInternal, "no pinned buffer for the working weights");
-      write_queue.front()->ticket.Wait().IgnoreError();
-      RetireWrites(false);
-    }
-    working_out = out_lease.data();
-  } else {
-    working_out = store->CpuMemory(g.working).data();
-  }
-
-  // The NVMe pipeline's unit: the three state tensors of one sub-group in pinned buffers.
-  struct Loaded {
-    PinnedBuffer buf[3];
-    Ticket read[3];
-  };
   auto acquire = [&]() -> PinnedBuffer {
     while (true) {
       if (auto b = optim_pool->TryAcquire()) return std::move(*b);
@@ -117,7 +98,10 @@ Status Engine::Impl::UpdateGroup(const Group& g, const AdamHyperParams& hp) {
     }
   };
   auto load = [&](const SubGroup& sg) {
-    auto l = std::make_unique<Loaded>();
+    if (early_states && early_states->sub == &sg) return std::move(early_states);
+    DropEarlyStates();  // read for another layout; not expected
+    auto l = std::make_unique<LoadedStates>();
+    l->sub = &sg;
     const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
     for (int k = 0; k < 3; ++k) {
       l->buf[k] = acquire();
@@ -125,13 +109,44 @@ Status Engine::Impl::UpdateGroup(const Group& g, const AdamHyperParams& hp) {
     }
     return l;
   };
+  auto queue_write = [&](TensorHandle h, PinnedBuffer lease, size_t bytes) {
+    auto w = std::make_shared<PendingWrite>();
+    w->ticket = store->Write(h, {lease.data(), bytes});
+    w->leases.push_back(std::move(lease));
+    pending_writes[h.index] = w;
+    write_queue.push_back(w);
+  };
 
-  std::unique_ptr<Loaded> next;
-  if (states_nvme && !g.subs.empty()) next = load(g.subs[0]);
-  for (size_t j = 0; j < g.subs.size(); ++j) {
-    const SubGroup& sg = g.subs[j];
-    std::unique_ptr<Loaded> cur = std::move(next);
-    if (states_nvme && j + 1 < g.subs.size()) next = load(g.subs[j + 1]);
+  // Every (group, sub-group) in update order.
+  std::vector<std::pair<const Group*, const SubGroup*>> order;
+  for (const Group& g : groups)
+    for (const SubGroup& sg : g.subs) order.push_back({&g, &sg});
+
+  std::unique_ptr<LoadedStates> next;
+  if (states_nvme && !order.empty()) next = load(*order[0].second);
+  PinnedBuffer out_lease;  // the current group's updated working weights, when they live on NVMe
+  std::byte* working_out = nullptr;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Group& g = *order[i].first;
+    const SubGroup& sg = *order[i].second;
+    const bool working_nvme = store->home(g.working) == Tier::kNvme;
+    if (i == 0 || order[i - 1].first != &g) {
+      // Where this group's updated working weights go: in place in the cpu tier, or a
+      // pinned buffer written to NVMe once the whole group is done.
+      if (working_nvme) {
+        while (!(out_lease = param_pool->TryAcquire().value_or(PinnedBuffer())).valid()) {
+          Tracer::Span w(tracer, Track::kWait, "wait write-back (buffers)");
+          if (write_queue.empty()) return Status(StatusCode::kInternal, "no pinned buffer for the working weights");
+          write_queue.front()->ticket.Wait().IgnoreError();
+          RetireWrites(false);
+        }
+        working_out = out_lease.data();
+      } else {
+        working_out = store->CpuMemory(g.working).data();
+      }
+    }
+    std::unique_ptr<LoadedStates> cur = std::move(next);
+    if (states_nvme && i + 1 < order.size()) next = load(*order[i + 1].second);
 
     std::span<float> master, m, v;
     if (states_nvme) {
@@ -172,24 +187,40 @@ Status Engine::Impl::UpdateGroup(const Group& g, const AdamHyperParams& hp) {
 
     if (states_nvme) {
       const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
-      for (int k = 0; k < 3; ++k) {
-        auto w = std::make_shared<PendingWrite>();
-        w->ticket = store->Write(hs[k], {cur->buf[k].data(), static_cast<size_t>(sg.len * 4)});
-        w->leases.push_back(std::move(cur->buf[k]));
-        pending_writes[hs[k].index] = w;
-        write_queue.push_back(w);
-      }
+      for (int k = 0; k < 3; ++k) queue_write(hs[k], std::move(cur->buf[k]), static_cast<size_t>(sg.len * 4));
     }
-  }
-
-  if (working_nvme) {
-    auto w = std::make_shared<PendingWrite>();
-    w->ticket = store->Write(g.working, {out_lease.data(), static_cast<size_t>(g.working_len * dsize)});
-    w->leases.push_back(std::move(out_lease));
-    pending_writes[g.working.index] = w;
-    write_queue.push_back(w);
+    const bool group_done = i + 1 == order.size() || order[i + 1].first != &g;
+    if (group_done && working_nvme)
+      queue_write(g.working, std::move(out_lease), static_cast<size_t>(g.working_len * dsize));
   }
   return Status();
+}
+
+void Engine::Impl::ReadFirstStatesEarly() {
+  if (!optim_pool || early_states || groups.empty() || groups[0].subs.empty()) return;
+  const SubGroup& sg = groups[0].subs[0];
+  const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
+  RetireWrites(false);
+  for (TensorHandle h : hs) {  // the last step's write-backs of these must be done: no waiting here
+    auto it = pending_writes.find(h.index);
+    if (it != pending_writes.end() && !it->second->ticket.Done()) return;
+  }
+  auto l = std::make_unique<LoadedStates>();
+  l->sub = &sg;
+  for (auto& b : l->buf) {
+    auto lease = optim_pool->TryAcquire();
+    if (!lease) return;  // the buffers go back with `l`
+    b = std::move(*lease);
+  }
+  for (int k = 0; k < 3; ++k)
+    l->read[k] = ReadAfterPendingWrite(hs[k], {l->buf[k].data(), static_cast<size_t>(sg.len * 4)});
+  early_states = std::move(l);
+}
+
+void Engine::Impl::DropEarlyStates() {
+  if (!early_states) return;
+  for (Ticket& t : early_states->read) t.Wait().IgnoreError();  // the buffers are being written into
+  early_states.reset();
 }
 
 }  // namespace strata
