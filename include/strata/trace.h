@@ -55,6 +55,9 @@ class Tracer {
   double Total(Track track, double since = 0) const;
   // Seconds during which at least one span of `track` was open, since `since`.
   double Busy(Track track, double since = 0) const;
+  // Bytes moved by spans of `track` that ended at or after `since`: a transfer still in
+  // flight when a step ends is counted in the step during which it completes, so per-step
+  // sums add up to every byte moved.
   uint64_t Bytes(Track track, double since = 0) const;
   // Drops events that ended before `before` (keeps memory bounded over long runs).
   void Trim(double before);

@@ -56,7 +56,7 @@ uint64_t Tracer::Bytes(Track track, double since) const {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t b = 0;
   for (const auto& e : events_)
-    if (e.track == track && e.start_s >= since) b += e.bytes;
+    if (e.track == track && e.end_s >= since) b += e.bytes;
   return b;
 }
 
