@@ -1,5 +1,6 @@
 #include "src/checkpoint/export.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -8,16 +9,9 @@
 #include "src/checkpoint/hf_names.h"
 #include "src/checkpoint/manifest.h"
 #include "src/checkpoint/safetensors.h"
+#include "strata/cast.h"
 
 namespace strata::ckpt {
-
-uint16_t Bf16FromF32(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu)) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
 
 StatusOr<ExportReport> ExportCheckpoint(const std::string& checkpoint, const std::string& out, ExportDType dtype) {
   ExportReport rep;
@@ -80,12 +74,16 @@ StatusOr<ExportReport> ExportCheckpoint(const std::string& checkpoint, const std
       } else {
         bytes.resize(numel * 2);
         for (int64_t i = 0; i < numel; ++i) {
-          const uint16_t h = Bf16FromF32(vals[i]);
+          const uint16_t h = dtype == ExportDType::kBF16 ? Fp32ToBf16(vals[i]) : Fp32ToFp16(vals[i]);
+          if (dtype == ExportDType::kF16 && (h & 0x7c00u) == 0x7c00u && std::isfinite(vals[i]))
+            return Error(StatusCode::kOutOfRange, "'{}': {} element {} is {}, beyond fp16's range (65504); export "
+                         "--dtype fp32 or bf16", rep.step_dir, hf.name, i, vals[i]);
           std::memcpy(bytes.data() + 2 * i, &h, 2);
         }
       }
       data.push_back(std::move(bytes));
-      views.push_back({hf.name, dtype == ExportDType::kF32 ? "F32" : "BF16", out_shape, {}});
+      views.push_back(
+          {hf.name, dtype == ExportDType::kF32 ? "F32" : dtype == ExportDType::kBF16 ? "BF16" : "F16", out_shape, {}});
       rep.parameters += numel;
     }
   }

@@ -10,7 +10,7 @@
 
 namespace strata::ckpt {
 
-enum class ExportDType { kF32, kBF16 };
+enum class ExportDType { kF32, kBF16, kF16 };
 
 struct ExportReport {
   int64_t tensors = 0, parameters = 0, step = 0;
@@ -20,10 +20,8 @@ struct ExportReport {
 
 // `checkpoint`: a checkpoint folder (its `latest`) or a step folder. Every rank file is
 // verified against the manifest first. The output is written to `out`.tmp, fsynced and
-// renamed.
+// renamed. kF16: a weight beyond fp16's range is an error naming the tensor (export fp32 or
+// bf16 instead); nothing is written then.
 StatusOr<ExportReport> ExportCheckpoint(const std::string& checkpoint, const std::string& out, ExportDType dtype);
-
-// fp32 -> bf16, round to nearest even (NaN stays NaN).
-uint16_t Bf16FromF32(float f);
 
 }  // namespace strata::ckpt

@@ -16,11 +16,13 @@ void AddExportCommand(CLI::App& app, Action* action) {
                                            "GPT-2 / LLaMA names; loads with from_pretrained and --init-from)");
   cmd->add_option("checkpoint", a->checkpoint, "checkpoint folder (its latest step) or a step folder")->required();
   cmd->add_option("--out", a->out, "output .safetensors file")->required();
-  cmd->add_option("--dtype", a->dtype, "fp32 (default) or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd->add_option("--dtype", a->dtype, "fp32 (default), bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->callback([=] {
     *action = [=] {
       auto r = ckpt::ExportCheckpoint(a->checkpoint, a->out,
-                                      a->dtype == "bf16" ? ckpt::ExportDType::kBF16 : ckpt::ExportDType::kF32);
+                                      a->dtype == "bf16"   ? ckpt::ExportDType::kBF16
+                                      : a->dtype == "fp16" ? ckpt::ExportDType::kF16
+                                                           : ckpt::ExportDType::kF32);
       if (!r.ok()) {
         std::fprintf(stderr, "error: %s\n", r.status().ToString().c_str());
         return 1;

@@ -3,6 +3,7 @@
 // round-trips through --init-from bitwise (fp32); --init-from names what does not match.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -12,6 +13,8 @@
 #include "src/checkpoint/export.h"
 #include "src/checkpoint/hf_loader.h"
 #include "src/checkpoint/manifest.h"
+#include "src/checkpoint/safetensors.h"
+#include "strata/cast.h"
 
 namespace strata {
 namespace {
@@ -148,6 +151,27 @@ TEST(Checkpoint, ExportRoundTripsThroughInitFromBitwise) {
   auto ex16 = ckpt::ExportCheckpoint(ck, dir.path() + "/bf16.safetensors", ckpt::ExportDType::kBF16);
   ASSERT_TRUE(ex16.ok());
   EXPECT_EQ(ex16->tensors, ex->tensors);
+  // fp16 export: the same tensors, each within fp16's rounding of the fp32 export.
+  const std::string f16 = dir.path() + "/fp16.safetensors";
+  auto exh = ckpt::ExportCheckpoint(ck, f16, ckpt::ExportDType::kF16);
+  ASSERT_TRUE(exh.ok()) << exh.status().ToString();
+  EXPECT_EQ(exh->tensors, ex->tensors);
+  auto a32 = ckpt::SafetensorsFile::Open(out);
+  auto a16 = ckpt::SafetensorsFile::Open(f16);
+  ASSERT_TRUE(a32.ok() && a16.ok());
+  for (const auto& t : a32->tensors()) {
+    const ckpt::TensorView* h = a16->Find(t.name);
+    ASSERT_NE(h, nullptr) << t.name;
+    EXPECT_EQ(h->dtype, "F16");
+    ASSERT_EQ(h->bytes.size() * 2, t.bytes.size()) << t.name;
+    for (size_t i = 0; i < h->bytes.size() / 2; ++i) {
+      float x;
+      uint16_t y;
+      std::memcpy(&x, t.bytes.data() + 4 * i, 4);
+      std::memcpy(&y, h->bytes.data() + 2 * i, 2);
+      ASSERT_EQ(y, Fp32ToFp16(x)) << t.name << " element " << i;
+    }
+  }
 }
 
 TEST(Checkpoint, InitFromNamesWhatDoesNotMatch) {

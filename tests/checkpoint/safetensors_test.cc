@@ -78,16 +78,5 @@ TEST(HfNames, LlamaNames) {
   EXPECT_TRUE(IsHfBuffer("model.layers.0.self_attn.rotary_emb.inv_freq"));
 }
 
-TEST(Export, Bf16RoundsToNearestEven) {
-  EXPECT_EQ(Bf16FromF32(1.0f), 0x3f80);
-  float f;
-  uint32_t u = 0x3f808000;  // exactly halfway: ties to even (0x3f80)
-  std::memcpy(&f, &u, 4);
-  EXPECT_EQ(Bf16FromF32(f), 0x3f80);
-  u = 0x3f818000;  // halfway above an odd mantissa: rounds up
-  std::memcpy(&f, &u, 4);
-  EXPECT_EQ(Bf16FromF32(f), 0x3f82);
-}
-
 }  // namespace
 }  // namespace strata::ckpt
