@@ -238,15 +238,16 @@ Status Engine::Impl::Init() {
 }
 
 // The groups whose working weights one micro-batch reads, in order: forward 0..N-2, the
-// head (after the tied owner), backward N-2..0.
-std::vector<int> Engine::Impl::VisitPlan(int micro_batches) const {
+// head (after the tied owner), then, when training, backward N-2..0.
+std::vector<int> Engine::Impl::VisitPlan(int micro_batches, bool backward) const {
   const int n = static_cast<int>(groups.size());
   std::vector<int> plan;
   for (int mb = 0; mb < micro_batches; ++mb) {
     for (int b = 0; b < n - 1; ++b) plan.push_back(b);
     if (tie) plan.push_back(tie->owner_block);
     plan.push_back(n - 1);
-    for (int b = n - 2; b >= 0; --b) plan.push_back(b);
+    if (backward)
+      for (int b = n - 2; b >= 0; --b) plan.push_back(b);
   }
   return plan;
 }
@@ -260,17 +261,25 @@ std::unique_ptr<PrefetchScheduler> Engine::Impl::MakePrefetcher(std::vector<int>
       std::move(plan), [this, dsize](int g) { return static_cast<uint64_t>(groups[g].working_len * dsize); },
       std::max<uint64_t>(1, cfg.prefetch_bucket_size * dsize), param_pool.get(),
       [this](int g, std::span<std::byte> dst) { return ReadAfterPendingWrite(groups[g].working, dst); },
-      [this] {
-        if (write_queue.empty()) return false;
-        RetireWrites(/*all=*/false);
-        if (!write_queue.empty()) {
-          Tracer::Span span(tracer, Track::kWait, "wait write-back (buffers)");
-          write_queue.front()->ticket.Wait().IgnoreError();
-          RetireWrites(false);
-        }
-        return true;
-      },
-      tracer);
+      [this] { return ReclaimWriteBuffers(); }, tracer);
+}
+
+bool Engine::Impl::ReclaimWriteBuffers() {
+  if (write_queue.empty()) return false;
+  RetireWrites(/*all=*/false);
+  if (!write_queue.empty()) {
+    Tracer::Span span(tracer, Track::kWait, "wait write-back (buffers)");
+    write_queue.front()->ticket.Wait().IgnoreError();
+    RetireWrites(false);
+  }
+  return true;
+}
+
+Status Engine::Impl::BatchToDevice(const data::Batch& batch, torch::Tensor* inputs, torch::Tensor* targets) const {
+  return TorchCall("batch to the device", [&] {
+    *inputs = batch.inputs.to(dev.device());
+    *targets = batch.targets.to(dev.device());
+  });
 }
 
 Ticket Engine::Impl::ReadAfterPendingWrite(TensorHandle h, std::span<std::byte> dst) {
@@ -383,10 +392,7 @@ Status Engine::Impl::RunMicroBatch(const data::Batch& batch, PrefetchScheduler* 
   const int n = static_cast<int>(groups.size());
   std::vector<torch::Tensor> inputs(n);
   torch::Tensor x, targets;
-  STRATA_RETURN_IF_ERROR(TorchCall("batch to the device", [&] {
-    x = batch.inputs.to(dev.device());
-    targets = batch.targets.to(dev.device());
-  }));
+  STRATA_RETURN_IF_ERROR(BatchToDevice(batch, &x, &targets));
   for (int b = 0; b < n - 1; ++b) {
     STRATA_RETURN_IF_ERROR(Gather(b, 0, prefetch));
     Tracer::Span span(tracer, Track::kCompute, "forward b" + std::to_string(b));
@@ -449,7 +455,8 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   m.RetireWrites(/*all=*/false);
   m.DropEarlyStates();  // left by a step that failed before its optimizer ran
 
-  std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(m.VisitPlan(static_cast<int>(m.cfg.grad_accum)));
+  std::unique_ptr<PrefetchScheduler> prefetch =
+      m.MakePrefetcher(m.VisitPlan(static_cast<int>(m.cfg.grad_accum), /*backward=*/true));
 
   double loss_sum = 0;
   for (int64_t mb = 0; mb < m.cfg.grad_accum; ++mb) {
@@ -496,13 +503,10 @@ StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batche
   m.RetireWrites(false);
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    std::vector<int> plan;
-    for (int b = 0; b < n - 1; ++b) plan.push_back(b);
-    if (m.tie) plan.push_back(m.tie->owner_block);
-    plan.push_back(n - 1);
-    std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(std::move(plan));
+    std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(m.VisitPlan(1, /*backward=*/false));
     data::Batch batch = data.Get(data::Split::kEval, static_cast<uint64_t>(i * world + rank), m.cfg.micro_batch);
-    torch::Tensor x = batch.inputs.to(m.dev.device());
+    torch::Tensor x, targets;
+    STRATA_RETURN_IF_ERROR(m.BatchToDevice(batch, &x, &targets));
     for (int b = 0; b < n - 1; ++b) {
       STRATA_RETURN_IF_ERROR(m.Gather(b, 0, prefetch.get()));
       STRATA_RETURN_IF_ERROR(TorchCall("eval", [&] {
@@ -516,7 +520,7 @@ StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batche
       torch::NoGradGuard g;
       Group& head = m.groups[n - 1];
       if (m.tie) head.module->BindTiedWeight(m.groups[m.tie->owner_block].params[m.groups[m.tie->owner_block].tied_slot]);
-      sum += model::LanguageModelLoss(head.module->Forward(x), batch.targets.to(m.dev.device())).item<double>();
+      sum += model::LanguageModelLoss(head.module->Forward(x), targets).item<double>();
     }));
   }
   float buf = static_cast<float>(sum);

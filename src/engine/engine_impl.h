@@ -105,14 +105,20 @@ struct Engine::Impl {
   Status Gather(int g, int slot, PrefetchScheduler* prefetch);
   void Bind(int g, int slot);
   Status ReduceGradients(int g);
-  std::vector<int> VisitPlan(int micro_batches) const;
+  std::vector<int> VisitPlan(int micro_batches, bool backward) const;
   std::unique_ptr<PrefetchScheduler> MakePrefetcher(std::vector<int> plan);
+  Status BatchToDevice(const data::Batch& batch, torch::Tensor* inputs, torch::Tensor* targets) const;
+  // Frees pinned buffers held by write-backs: retires finished ones, else waits for the
+  // oldest. False when no write-back is in flight (nothing to reclaim).
+  bool ReclaimWriteBuffers();
   Ticket ReadAfterPendingWrite(TensorHandle h, std::span<std::byte> dst);
   void RetireWrites(bool all);
 
   // engine_optimizer.cc
   StatusOr<bool> OptimizerStep(int64_t step, StepStats* stats);
   Status UpdateAllGroups(const AdamHyperParams& hp);
+  // Issues the reads of `sg`'s master, m and v into `l`'s buffers (already leased).
+  void StartStateReads(const SubGroup& sg, LoadedStates* l);
   void ReadFirstStatesEarly();  // best effort, never blocks
   void DropEarlyStates();       // waits for its reads, returns its buffers
 };

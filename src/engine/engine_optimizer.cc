@@ -87,26 +87,17 @@ Status Engine::Impl::UpdateAllGroups(const AdamHyperParams& hp) {
   const size_t dsize = DTypeSize(cfg.compute_dtype);
   const bool states_nvme = optim_pool != nullptr;
 
-  auto acquire = [&]() -> PinnedBuffer {
-    while (true) {
-      if (auto b = optim_pool->TryAcquire()) return std::move(*b);
-      RetireWrites(false);
-      if (auto b = optim_pool->TryAcquire()) return std::move(*b);
-      Tracer::Span w(tracer, Track::kWait, "wait write-back (buffers)");
-      STRATA_CHECK(!write_queue.empty()) << "optimizer pool exhausted with no write in flight";
-      write_queue.front()->ticket.Wait().IgnoreError();
-    }
-  };
   auto load = [&](const SubGroup& sg) {
     if (early_states && early_states->sub == &sg) return std::move(early_states);
     DropEarlyStates();  // read for another layout; not expected
     auto l = std::make_unique<LoadedStates>();
-    l->sub = &sg;
-    const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
-    for (int k = 0; k < 3; ++k) {
-      l->buf[k] = acquire();
-      l->read[k] = ReadAfterPendingWrite(hs[k], {l->buf[k].data(), static_cast<size_t>(sg.len * 4)});
+    for (PinnedBuffer& b : l->buf) {
+      std::optional<PinnedBuffer> lease;
+      while (!(lease = optim_pool->TryAcquire()))
+        STRATA_CHECK(ReclaimWriteBuffers()) << "optimizer pool exhausted with no write in flight";
+      b = std::move(*lease);
     }
+    StartStateReads(sg, l.get());
     return l;
   };
   auto queue_write = [&](TensorHandle h, PinnedBuffer lease, size_t bytes) {
@@ -134,12 +125,8 @@ Status Engine::Impl::UpdateAllGroups(const AdamHyperParams& hp) {
       // Where this group's updated working weights go: in place in the cpu tier, or a
       // pinned buffer written to NVMe once the whole group is done.
       if (working_nvme) {
-        while (!(out_lease = param_pool->TryAcquire().value_or(PinnedBuffer())).valid()) {
-          Tracer::Span w(tracer, Track::kWait, "wait write-back (buffers)");
-          if (write_queue.empty()) return Status(StatusCode::kInternal, "no pinned buffer for the working weights");
-          write_queue.front()->ticket.Wait().IgnoreError();
-          RetireWrites(false);
-        }
+        while (!(out_lease = param_pool->TryAcquire().value_or(PinnedBuffer())).valid())
+          if (!ReclaimWriteBuffers()) return Status(StatusCode::kInternal, "no pinned buffer for the working weights");
         working_out = out_lease.data();
       } else {
         working_out = store->CpuMemory(g.working).data();
@@ -206,15 +193,20 @@ void Engine::Impl::ReadFirstStatesEarly() {
     if (it != pending_writes.end() && !it->second->ticket.Done()) return;
   }
   auto l = std::make_unique<LoadedStates>();
-  l->sub = &sg;
   for (auto& b : l->buf) {
     auto lease = optim_pool->TryAcquire();
     if (!lease) return;  // the buffers go back with `l`
     b = std::move(*lease);
   }
+  StartStateReads(sg, l.get());
+  early_states = std::move(l);
+}
+
+void Engine::Impl::StartStateReads(const SubGroup& sg, LoadedStates* l) {
+  l->sub = &sg;
+  const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
   for (int k = 0; k < 3; ++k)
     l->read[k] = ReadAfterPendingWrite(hs[k], {l->buf[k].data(), static_cast<size_t>(sg.len * 4)});
-  early_states = std::move(l);
 }
 
 void Engine::Impl::DropEarlyStates() {
