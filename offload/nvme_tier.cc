@@ -1,6 +1,7 @@
 #include "strata/nvme_tier.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -273,6 +274,10 @@ const std::string& NvmeTier::file_path() const { return impl_->file_path; }
 const std::string& NvmeTier::folder() const { return impl_->dir->path(); }
 const char* NvmeTier::engine_name() const { return impl_->pump->engine().name(); }
 bool NvmeTier::direct_io() const { return impl_->direct; }
+uint64_t NvmeTier::bytes_on_disk() const {
+  struct stat st {};
+  return fstat(impl_->fd, &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+}
 uint64_t NvmeTier::file_bytes() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->end;

@@ -103,6 +103,7 @@ class NvmeTier {
   const char* engine_name() const;
   bool direct_io() const;
   uint64_t file_bytes() const;  // the swap file's reserved size
+  uint64_t bytes_on_disk() const;  // the blocks the file system allocated to the swap file
   NvmeTierStats stats() const;
   const std::vector<StaleSwapFolder>& stale_folders() const;
 

@@ -2,14 +2,11 @@
 // Slurm, or `--nproc N`, which starts N local ranks itself): config, memory check,
 // --init-from, --resume, checkpoints every save_interval steps, progress.
 #include <omp.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "src/checkpoint/checkpoint.h"
@@ -46,39 +43,8 @@ int Fail(const Status& s) {
   return 1;
 }
 
-// Independent measurements beside the engine's ledger: this process's resident memory (now
-// and peak, kB from /proc/self/status) and the bytes its swap folder occupies on disk.
-uint64_t ProcStatusBytes(const char* key) {
-  std::ifstream in("/proc/self/status");
-  std::string k;
-  uint64_t kb = 0;
-  std::string unit;
-  while (in >> k) {
-    if (k == key) {
-      in >> kb;
-      return kb * 1024;
-    }
-    std::getline(in, unit);
-  }
-  return 0;
-}
-
-uint64_t OwnSwapBytesOnDisk(const TrainConfig& cfg, int rank) {
-  const std::string prefix = fmt::format("strata-swap-r{}-p{}-", rank, ::getpid());
-  uint64_t total = 0;
-  std::error_code ec;
-  for (const std::string& dir : {cfg.offload_param.nvme_path, cfg.offload_optimizer.nvme_path}) {
-    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-      if (e.path().filename().string().rfind(prefix, 0) != 0) continue;
-      for (const auto& f : std::filesystem::recursive_directory_iterator(e.path(), ec)) {
-        struct stat st {};
-        if (::stat(f.path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) total += static_cast<uint64_t>(st.st_blocks) * 512;
-      }
-    }
-    if (cfg.offload_param.nvme_path == cfg.offload_optimizer.nvme_path) break;
-  }
-  return total;
-}
+// This process's resident memory (now and peak) from /proc/self/status, beside the ledger.
+uint64_t ProcStatusBytes(const char* key) { return ProcKilobyteField("/proc/self/status", key); }
 
 double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -169,7 +135,7 @@ int RunTrain(const TrainArgs& a) {
         "memory per rank (the engine's ledger): device {}, cpu {}, nvme {}; swap files on disk {} (estimated {}); "
         "estimated peak host memory {} (see the measured figure at the end)",
         pair(Residence::kDevice), pair(Residence::kCpu), pair(Residence::kNvme),
-        HumanBytes(OwnSwapBytesOnDisk(cfg, env->rank)), HumanBytes(estimate.nvme_on_disk),
+        HumanBytes(engine.swap_bytes_on_disk()), HumanBytes(estimate.nvme_on_disk),
         HumanBytes(estimate.host_peak()));
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
@@ -263,7 +229,7 @@ int RunTrain(const TrainArgs& a) {
     };
     progress.Message(fmt::format("memory of rank 0, measured over the run: host peak {}; page-locked {}; swap files {}",
                                  vs(host, estimate.host_peak()), vs(ProcStatusBytes("VmLck:"), estimate.pinned),
-                                 vs(OwnSwapBytesOnDisk(cfg, env->rank), estimate.nvme_on_disk)));
+                                 vs(engine.swap_bytes_on_disk(), estimate.nvme_on_disk)));
     progress.Finish();
   }
   return 0;

@@ -597,6 +597,10 @@ int64_t Engine::BlockPadded(int block) const { return impl_->groups.at(block).la
 
 int Engine::num_blocks() const { return static_cast<int>(impl_->groups.size()); }
 const MemoryLedger& Engine::ledger() const { return impl_->ledger; }
+uint64_t Engine::swap_bytes_on_disk() const {
+  const NvmeTier* nvme = impl_->store->nvme();
+  return nvme ? nvme->bytes_on_disk() : 0;
+}
 uint64_t Engine::prefetch_high_water_bytes() const { return impl_->prefetch_high_water; }
 uint64_t Engine::prefetch_budget_bytes() const {
   return std::max<uint64_t>(1, impl_->cfg.prefetch_bucket_size * DTypeSize(impl_->cfg.compute_dtype));

@@ -115,6 +115,7 @@ class Engine {
 
   int num_blocks() const;
   const MemoryLedger& ledger() const;
+  uint64_t swap_bytes_on_disk() const;  // this rank's swap file, as allocated on disk (0 without NVMe)
   uint64_t prefetch_high_water_bytes() const;
   uint64_t prefetch_budget_bytes() const;
   const TrainConfig& config() const;

@@ -96,14 +96,17 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   return e;
 }
 
+uint64_t ProcKilobyteField(const char* file, const std::string& key) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.compare(0, key.size(), key) == 0) return std::strtoull(line.c_str() + key.size(), nullptr, 10) * 1024;
+  return 0;
+}
+
 MachineCapacity ProbeMachine(const TrainConfig& cfg) {
   MachineCapacity m;
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") m.host_available = kb * 1024;
+  m.host_available = ProcKilobyteField("/proc/meminfo", "MemAvailable:");
   const bool nvme = cfg.offload_param.device == OffloadDevice::kNvme || cfg.offload_optimizer.device == OffloadDevice::kNvme;
   if (nvme) {
     m.nvme_dir = cfg.offload_optimizer.device == OffloadDevice::kNvme ? cfg.offload_optimizer.nvme_path

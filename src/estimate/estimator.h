@@ -55,6 +55,10 @@ struct MachineCapacity {
 };
 MachineCapacity ProbeMachine(const TrainConfig& cfg);
 
+// A "Key: N kB" field of a /proc file (/proc/meminfo, /proc/self/status) in bytes; 0 when
+// the file or the key is absent. `key` includes the colon: "MemAvailable:", "VmHWM:".
+uint64_t ProcKilobyteField(const char* file, const std::string& key);
+
 // OK, or RESOURCE_EXHAUSTED with the numbers: needed per rank and per node against what
 // this machine has.
 Status CheckFits(const MemoryEstimate& e, const MachineCapacity& m, int local_ranks);
