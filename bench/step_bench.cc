@@ -15,9 +15,10 @@ int RunStepBench(const StepBenchOptions& o) {
     LogError("bench step: {}", s.ToString());
     return 1;
   };
-  auto text = ApplyOverrides(o.config_json, o.sets);
+  std::string origin = "built-in tiny config";
+  auto text = ComposeConfigText(o.config_path, o.default_config_json, "", o.sets, &origin);
   if (!text.ok()) return fail(text.status());
-  auto base = ParseTrainConfig(*text, "bench step config");
+  auto base = ParseTrainConfig(*text, origin);
   if (!base.ok()) return fail(base.status());
   auto data = data::TokenDataset::Open(base->data, base->model.vocab_size, base->model.seq_len);
   if (!data.ok()) return fail(data.status());

@@ -10,7 +10,8 @@
 namespace strata::bench {
 
 struct StepBenchOptions {
-  std::string config_json;           // the config text (the built-in tiny config by default)
+  std::string config_path;           // a ds_config.json; "" = `default_config_json`
+  std::string default_config_json;   // the built-in tiny config's text
   std::vector<std::string> sets;     // --set overrides
   int steps = 8;                     // measured steps per mode (after one warm-up step)
   bool json = false;

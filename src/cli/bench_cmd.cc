@@ -1,13 +1,10 @@
-// `strata bench io`.
+// `strata bench io` and `strata bench step`.
 #include "bench/bench_util.h"
 #include "bench/io_bench.h"
 #include "bench/step_bench.h"
 #include "src/cli/default_config.h"
 #include "src/cli/commands.h"
 #include "strata/log.h"
-
-#include <cerrno>
-#include <cstring>
 
 namespace strata::cli {
 
@@ -55,19 +52,8 @@ void AddBenchStepCommand(CLI::App& bench, Action* action) {
                                                       "or fp32 peak; none on a CPU)")->check(CLI::Range(0.0, 1e6));
   cmd->callback([=] {
     *action = [=] {
-      opts->config_json = kDefaultConfigJson;
-      if (!config->empty()) {
-        FILE* f = std::fopen(config->c_str(), "rb");
-        if (!f) {
-          LogError("cannot open config file '{}': {}", *config, std::strerror(errno));
-          return 2;
-        }
-        opts->config_json.clear();
-        char buf[65536];
-        size_t n;
-        while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) opts->config_json.append(buf, n);
-        std::fclose(f);
-      }
+      opts->config_path = *config;
+      opts->default_config_json = kDefaultConfigJson;
       return bench::RunStepBench(*opts);
     };
   });
