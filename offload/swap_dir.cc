@@ -84,7 +84,7 @@ StatusOr<std::unique_ptr<SwapDir>> SwapDir::Create(const std::string& parent, in
   // take a folder being created for a stale one.
   std::random_device rd;
   const std::string leaf = fmt::format("{}r{}-p{}-{:08x}", kPrefix, rank, getpid(), rd());
-  const std::string staging = (fs::path(parent) / ("." + leaf)).string();
+  const std::string staging = (fs::path(parent) / fmt::format(".{}", leaf)).string();
   const std::string path = (fs::path(parent) / leaf).string();
   if (mkdir(staging.c_str(), 0700) != 0) return ErrnoError(errno, "cannot create swap folder '{}'", staging);
   const std::string lock_path = staging + "/" + kLockName;
@@ -103,7 +103,7 @@ SwapDir::~SwapDir() {
   // half-removed folder; then remove it, the lock with it; then release the lock.
   std::error_code ec;
   const fs::path p(path_);
-  const fs::path hidden = p.parent_path() / ("." + p.filename().string() + ".removing");
+  const fs::path hidden = p.parent_path() / fmt::format(".{}.removing", p.filename().string());
   const std::string victim = rename(path_.c_str(), hidden.c_str()) == 0 ? hidden.string() : path_;
   fs::remove_all(victim, ec);
   if (ec) LogWarn("could not remove swap folder '{}': {}", path_, ec.message());
