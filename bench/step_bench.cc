@@ -20,6 +20,8 @@ int RunStepBench(const StepBenchOptions& o) {
   if (!text.ok()) return fail(text.status());
   auto base = ParseTrainConfig(*text, origin);
   if (!base.ok()) return fail(base.status());
+  ResolvePrecision(&*base, ComputeDevice::NamesGpu(base->device));
+  if (!base->precision_warning.empty()) LogWarn("{}", base->precision_warning);
   auto data = data::TokenDataset::Open(base->data, base->model.vocab_size, base->model.seq_len);
   if (!data.ok()) return fail(data.status());
 

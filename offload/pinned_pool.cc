@@ -63,6 +63,10 @@ void PinnedBuffer::Release() {
   data_ = nullptr;
 }
 
+size_t PinnedPool::RegionBytes(size_t buffer_count, size_t buffer_size) {
+  return buffer_count * RoundUp(buffer_size, kPage);
+}
+
 StatusOr<std::unique_ptr<PinnedPool>> PinnedPool::Create(size_t buffer_count, size_t buffer_size,
                                                          std::unique_ptr<HostPinner> pinner) {
   if (buffer_count == 0 || buffer_size == 0)

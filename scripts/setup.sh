@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Installs what is missing (Debian packages, LibTorch from PyPI into .venv), then configures
 # and builds Strata into build/. Idempotent: a second run with nothing changed takes seconds.
-#   scripts/setup.sh            the main build (build/)
+#   scripts/setup.sh            the main job's binary: build/strata (nothing else is compiled)
+#   scripts/setup.sh --all      every target of build/: the test executables too (scripts/test.sh)
 #   scripts/setup.sh --asan     also the AddressSanitizer + UBSan build of the store and kernels (build-asan/)
 #   scripts/setup.sh --peers    also the Python peers for bench/ (DeepSpeed, transformers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-want_asan=0; want_peers=0
+want_asan=0; want_peers=0; want_all=0
 for a in "$@"; do
   case "$a" in
+    --all) want_all=1 ;;
     --asan) want_asan=1 ;;
     --peers) want_peers=1 ;;
-    *) echo "setup.sh: unknown option '$a' (known: --asan --peers)" >&2; exit 2 ;;
+    *) echo "setup.sh: unknown option '$a' (known: --all --asan --peers)" >&2; exit 2 ;;
   esac
 done
 
@@ -64,8 +66,14 @@ configure() {  # dir, extra cmake args...
   fi
 }
 configure build
-log "building build/ ($jobs jobs)"
-cmake --build build -j "$jobs"
+if [ $want_all = 1 ]; then
+  log "building build/: every target ($jobs jobs)"
+  cmake --build build -j "$jobs"
+else
+  # The main job needs only the binary; the tests are built by scripts/test.sh (--all).
+  log "building build/strata ($jobs jobs)"
+  cmake --build build -j "$jobs" --target strata
+fi
 if [ $want_asan = 1 ]; then
   configure build-asan -DSTRATA_SANITIZE=ON -DSTRATA_WITH_TORCH=OFF -DSTRATA_CUDA_COMPILE=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo

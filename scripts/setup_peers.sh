@@ -10,14 +10,17 @@
 # Python must then run with LD_LIBRARY_PATH naming them and /usr/local/cuda/lib64;
 # bench/deepspeed_adam.py sets that itself (it re-executes itself with the variable set).
 #
-# DeepSpeed is installed with --no-deps (its requirements would pull torch's CUDA stack
-# again); the few pure-Python modules it imports are added explicitly. Its CPU Adam op is
-# JIT-built by ninja on first use (cached in ~/.cache/torch_extensions).
+# torch went in with --no-deps, so its pure-Python requirements (sympy, networkx, jinja2, ...)
+# are installed here, with what DeepSpeed imports (numpy, pydantic, ...), all pinned in
+# scripts/peers-requirements.txt. DeepSpeed itself is installed with --no-deps (its
+# requirements would pull torch's CUDA stack again). Its CPU Adam op is JIT-built by ninja
+# on first use (cached in ~/.cache/torch_extensions).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 py=$root/.venv/bin/python
 pip=("$py" -m pip install -q --disable-pip-version-check)
+deepspeed_version=0.19.8
 log() { printf '[setup_peers] %s\n' "$*" >&2; }
 
 [ -x "$py" ] || { log ".venv missing: run scripts/setup.sh first"; exit 1; }
@@ -27,9 +30,10 @@ if [ -f "$marker" ]; then log "peers already installed ($marker)"; exit 0; fi
 log "installing the CUDA wheels that 'import torch' needs beyond /usr/local/cuda"
 "${pip[@]}" --no-deps nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 nvidia-cufile==1.15.1.6
 
-log "installing deepspeed (no deps) and the modules it imports"
-"${pip[@]}" ninja packaging psutil py-cpuinfo pydantic hjson msgpack tqdm einops
-"${pip[@]}" --no-deps deepspeed
+log "installing torch's and DeepSpeed's Python requirements (scripts/peers-requirements.txt)"
+"${pip[@]}" --no-deps -r "$root/scripts/peers-requirements.txt"  # complete and pinned: no resolver
+log "installing deepspeed==$deepspeed_version (no deps)"
+"${pip[@]}" --no-deps "deepspeed==$deepspeed_version"
 
 # Build DeepSpeed's CPU Adam once now, so that the first bench run does not pay for it.
 log "JIT-building DeepSpeed's CPU Adam op (first time: about a minute)"

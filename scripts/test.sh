@@ -3,7 +3,7 @@
 # (AddressSanitizer + UBSan) of the store and kernel tests, which need no LibTorch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --asan "$@"
+scripts/setup.sh --all --asan "$@"
 status=0
 echo "== ctest build/ =="
 ctest --test-dir build --output-on-failure -j 2 || status=1

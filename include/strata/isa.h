@@ -15,6 +15,7 @@ struct CpuFeatures {
   bool avx512 = false;     // F, BW, VL, DQ
   bool avx512_bf16 = false;
   bool avx512_fp16 = false;
+  bool amx_bf16 = false;   // AMX tiles with bf16, enabled by the OS (XCR0)
 };
 
 // What the CPU offers (cached; thread-safe).
@@ -27,6 +28,12 @@ IsaLevel ActiveIsa();
 // with concurrent kernel calls.
 void SetForcedIsa(IsaLevel level);
 void ClearForcedIsa();
+
+// Whether bf16 matrix math is native on this CPU (AVX512-BF16 or AMX-BF16), as the kernels
+// see it: a level forced below avx512 (STRATA_FORCE_ISA) hides both, so a test or a
+// benchmark can take the path of a CPU without them. `why` (optional) receives a short
+// reason for messages ("AVX512-BF16", "no AVX512-BF16 or AMX-BF16 (avx2 CPU)", ...).
+bool CpuHasNativeBf16(std::string* why = nullptr);
 
 const char* IsaName(IsaLevel level);
 // Parses "scalar" / "avx2" / "avx512"; false on anything else.

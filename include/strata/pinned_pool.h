@@ -73,6 +73,8 @@ class PinnedPool {
   // the memory cannot be allocated.
   static StatusOr<std::unique_ptr<PinnedPool>> Create(size_t buffer_count, size_t buffer_size,
                                                       std::unique_ptr<HostPinner> pinner);
+  // The bytes such a pool allocates (buffer_size rounded up to 4 KiB, times the count).
+  static size_t RegionBytes(size_t buffer_count, size_t buffer_size);
   ~PinnedPool();
   PinnedPool(const PinnedPool&) = delete;
   PinnedPool& operator=(const PinnedPool&) = delete;

@@ -24,10 +24,12 @@ CpuFeatures Probe() {
   if (!osxsave) return f;
   const uint64_t xcr0 = ReadXcr0();
   const bool ymm_os = (xcr0 & 0x6) == 0x6, zmm_os = (xcr0 & 0xe6) == 0xe6;
+  const bool amx_os = (xcr0 & (3ull << 17)) == (3ull << 17);  // XTILECFG + XTILEDATA
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
   f.avx2 = ymm_os && (b & bit_AVX2) && fma && f16c;
   f.avx512 = zmm_os && (b & bit_AVX512F) && (b & bit_AVX512BW) && (b & bit_AVX512VL) && (b & bit_AVX512DQ);
   f.avx512_fp16 = f.avx512 && (d & (1u << 23));
+  f.amx_bf16 = amx_os && (d & (1u << 22)) && (d & (1u << 24));  // AMX-BF16 and AMX-TILE
   unsigned a1, b1, c1, d1;
   if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f.avx512_bf16 = f.avx512 && (a1 & (1u << 5));
   return f;
@@ -80,6 +82,23 @@ IsaLevel ActiveIsa() {
 
 void SetForcedIsa(IsaLevel level) { g_forced.store(static_cast<int>(Clamp(level))); }
 void ClearForcedIsa() { g_forced.store(-1); }
+
+bool CpuHasNativeBf16(std::string* why) {
+  const CpuFeatures& f = DetectCpuFeatures();
+  auto say = [&](std::string text) {
+    if (why) *why = std::move(text);
+  };
+  if (!f.avx512_bf16 && !f.amx_bf16) {
+    say(fmt::format("no AVX512-BF16 or AMX-BF16 ({} CPU)", IsaName(DetectedIsa())));
+    return false;
+  }
+  if (ActiveIsa() != IsaLevel::kAvx512) {
+    say(fmt::format("STRATA_FORCE_ISA={} hides AVX512-BF16/AMX", IsaName(ActiveIsa())));
+    return false;
+  }
+  say(f.amx_bf16 ? "AMX-BF16" : "AVX512-BF16");
+  return true;
+}
 
 const char* IsaName(IsaLevel level) {
   switch (level) {

@@ -84,8 +84,12 @@ int RunCheck(const ConfigArgs& a) {
   std::printf("\n\"auto\" and derived values:\n");
   if (cfg->autos.empty()) std::printf("  (none)\n");
   for (const AutoValue& v : cfg->autos) std::printf("  %s = %s  (%s)\n", v.path.c_str(), v.value.c_str(), v.reason.c_str());
+  std::printf("\ncompute dtype: %s (%s)\n", DTypeName(cfg->compute_dtype), cfg->precision_reason.c_str());
+  if (!cfg->notes.empty()) std::printf("\nnotes:\n");
+  for (const auto& n : cfg->notes) std::printf("  %s\n", n.c_str());
   std::printf("\nwarnings:\n");
-  if (cfg->warnings.empty()) std::printf("  (none)\n");
+  if (cfg->warnings.empty() && cfg->precision_warning.empty()) std::printf("  (none)\n");
+  if (!cfg->precision_warning.empty()) std::printf("  warning: %s\n", cfg->precision_warning.c_str());
   for (const auto& w : cfg->warnings) std::printf("  warning: config key '%s' is not used by Strata; ignored\n", w.c_str());
   return 0;
 }

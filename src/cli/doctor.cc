@@ -26,6 +26,10 @@ int RunDoctor(const std::string& dir) {
   std::printf("CPU ISA:          %s (avx2+fma+f16c %s, avx512 %s, avx512_bf16 %s, avx512_fp16 %s); kernels use %s\n",
               IsaName(DetectedIsa()), f.avx2 ? "yes" : "no", f.avx512 ? "yes" : "no", f.avx512_bf16 ? "yes" : "no",
               f.avx512_fp16 ? "yes" : "no", IsaName(ActiveIsa()));
+  std::string bf16_why;
+  const bool bf16_native = CpuHasNativeBf16(&bf16_why);
+  std::printf("bf16 compute:     %s (%s): bf16.enabled \"auto\" computes in %s on this CPU\n",
+              bf16_native ? "native" : "not native", bf16_why.c_str(), bf16_native ? "bf16" : "fp32");
   std::printf("CPU threads:      %ld online\n", sysconf(_SC_NPROCESSORS_ONLN));
 
   auto ring = MakeUringEngine(8);

@@ -58,6 +58,7 @@ StatusOr<TrainConfig> ResolveTrainConfig(const std::string& config, const std::s
   STRATA_ASSIGN_OR_RETURN(std::string text, ComposeConfigText(config, kDefaultConfigJson, strata_file, sets, &origin));
   STRATA_ASSIGN_OR_RETURN(TrainConfig cfg, ParseTrainConfig(text, origin));
   if (Status s = ResolveBatch(&cfg, world_size); !s.ok()) return s.WithContext(origin);
+  ResolvePrecision(&cfg, ComputeDevice::NamesGpu(cfg.device));
   return cfg;
 }
 
@@ -78,8 +79,11 @@ int RunTrain(const TrainArgs& a) {
   if (!cfg_or.ok()) return Fail(cfg_or.status());
   TrainConfig& cfg = *cfg_or;
   const bool lead = env->rank == 0;
-  if (lead)
+  if (lead) {
     for (const auto& w : cfg.warnings) LogWarn("config key '{}' is not used by Strata; ignored", w);
+    for (const auto& n : cfg.notes) LogInfo("config: {}", n);
+    if (!cfg.precision_warning.empty()) LogWarn("{}", cfg.precision_warning);
+  }
 
   // Refuse a config that cannot fit before allocating anything.
   const int local_ranks = std::max(1, a.nproc > 1 ? a.nproc : env->world_size);
@@ -162,10 +166,10 @@ int RunTrain(const TrainArgs& a) {
   if (lead) {
     progress.Message(fmt::format(
         "strata train: {} model, {:.2f} M parameters, {} blocks; {} rank(s), ZeRO stage {}; params on {}, optimizer "
-        "states on {}; {} compute on {}; batch {} = {} x {} accumulation x {} rank(s); data: {}",
+        "states on {}; {} compute on {} ({}); batch {} = {} x {} accumulation x {} rank(s); data: {}",
         cfg.model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", spec.num_parameters() / 1e6, engine.num_blocks(),
         env->world_size, cfg.zero_stage, OffloadDeviceName(cfg.offload_param.device),
-        OffloadDeviceName(cfg.offload_optimizer.device), DTypeName(cfg.compute_dtype), compute_device.device().str(), cfg.train_batch,
+        OffloadDeviceName(cfg.offload_optimizer.device), DTypeName(cfg.compute_dtype), compute_device.device().str(), cfg.precision_reason, cfg.train_batch,
         cfg.micro_batch,
         cfg.grad_accum, env->world_size, (*data)->description()));
     if (!a.init_from.empty() && a.resume.empty()) progress.Message("initial weights from " + a.init_from);

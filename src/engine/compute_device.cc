@@ -44,6 +44,11 @@ StatusOr<torch::Device> ComputeDevice::Parse(const std::string& spec, int local_
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
+bool ComputeDevice::NamesGpu(const std::string& spec) {
+  if (spec == "auto") return torch::cuda::is_available();
+  return spec.rfind("cuda", 0) == 0;
+}
+
 Status ComputeDevice::CopyIn(const torch::Tensor& dst, const void* src) const {
   if (device_.is_cpu()) {
     std::memcpy(dst.data_ptr(), src, dst.nbytes());

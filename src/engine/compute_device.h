@@ -32,6 +32,9 @@ class ComputeDevice {
   // usable, else cpu). An error names the value, or says what
   // is missing (a CPU-only build of LibTorch, no device).
   static StatusOr<torch::Device> Parse(const std::string& spec, int local_rank);
+  // Whether `spec` names a GPU here ("cuda[:N]", or "auto" where a CUDA device is usable),
+  // without opening anything: what the compute dtype's "auto" needs to know.
+  static bool NamesGpu(const std::string& spec);
 
   // Tests: the host, driven as if it were a separate device (weights copied into a device
   // shard buffer, gradients copied out), so CPU runs check the path a GPU takes.

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "src/engine/json_reader.h"
+#include "strata/isa.h"
 
 namespace strata {
 
@@ -31,6 +32,42 @@ Status ParseOffload(JsonReader& zero, const std::string& key, OffloadConfig* o, 
   r.UnusedKeys(warn);
   if (o->device == OffloadDevice::kNvme && o->nvme_path.empty())
     return InvalidArgument("zero_optimization.{}.nvme_path: required when device is \"nvme\"", key);
+  return Status();
+}
+
+// DeepSpeed's deprecated flat keys, with the meaning DeepSpeed still gives them:
+// cpu_offload -> offload_optimizer.device "cpu", cpu_offload_params (or _param, as its
+// pydantic model names it) -> offload_param.device "cpu", cpu_offload_use_pin_memory ->
+// pin_memory of both. Each, and its use together with
+// the section that replaced it, is named.
+Status ParseLegacyOffload(JsonReader& zero, TrainConfig* c) {
+  struct Legacy {
+    const char* key;
+    const char* section;
+    OffloadConfig* target;
+  };
+  for (const Legacy& l : {Legacy{"cpu_offload", "offload_optimizer", &c->offload_optimizer},
+                          Legacy{"cpu_offload_params", "offload_param", &c->offload_param},
+                          Legacy{"cpu_offload_param", "offload_param", &c->offload_param}}) {
+    if (!zero.Has(l.key)) continue;
+    bool on = false;
+    STRATA_RETURN_IF_ERROR(zero.Bool(l.key, &on));
+    if (!on) continue;
+    if (zero.Has(l.section))
+      return InvalidArgument("{} and {} are both set: {} is DeepSpeed's deprecated form of {}; keep only {}",
+                             zero.PathOf(l.key), zero.PathOf(l.section), zero.PathOf(l.key), zero.PathOf(l.section),
+                             zero.PathOf(l.section));
+    l.target->device = OffloadDevice::kCpu;
+    c->notes.push_back(fmt::format("{}: true read as {}.device = \"cpu\" (deprecated in DeepSpeed; write {} instead)",
+                                   zero.PathOf(l.key), zero.PathOf(l.section), zero.PathOf(l.section)));
+  }
+  if (zero.Has("cpu_offload_use_pin_memory")) {
+    bool pin = true;
+    STRATA_RETURN_IF_ERROR(zero.Bool("cpu_offload_use_pin_memory", &pin));
+    c->offload_optimizer.pin_memory = c->offload_param.pin_memory = pin;
+    c->notes.push_back(fmt::format("{}: {} read as pin_memory = {} for both offload sections (deprecated in DeepSpeed)",
+                                   zero.PathOf("cpu_offload_use_pin_memory"), pin, pin));
+  }
   return Status();
 }
 
@@ -148,7 +185,14 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   if (!bf16.ok()) return fail(bf16.status());
   if (!fp16.ok()) return fail(fp16.status());
   bool bf16_on = false, fp16_on = false;
-  if (!(s = bf16->Bool("enabled", &bf16_on)).ok()) return fail(s);
+  if (bf16->IsAuto("enabled")) {
+    bf16->Touch("enabled");  // decided by ResolvePrecision, once the device is known
+    c.bf16_auto = true;
+  } else if (bf16->Has("enabled") && !bf16->Raw("enabled")->is_boolean() && !bf16->Raw("enabled")->is_null()) {
+    return fail(InvalidArgument("bf16.enabled: expected true, false or \"auto\", got {}", bf16->Raw("enabled")->dump()));
+  } else if (!(s = bf16->Bool("enabled", &bf16_on)).ok()) {
+    return fail(s);
+  }
   if (!(s = fp16->Bool("enabled", &fp16_on)).ok()) return fail(s);
   if (bf16_on && fp16_on) return fail(InvalidArgument("bf16.enabled and fp16.enabled are both true: choose one"));
   c.compute_dtype = bf16_on ? DType::kBF16 : fp16_on ? DType::kF16 : DType::kF32;
@@ -204,6 +248,7 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   if (!(s = zero->Int("stage", &c.zero_stage, 0, 3)).ok()) return fail(s);
   if (!(s = ParseOffload(*zero, "offload_param", &c.offload_param, &c.warnings)).ok()) return fail(s);
   if (!(s = ParseOffload(*zero, "offload_optimizer", &c.offload_optimizer, &c.warnings)).ok()) return fail(s);
+  if (!(s = ParseLegacyOffload(*zero, &c)).ok()) return fail(s);
   if (!(s = zero->Int("sub_group_size", &c.sub_group_size, 1, kMaxI)).ok()) return fail(s);
   if (!(s = zero->Int("stage3_prefetch_bucket_size", &c.prefetch_bucket_size, 0, kMaxI)).ok()) return fail(s);
   if (!(s = zero->Int("stage3_max_live_parameters", &c.max_live_parameters, 0, kMaxI)).ok()) return fail(s);
@@ -226,6 +271,13 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   if (!(s = aio->Bool("overlap_events", &c.aio.overlap_events)).ok()) return fail(s);
   aio->UnusedKeys(&c.warnings);
 
+  if (root.Has("activation_checkpointing")) {
+    root.Touch("activation_checkpointing");
+    c.notes.push_back(
+        "activation_checkpointing: always on in Strata, per block (only each block's input is kept; the block is "
+        "recomputed in backward), so this section's settings are not needed");
+  }
+
   if (!(s = ParseStrata(root, &c)).ok()) return fail(s);
   if (c.schedule.total_num_steps == 0) c.schedule.total_num_steps = c.steps;
   root.UnusedKeys(&c.warnings);
@@ -235,10 +287,32 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
       a.value = std::to_string(c.schedule.total_num_steps);
       a.reason = "the run's steps (strata.steps)";
     }
-    if (a.path == "bf16.enabled" || a.path == "fp16.enabled") a.reason = "off unless set: Strata picks no precision for you";
+    if (a.path == "fp16.enabled") a.reason = "off unless set (bf16.enabled \"auto\" picks bf16 where it is fast)";
     c.autos.push_back(a);
   }
   return c;
+}
+
+void ResolvePrecision(TrainConfig* c, bool on_gpu) {
+  std::string why;
+  const bool native = on_gpu || CpuHasNativeBf16(&why);
+  if (on_gpu) why = "a GPU";
+  c->precision_warning.clear();
+  if (c->bf16_auto && c->compute_dtype != DType::kF16) {
+    c->compute_dtype = native ? DType::kBF16 : DType::kF32;
+    c->precision_reason = native ? fmt::format("bf16.enabled \"auto\": {} computes bf16 natively", why)
+                                 : fmt::format("bf16.enabled \"auto\": {}, where bf16 runs ~10x slower than fp32", why);
+    std::erase_if(c->autos, [](const AutoValue& a) { return a.path == "bf16.enabled"; });
+    c->autos.push_back({"bf16.enabled", native ? "true" : "false", native ? why + ": native bf16" : why});
+    return;
+  }
+  c->precision_reason = c->compute_dtype == DType::kBF16   ? "bf16.enabled"
+                        : c->compute_dtype == DType::kF16 ? "fp16.enabled"
+                                                          : "neither bf16 nor fp16 enabled";
+  if (c->compute_dtype == DType::kBF16 && !native)
+    c->precision_warning = fmt::format(
+        "bf16 compute on a CPU without native bf16 ({}): expect steps about 10x slower than fp32; set bf16.enabled "
+        "to \"auto\" (or false) to train in fp32 here", why);
 }
 
 Status ResolveBatch(TrainConfig* c, int world) {

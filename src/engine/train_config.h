@@ -70,6 +70,11 @@ struct TrainConfig {
   double gradient_clipping = 0;   // 0 = off
   // Precision.
   DType compute_dtype = DType::kF32;  // bf16.enabled -> kBF16, fp16.enabled -> kF16
+  // bf16.enabled "auto": the compute dtype depends on where blocks run, so it stays kF32
+  // until ResolvePrecision decides (bf16 on a GPU or a CPU with native bf16, else fp32).
+  bool bf16_auto = false;
+  std::string precision_reason;   // why compute_dtype is what it is, for the start-up line
+  std::string precision_warning;  // set when the choice will be slow here (bf16 forced on a CPU without it)
   LossScaleConfig loss_scale;
   // Optimizer (Adam / AdamW).
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
@@ -102,7 +107,17 @@ struct TrainConfig {
   std::vector<AutoValue> autos;       // keys written "auto" and what they became
 
   std::vector<std::string> warnings;  // unknown keys, by path
+  // Keys read with a meaning of their own here, one sentence each (DeepSpeed's deprecated
+  // forms, sections whose effect is built in); `config check` and `train` print them.
+  std::vector<std::string> notes;
 };
+
+// Settles the compute dtype for blocks running on a GPU (`on_gpu`) or on this CPU:
+// bf16.enabled "auto" becomes bf16 on a GPU or where the CPU has native bf16 (AVX512-BF16,
+// AMX; see CpuHasNativeBf16), fp32 otherwise, recorded in config->autos; bf16 forced on a
+// CPU without native bf16 sets precision_warning (LibTorch's bf16 matmuls run ~10x slower
+// than fp32 there). Fills precision_reason either way. Idempotent.
+void ResolvePrecision(TrainConfig* config, bool on_gpu);
 
 // Derives the batch keys left unset for `world_size` ranks (DeepSpeed's rule above) and
 // checks their consistency; records what each "auto" became in config->autos. The error

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "strata/flat_group.h"
+#include "strata/pinned_pool.h"
 
 namespace strata {
 namespace {
@@ -74,9 +75,9 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   add(StateKind::kGatherBuffers, static_cast<int>(Residence::kDevice), (max_padded + (tied ? tied_padded : 0)) * dsize);
   if (cfg.offload_param.device == OffloadDevice::kNvme)
     add(StateKind::kPinnedBuffers, static_cast<int>(Residence::kCpu),
-        std::max<int64_t>(3, cfg.offload_param.buffer_count) * max_working);
+        PinnedPool::RegionBytes(std::max<int64_t>(3, cfg.offload_param.buffer_count), max_working));
   if (cfg.offload_optimizer.device == OffloadDevice::kNvme)
-    add(StateKind::kPinnedBuffers, static_cast<int>(Residence::kCpu), 12 * max_sub * 4);
+    add(StateKind::kPinnedBuffers, static_cast<int>(Residence::kCpu), PinnedPool::RegionBytes(12, max_sub * 4));
   // Activations (approximate): each block's saved input, one layer's forward + backward
   // working set (~32 x [B, T, C]: measured 29 on the tiny model; flash attention keeps no
   // [T, T] scores) and the head's fp32 logits, their softmax and gradient (3 x [B, T, V]).

@@ -42,7 +42,25 @@ TEST(Cli, ConfigCheckPrintsTheResolvedConfigAutosAndWarnings) {
   EXPECT_NE(r.out.find("zero_optimization.stage: 5 is out of range [0, 3]"), std::string::npos) << r.out;
   r = RunStrata("config check " + bad + " --set bf16.enabled=yes");
   EXPECT_EQ(r.exit_code, 1) << r.out;
-  EXPECT_NE(r.out.find("bf16.enabled: expected true or false"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bf16.enabled: expected true, false or \"auto\""), std::string::npos) << r.out;
+}
+
+// DeepSpeed's legacy cpu_offload means offload_optimizer.device "cpu" there, and here.
+TEST(Cli, ConfigCheckReadsDeepSpeedsLegacyCpuOffload) {
+  testing::TempDir dir;
+  const std::string legacy = dir.path() + "/legacy.json";
+  std::ofstream(legacy) << R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "cpu_offload": true},
+                               "activation_checkpointing": {"partition_activations": true}})";
+  auto r = RunStrata("config check " + legacy);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const size_t opt = r.out.find("\"offload_optimizer\"");
+  ASSERT_NE(opt, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\"device\": \"cpu\"", opt), r.out.find("\"device\"", opt)) << r.out;
+  EXPECT_NE(r.out.find("zero_optimization.cpu_offload: true read as zero_optimization.offload_optimizer.device = "
+                       "\"cpu\" (deprecated in DeepSpeed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("activation_checkpointing: always on in Strata, per block"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("'activation_checkpointing' is not used"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("'zero_optimization.cpu_offload' is not used"), std::string::npos) << r.out;
 }
 
 TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
@@ -60,19 +78,45 @@ TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
   EXPECT_NE(r.out.find("does not fit this machine"), std::string::npos) << r.out;
 }
 
-// The estimator against what a real run of the shipped tiny config measures (peak host
-// memory less library code, page-locked bytes, swap files on disk), per tier, on 2 ranks.
-TEST(Cli, TheTinyRunMeasuresWhatTheEstimatorPredictsWithinTenPercent) {
+// "494.8 kB", "7.66 MB", "1.02 GB", "512 B" (HumanBytes) -> bytes.
+double ParseHumanBytes(const std::string& number, const std::string& unit) {
+  const double scale = unit == "GB" ? 1e9 : unit == "MB" ? 1e6 : unit == "kB" ? 1e3 : 1;
+  return std::stod(number) * scale;
+}
+
+// A real run of the shipped tiny config (2 ranks) against the estimator, split by what may
+// differ between machines of this kind:
+// - what the engine allocates (its ledger) equals the estimate exactly, tier by tier;
+// - page-locked bytes and swap files are what Strata itself locks and writes: within 10%;
+// - the host peak also holds what LibTorch pages in for this CPU and dtype (its kernels,
+//   workspaces and allocator caches differ between ISAs), so it is only bounded: at least
+//   the engine's own resident state, at most 1.5x the estimate.
+TEST(Cli, TheTinyRunMeasuresWhatTheEstimatorPredicts) {
   testing::TempDir dir;
   auto r = RunStrata("train --nproc 2 --steps 5 --set strata.eval_batches=1 "
                      "--set zero_optimization.offload_param.nvme_path=" + dir.path() +
                      " --set zero_optimization.offload_optimizer.nvme_path=" + dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  const std::regex line(R"(memory of rank 0, measured over the run: host peak .*\(estimated .*, ([-+0-9.]+)%\); )"
-                        R"(page-locked .*\(estimated .*, ([-+0-9.]+)%\); swap files .*\(estimated .*, ([-+0-9.]+)%\))");
+  const std::string bytes = R"(([0-9.]+) (B|kB|MB|GB))";
+  const std::regex ledger("the engine's ledger\\): device " + bytes + " \\(estimated " + bytes + "\\), cpu " + bytes +
+                          " \\(estimated " + bytes + "\\), nvme " + bytes + " \\(estimated " + bytes + "\\)");
+  std::smatch l;
+  ASSERT_TRUE(std::regex_search(r.out, l, ledger)) << r.out;
+  for (int tier = 0; tier < 3; ++tier)
+    EXPECT_EQ(l[1 + 4 * tier].str() + l[2 + 4 * tier].str(), l[3 + 4 * tier].str() + l[4 + 4 * tier].str())
+        << l[0].str();
+  const double resident = ParseHumanBytes(l[1], l[2]) + ParseHumanBytes(l[5], l[6]);
+
+  const std::regex line("measured over the run: host peak " + bytes + " \\(estimated " + bytes +
+                        R"(, [-+0-9.]+%\); page-locked .*\(estimated .*, ([-+0-9.]+)%\); )"
+                        R"(swap files .*\(estimated .*, ([-+0-9.]+)%\))");
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.out, m, line)) << r.out;
-  for (int tier = 1; tier <= 3; ++tier) EXPECT_LE(std::abs(std::stod(m[tier].str())), 10.0) << m[0].str();
+  const double host = ParseHumanBytes(m[1], m[2]), host_estimate = ParseHumanBytes(m[3], m[4]);
+  EXPECT_GE(host, resident) << m[0].str();
+  EXPECT_LE(host, 1.5 * host_estimate) << m[0].str();
+  EXPECT_LE(std::abs(std::stod(m[5].str())), 10.0) << m[0].str();
+  EXPECT_LE(std::abs(std::stod(m[6].str())), 10.0) << m[0].str();
 }
 
 TEST(Cli, TrainWritesMetricsAndASummaryAndExportLoadsBack) {

@@ -22,8 +22,7 @@ void ExpectEstimateMatchesLedger(const TrainConfig& cfg, int world) {
             "");
   for (int k = 0; k < kNumStateKinds; ++k)
     for (int t = 0; t < 3; ++t) {
-      const double want = static_cast<double>(measured.bytes[k][t]), got = static_cast<double>(e.ledger.bytes[k][t]);
-      EXPECT_NEAR(got, want, 0.10 * want) << "state kind " << k << ", tier " << t;
+      EXPECT_EQ(e.ledger.bytes[k][t], measured.bytes[k][t]) << "state kind " << k << ", tier " << t;
     }
   for (Residence r : {Residence::kDevice, Residence::kCpu, Residence::kNvme})
     std::printf("  tier %d: estimated %llu B, measured %llu B\n", static_cast<int>(r),

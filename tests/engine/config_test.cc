@@ -2,11 +2,13 @@
 // Strata does not use, --set overrides, and the learning-rate schedules.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "src/engine/lr_schedule.h"
 #include "src/engine/train_config.h"
+#include "strata/isa.h"
 
 namespace strata {
 namespace {
@@ -29,7 +31,75 @@ TEST(Config, TheDefaultConfigIsTheTinyNvmeRun) {
   EXPECT_EQ(c->zero_stage, 3);
   EXPECT_EQ(c->offload_param.device, OffloadDevice::kNvme);
   EXPECT_EQ(c->offload_optimizer.device, OffloadDevice::kNvme);
-  EXPECT_EQ(c->compute_dtype, DType::kBF16);
+  EXPECT_TRUE(c->bf16_auto);  // bf16 where it is native, fp32 elsewhere (ResolvePrecision)
+}
+
+// bf16.enabled "auto": bf16 on a GPU, and on a CPU only where bf16 is native; forcing bf16
+// on a CPU without it warns. STRATA_FORCE_ISA-style forcing below avx512 stands for a CPU
+// without native bf16, so every branch runs on every machine.
+TEST(Config, AutoPrecisionFollowsTheDevice) {
+  auto parse = [](const char* text) {
+    auto c = ParseTrainConfig(text, "p.json");
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return *c;
+  };
+  const char* kAuto = R"({"bf16": {"enabled": "auto"}})";
+  TrainConfig gpu = parse(kAuto);
+  ResolvePrecision(&gpu, /*on_gpu=*/true);
+  EXPECT_EQ(gpu.compute_dtype, DType::kBF16);
+  EXPECT_TRUE(gpu.precision_warning.empty());
+
+  SetForcedIsa(IsaLevel::kAvx2);
+  TrainConfig cpu = parse(kAuto);
+  ResolvePrecision(&cpu, /*on_gpu=*/false);
+  EXPECT_EQ(cpu.compute_dtype, DType::kF32);
+  EXPECT_NE(cpu.precision_reason.find("bf16.enabled \"auto\""), std::string::npos) << cpu.precision_reason;
+  EXPECT_TRUE(cpu.precision_warning.empty());
+  bool explained = false;
+  for (const AutoValue& a : cpu.autos) explained |= a.path == "bf16.enabled" && a.value == "false";
+  EXPECT_TRUE(explained);
+  ResolvePrecision(&cpu, /*on_gpu=*/false);  // idempotent: one entry
+  EXPECT_EQ(std::count_if(cpu.autos.begin(), cpu.autos.end(), [](auto& a) { return a.path == "bf16.enabled"; }), 1);
+
+  TrainConfig forced = parse(R"({"bf16": {"enabled": true}})");
+  ResolvePrecision(&forced, /*on_gpu=*/false);
+  EXPECT_EQ(forced.compute_dtype, DType::kBF16);
+  EXPECT_NE(forced.precision_warning.find("10x slower"), std::string::npos) << forced.precision_warning;
+  TrainConfig fp16 = parse(R"({"bf16": {"enabled": "auto"}, "fp16": {"enabled": true}})");
+  ResolvePrecision(&fp16, /*on_gpu=*/false);
+  EXPECT_EQ(fp16.compute_dtype, DType::kF16);
+  ClearForcedIsa();
+
+  if (CpuHasNativeBf16()) {  // the other CPU branch, where this machine has it
+    TrainConfig native = parse(kAuto);
+    ResolvePrecision(&native, /*on_gpu=*/false);
+    EXPECT_EQ(native.compute_dtype, DType::kBF16);
+  }
+  auto bad = ParseTrainConfig(R"({"bf16": {"enabled": "yes"}})", "p.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bf16.enabled: expected true, false or \"auto\""), std::string::npos)
+      << bad.status().message();
+}
+
+// DeepSpeed's deprecated flat offload keys keep DeepSpeed's meaning; mixing one with the
+// section that replaced it is an error naming both.
+TEST(Config, LegacyCpuOffloadKeysMapToTheOffloadSections) {
+  auto c = ParseTrainConfig(R"({"zero_optimization": {"stage": 3, "cpu_offload": true, "cpu_offload_params": true,
+                                                       "cpu_offload_use_pin_memory": false}})", "l.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->offload_optimizer.device, OffloadDevice::kCpu);
+  EXPECT_EQ(c->offload_param.device, OffloadDevice::kCpu);
+  EXPECT_FALSE(c->offload_optimizer.pin_memory);
+  EXPECT_TRUE(c->warnings.empty());
+  EXPECT_EQ(c->notes.size(), 3u);
+  auto off = ParseTrainConfig(R"({"zero_optimization": {"cpu_offload": false}})", "l.json");
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->offload_optimizer.device, OffloadDevice::kNone);
+  auto both = ParseTrainConfig(R"({"zero_optimization": {"cpu_offload": true, "offload_optimizer": {"device": "nvme"}}})",
+                               "l.json");
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("zero_optimization.cpu_offload and zero_optimization.offload_optimizer"),
+            std::string::npos) << both.status().message();
 }
 
 TEST(Config, WrongTypeNamesTheKey) {
