@@ -1,7 +1,8 @@
 // `strata bench io`: sequential write then read of the NVMe tier's own path (O_DIRECT,
 // io_uring, block-sized requests at the given queue depth) against fio's io_uring engine on
 // the same folder, file size, block size and queue depth, interleaved in one run; plus the
-// pinned-memory memcpy bandwidth on one and on all threads.
+// pinned-memory memcpy bandwidth on one and on all threads, the checksum (xxh3) alone on one
+// thread, and how much of the store's buffers sits on huge pages.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@ struct IoBenchOptions {
   int rounds = 7;                        // interleaved repetitions; medians reported (the VM drifts +-40%)
   bool checksums = true;                 // the store's default
   bool run_fio = true;
+  bool small_pages = false;              // the store's buffers in 4 KiB pages (A/B against huge pages)
   std::string engine = "auto";           // auto | uring | pread
   bool json = false;
 };

@@ -57,6 +57,15 @@ void IoPump::Enqueue(IoJob job) {
   cv_.notify_one();
 }
 
+Status IoPump::RunOnPumpThread(std::function<Status(IoEngine&)> f) {
+  Control c{std::move(f), Status(), false};
+  std::unique_lock<std::mutex> lock(mu_);
+  controls_.push_back(&c);
+  cv_.notify_one();
+  control_done_.wait(lock, [&] { return c.done; });
+  return c.result;
+}
+
 NvmeTierStats IoPump::stats() const {
   return {bytes_written_.load(), bytes_read_.load(), requests_.load(), resubmissions_.load(), staged_.load()};
 }
@@ -152,12 +161,22 @@ void IoPump::Run() {
   Status attached = engine_->AttachDrivingThread();
   STRATA_CHECK(attached.ok()) << "I/O engine " << engine_->name() << ": " << attached.ToString();
   while (true) {
+    bool control_pending = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (queue_.empty() && active_.empty()) {
+      if (queue_.empty() && active_.empty() && controls_.empty()) {
         if (stop_) return;
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !controls_.empty(); });
       }
+      // Controls run with nothing in flight; until then no new request is issued.
+      while (!controls_.empty() && in_flight_ == 0) {
+        Control* c = controls_.front();
+        controls_.pop_front();
+        c->result = c->f(*engine_);
+        c->done = true;
+        control_done_.notify_all();
+      }
+      control_pending = !controls_.empty();
       while (!queue_.empty()) {
         auto a = std::make_unique<Active>();
         a->job = std::move(queue_.front());
@@ -175,7 +194,7 @@ void IoPump::Run() {
       }
     }
     batch.clear();
-    while (in_flight_ < qd_ && IssueOne(&batch)) {
+    while (!control_pending && in_flight_ < qd_ && IssueOne(&batch)) {
     }
     SubmitOrFail(&batch);
     if (in_flight_ == 0) continue;

@@ -39,6 +39,10 @@ class IoPump {
   ~IoPump();  // finishes every queued job, then stops
 
   void Enqueue(IoJob job);
+  // Runs `f` on the pump thread (the ring's single issuer) once no request is in flight,
+  // and returns its result; jobs queued meanwhile wait. For re-registering buffers, which
+  // a single-issuer io_uring accepts only from its issuer.
+  Status RunOnPumpThread(std::function<Status(IoEngine&)> f);
   const IoEngine& engine() const { return *engine_; }
   NvmeTierStats stats() const;
 
@@ -59,6 +63,13 @@ class IoPump {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<IoJob> queue_;
+  struct Control {
+    std::function<Status(IoEngine&)> f;
+    Status result;
+    bool done = false;
+  };
+  std::deque<Control*> controls_;  // waiting for the pump to be idle
+  std::condition_variable control_done_;
   bool stop_ = false;
 
   // Pump-thread state.

@@ -44,6 +44,8 @@ struct NvmeTier::Impl {
   std::byte* staging = nullptr;
   size_t staging_bytes = 0;
   std::unique_ptr<IoPump> pump;
+  std::vector<std::span<std::byte>> registered;  // every region registered with the engine (under mu)
+  uint64_t unregistered_bytes = 0;                // (under mu)
 
   mutable std::mutex mu;  // guards everything below
   std::vector<Extent> extents;
@@ -54,6 +56,13 @@ struct NvmeTier::Impl {
     pump.reset();  // drains in-flight I/O first
     if (fd >= 0) close(fd);
     FreeHostMemory(staging, staging_bytes);
+  }
+
+  // Counts a transfer's bytes when its memory lies outside every registered region.
+  void NoteMemory(const std::byte* p, uint64_t n) {
+    for (const auto& r : registered)
+      if (p >= r.data() && p + n <= r.data() + r.size()) return;
+    unregistered_bytes += n;
   }
 
   Extent& Get(ExtentId id) {
@@ -133,9 +142,9 @@ StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Open(NvmeTierOptions options) {
 
   const int fds[] = {impl->fd};
   STRATA_RETURN_IF_ERROR(engine->RegisterFiles(fds));
-  std::vector<std::span<std::byte>> regions = options.registered_buffers;
-  regions.push_back({impl->staging, impl->staging_bytes});
-  STRATA_RETURN_IF_ERROR(engine->RegisterBuffers(regions));
+  impl->registered = options.registered_buffers;
+  impl->registered.push_back({impl->staging, impl->staging_bytes});
+  STRATA_RETURN_IF_ERROR(engine->RegisterBuffers(impl->registered));
 
   LogDebug("NVMe tier: {} ({}; {} engine, block {} B, queue depth {})", impl->file_path,
            impl->direct ? "O_DIRECT" : "buffered", engine->name(), options.block_size, options.queue_depth);
@@ -181,6 +190,19 @@ void NvmeTier::Free(ExtentId id) {
   e.live = false;
 }
 
+Status NvmeTier::RegisterBuffers(std::span<const std::span<std::byte>> regions) {
+  Impl& m = *impl_;
+  return m.pump->RunOnPumpThread([&](IoEngine& engine) {
+    std::vector<std::span<std::byte>> all;
+    {
+      std::lock_guard<std::mutex> lock(m.mu);
+      m.registered.insert(m.registered.end(), regions.begin(), regions.end());
+      all = m.registered;
+    }
+    return engine.RegisterBuffers(all);
+  });
+}
+
 Ticket NvmeTier::Write(ExtentId id, std::span<const std::byte> src) {
   Impl& m = *impl_;
   IoJob job;
@@ -192,6 +214,7 @@ Ticket NvmeTier::Write(ExtentId id, std::span<const std::byte> src) {
     STRATA_CHECK(e.state != ExtentState::kWriting && e.readers == 0)
         << "tensor '" << e.name << "' written while another write or read of it is in flight";
     e.state = ExtentState::kWriting;
+    m.NoteMemory(src.data(), src.size());
     job = IoJob{IoOp::kWrite, const_cast<std::byte*>(src.data()), e.bytes, e.offset, "tensor '" + e.name + "'", {}};
   }
   // Hash in the caller's thread, before the bytes leave: the pump thread stays on I/O.
@@ -231,6 +254,7 @@ Ticket NvmeTier::Read(ExtentId id, std::span<std::byte> dst) {
       return Ticket::Failed(Error(StatusCode::kFailedPrecondition, "tensor '{}' holds no valid data in '{}' ({})", e.name,
                                   m.file_path, e.state == ExtentState::kFailed ? "its last write failed" : "never written"));
     e.readers++;
+    m.NoteMemory(dst.data(), dst.size());
     sum = e.checksum;
     name = e.name;
     job = IoJob{IoOp::kRead, dst.data(), e.bytes, e.offset, "tensor '" + e.name + "'", {}};
@@ -282,7 +306,12 @@ uint64_t NvmeTier::file_bytes() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->end;
 }
-NvmeTierStats NvmeTier::stats() const { return impl_->pump->stats(); }
+NvmeTierStats NvmeTier::stats() const {
+  NvmeTierStats st = impl_->pump->stats();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  st.unregistered_bytes = impl_->unregistered_bytes;
+  return st;
+}
 const std::vector<StaleSwapFolder>& NvmeTier::stale_folders() const { return impl_->stale; }
 
 }  // namespace strata

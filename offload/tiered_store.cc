@@ -142,6 +142,10 @@ std::span<std::byte> TieredStore::CpuMemory(TensorHandle t) {
   return {e.cpu, e.bytes};
 }
 
+Status TieredStore::RegisterIoBuffers(std::span<const std::span<std::byte>> regions) {
+  return nvme_ ? nvme_->RegisterBuffers(regions) : Status();
+}
+
 StatusOr<TensorHandle> TieredStore::Find(const std::string& name) const {
   std::lock_guard<std::mutex> lock(state_->mu);
   auto it = state_->by_name.find(name);

@@ -50,7 +50,8 @@ struct NvmeTierOptions {
   bool direct_io = true;             // O_DIRECT; false (or a folder refusing it) means buffered I/O via pread
   bool remove_stale = true;          // delete swap folders of dead processes (they are reported either way)
   IoEngineKind engine = IoEngineKind::kAuto;
-  // Host memory to register with io_uring for zero-copy I/O (e.g. the PinnedPool's region).
+  // Host memory to register with io_uring for zero-copy I/O (e.g. the PinnedPool's
+  // regions; see also RegisterBuffers). Each span at most 1 GiB (the kernel's limit).
   std::vector<std::span<std::byte>> registered_buffers;
   // Observes every finished tensor transfer (on the I/O thread; keep it cheap): for traces.
   std::function<void(IoOp op, const std::string& tensor, uint64_t bytes, std::chrono::steady_clock::time_point start,
@@ -75,6 +76,9 @@ struct NvmeTierStats {
   uint64_t requests = 0;
   uint64_t resubmissions = 0;  // short or EAGAIN completions retried
   uint64_t staged_requests = 0;  // went through a staging buffer
+  // Bytes moved from or into memory not registered with the tier (options.registered_buffers,
+  // RegisterBuffers): io_uring pins their pages per request instead of once.
+  uint64_t unregistered_bytes = 0;
 };
 
 class NvmeTier {
@@ -87,6 +91,11 @@ class NvmeTier {
   StatusOr<ExtentId> Allocate(const std::string& name, uint64_t bytes);
   // Returns the extent's space for reuse. No I/O of it may be in flight (checked).
   void Free(ExtentId id);
+
+  // Adds host memory that transfers will use (pinned pools created after the tier) to the
+  // buffers registered with io_uring, so its requests skip the per-request page pinning.
+  // Waits for in-flight I/O. Best effort: a refusal is logged and I/O still works.
+  Status RegisterBuffers(std::span<const std::span<std::byte>> regions);
 
   // Writes src (exactly the extent's bytes) to the extent. `src` must stay valid until the
   // ticket completes.

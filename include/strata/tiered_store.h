@@ -66,6 +66,10 @@ class TieredStore {
   // A kCpu tensor's memory, for in-place work (e.g. the CPU Adam on a resident shard).
   std::span<std::byte> CpuMemory(TensorHandle t);
 
+  // Host memory that NVMe transfers will read into and write from (the caller's pinned
+  // pools): registered with io_uring (NvmeTier::RegisterBuffers). No-op without NVMe.
+  Status RegisterIoBuffers(std::span<const std::span<std::byte>> regions);
+
   StatusOr<TensorHandle> Find(const std::string& name) const;
   const std::string& name(TensorHandle t) const;
   uint64_t bytes(TensorHandle t) const;

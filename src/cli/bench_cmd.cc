@@ -23,6 +23,8 @@ void AddBenchIoCommand(CLI::App& bench, Action* action) {
       ->check(CLI::IsMember({"auto", "uring", "pread"}));
   cmd->add_flag("--no-checksum{false}", opts->checksums, "skip the per-tensor xxh3 (on by default)");
   cmd->add_flag("--no-fio{false}", opts->run_fio, "do not run fio");
+  cmd->add_flag("--small-pages", opts->small_pages, "the store's buffers in 4 KiB pages instead of huge pages "
+                                                   "(shows what huge pages are worth on this disk)");
   cmd->add_flag("--json", opts->json, "print one JSON object");
   cmd->callback([=] {
     *action = [=] {

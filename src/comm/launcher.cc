@@ -149,7 +149,7 @@ int LaunchLocalRanks(const LaunchOptions& opts) {
   const pid_t self = getpid();
   std::optional<int> result;
   bool stopping = false;
-  std::optional<Clock::time_point> kill_at;
+  Clock::time_point kill_at = Clock::time_point::max();  // SIGKILL what still runs after the grace
   auto stop_all = [&] {
     if (stopping) return;
     stopping = true;
@@ -191,9 +191,9 @@ int LaunchLocalRanks(const LaunchOptions& opts) {
       result = failure;
       stop_all();
     }
-    if (kill_at && Clock::now() >= *kill_at) {
+    if (Clock::now() >= kill_at) {
       SignalRunning(children, SIGKILL);
-      kill_at.reset();
+      kill_at = Clock::time_point::max();
     }
   }
   return result.value_or(0);

@@ -234,6 +234,12 @@ Status Engine::Impl::Init() {
     ledger.bytes[static_cast<int>(StateKind::kPinnedBuffers)][static_cast<int>(Residence::kCpu)] +=
         optim_pool->region().size();
   }
+  // Every NVMe transfer of a step reads into or writes from these pools: registered with
+  // io_uring, as bench io's buffers are, so that what bench io measures is what training does.
+  std::vector<std::span<std::byte>> io_regions;
+  for (PinnedPool* pool : {param_pool.get(), optim_pool.get()})
+    if (pool) for (auto r : pool->Regions()) io_regions.push_back(r);
+  if (!io_regions.empty()) STRATA_RETURN_IF_ERROR(store->RegisterIoBuffers(io_regions));
   return Status();
 }
 
@@ -600,6 +606,10 @@ const MemoryLedger& Engine::ledger() const { return impl_->ledger; }
 uint64_t Engine::swap_bytes_on_disk() const {
   const NvmeTier* nvme = impl_->store->nvme();
   return nvme ? nvme->bytes_on_disk() : 0;
+}
+NvmeTierStats Engine::nvme_stats() const {
+  const NvmeTier* nvme = impl_->store->nvme();
+  return nvme ? nvme->stats() : NvmeTierStats{};
 }
 uint64_t Engine::prefetch_high_water_bytes() const { return impl_->prefetch_high_water; }
 uint64_t Engine::prefetch_budget_bytes() const {

@@ -30,6 +30,7 @@
 #include "src/engine/compute_device.h"
 #include "src/engine/train_config.h"
 #include "strata/communicator.h"
+#include "strata/nvme_tier.h"
 #include "strata/status.h"
 #include "strata/trace.h"
 
@@ -116,6 +117,7 @@ class Engine {
   int num_blocks() const;
   const MemoryLedger& ledger() const;
   uint64_t swap_bytes_on_disk() const;  // this rank's swap file, as allocated on disk (0 without NVMe)
+  NvmeTierStats nvme_stats() const;     // this rank's NVMe tier's counters (zeros without NVMe)
   uint64_t prefetch_high_water_bytes() const;
   uint64_t prefetch_budget_bytes() const;
   const TrainConfig& config() const;

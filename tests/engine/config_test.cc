@@ -19,7 +19,9 @@ TEST(Config, EveryShippedConfigParses) {
     if (e.path().extension() != ".json") continue;
     auto c = LoadTrainConfig(e.path().string());
     EXPECT_TRUE(c.ok()) << e.path() << ": " << c.status().ToString();
-    if (c.ok()) EXPECT_TRUE(c->warnings.empty()) << e.path() << ": unused key " << c->warnings[0];
+    if (c.ok()) {
+      EXPECT_TRUE(c->warnings.empty()) << e.path() << ": unused key " << c->warnings[0];
+    }
     ++n;
   }
   EXPECT_GE(n, 2);

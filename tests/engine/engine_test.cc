@@ -209,5 +209,26 @@ TEST(Engine, PrefetchStaysWithinItsBudget) {
   EXPECT_LE(r.prefetch_high_water, r.prefetch_budget);
 }
 
+// A training step reads into and writes from the engine's pinned pools only, and those are
+// registered with the NVMe tier (io_uring's fixed buffers): what bench io measures.
+TEST(Engine, StepTransfersUseRegisteredMemoryOnly) {
+  TempDir dir;
+  TrainConfig c = TinyConfig(dir.path());
+  c.offload_param.device = OffloadDevice::kNvme;
+  c.offload_optimizer.device = OffloadDevice::kNvme;
+  auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
+  ASSERT_TRUE(data.ok());
+  auto comm = MakeSingleRankCommunicator();
+  auto engine = Engine::Create(c, comm.get(), nullptr);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  ASSERT_TRUE((*engine)->Step(0, **data).ok());
+  const NvmeTierStats before = (*engine)->nvme_stats();
+  ASSERT_TRUE((*engine)->Step(1, **data).ok());
+  const NvmeTierStats after = (*engine)->nvme_stats();
+  EXPECT_GT(after.bytes_read, before.bytes_read);
+  EXPECT_GT(after.bytes_written, before.bytes_written);
+  EXPECT_EQ(after.unregistered_bytes, before.unregistered_bytes);
+}
+
 }  // namespace
 }  // namespace strata

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <string>
 #include <thread>
 
 namespace strata {
@@ -55,4 +57,36 @@ TEST(PinnedPool, MovedLeaseReturnsOnce) {
 }
 
 }  // namespace
+// Pools sit on transparent huge pages where the kernel offers them (a 1 MiB I/O buffer is
+// then one physically contiguous segment); kSmall keeps 4 KiB pages. Skipped where THP is
+// switched off ("never"): a setting of the machine, not of Strata.
+TEST(PinnedPool, BuffersSitOnHugePagesUnlessAskedNotTo) {
+  auto small = PinnedPool::Create(4, 2u << 20, MakeMlockPinner(), HostPages::kSmall);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(HugePageBytes((*small)->region().data(), (*small)->region().size()), 0u);
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(thp, mode);
+  if (mode.empty() || mode.find("[never]") != std::string::npos) GTEST_SKIP() << "THP unavailable here: " << mode;
+  auto huge = PinnedPool::Create(4, 2u << 20, MakeMlockPinner());
+  ASSERT_TRUE(huge.ok());
+  EXPECT_GE(HugePageBytes((*huge)->region().data(), (*huge)->region().size()), 2u << 20) << "THP: " << mode;
+}
+
+TEST(PinnedPool, RegionsAreWholeBuffersWithinTheLimit) {
+  auto pool = PinnedPool::Create(10, 3 * 4096, nullptr);
+  ASSERT_TRUE(pool.ok());
+  const auto regions = (*pool)->Regions(/*max_bytes=*/7 * 4096);  // two buffers per region
+  ASSERT_EQ(regions.size(), 5u);
+  size_t total = 0;
+  for (const auto& r : regions) {
+    EXPECT_EQ(r.size(), 2u * 3 * 4096);
+    EXPECT_EQ(r.data(), (*pool)->region().data() + total);
+    total += r.size();
+  }
+  EXPECT_EQ(total, (*pool)->region().size());
+  EXPECT_EQ((*pool)->Regions(1).size(), 10u);  // at least one buffer each
+  EXPECT_EQ(PinnedPool::RegionBytes(10, 3 * 4096 - 5), (*pool)->region().size());
+}
+
 }  // namespace strata
