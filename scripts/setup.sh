@@ -53,6 +53,9 @@ if [ $want_peers = 1 ] && [ -x scripts/setup_peers.sh ]; then
   scripts/setup_peers.sh
 fi
 
+log "installing took ${SECONDS}s"
+installed_at=$SECONDS
+
 # --- configure and build ---------------------------------------------------------------
 jobs=${STRATA_JOBS:-$(nproc)}
 # ccache keyed on paths relative to the checkout, so a fresh clone reuses earlier builds.
@@ -80,3 +83,4 @@ if [ $want_asan = 1 ]; then
   log "building build-asan/ (store and kernel tests)"
   cmake --build build-asan -j "$jobs" --target offload_tests kernels_tests
 fi
+log "building took $((SECONDS - installed_at))s"
