@@ -98,6 +98,11 @@ void Progress::OnStep(const StepStats& st) {
 
 void Progress::OnEval(int64_t step, double loss, int64_t batches) {
   Message(fmt::format("eval  step {:5d}  loss {:.4f} (held-out, {} batches)", step, loss, batches));
+  if (metrics_) {
+    const nlohmann::json j = {{"step", step}, {"eval_loss", loss}, {"eval_batches", batches}};
+    std::fprintf(metrics_, "%s\n", j.dump().c_str());
+    std::fflush(metrics_);
+  }
 }
 
 void Progress::OnSave(int64_t step, const std::string& dir, double seconds) {

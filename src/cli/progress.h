@@ -1,7 +1,8 @@
 // Training progress for the lead rank: every steps_per_print steps one line (step, loss,
 // lr, grad norm, tokens/s, achieved TFLOPS, NVMe bytes moved each way, exposed I/O time);
 // on a terminal a progress bar with ETA redrawn below the lines; `--metrics FILE.jsonl`
-// one JSON object per step; a final summary. Not thread-safe; one per process.
+// one JSON object per step and one per evaluation ({"step", "eval_loss", "eval_batches"});
+// a final summary. Not thread-safe; one per process.
 #pragma once
 
 #include <cstdio>

@@ -135,14 +135,20 @@ TEST(Cli, TrainWritesMetricsAndASummaryAndExportLoadsBack) {
   std::ifstream in(metrics);
   std::string line;
   int n = 0;
+  int evals = 0;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line);
+    if (j.contains("eval_loss")) {  // at the start and at the end
+      EXPECT_EQ(j["step"], evals++ == 0 ? 0 : 3) << line;
+      continue;
+    }
     EXPECT_EQ(j["step"], n);
     for (const char* k : {"loss", "lr", "grad_norm", "tokens_per_s", "tflops", "exposed_io_s", "nvme_read_bytes"})
       EXPECT_TRUE(j.contains(k)) << k;
     ++n;
   }
   EXPECT_EQ(n, 3);
+  EXPECT_EQ(evals, 2);
   r = RunStrata("export " + ck + " --out " + dir.path() + "/m.safetensors --dtype bf16");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("(step 3)"), std::string::npos) << r.out;
