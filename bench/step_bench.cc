@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
+#include "src/data/data.h"
+#include "src/engine/compute_device.h"
 #include "src/engine/engine.h"
 #include "src/engine/train_config.h"
 #include "src/model/model.h"

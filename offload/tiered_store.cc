@@ -17,6 +17,13 @@ const char* TierName(Tier tier) { return tier == Tier::kCpu ? "cpu" : "nvme"; }
 
 enum class Residency { kEmpty, kResident, kFailed };
 
+// A write in flight that holds the pinned buffer its bytes come from.
+struct TieredStore::WriteBackRecord {
+  uint32_t tensor = 0;
+  Ticket ticket;
+  PinnedBuffer lease;
+};
+
 struct TieredStore::Entry {
   std::string name;
   uint64_t bytes = 0;
@@ -25,6 +32,7 @@ struct TieredStore::Entry {
   std::byte* cpu = nullptr;  // kCpu home
   bool pinned = false;
   ExtentId extent = 0;       // kNvme home
+  std::shared_ptr<WriteBackRecord> pending;  // this tensor's write-back in flight
 };
 
 struct TieredStore::State {
@@ -32,6 +40,7 @@ struct TieredStore::State {
   std::deque<Entry> entries;  // stable addresses
   std::unordered_map<std::string, uint32_t> by_name;
   uint64_t used[2] = {0, 0};
+  std::deque<std::shared_ptr<WriteBackRecord>> writes;  // write-backs not yet retired, oldest first
 };
 
 TieredStore::TieredStore(TieredStoreOptions options) : options_(std::move(options)), state_(std::make_unique<State>()) {
@@ -39,7 +48,8 @@ TieredStore::TieredStore(TieredStoreOptions options) : options_(std::move(option
 }
 
 TieredStore::~TieredStore() {
-  nvme_.reset();  // waits for in-flight I/O first
+  FlushWrites().IgnoreError();  // failures were logged; the leases go back to their pools
+  nvme_.reset();                // waits for in-flight I/O first
   for (Entry& e : state_->entries) {
     if (e.pinned) options_.cpu_pinner->Unpin(e.cpu, e.bytes);
     FreeHostMemory(e.cpu, e.bytes);
@@ -102,25 +112,87 @@ const TieredStore::Entry& TieredStore::Get(TensorHandle t) const {
   return state_->entries[t.index];
 }
 
+// Note [Write-backs]: a write-back's lease is released when it is retired, which happens
+// on any later call that finds it done (RetireFinished), when a read or write of the same
+// tensor waits for it, or when AcquireBuffer or FlushWrites wait for it.
+void TieredStore::Retire(WriteBackRecord& w) {  // with state_->mu held, w.ticket done
+  Entry& e = state_->entries[w.tensor];
+  if (Status s = w.ticket.Wait(); !s.ok()) {
+    e.residency = Residency::kFailed;
+    LogError("write-back of tensor '{}' failed; it will be refused on read: {}", e.name, s.message());
+  }
+  w.lease.Release();
+  if (e.pending.get() == &w) e.pending.reset();
+}
+
+void TieredStore::RetireFinished() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  auto& writes = state_->writes;
+  for (auto it = writes.begin(); it != writes.end();) {
+    if ((*it)->ticket.Done()) {
+      Retire(**it);
+      it = writes.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void TieredStore::WaitForWriteBack(TensorHandle t) {
+  std::shared_ptr<WriteBackRecord> w;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    STRATA_CHECK(t.index < state_->entries.size()) << "unknown tensor handle " << t.index;
+    w = state_->entries[t.index].pending;
+  }
+  if (w && !w->ticket.Done()) {
+    const auto start = std::chrono::steady_clock::now();
+    w->ticket.Wait().IgnoreError();  // its outcome is recorded when retired, below
+    if (options_.on_wait) options_.on_wait("write-back " + name(t), start, std::chrono::steady_clock::now());
+  }
+  if (w) RetireFinished();
+}
+
 Ticket TieredStore::Write(TensorHandle t, std::span<const std::byte> src) {
+  WaitForWriteBack(t);
   Entry& e = Get(t);
   STRATA_CHECK(src.size() == e.bytes) << "write of " << src.size() << " bytes to tensor '" << e.name << "' of "
                                       << e.bytes;
-  if (e.home == Tier::kCpu) {
-    std::memcpy(e.cpu, src.data(), e.bytes);
-    std::lock_guard<std::mutex> lock(state_->mu);
-    e.residency = Residency::kResident;
-    return Ticket();
-  }
-  // The residency follows the NVMe write's outcome, which the tier records per extent.
   {
     std::lock_guard<std::mutex> lock(state_->mu);
-    e.residency = Residency::kResident;
+    e.residency = Residency::kResident;  // a failure of an NVMe write is caught by the tier's own check
+  }
+  if (e.home == Tier::kCpu) {
+    std::memcpy(e.cpu, src.data(), e.bytes);
+    return Ticket();
   }
   return nvme_->Write(e.extent, src);
 }
 
+Ticket TieredStore::WriteBack(TensorHandle t, PinnedBuffer lease) {
+  WaitForWriteBack(t);
+  Entry& e = Get(t);
+  STRATA_CHECK(lease.valid() && lease.size() >= e.bytes)
+      << "write-back of tensor '" << e.name << "' (" << e.bytes << " bytes) from a buffer of " << lease.size();
+  if (e.home == Tier::kCpu) {
+    std::memcpy(e.cpu, lease.data(), e.bytes);
+    std::lock_guard<std::mutex> lock(state_->mu);
+    e.residency = Residency::kResident;
+    return Ticket();  // the lease goes back now
+  }
+  auto w = std::make_shared<WriteBackRecord>();
+  w->tensor = t.index;
+  w->ticket = nvme_->Write(e.extent, {lease.data(), e.bytes});
+  w->lease = std::move(lease);
+  std::lock_guard<std::mutex> lock(state_->mu);
+  e.residency = Residency::kResident;
+  e.pending = w;
+  state_->writes.push_back(w);
+  return w->ticket;
+}
+
 Ticket TieredStore::Read(TensorHandle t, std::span<std::byte> dst) {
+  WaitForWriteBack(t);
   Entry& e = Get(t);
   STRATA_CHECK(dst.size() == e.bytes) << "read of " << dst.size() << " bytes from tensor '" << e.name << "' of "
                                       << e.bytes;
@@ -128,12 +200,58 @@ Ticket TieredStore::Read(TensorHandle t, std::span<std::byte> dst) {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (e.residency == Residency::kEmpty)
       return Ticket::Failed(Error(StatusCode::kFailedPrecondition, "tensor '{}' was never written", e.name));
+    if (e.residency == Residency::kFailed)
+      return Ticket::Failed(Error(StatusCode::kDataLoss, "tensor '{}' holds no valid data: its last write failed",
+                                  e.name));
   }
   if (e.home == Tier::kCpu) {
     std::memcpy(dst.data(), e.cpu, e.bytes);
     return Ticket();
   }
   return nvme_->Read(e.extent, dst);
+}
+
+std::optional<PinnedBuffer> TieredStore::AcquireBuffer(PinnedPool& pool) {
+  while (true) {
+    RetireFinished();
+    if (std::optional<PinnedBuffer> b = pool.TryAcquire()) return b;
+    std::shared_ptr<WriteBackRecord> oldest;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      for (const auto& w : state_->writes)
+        if (w->lease.pool() == &pool) {
+          oldest = w;
+          break;
+        }
+    }
+    if (!oldest) return std::nullopt;
+    const auto start = std::chrono::steady_clock::now();
+    oldest->ticket.Wait().IgnoreError();  // recorded when retired
+    if (options_.on_wait)
+      options_.on_wait("write-back " + name(TensorHandle{oldest->tensor}) + " (buffers)", start,
+                       std::chrono::steady_clock::now());
+  }
+}
+
+bool TieredStore::WriteInFlight(TensorHandle t) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  STRATA_CHECK(t.index < state_->entries.size()) << "unknown tensor handle " << t.index;
+  const auto& w = state_->entries[t.index].pending;
+  return w && !w->ticket.Done();
+}
+
+Status TieredStore::FlushWrites() {
+  std::vector<std::shared_ptr<WriteBackRecord>> all;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    all.assign(state_->writes.begin(), state_->writes.end());
+  }
+  Status first;
+  for (const auto& w : all)
+    if (Status s = w->ticket.Wait(); !s.ok() && first.ok())
+      first = s.WithContext(fmt::format("write-back of tensor '{}'", name(TensorHandle{w->tensor})));
+  RetireFinished();
+  return first;
 }
 
 std::span<std::byte> TieredStore::CpuMemory(TensorHandle t) {

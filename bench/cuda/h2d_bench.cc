@@ -9,6 +9,7 @@
 
 #include "bench/bench_util.h"
 #include "strata/cuda/cuda.h"
+#include "strata/pinned_pool.h"
 #include "strata/log.h"
 
 using namespace strata;

@@ -26,17 +26,16 @@
 //   1. GradSumSquares() over every sub-group's gradient (rank-local), then the caller
 //      all-reduces the sums across ranks. A non-finite sum means some gradient element is
 //      NaN or Inf (fp16 overflow): skip the step, lower the loss scale, and touch no state.
-//   2. norm = sqrt(sum) * grad_unscale; clip_coef = min(1, max_norm / (norm + 1e-6)).
+//   2. norm = sqrt(sum) * grad_unscale; clip_coef = ClipCoefficient(norm, max_norm).
 //   3. AdamStep() once per sub-group with the same AdamHyperParams (same `step`), in any
 //      order, possibly while the I/O of neighbouring sub-groups is in flight.
-// AdamStepGuarded() does 1-3 for sub-groups that are all in memory on one rank.
+// The engine (src/engine/engine_optimizer.cc) is the one place that runs this sequence.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
-#include "strata/isa.h"
 #include "strata/status.h"
 
 namespace strata {
@@ -105,18 +104,11 @@ struct GradStats {
 GradStats GradSumSquares(std::span<const float> grad, const AdamOptions& options = {});
 GradStats GradSumSquares(std::span<const uint16_t> grad_bf16, const AdamOptions& options = {});
 
-struct GuardedStepResult {
-  bool skipped = false;     // a gradient was non-finite: no state was written
-  double grad_norm = 0.0;   // global norm of the unscaled gradient (NaN/Inf when skipped)
-  double clip_coef = 1.0;   // the coefficient that was applied
-};
-
-// Steps 1-3 of Note [Adam step sequence] for sub-groups held in memory by one rank:
-// the gradient pass over all sub-groups, skip on NaN/Inf, clip to max_grad_norm
-// (<= 0: no clipping; hp.clip_coef is ignored and replaced), then AdamStep per sub-group.
-[[nodiscard]] StatusOr<GuardedStepResult> AdamStepGuarded(const AdamHyperParams& hp, double max_grad_norm,
-                                                          std::span<const AdamSpans> sub_groups,
-                                                          const AdamOptions& options = {});
+// DeepSpeed's and PyTorch's clip_grad_norm_ coefficient: max_norm / (norm + 1e-6) when the
+// global norm exceeds max_norm (> 0), else 1 (no clipping, not even by the epsilon).
+inline double ClipCoefficient(double grad_norm, double max_norm) {
+  return (max_norm > 0 && grad_norm > max_norm) ? max_norm / (grad_norm + 1e-6) : 1.0;
+}
 
 // The ISA path AdamStep and GradSumSquares take now (ActiveIsa(), plus whether AVX-512
 // uses the hardware bf16 conversion), e.g. "avx512+bf16", for bench output and doctor.

@@ -18,20 +18,11 @@
 #include <span>
 #include <vector>
 
+#include "strata/host_pinner.h"
 #include "strata/status.h"
 
 namespace strata {
 
-// Page-locks host memory. Implementations: MakeMlockPinner() here, a CUDA one in offload/cuda.
-class HostPinner {
- public:
-  virtual ~HostPinner() = default;
-  virtual const char* name() const = 0;
-  // Locks [data, data+bytes). An error means the memory stays usable but pageable.
-  virtual Status Pin(void* data, size_t bytes) = 0;
-  virtual void Unpin(void* data, size_t bytes) = 0;
-};
-std::unique_ptr<HostPinner> MakeMlockPinner();
 
 // Page size of host memory. kHuge asks for transparent huge pages (2 MiB) where the kernel
 // grants them (THP "always" or "madvise"): fewer TLB misses, and a 1 MiB I/O buffer is one
@@ -63,6 +54,7 @@ class PinnedBuffer {
   std::span<std::byte> span() const { return {data_, size_}; }
   int index() const { return index_; }
   bool valid() const { return pool_ != nullptr; }
+  PinnedPool* pool() const { return pool_; }  // the pool it returns to (null when invalid)
   void Release();
 
  private:

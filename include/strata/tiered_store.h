@@ -1,6 +1,6 @@
 // TieredStore: owns the placement of every shard tensor (fp32 master, Adam m and v, bf16
-// working copy, ...) in its home tier and moves it between the caller's host memory and that
-// home, asynchronously, with a Ticket to wait on.
+// working copy, ...) in its home tier, moves it between the caller's host memory and that
+// home asynchronously, and owns every write still in flight.
 //
 // Tiers: kCpu keeps the tensor in page-locked host memory owned by the store (a move is a
 // memcpy, done in the calling thread); kNvme keeps it in the rank's swap file (NvmeTier:
@@ -9,14 +9,25 @@
 // All memory of the kCpu tier is allocated at Register (start-up), never during a step.
 //
 // One residency state per tensor, owned here: kEmpty (registered, never written),
-// kResident (its home holds the last write), kFailed (the last write failed: reads refused).
+// kResident (its home holds the last write, or will once the write in flight completes),
+// kFailed (the last write failed: reads are refused, naming the tensor).
+//
+// Write-backs (Note [Write-backs]): WriteBack() takes the pinned buffer holding the bytes
+// and keeps it until the write completes; the buffer then goes back to its pool. A Read()
+// or Write() of a tensor first waits for that tensor's write-back in flight, so a caller
+// never sees stale bytes. When a pool has no free buffer, AcquireBuffer() waits for the
+// oldest write-back holding one of its buffers. Finished write-backs are retired (leases
+// released, failures recorded) whenever the store is called.
 //
 // Threading: all methods are thread-safe; many tickets may be in flight at once, for
-// different tensors. A tensor must not be written while a write or read of it is in flight.
+// different tensors.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,6 +50,11 @@ struct TieredStoreOptions {
   std::shared_ptr<HostPinner> cpu_pinner;
   bool enable_nvme = false;                 // open an NvmeTier with `nvme`
   NvmeTierOptions nvme;
+  // Observes every time a caller blocked on a write-back (what it waited for, e.g. "write-back
+  // block3.working"; start and end): for traces.
+  std::function<void(const std::string& what, std::chrono::steady_clock::time_point start,
+                     std::chrono::steady_clock::time_point end)>
+      on_wait;
 };
 
 // Names a registered tensor; cheap to copy.
@@ -56,12 +72,25 @@ class TieredStore {
   // kResourceExhausted if the tier's budget (or the disk) cannot hold it.
   StatusOr<TensorHandle> Register(const std::string& name, uint64_t bytes, Tier home);
 
-  // Copies src (exactly the tensor's bytes) to the tensor's home. `src` must stay valid
-  // and unchanged until the ticket completes.
+  // Copies src (exactly the tensor's bytes) to the tensor's home, after the tensor's
+  // write-back in flight (if any). `src` must stay valid and unchanged until the ticket
+  // completes.
   Ticket Write(TensorHandle t, std::span<const std::byte> src);
-  // Copies the tensor from its home into dst (exactly its bytes). Refused for a tensor
-  // never written or whose last write failed.
+  // Writes the first bytes(t) bytes of `lease` to the tensor's home and keeps the lease
+  // until the write has completed (Note [Write-backs]). The returned ticket may be dropped.
+  Ticket WriteBack(TensorHandle t, PinnedBuffer lease);
+  // Copies the tensor from its home into dst (exactly its bytes), after the tensor's
+  // write-back in flight (if any; blocking). Refused for a tensor never written or whose
+  // last write failed.
   Ticket Read(TensorHandle t, std::span<std::byte> dst);
+
+  // A buffer of `pool`: a free one, else (blocking) the one the oldest write-back holding
+  // a buffer of `pool` releases. nullopt when none is free and no write-back holds one.
+  std::optional<PinnedBuffer> AcquireBuffer(PinnedPool& pool);
+  // True while a write-back of `t` has not completed.
+  bool WriteInFlight(TensorHandle t);
+  // Waits for every write-back in flight; the first failure, naming its tensor.
+  Status FlushWrites();
 
   // A kCpu tensor's memory, for in-place work (e.g. the CPU Adam on a resident shard).
   std::span<std::byte> CpuMemory(TensorHandle t);
@@ -81,8 +110,14 @@ class TieredStore {
  private:
   struct Entry;
   explicit TieredStore(TieredStoreOptions options);
+  struct WriteBackRecord;
   Entry& Get(TensorHandle t);
   const Entry& Get(TensorHandle t) const;
+  // Waits for `t`'s write-back in flight, if any (traced through on_wait).
+  void WaitForWriteBack(TensorHandle t);
+  // Releases the leases of completed write-backs, oldest first; records failures.
+  void RetireFinished();
+  void Retire(WriteBackRecord& w);
 
   TieredStoreOptions options_;
   std::unique_ptr<NvmeTier> nvme_;

@@ -2,6 +2,7 @@
 // run-time choice of ISA. The arithmetic lives in adam_impl.h (templates) and the per-ISA
 // files that instantiate it.
 #include "strata/cpu_adam.h"
+#include "strata/isa.h"
 
 #include <omp.h>
 
@@ -170,31 +171,6 @@ GradStats GradSumSquares(std::span<const uint16_t> grad_bf16, const AdamOptions&
                 : ActiveIsa() == IsaLevel::kAvx2 ? cpu::SumSquaresBf16Avx2
                                                  : cpu::SumSquaresBf16Scalar;
   return SumSquaresParallel(grad_bf16.data(), grad_bf16.size(), options, kernel);
-}
-
-StatusOr<GuardedStepResult> AdamStepGuarded(const AdamHyperParams& hp, double max_grad_norm,
-                                            std::span<const AdamSpans> sub_groups, const AdamOptions& options) {
-  // Validate everything first: a bad sub-group must not leave earlier ones stepped.
-  STRATA_RETURN_IF_ERROR(ValidateHyperParams(hp));
-  for (const AdamSpans& s : sub_groups) STRATA_RETURN_IF_ERROR(ValidateSpans(s));
-  double sum = 0;
-  for (const AdamSpans& s : sub_groups) {
-    sum += s.grad.empty() ? GradSumSquares(s.grad_bf16, options).sum_squares
-                          : GradSumSquares(s.grad, options).sum_squares;
-  }
-  GuardedStepResult result;
-  result.grad_norm = std::sqrt(sum) * std::abs(hp.grad_unscale);
-  if (!std::isfinite(sum)) {
-    result.skipped = true;
-    return result;
-  }
-  if (max_grad_norm > 0) {
-    result.clip_coef = std::min(1.0, max_grad_norm / (result.grad_norm + 1e-6));
-  }
-  AdamHyperParams step_hp = hp;
-  step_hp.clip_coef = result.clip_coef;
-  for (const AdamSpans& s : sub_groups) STRATA_RETURN_IF_ERROR(AdamStep(step_hp, s, options));
-  return result;
 }
 
 const char* AdamIsaDescription() {

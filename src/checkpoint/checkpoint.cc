@@ -30,21 +30,13 @@ Status RemoveAll(const std::string& path) {
   return Status();
 }
 
-// Upper bound of this rank's tensor count: a working tensor per block and three per
-// optimizer sub-group (at most padded / sub-group size + 1 of them).
-int64_t MaxTensors(const Engine& e, const TrainConfig& cfg) {
-  const int64_t step = std::max<int64_t>(kShardAlign, cfg.sub_group_size / kShardAlign * kShardAlign);
-  int64_t n = 0;
-  for (int b = 0; b < e.num_blocks(); ++b) n += 1 + 3 * (e.BlockPadded(b) / step + 1);
-  return n;
-}
-
 // Streams this rank's state into `path`: the header's room is reserved first (its size is
 // bounded by the tensor count), the data follows in VisitState order, and the header is
 // written last into its room, padded with spaces (valid JSON whitespace).
 Status WriteShard(Engine& engine, const TrainConfig& cfg, const std::string& path, const SaveOptions& opt,
                   nlohmann::json* sum) {
-  const uint64_t room = static_cast<uint64_t>(MaxTensors(engine, cfg)) * 192 + 4096;
+  // Room for the header: each entry is a name and three short fields (< 192 bytes).
+  const uint64_t room = static_cast<uint64_t>(engine.plan().NumKeys()) * 192 + 4096;
   STRATA_ASSIGN_OR_RETURN(DurableWriter w, DurableWriter::Create(path));
   std::string blank(8 + room, ' ');
   STRATA_RETURN_IF_ERROR(w.Write(std::as_bytes(std::span(blank.data(), blank.size()))));
@@ -52,9 +44,9 @@ Status WriteShard(Engine& engine, const TrainConfig& cfg, const std::string& pat
   header["__metadata__"] = {{"format", "strata-shard"}};
   uint64_t offset = 0;
   int64_t count = 0;
-  STRATA_RETURN_IF_ERROR(engine.VisitState([&](const std::string& name, std::span<const std::byte> bytes) -> Status {
-    const bool working = name.size() > 8 && name.compare(name.size() - 8, 8, ".working") == 0;
-    const char* dtype = working ? SafetensorsDType(cfg.compute_dtype) : "F32";
+  STRATA_RETURN_IF_ERROR(engine.VisitState([&](const TensorKey& key, std::span<const std::byte> bytes) -> Status {
+    const std::string name = key.Name();
+    const char* dtype = key.role == TensorRole::kWorking ? SafetensorsDType(cfg.compute_dtype) : "F32";
     const int64_t numel = static_cast<int64_t>(bytes.size()) / SafetensorsDTypeSize(dtype);
     header[name] = {{"dtype", dtype},
                     {"shape", nlohmann::json::array({numel})},
@@ -84,7 +76,7 @@ nlohmann::json Layout(const Engine& e) {
   for (int b = 0; b < e.num_blocks(); ++b) {
     nlohmann::json params = nlohmann::json::array();
     for (const auto& p : e.BlockParams(b)) params.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}});
-    out.push_back({{"block", b}, {"padded", e.BlockPadded(b)}, {"params", params}});
+    out.push_back({{"block", b}, {"padded", e.plan().blocks[b].layout.padded}, {"params", params}});
   }
   return out;
 }
@@ -201,12 +193,19 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
       LogWarn("resuming '{}' (seed {}) with seed {}: the data order after the checkpoint differs from the original run",
               step_dir, m["seed"].dump(), cfg.seed);
     STRATA_ASSIGN_OR_RETURN(SafetensorsFile f, OpenRankFile(step_dir, m, comm.rank()));
+    const std::string mismatch = fmt::format("'{}' does not match this run's state (different sub_group_size or "
+                                             "stage?)", f.path());
+    size_t restored = 0;
     for (const TensorView& t : f.tensors()) {
-      Status s = engine.RestoreState(t.name, t.bytes);
-      if (!s.ok())
-        return s.WithContext(fmt::format("'{}' does not match this run's state (different sub_group_size or stage?)",
-                                         f.path()));
+      const std::optional<TensorKey> key = TensorKey::Parse(t.name);
+      if (!key) return Error(StatusCode::kDataLoss, "{}: tensor '{}' is not a training-state name", f.path(), t.name);
+      if (Status s = engine.RestoreState(*key, t.bytes); !s.ok()) return s.WithContext(mismatch);
+      ++restored;
     }
+    // Every tensor of this run's state must have come from the file (names are unique).
+    if (restored != engine.plan().NumKeys())
+      return Error(StatusCode::kFailedPrecondition, "{}: it holds {} tensors, this run's state has {}", mismatch,
+                   restored, engine.plan().NumKeys());
     const nlohmann::json& c = m["counters"];
     engine.set_counters({c.at("adam_steps").get<int64_t>(), c.at("loss_scale").get<double>(),
                          c.at("clean_steps").get<int64_t>(), c.at("hysteresis_left").get<int>()});

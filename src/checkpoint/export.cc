@@ -9,6 +9,7 @@
 #include "src/checkpoint/hf_names.h"
 #include "src/checkpoint/manifest.h"
 #include "src/checkpoint/safetensors.h"
+#include "src/engine/shard_plan.h"
 #include "strata/cast.h"
 
 namespace strata::ckpt {
@@ -35,12 +36,11 @@ StatusOr<ExportReport> ExportCheckpoint(const std::string& checkpoint, const std
     const int64_t padded = blk.at("padded").get<int64_t>();
     std::vector<float> flat(padded, 0.f);
     std::vector<char> seen(padded, 0);
-    const std::string prefix = fmt::format("block{}.", b);
     for (const SafetensorsFile& f : files)
       for (const TensorView& t : f.tensors()) {
-        if (t.name.rfind(prefix, 0) != 0 || t.name.size() < 7 || t.name.compare(t.name.size() - 7, 7, ".master") != 0)
-          continue;
-        const int64_t off = std::stoll(t.name.substr(prefix.size()));
+        const std::optional<TensorKey> key = TensorKey::Parse(t.name);
+        if (!key || key->block != b || key->role != TensorRole::kMaster) continue;
+        const int64_t off = key->offset;
         const int64_t n = t.numel();
         if (t.dtype != "F32" || off < 0 || off + n > padded)
           return Error(StatusCode::kDataLoss, "'{}': tensor '{}' ({} x {}) lies outside block {} ({} elements)", f.path(),

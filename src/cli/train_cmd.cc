@@ -16,6 +16,8 @@
 #include "src/cli/progress.h"
 #include "src/cli/train_config_cli.h"
 #include "src/comm/launcher.h"
+#include "src/data/data.h"
+#include "src/engine/compute_device.h"
 #include "src/engine/engine.h"
 #include "src/engine/train_config.h"
 #include "src/estimate/estimator.h"

@@ -12,20 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "src/data/data_config.h"
 #include "strata/status.h"
 
 namespace strata::data {
-
-enum class TokenFormat { kAuto, kText, kUint16, kUint32 };
-enum class Split { kTrain, kEval };
-
-struct DataConfig {
-  std::string path;           // "" = the built-in text
-  // auto: *.u16/*.uint16/*.bin -> uint16 (an llm.c header is skipped), *.u32/*.uint32 -> uint32, else text
-  TokenFormat format = TokenFormat::kAuto;
-  double eval_fraction = 0.05;  // the last fraction of the tokens is held out for the eval loss
-  uint64_t seed = 1234;
-};
 
 struct Batch {
   torch::Tensor inputs;   // int64 [B, T]

@@ -6,43 +6,43 @@
 
 namespace strata {
 
-PrefetchScheduler::PrefetchScheduler(std::vector<int> plan, std::function<uint64_t(int)> bytes_of,
-                                     uint64_t budget_bytes, PinnedPool* pool, IssueFn issue,
-                                     std::function<bool()> reclaim, Tracer* tracer)
-    : plan_(std::move(plan)), bytes_of_(std::move(bytes_of)), budget_(budget_bytes), pool_(pool),
-      issue_(std::move(issue)), reclaim_(std::move(reclaim)), tracer_(tracer) {}
+PrefetchScheduler::PrefetchScheduler(std::vector<Item> plan, TieredStore* store, PinnedPool* pool,
+                                     uint64_t budget_bytes, Tracer* tracer)
+    : plan_(std::move(plan)), store_(store), pool_(pool), budget_(budget_bytes), tracer_(tracer) {}
 
 void PrefetchScheduler::IssueMore() {
   while (next_issue_ < plan_.size()) {
-    const int g = plan_[next_issue_];
-    const uint64_t bytes = bytes_of_(g);
-    // See Note [Prefetch budget]: the next group to take is always allowed.
+    const Item& item = plan_[next_issue_];
+    const uint64_t bytes = store_->bytes(item.tensor);
+    // See Note [Prefetch budget]: the next block to take is always allowed.
     if (!in_flight_.empty() && in_flight_bytes_ + bytes > budget_) return;
     std::optional<PinnedBuffer> buf = pool_->TryAcquire();
-    while (!buf && in_flight_.empty() && reclaim_ && reclaim_()) buf = pool_->TryAcquire();
+    if (!buf && in_flight_.empty()) buf = store_->AcquireBuffer(*pool_);  // a write-back gives one back
     if (!buf) {
       STRATA_CHECK(!in_flight_.empty()) << "prefetch: no pinned buffer free and none in flight (buffer_count too small)";
       return;
     }
-    STRATA_CHECK(bytes <= buf->size()) << "group " << g << " needs " << bytes << " bytes, buffers have " << buf->size();
-    Ticket t = issue_(g, {buf->data(), bytes});
-    in_flight_.push_back({g, std::move(*buf), std::move(t), bytes});
+    STRATA_CHECK(bytes <= buf->size()) << "block " << item.block << " needs " << bytes << " bytes, buffers have "
+                                       << buf->size();
+    Ticket t = store_->Read(item.tensor, {buf->data(), bytes});
+    in_flight_.push_back({item.block, std::move(*buf), std::move(t), bytes});
     in_flight_bytes_ += bytes;
     high_water_ = std::max(high_water_, in_flight_bytes_);
     ++next_issue_;
   }
 }
 
-StatusOr<PinnedBuffer> PrefetchScheduler::Take(int group) {
-  STRATA_CHECK(next_take_ < plan_.size() && plan_[next_take_] == group)
-      << "prefetch plan expected group " << (next_take_ < plan_.size() ? plan_[next_take_] : -1) << ", got " << group;
+StatusOr<PinnedBuffer> PrefetchScheduler::Take(int block) {
+  STRATA_CHECK(next_take_ < plan_.size() && plan_[next_take_].block == block)
+      << "prefetch plan expected block " << (next_take_ < plan_.size() ? plan_[next_take_].block : -1) << ", got "
+      << block;
   IssueMore();
-  STRATA_CHECK(!in_flight_.empty() && in_flight_.front().group == group) << "prefetch lost group " << group;
+  STRATA_CHECK(!in_flight_.empty() && in_flight_.front().block == block) << "prefetch lost block " << block;
   InFlight f = std::move(in_flight_.front());
   in_flight_.pop_front();
   Status s;
   if (!f.ticket.Done()) {
-    Tracer::Span wait(tracer_, Track::kWait, "wait params g" + std::to_string(group));
+    Tracer::Span wait(tracer_, Track::kWait, "wait params g" + std::to_string(block));
     s = f.ticket.Wait();
   } else {
     s = f.ticket.Wait();

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "src/data/data.h"
+#include "src/data/data_config.h"
 #include "src/engine/json_reader.h"
-#include "src/model/model.h"
+#include "src/model/model_config.h"
 #include "strata/dtype.h"
 #include "strata/status.h"
 

@@ -1,15 +1,15 @@
 // Per-rank memory of a training run, computed from the config alone, before anything is
-// allocated: the same arithmetic as Engine::Init (flat groups padded to equal shards,
-// optimizer sub-groups, pinned pools), so its figures are what Engine::ledger() measures,
+// allocated: the engine's own ShardPlan (flat groups padded to equal shards, optimizer
+// sub-groups, pinned pools), so its ledger is what Engine::ledger() measures to the byte,
 // plus an approximation of the activations (not in the ledger). `train` refuses a config
-// whose estimate exceeds this machine; `strata estimate` prints it.
+// whose estimate exceeds this machine; `strata estimate` prints it. No LibTorch.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "src/engine/engine.h"
+#include "src/engine/shard_plan.h"
 #include "src/engine/train_config.h"
 
 namespace strata {

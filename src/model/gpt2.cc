@@ -104,14 +104,4 @@ std::shared_ptr<Block> MakeGpt2Block(const ModelConfig& config, int index) {
   return block;
 }
 
-int64_t Gpt2BlockParameters(const ModelConfig& c, int index) {
-  const int64_t C = c.d_model, V = c.vocab_size, F = FfnHidden(c);
-  switch (KindOf(c, index)) {
-    case BlockKind::kEmbedding: return V * C + c.seq_len * C;
-    case BlockKind::kLayer: return 2 * (2 * C) + (3 * C * C + 3 * C) + (C * C + C) + (F * C + F) + (C * F + C);
-    case BlockKind::kHead: return 2 * C + (c.tie_embeddings ? 0 : V * C);
-  }
-  return 0;
-}
-
 }  // namespace strata::model::detail

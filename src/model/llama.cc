@@ -109,15 +109,4 @@ std::shared_ptr<Block> MakeLlamaBlock(const ModelConfig& config, int index) {
   return block;
 }
 
-int64_t LlamaBlockParameters(const ModelConfig& c, int index) {
-  const int64_t C = c.d_model, V = c.vocab_size, F = FfnHidden(c);
-  const int64_t q_out = C, kv_out = KvHeads(c) * (C / c.n_head);
-  switch (KindOf(c, index)) {
-    case BlockKind::kEmbedding: return V * C;
-    case BlockKind::kLayer: return 2 * C + C * q_out + 2 * C * kv_out + q_out * C + 3 * C * F;
-    case BlockKind::kHead: return C + (c.tie_embeddings ? 0 : V * C);
-  }
-  return 0;
-}
-
 }  // namespace strata::model::detail

@@ -1,93 +1,16 @@
-// ModelSpec (validation, block factory, counts), the loss, and FullModel, the reference
-// that composes all blocks into one module.
+// The block factory, the loss, and FullModel, the reference that composes all blocks into
+// one module. The arithmetic of blocks is in model_config.cc.
 #include <string>
 
 #include "src/model/blocks.h"
 #include "strata/check.h"
 
 namespace strata::model {
-namespace {
 
-Status Positive(const char* field, int64_t value) {
-  if (value > 0) return Status::Ok();
-  return InvalidArgument("model config: {} = {} must be positive", field, value);
-}
-
-}  // namespace
-
-Status Validate(const ModelConfig& c) {
-  STRATA_RETURN_IF_ERROR(Positive("vocab_size", c.vocab_size));
-  STRATA_RETURN_IF_ERROR(Positive("seq_len", c.seq_len));
-  STRATA_RETURN_IF_ERROR(Positive("n_layer", c.n_layer));
-  STRATA_RETURN_IF_ERROR(Positive("d_model", c.d_model));
-  STRATA_RETURN_IF_ERROR(Positive("n_head", c.n_head));
-  if (c.d_model % c.n_head != 0) {
-    return InvalidArgument("model config: n_head = {} must divide d_model = {}", c.n_head, c.d_model);
-  }
-  if (c.n_kv_head < 0 || c.n_kv_head > c.n_head || (c.n_kv_head > 0 && c.n_head % c.n_kv_head != 0)) {
-    return InvalidArgument("model config: n_kv_head = {} must be 0 (= n_head) or a divisor of n_head = {}",
-                           c.n_kv_head, c.n_head);
-  }
-  if (c.arch == Arch::kGpt2 && c.n_kv_head != 0 && c.n_kv_head != c.n_head) {
-    return InvalidArgument("model config: n_kv_head = {} is LLaMA's grouped-query attention; GPT-2 needs 0 or n_head = {}",
-                           c.n_kv_head, c.n_head);
-  }
-  if (c.arch == Arch::kLlama && (c.d_model / c.n_head) % 2 != 0) {
-    return InvalidArgument("model config: d_model / n_head = {} must be even for RoPE", c.d_model / c.n_head);
-  }
-  if (c.ffn_hidden < 0) return InvalidArgument("model config: ffn_hidden = {} must be >= 0 (0 = default)", c.ffn_hidden);
-  if (!(c.norm_eps > 0)) return InvalidArgument("model config: norm_eps = {} must be positive", c.norm_eps);
-  if (!(c.rope_theta > 0)) return InvalidArgument("model config: rope_theta = {} must be positive", c.rope_theta);
-  if (!(c.init_std >= 0)) return InvalidArgument("model config: init_std = {} must be >= 0", c.init_std);
-  return Status::Ok();
-}
-
-namespace detail {
-int64_t FfnHidden(const ModelConfig& c) {
-  if (c.ffn_hidden > 0) return c.ffn_hidden;
-  if (c.arch == Arch::kGpt2) return 4 * c.d_model;
-  const int64_t third = (8 * c.d_model + 2) / 3;  // ceil(8C / 3)
-  return (third + 63) / 64 * 64;
-}
-}  // namespace detail
-
-ModelSpec::ModelSpec(ModelConfig config) : config_(std::move(config)) {
-  Status s = Validate(config_);
-  STRATA_CHECK(s.ok()) << "ModelSpec needs a config that passed Validate(): " << s.ToString();
-}
-
-int ModelSpec::num_blocks() const { return static_cast<int>(config_.n_layer) + 2; }
-
-std::shared_ptr<Block> ModelSpec::MakeBlock(int index) const {
-  STRATA_CHECK(index >= 0 && index < num_blocks()) << "block " << index << " of " << num_blocks();
-  return config_.arch == Arch::kGpt2 ? detail::MakeGpt2Block(config_, index) : detail::MakeLlamaBlock(config_, index);
-}
-
-std::optional<Tie> ModelSpec::tie() const {
-  if (!config_.tie_embeddings) return std::nullopt;
-  return Tie{0, "wte.weight", num_blocks() - 1};
-}
-
-int64_t ModelSpec::block_parameters(int index) const {
-  STRATA_CHECK(index >= 0 && index < num_blocks()) << "block " << index << " of " << num_blocks();
-  return config_.arch == Arch::kGpt2 ? detail::Gpt2BlockParameters(config_, index)
-                                     : detail::LlamaBlockParameters(config_, index);
-}
-
-int64_t ModelSpec::num_parameters() const {
-  int64_t total = 0;
-  for (int i = 0; i < num_blocks(); ++i) total += block_parameters(i);
-  return total;
-}
-
-// The embedding tables are lookups, not matmuls, so they are left out; the LM head's
-// [V, C] matmul is counted whether its weight is its own or the tied table.
-double ModelSpec::train_flops_per_token() const {
-  const ModelConfig& c = config_;
-  double matmul_params = 0;
-  for (int i = 1; i < num_blocks(); ++i) matmul_params += static_cast<double>(block_parameters(i));
-  if (c.tie_embeddings) matmul_params += static_cast<double>(c.vocab_size) * static_cast<double>(c.d_model);
-  return 6.0 * matmul_params + 12.0 * static_cast<double>(c.n_layer * c.d_model * c.seq_len);
+std::shared_ptr<Block> MakeBlock(const ModelSpec& spec, int index) {
+  STRATA_CHECK(index >= 0 && index < spec.num_blocks()) << "block " << index << " of " << spec.num_blocks();
+  return spec.config().arch == Arch::kGpt2 ? detail::MakeGpt2Block(spec.config(), index)
+                                           : detail::MakeLlamaBlock(spec.config(), index);
 }
 
 torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets) {
@@ -100,7 +23,7 @@ torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor
 
 FullModel::FullModel(const ModelSpec& spec) {
   for (int i = 0; i < spec.num_blocks(); ++i) {
-    blocks_.push_back(register_module(std::to_string(i), spec.MakeBlock(i)));
+    blocks_.push_back(register_module(std::to_string(i), MakeBlock(spec, i)));
   }
   if (std::optional<Tie> tie = spec.tie()) {
     // One parameter, used twice: autograd sums the gradients of both uses into it.

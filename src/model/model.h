@@ -8,39 +8,13 @@
 
 #include <torch/torch.h>
 
-#include <cstdint>
 #include <memory>
-#include <optional>
-#include <string>
 #include <vector>
 
+#include "src/model/model_config.h"
 #include "strata/status.h"
 
 namespace strata::model {
-
-enum class Arch { kGpt2, kLlama };
-
-struct ModelConfig {
-  Arch arch = Arch::kGpt2;
-  int64_t vocab_size = 256;  // the byte tokenizer's
-  int64_t seq_len = 128;     // max positions (GPT-2's learned position table size)
-  int64_t n_layer = 2;
-  int64_t d_model = 128;
-  int64_t n_head = 4;
-  int64_t n_kv_head = 0;     // LLaMA grouped-query attention; 0 = n_head
-  int64_t ffn_hidden = 0;    // 0 = GPT-2: 4*d_model; LLaMA: 8/3*d_model rounded up to a multiple of 64
-  bool tie_embeddings = true;
-  double norm_eps = 1e-5;
-  double rope_theta = 10000.0;
-  double init_std = 0.02;
-  uint64_t seed = 1234;
-};
-
-// Checks sizes (positive, d_model divisible by n_head, n_head divisible by n_kv_head, even
-// head dim for RoPE); the error names the field and the allowed range.
-Status Validate(const ModelConfig& config);
-
-enum class BlockKind { kEmbedding, kLayer, kHead };
 
 class Block : public torch::nn::Module {
  public:
@@ -56,31 +30,9 @@ class Block : public torch::nn::Module {
   virtual void BindTiedWeight(const torch::Tensor& weight) {}
 };
 
-// The head (user) reuses the owner's parameter named owner_param.
-struct Tie {
-  int owner_block = 0;
-  std::string owner_param;  // e.g. "wte.weight"
-  int user_block = 0;
-};
-
-class ModelSpec {
- public:
-  explicit ModelSpec(ModelConfig config);  // config must pass Validate() (STRATA_CHECKed)
-  const ModelConfig& config() const { return config_; }
-  int num_blocks() const;  // n_layer + 2
-  // Block `index`, fp32 parameters on the CPU, initialised from (seed, index) only.
-  std::shared_ptr<Block> MakeBlock(int index) const;
-  std::optional<Tie> tie() const;
-  int64_t block_parameters(int index) const;  // elements in that block's own parameters
-  int64_t num_parameters() const;             // all blocks (a tied weight counted once)
-  // Training FLOPs per token: 6 * parameters (embedding tables excluded; the LM head's
-  // [V, C] matmul counted, tied or not) + attention 12 * n_layer * d_model * seq_len
-  // (forward + backward, no recomputation).
-  double train_flops_per_token() const;
-
- private:
-  ModelConfig config_;
-};
+// Block `index` of `spec`, fp32 parameters on the CPU, initialised from (seed, index) only;
+// its parameters number spec.block_parameters(index).
+std::shared_ptr<Block> MakeBlock(const ModelSpec& spec, int index);
 
 // Mean cross-entropy over all B*T positions, computed in fp32 whatever the logits' dtype.
 torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets);

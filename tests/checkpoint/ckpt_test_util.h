@@ -3,10 +3,13 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <functional>
 #include <thread>
 
+#include "src/data/data.h"
+#include "src/engine/compute_device.h"
 #include "src/engine/engine.h"
 #include "strata/communicator.h"
 

@@ -9,6 +9,7 @@
 #include "kernels/cuda/cast.h"
 #include "strata/cast.h"
 #include "strata/cuda/cuda.h"
+#include "strata/pinned_pool.h"
 
 namespace strata {
 namespace {

@@ -68,7 +68,7 @@ TEST(ModelNumericsTest, GroupedQueryAttentionEqualsRepeatedKvHeads) {
   ModelConfig gqa = Tiny(Arch::kLlama), mha = gqa;
   gqa.n_kv_head = 2;
   mha.n_kv_head = 0;
-  auto grouped = ModelSpec(gqa).MakeBlock(1), full = ModelSpec(mha).MakeBlock(1);
+  auto grouped = MakeBlock(ModelSpec(gqa), 1), full = MakeBlock(ModelSpec(mha), 1);
   torch::NoGradGuard no_grad;
   auto src = grouped->named_parameters();
   for (auto& p : full->named_parameters()) {

@@ -61,17 +61,17 @@ TEST(ModelConfigTest, ValidateNamesTheField) {
 TEST(ModelSpecTest, Gpt2NamesShapesAndCounts) {
   ModelSpec spec(Tiny(Arch::kGpt2, /*tie=*/false));
   ASSERT_EQ(spec.num_blocks(), 4);
-  EXPECT_EQ(Names(*spec.MakeBlock(0)), (std::vector<std::string>{"wte.weight", "wpe.weight"}));
-  EXPECT_EQ(Names(*spec.MakeBlock(1)),
+  EXPECT_EQ(Names(*MakeBlock(spec, 0)), (std::vector<std::string>{"wte.weight", "wpe.weight"}));
+  EXPECT_EQ(Names(*MakeBlock(spec, 1)),
             (std::vector<std::string>{"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
                                       "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
                                       "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"}));
-  EXPECT_EQ(Names(*spec.MakeBlock(3)), (std::vector<std::string>{"ln_f.weight", "ln_f.bias", "lm_head.weight"}));
-  auto layer = spec.MakeBlock(2)->named_parameters();
+  EXPECT_EQ(Names(*MakeBlock(spec, 3)), (std::vector<std::string>{"ln_f.weight", "ln_f.bias", "lm_head.weight"}));
+  auto layer = MakeBlock(spec, 2)->named_parameters();
   EXPECT_EQ(layer["attn.c_attn.weight"].sizes(), (std::vector<int64_t>{96, 32}));  // [out, in]
   EXPECT_EQ(layer["mlp.c_fc.weight"].sizes(), (std::vector<int64_t>{128, 32}));
   for (int i = 0; i < spec.num_blocks(); ++i) {
-    auto block = spec.MakeBlock(i);
+    auto block = MakeBlock(spec, i);
     EXPECT_EQ(spec.block_parameters(i), Numel(*block)) << i;
     for (const auto& p : block->parameters()) EXPECT_EQ(p.dtype(), torch::kFloat32);
   }
@@ -83,17 +83,17 @@ TEST(ModelSpecTest, Gpt2NamesShapesAndCounts) {
 
 TEST(ModelSpecTest, LlamaNamesShapesAndCounts) {
   ModelSpec spec(Tiny(Arch::kLlama, /*tie=*/false));
-  EXPECT_EQ(Names(*spec.MakeBlock(0)), (std::vector<std::string>{"wte.weight"}));
-  EXPECT_EQ(Names(*spec.MakeBlock(1)),
+  EXPECT_EQ(Names(*MakeBlock(spec, 0)), (std::vector<std::string>{"wte.weight"}));
+  EXPECT_EQ(Names(*MakeBlock(spec, 1)),
             (std::vector<std::string>{"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
                                       "self_attn.v_proj.weight", "self_attn.o_proj.weight",
                                       "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
                                       "mlp.down_proj.weight"}));
-  EXPECT_EQ(Names(*spec.MakeBlock(3)), (std::vector<std::string>{"norm.weight", "lm_head.weight"}));
-  auto layer = spec.MakeBlock(1)->named_parameters();
+  EXPECT_EQ(Names(*MakeBlock(spec, 3)), (std::vector<std::string>{"norm.weight", "lm_head.weight"}));
+  auto layer = MakeBlock(spec, 1)->named_parameters();
   EXPECT_EQ(layer["self_attn.k_proj.weight"].sizes(), (std::vector<int64_t>{16, 32}));  // 2 kv heads of 8
   EXPECT_EQ(layer["mlp.gate_proj.weight"].sizes(), (std::vector<int64_t>{128, 32}));    // ceil(8*32/3) -> 64k
-  for (int i = 0; i < spec.num_blocks(); ++i) EXPECT_EQ(spec.block_parameters(i), Numel(*spec.MakeBlock(i))) << i;
+  for (int i = 0; i < spec.num_blocks(); ++i) EXPECT_EQ(spec.block_parameters(i), Numel(*MakeBlock(spec, i))) << i;
 }
 
 TEST(ModelSpecTest, FlopsPerToken) {
@@ -107,11 +107,11 @@ TEST(ModelSpecTest, BlockOutputShapes) {
   for (Arch arch : {Arch::kGpt2, Arch::kLlama}) {
     ModelSpec spec(Tiny(arch, /*tie=*/false));
     torch::NoGradGuard no_grad;
-    torch::Tensor x = spec.MakeBlock(0)->Forward(Tokens(3, 10, 64, 1));
+    torch::Tensor x = MakeBlock(spec, 0)->Forward(Tokens(3, 10, 64, 1));
     EXPECT_EQ(x.sizes(), (std::vector<int64_t>{3, 10, 32}));
-    x = spec.MakeBlock(1)->Forward(x);
+    x = MakeBlock(spec, 1)->Forward(x);
     EXPECT_EQ(x.sizes(), (std::vector<int64_t>{3, 10, 32}));
-    auto head = spec.MakeBlock(3);
+    auto head = MakeBlock(spec, 3);
     EXPECT_EQ(head->kind(), BlockKind::kHead);
     EXPECT_EQ(head->Forward(x).sizes(), (std::vector<int64_t>{3, 10, 64}));
   }
@@ -129,20 +129,20 @@ TEST(ModelSpecTest, MakeBlockIsDeterministicAndIndependent) {
   for (Arch arch : {Arch::kGpt2, Arch::kLlama}) {
     ModelSpec spec(Tiny(arch));
     torch::manual_seed(1);
-    auto first = spec.MakeBlock(2);
+    auto first = MakeBlock(spec, 2);
     torch::manual_seed(99);  // the global RNG plays no part
     (void)torch::rand({100});
-    (void)spec.MakeBlock(1);  // nor do the blocks made before
-    ExpectSameParameters(*first, *spec.MakeBlock(2), /*equal=*/true);
+    (void)MakeBlock(spec, 1);  // nor do the blocks made before
+    ExpectSameParameters(*first, *MakeBlock(spec, 2), /*equal=*/true);
     torch::manual_seed(5);  // ... and is left untouched
     torch::Tensor expected = torch::rand({4});
     torch::manual_seed(5);
-    (void)spec.MakeBlock(0);
+    (void)MakeBlock(spec, 0);
     EXPECT_TRUE(torch::equal(torch::rand({4}), expected));
-    ExpectSameParameters(*spec.MakeBlock(1), *spec.MakeBlock(2), /*equal=*/false);
+    ExpectSameParameters(*MakeBlock(spec, 1), *MakeBlock(spec, 2), /*equal=*/false);
     ModelConfig other = Tiny(arch);
     other.seed = 8;
-    ExpectSameParameters(*first, *ModelSpec(other).MakeBlock(2), /*equal=*/false);
+    ExpectSameParameters(*first, *MakeBlock(ModelSpec(other), 2), /*equal=*/false);
     // Init: norm weights one, biases zero, weights ~ N(0, std) with the residual scaling on c_proj.
     auto p = first->named_parameters();
     const char* norm = arch == Arch::kGpt2 ? "ln_1.weight" : "input_layernorm.weight";
@@ -190,7 +190,7 @@ TEST(FullModelTest, BlocksComposedEqualFullModel) {
     torch::Tensor tokens = Tokens(2, 16, 64, 5);
     torch::Tensor x = tokens;
     std::vector<std::shared_ptr<Block>> blocks;
-    for (int i = 0; i < spec.num_blocks(); ++i) blocks.push_back(spec.MakeBlock(i));
+    for (int i = 0; i < spec.num_blocks(); ++i) blocks.push_back(MakeBlock(spec, i));
     blocks.back()->BindTiedWeight(blocks[0]->named_parameters()["wte.weight"]);
     for (auto& b : blocks) x = b->Forward(x);
     EXPECT_TRUE(torch::equal(x, full.Forward(tokens)));
@@ -206,7 +206,7 @@ TEST(FullModelTest, ParametersRepointedAtFlatViewsInBf16) {
     std::vector<std::shared_ptr<Block>> blocks;
     std::vector<torch::Tensor> flats;
     for (int i = 0; i < spec.num_blocks(); ++i) {
-      auto block = spec.MakeBlock(i);
+      auto block = MakeBlock(spec, i);
       std::vector<torch::Tensor> pieces;
       for (const auto& p : block->parameters()) pieces.push_back(p.reshape({-1}));
       torch::Tensor flat = torch::cat(pieces).to(torch::kBFloat16);

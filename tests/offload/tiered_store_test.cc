@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <thread>
 
 #include "offload/test_util.h"
+#include "support/faulty_io_engine.h"
 #include "support/temp_dir.h"
 
 namespace strata {
@@ -111,6 +113,69 @@ TEST(TieredStore, ManyThreadsManyTickets) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+// Note [Write-backs]: the store keeps a write-back's buffer until the write completed, a
+// later read of the tensor sees the written bytes, and an exhausted pool gets the buffer of
+// the oldest write-back holding one of its buffers.
+TEST(TieredStore, WriteBacksHoldTheirBufferUntilWritten) {
+  TempDir dir;
+  auto store = MakeStore(dir.path());
+  auto pool = PinnedPool::Create(2, 1 << 20, nullptr);
+  ASSERT_TRUE(pool.ok());
+  std::vector<TensorHandle> h;
+  for (int i = 0; i < 3; ++i) h.push_back(*store->Register("w" + std::to_string(i), 1 << 20, Tier::kNvme));
+  auto src = RandomBytes(1 << 20, 3);
+  for (int i = 0; i < 2; ++i) {
+    PinnedBuffer b = (*pool)->Acquire();
+    std::memcpy(b.data(), src.data(), src.size());
+    b.data()[0] = static_cast<std::byte>(i);
+    (void)store->WriteBack(h[i], std::move(b));
+  }
+  EXPECT_FALSE((*pool)->TryAcquire().has_value());  // both buffers are held by the write-backs
+  std::optional<PinnedBuffer> again = store->AcquireBuffer(**pool);  // waits for the oldest
+  ASSERT_TRUE(again.has_value());
+  again.reset();
+  std::vector<std::byte> dst(1 << 20);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(store->Read(h[i], dst).Wait().ok());
+    EXPECT_EQ(static_cast<int>(dst[0]), i);
+    EXPECT_EQ(0, std::memcmp(dst.data() + 1, src.data() + 1, src.size() - 1));
+  }
+  ASSERT_TRUE(store->FlushWrites().ok());
+  EXPECT_EQ((*pool)->free_count(), 2u);
+  EXPECT_FALSE(store->WriteInFlight(h[0]));
+  // A pool none of whose buffers a write-back holds: nothing to wait for.
+  auto other = PinnedPool::Create(1, 4096, nullptr);
+  PinnedBuffer held = (*other)->Acquire();
+  EXPECT_FALSE(store->AcquireBuffer(**other).has_value());
+}
+
+// A failed write-back leaves the tensor refused on read (kFailed), naming it, and
+// FlushWrites reports it; the buffer still goes back to its pool.
+TEST(TieredStore, AFailedWriteBackIsRefusedOnRead) {
+  TempDir dir;
+  TieredStoreOptions o;
+  o.enable_nvme = true;
+  o.nvme = testing::TierOptions(dir.path(), /*block=*/65536, /*qd=*/4);
+  o.nvme.wrap_engine = [](std::unique_ptr<IoEngine> e) -> std::unique_ptr<IoEngine> {
+    return std::make_unique<testing::FaultyIoEngine>(
+        std::move(e), std::vector<testing::Fault>{{IoOp::kWrite, /*nth=*/1, testing::FaultKind::kError, EIO}});
+  };
+  auto store = std::move(TieredStore::Create(o)).value();
+  auto pool = PinnedPool::Create(1, 65536, nullptr);
+  ASSERT_TRUE(pool.ok());
+  auto h = *store->Register("victim", 65536, Tier::kNvme);
+  std::vector<std::byte> zeros(65536);
+  ASSERT_TRUE(store->Write(h, zeros).Wait().ok());  // request 0: fine
+  (void)store->WriteBack(h, (*pool)->Acquire());    // request 1: EIO
+  const Status flushed = store->FlushWrites();
+  EXPECT_EQ(flushed.code(), StatusCode::kIoError) << flushed.ToString();
+  EXPECT_NE(flushed.message().find("victim"), std::string::npos) << flushed.ToString();
+  EXPECT_EQ((*pool)->free_count(), 1u);
+  const Status read = store->Read(h, zeros).Wait();
+  EXPECT_FALSE(read.ok());
+  EXPECT_NE(read.message().find("'victim'"), std::string::npos) << read.ToString();
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "strata/communicator.h"
-#include "strata/pinned_pool.h"
+#include "strata/host_pinner.h"
 #include "strata/status.h"
 
 namespace strata::cuda {

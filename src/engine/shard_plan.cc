@@ -1,0 +1,205 @@
+#include "src/engine/shard_plan.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "strata/check.h"
+#include "strata/pinned_pool.h"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+uint64_t RoundUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+// SplitRange's step: sub-groups of whole kShardAlign multiples (the last may be shorter).
+int64_t SubGroupStep(int64_t sub_group_size) {
+  return std::max<int64_t>(kShardAlign, sub_group_size / kShardAlign * kShardAlign);
+}
+
+// The NVMe tier's staging buffers for unaligned pieces: min(queue_depth, 8) blocks.
+uint64_t StagingBytes(const AioConfig& aio) {
+  return static_cast<uint64_t>(std::min<int64_t>(aio.queue_depth, 8)) * static_cast<uint64_t>(aio.block_size);
+}
+
+const char* RoleSuffix(TensorRole r) {
+  switch (r) {
+    case TensorRole::kWorking: return "working";
+    case TensorRole::kMaster: return "master";
+    case TensorRole::kAdamM: return "adam_m";
+    case TensorRole::kAdamV: return "adam_v";
+  }
+  return "?";
+}
+
+StateKind KindOf(TensorRole r) {
+  switch (r) {
+    case TensorRole::kWorking: return StateKind::kWorking;
+    case TensorRole::kMaster: return StateKind::kMaster;
+    case TensorRole::kAdamM: return StateKind::kAdamM;
+    case TensorRole::kAdamV: return StateKind::kAdamV;
+  }
+  return StateKind::kWorking;
+}
+
+bool ParseInt(std::string_view s, int64_t* out) {
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size() && *out >= 0;
+}
+
+}  // namespace
+
+uint64_t MemoryLedger::Total(Residence r) const {
+  uint64_t t = 0;
+  for (int k = 0; k < kNumStateKinds; ++k) t += bytes[k][static_cast<int>(r)];
+  return t;
+}
+
+uint64_t MemoryLedger::Of(StateKind k) const {
+  return bytes[static_cast<int>(k)][0] + bytes[static_cast<int>(k)][1] + bytes[static_cast<int>(k)][2];
+}
+
+bool MemoryLedger::operator==(const MemoryLedger& o) const {
+  return std::equal(&bytes[0][0], &bytes[0][0] + kNumStateKinds * 3, &o.bytes[0][0]);
+}
+
+Residence ResidenceOf(OffloadDevice d) {
+  return d == OffloadDevice::kNone ? Residence::kDevice : d == OffloadDevice::kCpu ? Residence::kCpu : Residence::kNvme;
+}
+
+std::string TensorKey::Name() const {
+  if (role == TensorRole::kWorking) return fmt::format("block{}.working", block);
+  return fmt::format("block{}.{}.{}", block, offset, RoleSuffix(role));
+}
+
+std::optional<TensorKey> TensorKey::Parse(std::string_view name) {
+  if (name.substr(0, 5) != "block") return std::nullopt;
+  name.remove_prefix(5);
+  const size_t dot = name.find('.');
+  int64_t block = 0;
+  if (dot == std::string_view::npos || !ParseInt(name.substr(0, dot), &block) || block > (1 << 30))
+    return std::nullopt;
+  const std::string_view rest = name.substr(dot + 1);
+  if (rest == "working") return TensorKey{static_cast<int>(block), TensorRole::kWorking, 0};
+  const size_t dot2 = rest.find('.');
+  int64_t offset = 0;
+  if (dot2 == std::string_view::npos || !ParseInt(rest.substr(0, dot2), &offset)) return std::nullopt;
+  const std::string_view suffix = rest.substr(dot2 + 1);
+  for (TensorRole r : {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV})
+    if (suffix == RoleSuffix(r)) return TensorKey{static_cast<int>(block), r, offset};
+  return std::nullopt;
+}
+
+uint64_t PoolPlan::region_bytes() const { return count ? PinnedPool::RegionBytes(count, buffer_bytes) : 0; }
+
+ModelShape ModelShape::Of(const model::ModelConfig& config, int64_t params) {
+  const model::ModelSpec spec(config);
+  const double scale = params > 0 ? static_cast<double>(params) / static_cast<double>(spec.num_parameters()) : 1.0;
+  auto scaled = [&](int64_t n) { return params > 0 ? static_cast<int64_t>(std::llround(n * scale)) : n; };
+  ModelShape s;
+  for (int b = 0; b < spec.num_blocks(); ++b) s.block_numels.push_back(scaled(spec.block_parameters(b)));
+  if (auto tie = spec.tie()) {
+    s.tied_owner = tie->owner_block;
+    s.tied_numel = scaled(config.vocab_size * config.d_model);
+  }
+  return s;
+}
+
+ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int world, int rank) {
+  ShardPlan p;
+  p.world = world;
+  p.rank = rank;
+  p.stage = cfg.zero_stage;
+  p.weights_sharded = p.stage == 3;
+  p.grads_sharded = p.stage >= 2;
+  p.optim_sharded = p.stage >= 1;
+  p.compute = cfg.compute_dtype;
+  p.dsize = DTypeSize(cfg.compute_dtype);
+  p.working_home = ResidenceOf(cfg.offload_param.device);
+  p.optimizer_home = ResidenceOf(cfg.offload_optimizer.device);
+  p.tied_owner = model.tied_owner;
+  p.tied_numel = model.tied_numel;
+
+  for (int64_t numel : model.block_numels) {
+    BlockPlan b;
+    b.layout = MakeShardLayout(numel, world, rank);
+    const ElementRange shard{b.layout.begin(), b.layout.shard}, whole{0, b.layout.padded};
+    b.working = p.weights_sharded ? shard : whole;
+    b.optimizer = p.optim_sharded ? shard : whole;
+    b.grad = p.grads_sharded ? shard : whole;
+    b.sub_group_step = SubGroupStep(cfg.sub_group_size);
+    p.max_padded = std::max(p.max_padded, b.layout.padded);
+    p.max_shard = std::max(p.max_shard, b.layout.shard);
+    p.max_working_bytes = std::max<uint64_t>(p.max_working_bytes, b.working.len * p.dsize);
+    p.max_sub_group = std::max(p.max_sub_group, std::min(b.sub_group_step, b.optimizer.len));
+    p.blocks.push_back(std::move(b));
+  }
+
+  // Pinned pools for what lives on NVMe: working-weight fetches (at least 3 buffers: one
+  // computing, one arriving, one being written back), and the optimizer's 3 states x (the
+  // sub-group being updated + the next one being read + the write-backs of two).
+  const bool param_nvme = cfg.offload_param.device == OffloadDevice::kNvme;
+  const bool optim_nvme = cfg.offload_optimizer.device == OffloadDevice::kNvme;
+  if (param_nvme)
+    p.param_pool = {static_cast<size_t>(std::max<int64_t>(3, cfg.offload_param.buffer_count)), p.max_working_bytes,
+                    cfg.offload_param.pin_memory};
+  if (optim_nvme)
+    p.optim_pool = {12, static_cast<size_t>(p.max_sub_group) * 4, cfg.offload_optimizer.pin_memory};
+  if (param_nvme || optim_nvme) p.staging_bytes = StagingBytes(cfg.aio);
+  p.scratch_bytes = static_cast<uint64_t>(p.max_padded + p.max_shard + p.tied_numel) * 4;
+
+  // The store's tensors (Keys()), added up per block without listing them: a model of 1e15
+  // parameters has millions of sub-groups. Each NVMe extent takes its capacity on disk.
+  for (const BlockPlan& b : p.blocks) {
+    const uint64_t working = b.working.len * p.dsize;
+    p.ledger.Add(StateKind::kWorking, p.working_home, working);
+    if (p.working_home == Residence::kNvme) p.nvme_on_disk += RoundUp(working, kPage);
+    const int64_t n = b.num_sub_groups(), full = b.optimizer.len / b.sub_group_step;
+    const uint64_t full_bytes = b.sub_group_step * 4, tail_bytes = (b.optimizer.len - full * b.sub_group_step) * 4;
+    for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV}) {
+      p.ledger.Add(k, p.optimizer_home, b.optimizer.len * 4);
+      if (p.optimizer_home == Residence::kNvme)
+        p.nvme_on_disk += full * RoundUp(full_bytes, kPage) + (n > full ? RoundUp(tail_bytes, kPage) : 0);
+    }
+    p.ledger.Add(StateKind::kGradAccum, Residence::kCpu, b.grad.len * 4);
+  }
+  const int64_t tied_padded = p.tied_owner >= 0 ? p.blocks[p.tied_owner].layout.padded : 0;
+  p.ledger.Add(StateKind::kGatherBuffers, Residence::kDevice, (p.max_padded + tied_padded) * p.dsize);
+  p.ledger.Add(StateKind::kPinnedBuffers, Residence::kCpu, p.param_pool.region_bytes() + p.optim_pool.region_bytes());
+  return p;
+}
+
+std::vector<TensorKey> ShardPlan::Keys() const {
+  std::vector<TensorKey> keys;
+  for (int b = 0; b < static_cast<int>(blocks.size()); ++b) {
+    keys.push_back({b, TensorRole::kWorking, 0});
+    for (int64_t i = 0; i < blocks[b].num_sub_groups(); ++i)
+      for (TensorRole r : {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV})
+        keys.push_back({b, r, blocks[b].sub_group(i).begin});
+  }
+  return keys;
+}
+
+size_t ShardPlan::NumKeys() const {
+  size_t n = 0;
+  for (const BlockPlan& b : blocks) n += 1 + 3 * static_cast<size_t>(b.num_sub_groups());
+  return n;
+}
+
+int64_t ShardPlan::SubGroupLen(const TensorKey& key) const {
+  STRATA_CHECK(key.block >= 0 && key.block < static_cast<int>(blocks.size())) << "block " << key.block;
+  const BlockPlan& b = blocks[key.block];
+  const int64_t rel = key.offset - b.optimizer.begin;
+  STRATA_CHECK(rel >= 0 && rel < b.optimizer.len && rel % b.sub_group_step == 0)
+      << "no optimizer sub-group of block " << key.block << " starts at " << key.offset;
+  return b.sub_group(rel / b.sub_group_step).len;
+}
+
+uint64_t ShardPlan::TensorBytes(const TensorKey& key) const {
+  if (key.role == TensorRole::kWorking) return blocks.at(key.block).working.len * dsize;
+  return SubGroupLen(key) * 4;
+}
+
+}  // namespace strata

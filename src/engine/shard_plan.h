@@ -1,0 +1,134 @@
+// ShardPlan: everything about one rank's training state that follows from the config, the
+// model's block sizes and the world, computed before anything is allocated: each block's
+// flat group and this rank's working, optimizer and gradient ranges, the optimizer
+// sub-groups, the store's tensors (by TensorKey), the pinned pools, the scratch buffers and
+// the memory ledger. Pure arithmetic, no LibTorch, no I/O.
+//
+// The Engine executes a plan (and checks that what it allocates is what the plan says);
+// `strata estimate` adds plans up. So the estimator's per-tier bytes are the engine's, to
+// the byte, by construction rather than by a second copy of the rules.
+//
+//   per block b, rank r of W:   flat group [0, padded) = W shards of `shard` elements
+//     working     stage 3: [r*shard, +shard)   else [0, padded)     compute dtype
+//     optimizer   stage>=1: [r*shard, +shard)  else [0, padded)     fp32 master, m, v,
+//                 split into sub-groups of sub_group_size elements (kShardAlign multiples)
+//     gradient    stage>=2: [r*shard, +shard)  else [0, padded)     fp32 accumulator (host)
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "src/engine/train_config.h"
+#include "strata/flat_group.h"
+
+namespace strata {
+
+// Bytes this rank holds, by what they are and where they live. On a CPU build "device"
+// is host memory that is not offloaded (offload device "none").
+enum class StateKind { kWorking, kMaster, kAdamM, kAdamV, kGradAccum, kGatherBuffers, kPinnedBuffers };
+inline constexpr int kNumStateKinds = 7;
+enum class Residence { kDevice, kCpu, kNvme };
+struct MemoryLedger {
+  uint64_t bytes[kNumStateKinds][3] = {};
+  void Add(StateKind k, Residence r, uint64_t n) { bytes[static_cast<int>(k)][static_cast<int>(r)] += n; }
+  uint64_t Total(Residence r) const;
+  uint64_t Of(StateKind k) const;
+  uint64_t At(StateKind k, Residence r) const { return bytes[static_cast<int>(k)][static_cast<int>(r)]; }
+  bool operator==(const MemoryLedger& o) const;
+};
+
+Residence ResidenceOf(OffloadDevice d);
+
+// Names one tensor of a rank's state in the store, in checkpoints and in export:
+//   {b, kWorking}           "block<b>.working"          compute dtype, the block's working range
+//   {b, kMaster, offset}    "block<b>.<offset>.master"  fp32, the sub-group starting at flat
+//   {b, kAdamM, offset}     "block<b>.<offset>.adam_m"  element `offset` of block b's group
+//   {b, kAdamV, offset}     "block<b>.<offset>.adam_v"
+enum class TensorRole { kWorking, kMaster, kAdamM, kAdamV };
+struct TensorKey {
+  int block = 0;
+  TensorRole role = TensorRole::kWorking;
+  int64_t offset = 0;  // optimizer states: the sub-group's first flat element; 0 for working
+  std::string Name() const;
+  // The inverse of Name(); nullopt for any other string.
+  static std::optional<TensorKey> Parse(std::string_view name);
+  bool operator==(const TensorKey&) const = default;
+};
+
+// [begin, begin + len) of a block's flat group, in elements.
+struct ElementRange {
+  int64_t begin = 0, len = 0;
+  int64_t end() const { return begin + len; }
+};
+
+struct BlockPlan {
+  ShardLayout layout;       // the flat group and this rank's shard
+  ElementRange working;     // this rank's working weights (compute dtype)
+  ElementRange optimizer;   // this rank's optimizer range (fp32 master, m, v) ...
+  int64_t sub_group_step = 0;  // ... in sub-groups of this many elements (the last may be shorter)
+  ElementRange grad;        // this rank's fp32 gradient accumulator
+
+  int64_t num_sub_groups() const { return (optimizer.len + sub_group_step - 1) / sub_group_step; }
+  ElementRange sub_group(int64_t i) const {
+    const int64_t lo = i * sub_group_step;
+    return {optimizer.begin + lo, std::min(sub_group_step, optimizer.len - lo)};
+  }
+};
+
+// A pinned pool: `count` buffers of buffer_bytes (rounded up to 4 KiB when allocated).
+struct PoolPlan {
+  size_t count = 0;  // 0: no pool
+  size_t buffer_bytes = 0;
+  bool pin = true;
+  uint64_t region_bytes() const;
+};
+
+// What the plan needs of a model: each block's parameter count, and the tied weight (the
+// head borrows the owner block's [V, C] table) if any.
+struct ModelShape {
+  std::vector<int64_t> block_numels;
+  int tied_owner = -1;        // block whose padded group the second gather buffer holds
+  int64_t tied_numel = 0;     // elements of the tied weight (its pending fp32 gradient)
+  // The config's model, or rescaled so that it has `params` parameters (> 0; the
+  // `estimate --params N` form: every block scaled alike).
+  static ModelShape Of(const model::ModelConfig& config, int64_t params = 0);
+};
+
+struct ShardPlan {
+  int world = 1, rank = 0, stage = 3;
+  bool weights_sharded = true, grads_sharded = true, optim_sharded = true;
+  DType compute = DType::kF32;
+  size_t dsize = 4;  // bytes per working-weight element
+  Residence working_home = Residence::kDevice, optimizer_home = Residence::kDevice;
+  std::vector<BlockPlan> blocks;
+  int tied_owner = -1;
+  int64_t tied_numel = 0;
+  int64_t max_padded = 0, max_shard = 0, max_sub_group = 0;
+  uint64_t max_working_bytes = 0;
+  PoolPlan param_pool;  // NVMe working-weight fetches and write-backs (offload_param nvme)
+  PoolPlan optim_pool;  // NVMe optimizer-state sub-groups (offload_optimizer nvme)
+  uint64_t staging_bytes = 0;  // the NVMe tier's staging buffers (host)
+  // fp32 scratch on the compute device: the flat gradient of the largest block, the reduced
+  // shard, the tied weight's pending gradient.
+  uint64_t scratch_bytes = 0;
+  uint64_t nvme_on_disk = 0;   // swap file space, extents placed as the NVMe tier places them
+  MemoryLedger ledger;         // what the engine allocates, per state kind and residence
+
+  // `cfg` supplies the stage, the offload homes and pools, sub_group_size, the compute dtype
+  // and the aio settings.
+  static ShardPlan Make(const TrainConfig& cfg, const ModelShape& model, int world, int rank);
+
+  // The store's tensors of this rank in a fixed order (VisitState's and the checkpoints'):
+  // per block its working weights, then per sub-group master, m, v.
+  std::vector<TensorKey> Keys() const;
+  size_t NumKeys() const;  // Keys().size(), without listing them
+  uint64_t TensorBytes(const TensorKey& key) const;
+  int64_t SubGroupLen(const TensorKey& key) const;  // elements of an optimizer state's sub-group
+};
+
+}  // namespace strata

@@ -1,0 +1,23 @@
+// StepStats: what one training step reports (Engine::Step), for the progress lines, the
+// metrics file and bench step. No LibTorch.
+#pragma once
+
+#include <cstdint>
+
+namespace strata {
+
+struct StepStats {
+  int64_t step = 0;
+  double loss = 0;        // mean over the step's micro-batches and ranks
+  double grad_norm = 0;   // global, unscaled, before clipping (NaN/Inf when skipped)
+  double lr = 0;
+  double loss_scale = 1;
+  bool skipped = false;   // fp16 overflow: no state was updated
+  int64_t tokens = 0;     // tokens of the global batch
+  double seconds = 0;     // wall time of the step on this rank
+  double wait_s = 0;      // time the compute thread waited for transfers (exposed)
+  double compute_s = 0, comm_s = 0, optimizer_s = 0;
+  uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
+};
+
+}  // namespace strata
