@@ -1,4 +1,4 @@
-#include "offload/io_pump.h"
+#include "io_pump.h"
 
 #include <cstring>
 

@@ -9,8 +9,8 @@
 #include <map>
 #include <mutex>
 
-#include "offload/io_pump.h"
-#include "offload/swap_dir.h"
+#include "io_pump.h"
+#include "swap_dir.h"
 #include "strata/check.h"
 #include "strata/log.h"
 #include "strata/pinned_pool.h"

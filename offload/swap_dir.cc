@@ -1,4 +1,4 @@
-#include "offload/swap_dir.h"
+#include "swap_dir.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/adam_impl.h"
+#include "adam_impl.h"
 #include "strata/check.h"
 
 namespace strata {

@@ -3,7 +3,7 @@
 // hardware conversion at this level); fp16 uses F16C's round-to-nearest-even.
 #include <immintrin.h>
 
-#include "kernels/cpu/adam_impl.h"
+#include "adam_impl.h"
 
 namespace strata::cpu {
 namespace {

@@ -9,8 +9,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-#include "kernels/cpu/adam_impl.h"
-#include "kernels/cpu/bf16_avx512.h"
+#include "adam_impl.h"
+#include "bf16_avx512.h"
 
 namespace strata::cpu {
 namespace {

@@ -1,6 +1,6 @@
 // Scalar AdamW and gradient pass: plain x86-64 (no -m flags), the fallback and the path
 // every SIMD one is tested against. See adam_impl.h for the shared kernel templates.
-#include "kernels/cpu/adam_impl.h"
+#include "adam_impl.h"
 
 namespace strata::cpu {
 

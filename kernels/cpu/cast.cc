@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "kernels/cpu/cast_impl.h"
+#include "cast_impl.h"
 #include "strata/check.h"
 #include "strata/isa.h"
 

@@ -7,8 +7,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-#include "kernels/cpu/bf16_avx512.h"
-#include "kernels/cpu/cast_impl.h"
+#include "bf16_avx512.h"
+#include "cast_impl.h"
 #include "strata/isa.h"
 
 namespace strata::cpu {

@@ -4,7 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/cast.h"
+#include "cast.h"
 
 namespace strata::cuda {
 namespace {

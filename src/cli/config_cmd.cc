@@ -31,7 +31,7 @@ const char* ScheduleName(LrScheduleKind k) {
 
 nlohmann::ordered_json Offload(const OffloadConfig& o) {
   return {{"device", OffloadDeviceName(o.device)}, {"nvme_path", o.nvme_path}, {"pin_memory", o.pin_memory},
-          {"buffer_count", o.buffer_count}, {"buffer_size", o.buffer_size}};
+          {"buffer_count", o.buffer_count}};
 }
 
 // The configuration as Strata will run it, in ds_config shape.
@@ -59,11 +59,9 @@ nlohmann::ordered_json Resolved(const TrainConfig& c) {
       {"zero_optimization",
        {{"stage", c.zero_stage}, {"offload_param", Offload(c.offload_param)},
         {"offload_optimizer", Offload(c.offload_optimizer)}, {"sub_group_size", c.sub_group_size},
-        {"stage3_prefetch_bucket_size", c.prefetch_bucket_size},
-        {"stage3_max_live_parameters", c.max_live_parameters}}},
+        {"stage3_prefetch_bucket_size", c.prefetch_bucket_size}}},
       {"aio",
-       {{"block_size", c.aio.block_size}, {"queue_depth", c.aio.queue_depth}, {"thread_count", c.aio.thread_count},
-        {"single_submit", c.aio.single_submit}, {"overlap_events", c.aio.overlap_events}}},
+       {{"block_size", c.aio.block_size}, {"queue_depth", c.aio.queue_depth}}},
       {"steps_per_print", c.steps_per_print},
       {"wall_clock_breakdown", c.wall_clock_breakdown},
       {"strata",

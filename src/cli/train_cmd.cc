@@ -1,6 +1,8 @@
 // `strata train`: the training loop around the Engine, on one rank of a launch (torchrun,
-// Slurm, or `--nproc N`, which starts N local ranks itself): config, memory check,
-// --init-from, --resume, checkpoints every save_interval steps, progress.
+// Slurm, or `--nproc N`, which starts N local ranks itself). A TrainRun goes through its
+// steps in order: Configure (config, fit check, threads), Connect (communicator, compute
+// device), CreateEngine (data, --init-from, the engine), Resume, Loop (steps, evaluations,
+// checkpoints, the trace), Finish (final save and eval, the memory audit).
 #include <omp.h>
 #include <unistd.h>
 
@@ -40,16 +42,250 @@ struct TrainArgs {
   bool memory_only = false;
 };
 
-int Fail(const Status& s) {
-  LogError("{}", s.ToString());
-  return 1;
-}
-
 // This process's resident memory (now and peak) from /proc/self/status, beside the ledger.
 uint64_t ProcStatusBytes(const char* key) { return ProcKilobyteField("/proc/self/status", key); }
 
 double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+class TrainRun {
+ public:
+  explicit TrainRun(const TrainArgs& a) : a_(a) {}
+  int Run();
+
+ private:
+  Status Configure();
+  Status Connect();
+  Status CreateEngine();
+  Status Resume();
+  Status Loop();
+  Status Finish();
+  void PrintLedger() const;
+  void PrintStartup();
+  void ReportMemory();
+  Status Eval(int64_t step);
+  Status Save(int64_t step);
+  bool lead() const { return env_.rank == 0; }
+
+  const TrainArgs& a_;
+  LaunchEnv env_;
+  TrainConfig cfg_;
+  MemoryEstimate estimate_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<OpenedDevice> device_;
+  std::unique_ptr<data::TokenDataset> data_;
+  std::unique_ptr<Tracer> tracer_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Progress> progress_;
+  uint64_t rss_before_engine_ = 0, file_before_engine_ = 0;
+  int64_t start_ = 0, last_saved_ = 0;
+};
+
+int TrainRun::Run() {
+  for (Status (TrainRun::*step)() : {&TrainRun::Configure, &TrainRun::Connect, &TrainRun::CreateEngine}) {
+    if (Status s = (this->*step)(); !s.ok()) {
+      LogError("{}", s.ToString());
+      return 1;
+    }
+  }
+  if (a_.memory_only) return 0;
+  for (Status (TrainRun::*step)() : {&TrainRun::Resume, &TrainRun::Loop, &TrainRun::Finish}) {
+    if (Status s = (this->*step)(); !s.ok()) {
+      LogError("{}", s.ToString());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+// The config (with --steps/--seed/--save-interval as overrides), its warnings, the fit
+// check before anything is allocated, and the cores shared between the local ranks.
+Status TrainRun::Configure() {
+  STRATA_ASSIGN_OR_RETURN(env_, LaunchEnv::FromEnvironment());
+  std::vector<std::string> sets = a_.sets;
+  if (a_.steps >= 0) sets.push_back(fmt::format("strata.steps={}", a_.steps));
+  if (a_.seed >= 0) sets.push_back(fmt::format("strata.seed={}", a_.seed));
+  if (a_.save_interval >= 0) sets.push_back(fmt::format("strata.save_interval={}", a_.save_interval));
+  STRATA_ASSIGN_OR_RETURN(cfg_, ResolveTrainConfig(a_.config, a_.strata_file, sets, env_.world_size));
+  if (lead()) {
+    for (const auto& w : cfg_.warnings) LogWarn("config key '{}' is not used by Strata; ignored", w);
+    for (const auto& n : cfg_.notes) LogInfo("config: {}", n);
+    if (!cfg_.precision_warning.empty()) LogWarn("{}", cfg_.precision_warning);
+  }
+  const int local_ranks = std::max(1, a_.nproc > 1 ? a_.nproc : env_.world_size);
+  estimate_ = EstimateMemory(cfg_, env_.world_size);
+  if (!a_.no_fit_check) STRATA_RETURN_IF_ERROR(CheckFits(estimate_, ProbeMachine(cfg_), local_ranks));
+  // Share the cores between the local ranks: LibTorch's and OpenMP's pools alike.
+  const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_ranks);
+  torch::set_num_threads(threads);
+  omp_set_num_threads(threads);
+  return Status();
+}
+
+Status TrainRun::Connect() {
+  if (env_.world_size > 1) {
+    // A dead peer closes its sockets (the others fail at once); a hung one is caught by this
+    // timeout, so no rank waits forever.
+    STRATA_ASSIGN_OR_RETURN(comm_, MakeTcpCommunicator(env_, std::chrono::seconds(cfg_.comm_timeout_s)));
+  } else {
+    comm_ = MakeSingleRankCommunicator();
+  }
+  // Where blocks run; a GPU gets NCCL for its device buffers, met through the host communicator.
+  auto device = OpenComputeDevice(cfg_.device, env_.local_rank, comm_.get());
+  if (!device.ok()) return device.status().WithContext(fmt::format("rank {}", env_.rank));
+  device_ = std::move(device).value();
+  return Status();
+}
+
+Status TrainRun::CreateEngine() {
+  STRATA_ASSIGN_OR_RETURN(data_, data::TokenDataset::Open(cfg_.data, cfg_.model.vocab_size, cfg_.model.seq_len));
+  EngineHooks hooks;
+  if (!a_.init_from.empty() && a_.resume.empty()) {
+    auto w = ckpt::HfWeights::Open(a_.init_from, cfg_.model);
+    if (!w.ok()) return w.status().WithContext("--init-from");
+    hooks = ckpt::MakeInitFromHooks(*w, model::ModelSpec(cfg_.model).num_blocks());
+  } else if (!a_.init_from.empty() && lead()) {
+    LogWarn("--init-from {} ignored: --resume restores all weights", a_.init_from);
+  }
+  tracer_ = std::make_unique<Tracer>(env_.rank);
+  rss_before_engine_ = ProcStatusBytes("VmRSS:");
+  file_before_engine_ = ProcStatusBytes("RssFile:");
+  auto engine = Engine::Create(cfg_, comm_.get(), tracer_.get(), std::move(hooks), &device_->device);
+  if (!engine.ok()) return engine.status().WithContext(fmt::format("rank {}", env_.rank));
+  engine_ = std::move(engine).value();
+  if (lead()) PrintLedger();
+  return Status();
+}
+
+// What this rank allocated (the engine's ledger) beside what the estimator predicted.
+void TrainRun::PrintLedger() const {
+  const MemoryLedger& m = engine_->ledger();
+  auto pair = [&](Residence r) {
+    return fmt::format("{} (estimated {})", HumanBytes(m.Total(r)), HumanBytes(estimate_.ledger.Total(r)));
+  };
+  std::printf("memory per rank (the engine's ledger): device %s, cpu %s, nvme %s; swap files on disk %s (estimated "
+              "%s); estimated peak host memory %s (see the measured figure at the end)\n",
+              pair(Residence::kDevice).c_str(), pair(Residence::kCpu).c_str(), pair(Residence::kNvme).c_str(),
+              HumanBytes(engine_->swap_bytes_on_disk()).c_str(), HumanBytes(estimate_.nvme_on_disk).c_str(),
+              HumanBytes(estimate_.host_peak()).c_str());
+  std::fflush(stdout);
+}
+
+Status TrainRun::Resume() {
+  if (!a_.resume.empty()) {
+    auto s = ckpt::LoadCheckpoint(*engine_, *comm_, cfg_, a_.resume);
+    if (!s.ok()) return s.status().WithContext(fmt::format("rank {}", env_.rank));
+    start_ = last_saved_ = *s;
+  }
+  ProgressOptions po;
+  po.first_step = start_;
+  po.total_steps = cfg_.steps;
+  po.steps_per_print = cfg_.steps_per_print;
+  po.flops_per_token = model::ModelSpec(cfg_.model).train_flops_per_token();
+  po.wall_clock_breakdown = cfg_.wall_clock_breakdown;
+  po.bar = lead() && ::isatty(STDOUT_FILENO);
+  po.metrics_path = lead() ? a_.metrics : "";
+  progress_ = std::make_unique<Progress>(po);
+  STRATA_RETURN_IF_ERROR(progress_->Open());
+  if (lead()) PrintStartup();
+  return Status();
+}
+
+void TrainRun::PrintStartup() {
+  const model::ModelSpec spec(cfg_.model);
+  progress_->Message(fmt::format(
+      "strata train: {} model, {:.2f} M parameters, {} blocks; {} rank(s), ZeRO stage {}; params on {}, optimizer "
+      "states on {}; {} compute on {} ({}); batch {} = {} x {} accumulation x {} rank(s); data: {}",
+      cfg_.model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", spec.num_parameters() / 1e6, engine_->num_blocks(),
+      env_.world_size, cfg_.zero_stage, OffloadDeviceName(cfg_.offload_param.device),
+      OffloadDeviceName(cfg_.offload_optimizer.device), DTypeName(cfg_.compute_dtype),
+      device_->device.device().str(), cfg_.precision_reason, cfg_.train_batch, cfg_.micro_batch, cfg_.grad_accum,
+      env_.world_size, data_->description()));
+  if (!a_.init_from.empty() && a_.resume.empty()) progress_->Message("initial weights from " + a_.init_from);
+  if (!a_.resume.empty()) progress_->Message(fmt::format("resumed from {} at step {}", a_.resume, start_));
+}
+
+Status TrainRun::Eval(int64_t step) {
+  STRATA_ASSIGN_OR_RETURN(double loss, engine_->EvalLoss(*data_, cfg_.eval_batches));
+  if (lead()) progress_->OnEval(step, loss, cfg_.eval_batches);
+  return Status();
+}
+
+Status TrainRun::Save(int64_t step) {
+  ckpt::SaveOptions so;
+  so.keep = cfg_.keep_checkpoints;
+  if (!cfg_.debug_crash_in_save.empty())
+    so.crash_hook = [point = cfg_.debug_crash_in_save](const std::string& p) {
+      if (p == point) std::raise(SIGKILL);  // tests: a process killed in the middle of a save
+    };
+  const auto t0 = std::chrono::steady_clock::now();
+  STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(*engine_, *comm_, cfg_, a_.save, step, so));
+  if (lead()) progress_->OnSave(step, a_.save, Seconds(t0));
+  last_saved_ = step;
+  return Status();
+}
+
+// The steps, with the held-out loss at the start and every eval_interval steps, a
+// checkpoint every save_interval steps, and the trace of the last step.
+Status TrainRun::Loop() {
+  STRATA_RETURN_IF_ERROR(Eval(start_));
+  for (int64_t step = start_; step < cfg_.steps; ++step) {
+    const double trace_from = tracer_->Now();
+    auto st = engine_->Step(step, *data_);
+    if (!st.ok()) return st.status().WithContext(fmt::format("rank {}", env_.rank));
+    if (lead()) progress_->OnStep(*st);
+    if (cfg_.eval_interval > 0 && (step + 1) % cfg_.eval_interval == 0 && step + 1 != cfg_.steps)
+      STRATA_RETURN_IF_ERROR(Eval(step + 1));
+    if (!a_.save.empty() && cfg_.save_interval > 0 && (step + 1) % cfg_.save_interval == 0)
+      STRATA_RETURN_IF_ERROR(Save(step + 1));
+    tracer_->Trim(trace_from);  // keeps this step's spans (and transfers still running into it)
+  }
+  // Written before the final save and eval, so the trace holds exactly the last step.
+  if (!a_.trace.empty()) {
+    const std::string path = env_.world_size > 1 ? fmt::format("{}.rank{}", a_.trace, env_.rank) : a_.trace;
+    STRATA_RETURN_IF_ERROR(tracer_->WriteChromeTrace(path));
+    if (lead())
+      progress_->Message(fmt::format("trace of the last step written to {}{}", path,
+                                     env_.world_size > 1 ? " (one file per rank)" : ""));
+  }
+  return Status();
+}
+
+Status TrainRun::Finish() {
+  if (!a_.save.empty() && last_saved_ != cfg_.steps) STRATA_RETURN_IF_ERROR(Save(cfg_.steps));
+  STRATA_RETURN_IF_ERROR(Eval(cfg_.steps));
+  if (lead()) {
+    ReportMemory();
+    progress_->Finish();
+  }
+  return Status();
+}
+
+// The run's peak against what `strata estimate` promised, per tier. Host memory: peak
+// resident growth since before the engine, less the library code paged in meanwhile
+// (file-backed pages the estimate does not cover).
+void TrainRun::ReportMemory() {
+  const uint64_t peak = ProcStatusBytes("VmHWM:"), file_now = ProcStatusBytes("RssFile:");
+  const uint64_t code = file_now - std::min(file_now, file_before_engine_);
+  const uint64_t host = peak - std::min(peak, rss_before_engine_ + code);
+  auto vs = [](uint64_t measured, uint64_t estimated) {
+    return fmt::format("{} (estimated {}, {:+.1f}%)", HumanBytes(measured), HumanBytes(estimated),
+                       estimated ? 100.0 * (static_cast<double>(estimated) - measured) / measured : 0.0);
+  };
+  progress_->Message(fmt::format("memory of rank 0, measured over the run: host peak {}; page-locked {}; swap files {}",
+                                 vs(host, estimate_.host_peak()), vs(ProcStatusBytes("VmLck:"), estimate_.pinned),
+                                 vs(engine_->swap_bytes_on_disk(), estimate_.nvme_on_disk)));
+}
+
+int RunTrain(const TrainArgs& a) {
+  if (a.nproc > 1 && !IsLaunchedRank()) {
+    LaunchOptions lo;
+    lo.nproc = a.nproc;
+    lo.argv = CurrentArgv();
+    return LaunchLocalRanks(lo);
+  }
+  return TrainRun(a).Run();
 }
 
 }  // namespace
@@ -62,183 +298,6 @@ StatusOr<TrainConfig> ResolveTrainConfig(const std::string& config, const std::s
   if (Status s = ResolveBatch(&cfg, world_size); !s.ok()) return s.WithContext(origin);
   ResolvePrecision(&cfg, ComputeDevice::NamesGpu(cfg.device));
   return cfg;
-}
-
-int RunTrain(const TrainArgs& a) {
-  if (a.nproc > 1 && !IsLaunchedRank()) {
-    LaunchOptions lo;
-    lo.nproc = a.nproc;
-    lo.argv = CurrentArgv();
-    return LaunchLocalRanks(lo);
-  }
-  auto env = LaunchEnv::FromEnvironment();
-  if (!env.ok()) return Fail(env.status());
-  std::vector<std::string> sets = a.sets;
-  if (a.steps >= 0) sets.push_back(fmt::format("strata.steps={}", a.steps));
-  if (a.seed >= 0) sets.push_back(fmt::format("strata.seed={}", a.seed));
-  if (a.save_interval >= 0) sets.push_back(fmt::format("strata.save_interval={}", a.save_interval));
-  auto cfg_or = ResolveTrainConfig(a.config, a.strata_file, sets, env->world_size);
-  if (!cfg_or.ok()) return Fail(cfg_or.status());
-  TrainConfig& cfg = *cfg_or;
-  const bool lead = env->rank == 0;
-  if (lead) {
-    for (const auto& w : cfg.warnings) LogWarn("config key '{}' is not used by Strata; ignored", w);
-    for (const auto& n : cfg.notes) LogInfo("config: {}", n);
-    if (!cfg.precision_warning.empty()) LogWarn("{}", cfg.precision_warning);
-  }
-
-  // Refuse a config that cannot fit before allocating anything.
-  const int local_ranks = std::max(1, a.nproc > 1 ? a.nproc : env->world_size);
-  const MemoryEstimate estimate = EstimateMemory(cfg, env->world_size);
-  if (!a.no_fit_check)
-    if (Status s = CheckFits(estimate, ProbeMachine(cfg), local_ranks); !s.ok()) return Fail(s);
-
-  // Share the cores between the local ranks: LibTorch's and OpenMP's pools alike.
-  const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_ranks);
-  torch::set_num_threads(threads);
-  omp_set_num_threads(threads);
-
-  std::unique_ptr<Communicator> comm;
-  if (env->world_size > 1) {
-    // A dead peer closes its sockets (the others fail at once); a hung one is caught by this
-    // timeout, so no rank waits forever.
-    auto c = MakeTcpCommunicator(*env, std::chrono::seconds(cfg.comm_timeout_s));
-    if (!c.ok()) return Fail(c.status());
-    comm = std::move(c).value();
-  } else {
-    comm = MakeSingleRankCommunicator();
-  }
-
-  // Where blocks run; a GPU gets NCCL for its device buffers, met through the host communicator.
-  auto device = OpenComputeDevice(cfg.device, env->local_rank, comm.get());
-  if (!device.ok()) return Fail(device.status().WithContext(fmt::format("rank {}", env->rank)));
-  const ComputeDevice& compute_device = (*device)->device;
-
-  auto data = data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
-  if (!data.ok()) return Fail(data.status());
-  const model::ModelSpec spec(cfg.model);
-  EngineHooks hooks;
-  if (!a.init_from.empty() && a.resume.empty()) {
-    auto w = ckpt::HfWeights::Open(a.init_from, cfg.model);
-    if (!w.ok()) return Fail(w.status().WithContext("--init-from"));
-    hooks = ckpt::MakeInitFromHooks(*w, spec.num_blocks());
-  } else if (!a.init_from.empty() && lead) {
-    LogWarn("--init-from {} ignored: --resume restores all weights", a.init_from);
-  }
-  Tracer tracer(env->rank);
-  const uint64_t rss_before_engine = ProcStatusBytes("VmRSS:"), file_before_engine = ProcStatusBytes("RssFile:");
-  auto engine_or = Engine::Create(cfg, comm.get(), &tracer, std::move(hooks), &compute_device);
-  if (!engine_or.ok()) return Fail(engine_or.status().WithContext(fmt::format("rank {}", env->rank)));
-  Engine& engine = **engine_or;
-
-  if (lead) {
-    // What this rank allocated (the engine's ledger) beside what the estimator predicted.
-    const MemoryLedger& m = engine.ledger();
-    auto pair = [&](Residence r) {
-      return fmt::format("{} (estimated {})", HumanBytes(m.Total(r)), HumanBytes(estimate.ledger.Total(r)));
-    };
-    const std::string line = fmt::format(
-        "memory per rank (the engine's ledger): device {}, cpu {}, nvme {}; swap files on disk {} (estimated {}); "
-        "estimated peak host memory {} (see the measured figure at the end)",
-        pair(Residence::kDevice), pair(Residence::kCpu), pair(Residence::kNvme),
-        HumanBytes(engine.swap_bytes_on_disk()), HumanBytes(estimate.nvme_on_disk),
-        HumanBytes(estimate.host_peak()));
-    std::printf("%s\n", line.c_str());
-    std::fflush(stdout);
-  }
-  if (a.memory_only) return 0;
-
-  int64_t start = 0;
-  if (!a.resume.empty()) {
-    auto s = ckpt::LoadCheckpoint(engine, *comm, cfg, a.resume);
-    if (!s.ok()) return Fail(s.status().WithContext(fmt::format("rank {}", env->rank)));
-    start = *s;
-  }
-
-  ProgressOptions po;
-  po.first_step = start;
-  po.total_steps = cfg.steps;
-  po.steps_per_print = cfg.steps_per_print;
-  po.flops_per_token = spec.train_flops_per_token();
-  po.wall_clock_breakdown = cfg.wall_clock_breakdown;
-  po.bar = lead && ::isatty(STDOUT_FILENO);
-  po.metrics_path = lead ? a.metrics : "";
-  Progress progress(po);
-  if (Status s = progress.Open(); !s.ok()) return Fail(s);
-  if (lead) {
-    progress.Message(fmt::format(
-        "strata train: {} model, {:.2f} M parameters, {} blocks; {} rank(s), ZeRO stage {}; params on {}, optimizer "
-        "states on {}; {} compute on {} ({}); batch {} = {} x {} accumulation x {} rank(s); data: {}",
-        cfg.model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", spec.num_parameters() / 1e6, engine.num_blocks(),
-        env->world_size, cfg.zero_stage, OffloadDeviceName(cfg.offload_param.device),
-        OffloadDeviceName(cfg.offload_optimizer.device), DTypeName(cfg.compute_dtype), compute_device.device().str(), cfg.precision_reason, cfg.train_batch,
-        cfg.micro_batch,
-        cfg.grad_accum, env->world_size, (*data)->description()));
-    if (!a.init_from.empty() && a.resume.empty()) progress.Message("initial weights from " + a.init_from);
-    if (!a.resume.empty()) progress.Message(fmt::format("resumed from {} at step {}", a.resume, start));
-  }
-
-  auto eval = [&](int64_t step) -> Status {
-    STRATA_ASSIGN_OR_RETURN(double loss, engine.EvalLoss(**data, cfg.eval_batches));
-    if (lead) progress.OnEval(step, loss, cfg.eval_batches);
-    return Status();
-  };
-  ckpt::SaveOptions so;
-  so.keep = cfg.keep_checkpoints;
-  if (!cfg.debug_crash_in_save.empty())
-    so.crash_hook = [point = cfg.debug_crash_in_save](const std::string& p) {
-      if (p == point) std::raise(SIGKILL);  // tests: a process killed in the middle of a save
-    };
-  auto save = [&](int64_t step) -> Status {
-    const auto t0 = std::chrono::steady_clock::now();
-    STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(engine, *comm, cfg, a.save, step, so));
-    if (lead) progress.OnSave(step, a.save, Seconds(t0));
-    return Status();
-  };
-  if (Status s = eval(start); !s.ok()) return Fail(s);
-
-  int64_t last_saved = start;
-  for (int64_t step = start; step < cfg.steps; ++step) {
-    const double trace_from = tracer.Now();
-    auto st = engine.Step(step, **data);
-    if (!st.ok()) return Fail(st.status().WithContext(fmt::format("rank {}", env->rank)));
-    if (lead) progress.OnStep(*st);
-    if (cfg.eval_interval > 0 && (step + 1) % cfg.eval_interval == 0 && step + 1 != cfg.steps)
-      if (Status s = eval(step + 1); !s.ok()) return Fail(s);
-    if (!a.save.empty() && cfg.save_interval > 0 && (step + 1) % cfg.save_interval == 0) {
-      if (Status s = save(step + 1); !s.ok()) return Fail(s);
-      last_saved = step + 1;
-    }
-    tracer.Trim(trace_from);  // keeps this step's spans (and transfers still running into it)
-  }
-  // Written before the final save and eval, so the trace holds exactly the last step.
-  if (!a.trace.empty()) {
-    const std::string path = env->world_size > 1 ? fmt::format("{}.rank{}", a.trace, env->rank) : a.trace;
-    if (Status s = tracer.WriteChromeTrace(path); !s.ok()) return Fail(s);
-    if (lead)
-      progress.Message(fmt::format("trace of the last step written to {}{}", path,
-                                   env->world_size > 1 ? " (one file per rank)" : ""));
-  }
-  if (!a.save.empty() && last_saved != cfg.steps)
-    if (Status s = save(cfg.steps); !s.ok()) return Fail(s);
-  if (Status s = eval(cfg.steps); !s.ok()) return Fail(s);
-  if (lead) {
-    // The run's peak against what `strata estimate` promised, per tier. Host memory: peak
-    // resident growth since before the engine, less the library code paged in meanwhile
-    // (file-backed pages the estimate does not cover).
-    const uint64_t peak = ProcStatusBytes("VmHWM:"), file_now = ProcStatusBytes("RssFile:");
-    const uint64_t code = file_now - std::min(file_now, file_before_engine);
-    const uint64_t host = peak - std::min(peak, rss_before_engine + code);
-    auto vs = [](uint64_t measured, uint64_t estimated) {
-      return fmt::format("{} (estimated {}, {:+.1f}%)", HumanBytes(measured), HumanBytes(estimated),
-                         estimated ? 100.0 * (static_cast<double>(estimated) - measured) / measured : 0.0);
-    };
-    progress.Message(fmt::format("memory of rank 0, measured over the run: host peak {}; page-locked {}; swap files {}",
-                                 vs(host, estimate.host_peak()), vs(ProcStatusBytes("VmLck:"), estimate.pinned),
-                                 vs(engine.swap_bytes_on_disk(), estimate.nvme_on_disk)));
-    progress.Finish();
-  }
-  return 0;
 }
 
 void AddTrainCommand(CLI::App& app, Action* action) {

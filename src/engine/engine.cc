@@ -92,7 +92,11 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   model.blocks.resize(plan.blocks.size());
   for (int b = 0; b < num_blocks(); ++b) STRATA_RETURN_IF_ERROR(BuildBlock(b, hooks));
   STRATA_RETURN_IF_ERROR(AllocateDeviceBuffers());
-  STRATA_CHECK(ledger == plan.ledger) << "the engine allocated other bytes than its ShardPlan says";
+  if (!(ledger == plan.ledger))  // a bug: the plan and the engine disagree on a rule
+    return Error(StatusCode::kInternal, "the engine allocated {}/{}/{} bytes (device/cpu/nvme), its ShardPlan says "
+                 "{}/{}/{}", ledger.Total(Residence::kDevice), ledger.Total(Residence::kCpu),
+                 ledger.Total(Residence::kNvme), plan.ledger.Total(Residence::kDevice),
+                 plan.ledger.Total(Residence::kCpu), plan.ledger.Total(Residence::kNvme));
   return Status();
 }
 

@@ -17,7 +17,20 @@ namespace {
 
 constexpr int64_t kMaxI = int64_t{1} << 50;
 
-Status ParseOffload(JsonReader& zero, const std::string& key, OffloadConfig* o, std::vector<std::string>* warn) {
+// A DeepSpeed key Strata accepts without acting on it: its type is still checked, and a
+// note says why it has no effect here.
+Status AcceptIgnored(JsonReader& r, const std::string& key, bool boolean, const char* why,
+                     std::vector<std::string>* notes) {
+  if (!r.Has(key)) return Status();
+  bool b = false;
+  int64_t i = 0;
+  STRATA_RETURN_IF_ERROR(boolean ? r.Bool(key, &b) : r.Int(key, &i, 0, kMaxI));
+  notes->push_back(fmt::format("{}: accepted, not used: {}", r.PathOf(key), why));
+  return Status();
+}
+
+Status ParseOffload(JsonReader& zero, const std::string& key, OffloadConfig* o, std::vector<std::string>* warn,
+                    std::vector<std::string>* notes) {
   STRATA_ASSIGN_OR_RETURN(JsonReader r, zero.Child(key));
   std::string device = OffloadDeviceName(o->device);
   STRATA_RETURN_IF_ERROR(r.Choice("device", &device, {"none", "cpu", "nvme"}));
@@ -25,7 +38,7 @@ Status ParseOffload(JsonReader& zero, const std::string& key, OffloadConfig* o, 
   STRATA_RETURN_IF_ERROR(r.String("nvme_path", &o->nvme_path));
   STRATA_RETURN_IF_ERROR(r.Bool("pin_memory", &o->pin_memory));
   STRATA_RETURN_IF_ERROR(r.Int("buffer_count", &o->buffer_count, 1, 1024));
-  STRATA_RETURN_IF_ERROR(r.Int("buffer_size", &o->buffer_size, 1, kMaxI));
+  STRATA_RETURN_IF_ERROR(AcceptIgnored(r, "buffer_size", false, "pinned buffers are sized by the largest block", notes));
   r.Touch("max_in_cpu");
   r.Touch("fast_init");
   r.Touch("ratio");
@@ -146,6 +159,132 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   return Status();
 }
 
+// Batch keys: "auto" or absent leaves them to ResolveBatch (which knows the world size).
+Status ParseBatch(JsonReader& root, TrainConfig* c) {
+  auto batch_key = [&](const char* key, int64_t* value, std::optional<int64_t>* set) -> Status {
+    if (root.IsAuto(key) || !root.Has(key)) {
+      root.Touch(key);
+      return Status();
+    }
+    STRATA_RETURN_IF_ERROR(root.Int(key, value, 1, 1 << 24));
+    *set = *value;
+    return Status();
+  };
+  STRATA_RETURN_IF_ERROR(batch_key("train_micro_batch_size_per_gpu", &c->micro_batch, &c->micro_batch_set));
+  STRATA_RETURN_IF_ERROR(batch_key("gradient_accumulation_steps", &c->grad_accum, &c->grad_accum_set));
+  STRATA_RETURN_IF_ERROR(batch_key("train_batch_size", &c->train_batch, &c->train_batch_set));
+  c->train_batch = c->micro_batch * c->grad_accum;  // provisional (one rank), until ResolveBatch
+  STRATA_RETURN_IF_ERROR(root.Double("gradient_clipping", &c->gradient_clipping, 0, 1e9));
+  STRATA_RETURN_IF_ERROR(root.Int("steps_per_print", &c->steps_per_print, 1, kMaxI));
+  return root.Bool("wall_clock_breakdown", &c->wall_clock_breakdown);
+}
+
+// bf16 / fp16 and DeepSpeed's loss-scale keys. bf16.enabled "auto" waits for ResolvePrecision.
+Status ParsePrecision(JsonReader& root, TrainConfig* c) {
+  STRATA_ASSIGN_OR_RETURN(JsonReader bf16, root.Child("bf16"));
+  STRATA_ASSIGN_OR_RETURN(JsonReader fp16, root.Child("fp16"));
+  bool bf16_on = false, fp16_on = false;
+  if (bf16.IsAuto("enabled")) {
+    bf16.Touch("enabled");  // decided by ResolvePrecision, once the device is known
+    c->bf16_auto = true;
+  } else if (bf16.Has("enabled") && !bf16.Raw("enabled")->is_boolean() && !bf16.Raw("enabled")->is_null()) {
+    return InvalidArgument("bf16.enabled: expected true, false or \"auto\", got {}", bf16.Raw("enabled")->dump());
+  } else {
+    STRATA_RETURN_IF_ERROR(bf16.Bool("enabled", &bf16_on));
+  }
+  STRATA_RETURN_IF_ERROR(fp16.Bool("enabled", &fp16_on));
+  if (bf16_on && fp16_on) return InvalidArgument("bf16.enabled and fp16.enabled are both true: choose one");
+  c->compute_dtype = bf16_on ? DType::kBF16 : fp16_on ? DType::kF16 : DType::kF32;
+  LossScaleConfig& ls = c->loss_scale;
+  STRATA_RETURN_IF_ERROR(fp16.Double("loss_scale", &ls.static_scale, 0, 1e30));
+  STRATA_RETURN_IF_ERROR(fp16.Int("initial_scale_power", &ls.initial_scale_power, 0, 64));
+  STRATA_RETURN_IF_ERROR(fp16.Int("loss_scale_window", &ls.window, 1, kMaxI));
+  STRATA_RETURN_IF_ERROR(fp16.Int("hysteresis", &ls.hysteresis, 1, 1000));
+  STRATA_RETURN_IF_ERROR(fp16.Double("min_loss_scale", &ls.min_scale, 1e-30, 1e30));
+  fp16.Touch("auto_cast");
+  bf16.UnusedKeys(&c->warnings);
+  fp16.UnusedKeys(&c->warnings);
+  return Status();
+}
+
+Status ParseOptimizer(JsonReader& root, TrainConfig* c) {
+  STRATA_ASSIGN_OR_RETURN(JsonReader opt, root.Child("optimizer"));
+  if (!root.Has("optimizer")) return Status();
+  std::string type = "AdamW";
+  STRATA_RETURN_IF_ERROR(opt.Choice("type", &type, {"Adam", "AdamW"}));
+  if (type == "Adam") c->weight_decay = 0;  // DeepSpeed's (and torch's) Adam default
+  STRATA_ASSIGN_OR_RETURN(JsonReader p, opt.Child("params"));
+  STRATA_RETURN_IF_ERROR(p.Double("lr", &c->lr, 0, 1e3));
+  if (p.IsAuto("betas")) {
+    p.Touch("betas");
+    c->autos.push_back({"optimizer.params.betas", fmt::format("[{}, {}]", c->beta1, c->beta2), "Strata's default"});
+  } else if (p.Has("betas")) {
+    const nlohmann::json* b = p.Raw("betas");
+    if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number() || !(*b)[1].is_number())
+      return InvalidArgument("optimizer.params.betas: expected [beta1, beta2], got {}", b->dump());
+    c->beta1 = (*b)[0].get<double>();
+    c->beta2 = (*b)[1].get<double>();
+    if (!(c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1))
+      return InvalidArgument("optimizer.params.betas: {} out of range [0, 1)", b->dump());
+  }
+  STRATA_RETURN_IF_ERROR(p.Double("eps", &c->eps, 0, 1));
+  STRATA_RETURN_IF_ERROR(p.Double("weight_decay", &c->weight_decay, 0, 10));
+  c->adam_w_mode = true;  // DeepSpeed's "Adam" is decoupled (AdamW) unless adam_w_mode is false
+  STRATA_RETURN_IF_ERROR(p.Bool("adam_w_mode", &c->adam_w_mode));
+  p.Touch("torch_adam");
+  p.UnusedKeys(&c->warnings);
+  opt.UnusedKeys(&c->warnings);
+  return Status();
+}
+
+Status ParseZero(JsonReader& root, TrainConfig* c) {
+  STRATA_ASSIGN_OR_RETURN(JsonReader zero, root.Child("zero_optimization"));
+  STRATA_RETURN_IF_ERROR(zero.Int("stage", &c->zero_stage, 0, 3));
+  STRATA_RETURN_IF_ERROR(ParseOffload(zero, "offload_param", &c->offload_param, &c->warnings, &c->notes));
+  STRATA_RETURN_IF_ERROR(ParseOffload(zero, "offload_optimizer", &c->offload_optimizer, &c->warnings, &c->notes));
+  STRATA_RETURN_IF_ERROR(ParseLegacyOffload(zero, c));
+  STRATA_RETURN_IF_ERROR(zero.Int("sub_group_size", &c->sub_group_size, 1, kMaxI));
+  STRATA_RETURN_IF_ERROR(zero.Int("stage3_prefetch_bucket_size", &c->prefetch_bucket_size, 0, kMaxI));
+  STRATA_RETURN_IF_ERROR(AcceptIgnored(zero, "stage3_max_live_parameters", false,
+                                       "one block is gathered at a time (two with a tied embedding)", &c->notes));
+  for (const char* k : {"stage3_max_reuse_distance", "overlap_comm", "contiguous_gradients",
+                        "reduce_bucket_size", "allgather_bucket_size", "reduce_scatter", "allgather_partitions",
+                        "stage3_param_persistence_threshold", "stage3_gather_16bit_weights_on_model_save",
+                        "round_robin_gradients"})
+    zero.Touch(k);
+  zero.UnusedKeys(&c->warnings);
+  if (c->offload_param.device != OffloadDevice::kNone && c->zero_stage != 3)
+    return InvalidArgument("zero_optimization.offload_param: needs stage 3 (stage is {})", c->zero_stage);
+  return Status();
+}
+
+Status ParseAio(JsonReader& root, TrainConfig* c) {
+  STRATA_ASSIGN_OR_RETURN(JsonReader aio, root.Child("aio"));
+  STRATA_RETURN_IF_ERROR(aio.Int("block_size", &c->aio.block_size, 4096, 1 << 30));
+  if (c->aio.block_size % 4096) return InvalidArgument("aio.block_size: {} is not a multiple of 4096", c->aio.block_size);
+  STRATA_RETURN_IF_ERROR(aio.Int("queue_depth", &c->aio.queue_depth, 1, 4096));
+  const struct {
+    const char* key;
+    bool boolean;
+    const char* why;
+  } kIgnored[] = {
+      {"thread_count", false, "one I/O thread per rank drives io_uring; aio.queue_depth sets the requests in flight"},
+      {"single_submit", true, "requests are always submitted in batches"},
+      {"overlap_events", true, "submission and completion always overlap"}};
+  for (const auto& k : kIgnored) STRATA_RETURN_IF_ERROR(AcceptIgnored(aio, k.key, k.boolean, k.why, &c->notes));
+  aio.UnusedKeys(&c->warnings);
+  return Status();
+}
+
+Status ParseActivationCheckpointing(JsonReader& root, TrainConfig* c) {
+  if (!root.Has("activation_checkpointing")) return Status();
+  root.Touch("activation_checkpointing");
+  c->notes.push_back(
+      "activation_checkpointing: always on in Strata, per block (only each block's input is kept; the block is "
+      "recomputed in backward), so this section's settings are not needed");
+  return Status();
+}
+
 }  // namespace
 
 StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::string& origin) {
@@ -156,129 +295,16 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
     return InvalidArgument("{}: not valid JSON: {}", origin, e.what());
   }
   if (!j.is_object()) return InvalidArgument("{}: the top level must be a JSON object", origin);
+  // DeepSpeed's legacy form "zero_optimization": true|false means stage 1|0.
+  if (j.contains("zero_optimization") && j["zero_optimization"].is_boolean())
+    j["zero_optimization"] = {{"stage", j["zero_optimization"].get<bool>() ? 1 : 0}};
   TrainConfig c;
   JsonReader root(&j, "");
-  auto fail = [&](const Status& s) { return s.WithContext(origin); };
-
-  Status s;
-  // Batch keys: "auto" or absent leaves them to ResolveBatch (which knows the world size).
-  auto batch_key = [&](const char* key, int64_t* value, std::optional<int64_t>* set) -> Status {
-    if (root.IsAuto(key) || !root.Has(key)) {
-      root.Touch(key);
-      return Status();
-    }
-    STRATA_RETURN_IF_ERROR(root.Int(key, value, 1, 1 << 24));
-    *set = *value;
-    return Status();
-  };
-  if (!(s = batch_key("train_micro_batch_size_per_gpu", &c.micro_batch, &c.micro_batch_set)).ok()) return fail(s);
-  if (!(s = batch_key("gradient_accumulation_steps", &c.grad_accum, &c.grad_accum_set)).ok()) return fail(s);
-  if (!(s = batch_key("train_batch_size", &c.train_batch, &c.train_batch_set)).ok()) return fail(s);
-  c.train_batch = c.micro_batch * c.grad_accum;  // provisional (one rank), until ResolveBatch
-  if (!(s = root.Double("gradient_clipping", &c.gradient_clipping, 0, 1e9)).ok()) return fail(s);
-  if (!(s = root.Int("steps_per_print", &c.steps_per_print, 1, kMaxI)).ok()) return fail(s);
-  if (!(s = root.Bool("wall_clock_breakdown", &c.wall_clock_breakdown)).ok()) return fail(s);
-
-  // Precision.
-  auto bf16 = root.Child("bf16");
-  auto fp16 = root.Child("fp16");
-  if (!bf16.ok()) return fail(bf16.status());
-  if (!fp16.ok()) return fail(fp16.status());
-  bool bf16_on = false, fp16_on = false;
-  if (bf16->IsAuto("enabled")) {
-    bf16->Touch("enabled");  // decided by ResolvePrecision, once the device is known
-    c.bf16_auto = true;
-  } else if (bf16->Has("enabled") && !bf16->Raw("enabled")->is_boolean() && !bf16->Raw("enabled")->is_null()) {
-    return fail(InvalidArgument("bf16.enabled: expected true, false or \"auto\", got {}", bf16->Raw("enabled")->dump()));
-  } else if (!(s = bf16->Bool("enabled", &bf16_on)).ok()) {
-    return fail(s);
-  }
-  if (!(s = fp16->Bool("enabled", &fp16_on)).ok()) return fail(s);
-  if (bf16_on && fp16_on) return fail(InvalidArgument("bf16.enabled and fp16.enabled are both true: choose one"));
-  c.compute_dtype = bf16_on ? DType::kBF16 : fp16_on ? DType::kF16 : DType::kF32;
-  if (!(s = fp16->Double("loss_scale", &c.loss_scale.static_scale, 0, 1e30)).ok()) return fail(s);
-  if (!(s = fp16->Int("initial_scale_power", &c.loss_scale.initial_scale_power, 0, 64)).ok()) return fail(s);
-  if (!(s = fp16->Int("loss_scale_window", &c.loss_scale.window, 1, kMaxI)).ok()) return fail(s);
-  if (!(s = fp16->Int("hysteresis", &c.loss_scale.hysteresis, 1, 1000)).ok()) return fail(s);
-  if (!(s = fp16->Double("min_loss_scale", &c.loss_scale.min_scale, 1e-30, 1e30)).ok()) return fail(s);
-  fp16->Touch("auto_cast");
-  bf16->UnusedKeys(&c.warnings);
-  fp16->UnusedKeys(&c.warnings);
-
-  // Optimizer.
-  auto opt = root.Child("optimizer");
-  if (!opt.ok()) return fail(opt.status());
-  if (root.Has("optimizer")) {
-    std::string type = "AdamW";
-    if (!(s = opt->Choice("type", &type, {"Adam", "AdamW"})).ok()) return fail(s);
-    if (type == "Adam") c.weight_decay = 0;  // DeepSpeed's (and torch's) Adam default
-    auto p = opt->Child("params");
-    if (!p.ok()) return fail(p.status());
-    if (!(s = p->Double("lr", &c.lr, 0, 1e3)).ok()) return fail(s);
-    if (p->IsAuto("betas")) {
-      p->Touch("betas");
-      c.autos.push_back({"optimizer.params.betas", fmt::format("[{}, {}]", c.beta1, c.beta2), "Strata's default"});
-    } else if (p->Has("betas")) {
-      const nlohmann::json* b = p->Raw("betas");
-      if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number() || !(*b)[1].is_number())
-        return fail(InvalidArgument("optimizer.params.betas: expected [beta1, beta2], got {}", b->dump()));
-      c.beta1 = (*b)[0].get<double>();
-      c.beta2 = (*b)[1].get<double>();
-      if (!(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1))
-        return fail(InvalidArgument("optimizer.params.betas: {} out of range [0, 1)", b->dump()));
-    }
-    if (!(s = p->Double("eps", &c.eps, 0, 1)).ok()) return fail(s);
-    if (!(s = p->Double("weight_decay", &c.weight_decay, 0, 10)).ok()) return fail(s);
-    c.adam_w_mode = true;  // DeepSpeed's "Adam" is decoupled (AdamW) unless adam_w_mode is false
-    if (!(s = p->Bool("adam_w_mode", &c.adam_w_mode)).ok()) return fail(s);
-    p->Touch("torch_adam");
-    p->UnusedKeys(&c.warnings);
-    opt->UnusedKeys(&c.warnings);
-  }
-  if (!(s = ParseScheduler(root, &c)).ok()) return fail(s);
-
-  // ZeRO. DeepSpeed's legacy form "zero_optimization": true|false means stage 1|0.
-  nlohmann::json legacy_zero;
-  if (root.Has("zero_optimization") && j["zero_optimization"].is_boolean()) {
-    legacy_zero = {{"stage", j["zero_optimization"].get<bool>() ? 1 : 0}};
-    j["zero_optimization"] = legacy_zero;
-  }
-  auto zero = root.Child("zero_optimization");
-  if (!zero.ok()) return fail(zero.status());
-  if (!(s = zero->Int("stage", &c.zero_stage, 0, 3)).ok()) return fail(s);
-  if (!(s = ParseOffload(*zero, "offload_param", &c.offload_param, &c.warnings)).ok()) return fail(s);
-  if (!(s = ParseOffload(*zero, "offload_optimizer", &c.offload_optimizer, &c.warnings)).ok()) return fail(s);
-  if (!(s = ParseLegacyOffload(*zero, &c)).ok()) return fail(s);
-  if (!(s = zero->Int("sub_group_size", &c.sub_group_size, 1, kMaxI)).ok()) return fail(s);
-  if (!(s = zero->Int("stage3_prefetch_bucket_size", &c.prefetch_bucket_size, 0, kMaxI)).ok()) return fail(s);
-  if (!(s = zero->Int("stage3_max_live_parameters", &c.max_live_parameters, 0, kMaxI)).ok()) return fail(s);
-  for (const char* k : {"stage3_max_reuse_distance", "overlap_comm", "contiguous_gradients",
-                        "reduce_bucket_size", "allgather_bucket_size", "reduce_scatter", "allgather_partitions",
-                        "stage3_param_persistence_threshold", "stage3_gather_16bit_weights_on_model_save",
-                        "round_robin_gradients"})
-    zero->Touch(k);
-  zero->UnusedKeys(&c.warnings);
-  if (c.offload_param.device != OffloadDevice::kNone && c.zero_stage != 3)
-    return fail(InvalidArgument("zero_optimization.offload_param: needs stage 3 (stage is {})", c.zero_stage));
-
-  auto aio = root.Child("aio");
-  if (!aio.ok()) return fail(aio.status());
-  if (!(s = aio->Int("block_size", &c.aio.block_size, 4096, 1 << 30)).ok()) return fail(s);
-  if (c.aio.block_size % 4096) return fail(InvalidArgument("aio.block_size: {} is not a multiple of 4096", c.aio.block_size));
-  if (!(s = aio->Int("queue_depth", &c.aio.queue_depth, 1, 4096)).ok()) return fail(s);
-  if (!(s = aio->Int("thread_count", &c.aio.thread_count, 1, 64)).ok()) return fail(s);
-  if (!(s = aio->Bool("single_submit", &c.aio.single_submit)).ok()) return fail(s);
-  if (!(s = aio->Bool("overlap_events", &c.aio.overlap_events)).ok()) return fail(s);
-  aio->UnusedKeys(&c.warnings);
-
-  if (root.Has("activation_checkpointing")) {
-    root.Touch("activation_checkpointing");
-    c.notes.push_back(
-        "activation_checkpointing: always on in Strata, per block (only each block's input is kept; the block is "
-        "recomputed in backward), so this section's settings are not needed");
-  }
-
-  if (!(s = ParseStrata(root, &c)).ok()) return fail(s);
+  // In reading order: `config check` lists the "auto"s in that order.
+  for (Status (*section)(JsonReader&, TrainConfig*) :
+       {ParseBatch, ParsePrecision, ParseOptimizer, ParseScheduler, ParseZero, ParseAio, ParseActivationCheckpointing,
+        ParseStrata})
+    if (Status s = section(root, &c); !s.ok()) return s.WithContext(origin);
   if (c.schedule.total_num_steps == 0) c.schedule.total_num_steps = c.steps;
   root.UnusedKeys(&c.warnings);
   for (AutoValue a : root.autos()) {

@@ -27,16 +27,12 @@ struct OffloadConfig {
   OffloadDevice device = OffloadDevice::kNone;
   std::string nvme_path = "/var/tmp/strata";
   bool pin_memory = true;
-  int64_t buffer_count = 5;
-  int64_t buffer_size = 100'000'000;  // elements (DeepSpeed's meaning)
+  int64_t buffer_count = 5;  // pinned buffers, each sized by the largest block's shard
 };
 
 struct AioConfig {
   int64_t block_size = 1 << 20;  // bytes per request
-  int64_t queue_depth = 32;
-  int64_t thread_count = 1;
-  bool single_submit = false;
-  bool overlap_events = true;
+  int64_t queue_depth = 32;     // requests in flight (one I/O thread per rank drives io_uring)
 };
 
 struct LossScaleConfig {
@@ -86,7 +82,6 @@ struct TrainConfig {
   int64_t sub_group_size = 1'000'000'000;   // optimizer sub-group, elements
   int64_t prefetch_bucket_size = 50'000'000;  // stage3_prefetch_bucket_size, elements in flight
   AioConfig aio;
-  int64_t max_live_parameters = 1'000'000'000;  // stage3_max_live_parameters (elements; checked, informative)
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;  // print compute / comm / optimizer / exposed I/O per logged step
   // strata.*

@@ -10,7 +10,12 @@
 namespace strata {
 namespace {
 
-void ExpectEstimateMatchesLedger(const TrainConfig& cfg, int world) {
+// Every cell (state kind x residence) of rank 0's ledger, as the engine measured what it
+// allocated, equals the estimator's, to the byte.
+void ExpectEstimateMatchesLedger(const TrainConfig& cfg, int world, const std::string& what) {
+  SCOPED_TRACE(fmt::format("{}, {} rank(s), stage {}, params {}, optimizer {}, {}", what, world, cfg.zero_stage,
+                           OffloadDeviceName(cfg.offload_param.device), OffloadDeviceName(cfg.offload_optimizer.device),
+                           DTypeName(cfg.compute_dtype)));
   const MemoryEstimate e = EstimateMemory(cfg, world);
   MemoryLedger measured;
   ASSERT_EQ(testing::RunRanks(world,
@@ -21,41 +26,60 @@ void ExpectEstimateMatchesLedger(const TrainConfig& cfg, int world) {
                               }),
             "");
   for (int k = 0; k < kNumStateKinds; ++k)
-    for (int t = 0; t < 3; ++t) {
-      EXPECT_EQ(e.ledger.bytes[k][t], measured.bytes[k][t]) << "state kind " << k << ", tier " << t;
+    for (int t = 0; t < 3; ++t) EXPECT_EQ(e.ledger.bytes[k][t], measured.bytes[k][t]) << "state kind " << k << ", tier " << t;
+}
+
+// A shipped config with its model shrunk to a few kB (same architecture, tie and every other
+// setting), its swap folder in `dir`, and sub-groups small enough that blocks have several.
+TrainConfig Shrunk(const std::string& file, const std::string& dir) {
+  auto cfg = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/" + file);
+  EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
+  ResolvePrecision(&*cfg, /*on_gpu=*/false);
+  model::ModelConfig& m = cfg->model;
+  m.vocab_size = 256;
+  m.seq_len = 32;
+  m.n_layer = 2;
+  m.d_model = 64;
+  m.n_head = 4;
+  m.n_kv_head = m.arch == model::Arch::kLlama ? 2 : 0;
+  m.ffn_hidden = 0;
+  cfg->sub_group_size = 5000;
+  cfg->offload_param.nvme_path = cfg->offload_optimizer.nvme_path = dir;
+  return *cfg;
+}
+
+TEST(Estimate, ShippedConfigsMatchTheEngineLedgerExactly) {
+  testing::TempDir dir;
+  for (const char* file : {"tiny_cpu.json", "gpt2_124m_cpu_offload.json", "llama_1b_nvme.json"}) {
+    const TrainConfig base = Shrunk(file, dir.path());
+    for (int world : {1, 2, 3}) ExpectEstimateMatchesLedger(base, world, file);
+    for (int stage : {0, 1, 2}) {
+      for (OffloadDevice opt : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+        TrainConfig c = base;
+        c.zero_stage = stage;
+        c.offload_param.device = OffloadDevice::kNone;
+        c.offload_optimizer.device = opt;
+        ExpectEstimateMatchesLedger(c, 2, file);
+      }
     }
-  for (Residence r : {Residence::kDevice, Residence::kCpu, Residence::kNvme})
-    std::printf("  tier %d: estimated %llu B, measured %llu B\n", static_cast<int>(r),
-                (unsigned long long)e.ledger.Total(r), (unsigned long long)measured.Total(r));
-}
-
-TEST(Estimate, TinyConfigMatchesTheEngineLedger) {
-  testing::TempDir dir;
-  auto cfg = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/tiny_cpu.json");
-  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
-  cfg->offload_param.nvme_path = cfg->offload_optimizer.nvme_path = dir.path();
-  ExpectEstimateMatchesLedger(*cfg, 2);
-}
-
-TEST(Estimate, StagesOffloadsAndLlamaMatchTheEngineLedger) {
-  testing::TempDir dir;
-  auto cfg = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/tiny_cpu.json");
-  ASSERT_TRUE(cfg.ok());
-  cfg->offload_param.nvme_path = cfg->offload_optimizer.nvme_path = dir.path();
-  cfg->sub_group_size = 20000;  // several sub-groups per block
-  for (int stage : {1, 2}) {
-    TrainConfig c = *cfg;
-    c.zero_stage = stage;
-    c.offload_param.device = OffloadDevice::kNone;
-    c.offload_optimizer.device = OffloadDevice::kCpu;
-    ExpectEstimateMatchesLedger(c, 2);
+    for (OffloadDevice param : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+      TrainConfig c = base;
+      c.offload_param.device = param;
+      c.offload_param.buffer_count = 4;
+      c.offload_optimizer.pin_memory = false;
+      ExpectEstimateMatchesLedger(c, 3, file);
+    }
   }
-  TrainConfig llama = *cfg;
-  llama.model.arch = model::Arch::kLlama;
-  llama.model.n_kv_head = 2;
+}
+
+TEST(Estimate, HalfPrecisionAndUntiedLlamaMatchTheEngineLedgerExactly) {
+  testing::TempDir dir;
+  TrainConfig llama = Shrunk("llama_1b_nvme.json", dir.path());
   llama.model.tie_embeddings = false;
-  llama.compute_dtype = DType::kF16;
-  ExpectEstimateMatchesLedger(llama, 1);
+  for (DType d : {DType::kF16, DType::kBF16, DType::kF32}) {
+    llama.compute_dtype = d;
+    ExpectEstimateMatchesLedger(llama, 2, "untied llama");
+  }
 }
 
 TEST(Estimate, RefusesWhatDoesNotFitWithTheNumbers) {
