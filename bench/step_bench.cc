@@ -22,7 +22,7 @@ int RunStepBench(const StepBenchOptions& o) {
   if (!text.ok()) return fail(text.status());
   auto base = ParseTrainConfig(*text, origin);
   if (!base.ok()) return fail(base.status());
-  ResolvePrecision(&*base, ComputeDevice::NamesGpu(base->device));
+  ResolvePrecision(&*base, SpecNamesGpu(base->device));
   if (!base->precision_warning.empty()) LogWarn("{}", base->precision_warning);
   auto data = data::TokenDataset::Open(base->data, base->model.vocab_size, base->model.seq_len);
   if (!data.ok()) return fail(data.status());
@@ -30,7 +30,7 @@ int RunStepBench(const StepBenchOptions& o) {
   const OffloadDevice modes[] = {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme};
   std::vector<std::unique_ptr<Communicator>> comms;
   std::vector<std::unique_ptr<Tracer>> tracers;
-  std::vector<std::unique_ptr<OpenedDevice>> devices;  // before the engines: destroyed after them
+  std::vector<OpenedDevice> devices;  // before the engines: destroyed after them
   std::vector<std::unique_ptr<Engine>> engines;
   for (OffloadDevice d : modes) {
     TrainConfig c = *base;
@@ -41,7 +41,7 @@ int RunStepBench(const StepBenchOptions& o) {
     auto dev = OpenComputeDevice(c.device, 0, comms.back().get());
     if (!dev.ok()) return fail(dev.status());
     devices.push_back(std::move(dev).value());
-    auto e = Engine::Create(c, comms.back().get(), tracers.back().get(), {}, &devices.back()->device);
+    auto e = Engine::Create(c, comms.back().get(), tracers.back().get(), {}, devices.back().device.get());
     if (!e.ok()) return fail(e.status().WithContext(fmt::format("offload {}", OffloadDeviceName(d))));
     engines.push_back(std::move(e).value());
   }
@@ -62,13 +62,13 @@ int RunStepBench(const StepBenchOptions& o) {
   const Summary anchor = Summarize(ms[0]);
   // Achieved model TFLOPS (6 N per token, plus attention) and MFU against the stated peak.
   const double flops_per_token = model::ModelSpec(base->model).train_flops_per_token();
-  const double peak = o.peak_tflops > 0 ? o.peak_tflops : devices[0]->device.PeakTflops(base->compute_dtype);
+  const double peak = o.peak_tflops > 0 ? o.peak_tflops : devices[0].device->PeakTflops(base->compute_dtype);
   auto tflops = [&](double step_ms) { return tokens * flops_per_token / (step_ms / 1e3) / 1e12; };
   if (o.json) {
     nlohmann::json j;
     j["tokens_per_step"] = tokens;
-    j["device"] = devices[0]->device.device().str();
-    j["device_name"] = devices[0]->device.Name();
+    j["device"] = devices[0].device->device().str();
+    j["device_name"] = devices[0].device->Name();
     j["flops_per_token"] = flops_per_token;
     j["peak_tflops"] = peak > 0 ? nlohmann::json(peak) : nlohmann::json(nullptr);
     j["steps"] = o.steps;
@@ -87,7 +87,7 @@ int RunStepBench(const StepBenchOptions& o) {
   }
   std::printf("bench step: %s, %lld tokens per step, 1 rank, ZeRO stage %d, %s compute on %s; %d steps per mode, "
               "interleaved\n", base->model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", (long long)tokens,
-              base->zero_stage, DTypeName(base->compute_dtype), devices[0]->device.device().str().c_str(), o.steps);
+              base->zero_stage, DTypeName(base->compute_dtype), devices[0].device->device().str().c_str(), o.steps);
   Table t({"offload", "step ms", "tokens/s", "TFLOPS", "MFU", "exposed ms", "nvme MB/step", "time / none"});
   for (int m = 0; m < 3; ++m) {
     const Summary s = Summarize(ms[m]);
@@ -101,7 +101,7 @@ int RunStepBench(const StepBenchOptions& o) {
   std::printf("median (min-max); exposed = time the compute thread waited for transfers; TFLOPS = model FLOPs "
               "(%.3g per token) / step time; MFU against %s\n", flops_per_token,
               peak > 0 ? fmt::format("{:.1f} TFLOPS dense {} ({})", peak, DTypeName(base->compute_dtype),
-                                     devices[0]->device.Name()).c_str()
+                                     devices[0].device->Name()).c_str()
                        : "no stated peak (the host; pass --peak-tflops)");
   return 0;
 }

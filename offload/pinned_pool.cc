@@ -151,6 +151,14 @@ PinnedBuffer PinnedPool::Acquire() {
   return PinnedBuffer(this, i, base_ + static_cast<size_t>(i) * size_, size_);
 }
 
+std::optional<PinnedBuffer> PinnedPool::AcquireFor(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !free_.empty(); })) return std::nullopt;
+  int i = free_.back();
+  free_.pop_back();
+  return PinnedBuffer(this, i, base_ + static_cast<size_t>(i) * size_, size_);
+}
+
 std::optional<PinnedBuffer> PinnedPool::TryAcquire() {
   std::lock_guard<std::mutex> lock(mu_);
   if (free_.empty()) return std::nullopt;

@@ -10,6 +10,7 @@
 // are leased. The pool must outlive its leases (checked at destruction).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <memory>
@@ -83,6 +84,8 @@ class PinnedPool {
   // Blocks until a buffer is free.
   PinnedBuffer Acquire();
   std::optional<PinnedBuffer> TryAcquire();
+  // Blocks until a buffer is free, at most `timeout`; nullopt after that.
+  std::optional<PinnedBuffer> AcquireFor(std::chrono::milliseconds timeout);
 
   size_t buffer_count() const { return count_; }
   size_t buffer_size() const { return size_; }

@@ -14,8 +14,10 @@
 
 namespace strata {
 
-enum class Track { kCompute, kNvmeRead, kNvmeWrite, kComm, kOptimizer, kWait };
-inline constexpr int kNumTracks = 6;
+// kCopyIn / kCopyOut / kDeviceComm: the compute device's copy and collective queues (a
+// GPU's streams; the fake device's worker threads), so their overlap with compute is a picture.
+enum class Track { kCompute, kNvmeRead, kNvmeWrite, kComm, kOptimizer, kWait, kCopyIn, kCopyOut, kDeviceComm };
+inline constexpr int kNumTracks = 9;
 const char* TrackName(Track t);
 
 struct TraceEvent {

@@ -37,6 +37,11 @@ bool DeviceAvailable(std::string* why) {
   return true;
 }
 
+uint64_t DeviceMemoryBytes(int device) {
+  cudaDeviceProp prop;
+  return cudaGetDeviceProperties(&prop, device) == cudaSuccess ? prop.totalGlobalMem : 0;
+}
+
 std::string DeviceName(int device) {
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "";

@@ -73,7 +73,7 @@ class TrainRun {
   TrainConfig cfg_;
   MemoryEstimate estimate_;
   std::unique_ptr<Communicator> comm_;
-  std::unique_ptr<OpenedDevice> device_;
+  OpenedDevice device_;
   std::unique_ptr<data::TokenDataset> data_;
   std::unique_ptr<Tracer> tracer_;
   std::unique_ptr<Engine> engine_;
@@ -151,7 +151,7 @@ Status TrainRun::CreateEngine() {
   tracer_ = std::make_unique<Tracer>(env_.rank);
   rss_before_engine_ = ProcStatusBytes("VmRSS:");
   file_before_engine_ = ProcStatusBytes("RssFile:");
-  auto engine = Engine::Create(cfg_, comm_.get(), tracer_.get(), std::move(hooks), &device_->device);
+  auto engine = Engine::Create(cfg_, comm_.get(), tracer_.get(), std::move(hooks), device_.device.get());
   if (!engine.ok()) return engine.status().WithContext(fmt::format("rank {}", env_.rank));
   engine_ = std::move(engine).value();
   if (lead()) PrintLedger();
@@ -200,7 +200,7 @@ void TrainRun::PrintStartup() {
       cfg_.model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", spec.num_parameters() / 1e6, engine_->num_blocks(),
       env_.world_size, cfg_.zero_stage, OffloadDeviceName(cfg_.offload_param.device),
       OffloadDeviceName(cfg_.offload_optimizer.device), DTypeName(cfg_.compute_dtype),
-      device_->device.device().str(), cfg_.precision_reason, cfg_.train_batch, cfg_.micro_batch, cfg_.grad_accum,
+      device_.device->Name(), cfg_.precision_reason, cfg_.train_batch, cfg_.micro_batch, cfg_.grad_accum,
       env_.world_size, data_->description()));
   if (!a_.init_from.empty() && a_.resume.empty()) progress_->Message("initial weights from " + a_.init_from);
   if (!a_.resume.empty()) progress_->Message(fmt::format("resumed from {} at step {}", a_.resume, start_));
@@ -296,7 +296,7 @@ StatusOr<TrainConfig> ResolveTrainConfig(const std::string& config, const std::s
   STRATA_ASSIGN_OR_RETURN(std::string text, ComposeConfigText(config, kDefaultConfigJson, strata_file, sets, &origin));
   STRATA_ASSIGN_OR_RETURN(TrainConfig cfg, ParseTrainConfig(text, origin));
   if (Status s = ResolveBatch(&cfg, world_size); !s.ok()) return s.WithContext(origin);
-  ResolvePrecision(&cfg, ComputeDevice::NamesGpu(cfg.device));
+  ResolvePrecision(&cfg, SpecNamesGpu(cfg.device));
   return cfg;
 }
 

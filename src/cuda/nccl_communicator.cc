@@ -25,10 +25,10 @@ ncclDataType_t NcclType(DType t) {
   return t == DType::kF32 ? ncclFloat32 : t == DType::kBF16 ? ncclBfloat16 : ncclFloat16;
 }
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicatorImpl final : public NcclCommunicator, public StreamCollectives {
  public:
-  NcclCommunicator(int rank, int world) : rank_(rank), world_(world) {}
-  ~NcclCommunicator() override {
+  NcclCommunicatorImpl(int rank, int world) : rank_(rank), world_(world) {}
+  ~NcclCommunicatorImpl() override {
     if (comm_) ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -68,6 +68,25 @@ class NcclCommunicator final : public Communicator {
         Nccl(ncclBroadcast(data, data, count, NcclType(dtype), root, comm_, stream_), "broadcast", rank_));
     return Sync("broadcast");
   }
+  StreamCollectives* stream_collectives() override { return this; }
+  Status AllGatherOn(void* stream, const void* shard, void* full, size_t count, DType dtype) override {
+    return Nccl(ncclAllGather(shard, full, count, NcclType(dtype), comm_, static_cast<cudaStream_t>(stream)),
+                "all-gather", rank_);
+  }
+  Status ReduceScatterOn(void* stream, const void* full, void* shard, size_t count, DType dtype, ReduceOp op) override {
+    return Nccl(ncclReduceScatter(full, shard, count, NcclType(dtype), Op(op), comm_, static_cast<cudaStream_t>(stream)),
+                "reduce-scatter", rank_);
+  }
+  Status AllReduceOn(void* stream, void* data, size_t count, DType dtype, ReduceOp op) override {
+    return Nccl(ncclAllReduce(data, data, count, NcclType(dtype), Op(op), comm_, static_cast<cudaStream_t>(stream)),
+                "all-reduce", rank_);
+  }
+  Status AsyncError() override {
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    return Nccl(async, "NCCL", rank_);
+  }
+
   Status Barrier() override {
     // A one-element all-reduce on a scratch word is NCCL's barrier.
     if (!scratch_) STRATA_RETURN_IF_ERROR(Cuda(cudaMalloc(&scratch_, 4), "cudaMalloc"));
@@ -93,10 +112,10 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator* bootstrap, int device) {
-  auto c = std::make_unique<NcclCommunicator>(bootstrap->rank(), bootstrap->world_size());
+StatusOr<std::unique_ptr<NcclCommunicator>> MakeNcclCommunicator(Communicator* bootstrap, int device) {
+  auto c = std::make_unique<NcclCommunicatorImpl>(bootstrap->rank(), bootstrap->world_size());
   STRATA_RETURN_IF_ERROR(c->Init(bootstrap, device));
-  return std::unique_ptr<Communicator>(std::move(c));
+  return std::unique_ptr<NcclCommunicator>(std::move(c));
 }
 
 }  // namespace strata::cuda

@@ -1,6 +1,6 @@
+// The host device, the synchronous wrapper, events, and opening strata.device. The fake
+// asynchronous device is in fake_device.cc, the CUDA one in cuda_device.cc.
 #include "src/engine/compute_device.h"
-
-#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <cstring>
 
@@ -9,25 +9,170 @@
 #endif
 
 namespace strata {
+
+#if STRATA_CUDA_BUILD
+// cuda_device.cc (CUDA builds only).
+StatusOr<std::unique_ptr<ComputeDevice>> MakeCudaDevice(int index, cuda::StreamCollectives* collectives,
+                                                        Communicator* blocking);
+#endif
+
+bool HostEventState::Ready() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+Status HostEventState::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return done_; });
+  return status_;
+}
+
+void HostEventState::Set(Status status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = std::move(status);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+DeviceEvent DeviceEvent::Failed(Status status) {
+  auto s = std::make_shared<HostEventState>();
+  s->Set(std::move(status));
+  return DeviceEvent(std::move(s));
+}
+
 namespace {
 
-template <typename F>
-Status DeviceCall(const char* what, const torch::Device& device, F&& f) {
-  try {
-    f();
-    return Status();
-  } catch (const c10::Error& e) {
-    return Error(StatusCode::kInternal, "{} on {}: {}", what, device.str(), e.what_without_backtrace());
-  }
+// The first error among `after` (waiting for each).
+Status WaitAll(const EventList& after) {
+  Status first;
+  for (const DeviceEvent& e : after)
+    if (Status s = e.HostWait(); !s.ok() && first.ok()) first = s;
+  return first;
 }
+
+DeviceEvent Done(const Status& s) { return s.ok() ? DeviceEvent() : DeviceEvent::Failed(s); }
+
+class HostDevice final : public ComputeDevice {
+ public:
+  explicit HostDevice(Communicator* comm) : comm_(comm) {}
+  torch::Device device() const override { return torch::Device(torch::kCPU); }
+  bool is_host() const override { return true; }
+  std::string Name() const override { return "cpu"; }
+  Communicator* collectives() const override { return comm_; }
+
+  DeviceEvent CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) override {
+    if (Status s = WaitAll(after); !s.ok()) return DeviceEvent::Failed(s);
+    std::memcpy(dst.data_ptr(), src, dst.nbytes());
+    return DeviceEvent();
+  }
+  DeviceEvent CopyOut(void* dst, const torch::Tensor& src, const EventList& after) override {
+    if (Status s = WaitAll(after); !s.ok()) return DeviceEvent::Failed(s);
+    std::memcpy(dst, src.data_ptr(), src.nbytes());
+    return DeviceEvent();
+  }
+  DeviceEvent AllGather(const void* shard, void* full, size_t count, DType dtype, const EventList& after) override {
+    if (Status s = WaitAll(after); !s.ok()) return DeviceEvent::Failed(s);
+    return Done(comm_->AllGather(shard, full, count, dtype));
+  }
+  DeviceEvent ReduceScatter(const void* full, void* shard, size_t count, DType dtype, ReduceOp op,
+                            const EventList& after) override {
+    if (Status s = WaitAll(after); !s.ok()) return DeviceEvent::Failed(s);
+    return Done(comm_->ReduceScatter(full, shard, count, dtype, op));
+  }
+  DeviceEvent AllReduce(void* data, size_t count, DType dtype, ReduceOp op, const EventList& after) override {
+    if (Status s = WaitAll(after); !s.ok()) return DeviceEvent::Failed(s);
+    return Done(comm_->AllReduce(data, count, dtype, op));
+  }
+  Status ComputeAfter(const DeviceEvent& e) override { return e.HostWait(); }
+  DeviceEvent RecordCompute() override { return DeviceEvent(); }
+  DeviceEvent OnHost(std::function<Status()> fn, const EventList& after) override {
+    if (Status s = WaitAll(after); !s.ok()) return DeviceEvent::Failed(s);
+    return Done(fn());
+  }
+  Status Synchronize() override { return Status(); }
+
+ private:
+  Communicator* comm_;
+};
+
+// Every operation of `inner`, waited for before returning: the synchronous schedule.
+class SynchronousDevice final : public ComputeDevice {
+ public:
+  explicit SynchronousDevice(std::unique_ptr<ComputeDevice> inner) : inner_(std::move(inner)) {}
+  torch::Device device() const override { return inner_->device(); }
+  bool is_host() const override { return inner_->is_host(); }
+  std::string Name() const override { return inner_->Name() + ", synchronous"; }
+  double PeakTflops(DType d) const override { return inner_->PeakTflops(d); }
+  uint64_t MemoryBytes() const override { return inner_->MemoryBytes(); }
+  std::unique_ptr<HostPinner> MakeHostPinner() const override { return inner_->MakeHostPinner(); }
+  Communicator* collectives() const override { return inner_->collectives(); }
+
+  DeviceEvent CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) override {
+    return Waited(inner_->CopyIn(dst, src, after), "wait h2d");
+  }
+  DeviceEvent CopyOut(void* dst, const torch::Tensor& src, const EventList& after) override {
+    return Waited(inner_->CopyOut(dst, src, after), "wait d2h");
+  }
+  DeviceEvent AllGather(const void* shard, void* full, size_t count, DType dtype, const EventList& after) override {
+    return Waited(inner_->AllGather(shard, full, count, dtype, after), "wait all-gather");
+  }
+  DeviceEvent ReduceScatter(const void* full, void* shard, size_t count, DType dtype, ReduceOp op,
+                            const EventList& after) override {
+    return Waited(inner_->ReduceScatter(full, shard, count, dtype, op, after), "wait reduce-scatter");
+  }
+  DeviceEvent AllReduce(void* data, size_t count, DType dtype, ReduceOp op, const EventList& after) override {
+    return Waited(inner_->AllReduce(data, count, dtype, op, after), "wait all-reduce");
+  }
+  Status ComputeAfter(const DeviceEvent& e) override { return inner_->ComputeAfter(e); }
+  DeviceEvent RecordCompute() override { return inner_->RecordCompute(); }
+  DeviceEvent OnHost(std::function<Status()> fn, const EventList& after) override {
+    return Waited(inner_->OnHost(std::move(fn), after), "wait host callback");
+  }
+  Status Synchronize() override { return inner_->Synchronize(); }
+
+ private:
+  DeviceEvent Waited(DeviceEvent e, const char* what) {
+    Tracer::Span span(e.Ready() ? nullptr : tracer_, Track::kWait, what);
+    return Done(e.HostWait());
+  }
+  std::unique_ptr<ComputeDevice> inner_;
+};
 
 }  // namespace
 
-StatusOr<torch::Device> ComputeDevice::Parse(const std::string& spec, int local_rank) {
-  if (spec == "cpu" || (spec == "auto" && !torch::cuda::is_available())) return torch::Device(torch::kCPU);
-  if (spec == "auto") return Parse("cuda", local_rank);
-  if (spec != "cuda" && spec.rfind("cuda:", 0) != 0)
-    return InvalidArgument("strata.device: '{}' is not a device; use \"auto\", \"cpu\", \"cuda\" or \"cuda:N\"", spec);
+std::unique_ptr<ComputeDevice> MakeHostDevice(Communicator* comm) { return std::make_unique<HostDevice>(comm); }
+
+std::unique_ptr<ComputeDevice> MakeSynchronousDevice(std::unique_ptr<ComputeDevice> inner) {
+  return std::make_unique<SynchronousDevice>(std::move(inner));
+}
+
+bool SpecNamesGpu(const std::string& spec) {
+  if (spec == "auto") return torch::cuda::is_available();
+  return spec.rfind("cuda", 0) == 0;
+}
+
+StatusOr<OpenedDevice> OpenComputeDevice(const std::string& spec, int local_rank, Communicator* host) {
+  OpenedDevice out;
+  if (spec == "cpu" || (spec == "auto" && !torch::cuda::is_available())) {
+    out.device = MakeHostDevice(host);
+    return out;
+  }
+  if (spec == "fake" || spec.rfind("fake:", 0) == 0) {  // the fake asynchronous device (a demo of the overlap)
+    if (host->world_size() != 1)
+      return InvalidArgument("strata.device '{}': the fake device runs one rank only (it has no communicator of "
+                             "its own across processes)", spec);
+    FakeDeviceOptions o;
+    o.copy_gbps = spec.size() > 5 ? std::strtod(spec.c_str() + 5, nullptr) : 10.0;
+    if (!(o.copy_gbps > 0)) return InvalidArgument("strata.device '{}': expected fake:<GB/s of the modelled link>", spec);
+    out.collectives = MakeSingleRankCommunicator();
+    out.device = MakeFakeAsyncDevice(out.collectives.get(), o);
+    return out;
+  }
+  if (spec != "auto" && spec != "cuda" && spec.rfind("cuda:", 0) != 0)
+    return InvalidArgument("strata.device: '{}' is not a device; use \"auto\", \"cpu\", \"cuda\", \"cuda:N\" or "
+                           "\"fake[:GB/s]\"", spec);
   if (!torch::cuda::is_available())
     return Error(StatusCode::kFailedPrecondition,
                  "strata.device '{}': no CUDA device is usable here (a CPU build of Strata, LibTorch without CUDA, "
@@ -41,82 +186,11 @@ StatusOr<torch::Device> ComputeDevice::Parse(const std::string& spec, int local_
   const int count = static_cast<int>(torch::cuda::device_count());
   if (index >= count)
     return InvalidArgument("strata.device '{}': device {} does not exist ({} visible)", spec, index, count);
-  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
-}
-
-bool ComputeDevice::NamesGpu(const std::string& spec) {
-  if (spec == "auto") return torch::cuda::is_available();
-  return spec.rfind("cuda", 0) == 0;
-}
-
-Status ComputeDevice::CopyIn(const torch::Tensor& dst, const void* src) const {
-  if (device_.is_cpu()) {
-    std::memcpy(dst.data_ptr(), src, dst.nbytes());
-    return Status();
-  }
-  return DeviceCall("host -> device copy", device_, [&] {
-    // A blocking copy: `src` (a pinned lease) goes back to its pool as soon as this returns.
-    dst.copy_(torch::from_blob(const_cast<void*>(src), dst.sizes(), dst.options().device(torch::kCPU)));
-  });
-}
-
-Status ComputeDevice::CopyOut(void* dst, const torch::Tensor& src) const {
-  if (device_.is_cpu()) {
-    std::memcpy(dst, src.data_ptr(), src.nbytes());
-    return Status();
-  }
-  return DeviceCall("device -> host copy", device_, [&] {
-    torch::from_blob(dst, src.sizes(), src.options().device(torch::kCPU)).copy_(src);
-  });
-}
-
-std::string ComputeDevice::Name() const {
 #if STRATA_CUDA_BUILD
-  if (device_.is_cuda()) return cuda::DeviceName(device_.index());
-#endif
-  return device_.str();
-}
-
-double ComputeDevice::PeakTflops(DType dtype) const {
-  // Dense (no sparsity) figures from NVIDIA's data sheets.
-  struct Peak {
-    const char* name_part;
-    double half, fp32;
-  };
-  static const Peak kPeaks[] = {{"H100 PCIe", 756.0, 51.0}, {"H100", 989.4, 66.9}, {"H200", 989.4, 66.9},
-                                {"H800", 989.4, 66.9},     {"A100", 312.0, 19.5}, {"L40S", 362.05, 91.6}};
-  if (!device_.is_cuda()) return 0;
-  const std::string name = Name();
-  for (const Peak& p : kPeaks)
-    if (name.find(p.name_part) != std::string::npos) return dtype == DType::kF32 ? p.fp32 : p.half;
-  return 0;
-}
-
-std::unique_ptr<HostPinner> ComputeDevice::MakeHostPinner() const {
-#if STRATA_CUDA_BUILD
-  if (device_.is_cuda()) return cuda::MakeCudaHostPinner();
-#endif
-  return MakeMlockPinner();
-}
-
-Status ComputeDevice::WaitForCompute() const {
-  if (device_.is_cpu()) return Status();
-  return DeviceCall("waiting for the compute stream", device_, [&] {
-    c10::impl::VirtualGuardImpl guard(device_.type());
-    guard.getStream(device_).synchronize();
-  });
-}
-
-StatusOr<std::unique_ptr<OpenedDevice>> OpenComputeDevice(const std::string& spec, int local_rank,
-                                                          Communicator* host) {
-  STRATA_ASSIGN_OR_RETURN(torch::Device d, ComputeDevice::Parse(spec, local_rank));
-  auto out = std::make_unique<OpenedDevice>(host);
-  if (d.is_cpu()) return out;
-#if STRATA_CUDA_BUILD
-  auto nccl = cuda::MakeNcclCommunicator(host, d.index());
-  if (!nccl.ok()) return nccl.status().WithContext(fmt::format("NCCL on {}", d.str()));
-  out->collectives = std::move(nccl).value();
-  out->device = ComputeDevice(d, out->collectives.get());
+  STRATA_ASSIGN_OR_RETURN(auto nccl, cuda::MakeNcclCommunicator(host, index));
+  cuda::StreamCollectives* streams = nccl->stream_collectives();
+  out.collectives = std::move(nccl);
+  STRATA_ASSIGN_OR_RETURN(out.device, MakeCudaDevice(index, streams, out.collectives.get()));
   return out;
 #else
   return Error(StatusCode::kFailedPrecondition, "strata.device '{}': this is a CPU build of Strata; configure with "

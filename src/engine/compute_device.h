@@ -1,86 +1,162 @@
-// ComputeDevice: where the engine's blocks run. The host itself (a CPU build, or
-// strata.device "cpu"), or a CUDA device. The engine keeps every state on the host (pinned
-// buffers, the CPU tier, NVMe) and moves only what a block needs: working weights in, by a
-// host -> device copy before the all-gather; gradient shards out, by a device -> host copy
-// once their reduce-scatter has finished. Collectives on device buffers go through the
-// device's communicator (NCCL on a GPU; on the host, the host communicator itself).
+// ComputeDevice: where the engine's blocks run, and the asynchronous queues that feed them.
 //
-// Everything here goes through LibTorch's device-generic API (tensors, c10::Stream), so it
-// needs no CUDA header, the CPU tests run the same code path, and a CUDA build only has to
-// link LibTorch's CUDA libraries.
+// A device has four queues, each running its work in submission order:
+//   compute     the LibTorch ops the engine issues (a GPU's current stream; the host itself)
+//   copy in     host -> device copies of working shards
+//   copy out    device -> host copies of gradient shards
+//   collectives all-gather / reduce-scatter / all-reduce on device buffers
+// and a host-callback thread for host work that consumes a copy (accumulating a gradient
+// shard into the fp32 accumulator), off the compute thread. Every operation returns a
+// DeviceEvent that happens when it has completed, and takes the events it must wait for
+// (`after`): the ordering between queues is stated by the engine, never implied.
+//
+// Semantics the engine relies on (each is a race a test on the fake device catches):
+//  - host memory passed to CopyIn must not change until the copy's event happened (a pinned
+//    buffer goes back to its pool only then);
+//  - host memory written by CopyOut holds the bytes only once its event happened;
+//  - compute issued after ComputeAfter(e) runs after e (device-side on a GPU: no host wait);
+//  - a device buffer read by queued work must not be rewritten before that work's event
+//    (RecordCompute() marks the compute issued so far).
+//
+// Implementations: the host (synchronous; blocks compute on host buffers with the host
+// communicator: is_host()), a fake asynchronous device for tests and bench step (its copies
+// and collectives run on threads with injected delays and poison their destination while in
+// flight; compute runs on the host), and a CUDA device (LibTorch streams and events, NCCL on
+// its own stream; STRATA_CUDA builds only).
 #pragma once
 
 #include <torch/torch.h>
 
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "strata/communicator.h"
 #include "strata/dtype.h"
-#include "strata/pinned_pool.h"
+#include "strata/host_pinner.h"
 #include "strata/status.h"
+#include "strata/trace.h"
 
 namespace strata {
 
-class ComputeDevice {
+// Shared by a queue (which completes it) and its waiters.
+class EventState {
  public:
-  // `collectives`: the communicator for device buffers (borrowed). On the host it is the
-  // host communicator; a CUDA device needs one that takes device pointers (NCCL).
-  ComputeDevice(torch::Device device, Communicator* collectives) : device_(device), collectives_(collectives) {}
+  virtual ~EventState() = default;
+  virtual bool Ready() = 0;
+  // Blocks the calling host thread until the work happened; its Status.
+  virtual Status Wait() = 0;
+};
 
-  // "cpu", "cuda[:N]" (N defaults to LOCAL_RANK), or "auto" (cuda when a CUDA device is
-  // usable, else cpu). An error names the value, or says what
-  // is missing (a CPU-only build of LibTorch, no device).
-  static StatusOr<torch::Device> Parse(const std::string& spec, int local_rank);
-  // Whether `spec` names a GPU here ("cuda[:N]", or "auto" where a CUDA device is usable),
-  // without opening anything: what the compute dtype's "auto" needs to know.
-  static bool NamesGpu(const std::string& spec);
-
-  // Tests: the host, driven as if it were a separate device (weights copied into a device
-  // shard buffer, gradients copied out), so CPU runs check the path a GPU takes.
-  static ComputeDevice HostAsDevice(Communicator* collectives) {
-    ComputeDevice d(torch::Device(torch::kCPU), collectives);
-    d.as_device_ = true;
-    return d;
-  }
-
-  const torch::Device& device() const { return device_; }
-  // True when blocks run on the host itself: collectives read host memory directly.
-  bool is_host() const { return device_.is_cpu() && !as_device_; }
-  Communicator* collectives() const { return collectives_; }
-
-  // Copies dst.nbytes() bytes from host memory `src` into `dst` (on this device). When it
-  // returns, `src` may be reused. Ordered before the device work queued after it.
-  Status CopyIn(const torch::Tensor& dst, const void* src) const;
-  // Copies `src` (on this device) into host memory `dst` once the work queued before it has
-  // produced it; `dst` holds the bytes when it returns.
-  Status CopyOut(void* dst, const torch::Tensor& src) const;
-  // "cpu", or the GPU's product name.
-  std::string Name() const;
-  // The device's stated dense peak in TFLOPS for `dtype` (bf16/fp16 tensor cores, fp32
-  // without TF32) from its product name; 0 where not known (the host, unlisted GPUs).
-  double PeakTflops(DType dtype) const;
-  // Page-locks host memory the device copies from and to: mlock on the host,
-  // cudaHostRegister for a CUDA device (so copies run at full speed, asynchronously).
-  std::unique_ptr<HostPinner> MakeHostPinner() const;
-  // Waits for the device work queued so far on LibTorch's current stream (not the whole
-  // device), so a collective on another stream may read or overwrite its buffers. No-op on
-  // the host.
-  Status WaitForCompute() const;
+// Completed by a host thread (the host and fake devices, host callbacks).
+class HostEventState final : public EventState {
+ public:
+  bool Ready() override;
+  Status Wait() override;
+  void Set(Status status);
 
  private:
-  torch::Device device_;
-  Communicator* collectives_;
-  bool as_device_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
 };
 
-// A compute device with the communicator it owns (NCCL on a GPU, met through `host`; none
-// on the host, whose collectives are `host`'s). A GPU needs a CUDA build of Strata.
-struct OpenedDevice {
-  explicit OpenedDevice(Communicator* host) : device(torch::Device(torch::kCPU), host) {}
-  std::unique_ptr<Communicator> collectives;
-  ComputeDevice device;
+// A point in a device queue. Cheap to copy; the default one has already happened (OK).
+class DeviceEvent {
+ public:
+  DeviceEvent() = default;
+  explicit DeviceEvent(std::shared_ptr<EventState> state) : state_(std::move(state)) {}
+  static DeviceEvent Failed(Status status);
+  bool Ready() const { return !state_ || state_->Ready(); }
+  Status HostWait() const { return state_ ? state_->Wait() : Status(); }
+  const std::shared_ptr<EventState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<EventState> state_;
 };
-StatusOr<std::unique_ptr<OpenedDevice>> OpenComputeDevice(const std::string& spec, int local_rank, Communicator* host);
+using EventList = std::vector<DeviceEvent>;
+
+class ComputeDevice {
+ public:
+  virtual ~ComputeDevice() = default;
+
+  // Where the tensors of running blocks live (kCPU for the host and the fake device).
+  virtual torch::Device device() const = 0;
+  // True when blocks run on the host on host buffers: no copies, host collectives, every
+  // operation complete when it returns.
+  virtual bool is_host() const = 0;
+  // "cpu", "fake async (...)", or the GPU's product name.
+  virtual std::string Name() const = 0;
+  // The device's stated dense peak in TFLOPS for `dtype`; 0 where not known.
+  virtual double PeakTflops(DType dtype) const { return 0; }
+  // Bytes of device memory (0: the host's, or unknown).
+  virtual uint64_t MemoryBytes() const { return 0; }
+  // Page-locks host memory the device copies from and to (mlock; cudaHostRegister on a GPU).
+  virtual std::unique_ptr<HostPinner> MakeHostPinner() const { return MakeMlockPinner(); }
+  // The communicator for device buffers (collectives below go through it), borrowed.
+  virtual Communicator* collectives() const = 0;
+
+  // dst.nbytes() bytes from host `src` into device tensor `dst`, after `after`.
+  virtual DeviceEvent CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) = 0;
+  // src.nbytes() bytes from device tensor `src` into host `dst`, after `after`.
+  virtual DeviceEvent CopyOut(void* dst, const torch::Tensor& src, const EventList& after) = 0;
+  // Collectives on device buffers (communicator.h's semantics), after `after`.
+  virtual DeviceEvent AllGather(const void* shard, void* full, size_t count, DType dtype, const EventList& after) = 0;
+  virtual DeviceEvent ReduceScatter(const void* full, void* shard, size_t count, DType dtype, ReduceOp op,
+                                    const EventList& after) = 0;
+  virtual DeviceEvent AllReduce(void* data, size_t count, DType dtype, ReduceOp op, const EventList& after) = 0;
+  // Compute issued from now on runs after `e` (its error, if it failed, is returned).
+  virtual Status ComputeAfter(const DeviceEvent& e) = 0;
+  // Happens when the compute issued so far has completed.
+  virtual DeviceEvent RecordCompute() = 0;
+  // Runs `fn` on the host-callback thread after `after`, in submission order; the event
+  // carries fn's Status.
+  virtual DeviceEvent OnHost(std::function<Status()> fn, const EventList& after) = 0;
+  // Waits for everything queued so far; the first error of any of it.
+  virtual Status Synchronize() = 0;
+
+  // Spans of the copy and collective queues go to `tracer` (may be null).
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+
+ protected:
+  Tracer* tracer_ = nullptr;
+};
+
+// The host: blocks run here on host buffers, collectives on `comm` (borrowed).
+std::unique_ptr<ComputeDevice> MakeHostDevice(Communicator* comm);
+
+// A fake asynchronous device for tests and bench step. Device memory is host memory, but
+// every copy and collective runs on a queue thread: it waits for its `after` events, fills
+// its destination with NaN (poison: whoever reads it too early sees garbage), sleeps, then
+// does the work and completes its event. Compute runs on the caller's thread (ComputeAfter
+// waits on the host). Collectives use `comm` (borrowed; its own, not the engine's host
+// communicator, which another thread uses meanwhile).
+struct FakeDeviceOptions {
+  uint64_t seed = 1;              // random delays: uniform in [0, max_delay_us] per operation
+  int max_delay_us = 0;
+  double copy_gbps = 0;           // > 0: a copy also takes bytes / copy_gbps (a modelled link)
+  bool poison = true;
+};
+std::unique_ptr<ComputeDevice> MakeFakeAsyncDevice(Communicator* comm, FakeDeviceOptions options);
+
+// Wraps a device so that every operation completes before it returns: the synchronous
+// schedule, as a baseline (bench step) with the same costs. `inner` is owned.
+std::unique_ptr<ComputeDevice> MakeSynchronousDevice(std::unique_ptr<ComputeDevice> inner);
+
+// strata.device: "cpu", "cuda[:N]" (N defaults to LOCAL_RANK), or "auto" (cuda when a CUDA
+// device is usable, else cpu). A GPU gets its own communicator (NCCL), met through `host`.
+// An error names the value, or says what is missing.
+struct OpenedDevice {
+  std::unique_ptr<Communicator> collectives;  // owned when the device needs its own
+  std::unique_ptr<ComputeDevice> device;
+};
+StatusOr<OpenedDevice> OpenComputeDevice(const std::string& spec, int local_rank, Communicator* host);
+// Whether `spec` names a GPU here ("cuda[:N]", or "auto" where a CUDA device is usable),
+// without opening anything: what the compute dtype's "auto" needs to know.
+bool SpecNamesGpu(const std::string& spec);
 
 }  // namespace strata

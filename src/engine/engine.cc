@@ -49,6 +49,7 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Engine::~Engine() {
   if (!impl_) return;
+  if (Status s = impl_->dev->Synchronize(); !s.ok()) LogError("{}", s.message());  // its copies read our buffers
   impl_->DropEarlyStates();
   // Write-backs hold pool buffers: they finish (and give them back) before the pools go.
   if (impl_->store) {
@@ -58,18 +59,21 @@ Engine::~Engine() {
 }
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const TrainConfig& config, Communicator* comm, Tracer* tracer,
-                                                EngineHooks hooks, const ComputeDevice* device) {
+                                                EngineHooks hooks, ComputeDevice* device) {
   auto impl = std::make_unique<Impl>();
   impl->cfg = config;
   impl->comm = comm;
-  if (device) impl->dev = *device;
-  if (!impl->dev.device().is_cpu() && !impl->dev.collectives())
-    return InvalidArgument("compute device {} needs a communicator for device buffers (NCCL)", impl->dev.device().str());
-  Communicator* dcomm = impl->dcomm();
+  if (!device) {
+    impl->own_device = MakeHostDevice(comm);
+    device = impl->own_device.get();
+  }
+  impl->dev = device;
+  Communicator* dcomm = device->collectives();
   if (dcomm->world_size() != comm->world_size() || dcomm->rank() != comm->rank())
     return InvalidArgument("the device communicator ({} of {}) and the host communicator ({} of {}) disagree",
                            dcomm->rank(), dcomm->world_size(), comm->rank(), comm->world_size());
   impl->tracer = tracer;
+  device->set_tracer(tracer);
   STRATA_RETURN_IF_ERROR(impl->Init(hooks));
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -86,7 +90,7 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
     return InvalidArgument("optimizer: Adam with L2 weight decay (adam_w_mode false) is not supported; use AdamW");
   model.spec = std::make_unique<model::ModelSpec>(cfg.model);
   model.tie = model.spec->tie();
-  plan = ShardPlan::Make(cfg, ModelShape::Of(cfg.model), comm->world_size(), comm->rank());
+  plan = ShardPlan::Make(cfg, ModelShape::Of(cfg.model), comm->world_size(), comm->rank(), {dev->is_host()});
   STRATA_RETURN_IF_ERROR(CreatePools());  // first: the store registers them with io_uring
   STRATA_RETURN_IF_ERROR(OpenStore());
   model.blocks.resize(plan.blocks.size());
@@ -103,7 +107,7 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
 Status Engine::Impl::CreatePools() {
   auto make = [&](const PoolPlan& p, std::unique_ptr<PinnedPool>* out) -> Status {
     if (p.count == 0) return Status();
-    STRATA_ASSIGN_OR_RETURN(*out, PinnedPool::Create(p.count, p.buffer_bytes, p.pin ? dev.MakeHostPinner() : nullptr));
+    STRATA_ASSIGN_OR_RETURN(*out, PinnedPool::Create(p.count, p.buffer_bytes, p.pin ? dev->MakeHostPinner() : nullptr));
     ledger.Add(StateKind::kPinnedBuffers, Residence::kCpu, (*out)->region().size());
     return Status();
   };
@@ -114,9 +118,9 @@ Status Engine::Impl::CreatePools() {
 Status Engine::Impl::OpenStore() {
   TieredStoreOptions so;
   so.pin_cpu_tier = cfg.offload_optimizer.pin_memory;
-  so.cpu_pinner = dev.MakeHostPinner();
+  so.cpu_pinner = dev->MakeHostPinner();
   const bool optim_nvme = plan.optimizer_home == Residence::kNvme;
-  so.enable_nvme = optim_nvme || plan.working_home == Residence::kNvme;
+  so.enable_nvme = optim_nvme || cfg.offload_param.device == OffloadDevice::kNvme;
   so.nvme.dir = optim_nvme ? cfg.offload_optimizer.nvme_path : cfg.offload_param.nvme_path;
   so.nvme.rank = comm->rank();
   so.nvme.block_size = static_cast<uint32_t>(cfg.aio.block_size);
@@ -195,7 +199,7 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat) {
   const BlockPlan& bp = plan.blocks[b];
   auto add = [&](const TensorKey& key, std::span<const std::byte> bytes, TensorHandle* h) -> Status {
     const bool working = key.role == TensorRole::kWorking;
-    const Residence home = working ? plan.working_home : plan.optimizer_home;
+    const Residence home = working ? plan.WorkingResidence(b) : plan.optimizer_home;
     STRATA_ASSIGN_OR_RETURN(*h, store->Register(key.Name(), bytes.size(), TierOf(home)));
     STRATA_RETURN_IF_ERROR(store->Write(*h, bytes).Wait());
     const StateKind kind = working                              ? StateKind::kWorking
@@ -210,7 +214,17 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat) {
     working = flat.narrow(0, bp.working.begin, bp.working.len).to(compute_scalar()).contiguous();
     zeros = torch::zeros({std::min(bp.sub_group_step, bp.optimizer.len)}, torch::kFloat32);
   }));
-  STRATA_RETURN_IF_ERROR(add({b, TensorRole::kWorking, 0}, BytesOf(working), &br.working));
+  if (plan.resident[b]) {  // its home is the device: no store tensor
+    bufs.resident.resize(plan.blocks.size());
+    bufs.resident_ready.resize(plan.blocks.size());
+    STRATA_RETURN_IF_ERROR(TorchCall("resident weights", [&] {
+      bufs.resident[b] = torch::empty({bp.working.len}, torch::TensorOptions().device(dev->device()).dtype(compute_scalar()));
+    }));
+    STRATA_RETURN_IF_ERROR(dev->CopyIn(bufs.resident[b], working.data_ptr(), {}).HostWait());
+    ledger.Add(StateKind::kWorking, Residence::kDevice, BytesOf(working).size());
+  } else {
+    STRATA_RETURN_IF_ERROR(add({b, TensorRole::kWorking, 0}, BytesOf(working), &br.working));
+  }
   for (int64_t i = 0; i < bp.num_sub_groups(); ++i) {
     const ElementRange r = bp.sub_group(i);
     SubGroup sg{r, {}, {}, {}};
@@ -226,23 +240,32 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat) {
 }
 
 Status Engine::Impl::AllocateDeviceBuffers() {
-  const int64_t tied_padded = model.tie ? plan.blocks[model.tie->owner_block].layout.padded : 0;
+  const auto on = torch::TensorOptions().device(dev->device());
+  const auto host = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(dev->device().is_cuda());
+  const int64_t shard_in = dev->is_host() ? 0 : plan.max_shard;
+  auto slot = [&](int64_t padded, GatherSlot* g) {
+    g->full = torch::empty({padded}, on.dtype(compute_scalar()));
+    g->shard_in = torch::empty({shard_in}, on.dtype(compute_scalar()));
+    ledger.Add(StateKind::kGatherBuffers, Residence::kDevice, padded * g->full.element_size());
+  };
   STRATA_RETURN_IF_ERROR(TorchCall("device buffers", [&] {
-    const auto on = torch::TensorOptions().device(dev.device());
-    bufs.gather[0] = torch::empty({plan.max_padded}, on.dtype(compute_scalar()));
-    if (model.tie) bufs.gather[1] = torch::empty({tied_padded}, on.dtype(compute_scalar()));
-    bufs.flat_grad = torch::zeros({plan.max_padded}, on.dtype(torch::kFloat32));
-    bufs.reduced = torch::zeros({plan.max_shard}, on.dtype(torch::kFloat32));
-    if (model.tie) bufs.pending_tied = torch::zeros({plan.tied_numel}, on.dtype(torch::kFloat32));
-    if (!dev.is_host()) {
-      bufs.shard_in = torch::empty({plan.max_shard}, on.dtype(compute_scalar()));
-      bufs.grad_host = torch::empty({plan.grads_sharded ? plan.max_shard : plan.max_padded},
-                                    torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(dev.device().is_cuda()));
+    bufs.gather.resize(plan.gather_slots);
+    for (GatherSlot& g : bufs.gather) slot(plan.max_padded, &g);
+    if (plan.tied_slot) slot(plan.blocks[plan.tied_owner].layout.padded, &bufs.tied);
+    bufs.grads.resize(plan.grad_slots);
+    for (GradSlot& g : bufs.grads) {
+      g.flat = torch::zeros({plan.max_padded}, on.dtype(torch::kFloat32));
+      g.reduced = torch::zeros({plan.max_shard}, on.dtype(torch::kFloat32));
+      if (!dev->is_host()) g.host = torch::empty({plan.grads_sharded ? plan.max_shard : plan.max_padded}, host);
     }
+    if (model.tie) bufs.pending_tied = torch::zeros({plan.tied_numel}, on.dtype(torch::kFloat32));
   }));
-  ledger.Add(StateKind::kGatherBuffers, Residence::kDevice,
-             (bufs.gather[0].numel() + (model.tie ? bufs.gather[1].numel() : 0)) * bufs.gather[0].element_size());
   return Status();
+}
+
+const std::byte* Engine::Impl::HostWorking(int b) {
+  const TensorHandle h = model.blocks[b].working;
+  return h.valid() && store->home(h) == Tier::kCpu ? store->CpuMemory(h).data() : nullptr;
 }
 
 StatusOr<NamedTensors> Engine::MasterParameters(int block) {
@@ -275,7 +298,14 @@ Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::
   };
   for (int b = 0; b < m.num_blocks(); ++b) {
     const BlockRuntime& br = m.model.blocks[b];
-    STRATA_RETURN_IF_ERROR(one({b, TensorRole::kWorking, 0}, br.working));
+    if (m.plan.resident[b]) {  // on the device: copied out
+      const torch::Tensor& t = m.bufs.resident[b];
+      buf.resize(t.nbytes());
+      STRATA_RETURN_IF_ERROR(m.dev->CopyOut(buf.data(), t, {m.bufs.resident_ready[b]}).HostWait());
+      STRATA_RETURN_IF_ERROR(visit({b, TensorRole::kWorking, 0}, buf));
+    } else {
+      STRATA_RETURN_IF_ERROR(one({b, TensorRole::kWorking, 0}, br.working));
+    }
     for (const SubGroup& sg : br.subs) {
       STRATA_RETURN_IF_ERROR(one({b, TensorRole::kMaster, sg.range.begin}, sg.master));
       STRATA_RETURN_IF_ERROR(one({b, TensorRole::kAdamM, sg.range.begin}, sg.m));
@@ -287,6 +317,15 @@ Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::
 
 Status Engine::RestoreState(const TensorKey& key, std::span<const std::byte> bytes) {
   Impl& m = *impl_;
+  if (key.role == TensorRole::kWorking && key.block >= 0 && key.block < m.num_blocks() && m.plan.resident[key.block]) {
+    const torch::Tensor& t = m.bufs.resident[key.block];
+    if (bytes.size() != t.nbytes())
+      return Error(StatusCode::kInvalidArgument, "tensor '{}' has {} bytes, the checkpoint holds {}", key.Name(),
+                   t.nbytes(), bytes.size());
+    STRATA_RETURN_IF_ERROR(m.dev->Synchronize());  // nothing still reads the old weights
+    m.bufs.resident_ready[key.block] = m.dev->CopyIn(t, bytes.data(), {});
+    return m.bufs.resident_ready[key.block].HostWait();  // `bytes` is the caller's
+  }
   std::optional<TensorHandle> h;
   if (key.block >= 0 && key.block < m.num_blocks()) {
     const BlockRuntime& br = m.model.blocks[key.block];
@@ -304,11 +343,11 @@ Status Engine::RestoreState(const TensorKey& key, std::span<const std::byte> byt
 
 EngineCounters Engine::counters() const {
   const auto s = impl_->scaler.state();
-  return {impl_->adam_steps, s.scale, s.clean_steps, s.hysteresis_left};
+  return {impl_->counters.adam_steps, s.scale, s.clean_steps, s.hysteresis_left};
 }
 
 void Engine::set_counters(const EngineCounters& c) {
-  impl_->adam_steps = c.adam_steps;
+  impl_->counters.adam_steps = c.adam_steps;
   impl_->scaler.set_state({c.loss_scale, c.clean_steps, c.hysteresis_left});
 }
 
@@ -329,7 +368,7 @@ NvmeTierStats Engine::nvme_stats() const {
   const NvmeTier* nvme = impl_->store->nvme();
   return nvme ? nvme->stats() : NvmeTierStats{};
 }
-uint64_t Engine::prefetch_high_water_bytes() const { return impl_->prefetch_high_water; }
+uint64_t Engine::prefetch_high_water_bytes() const { return impl_->counters.prefetch_high_water; }
 uint64_t Engine::prefetch_budget_bytes() const {
   return std::max<uint64_t>(1, impl_->cfg.prefetch_bucket_size * DTypeSize(impl_->cfg.compute_dtype));
 }

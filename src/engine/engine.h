@@ -66,9 +66,10 @@ struct EngineCounters {
 class Engine {
  public:
   // `comm`: the host communicator (host buffers). `device`: where blocks run, with its
-  // communicator for device buffers; null = the host, collectives on `comm`. Both borrowed.
+  // queues and its communicator for device buffers; null = the host, collectives on `comm`.
+  // Both borrowed; the device must outlive the engine.
   static StatusOr<std::unique_ptr<Engine>> Create(const TrainConfig& config, Communicator* comm, Tracer* tracer,
-                                                  EngineHooks hooks = {}, const ComputeDevice* device = nullptr);
+                                                  EngineHooks hooks = {}, ComputeDevice* device = nullptr);
   ~Engine();
 
   // One optimizer step (gradient_accumulation_steps micro-batches). `step` is 0-based and

@@ -55,14 +55,39 @@ struct ModelBlocks {
   std::vector<BlockRuntime> blocks;
 };
 
-// Scratch on the compute device, allocated once.
+// A gather buffer: one block's full working weights on the device while it runs.
+struct GatherSlot {
+  torch::Tensor full;      // compute dtype, the largest padded group
+  torch::Tensor shard_in;  // off the host: the working shard on its way to the all-gather
+  DeviceEvent released;    // the compute that read `full` has completed: it may be rewritten
+  DeviceEvent shard_read;  // the all-gather that read `shard_in` has completed
+};
+
+// One gradient reduction's buffers (two on a device, so one reduces while the next fills).
+struct GradSlot {
+  torch::Tensor flat;     // fp32, the largest padded group: a block's flattened gradients
+  torch::Tensor reduced;  // fp32, the largest shard: the reduce-scatter's output
+  torch::Tensor host;     // off the host: pinned host copy of the reduced gradients
+  DeviceEvent flat_read, reduced_read, host_read;  // when each may be rewritten
+};
+
+// Buffers on the compute device, allocated once (ShardPlan: gather_slots, tied_slot,
+// grad_slots, resident).
 struct DeviceBuffers {
-  torch::Tensor gather[2];     // full padded group, compute dtype (current block, tied owner)
-  torch::Tensor flat_grad;     // fp32, max padded elements
-  torch::Tensor reduced;       // fp32, max shard elements
-  torch::Tensor pending_tied;  // fp32 gradient of the tied weight from the head
-  torch::Tensor shard_in;      // off-host only: this rank's working shard, before the all-gather
-  torch::Tensor grad_host;     // off-host only: fp32 gradients copied out (pinned)
+  std::vector<GatherSlot> gather;
+  GatherSlot tied;                 // the tied owner while the head runs
+  std::vector<GradSlot> grads;
+  torch::Tensor pending_tied;      // fp32 gradient of the tied weight from the head
+  std::vector<torch::Tensor> resident;       // per block: its working weights, when resident
+  std::vector<DeviceEvent> resident_ready;   // per block: the copy that last wrote them
+  size_t next_gather = 0, next_grad = 0;
+};
+
+// One visit of the step's plan: a block's weights gathered for forward, head or backward
+// (into the tied slot for the tied owner during the head).
+struct Visit {
+  int block = 0;
+  bool tied = false;
 };
 
 // The fp32 gradient accumulators (host memory, one allocation per block), freed on destruction.
@@ -99,11 +124,19 @@ struct Activations {
 };
 enum class Pass { kTrain, kEval };
 
+struct Counters {
+  int64_t adam_steps = 0;  // steps applied (skipped ones excluded): Adam's bias correction
+  uint64_t prefetch_high_water = 0;
+};
+
+class Gatherer;
+
 struct Engine::Impl {
   TrainConfig cfg;
   ShardPlan plan;
   Communicator* comm = nullptr;  // host buffers
-  ComputeDevice dev{torch::Device(torch::kCPU), nullptr};  // where blocks run, with its collectives
+  ComputeDevice* dev = nullptr;  // where blocks run, with its queues and collectives (borrowed)
+  std::unique_ptr<ComputeDevice> own_device;  // the host device, when Create was given none
   Tracer* tracer = nullptr;
   ModelBlocks model;
   std::unique_ptr<TieredStore> store;
@@ -111,11 +144,10 @@ struct Engine::Impl {
   DeviceBuffers bufs;
   HostGradients grads;
   LossScaler scaler{LossScaleConfig{}, false};
-  int64_t adam_steps = 0;  // steps applied (skipped ones excluded): Adam's bias correction
+  Counters counters;
   // The first sub-group's states, read during the last micro-batch so that the optimizer
   // step does not start by waiting for NVMe; consumed (or dropped) by OptimizerStep.
   std::unique_ptr<LoadedStates> early_states;
-  uint64_t prefetch_high_water = 0;
   MemoryLedger ledger;  // measured from what Init allocated
 
   // engine.cc: set-up
@@ -125,20 +157,21 @@ struct Engine::Impl {
   Status BuildBlock(int b, const EngineHooks& hooks);
   Status StoreInitialState(int b, const torch::Tensor& flat);
   Status AllocateDeviceBuffers();
-  Communicator* dcomm() const { return dev.collectives() ? dev.collectives() : comm; }
   torch::ScalarType compute_scalar() const;
   int num_blocks() const { return static_cast<int>(model.blocks.size()); }
+  // Where block b's working weights are read from on the host (the cpu tier), or null.
+  const std::byte* HostWorking(int b);
 
   // engine_step.cc: one micro-batch
-  std::vector<int> VisitPlan(int micro_batches, bool backward) const;
-  std::unique_ptr<PrefetchScheduler> MakePrefetcher(const std::vector<int>& plan);
-  StatusOr<double> Forward(const data::Batch& batch, Pass pass, PrefetchScheduler* prefetch, Activations* act);
-  Status Backward(Activations& act, PrefetchScheduler* prefetch);
-  Status Gather(int b, int slot, PrefetchScheduler* prefetch);
-  void Bind(int b, int slot);
+  std::vector<Visit> VisitPlan(int micro_batches, bool backward) const;
+  std::unique_ptr<PrefetchScheduler> MakePrefetcher(const std::vector<Visit>& plan);
+  StatusOr<double> Forward(const data::Batch& batch, Pass pass, Gatherer& gather, Activations* act);
+  Status Backward(Activations& act, Gatherer& gather);
   void BindTiedHead();
   Status ReduceGradients(int b);
   Status BatchToDevice(const data::Batch& batch, torch::Tensor* inputs, torch::Tensor* targets) const;
+  // Waits (compute-side) for `e`, recording the wait on the trace when it blocks.
+  Status ComputeAfter(const DeviceEvent& e, const char* what);
 
   // engine_optimizer.cc
   StatusOr<bool> OptimizerStep(int64_t step, StepStats* stats);
@@ -147,6 +180,39 @@ struct Engine::Impl {
   std::unique_ptr<LoadedStates> LoadStates(const SubGroup& sg);
   void ReadFirstStatesEarly();  // best effort, never blocks
   void DropEarlyStates();       // waits for its reads, returns its buffers
+  // A resident block's updated working weights (in `lease`) to the device, off the critical path.
+  Status UpdateResident(int b, PinnedBuffer lease);
+  // Returns `lease` to its pool once `after` happened (a copy finished reading it).
+  void ReleaseAfter(PinnedBuffer lease, const DeviceEvent& after);
+};
+
+// Gathers the blocks of a plan of visits, one ahead of the compute on a device (the next
+// block is copied in and all-gathered while one computes), and binds each block's
+// parameters to its gather buffer. Acquire() blocks compute until the block is there;
+// Release() marks the compute that read the blocks acquired since the last Release.
+class Gatherer {
+ public:
+  Gatherer(Engine::Impl& m, std::vector<Visit> plan, PrefetchScheduler* prefetch);
+  ~Gatherer();
+  Status Acquire(int block);
+  void Release();
+
+ private:
+  struct Gathered {
+    torch::Tensor full;
+    DeviceEvent ready;
+    GatherSlot* slot = nullptr;  // null: a resident block bound in place
+  };
+  Status Issue(const Visit& v);
+  void Bind(int block, const torch::Tensor& full);
+
+  Engine::Impl& m_;
+  std::vector<Visit> plan_;
+  PrefetchScheduler* prefetch_;
+  size_t lookahead_;
+  std::vector<Gathered> gathered_;  // one per issued visit
+  size_t acquired_ = 0;
+  std::vector<GatherSlot*> in_use_;  // acquired, not yet released
 };
 
 // Runs a LibTorch call, turning its exceptions into a Status (STYLE rule 4).

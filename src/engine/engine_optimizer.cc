@@ -58,15 +58,17 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   hp.beta2 = cfg.beta2;
   hp.eps = cfg.eps;
   hp.weight_decay = cfg.weight_decay;
-  hp.step = ++adam_steps;
+  hp.step = ++counters.adam_steps;
   hp.grad_unscale = 1.0 / scale;
   hp.clip_coef = ClipCoefficient(stats->grad_norm, cfg.gradient_clipping);
 
   STRATA_RETURN_IF_ERROR(UpdateAllGroups(hp));
 
   // Stages 1 and 2 keep full working weights on every rank: share the updated shards.
+  // (Resident blocks did so on the device, in UpdateResident.)
   if (!plan.weights_sharded && plan.optim_sharded && comm->world_size() > 1) {
     for (int b = 0; b < num_blocks(); ++b) {
+      if (plan.resident[b]) continue;
       Tracer::Span s(tracer, Track::kComm, "all-gather weights g" + std::to_string(b));
       const ShardLayout& layout = plan.blocks[b].layout;
       std::byte* mem = store->CpuMemory(model.blocks[b].working).data();
@@ -92,18 +94,19 @@ Status Engine::Impl::UpdateAllGroups(const AdamHyperParams& hp) {
 
   std::unique_ptr<LoadedStates> next;
   if (states_nvme && !order.empty()) next = LoadStates(*order[0].second);
-  PinnedBuffer out_lease;  // the current block's updated working weights, when they live on NVMe
+  PinnedBuffer out_lease;  // the current block's updated working weights, bound for NVMe or the device
   std::byte* working_out = nullptr;
   for (size_t i = 0; i < order.size(); ++i) {
     const int b = order[i].first;
     const SubGroup& sg = *order[i].second;
     const BlockRuntime& br = model.blocks[b];
     const BlockPlan& bp = plan.blocks[b];
-    const bool working_nvme = store->home(br.working) == Tier::kNvme;
+    const bool resident = plan.resident[b];
+    const bool working_nvme = !resident && store->home(br.working) == Tier::kNvme;
     if (i == 0 || order[i - 1].first != b) {
       // Where this block's updated working weights go: in place in the cpu tier, or a
-      // pinned buffer written to NVMe once the whole block is done.
-      if (working_nvme) {
+      // pinned buffer written to NVMe (or copied to the device) once the block is done.
+      if (working_nvme || resident) {
         std::optional<PinnedBuffer> lease = store->AcquireBuffer(*pools.param);
         if (!lease) return Status(StatusCode::kInternal, "no pinned buffer for the working weights");
         out_lease = std::move(*lease);
@@ -153,7 +156,26 @@ Status Engine::Impl::UpdateAllGroups(const AdamHyperParams& hp) {
     }
     const bool block_done = i + 1 == order.size() || order[i + 1].first != b;
     if (block_done && working_nvme) (void)store->WriteBack(br.working, std::move(out_lease));
+    if (block_done && resident) STRATA_RETURN_IF_ERROR(UpdateResident(b, std::move(out_lease)));
   }
+  return Status();
+}
+
+// The part of a resident block's working weights this rank updated (its optimizer range) is
+// copied to the device; with full weights on every rank (stages 1 and 2), the ranks then
+// share their parts with an all-gather on the device. Neither blocks the host.
+Status Engine::Impl::UpdateResident(int b, PinnedBuffer lease) {
+  const BlockPlan& bp = plan.blocks[b];
+  const torch::Tensor& weights = bufs.resident[b];
+  const int64_t lo = bp.optimizer.begin - bp.working.begin;
+  torch::Tensor part;
+  STRATA_RETURN_IF_ERROR(TorchCall("resident update", [&] { part = weights.narrow(0, lo, bp.optimizer.len); }));
+  const DeviceEvent copied =
+      dev->CopyIn(part, lease.data() + lo * plan.dsize, {bufs.resident_ready[b], dev->RecordCompute()});
+  ReleaseAfter(std::move(lease), copied);
+  bufs.resident_ready[b] = copied;
+  if (!plan.weights_sharded && plan.optim_sharded && comm->world_size() > 1)
+    bufs.resident_ready[b] = dev->AllGather(part.data_ptr(), weights.data_ptr(), bp.layout.shard, plan.compute, {copied});
   return Status();
 }
 

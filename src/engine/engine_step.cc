@@ -1,6 +1,12 @@
 // The step's compute half: one forward for training and eval (gather, run, keep the block
 // inputs when training), the head's forward and backward, backward by recomputation, and
-// the gradient collectives into the host accumulators. Engine::Step and Engine::EvalLoss.
+// the gradient reductions into the host accumulators. Engine::Step and Engine::EvalLoss.
+//
+// On a device the work is a pipeline of queues (compute_device.h): the Gatherer copies in
+// and all-gathers the next block while one computes; ReduceGradients flattens a block's
+// gradients, reduce-scatters them, copies the shard out and accumulates it on the host
+// callback thread, each stage waiting for the events of the ones it depends on and for the
+// buffer it rewrites to be free. On the host every stage completes at once, in this order.
 #include <cmath>
 
 #include "src/engine/engine_impl.h"
@@ -11,76 +17,132 @@
 namespace strata {
 
 // The blocks whose working weights one micro-batch reads, in order: forward 0..N-2, the
-// head (after the tied owner), then, when training, backward N-2..0.
-std::vector<int> Engine::Impl::VisitPlan(int micro_batches, bool backward) const {
+// tied owner (into its own slot) and the head, then, when training, backward N-2..0.
+std::vector<Visit> Engine::Impl::VisitPlan(int micro_batches, bool backward) const {
   const int n = num_blocks();
-  std::vector<int> order;
+  std::vector<Visit> order;
   for (int mb = 0; mb < micro_batches; ++mb) {
-    for (int b = 0; b < n - 1; ++b) order.push_back(b);
-    if (model.tie) order.push_back(model.tie->owner_block);
-    order.push_back(n - 1);
+    for (int b = 0; b < n - 1; ++b) order.push_back({b, false});
+    if (model.tie) order.push_back({model.tie->owner_block, true});
+    order.push_back({n - 1, false});
     if (backward)
-      for (int b = n - 2; b >= 0; --b) order.push_back(b);
+      for (int b = n - 2; b >= 0; --b) order.push_back({b, false});
   }
   return order;
 }
 
-// Null when working weights are not on NVMe (nothing to prefetch).
-std::unique_ptr<PrefetchScheduler> Engine::Impl::MakePrefetcher(const std::vector<int>& order) {
+// Reads of the visits whose working weights are on NVMe; null when there are none.
+std::unique_ptr<PrefetchScheduler> Engine::Impl::MakePrefetcher(const std::vector<Visit>& order) {
   if (!pools.param) return nullptr;
   std::vector<PrefetchScheduler::Item> items;
-  for (int b : order) items.push_back({b, model.blocks[b].working});
+  for (const Visit& v : order)
+    if (model.blocks[v.block].working.valid() && store->home(model.blocks[v.block].working) == Tier::kNvme)
+      items.push_back({v.block, model.blocks[v.block].working});
+  if (items.empty()) return nullptr;
   const uint64_t budget = std::max<uint64_t>(1, cfg.prefetch_bucket_size * DTypeSize(cfg.compute_dtype));
   return std::make_unique<PrefetchScheduler>(std::move(items), store.get(), pools.param.get(), budget, tracer);
 }
 
 Status Engine::Impl::BatchToDevice(const data::Batch& batch, torch::Tensor* inputs, torch::Tensor* targets) const {
   return TorchCall("batch to the device", [&] {
-    *inputs = batch.inputs.to(dev.device());
-    *targets = batch.targets.to(dev.device());
+    *inputs = batch.inputs.to(dev->device());
+    *targets = batch.targets.to(dev->device());
   });
 }
 
-// Block b's full weights into gather[slot], its parameters bound to views of them.
-Status Engine::Impl::Gather(int b, int slot, PrefetchScheduler* prefetch) {
-  const BlockRuntime& br = model.blocks[b];
+Status Engine::Impl::ComputeAfter(const DeviceEvent& e, const char* what) {
+  Tracer::Span span(e.Ready() ? nullptr : tracer, Track::kWait, what);
+  return dev->ComputeAfter(e);
+}
+
+void Engine::Impl::ReleaseAfter(PinnedBuffer lease, const DeviceEvent& after) {
+  if (after.Ready()) return;  // the lease goes back now
+  auto held = std::make_shared<PinnedBuffer>(std::move(lease));
+  (void)dev->OnHost([held] {
+    held->Release();
+    return Status();
+  }, {after});
+}
+
+Gatherer::Gatherer(Engine::Impl& m, std::vector<Visit> plan, PrefetchScheduler* prefetch)
+    : m_(m), plan_(std::move(plan)), prefetch_(prefetch), lookahead_(m.bufs.gather.size() > 1 ? 1 : 0) {}
+
+Gatherer::~Gatherer() {
+  // Gathers issued but never used (an error ended the pass): their copies read leases.
+  for (size_t v = acquired_; v < gathered_.size(); ++v) gathered_[v].ready.HostWait().IgnoreError();
+}
+
+// Starts visit v: the block's shard copied in (from the cpu tier or a prefetched NVMe
+// read) and all-gathered into a free gather buffer, or nothing for a resident block at
+// stage < 3 (its full weights are on the device already).
+Status Gatherer::Issue(const Visit& v) {
+  const int b = v.block;
+  const ShardPlan& plan = m_.plan;
   const ShardLayout& layout = plan.blocks[b].layout;
-  torch::Tensor full = bufs.gather[slot].narrow(0, 0, layout.padded);
-  // The gather buffer may still be read by device work queued for the previous block.
-  STRATA_RETURN_IF_ERROR(dev.WaitForCompute());
-  if (!plan.weights_sharded) {
-    STRATA_RETURN_IF_ERROR(dev.CopyIn(full, store->CpuMemory(br.working).data()));
+  if (plan.resident[b] && !plan.weights_sharded) {
+    gathered_.push_back({m_.bufs.resident[b], m_.bufs.resident_ready[b], nullptr});
+    return Status();
+  }
+  GatherSlot& slot = v.tied ? m_.bufs.tied : m_.bufs.gather[m_.bufs.next_gather++ % m_.bufs.gather.size()];
+  torch::Tensor full = slot.full.narrow(0, 0, layout.padded);
+  DeviceEvent ready;
+  if (plan.resident[b]) {  // stage 3: the shard is on the device
+    ready = m_.dev->AllGather(m_.bufs.resident[b].data_ptr(), full.data_ptr(), layout.shard, plan.compute,
+                              {slot.released, m_.bufs.resident_ready[b]});
   } else {
     PinnedBuffer lease;
-    const std::byte* src;
-    if (store->home(br.working) == Tier::kCpu) {
-      src = store->CpuMemory(br.working).data();
-    } else {
-      STRATA_ASSIGN_OR_RETURN(lease, prefetch->Take(b));
+    const std::byte* src = m_.HostWorking(b);
+    if (!src) {
+      STRATA_ASSIGN_OR_RETURN(lease, prefetch_->Take(b));
       src = lease.data();
     }
-    if (!dev.is_host()) {
-      torch::Tensor shard = bufs.shard_in.narrow(0, 0, layout.shard);
-      STRATA_RETURN_IF_ERROR(dev.CopyIn(shard, src));
-      src = static_cast<const std::byte*>(shard.data_ptr());
+    DeviceEvent src_read;  // after it, the host source may be reused
+    if (!plan.weights_sharded) {  // every rank holds the full group in host memory
+      ready = src_read = m_.dev->CopyIn(full, src, {slot.released});
+    } else if (m_.dev->is_host()) {
+      Tracer::Span span(m_.tracer, Track::kComm, "all-gather g" + std::to_string(b));
+      ready = src_read = m_.dev->AllGather(src, full.data_ptr(), layout.shard, plan.compute, {slot.released});
+    } else {
+      torch::Tensor shard = slot.shard_in.narrow(0, 0, layout.shard);
+      src_read = m_.dev->CopyIn(shard, src, {slot.shard_read});
+      ready = slot.shard_read =
+          m_.dev->AllGather(shard.data_ptr(), full.data_ptr(), layout.shard, plan.compute, {src_read, slot.released});
     }
-    Tracer::Span span(tracer, Track::kComm, "all-gather g" + std::to_string(b));
-    STRATA_RETURN_IF_ERROR(dcomm()->AllGather(src, full.data_ptr(), layout.shard, cfg.compute_dtype));
+    if (lease.valid()) m_.ReleaseAfter(std::move(lease), src_read);
   }
-  Bind(b, slot);
+  gathered_.push_back({full, ready, &slot});
   return Status();
 }
 
-void Engine::Impl::Bind(int b, int slot) {
-  BlockRuntime& br = model.blocks[b];
-  const torch::Tensor& full = bufs.gather[slot];
+Status Gatherer::Acquire(int block) {
+  STRATA_CHECK(acquired_ < plan_.size() && plan_[acquired_].block == block)
+      << "gather plan expected block " << (acquired_ < plan_.size() ? plan_[acquired_].block : -1) << ", got "
+      << block;
+  while (gathered_.size() < std::min(plan_.size(), acquired_ + 1 + lookahead_))
+    STRATA_RETURN_IF_ERROR(Issue(plan_[gathered_.size()]));
+  const Gathered& g = gathered_[acquired_++];
+  STRATA_RETURN_IF_ERROR(m_.ComputeAfter(g.ready, "wait gather"));
+  if (g.slot) in_use_.push_back(g.slot);
+  Bind(block, g.full);
+  return Status();
+}
+
+void Gatherer::Release() {
+  if (in_use_.empty()) return;
+  const DeviceEvent done = m_.dev->RecordCompute();
+  for (GatherSlot* s : in_use_) s->released = done;
+  in_use_.clear();
+}
+
+void Gatherer::Bind(int block, const torch::Tensor& full) {
+  BlockRuntime& br = m_.model.blocks[block];
   for (size_t i = 0; i < br.params.size(); ++i) {
     const ParamSlot& s = br.slots[i];
     br.params[i].set_data(full.narrow(0, s.offset, s.numel).view(s.shape));
   }
 }
 
-// A tied head multiplies with the embedding's table, gathered into slot 1.
+// A tied head multiplies with the embedding's table, gathered into the tied slot.
 void Engine::Impl::BindTiedHead() {
   if (!model.tie) return;
   BlockRuntime& owner = model.blocks[model.tie->owner_block];
@@ -88,12 +150,16 @@ void Engine::Impl::BindTiedHead() {
 }
 
 // Flattens block b's parameter gradients (plus the head's pending share of a tied weight),
-// reduces them across ranks and adds this rank's range to its fp32 accumulator.
+// reduces them across ranks and adds this rank's range, times 1 / (accumulation x world),
+// to its fp32 accumulator: on the host at once; on a device through its queues, the
+// accumulation on the host callback thread.
 Status Engine::Impl::ReduceGradients(int b) {
   BlockRuntime& br = model.blocks[b];
   const BlockPlan& bp = plan.blocks[b];
-  torch::Tensor flat = bufs.flat_grad.narrow(0, 0, bp.layout.padded);
-  {
+  GradSlot& g = bufs.grads[bufs.next_grad++ % bufs.grads.size()];
+  torch::Tensor flat = g.flat.narrow(0, 0, bp.layout.padded);
+  STRATA_RETURN_IF_ERROR(ComputeAfter(g.flat_read, "wait gradient buffer"));
+  STRATA_RETURN_IF_ERROR(TorchCall("flatten gradients", [&] {
     Tracer::Span span(tracer, Track::kCompute, "flatten grads g" + std::to_string(b));
     flat.zero_();
     for (size_t i = 0; i < br.params.size(); ++i) {
@@ -105,40 +171,39 @@ Status Engine::Impl::ReduceGradients(int b) {
       flat.narrow(0, br.slots[br.tied_slot].offset, bufs.pending_tied.numel()).add_(bufs.pending_tied);
       bufs.pending_tied.zero_();
     }
-  }
+  }));
   const double inv = 1.0 / (static_cast<double>(cfg.grad_accum) * comm->world_size());
   torch::Tensor acc = torch::from_blob(br.grad, {bp.grad.len}, torch::kFloat32);
-  STRATA_RETURN_IF_ERROR(dev.WaitForCompute());  // the collective's stream reads `flat`
-  torch::Tensor out;
+  const DeviceEvent flattened = dev->RecordCompute();
+  torch::Tensor out = plan.grads_sharded ? g.reduced.narrow(0, 0, bp.layout.shard) : flat;
+  DeviceEvent reduced;
   {
-    Tracer::Span span(tracer, Track::kComm,
+    Tracer::Span span(dev->is_host() ? tracer : nullptr, Track::kComm,
                       (plan.grads_sharded ? "reduce-scatter g" : "all-reduce g") + std::to_string(b));
-    if (plan.grads_sharded) {
-      out = bufs.reduced.narrow(0, 0, bp.layout.shard);
-      STRATA_RETURN_IF_ERROR(
-          dcomm()->ReduceScatter(flat.data_ptr(), out.data_ptr(), bp.layout.shard, DType::kF32, ReduceOp::kSum));
-    } else {
-      out = flat;
-      STRATA_RETURN_IF_ERROR(dcomm()->AllReduce(flat.data_ptr(), bp.layout.padded, DType::kF32, ReduceOp::kSum));
-    }
+    reduced = plan.grads_sharded
+                  ? dev->ReduceScatter(flat.data_ptr(), out.data_ptr(), bp.layout.shard, DType::kF32, ReduceOp::kSum,
+                                       {flattened, g.reduced_read})
+                  : dev->AllReduce(flat.data_ptr(), bp.layout.padded, DType::kF32, ReduceOp::kSum, {flattened});
   }
-  if (!dev.is_host()) {
-    // The shard leaves the device as soon as its collective is done; the accumulation is
-    // the host's (the CPU Adam reads it there).
-    Tracer::Span span(tracer, Track::kWait, "gradients to host g" + std::to_string(b));
-    torch::Tensor host = bufs.grad_host.narrow(0, 0, out.numel());
-    STRATA_RETURN_IF_ERROR(dev.CopyOut(host.data_ptr(), out));
-    out = host;
+  if (dev->is_host()) {
+    STRATA_RETURN_IF_ERROR(reduced.HostWait());
+    return TorchCall("accumulate gradients", [&] { acc.add_(out, inv); });
   }
-  acc.add_(out, inv);
+  // Off the host: the shard leaves the device as soon as its collective is done and is
+  // added to the accumulator on the host callback thread, while compute goes on.
+  torch::Tensor host = g.host.narrow(0, 0, out.numel());
+  const DeviceEvent copied = dev->CopyOut(host.data_ptr(), out, {reduced, g.host_read});
+  g.flat_read = plan.grads_sharded ? reduced : copied;
+  g.reduced_read = copied;
+  g.host_read = dev->OnHost([acc, host, inv] { return TorchCall("accumulate gradients", [&] { acc.add_(host, inv); }); },
+                            {copied});
   return Status();
 }
 
 // The loss of one micro-batch (unscaled mean). Training (`act` non-null) keeps each block's
 // input and backpropagates through the head: its gradients are reduced and the gradient of
 // its input is left in act->grad_out for Backward(). Eval computes the loss only.
-StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, Pass pass, PrefetchScheduler* prefetch,
-                                       Activations* act) {
+StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, Pass pass, Gatherer& gather, Activations* act) {
   const int n = num_blocks();
   const bool train = pass == Pass::kTrain;
   STRATA_CHECK(!train || act) << "a training forward needs somewhere to keep its activations";
@@ -146,16 +211,17 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, Pass pass, Pref
   STRATA_RETURN_IF_ERROR(BatchToDevice(batch, &x, &targets));
   if (train) act->inputs.assign(n, torch::Tensor());
   for (int b = 0; b < n - 1; ++b) {
-    STRATA_RETURN_IF_ERROR(Gather(b, 0, prefetch));
+    STRATA_RETURN_IF_ERROR(gather.Acquire(b));
     Tracer::Span span(tracer, Track::kCompute, (train ? "forward b" : "eval b") + std::to_string(b));
     STRATA_RETURN_IF_ERROR(TorchCall("forward", [&] {
       torch::NoGradGuard no_grad;
       if (train) act->inputs[b] = x;
       x = model.blocks[b].module->Forward(x);
     }));
+    gather.Release();
   }
-  if (model.tie) STRATA_RETURN_IF_ERROR(Gather(model.tie->owner_block, 1, prefetch));
-  STRATA_RETURN_IF_ERROR(Gather(n - 1, 0, prefetch));
+  if (model.tie) STRATA_RETURN_IF_ERROR(gather.Acquire(model.tie->owner_block));
+  STRATA_RETURN_IF_ERROR(gather.Acquire(n - 1));
   double loss = 0;
   {
     Tracer::Span span(tracer, Track::kCompute, train ? "head fwd+bwd" : "eval head");
@@ -181,14 +247,15 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, Pass pass, Pref
       }
     }));
   }
+  gather.Release();
   if (train) STRATA_RETURN_IF_ERROR(ReduceGradients(n - 1));
   return loss;
 }
 
 // Backward through blocks N-2..0 by recomputation from the kept inputs.
-Status Engine::Impl::Backward(Activations& act, PrefetchScheduler* prefetch) {
+Status Engine::Impl::Backward(Activations& act, Gatherer& gather) {
   for (int b = num_blocks() - 2; b >= 0; --b) {
-    STRATA_RETURN_IF_ERROR(Gather(b, 0, prefetch));
+    STRATA_RETURN_IF_ERROR(gather.Acquire(b));
     {
       Tracer::Span span(tracer, Track::kCompute, "backward b" + std::to_string(b));
       STRATA_RETURN_IF_ERROR(TorchCall("backward", [&] {
@@ -201,6 +268,7 @@ Status Engine::Impl::Backward(Activations& act, PrefetchScheduler* prefetch) {
         }
       }));
     }
+    gather.Release();
     STRATA_RETURN_IF_ERROR(ReduceGradients(b));
   }
   return Status();
@@ -215,24 +283,32 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   const int world = m.comm->world_size(), rank = m.comm->rank();
   m.DropEarlyStates();  // left by a step that failed before its optimizer ran
 
-  std::unique_ptr<PrefetchScheduler> prefetch =
-      m.MakePrefetcher(m.VisitPlan(static_cast<int>(m.cfg.grad_accum), /*backward=*/true));
+  const std::vector<Visit> visits = m.VisitPlan(static_cast<int>(m.cfg.grad_accum), /*backward=*/true);
+  std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(visits);
   double loss_sum = 0;
-  for (int64_t mb = 0; mb < m.cfg.grad_accum; ++mb) {
-    const uint64_t index = static_cast<uint64_t>((step * m.cfg.grad_accum + mb) * world + rank);
-    data::Batch batch = data.Get(data::Split::kTrain, index, m.cfg.micro_batch);
-    if (mb + 1 == m.cfg.grad_accum) m.ReadFirstStatesEarly();  // hidden behind this micro-batch
-    Activations act;
-    StatusOr<double> loss = m.Forward(batch, Pass::kTrain, prefetch.get(), &act);
-    Status s = loss.ok() ? m.Backward(act, prefetch.get()) : loss.status();
-    if (!s.ok()) {
-      if (prefetch) prefetch->Drain();
-      m.DropEarlyStates();
-      return s.WithContext(fmt::format("step {}", step));
+  {
+    Gatherer gather(m, visits, prefetch.get());
+    for (int64_t mb = 0; mb < m.cfg.grad_accum; ++mb) {
+      const uint64_t index = static_cast<uint64_t>((step * m.cfg.grad_accum + mb) * world + rank);
+      data::Batch batch = data.Get(data::Split::kTrain, index, m.cfg.micro_batch);
+      if (mb + 1 == m.cfg.grad_accum) m.ReadFirstStatesEarly();  // hidden behind this micro-batch
+      Activations act;
+      StatusOr<double> loss = m.Forward(batch, Pass::kTrain, gather, &act);
+      Status s = loss.ok() ? m.Backward(act, gather) : loss.status();
+      if (s.ok()) loss_sum += *loss;
+      if (!s.ok()) {
+        m.dev->Synchronize().IgnoreError();
+        if (prefetch) prefetch->Drain();
+        m.DropEarlyStates();
+        return s.WithContext(fmt::format("step {}", step));
+      }
     }
-    loss_sum += *loss;
   }
-  if (prefetch) m.prefetch_high_water = std::max(m.prefetch_high_water, prefetch->high_water_bytes());
+  {  // every gradient shard accumulated before the optimizer reads the accumulators
+    Tracer::Span span(m.dev->is_host() ? nullptr : m.tracer, Track::kWait, "wait gradients to host");
+    STRATA_RETURN_IF_ERROR(m.dev->Synchronize());
+  }
+  if (prefetch) m.counters.prefetch_high_water = std::max(m.counters.prefetch_high_water, prefetch->high_water_bytes());
   prefetch.reset();
 
   float loss_buf = static_cast<float>(loss_sum);
@@ -260,10 +336,16 @@ StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batche
   const int world = m.comm->world_size(), rank = m.comm->rank();
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(m.VisitPlan(1, /*backward=*/false));
+    const std::vector<Visit> visits = m.VisitPlan(1, /*backward=*/false);
+    std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(visits);
     data::Batch batch = data.Get(data::Split::kEval, static_cast<uint64_t>(i * world + rank), m.cfg.micro_batch);
-    StatusOr<double> loss = m.Forward(batch, Pass::kEval, prefetch.get(), nullptr);
+    StatusOr<double> loss = 0.0;
+    {
+      Gatherer gather(m, visits, prefetch.get());
+      loss = m.Forward(batch, Pass::kEval, gather, nullptr);
+    }
     if (!loss.ok()) {
+      m.dev->Synchronize().IgnoreError();
       if (prefetch) prefetch->Drain();
       return loss.status().WithContext("eval");
     }

@@ -17,10 +17,15 @@ void PrefetchScheduler::IssueMore() {
     // See Note [Prefetch budget]: the next block to take is always allowed.
     if (!in_flight_.empty() && in_flight_bytes_ + bytes > budget_) return;
     std::optional<PinnedBuffer> buf = pool_->TryAcquire();
-    if (!buf && in_flight_.empty()) buf = store_->AcquireBuffer(*pool_);  // a write-back gives one back
+    if (!buf && !in_flight_.empty()) return;  // one comes back with the next Take
+    if (!buf) buf = store_->AcquireBuffer(*pool_);  // the oldest write-back gives one back
     if (!buf) {
-      STRATA_CHECK(!in_flight_.empty()) << "prefetch: no pinned buffer free and none in flight (buffer_count too small)";
-      return;
+      // Held by copies to the device still reading them (they return when their copy has
+      // finished), or by nothing that will ever return them: a bug, not a slow disk.
+      Tracer::Span wait(tracer_, Track::kWait, "wait pinned buffer");
+      buf = pool_->AcquireFor(std::chrono::minutes(5));
+      STRATA_CHECK(buf) << "prefetch: no pinned buffer came back in 5 minutes (offload_param.buffer_count "
+                        << pool_->buffer_count() << " too small for what is held?)";
     }
     STRATA_CHECK(bytes <= buf->size()) << "block " << item.block << " needs " << bytes << " bytes, buffers have "
                                        << buf->size();

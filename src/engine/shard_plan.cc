@@ -107,8 +107,10 @@ ModelShape ModelShape::Of(const model::ModelConfig& config, int64_t params) {
   return s;
 }
 
-ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int world, int rank) {
+ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int world, int rank,
+                          DeviceTraits device) {
   ShardPlan p;
+  p.host_device = device.host;
   p.world = world;
   p.rank = rank;
   p.stage = cfg.zero_stage;
@@ -121,55 +123,86 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
   p.optimizer_home = ResidenceOf(cfg.offload_optimizer.device);
   p.tied_owner = model.tied_owner;
   p.tied_numel = model.tied_numel;
+  for (int64_t numel : model.block_numels) p.AddBlock(numel, SubGroupStep(cfg.sub_group_size));
+  p.PlanDevice(cfg);
+  p.PlanLedger();
+  return p;
+}
 
-  for (int64_t numel : model.block_numels) {
-    BlockPlan b;
-    b.layout = MakeShardLayout(numel, world, rank);
-    const ElementRange shard{b.layout.begin(), b.layout.shard}, whole{0, b.layout.padded};
-    b.working = p.weights_sharded ? shard : whole;
-    b.optimizer = p.optim_sharded ? shard : whole;
-    b.grad = p.grads_sharded ? shard : whole;
-    b.sub_group_step = SubGroupStep(cfg.sub_group_size);
-    p.max_padded = std::max(p.max_padded, b.layout.padded);
-    p.max_shard = std::max(p.max_shard, b.layout.shard);
-    p.max_working_bytes = std::max<uint64_t>(p.max_working_bytes, b.working.len * p.dsize);
-    p.max_sub_group = std::max(p.max_sub_group, std::min(b.sub_group_step, b.optimizer.len));
-    p.blocks.push_back(std::move(b));
+void ShardPlan::AddBlock(int64_t numel, int64_t sub_group_step) {
+  BlockPlan b;
+  b.layout = MakeShardLayout(numel, world, rank);
+  const ElementRange shard{b.layout.begin(), b.layout.shard}, whole{0, b.layout.padded};
+  b.working = weights_sharded ? shard : whole;
+  b.optimizer = optim_sharded ? shard : whole;
+  b.grad = grads_sharded ? shard : whole;
+  b.sub_group_step = sub_group_step;
+  max_padded = std::max(max_padded, b.layout.padded);
+  max_shard = std::max(max_shard, b.layout.shard);
+  max_working_bytes = std::max<uint64_t>(max_working_bytes, b.working.len * dsize);
+  max_sub_group = std::max(max_sub_group, std::min(b.sub_group_step, b.optimizer.len));
+  blocks.push_back(std::move(b));
+}
+
+// Residency, buffers and pools, which depend on the device.
+void ShardPlan::PlanDevice(const TrainConfig& cfg) {
+  // Off the host, the first resident_blocks blocks ("auto": all of them when offload_param is
+  // "none", else none) keep their working weights on the device; without residency a block
+  // that is not offloaded lives in host memory (the cpu tier) and is copied in per use.
+  const int n = static_cast<int>(blocks.size());
+  const int64_t want = cfg.resident_blocks >= 0 ? cfg.resident_blocks
+                       : cfg.offload_param.device == OffloadDevice::kNone ? n : 0;
+  int count = 0;
+  for (int b = 0; b < n; ++b) {
+    resident.push_back(!host_device && b < want);
+    count += resident.back();
   }
+  if (!host_device && working_home == Residence::kDevice) working_home = Residence::kCpu;
+  gather_slots = host_device ? 1 : (stage < 3 && count == n) ? 0 : 2;
+  tied_slot = tied_owner >= 0 && !(stage < 3 && resident[tied_owner]);
+  grad_slots = host_device ? 1 : 2;
 
-  // Pinned pools for what lives on NVMe: working-weight fetches (at least 3 buffers: one
-  // computing, one arriving, one being written back), and the optimizer's 3 states x (the
-  // sub-group being updated + the next one being read + the write-backs of two).
+  // Pinned pools: working-weight fetches from NVMe (at least 3 buffers: one computing, one
+  // arriving, one being written back) and resident blocks' updated weights on their way to
+  // the device; the optimizer's 3 states x (the sub-group being updated + the next one being
+  // read + the write-backs of two) on NVMe.
   const bool param_nvme = cfg.offload_param.device == OffloadDevice::kNvme;
   const bool optim_nvme = cfg.offload_optimizer.device == OffloadDevice::kNvme;
-  if (param_nvme)
-    p.param_pool = {static_cast<size_t>(std::max<int64_t>(3, cfg.offload_param.buffer_count)), p.max_working_bytes,
-                    cfg.offload_param.pin_memory};
-  if (optim_nvme)
-    p.optim_pool = {12, static_cast<size_t>(p.max_sub_group) * 4, cfg.offload_optimizer.pin_memory};
-  if (param_nvme || optim_nvme) p.staging_bytes = StagingBytes(cfg.aio);
-  p.scratch_bytes = static_cast<uint64_t>(p.max_padded + p.max_shard + p.tied_numel) * 4;
+  if (param_nvme || count > 0)
+    param_pool = {static_cast<size_t>(std::max<int64_t>(3, cfg.offload_param.buffer_count)), max_working_bytes,
+                  cfg.offload_param.pin_memory};
+  if (optim_nvme) optim_pool = {12, static_cast<size_t>(max_sub_group) * 4, cfg.offload_optimizer.pin_memory};
+  if (param_nvme || optim_nvme) staging_bytes = StagingBytes(cfg.aio);
+  scratch_bytes = static_cast<uint64_t>(grad_slots * (max_padded + max_shard) + tied_numel) * 4;
+  if (!host_device) {
+    scratch_bytes += static_cast<uint64_t>((gather_slots + tied_slot) * max_shard) * dsize;
+    grad_staging_bytes = static_cast<uint64_t>(grad_slots * (grads_sharded ? max_shard : max_padded)) * 4;
+  }
+}
 
-  // The store's tensors (Keys()), added up per block without listing them: a model of 1e15
-  // parameters has millions of sub-groups. Each NVMe extent takes its capacity on disk.
-  for (const BlockPlan& b : p.blocks) {
-    const uint64_t working = b.working.len * p.dsize;
-    p.ledger.Add(StateKind::kWorking, p.working_home, working);
-    if (p.working_home == Residence::kNvme) p.nvme_on_disk += RoundUp(working, kPage);
+// The state tensors (Keys()), added up per block without listing them: a model of 1e15
+// parameters has millions of sub-groups. Each NVMe extent takes its capacity on disk.
+void ShardPlan::PlanLedger() {
+  for (int i = 0; i < static_cast<int>(blocks.size()); ++i) {
+    const BlockPlan& b = blocks[i];
+    const uint64_t working = b.working.len * dsize;
+    ledger.Add(StateKind::kWorking, WorkingResidence(i), working);
+    if (WorkingResidence(i) == Residence::kNvme) nvme_on_disk += RoundUp(working, kPage);
     const int64_t n = b.num_sub_groups(), full = b.optimizer.len / b.sub_group_step;
     const uint64_t full_bytes = b.sub_group_step * 4, tail_bytes = (b.optimizer.len - full * b.sub_group_step) * 4;
     for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV}) {
-      p.ledger.Add(k, p.optimizer_home, b.optimizer.len * 4);
-      if (p.optimizer_home == Residence::kNvme)
-        p.nvme_on_disk += full * RoundUp(full_bytes, kPage) + (n > full ? RoundUp(tail_bytes, kPage) : 0);
+      ledger.Add(k, optimizer_home, b.optimizer.len * 4);
+      if (optimizer_home == Residence::kNvme)
+        nvme_on_disk += full * RoundUp(full_bytes, kPage) + (n > full ? RoundUp(tail_bytes, kPage) : 0);
     }
-    p.ledger.Add(StateKind::kGradAccum, Residence::kCpu, b.grad.len * 4);
+    ledger.Add(StateKind::kGradAccum, Residence::kCpu, b.grad.len * 4);
   }
-  const int64_t tied_padded = p.tied_owner >= 0 ? p.blocks[p.tied_owner].layout.padded : 0;
-  p.ledger.Add(StateKind::kGatherBuffers, Residence::kDevice, (p.max_padded + tied_padded) * p.dsize);
-  p.ledger.Add(StateKind::kPinnedBuffers, Residence::kCpu, p.param_pool.region_bytes() + p.optim_pool.region_bytes());
-  return p;
+  const int64_t tied_padded = tied_slot ? blocks[tied_owner].layout.padded : 0;
+  ledger.Add(StateKind::kGatherBuffers, Residence::kDevice, (gather_slots * max_padded + tied_padded) * dsize);
+  ledger.Add(StateKind::kPinnedBuffers, Residence::kCpu, param_pool.region_bytes() + optim_pool.region_bytes());
 }
+
+Residence ShardPlan::WorkingResidence(int b) const { return resident.at(b) ? Residence::kDevice : working_home; }
 
 std::vector<TensorKey> ShardPlan::Keys() const {
   std::vector<TensorKey> keys;

@@ -99,6 +99,14 @@ struct ModelShape {
   static ModelShape Of(const model::ModelConfig& config, int64_t params = 0);
 };
 
+// What the plan needs of the compute device.
+struct DeviceTraits {
+  // Blocks run on the host on host buffers (the CPU build's device): one gather buffer, no
+  // copies, no device residency. Otherwise (a GPU, the fake device) gathers and gradient
+  // reductions are double-buffered, and working weights may be resident on the device.
+  bool host = true;
+};
+
 struct ShardPlan {
   int world = 1, rank = 0, stage = 3;
   bool weights_sharded = true, grads_sharded = true, optim_sharded = true;
@@ -110,18 +118,38 @@ struct ShardPlan {
   int64_t tied_numel = 0;
   int64_t max_padded = 0, max_shard = 0, max_sub_group = 0;
   uint64_t max_working_bytes = 0;
-  PoolPlan param_pool;  // NVMe working-weight fetches and write-backs (offload_param nvme)
+  bool host_device = true;
+  // Blocks whose working weights live on the device (strata.resident_blocks; non-host
+  // devices only): no store home, no copy per use; updated by one copy per step.
+  std::vector<bool> resident;
+  int gather_slots = 1;       // gather buffers of the largest padded group (0: every block resident, stage < 3)
+  bool tied_slot = false;     // a gather buffer for the tied owner during the head
+  int grad_slots = 1;         // flat-gradient / reduced-shard buffer pairs
+  PoolPlan param_pool;  // working-weight fetches and write-backs (NVMe), and resident blocks' updates
   PoolPlan optim_pool;  // NVMe optimizer-state sub-groups (offload_optimizer nvme)
   uint64_t staging_bytes = 0;  // the NVMe tier's staging buffers (host)
-  // fp32 scratch on the compute device: the flat gradient of the largest block, the reduced
-  // shard, the tied weight's pending gradient.
+  // Scratch on the compute device: per gradient slot the fp32 flat gradient of the largest
+  // block and the reduced shard, the tied weight's pending fp32 gradient, and off the host
+  // per gather slot the working shard before its all-gather.
   uint64_t scratch_bytes = 0;
+  // Off the host: pinned host copies of the reduced gradient shards, one per gradient slot.
+  uint64_t grad_staging_bytes = 0;
   uint64_t nvme_on_disk = 0;   // swap file space, extents placed as the NVMe tier places them
   MemoryLedger ledger;         // what the engine allocates, per state kind and residence
 
   // `cfg` supplies the stage, the offload homes and pools, sub_group_size, the compute dtype
   // and the aio settings.
-  static ShardPlan Make(const TrainConfig& cfg, const ModelShape& model, int world, int rank);
+  static ShardPlan Make(const TrainConfig& cfg, const ModelShape& model, int world, int rank,
+                        DeviceTraits device = {});
+  // Where block b's working weights live: the device for resident blocks, else their home.
+  Residence WorkingResidence(int b) const;
+
+ private:
+  void AddBlock(int64_t numel, int64_t sub_group_step);
+  void PlanDevice(const TrainConfig& cfg);
+  void PlanLedger();
+
+ public:
 
   // The store's tensors of this rank in a fixed order (VisitState's and the checkpoints'):
   // per block its working weights, then per sub-group master, m, v.

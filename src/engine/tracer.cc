@@ -14,6 +14,9 @@ const char* TrackName(Track t) {
     case Track::kComm: return "communication";
     case Track::kOptimizer: return "optimizer";
     case Track::kWait: return "waiting for transfers";
+    case Track::kCopyIn: return "host to device";
+    case Track::kCopyOut: return "device to host";
+    case Track::kDeviceComm: return "device collectives";
   }
   return "?";
 }

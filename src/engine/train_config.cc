@@ -121,6 +121,18 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   STRATA_RETURN_IF_ERROR(s.Int("keep_checkpoints", &c->keep_checkpoints, 0, 1000000));
   STRATA_RETURN_IF_ERROR(s.Int("comm_timeout_s", &c->comm_timeout_s, 1, 86400));
   STRATA_RETURN_IF_ERROR(s.String("device", &c->device));
+  if (s.IsAuto("resident_blocks")) {
+    s.Touch("resident_blocks");
+  } else {
+    STRATA_RETURN_IF_ERROR(s.Int("resident_blocks", &c->resident_blocks, 0, 1 << 20));
+  }
+  int64_t device_memory = 0;
+  if (s.IsAuto("device_memory")) {
+    s.Touch("device_memory");
+  } else {
+    STRATA_RETURN_IF_ERROR(s.Int("device_memory", &device_memory, 1 << 20, kMaxI));
+  }
+  c->device_memory = static_cast<uint64_t>(device_memory);
   STRATA_RETURN_IF_ERROR(
       s.Choice("debug_crash_in_save", &c->debug_crash_in_save, {"", "shard_partly_written", "before_rename", "before_latest"}));
 

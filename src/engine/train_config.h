@@ -98,6 +98,11 @@ struct TrainConfig {
   std::string debug_crash_in_save;   // tests: kill the process at this point of a checkpoint save
   int64_t comm_timeout_s = 120;      // strata.comm_timeout_s: a rank waiting longer on a peer exits with an error
   std::string device = "auto";       // strata.device: "auto" (a GPU when one is usable), "cpu", "cuda", "cuda:N"
+  // strata.resident_blocks: off the host, how many blocks (from the first) keep their working
+  // weights on the device; -1 ("auto"): all when offload_param is "none", else none.
+  int64_t resident_blocks = -1;
+  // strata.device_memory: bytes of device memory for the fit check; 0 ("auto"): the device's own.
+  uint64_t device_memory = 0;
 
   std::vector<AutoValue> autos;       // keys written "auto" and what they became
 

@@ -21,10 +21,10 @@ void Deterministic() {
 testing::RunResult RunOnGpu(const TrainConfig& cfg, int64_t steps) {
   testing::RunResult result;
   auto host = MakeSingleRankCommunicator();
-  auto nccl = cuda::MakeNcclCommunicator(host.get(), 0);
-  EXPECT_TRUE(nccl.ok()) << nccl.status().ToString();
-  if (!nccl.ok()) return result;
-  const ComputeDevice device(torch::Device(torch::kCUDA, 0), nccl->get());
+  auto opened = OpenComputeDevice("cuda:0", 0, host.get());
+  EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+  if (!opened.ok()) return result;
+  ComputeDevice& device = *opened->device;
   auto data = data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
   EXPECT_TRUE(data.ok()) << data.status().ToString();
   auto engine = Engine::Create(cfg, host.get(), nullptr, {}, &device);

@@ -124,7 +124,8 @@ TEST(Engine, TheDevicePathDrivenOnTheHostIsBitwiseTheHostPath) {
     c.offload_param.device = stage == 3 ? OffloadDevice::kNvme : OffloadDevice::kNone;
     c.offload_optimizer.device = OffloadDevice::kCpu;
     auto host = RunEngine(c, 2, 3);
-    auto staged = RunEngine(c, 2, 3, /*host_as_device=*/true);
+    const FakeDeviceOptions no_delays{.seed = 1, .max_delay_us = 0, .copy_gbps = 0, .poison = true};
+    auto staged = RunEngine(c, 2, 3, &no_delays);
     ASSERT_EQ(host.stats.size(), 3u);
     for (int s = 0; s < 3; ++s) EXPECT_EQ(host.stats[s].loss, staged.stats[s].loss) << "step " << s;
     EXPECT_TRUE(testing::BitwiseEqual(host, staged));

@@ -39,20 +39,28 @@ struct RunResult {
   uint64_t prefetch_high_water = 0, prefetch_budget = 0;
 };
 
-// `host_as_device`: each rank drives the host as if it were a GPU (ComputeDevice::HostAsDevice).
-inline RunResult RunEngine(const TrainConfig& cfg, int world, int64_t steps, bool host_as_device = false) {
+// `fake`: each rank runs on a fake asynchronous device (compute_device.h) with these
+// options, its collectives on a second set of local communicators; null: the host.
+inline RunResult RunEngine(const TrainConfig& cfg, int world, int64_t steps, const FakeDeviceOptions* fake = nullptr) {
   auto data = data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
   EXPECT_TRUE(data.ok()) << data.status().ToString();
   auto comms = MakeLocalCommunicators(world);
+  auto device_comms = MakeLocalCommunicators(world);
   RunResult result;
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       auto fail = [&](const Status& s) { errors[r] = s.ToString(); };
-      const ComputeDevice device = host_as_device ? ComputeDevice::HostAsDevice(comms[r].get())
-                                                  : ComputeDevice(torch::Device(torch::kCPU), comms[r].get());
-      auto engine = Engine::Create(cfg, comms[r].get(), nullptr, {}, &device);
+      std::unique_ptr<ComputeDevice> device;
+      if (fake) {
+        FakeDeviceOptions o = *fake;
+        o.seed = fake->seed * 131 + r;
+        device = MakeFakeAsyncDevice(device_comms[r].get(), o);
+      } else {
+        device = MakeHostDevice(comms[r].get());
+      }
+      auto engine = Engine::Create(cfg, comms[r].get(), nullptr, {}, device.get());
       if (!engine.ok()) return fail(engine.status());
       for (int64_t s = 0; s < steps; ++s) {
         auto st = (*engine)->Step(s, **data);

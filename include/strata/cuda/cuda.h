@@ -57,11 +57,30 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// NCCL communicator on its own stream for device buffers. The ncclUniqueId is created by
-// rank 0 and broadcast through `bootstrap` (the CPU communicator, itself met through the
-// TCP store), so NCCL needs no rendezvous of its own. Collectives follow communicator.h's
-// contract; they block until complete (the stream is synchronised) — the engine's async
-// path uses the stream through StreamOf().
-StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator* bootstrap, int device);
+// Collectives enqueued on a CUDA stream the caller gives (a cudaStream_t, as void*) and not
+// waited for: the caller orders them with events (the engine's asynchronous device path).
+class StreamCollectives {
+ public:
+  virtual ~StreamCollectives() = default;
+  virtual Status AllGatherOn(void* stream, const void* shard, void* full, size_t count, DType dtype) = 0;
+  virtual Status ReduceScatterOn(void* stream, const void* full, void* shard, size_t count, DType dtype,
+                                 ReduceOp op) = 0;
+  virtual Status AllReduceOn(void* stream, void* data, size_t count, DType dtype, ReduceOp op) = 0;
+  // An asynchronous NCCL error (a peer died mid-collective), if any.
+  virtual Status AsyncError() = 0;
+};
+
+// NCCL communicator for device buffers. The ncclUniqueId is created by rank 0 and broadcast
+// through `bootstrap` (the CPU communicator, itself met through the TCP store), so NCCL
+// needs no rendezvous of its own. Its Communicator methods follow communicator.h's contract
+// on NCCL's own stream and block until complete; stream_collectives() enqueues on the
+// caller's streams instead.
+class NcclCommunicator : public Communicator {
+ public:
+  virtual StreamCollectives* stream_collectives() = 0;
+};
+StatusOr<std::unique_ptr<NcclCommunicator>> MakeNcclCommunicator(Communicator* bootstrap, int device);
+// Bytes of memory of CUDA device `device` (0 when unknown).
+uint64_t DeviceMemoryBytes(int device);
 
 }  // namespace strata::cuda

@@ -1,0 +1,97 @@
+// The fake asynchronous device (compute_device.h): device memory is host memory, compute
+// runs on the caller's thread, and every copy and collective runs on a queue thread of its
+// own, after its `after` events, with an injected delay and its destination poisoned (NaN)
+// while in flight. A missing wait in the engine then reads NaN or stale bytes, and a test
+// comparing with the host path fails, here, instead of a race on a GPU.
+#include <cstring>
+
+#include "src/engine/compute_device.h"
+#include "src/engine/work_queue.h"
+#include "strata/log.h"
+
+namespace strata {
+namespace {
+
+void Poison(void* p, size_t bytes) {
+  // All-ones bytes: NaN in fp32, bf16 and fp16 alike.
+  std::memset(p, 0xff, bytes);
+}
+
+class FakeAsyncDevice final : public ComputeDevice {
+ public:
+  FakeAsyncDevice(Communicator* comm, const FakeDeviceOptions& o)
+      : comm_(comm), o_(o),
+        in_(Track::kCopyIn, o.seed * 4 + 1, o.max_delay_us, o.copy_gbps, &tracer_),
+        out_(Track::kCopyOut, o.seed * 4 + 2, o.max_delay_us, o.copy_gbps, &tracer_),
+        coll_(Track::kDeviceComm, o.seed * 4 + 3, o.max_delay_us, 0, &tracer_),
+        host_(Track::kDeviceComm, o.seed * 4 + 4, 0, 0, &no_tracer_) {}
+  ~FakeAsyncDevice() override { Synchronize().IgnoreError(); }
+
+  torch::Device device() const override { return torch::Device(torch::kCPU); }
+  bool is_host() const override { return false; }
+  std::string Name() const override {
+    return o_.copy_gbps > 0 ? fmt::format("fake async device (copies at {} GB/s)", o_.copy_gbps)
+                            : fmt::format("fake async device (delays up to {} us, seed {})", o_.max_delay_us, o_.seed);
+  }
+  Communicator* collectives() const override { return comm_; }
+
+  DeviceEvent CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) override {
+    void* d = dst.data_ptr();
+    const size_t n = dst.nbytes();
+    return in_.Submit({after, Poisoner(d, n), [=] { std::memcpy(d, src, n); return Status(); }, "h2d", n, {}});
+  }
+  DeviceEvent CopyOut(void* dst, const torch::Tensor& src, const EventList& after) override {
+    const void* s = src.data_ptr();
+    const size_t n = src.nbytes();
+    return out_.Submit({after, Poisoner(dst, n), [=] { std::memcpy(dst, s, n); return Status(); }, "d2h", n, {}});
+  }
+  DeviceEvent AllGather(const void* shard, void* full, size_t count, DType dtype, const EventList& after) override {
+    const size_t n = count * DTypeSize(dtype) * comm_->world_size();
+    // A shard that aliases its slot in `full` must not be poisoned before it is read.
+    const bool aliased = static_cast<const std::byte*>(shard) >= static_cast<std::byte*>(full) &&
+                         static_cast<const std::byte*>(shard) < static_cast<std::byte*>(full) + n;
+    return coll_.Submit({after, aliased ? nullptr : Poisoner(full, n),
+                         [=] { return comm_->AllGather(shard, full, count, dtype); }, "all-gather", n, {}});
+  }
+  DeviceEvent ReduceScatter(const void* full, void* shard, size_t count, DType dtype, ReduceOp op,
+                            const EventList& after) override {
+    const size_t n = count * DTypeSize(dtype);
+    return coll_.Submit({after, Poisoner(shard, n),
+                         [=] { return comm_->ReduceScatter(full, shard, count, dtype, op); }, "reduce-scatter", n, {}});
+  }
+  DeviceEvent AllReduce(void* data, size_t count, DType dtype, ReduceOp op, const EventList& after) override {
+    return coll_.Submit({after, nullptr, [=] { return comm_->AllReduce(data, count, dtype, op); }, "all-reduce",
+                         count * DTypeSize(dtype), {}});
+  }
+  Status ComputeAfter(const DeviceEvent& e) override { return e.HostWait(); }
+  DeviceEvent RecordCompute() override { return DeviceEvent(); }  // compute ran on the caller: done
+  DeviceEvent OnHost(std::function<Status()> fn, const EventList& after) override {
+    return host_.Submit({after, nullptr, std::move(fn), "host callback", 0, {}});
+  }
+  Status Synchronize() override {
+    Status first;
+    for (WorkQueue* q : {&in_, &out_, &coll_, &host_}) q->last().HostWait().IgnoreError();
+    for (WorkQueue* q : {&in_, &out_, &coll_, &host_})
+      if (Status s = q->first_error(); !s.ok() && first.ok()) first = s;
+    return first;
+  }
+
+ private:
+  std::function<void()> Poisoner(void* p, size_t n) const {
+    if (!o_.poison) return nullptr;
+    return [=] { Poison(p, n); };
+  }
+
+  Communicator* comm_;
+  FakeDeviceOptions o_;
+  Tracer* no_tracer_ = nullptr;
+  WorkQueue in_, out_, coll_, host_;
+};
+
+}  // namespace
+
+std::unique_ptr<ComputeDevice> MakeFakeAsyncDevice(Communicator* comm, FakeDeviceOptions options) {
+  return std::make_unique<FakeAsyncDevice>(comm, options);
+}
+
+}  // namespace strata
