@@ -11,6 +11,84 @@
 #include "strata/log.h"
 
 namespace strata::bench {
+namespace {
+
+// One configuration of the comparison, with its own engine, device and trace.
+struct Variant {
+  std::string name;
+  TrainConfig cfg;
+  std::unique_ptr<Communicator> comm, device_comm;
+  std::unique_ptr<ComputeDevice> device;
+  std::unique_ptr<Tracer> tracer = std::make_unique<Tracer>();
+  std::unique_ptr<Engine> engine;  // last: destroyed first
+  std::vector<double> ms, wait_ms, nvme_mb, copy_ms;
+};
+
+// The offload modes on the configured device, or (--fake-device) the synchronous and the
+// overlapped schedule on the fake device with copies modelled at `fake_gbps`.
+Status MakeVariants(const StepBenchOptions& o, const TrainConfig& base, std::vector<Variant>* out) {
+  if (o.fake_device_gbps > 0) {
+    for (bool overlapped : {false, true}) {
+      Variant v;
+      v.name = overlapped ? "overlapped" : "synchronous";
+      v.cfg = base;
+      v.comm = MakeSingleRankCommunicator();
+      v.device_comm = MakeSingleRankCommunicator();
+      auto fake = MakeFakeAsyncDevice(v.device_comm.get(), {.seed = 1, .max_delay_us = 0, .copy_gbps = o.fake_device_gbps});
+      v.device = overlapped ? std::move(fake) : MakeSynchronousDevice(std::move(fake));
+      out->push_back(std::move(v));
+    }
+  } else {
+    for (OffloadDevice d : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+      Variant v;
+      v.name = OffloadDeviceName(d);
+      v.cfg = base;
+      v.cfg.offload_param.device = v.cfg.zero_stage == 3 ? d : OffloadDevice::kNone;
+      v.cfg.offload_optimizer.device = d;
+      v.comm = MakeSingleRankCommunicator();
+      STRATA_ASSIGN_OR_RETURN(OpenedDevice opened, OpenComputeDevice(v.cfg.device, 0, v.comm.get()));
+      v.device_comm = std::move(opened.collectives);
+      v.device = std::move(opened.device);
+      out->push_back(std::move(v));
+    }
+  }
+  for (Variant& v : *out) {
+    auto e = Engine::Create(v.cfg, v.comm.get(), v.tracer.get(), {}, v.device.get());
+    if (!e.ok()) return e.status().WithContext(v.name);
+    v.engine = std::move(e).value();
+  }
+  return Status();
+}
+
+void PrintTable(const StepBenchOptions& o, const TrainConfig& base, std::vector<Variant>& vs, int64_t tokens,
+                double flops_per_token, double peak) {
+  auto tflops = [&](double step_ms) { return tokens * flops_per_token / (step_ms / 1e3) / 1e12; };
+  const bool fake = o.fake_device_gbps > 0;
+  std::printf("bench step: %s, %lld tokens per step, 1 rank, ZeRO stage %d, %s compute on %s; %d steps per variant, "
+              "interleaved\n", base.model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", (long long)tokens,
+              base.zero_stage, DTypeName(base.compute_dtype), vs[0].device->Name().c_str(), o.steps);
+  Table t({fake ? "schedule" : "offload", "step ms", "tokens/s", "TFLOPS", "MFU", "exposed ms", "device copies ms",
+           "hidden", "nvme MB/step", fake ? "time / sync" : "time / none"});
+  const Summary anchor = Summarize(vs[0].ms);
+  for (Variant& v : vs) {
+    const Summary s = Summarize(v.ms);
+    const double copy = Summarize(v.copy_ms).median, wait = Summarize(v.wait_ms).median;
+    t.Row({v.name, Format(s, 1), fmt::format("{:.0f}", tokens / (s.median / 1e3)), fmt::format("{:.3f}", tflops(s.median)),
+           peak > 0 ? fmt::format("{:.1f}%", 100 * tflops(s.median) / peak) : std::string("-"),
+           fmt::format("{:.2f}", wait), fmt::format("{:.2f}", copy),
+           copy > 0 ? fmt::format("{:.0f}%", 100 * std::max(0.0, 1 - wait / copy)) : std::string("-"),
+           fmt::format("{:.1f}", Summarize(v.nvme_mb).median), fmt::format("{:.2f}", s.median / anchor.median)});
+  }
+  t.Print(stdout);
+  std::printf("median (min-max); exposed = time the compute thread waited for transfers; device copies = time the "
+              "host<->device copy queues were busy; hidden = 1 - exposed / copies; TFLOPS = model FLOPs (%.3g per "
+              "token) / step time; MFU against %s\n", flops_per_token,
+              peak > 0 ? fmt::format("{:.1f} TFLOPS dense {} ({})", peak, DTypeName(base.compute_dtype),
+                                     vs[0].device->Name()).c_str()
+                       : "no stated peak (the host; pass --peak-tflops)");
+}
+
+}  // namespace
 
 int RunStepBench(const StepBenchOptions& o) {
   auto fail = [](const Status& s) {
@@ -22,87 +100,58 @@ int RunStepBench(const StepBenchOptions& o) {
   if (!text.ok()) return fail(text.status());
   auto base = ParseTrainConfig(*text, origin);
   if (!base.ok()) return fail(base.status());
-  ResolvePrecision(&*base, SpecNamesGpu(base->device));
+  ResolvePrecision(&*base, o.fake_device_gbps <= 0 && SpecNamesGpu(base->device));
   if (!base->precision_warning.empty()) LogWarn("{}", base->precision_warning);
   auto data = data::TokenDataset::Open(base->data, base->model.vocab_size, base->model.seq_len);
   if (!data.ok()) return fail(data.status());
 
-  const OffloadDevice modes[] = {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme};
-  std::vector<std::unique_ptr<Communicator>> comms;
-  std::vector<std::unique_ptr<Tracer>> tracers;
-  std::vector<OpenedDevice> devices;  // before the engines: destroyed after them
-  std::vector<std::unique_ptr<Engine>> engines;
-  for (OffloadDevice d : modes) {
-    TrainConfig c = *base;
-    c.offload_param.device = c.zero_stage == 3 ? d : OffloadDevice::kNone;
-    c.offload_optimizer.device = d;
-    comms.push_back(MakeSingleRankCommunicator());
-    tracers.push_back(std::make_unique<Tracer>());
-    auto dev = OpenComputeDevice(c.device, 0, comms.back().get());
-    if (!dev.ok()) return fail(dev.status());
-    devices.push_back(std::move(dev).value());
-    auto e = Engine::Create(c, comms.back().get(), tracers.back().get(), {}, devices.back().device.get());
-    if (!e.ok()) return fail(e.status().WithContext(fmt::format("offload {}", OffloadDeviceName(d))));
-    engines.push_back(std::move(e).value());
-  }
-  std::vector<double> ms[3], wait[3], nvme[3];
+  std::vector<Variant> vs;
+  if (Status s = MakeVariants(o, *base, &vs); !s.ok()) return fail(s);
   int64_t tokens = 0;
   for (int s = 0; s <= o.steps; ++s) {
-    for (int m = 0; m < 3; ++m) {
-      auto st = engines[m]->Step(s, **data);
-      if (!st.ok()) return fail(st.status());
-      tracers[m]->Trim(tracers[m]->Now());
+    for (Variant& v : vs) {
+      const double t0 = v.tracer->Now();
+      auto st = v.engine->Step(s, **data);
+      if (!st.ok()) return fail(st.status().WithContext(v.name));
+      const double copy = v.tracer->Busy(Track::kCopyIn, t0) + v.tracer->Busy(Track::kCopyOut, t0);
+      v.tracer->Trim(v.tracer->Now());
       if (s == 0) continue;  // warm-up
-      ms[m].push_back(st->seconds * 1e3);
-      wait[m].push_back(st->wait_s * 1e3);
-      nvme[m].push_back((st->nvme_read_bytes + st->nvme_write_bytes) / 1e6);
+      v.ms.push_back(st->seconds * 1e3);
+      v.wait_ms.push_back(st->wait_s * 1e3);
+      v.nvme_mb.push_back((st->nvme_read_bytes + st->nvme_write_bytes) / 1e6);
+      v.copy_ms.push_back(copy * 1e3);
       tokens = st->tokens;
     }
   }
-  const Summary anchor = Summarize(ms[0]);
   // Achieved model TFLOPS (6 N per token, plus attention) and MFU against the stated peak.
   const double flops_per_token = model::ModelSpec(base->model).train_flops_per_token();
-  const double peak = o.peak_tflops > 0 ? o.peak_tflops : devices[0].device->PeakTflops(base->compute_dtype);
+  const double peak = o.peak_tflops > 0 ? o.peak_tflops : vs[0].device->PeakTflops(base->compute_dtype);
   auto tflops = [&](double step_ms) { return tokens * flops_per_token / (step_ms / 1e3) / 1e12; };
-  if (o.json) {
-    nlohmann::json j;
-    j["tokens_per_step"] = tokens;
-    j["device"] = devices[0].device->device().str();
-    j["device_name"] = devices[0].device->Name();
-    j["flops_per_token"] = flops_per_token;
-    j["peak_tflops"] = peak > 0 ? nlohmann::json(peak) : nlohmann::json(nullptr);
-    j["steps"] = o.steps;
-    for (int m = 0; m < 3; ++m) {
-      const Summary t = Summarize(ms[m]);
-      j[OffloadDeviceName(modes[m])] = {{"step_ms", t.median}, {"step_ms_min", t.min}, {"step_ms_max", t.max},
-                                        {"tokens_per_s", tokens / (t.median / 1e3)},
-                                        {"tflops", tflops(t.median)},
-                                        {"mfu", peak > 0 ? nlohmann::json(tflops(t.median) / peak) : nlohmann::json(nullptr)},
-                                        {"exposed_ms", Summarize(wait[m]).median},
-                                        {"nvme_mb_per_step", Summarize(nvme[m]).median},
-                                        {"ratio_vs_none", t.median / anchor.median}};
-    }
-    std::printf("%s\n", j.dump(2).c_str());
+  if (!o.json) {
+    PrintTable(o, *base, vs, tokens, flops_per_token, peak);
     return 0;
   }
-  std::printf("bench step: %s, %lld tokens per step, 1 rank, ZeRO stage %d, %s compute on %s; %d steps per mode, "
-              "interleaved\n", base->model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", (long long)tokens,
-              base->zero_stage, DTypeName(base->compute_dtype), devices[0].device->device().str().c_str(), o.steps);
-  Table t({"offload", "step ms", "tokens/s", "TFLOPS", "MFU", "exposed ms", "nvme MB/step", "time / none"});
-  for (int m = 0; m < 3; ++m) {
-    const Summary s = Summarize(ms[m]);
-    t.Row({OffloadDeviceName(modes[m]), Format(s, 1), fmt::format("{:.0f}", tokens / (s.median / 1e3)),
-           fmt::format("{:.3f}", tflops(s.median)),
-           peak > 0 ? fmt::format("{:.1f}%", 100 * tflops(s.median) / peak) : std::string("-"),
-           fmt::format("{:.2f}", Summarize(wait[m]).median), fmt::format("{:.1f}", Summarize(nvme[m]).median),
-           fmt::format("{:.2f}", s.median / anchor.median)});
+  nlohmann::json j;
+  j["tokens_per_step"] = tokens;
+  j["device"] = vs[0].device->device().str();
+  j["device_name"] = vs[0].device->Name();
+  j["flops_per_token"] = flops_per_token;
+  j["peak_tflops"] = peak > 0 ? nlohmann::json(peak) : nlohmann::json(nullptr);
+  j["steps"] = o.steps;
+  if (o.fake_device_gbps > 0) j["fake_device_gbps"] = o.fake_device_gbps;
+  const Summary anchor = Summarize(vs[0].ms);
+  for (Variant& v : vs) {
+    const Summary t = Summarize(v.ms);
+    const double copy = Summarize(v.copy_ms).median, wait = Summarize(v.wait_ms).median;
+    j[v.name] = {{"step_ms", t.median}, {"step_ms_min", t.min}, {"step_ms_max", t.max},
+                 {"tokens_per_s", tokens / (t.median / 1e3)}, {"tflops", tflops(t.median)},
+                 {"mfu", peak > 0 ? nlohmann::json(tflops(t.median) / peak) : nlohmann::json(nullptr)},
+                 {"exposed_ms", wait}, {"device_copy_ms", copy},
+                 {"exposed_over_copy", copy > 0 ? nlohmann::json(wait / copy) : nlohmann::json(nullptr)},
+                 {"nvme_mb_per_step", Summarize(v.nvme_mb).median},
+                 {o.fake_device_gbps > 0 ? "ratio_vs_synchronous" : "ratio_vs_none", t.median / anchor.median}};
   }
-  t.Print(stdout);
-  std::printf("median (min-max); exposed = time the compute thread waited for transfers; TFLOPS = model FLOPs "
-              "(%.3g per token) / step time; MFU against %s\n", flops_per_token,
-              peak > 0 ? fmt::format("{:.1f} TFLOPS dense {} ({})", peak, DTypeName(base->compute_dtype),
-                                     devices[0].device->Name()).c_str()
-                       : "no stated peak (the host; pass --peak-tflops)");
+  std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }
 

@@ -1,7 +1,8 @@
 // `strata bench step`: the training step with parameters and optimizer states offloaded to
 // none / cpu / nvme, side by side on one rank, steps interleaved across the three (the
-// machine drifts), reporting median step time, tokens/s, exposed transfer time and NVMe
-// bytes per step; "none" is the anchor the others are a ratio of.
+// machine drifts), reporting median step time, tokens/s, exposed transfer time, device copy
+// time and NVMe bytes per step; "none" is the anchor the others are a ratio of. With a fake
+// device: the synchronous schedule (the anchor) against the overlapped one, same copy costs.
 #pragma once
 
 #include <string>
@@ -16,6 +17,9 @@ struct StepBenchOptions {
   int steps = 8;                     // measured steps per mode (after one warm-up step)
   bool json = false;
   double peak_tflops = 0;            // for MFU; 0 = the device's stated dense peak (none on a CPU)
+  // > 0: instead of the offload modes, the synchronous and the overlapped schedule on the fake
+  // asynchronous device, its host<->device copies modelled at this many GB/s.
+  double fake_device_gbps = 0;
 };
 
 int RunStepBench(const StepBenchOptions& options);

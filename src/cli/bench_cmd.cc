@@ -50,6 +50,9 @@ void AddBenchStepCommand(CLI::App& bench, Action* action) {
   cmd->add_option("--steps", opts->steps, "measured steps per mode")->capture_default_str()->check(CLI::Range(1, 10000));
   cmd->add_option("--set", opts->sets, "override a config key");
   cmd->add_flag("--json", opts->json, "print one JSON object");
+  cmd->add_option("--fake-device", opts->fake_device_gbps, "compare the synchronous and the overlapped schedule on "
+                  "the fake asynchronous device, its host<->device copies modelled at this many GB/s")
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--peak-tflops", opts->peak_tflops, "the device's peak for MFU (default: its stated dense bf16/fp16 "
                                                       "or fp32 peak; none on a CPU)")->check(CLI::Range(0.0, 1e6));
   cmd->callback([=] {

@@ -5,6 +5,8 @@
 #include "src/cli/commands.h"
 #include "src/cli/train_config_cli.h"
 #include "src/estimate/estimator.h"
+#include "bench/bench_util.h"
+#include "src/engine/compute_device.h"
 
 namespace strata::cli {
 
@@ -14,6 +16,8 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
     std::vector<std::string> sets;
     int nproc = 1;
     double params = 0;
+    std::string device;         // "" = the config's strata.device
+    std::string device_memory;  // "" = the config's strata.device_memory
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("estimate", "per-rank memory by tier (device / cpu / nvme) for a config, and "
@@ -23,15 +27,35 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
   cmd->add_option("--set", a->sets, "override a config key");
   cmd->add_option("--nproc", a->nproc, "ranks on this node (the world size)")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--params", a->params, "scale the config's model to this many parameters (e.g. 1e9)");
+  cmd->add_option("--device", a->device, "where blocks run: cpu, cuda (a GPU; need not be on this machine), auto")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  cmd->add_option("--device-memory", a->device_memory, "memory of one GPU for the fit check (e.g. 80G)");
   cmd->callback([=] {
     *action = [=] {
-      auto cfg = ResolveTrainConfig(a->config, a->strata_file, a->sets, a->nproc);
+      std::vector<std::string> sets = a->sets;
+      if (!a->device.empty()) sets.push_back("strata.device=" + a->device);
+      if (!a->device_memory.empty()) {
+        auto bytes = bench::ParseBytes(a->device_memory, "--device-memory");
+        if (!bytes.ok()) {
+          std::fprintf(stderr, "error: %s\n", bytes.status().message().c_str());
+          return 2;
+        }
+        sets.push_back(fmt::format("strata.device_memory={}", *bytes));
+      }
+      auto cfg = ResolveTrainConfig(a->config, a->strata_file, sets, a->nproc);
       if (!cfg.ok()) {
         std::fprintf(stderr, "error: %s\n", cfg.status().message().c_str());
         return 1;
       }
-      const MemoryEstimate e = EstimateMemory(*cfg, a->nproc, static_cast<int64_t>(a->params));
+      const bool gpu = SpecNamesGpu(cfg->device);
+      const MemoryEstimate e = EstimateMemory(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu});
       const MachineCapacity m = ProbeMachine(*cfg);
+      if (gpu)
+        std::printf("blocks on a GPU (%s): working weights of %s block(s) resident there; device memory %s\n",
+                    cfg->device.c_str(),
+                    cfg->resident_blocks >= 0 ? std::to_string(cfg->resident_blocks).c_str()
+                    : cfg->offload_param.device == OffloadDevice::kNone ? "all" : "no",
+                    m.device_memory ? HumanBytes(m.device_memory).c_str() : "unknown (pass --device-memory)");
       std::printf("%.4g M parameters, %d rank(s), ZeRO stage %d, %s compute, micro-batch %lld x seq %lld; params on "
                   "%s, optimizer states on %s\n\n%s\n",
                   e.parameters / 1e6, a->nproc, cfg->zero_stage, DTypeName(cfg->compute_dtype),

@@ -1,7 +1,7 @@
 // `strata train`: the training loop around the Engine, on one rank of a launch (torchrun,
 // Slurm, or `--nproc N`, which starts N local ranks itself). A TrainRun goes through its
-// steps in order: Configure (config, fit check, threads), Connect (communicator, compute
-// device), CreateEngine (data, --init-from, the engine), Resume, Loop (steps, evaluations,
+// steps in order: Configure (config, threads), Connect (communicator, compute device, the fit
+// check), CreateEngine (data, --init-from, the engine), Resume, Loop (steps, evaluations,
 // checkpoints, the trace), Finish (final save and eval, the memory audit).
 #include <omp.h>
 #include <unistd.h>
@@ -67,6 +67,7 @@ class TrainRun {
   Status Eval(int64_t step);
   Status Save(int64_t step);
   bool lead() const { return env_.rank == 0; }
+  int local_ranks() const { return std::max(1, a_.nproc > 1 ? a_.nproc : env_.world_size); }
 
   const TrainArgs& a_;
   LaunchEnv env_;
@@ -99,8 +100,8 @@ int TrainRun::Run() {
   return 0;
 }
 
-// The config (with --steps/--seed/--save-interval as overrides), its warnings, the fit
-// check before anything is allocated, and the cores shared between the local ranks.
+// The config (with --steps/--seed/--save-interval as overrides), its warnings, and the cores
+// shared between the local ranks.
 Status TrainRun::Configure() {
   STRATA_ASSIGN_OR_RETURN(env_, LaunchEnv::FromEnvironment());
   std::vector<std::string> sets = a_.sets;
@@ -113,11 +114,8 @@ Status TrainRun::Configure() {
     for (const auto& n : cfg_.notes) LogInfo("config: {}", n);
     if (!cfg_.precision_warning.empty()) LogWarn("{}", cfg_.precision_warning);
   }
-  const int local_ranks = std::max(1, a_.nproc > 1 ? a_.nproc : env_.world_size);
-  estimate_ = EstimateMemory(cfg_, env_.world_size);
-  if (!a_.no_fit_check) STRATA_RETURN_IF_ERROR(CheckFits(estimate_, ProbeMachine(cfg_), local_ranks));
   // Share the cores between the local ranks: LibTorch's and OpenMP's pools alike.
-  const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_ranks);
+  const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_ranks());
   torch::set_num_threads(threads);
   omp_set_num_threads(threads);
   return Status();
@@ -135,6 +133,11 @@ Status TrainRun::Connect() {
   auto device = OpenComputeDevice(cfg_.device, env_.local_rank, comm_.get());
   if (!device.ok()) return device.status().WithContext(fmt::format("rank {}", env_.rank));
   device_ = std::move(device).value();
+  // Refuse a config that cannot fit before allocating any state: host memory, NVMe, and a
+  // GPU's own memory.
+  estimate_ = EstimateMemory(cfg_, env_.world_size, 0, {device_.device->is_host()});
+  if (!a_.no_fit_check)
+    STRATA_RETURN_IF_ERROR(CheckFits(estimate_, ProbeMachine(cfg_, device_.device->MemoryBytes()), local_ranks()));
   return Status();
 }
 

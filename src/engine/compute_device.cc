@@ -131,6 +131,10 @@ class SynchronousDevice final : public ComputeDevice {
     return Waited(inner_->OnHost(std::move(fn), after), "wait host callback");
   }
   Status Synchronize() override { return inner_->Synchronize(); }
+  void set_tracer(Tracer* tracer) override {
+    tracer_ = tracer;
+    inner_->set_tracer(tracer);
+  }
 
  private:
   DeviceEvent Waited(DeviceEvent e, const char* what) {

@@ -120,7 +120,7 @@ class ComputeDevice {
   virtual Status Synchronize() = 0;
 
   // Spans of the copy and collective queues go to `tracer` (may be null).
-  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+  virtual void set_tracer(Tracer* tracer) { tracer_ = tracer; }
 
  protected:
   Tracer* tracer_ = nullptr;

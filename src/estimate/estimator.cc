@@ -9,20 +9,32 @@
 namespace strata {
 
 uint64_t MemoryEstimate::resident_state() const {
-  return ledger.Total(Residence::kDevice) + ledger.Total(Residence::kCpu) + scratch + staging;
+  return ledger.Total(Residence::kDevice) + ledger.Total(Residence::kCpu) + scratch + staging + grad_staging;
+}
+
+uint64_t MemoryEstimate::device_peak() const {
+  return ledger.Total(Residence::kDevice) + scratch + activations + transients;
+}
+
+uint64_t MemoryEstimate::host_peak() const {
+  const uint64_t host = ledger.Total(Residence::kCpu) + staging + grad_staging + runtime;
+  return host_device ? host + device_peak() : host;
 }
 
 uint64_t MemoryEstimate::node_host_bytes(int local_ranks) const { return host_peak() * local_ranks; }
 
-MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_override) {
+MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_override, DeviceTraits device) {
   MemoryEstimate e;
   e.world = world;
+  e.host_device = device.host;
   const ModelShape shape = ModelShape::Of(cfg.model, params_override);
-  const ShardPlan plan = ShardPlan::Make(cfg, shape, world, /*rank=*/0);  // every rank's shard has the same size
+  // Every rank's shard has the same size.
+  const ShardPlan plan = ShardPlan::Make(cfg, shape, world, /*rank=*/0, device);
   for (int64_t n : shape.block_numels) e.parameters += n;
   e.ledger = plan.ledger;
   e.scratch = plan.scratch_bytes;
   e.staging = plan.staging_bytes;
+  e.grad_staging = plan.grad_staging_bytes;
   e.nvme_on_disk = plan.nvme_on_disk;
   // Activations (approximate): each block's saved input, one layer's forward + backward
   // working set (~32 x [B, T, C]: measured 29 on the tiny model; flash attention keeps no
@@ -39,6 +51,7 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   // Page-locked: the pinned pools, and the cpu tier's states when it is pinned (mlock).
   for (const PoolPlan* pool : {&plan.param_pool, &plan.optim_pool})
     if (pool->pin) e.pinned += pool->region_bytes();
+  if (!device.host) e.pinned += e.grad_staging;  // cudaHostRegister'd on a GPU
   if (cfg.offload_optimizer.pin_memory)
     for (StateKind k : {StateKind::kWorking, StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV})
       e.pinned += plan.ledger.At(k, Residence::kCpu);
@@ -53,8 +66,9 @@ uint64_t ProcKilobyteField(const char* file, const std::string& key) {
   return 0;
 }
 
-MachineCapacity ProbeMachine(const TrainConfig& cfg) {
+MachineCapacity ProbeMachine(const TrainConfig& cfg, uint64_t device_memory) {
   MachineCapacity m;
+  m.device_memory = cfg.device_memory ? cfg.device_memory : device_memory;
   m.host_available = ProcKilobyteField("/proc/meminfo", "MemAvailable:");
   const bool nvme = cfg.offload_param.device == OffloadDevice::kNvme || cfg.offload_optimizer.device == OffloadDevice::kNvme;
   if (nvme) {
@@ -83,11 +97,22 @@ Status CheckFits(const MemoryEstimate& e, const MachineCapacity& m, int local_ra
   const uint64_t host = e.node_host_bytes(local_ranks);
   if (m.host_available > 0 && host > m.host_available)
     why += fmt::format(
-        "\n  host memory: {} needed ({} rank(s) x {} = device {} + cpu {} + scratch and staging {} + activations ~{} "
-        "+ gradient transients {} + runtime {}), {} available",
-        HumanBytes(host), local_ranks, HumanBytes(host / local_ranks), HumanBytes(e.ledger.Total(Residence::kDevice)),
-        HumanBytes(e.ledger.Total(Residence::kCpu)), HumanBytes(e.scratch + e.staging), HumanBytes(e.activations),
-        HumanBytes(e.transients), HumanBytes(e.runtime), HumanBytes(m.host_available));
+        "\n  host memory: {} needed ({} rank(s) x {} = {}cpu {} + staging {} + runtime {}), {} available",
+        HumanBytes(host), local_ranks, HumanBytes(host / local_ranks),
+        e.host_device ? fmt::format("device {} + scratch {} + activations ~{} + gradient transients {} + ",
+                                    HumanBytes(e.ledger.Total(Residence::kDevice)), HumanBytes(e.scratch),
+                                    HumanBytes(e.activations), HumanBytes(e.transients))
+                      : std::string(),
+        HumanBytes(e.ledger.Total(Residence::kCpu)), HumanBytes(e.staging + e.grad_staging), HumanBytes(e.runtime),
+        HumanBytes(m.host_available));
+  // One rank per GPU: each rank's device tier against one GPU's memory.
+  if (!e.host_device && m.device_memory > 0 && e.device_peak() > m.device_memory)
+    why += fmt::format("\n  device memory: {} needed per rank (resident working weights, gather buffers {}, scratch {}, "
+                       "activations ~{}, gradient transients {}), {} on the GPU (lower strata.resident_blocks or "
+                       "offload the parameters)",
+                       HumanBytes(e.device_peak()), HumanBytes(e.ledger.Of(StateKind::kGatherBuffers)),
+                       HumanBytes(e.scratch), HumanBytes(e.activations), HumanBytes(e.transients),
+                       HumanBytes(m.device_memory));
   const uint64_t disk = e.node_nvme_bytes(local_ranks);
   if (m.nvme_free > 0 && disk > m.nvme_free)
     why += fmt::format("\n  NVMe: {} needed in '{}' ({} rank(s) x {}), {} free", HumanBytes(disk), m.nvme_dir,
@@ -106,14 +131,16 @@ std::string FormatEstimate(const MemoryEstimate& e) {
   for (int k = 0; k < kNumStateKinds; ++k)
     out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", kNames[k], HumanBytes(e.ledger.bytes[k][0]),
                        HumanBytes(e.ledger.bytes[k][1]), HumanBytes(e.ledger.bytes[k][2]));
-  out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "fp32 gradient scratch", HumanBytes(e.scratch), "-", "-");
+  out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "gradient scratch", HumanBytes(e.scratch), "-", "-");
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "NVMe staging", "-", HumanBytes(e.staging), "-");
+  if (!e.host_device)
+    out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "gradient copies (pinned)", "-", HumanBytes(e.grad_staging), "-");
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "activations (approx.)", HumanBytes(e.activations), "-", "-");
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "gradient transients", HumanBytes(e.transients), "-", "-");
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "runtime (measured const.)", "-", HumanBytes(e.runtime), "-");
-  out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "total",
-                     HumanBytes(e.ledger.Total(Residence::kDevice) + e.scratch + e.activations + e.transients),
-                     HumanBytes(e.ledger.Total(Residence::kCpu) + e.staging + e.runtime), HumanBytes(e.nvme_on_disk));
+  out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "total", HumanBytes(e.device_peak()),
+                     HumanBytes(e.ledger.Total(Residence::kCpu) + e.staging + e.grad_staging + e.runtime),
+                     HumanBytes(e.nvme_on_disk));
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "  of which page-locked", "-", HumanBytes(e.pinned), "-");
   return out;
 }

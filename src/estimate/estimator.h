@@ -33,27 +33,38 @@ struct MemoryEstimate {
   // allocator slack. A constant measured on the CPU build (see kRuntimeBytes).
   uint64_t runtime = 0;
   uint64_t pinned = 0;             // per rank: page-locked host memory (pinned pools, mlocked cpu tier)
+  // Off the host (a GPU): pinned host copies of the reduced gradient shards.
+  uint64_t grad_staging = 0;
   int64_t parameters = 0;
   int world = 1;
+  bool host_device = true;         // blocks run on the host: "device" is host memory
   // What one rank holds in memory before activations: ledger device + cpu, scratch, staging.
   uint64_t resident_state() const;
-  // One rank's peak host memory on a CPU build: state + activations + transients + runtime.
-  uint64_t host_peak() const { return resident_state() + activations + transients + runtime; }
-  // Sums over all the ranks of this node (device + cpu share host memory on a CPU build).
+  // One rank's peak on the compute device: its ledger, scratch, activations and transients
+  // (on the host device these are host memory and count in host_peak() too).
+  uint64_t device_peak() const;
+  // One rank's peak host memory: the cpu tier, pools, staging and the runtime, plus the
+  // device's share when the device is the host.
+  uint64_t host_peak() const;
+  // Sums over all the ranks of this node.
   uint64_t node_host_bytes(int local_ranks) const;
   uint64_t node_nvme_bytes(int local_ranks) const { return nvme_on_disk * local_ranks; }
 };
 
 // `params_override` > 0 rescales every block so the model has that many parameters (the
-// `estimate --params N` form); the config's shape otherwise.
-MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_override = 0);
+// `estimate --params N` form); the config's shape otherwise. `device`: where blocks run (the
+// host, or a GPU: double buffers, residency, a device tier of its own).
+MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_override = 0,
+                              DeviceTraits device = {});
 
 struct MachineCapacity {
   uint64_t host_available = 0;  // MemAvailable
   uint64_t nvme_free = 0;       // free bytes of the swap folder's file system (0 = unknown)
   std::string nvme_dir;
+  uint64_t device_memory = 0;   // bytes of one GPU (strata.device_memory, or the device's own); 0 = unknown
 };
-MachineCapacity ProbeMachine(const TrainConfig& cfg);
+// This machine; `device_memory` from the config, else as given (the opened GPU's, or 0).
+MachineCapacity ProbeMachine(const TrainConfig& cfg, uint64_t device_memory = 0);
 
 // A "Key: N kB" field of a /proc file (/proc/meminfo, /proc/self/status) in bytes; 0 when
 // the file or the key is absent. `key` includes the colon: "MemAvailable:", "VmHWM:".

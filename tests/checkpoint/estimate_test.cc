@@ -12,15 +12,21 @@ namespace {
 
 // Every cell (state kind x residence) of rank 0's ledger, as the engine measured what it
 // allocated, equals the estimator's, to the byte.
-void ExpectEstimateMatchesLedger(const TrainConfig& cfg, int world, const std::string& what) {
-  SCOPED_TRACE(fmt::format("{}, {} rank(s), stage {}, params {}, optimizer {}, {}", what, world, cfg.zero_stage,
-                           OffloadDeviceName(cfg.offload_param.device), OffloadDeviceName(cfg.offload_optimizer.device),
-                           DTypeName(cfg.compute_dtype)));
-  const MemoryEstimate e = EstimateMemory(cfg, world);
+// `on_device`: the engine runs on the fake asynchronous device, the estimate is for a GPU
+// (double buffers, residency, the device tier).
+void ExpectEstimateMatchesLedger(const TrainConfig& cfg, int world, const std::string& what, bool on_device = false) {
+  SCOPED_TRACE(fmt::format("{}, {} rank(s), stage {}, params {}, optimizer {}, {}, {}, resident {}", what, world,
+                           cfg.zero_stage, OffloadDeviceName(cfg.offload_param.device),
+                           OffloadDeviceName(cfg.offload_optimizer.device), DTypeName(cfg.compute_dtype),
+                           on_device ? "device" : "host", cfg.resident_blocks));
+  const MemoryEstimate e = EstimateMemory(cfg, world, 0, {!on_device});
   MemoryLedger measured;
+  auto device_comms = MakeLocalCommunicators(world);
   ASSERT_EQ(testing::RunRanks(world,
                               [&](int r, Communicator& c) -> Status {
-                                STRATA_ASSIGN_OR_RETURN(auto eng, Engine::Create(cfg, &c, nullptr));
+                                std::unique_ptr<ComputeDevice> dev =
+                                    on_device ? MakeFakeAsyncDevice(device_comms[r].get(), {}) : MakeHostDevice(&c);
+                                STRATA_ASSIGN_OR_RETURN(auto eng, Engine::Create(cfg, &c, nullptr, {}, dev.get()));
                                 if (r == 0) measured = eng->ledger();
                                 return Status();
                               }),
@@ -50,7 +56,7 @@ TrainConfig Shrunk(const std::string& file, const std::string& dir) {
 
 TEST(Estimate, ShippedConfigsMatchTheEngineLedgerExactly) {
   testing::TempDir dir;
-  for (const char* file : {"tiny_cpu.json", "gpt2_124m_cpu_offload.json", "llama_1b_nvme.json"}) {
+  for (const char* file : {"tiny_cpu.json", "gpt2_124m_cpu_offload.json", "llama_1b_nvme.json", "llama_7b_gpu.json"}) {
     const TrainConfig base = Shrunk(file, dir.path());
     for (int world : {1, 2, 3}) ExpectEstimateMatchesLedger(base, world, file);
     for (int stage : {0, 1, 2}) {
@@ -82,6 +88,40 @@ TEST(Estimate, HalfPrecisionAndUntiedLlamaMatchTheEngineLedgerExactly) {
   }
 }
 
+// On a device: resident blocks (all, some, none), double-buffered gathers and gradient
+// reductions, pinned gradient copies; for every stage.
+TEST(Estimate, TheDeviceTierMatchesTheEngineOnADeviceExactly) {
+  testing::TempDir dir;
+  for (const char* file : {"tiny_cpu.json", "llama_7b_gpu.json"}) {
+    const TrainConfig base = Shrunk(file, dir.path());
+    for (int stage : {0, 1, 2, 3})
+      for (int64_t resident : {-1, 0, 2}) {
+        TrainConfig c = base;
+        c.zero_stage = stage;
+        if (stage < 3) c.offload_param.device = OffloadDevice::kNone;
+        c.resident_blocks = resident;
+        ExpectEstimateMatchesLedger(c, 2, file, /*on_device=*/true);
+      }
+  }
+}
+
+// The fit check compares the device tier with one GPU's memory (strata.device_memory).
+TEST(Estimate, ADeviceTierLargerThanTheGpuIsRefused) {
+  auto cfg = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/llama_7b_gpu.json");
+  ASSERT_TRUE(cfg.ok());
+  cfg->resident_blocks = 34;  // every block's working weights on the GPU
+  const MemoryEstimate e = EstimateMemory(*cfg, 1, 0, {.host = false});
+  MachineCapacity m{1ull << 50, 1ull << 50, "/x", /*device_memory=*/16ull << 30};
+  const Status s = CheckFits(e, m, 1);
+  ASSERT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("device memory"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find("host memory"), std::string::npos) << s.message();
+  m.device_memory = 80ull << 30;
+  EXPECT_TRUE(CheckFits(e, m, 1).ok());
+  cfg->resident_blocks = 0;  // the parameters offloaded: the GPU holds only buffers and activations
+  EXPECT_LT(EstimateMemory(*cfg, 1, 0, {.host = false}).device_peak(), e.device_peak() / 2);
+}
+
 TEST(Estimate, RefusesWhatDoesNotFitWithTheNumbers) {
   auto cfg = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/llama_1b_nvme.json");
   ASSERT_TRUE(cfg.ok());
@@ -95,7 +135,7 @@ TEST(Estimate, RefusesWhatDoesNotFitWithTheNumbers) {
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(s.message().find("NVMe"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("host memory"), std::string::npos) << s.message();
-  MachineCapacity big{1ull << 50, 1ull << 50, "/x"};
+  MachineCapacity big{1ull << 50, 1ull << 50, "/x", 0};
   EXPECT_TRUE(CheckFits(e, big, 1).ok());
 }
 

@@ -18,12 +18,14 @@ void Deterministic() {
   at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
 }
 
-testing::RunResult RunOnGpu(const TrainConfig& cfg, int64_t steps) {
+// `synchronous`: every device operation waited for at once (the schedule before the overlap).
+testing::RunResult RunOnGpu(const TrainConfig& cfg, int64_t steps, bool synchronous = false) {
   testing::RunResult result;
   auto host = MakeSingleRankCommunicator();
   auto opened = OpenComputeDevice("cuda:0", 0, host.get());
   EXPECT_TRUE(opened.ok()) << opened.status().ToString();
   if (!opened.ok()) return result;
+  if (synchronous) opened->device = MakeSynchronousDevice(std::move(opened->device));
   ComputeDevice& device = *opened->device;
   auto data = data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
   EXPECT_TRUE(data.ok()) << data.status().ToString();
@@ -98,6 +100,28 @@ TEST(GpuEngine, Fp16SkipsAPlantedOverflowAndRecovers) {
   EXPECT_EQ(r.stats[3].loss_scale, 512.0);
   EXPECT_TRUE(std::isfinite(r.stats[4].loss));
   EXPECT_LT(r.stats[4].loss, r.stats[0].loss);
+}
+
+// The overlapped schedule (copy and collective streams ordered by events) against the same
+// operations each waited for at once: bitwise equal, for offloaded, resident and partly
+// resident working weights.
+TEST(GpuEngine, TheOverlappedScheduleIsBitwiseTheSynchronousOne) {
+  REQUIRE_GPU();
+  Deterministic();
+  testing::TempDir dir;
+  for (int64_t resident : {0, 2, -1}) {
+    SCOPED_TRACE(::testing::Message() << "resident blocks " << resident);
+    TrainConfig c = testing::TinyConfig(dir.path());
+    c.compute_dtype = DType::kBF16;
+    c.offload_param.device = resident == -1 ? OffloadDevice::kNone : OffloadDevice::kNvme;
+    c.offload_optimizer.device = OffloadDevice::kCpu;
+    c.resident_blocks = resident;
+    auto overlapped = RunOnGpu(c, 5), synchronous = RunOnGpu(c, 5, /*synchronous=*/true);
+    ASSERT_EQ(overlapped.stats.size(), 5u);
+    ASSERT_EQ(synchronous.stats.size(), 5u);
+    for (int s = 0; s < 5; ++s) EXPECT_EQ(overlapped.stats[s].loss, synchronous.stats[s].loss) << "step " << s;
+    EXPECT_TRUE(testing::BitwiseEqual(overlapped, synchronous));
+  }
 }
 
 }  // namespace
