@@ -20,6 +20,9 @@ struct StepBenchOptions {
   // > 0: instead of the offload modes, the synchronous and the overlapped schedule on the fake
   // asynchronous device, its host<->device copies modelled at this many GB/s.
   double fake_device_gbps = 0;
+  // Instead of the offload modes: the plain schedule (the optimizer after the backward,
+  // waited for) against the optimizer overlapping the next forward, same config.
+  bool optimizer_overlap = false;
 };
 
 int RunStepBench(const StepBenchOptions& options);

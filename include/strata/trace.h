@@ -16,8 +16,11 @@ namespace strata {
 
 // kCopyIn / kCopyOut / kDeviceComm: the compute device's copy and collective queues (a
 // GPU's streams; the fake device's worker threads), so their overlap with compute is a picture.
-enum class Track { kCompute, kNvmeRead, kNvmeWrite, kComm, kOptimizer, kWait, kCopyIn, kCopyOut, kDeviceComm };
-inline constexpr int kNumTracks = 9;
+// kOptimizerWait: the compute thread waiting for the optimizer thread (its exposed time).
+enum class Track {
+  kCompute, kNvmeRead, kNvmeWrite, kComm, kOptimizer, kWait, kCopyIn, kCopyOut, kDeviceComm, kOptimizerWait
+};
+inline constexpr int kNumTracks = 10;
 const char* TrackName(Track t);
 
 struct TraceEvent {

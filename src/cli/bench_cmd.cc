@@ -53,6 +53,8 @@ void AddBenchStepCommand(CLI::App& bench, Action* action) {
   cmd->add_option("--fake-device", opts->fake_device_gbps, "compare the synchronous and the overlapped schedule on "
                   "the fake asynchronous device, its host<->device copies modelled at this many GB/s")
       ->check(CLI::Range(0.0, 1e6));
+  cmd->add_flag("--optimizer-overlap", opts->optimizer_overlap, "compare the plain schedule (the optimizer after "
+                "the backward) with the optimizer overlapping the next forward");
   cmd->add_option("--peak-tflops", opts->peak_tflops, "the device's peak for MFU (default: its stated dense bf16/fp16 "
                                                       "or fp32 peak; none on a CPU)")->check(CLI::Range(0.0, 1e6));
   cmd->callback([=] {

@@ -65,6 +65,7 @@ void Progress::OnStep(const StepStats& st) {
   if (done_ > 1) {  // the first step pays one-time costs
     sum_time_ += st.seconds;
     sum_wait_ += st.wait_s;
+    sum_optimizer_wait_ += st.optimizer_wait_s;
     sum_flops_ += st.tokens * o_.flops_per_token;
     ++measured_;
   }
@@ -76,7 +77,8 @@ void Progress::OnStep(const StepStats& st) {
                         {"tokens_per_s", st.tokens / std::max(1e-12, st.seconds)},
                         {"tflops", tflops},          {"exposed_io_s", st.wait_s},
                         {"compute_s", st.compute_s}, {"comm_s", st.comm_s},
-                        {"optimizer_s", st.optimizer_s}, {"nvme_read_bytes", st.nvme_read_bytes},
+                        {"optimizer_s", st.optimizer_s}, {"optimizer_wait_s", st.optimizer_wait_s},
+                        {"nvme_read_bytes", st.nvme_read_bytes},
                         {"nvme_write_bytes", st.nvme_write_bytes}};
     std::fprintf(metrics_, "%s\n", j.dump().c_str());
     std::fflush(metrics_);
@@ -89,8 +91,8 @@ void Progress::OnStep(const StepStats& st) {
         st.tokens / std::max(1e-12, st.seconds), tflops, st.seconds * 1e3, st.nvme_read_bytes / 1e6,
         st.nvme_write_bytes / 1e6, st.wait_s * 1e3);
     if (o_.wall_clock_breakdown)
-      line += fmt::format("  [compute {:.1f} ms, comm {:.1f} ms, optimizer {:.1f} ms]", st.compute_s * 1e3,
-                          st.comm_s * 1e3, st.optimizer_s * 1e3);
+      line += fmt::format("  [compute {:.1f} ms, comm {:.1f} ms, optimizer {:.1f} ms, waited for it {:.1f} ms]",
+                          st.compute_s * 1e3, st.comm_s * 1e3, st.optimizer_s * 1e3, st.optimizer_wait_s * 1e3);
     Message(line);
   }
   if (o_.bar) DrawBar(st);
@@ -118,13 +120,14 @@ void Progress::Finish() {
     // Means leave out the first step (one-time costs) unless it is the only one.
     const double mean = measured_ > 0 ? sum_time_ / measured_ : all_time_ / done_;
     const double wait = measured_ > 0 ? sum_wait_ / measured_ : first_wait_;
+    const double optimizer_wait = measured_ > 0 ? sum_optimizer_wait_ / measured_ : 0;
     std::printf("summary: %lld steps (%lld..%lld) in %s, final loss %.4f, mean step %.1f ms, %.0f tokens/s, %.3f "
-                "TFLOPS, exposed transfer time %.1f ms per step (%.1f%% of the step), nvme read %.1f MB / written %.1f "
-                "MB%s\n",
+                "TFLOPS, exposed transfer time %.1f ms per step (%.1f%% of the step), waiting for the optimizer %.1f "
+                "ms per step, nvme read %.1f MB / written %.1f MB%s\n",
                 (long long)done_, (long long)o_.first_step, (long long)(o_.first_step + done_ - 1),
                 Duration(all_time_).c_str(), last_loss_, mean * 1e3, tokens_ / all_time_,
-                (measured_ > 0 ? sum_flops_ / sum_time_ : tokens_ * o_.flops_per_token / all_time_) / 1e12, wait * 1e3, mean > 0 ? 100 * wait / mean : 0.0,
-                read_bytes_ / 1e6, write_bytes_ / 1e6,
+                (measured_ > 0 ? sum_flops_ / sum_time_ : tokens_ * o_.flops_per_token / all_time_) / 1e12, wait * 1e3,
+                mean > 0 ? 100 * wait / mean : 0.0, optimizer_wait * 1e3, read_bytes_ / 1e6, write_bytes_ / 1e6,
                 skipped_ ? fmt::format(", {} step(s) skipped on overflow", skipped_).c_str() : "");
   }
   std::fflush(stdout);

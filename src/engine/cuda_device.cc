@@ -43,7 +43,7 @@ class CudaDevice final : public ComputeDevice {
       : device_(torch::kCUDA, static_cast<c10::DeviceIndex>(index)), guard_(c10::DeviceType::CUDA),
         copy_in_(guard_.getStreamFromGlobalPool(device_)), copy_out_(guard_.getStreamFromGlobalPool(device_)),
         coll_(guard_.getStreamFromGlobalPool(device_)), streams_(streams), blocking_(blocking),
-        host_(Track::kDeviceComm, 0, 0, 0, &no_tracer_) {}
+        host_(Track::kDeviceComm, 0, 0, 0, &g_untraced) {}
   ~CudaDevice() override { Synchronize().IgnoreError(); }
 
   torch::Device device() const override { return device_; }
@@ -130,7 +130,6 @@ class CudaDevice final : public ComputeDevice {
   c10::Stream copy_in_, copy_out_, coll_;
   cuda::StreamCollectives* streams_;
   Communicator* blocking_;
-  Tracer* no_tracer_ = nullptr;
   WorkQueue host_;
 };
 

@@ -49,6 +49,7 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Engine::~Engine() {
   if (!impl_) return;
+  if (Status s = impl_->Quiesce(); !s.ok()) LogError("{}", s.message());  // the optimizer uses everything
   if (Status s = impl_->dev->Synchronize(); !s.ok()) LogError("{}", s.message());  // its copies read our buffers
   impl_->DropEarlyStates();
   // Write-backs hold pool buffers: they finish (and give them back) before the pools go.
@@ -91,6 +92,8 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   model.spec = std::make_unique<model::ModelSpec>(cfg.model);
   model.tie = model.spec->tie();
   plan = ShardPlan::Make(cfg, ModelShape::Of(cfg.model), comm->world_size(), comm->rank(), {dev->is_host()});
+  optimizer.thread = std::make_unique<WorkQueue>(Track::kOptimizer, 0, 0, 0, &g_untraced);
+  optimizer.threads = cfg.optimizer_threads > 0 ? cfg.optimizer_threads : std::max(1, at::get_num_threads());
   STRATA_RETURN_IF_ERROR(CreatePools());  // first: the store registers them with io_uring
   STRATA_RETURN_IF_ERROR(OpenStore());
   model.blocks.resize(plan.blocks.size());
@@ -270,6 +273,7 @@ const std::byte* Engine::Impl::HostWorking(int b) {
 
 StatusOr<NamedTensors> Engine::MasterParameters(int block) {
   Impl& m = *impl_;
+  STRATA_RETURN_IF_ERROR(m.Quiesce());
   STRATA_CHECK(block >= 0 && block < m.num_blocks()) << "block " << block;
   const BlockRuntime& br = m.model.blocks[block];
   const ShardLayout& layout = m.plan.blocks[block].layout;
@@ -290,6 +294,7 @@ StatusOr<NamedTensors> Engine::MasterParameters(int block) {
 
 Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::span<const std::byte> bytes)>& visit) {
   Impl& m = *impl_;
+  STRATA_RETURN_IF_ERROR(m.Quiesce());  // a checkpoint taken mid-overlap waits for the step to finish
   std::vector<std::byte> buf;
   auto one = [&](const TensorKey& key, TensorHandle h) -> Status {
     buf.resize(m.store->bytes(h));
@@ -317,6 +322,7 @@ Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::
 
 Status Engine::RestoreState(const TensorKey& key, std::span<const std::byte> bytes) {
   Impl& m = *impl_;
+  STRATA_RETURN_IF_ERROR(m.Quiesce());
   if (key.role == TensorRole::kWorking && key.block >= 0 && key.block < m.num_blocks() && m.plan.resident[key.block]) {
     const torch::Tensor& t = m.bufs.resident[key.block];
     if (bytes.size() != t.nbytes())
@@ -342,11 +348,13 @@ Status Engine::RestoreState(const TensorKey& key, std::span<const std::byte> byt
 }
 
 EngineCounters Engine::counters() const {
+  if (Status q = impl_->Quiesce(); !q.ok()) LogError("{}", q.message());
   const auto s = impl_->scaler.state();
   return {impl_->counters.adam_steps, s.scale, s.clean_steps, s.hysteresis_left};
 }
 
 void Engine::set_counters(const EngineCounters& c) {
+  if (Status q = impl_->Quiesce(); !q.ok()) LogError("{}", q.message());
   impl_->counters.adam_steps = c.adam_steps;
   impl_->scaler.set_state({c.loss_scale, c.clean_steps, c.hysteresis_left});
 }
@@ -355,6 +363,11 @@ std::vector<Engine::ParamInfo> Engine::BlockParams(int block) const {
   std::vector<ParamInfo> out;
   for (const ParamSlot& s : impl_->model.blocks.at(block).slots) out.push_back({s.name, s.shape, s.offset, s.numel});
   return out;
+}
+
+Status Engine::Finish() {
+  STRATA_RETURN_IF_ERROR(impl_->Quiesce());
+  return impl_->dev->Synchronize();
 }
 
 const ShardPlan& Engine::plan() const { return impl_->plan; }

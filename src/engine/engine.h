@@ -75,6 +75,9 @@ class Engine {
   // One optimizer step (gradient_accumulation_steps micro-batches). `step` is 0-based and
   // picks the data. Collective: every rank calls it with the same step.
   StatusOr<StepStats> Step(int64_t step, const data::TokenDataset& data);
+  // Waits for what a step leaves running in the background (the optimizer's update, the
+  // device's queues); its first error. Steps do not need it; measurements and shutdown do.
+  Status Finish();
   // Mean loss over `batches` eval batches per rank, averaged over ranks. Collective.
   StatusOr<double> EvalLoss(const data::TokenDataset& data, int64_t batches);
 

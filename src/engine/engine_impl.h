@@ -17,6 +17,7 @@
 #include "src/engine/engine.h"
 #include "src/engine/loss_scaler.h"
 #include "src/engine/prefetch.h"
+#include "src/engine/work_queue.h"
 #include "src/model/model.h"
 #include "strata/cpu_adam.h"
 #include "strata/pinned_pool.h"
@@ -124,6 +125,25 @@ struct Activations {
 };
 enum class Pass { kTrain, kEval };
 
+// The optimizer step of a training step, possibly still running on the optimizer thread
+// while the next forward goes on (strata.optimizer_overlap "forward").
+struct OptimizerRun {
+  std::vector<DeviceEvent> block_ready;  // per block: its working weights are final, its gradients zeroed
+  // Per block (stages 1-2): its updated shards are still to be shared with the other ranks,
+  // by the compute thread, before its weights are used (collectives stay on one thread).
+  std::vector<char> share_pending;
+  DeviceEvent done;  // the whole update, with its Status
+};
+
+struct Optimizer {
+  std::unique_ptr<WorkQueue> thread;  // runs one update at a time
+  OptimizerRun run;
+  // The first sub-group's states, read during the last micro-batch so that the update does
+  // not start by waiting for NVMe; handed to the next update (or dropped).
+  std::unique_ptr<LoadedStates> early_states;
+  int threads = 1;  // OpenMP threads of the CPU Adam
+};
+
 struct Counters {
   int64_t adam_steps = 0;  // steps applied (skipped ones excluded): Adam's bias correction
   uint64_t prefetch_high_water = 0;
@@ -145,9 +165,7 @@ struct Engine::Impl {
   HostGradients grads;
   LossScaler scaler{LossScaleConfig{}, false};
   Counters counters;
-  // The first sub-group's states, read during the last micro-batch so that the optimizer
-  // step does not start by waiting for NVMe; consumed (or dropped) by OptimizerStep.
-  std::unique_ptr<LoadedStates> early_states;
+  Optimizer optimizer;
   MemoryLedger ledger;  // measured from what Init allocated
 
   // engine.cc: set-up
@@ -173,15 +191,28 @@ struct Engine::Impl {
   // Waits (compute-side) for `e`, recording the wait on the trace when it blocks.
   Status ComputeAfter(const DeviceEvent& e, const char* what);
 
-  // engine_optimizer.cc
+  // engine_optimizer.cc. On the compute thread: the norm, the skip decision, the launch of
+  // the update; AwaitBlock before a block's weights are used, Quiesce before anything reads
+  // the whole state. On the optimizer thread: UpdateAllGroups and what it calls.
   StatusOr<bool> OptimizerStep(int64_t step, StepStats* stats);
-  Status UpdateAllGroups(const AdamHyperParams& hp);
+  Status LaunchUpdate(const AdamHyperParams& hp);
+  Status AwaitBlock(int b);
+  bool BlockReady(int b) const;
+  Status Quiesce();
+  Status UpdateAllGroups(const AdamHyperParams& hp, std::unique_ptr<LoadedStates> early,
+                         const std::vector<std::shared_ptr<HostEventState>>& ready);
+  StatusOr<std::byte*> BlockOutput(int b, PinnedBuffer* lease);
+  Status UpdateSubGroup(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur,
+                        std::byte* working_out);
+  Status FinishBlock(int b, PinnedBuffer lease);
   // Leases three optim-pool buffers and issues the reads of `sg`'s master, m and v.
   std::unique_ptr<LoadedStates> LoadStates(const SubGroup& sg);
   void ReadFirstStatesEarly();  // best effort, never blocks
   void DropEarlyStates();       // waits for its reads, returns its buffers
   // A resident block's updated working weights (in `lease`) to the device, off the critical path.
   Status UpdateResident(int b, PinnedBuffer lease);
+  // Stages 1-2: this rank's updated part of block b shared with the others (compute thread).
+  Status ShareUpdatedWeights(int b);
   // Returns `lease` to its pool once `after` happened (a copy finished reading it).
   void ReleaseAfter(PinnedBuffer lease, const DeviceEvent& after);
 };

@@ -1,8 +1,18 @@
 // The optimizer half of the step: the global gradient norm (with NaN/Inf detection, so an
 // fp16 overflow skips the step before any state is written), the clip coefficient, then
-// CPU AdamW sub-group by sub-group. With the optimizer state on NVMe the sub-groups of all
-// groups form one software pipeline: the reads of sub-group j+1 and the write-backs of j-1
-// are in flight while j is updated. The fused half-precision output is the next forward's working weights.
+// CPU AdamW block by block, sub-group by sub-group, on the optimizer thread. With the
+// optimizer state on NVMe the sub-groups of all blocks form one software pipeline: the reads
+// of sub-group j+1 and the write-backs of j-1 are in flight while j is updated. The fused
+// half-precision output is the next forward's working weights.
+//
+// Note [Optimizer overlap]: with strata.optimizer_overlap "forward" (the default) the step
+// returns once the update is launched; the next forward waits, block by block, only for the
+// block it is about to use (AwaitBlock: its ready event). Exact: the global norm, and so the
+// clip coefficient, is known before any block is updated, and every block is updated with
+// the same hyper-parameters in the same order as the plain schedule ("none"), which waits for
+// the whole update instead. Whatever reads the whole state (checkpoints, counters, export,
+// restore, destruction) first Quiesce()s. Collectives stay on the compute thread: the
+// stages 1-2 sharing of updated weights happens in AwaitBlock, in block order on every rank.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -21,7 +31,8 @@ std::span<float> AsFloats(std::span<std::byte> b) { return {reinterpret_cast<flo
 }  // namespace
 
 StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
-  Tracer::Span span(tracer, Track::kOptimizer, "optimizer step");
+  STRATA_RETURN_IF_ERROR(Quiesce());  // one update at a time (the last one is done by now)
+  Tracer::Span span(tracer, Track::kOptimizer, "gradient norm");
   // Planted by tests: on rank 0, or on every rank at stage 0, where each rank judges its own
   // (replicated) gradients and the overflow flag is not reduced.
   if (cfg.debug_overflow_step == step && (comm->rank() == 0 || !plan.optim_sharded))
@@ -61,23 +72,74 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   hp.step = ++counters.adam_steps;
   hp.grad_unscale = 1.0 / scale;
   hp.clip_coef = ClipCoefficient(stats->grad_norm, cfg.gradient_clipping);
-
-  STRATA_RETURN_IF_ERROR(UpdateAllGroups(hp));
-
-  // Stages 1 and 2 keep full working weights on every rank: share the updated shards.
-  // (Resident blocks did so on the device, in UpdateResident.)
-  if (!plan.weights_sharded && plan.optim_sharded && comm->world_size() > 1) {
-    for (int b = 0; b < num_blocks(); ++b) {
-      if (plan.resident[b]) continue;
-      Tracer::Span s(tracer, Track::kComm, "all-gather weights g" + std::to_string(b));
-      const ShardLayout& layout = plan.blocks[b].layout;
-      std::byte* mem = store->CpuMemory(model.blocks[b].working).data();
-      STRATA_RETURN_IF_ERROR(comm->AllGather(mem + layout.begin() * plan.dsize, mem, layout.shard, cfg.compute_dtype));
-    }
-  }
-  grads.ZeroAll();
   scaler.Update(/*overflow=*/false);
+  STRATA_RETURN_IF_ERROR(LaunchUpdate(hp));
+  if (cfg.optimizer_overlap == OptimizerOverlap::kNone) STRATA_RETURN_IF_ERROR(Quiesce());
   return true;
+}
+
+// Starts UpdateAllGroups on the optimizer thread with one ready event per block.
+Status Engine::Impl::LaunchUpdate(const AdamHyperParams& hp) {
+  const int n = num_blocks();
+  std::vector<std::shared_ptr<HostEventState>> ready(n);
+  OptimizerRun& run = optimizer.run;
+  run.block_ready.assign(n, DeviceEvent());
+  for (int b = 0; b < n; ++b) {
+    ready[b] = std::make_shared<HostEventState>();
+    run.block_ready[b] = DeviceEvent(ready[b]);
+  }
+  run.share_pending.assign(n, !plan.weights_sharded && plan.optim_sharded && comm->world_size() > 1);
+  // The early states go with the update: the compute thread never touches them while it runs.
+  auto early = std::make_shared<std::unique_ptr<LoadedStates>>(std::move(optimizer.early_states));
+  run.done = optimizer.thread->Submit({{}, nullptr, [this, hp, early, ready] {
+                                         Status s = UpdateAllGroups(hp, std::move(*early), ready);
+                                         for (const auto& r : ready)
+                                           if (!r->Ready()) r->Set(s.ok() ? Status() : s);  // waiters see the error
+                                         return s;
+                                       },
+                                       "optimizer step", 0, {}});
+  return Status();
+}
+
+bool Engine::Impl::BlockReady(int b) const {
+  const auto& ready = optimizer.run.block_ready;
+  return b >= static_cast<int>(ready.size()) || ready[b].Ready();
+}
+
+// Block b's weights may be used: its update is done, and (stages 1-2) shared.
+Status Engine::Impl::AwaitBlock(int b) {
+  OptimizerRun& run = optimizer.run;
+  if (b < static_cast<int>(run.block_ready.size())) {
+    const DeviceEvent& e = run.block_ready[b];
+    Tracer::Span span(e.Ready() ? nullptr : tracer, Track::kOptimizerWait, "wait optimizer b" + std::to_string(b));
+    STRATA_RETURN_IF_ERROR(e.HostWait().WithContext(fmt::format("the optimizer step of block {}", b)));
+  }
+  if (b < static_cast<int>(run.share_pending.size()) && run.share_pending[b]) {
+    run.share_pending[b] = 0;
+    STRATA_RETURN_IF_ERROR(ShareUpdatedWeights(b));
+  }
+  return Status();
+}
+
+Status Engine::Impl::Quiesce() {
+  for (int b = 0; b < static_cast<int>(optimizer.run.block_ready.size()); ++b) STRATA_RETURN_IF_ERROR(AwaitBlock(b));
+  return optimizer.run.done.HostWait();
+}
+
+// Stages 1 and 2 keep full working weights on every rank: the ranks share their updated
+// shards, in host memory (the cpu tier) or, for a resident block, on the device.
+Status Engine::Impl::ShareUpdatedWeights(int b) {
+  const ShardLayout& layout = plan.blocks[b].layout;
+  if (plan.resident[b]) {
+    const torch::Tensor& weights = bufs.resident[b];
+    std::byte* base = static_cast<std::byte*>(weights.data_ptr());
+    bufs.resident_ready[b] = dev->AllGather(base + layout.begin() * plan.dsize, base, layout.shard, plan.compute,
+                                            {bufs.resident_ready[b]});
+    return Status();
+  }
+  Tracer::Span s(tracer, Track::kComm, "all-gather weights g" + std::to_string(b));
+  std::byte* mem = store->CpuMemory(model.blocks[b].working).data();
+  return comm->AllGather(mem + layout.begin() * plan.dsize, mem, layout.shard, cfg.compute_dtype);
 }
 
 // Updates every block's optimizer range, sub-group by sub-group, as one pipeline across
@@ -85,103 +147,123 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
 // or the next) and the write-backs of the previous ones are in flight while one is updated.
 // The store owns the write-backs: each holds its buffer until written, and a full pool
 // waits for the oldest one (TieredStore::AcquireBuffer).
-Status Engine::Impl::UpdateAllGroups(const AdamHyperParams& hp) {
+Status Engine::Impl::UpdateAllGroups(const AdamHyperParams& hp, std::unique_ptr<LoadedStates> early,
+                                     const std::vector<std::shared_ptr<HostEventState>>& ready) {
   const bool states_nvme = pools.optim != nullptr;
+  auto load = [&](const SubGroup& sg) {  // the early read, when it is of this sub-group
+    return early && early->sub == &sg ? std::move(early) : LoadStates(sg);
+  };
   // Every (block, sub-group) in update order.
   std::vector<std::pair<int, const SubGroup*>> order;
   for (int b = 0; b < num_blocks(); ++b)
     for (const SubGroup& sg : model.blocks[b].subs) order.push_back({b, &sg});
 
   std::unique_ptr<LoadedStates> next;
-  if (states_nvme && !order.empty()) next = LoadStates(*order[0].second);
+  if (states_nvme && !order.empty()) next = load(*order[0].second);
   PinnedBuffer out_lease;  // the current block's updated working weights, bound for NVMe or the device
   std::byte* working_out = nullptr;
   for (size_t i = 0; i < order.size(); ++i) {
     const int b = order[i].first;
-    const SubGroup& sg = *order[i].second;
-    const BlockRuntime& br = model.blocks[b];
-    const BlockPlan& bp = plan.blocks[b];
-    const bool resident = plan.resident[b];
-    const bool working_nvme = !resident && store->home(br.working) == Tier::kNvme;
     if (i == 0 || order[i - 1].first != b) {
-      // Where this block's updated working weights go: in place in the cpu tier, or a
-      // pinned buffer written to NVMe (or copied to the device) once the block is done.
-      if (working_nvme || resident) {
-        std::optional<PinnedBuffer> lease = store->AcquireBuffer(*pools.param);
-        if (!lease) return Status(StatusCode::kInternal, "no pinned buffer for the working weights");
-        out_lease = std::move(*lease);
-        working_out = out_lease.data();
-      } else {
-        working_out = store->CpuMemory(br.working).data();
-      }
+      STRATA_ASSIGN_OR_RETURN(working_out, BlockOutput(b, &out_lease));
     }
     std::unique_ptr<LoadedStates> cur = std::move(next);
-    if (states_nvme && i + 1 < order.size()) next = LoadStates(*order[i + 1].second);
+    if (states_nvme && i + 1 < order.size()) next = load(*order[i + 1].second);
+    STRATA_RETURN_IF_ERROR(UpdateSubGroup(hp, b, *order[i].second, cur.get(), working_out));
+    if (i + 1 == order.size() || order[i + 1].first != b) {
+      STRATA_RETURN_IF_ERROR(FinishBlock(b, std::move(out_lease)));
+      ready[b]->Set(Status());
+    }
+  }
+  if (early)  // not consumed (not expected): its reads must finish before its buffers go back
+    for (Ticket& t : early->read) t.Wait().IgnoreError();
+  return Status();
+}
 
-    std::span<float> master, m, v;
-    if (states_nvme) {
-      for (Ticket& t : cur->read) {
-        std::optional<Tracer::Span> wait;
-        if (!t.Done()) wait.emplace(tracer, Track::kWait, "wait optimizer read");
-        if (Status s = t.Wait(); !s.ok()) return s.WithContext(fmt::format("optimizer state of block {}", b));
-      }
-      master = AsFloats(cur->buf[0].span()).subspan(0, sg.range.len);
-      m = AsFloats(cur->buf[1].span()).subspan(0, sg.range.len);
-      v = AsFloats(cur->buf[2].span()).subspan(0, sg.range.len);
-    } else {
-      master = AsFloats(store->CpuMemory(sg.master));
-      m = AsFloats(store->CpuMemory(sg.m));
-      v = AsFloats(store->CpuMemory(sg.v));
-    }
+// Where block b's updated working weights go: in place in the cpu tier, or a pinned buffer
+// (`lease`) written to NVMe or copied to the device once the block is done.
+StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease) {
+  const BlockRuntime& br = model.blocks[b];
+  if (!plan.resident[b] && store->home(br.working) != Tier::kNvme) return store->CpuMemory(br.working).data();
+  std::optional<PinnedBuffer> got = store->AcquireBuffer(*pools.param);
+  if (!got) got = pools.param->AcquireFor(std::chrono::minutes(5));  // held by copies to the device
+  if (!got) return Status(StatusCode::kInternal, "no pinned buffer for the working weights in 5 minutes");
+  *lease = std::move(*got);
+  return lease->data();
+}
 
-    AdamSpans spans;
-    spans.params = master;
-    spans.exp_avg = m;
-    spans.exp_avg_sq = v;
-    spans.grad = std::span<const float>(br.grad + (sg.range.begin - bp.grad.begin), sg.range.len);
-    std::byte* out = working_out + (sg.range.begin - bp.working.begin) * plan.dsize;
-    if (cfg.compute_dtype != DType::kF32) {
-      spans.half_out = std::span<uint16_t>(reinterpret_cast<uint16_t*>(out), sg.range.len);
-      spans.half_format = cfg.compute_dtype == DType::kBF16 ? HalfFormat::kBf16 : HalfFormat::kFp16;
+// AdamW over one sub-group: its states from `cur` (read from NVMe) or the cpu tier, its
+// fused half-precision (or fp32) output into the block's working output; states written back.
+Status Engine::Impl::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur,
+                                    std::byte* working_out) {
+  const BlockRuntime& br = model.blocks[b];
+  const BlockPlan& bp = plan.blocks[b];
+  std::span<float> master, m, v;
+  if (cur) {
+    for (Ticket& t : cur->read) {
+      std::optional<Tracer::Span> wait;
+      if (!t.Done()) wait.emplace(tracer, Track::kOptimizer, "adam b" + std::to_string(b) + ": waiting for its states");
+      if (Status s = t.Wait(); !s.ok()) return s.WithContext(fmt::format("optimizer state of block {}", b));
     }
-    {
-      Tracer::Span s(tracer, Track::kOptimizer, "adam b" + std::to_string(b));
-      STRATA_RETURN_IF_ERROR(AdamStep(hp, spans));
-      if (cfg.compute_dtype == DType::kF32) std::memcpy(out, master.data(), sg.range.len * 4);
-    }
-
-    if (states_nvme) {
-      const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
-      for (int k = 0; k < 3; ++k) (void)store->WriteBack(hs[k], std::move(cur->buf[k]));
-    }
-    const bool block_done = i + 1 == order.size() || order[i + 1].first != b;
-    if (block_done && working_nvme) (void)store->WriteBack(br.working, std::move(out_lease));
-    if (block_done && resident) STRATA_RETURN_IF_ERROR(UpdateResident(b, std::move(out_lease)));
+    master = AsFloats(cur->buf[0].span()).subspan(0, sg.range.len);
+    m = AsFloats(cur->buf[1].span()).subspan(0, sg.range.len);
+    v = AsFloats(cur->buf[2].span()).subspan(0, sg.range.len);
+  } else {
+    master = AsFloats(store->CpuMemory(sg.master));
+    m = AsFloats(store->CpuMemory(sg.m));
+    v = AsFloats(store->CpuMemory(sg.v));
+  }
+  AdamSpans spans;
+  spans.params = master;
+  spans.exp_avg = m;
+  spans.exp_avg_sq = v;
+  spans.grad = std::span<const float>(br.grad + (sg.range.begin - bp.grad.begin), sg.range.len);
+  std::byte* out = working_out + (sg.range.begin - bp.working.begin) * plan.dsize;
+  if (cfg.compute_dtype != DType::kF32) {
+    spans.half_out = std::span<uint16_t>(reinterpret_cast<uint16_t*>(out), sg.range.len);
+    spans.half_format = cfg.compute_dtype == DType::kBF16 ? HalfFormat::kBf16 : HalfFormat::kFp16;
+  }
+  {
+    Tracer::Span s(tracer, Track::kOptimizer, "adam b" + std::to_string(b));
+    STRATA_RETURN_IF_ERROR(AdamStep(hp, spans, {.num_threads = optimizer.threads}));
+    if (cfg.compute_dtype == DType::kF32) std::memcpy(out, master.data(), sg.range.len * 4);
+  }
+  if (cur) {
+    const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
+    for (int k = 0; k < 3; ++k) (void)store->WriteBack(hs[k], std::move(cur->buf[k]));
   }
   return Status();
 }
 
+// Block b is updated: its working weights to their home, its gradients zeroed for the next step.
+Status Engine::Impl::FinishBlock(int b, PinnedBuffer lease) {
+  const BlockRuntime& br = model.blocks[b];
+  if (plan.resident[b]) {
+    STRATA_RETURN_IF_ERROR(UpdateResident(b, std::move(lease)));
+  } else if (lease.valid()) {
+    (void)store->WriteBack(br.working, std::move(lease));  // reads of it wait for the write
+  }
+  std::memset(br.grad, 0, plan.blocks[b].grad.len * 4);
+  return Status();
+}
+
 // The part of a resident block's working weights this rank updated (its optimizer range) is
-// copied to the device; with full weights on every rank (stages 1 and 2), the ranks then
-// share their parts with an all-gather on the device. Neither blocks the host.
+// copied to the device, without blocking; with full weights on every rank (stages 1 and 2)
+// the compute thread then shares the parts (ShareUpdatedWeights).
 Status Engine::Impl::UpdateResident(int b, PinnedBuffer lease) {
   const BlockPlan& bp = plan.blocks[b];
   const torch::Tensor& weights = bufs.resident[b];
   const int64_t lo = bp.optimizer.begin - bp.working.begin;
   torch::Tensor part;
   STRATA_RETURN_IF_ERROR(TorchCall("resident update", [&] { part = weights.narrow(0, lo, bp.optimizer.len); }));
-  const DeviceEvent copied =
-      dev->CopyIn(part, lease.data() + lo * plan.dsize, {bufs.resident_ready[b], dev->RecordCompute()});
+  // After the step's Synchronize nothing reads the old weights; the next copy in waits for this one.
+  const DeviceEvent copied = dev->CopyIn(part, lease.data() + lo * plan.dsize, {bufs.resident_ready[b]});
   ReleaseAfter(std::move(lease), copied);
-  bufs.resident_ready[b] = copied;
-  if (!plan.weights_sharded && plan.optim_sharded && comm->world_size() > 1)
-    bufs.resident_ready[b] = dev->AllGather(part.data_ptr(), weights.data_ptr(), bp.layout.shard, plan.compute, {copied});
+  bufs.resident_ready[b] = copied;  // read by the compute thread once block b is ready
   return Status();
 }
 
 std::unique_ptr<LoadedStates> Engine::Impl::LoadStates(const SubGroup& sg) {
-  if (early_states && early_states->sub == &sg) return std::move(early_states);
-  DropEarlyStates();  // read for another layout; not expected
   auto l = std::make_unique<LoadedStates>();
   for (PinnedBuffer& b : l->buf) {
     std::optional<PinnedBuffer> lease = store->AcquireBuffer(*pools.optim);
@@ -198,18 +280,20 @@ std::unique_ptr<LoadedStates> Engine::Impl::LoadStates(const SubGroup& sg) {
 // The first sub-group's states, read during the last micro-batch. Never blocks: skipped
 // when last step's write-backs of them are still in flight or the pool has no free buffers.
 void Engine::Impl::ReadFirstStatesEarly() {
-  if (!pools.optim || early_states || model.blocks.empty() || model.blocks[0].subs.empty()) return;
+  if (!optimizer.run.done.Ready() || !pools.optim || optimizer.early_states || model.blocks.empty() ||
+      model.blocks[0].subs.empty())
+    return;
   const SubGroup& sg = model.blocks[0].subs[0];
   for (TensorHandle h : {sg.master, sg.m, sg.v})
     if (store->WriteInFlight(h)) return;
   if (pools.optim->free_count() < 3) return;
-  early_states = LoadStates(sg);
+  optimizer.early_states = LoadStates(sg);
 }
 
 void Engine::Impl::DropEarlyStates() {
-  if (!early_states) return;
-  for (Ticket& t : early_states->read) t.Wait().IgnoreError();  // the buffers are being written into
-  early_states.reset();
+  if (!optimizer.early_states) return;
+  for (Ticket& t : optimizer.early_states->read) t.Wait().IgnoreError();  // the buffers are being written into
+  optimizer.early_states.reset();
 }
 
 }  // namespace strata

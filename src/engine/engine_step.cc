@@ -35,9 +35,11 @@ std::vector<Visit> Engine::Impl::VisitPlan(int micro_batches, bool backward) con
 std::unique_ptr<PrefetchScheduler> Engine::Impl::MakePrefetcher(const std::vector<Visit>& order) {
   if (!pools.param) return nullptr;
   std::vector<PrefetchScheduler::Item> items;
+  const auto& ready = optimizer.run.block_ready;  // a block's read waits for its update (Note [Optimizer overlap])
   for (const Visit& v : order)
     if (model.blocks[v.block].working.valid() && store->home(model.blocks[v.block].working) == Tier::kNvme)
-      items.push_back({v.block, model.blocks[v.block].working});
+      items.push_back({v.block, model.blocks[v.block].working,
+                       v.block < static_cast<int>(ready.size()) ? ready[v.block] : DeviceEvent()});
   if (items.empty()) return nullptr;
   const uint64_t budget = std::max<uint64_t>(1, cfg.prefetch_bucket_size * DTypeSize(cfg.compute_dtype));
   return std::make_unique<PrefetchScheduler>(std::move(items), store.get(), pools.param.get(), budget, tracer);
@@ -78,6 +80,7 @@ Gatherer::~Gatherer() {
 Status Gatherer::Issue(const Visit& v) {
   const int b = v.block;
   const ShardPlan& plan = m_.plan;
+  STRATA_RETURN_IF_ERROR(m_.AwaitBlock(b));  // its update done (and shared)
   const ShardLayout& layout = plan.blocks[b].layout;
   if (plan.resident[b] && !plan.weights_sharded) {
     gathered_.push_back({m_.bufs.resident[b], m_.bufs.resident_ready[b], nullptr});
@@ -118,7 +121,10 @@ Status Gatherer::Acquire(int block) {
   STRATA_CHECK(acquired_ < plan_.size() && plan_[acquired_].block == block)
       << "gather plan expected block " << (acquired_ < plan_.size() ? plan_[acquired_].block : -1) << ", got "
       << block;
-  while (gathered_.size() < std::min(plan_.size(), acquired_ + 1 + lookahead_))
+  // This visit, and the ones ahead whose blocks the optimizer has finished (never waiting for
+  // the optimizer on a block that is not needed yet).
+  while (gathered_.size() < std::min(plan_.size(), acquired_ + 1 + lookahead_) &&
+         (gathered_.size() == acquired_ || m_.BlockReady(plan_[gathered_.size()].block)))
     STRATA_RETURN_IF_ERROR(Issue(plan_[gathered_.size()]));
   const Gathered& g = gathered_[acquired_++];
   STRATA_RETURN_IF_ERROR(m_.ComputeAfter(g.ready, "wait gather"));
@@ -322,6 +328,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   if (m.tracer) {
     st.wait_s = m.tracer->Total(Track::kWait, t0);
+    st.optimizer_wait_s = m.tracer->Total(Track::kOptimizerWait, t0);
     st.compute_s = m.tracer->Total(Track::kCompute, t0);
     st.comm_s = m.tracer->Total(Track::kComm, t0);
     st.optimizer_s = m.tracer->Total(Track::kOptimizer, t0);

@@ -24,7 +24,7 @@ class FakeAsyncDevice final : public ComputeDevice {
         in_(Track::kCopyIn, o.seed * 4 + 1, o.max_delay_us, o.copy_gbps, &tracer_),
         out_(Track::kCopyOut, o.seed * 4 + 2, o.max_delay_us, o.copy_gbps, &tracer_),
         coll_(Track::kDeviceComm, o.seed * 4 + 3, o.max_delay_us, 0, &tracer_),
-        host_(Track::kDeviceComm, o.seed * 4 + 4, 0, 0, &no_tracer_) {}
+        host_(Track::kDeviceComm, o.seed * 4 + 4, 0, 0, &g_untraced) {}
   ~FakeAsyncDevice() override { Synchronize().IgnoreError(); }
 
   torch::Device device() const override { return torch::Device(torch::kCPU); }
@@ -84,7 +84,6 @@ class FakeAsyncDevice final : public ComputeDevice {
 
   Communicator* comm_;
   FakeDeviceOptions o_;
-  Tracer* no_tracer_ = nullptr;
   WorkQueue in_, out_, coll_, host_;
 };
 

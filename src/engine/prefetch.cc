@@ -13,6 +13,7 @@ PrefetchScheduler::PrefetchScheduler(std::vector<Item> plan, TieredStore* store,
 void PrefetchScheduler::IssueMore() {
   while (next_issue_ < plan_.size()) {
     const Item& item = plan_[next_issue_];
+    if (!item.ready.Ready()) return;  // Take() waits for it
     const uint64_t bytes = store_->bytes(item.tensor);
     // See Note [Prefetch budget]: the next block to take is always allowed.
     if (!in_flight_.empty() && in_flight_bytes_ + bytes > budget_) return;
@@ -42,6 +43,11 @@ StatusOr<PinnedBuffer> PrefetchScheduler::Take(int block) {
       << "prefetch plan expected block " << (next_take_ < plan_.size() ? plan_[next_take_].block : -1) << ", got "
       << block;
   IssueMore();
+  if (in_flight_.empty()) {  // its block's update is not done yet
+    Tracer::Span wait(tracer_, Track::kOptimizerWait, "wait optimizer (read) b" + std::to_string(block));
+    STRATA_RETURN_IF_ERROR(plan_[next_take_].ready.HostWait());
+    IssueMore();
+  }
   STRATA_CHECK(!in_flight_.empty() && in_flight_.front().block == block) << "prefetch lost block " << block;
   InFlight f = std::move(in_flight_.front());
   in_flight_.pop_front();

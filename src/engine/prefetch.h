@@ -7,6 +7,9 @@
 // yet taken, except that the next block is always allowed (a budget smaller than one block
 // must not deadlock). high_water_bytes() records the maximum, which tests check.
 //
+// A read starts only once its item's `ready` event happened (Note [Optimizer overlap]): reads
+// run ahead over items that are ready and stop at the first that is not; Take() waits for it.
+//
 // Buffers come from `pool`; when it is empty and nothing is in flight, the store gives back
 // the buffer of its oldest write-back (TieredStore::AcquireBuffer). A read of a tensor whose
 // write-back is still in flight waits for it (the store's rule).
@@ -18,6 +21,7 @@
 #include <deque>
 #include <vector>
 
+#include "src/engine/device_event.h"
 #include "strata/pinned_pool.h"
 #include "strata/status.h"
 #include "strata/ticket.h"
@@ -31,6 +35,7 @@ class PrefetchScheduler {
   struct Item {
     int block = 0;        // what Take() is asked for
     TensorHandle tensor;  // what is read: the block's working weights in the store
+    DeviceEvent ready;    // the read may start once this happened (the block's optimizer update)
   };
 
   // `store`, `pool` and `tracer` (may be null) are borrowed.

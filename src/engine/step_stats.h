@@ -16,6 +16,9 @@ struct StepStats {
   int64_t tokens = 0;     // tokens of the global batch
   double seconds = 0;     // wall time of the step on this rank
   double wait_s = 0;      // time the compute thread waited for transfers (exposed)
+  // time the compute thread waited for the optimizer (its exposed part; with
+  // strata.optimizer_overlap "forward" the optimizer of step s is waited for during step s+1)
+  double optimizer_wait_s = 0;
   double compute_s = 0, comm_s = 0, optimizer_s = 0;
   uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
 };

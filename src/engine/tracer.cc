@@ -17,6 +17,7 @@ const char* TrackName(Track t) {
     case Track::kCopyIn: return "host to device";
     case Track::kCopyOut: return "device to host";
     case Track::kDeviceComm: return "device collectives";
+    case Track::kOptimizerWait: return "waiting for the optimizer";
   }
   return "?";
 }

@@ -126,6 +126,10 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   } else {
     STRATA_RETURN_IF_ERROR(s.Int("resident_blocks", &c->resident_blocks, 0, 1 << 20));
   }
+  std::string overlap = c->optimizer_overlap == OptimizerOverlap::kNone ? "none" : "forward";
+  STRATA_RETURN_IF_ERROR(s.Choice("optimizer_overlap", &overlap, {"none", "forward"}));
+  c->optimizer_overlap = overlap == "none" ? OptimizerOverlap::kNone : OptimizerOverlap::kForward;
+  STRATA_RETURN_IF_ERROR(s.Int("optimizer_threads", &c->optimizer_threads, 0, 4096));
   int64_t device_memory = 0;
   if (s.IsAuto("device_memory")) {
     s.Touch("device_memory");

@@ -55,6 +55,12 @@ struct ScheduleConfig {
   double warmup_min_ratio = 0;  // WarmupCosineLR: first lr / peak
 };
 
+// strata.optimizer_overlap: when the CPU optimizer's step runs.
+enum class OptimizerOverlap {
+  kNone,     // after the backward, the step waits for it (the plain schedule)
+  kForward,  // on its own thread, block by block; the next forward of block i waits only for block i
+};
+
 struct TrainConfig {
   // Batch. The three DeepSpeed keys as written (absent or "auto" = unset); ResolveBatch
   // derives the missing ones with DeepSpeed's rule
@@ -101,6 +107,8 @@ struct TrainConfig {
   // strata.resident_blocks: off the host, how many blocks (from the first) keep their working
   // weights on the device; -1 ("auto"): all when offload_param is "none", else none.
   int64_t resident_blocks = -1;
+  OptimizerOverlap optimizer_overlap = OptimizerOverlap::kForward;  // strata.optimizer_overlap
+  int optimizer_threads = 0;  // strata.optimizer_threads: the CPU Adam's OpenMP threads; 0 = the compute thread's
   // strata.device_memory: bytes of device memory for the fit check; 0 ("auto"): the device's own.
   uint64_t device_memory = 0;
 

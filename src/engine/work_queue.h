@@ -18,6 +18,10 @@
 
 namespace strata {
 
+// For queues that trace nothing of their own (the host callbacks, the optimizer thread,
+// whose work records its own spans).
+inline Tracer* g_untraced = nullptr;
+
 // One FIFO queue and the thread that runs it.
 class WorkQueue {
  public:

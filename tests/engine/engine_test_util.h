@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <thread>
 
 #include <torch/torch.h>
@@ -36,6 +37,7 @@ struct RunResult {
   std::vector<StepStats> stats;  // rank 0
   std::vector<std::vector<std::pair<std::string, torch::Tensor>>> master;  // [block] -> params
   MemoryLedger ledger;  // rank 0
+  std::map<std::string, std::vector<std::byte>> state;  // rank 0's whole shard (VisitState): working, master, m, v
   uint64_t prefetch_high_water = 0, prefetch_budget = 0;
 };
 
@@ -73,6 +75,11 @@ inline RunResult RunEngine(const TrainConfig& cfg, int world, int64_t steps, con
         if (r == 0) result.master.push_back(*p);
       }
       if (r == 0) {
+        Status v = (*engine)->VisitState([&](const TensorKey& k, std::span<const std::byte> bytes) {
+          result.state[k.Name()].assign(bytes.begin(), bytes.end());
+          return Status();
+        });
+        if (!v.ok()) return fail(v);
         result.ledger = (*engine)->ledger();
         result.prefetch_high_water = (*engine)->prefetch_high_water_bytes();
         result.prefetch_budget = (*engine)->prefetch_budget_bytes();
