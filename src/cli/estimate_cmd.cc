@@ -48,8 +48,9 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
         return 1;
       }
       const bool gpu = SpecNamesGpu(cfg->device);
-      const MemoryEstimate e = EstimateMemory(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu});
       const MachineCapacity m = ProbeMachine(*cfg);
+      const MemoryEstimate e =
+          EstimateResolvingRecompute(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc);
       if (gpu)
         std::printf("blocks on a GPU (%s): working weights of %s block(s) resident there; device memory %s\n",
                     cfg->device.c_str(),
@@ -57,10 +58,11 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
                     : cfg->offload_param.device == OffloadDevice::kNone ? "all" : "no",
                     m.device_memory ? HumanBytes(m.device_memory).c_str() : "unknown (pass --device-memory)");
       std::printf("%.4g M parameters, %d rank(s), ZeRO stage %d, %s compute, micro-batch %lld x seq %lld; params on "
-                  "%s, optimizer states on %s\n\n%s\n",
+                  "%s, optimizer states on %s; activations %s\n\n%s\n",
                   e.parameters / 1e6, a->nproc, cfg->zero_stage, DTypeName(cfg->compute_dtype),
                   (long long)cfg->micro_batch, (long long)cfg->model.seq_len, OffloadDeviceName(cfg->offload_param.device),
-                  OffloadDeviceName(cfg->offload_optimizer.device), FormatEstimate(e).c_str());
+                  OffloadDeviceName(cfg->offload_optimizer.device),
+                  cfg->keep_activations ? "kept" : "recomputed per block", FormatEstimate(e).c_str());
       std::printf("this node (%d rank(s)): host memory %s needed, %s available; NVMe %s needed, %s free%s\n", a->nproc,
                   HumanBytes(e.node_host_bytes(a->nproc)).c_str(), HumanBytes(m.host_available).c_str(),
                   HumanBytes(e.node_nvme_bytes(a->nproc)).c_str(),

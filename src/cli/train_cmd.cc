@@ -135,9 +135,10 @@ Status TrainRun::Connect() {
   device_ = std::move(device).value();
   // Refuse a config that cannot fit before allocating any state: host memory, NVMe, and a
   // GPU's own memory.
-  estimate_ = EstimateMemory(cfg_, env_.world_size, 0, {device_.device->is_host()});
-  if (!a_.no_fit_check)
-    STRATA_RETURN_IF_ERROR(CheckFits(estimate_, ProbeMachine(cfg_, device_.device->MemoryBytes()), local_ranks()));
+  const MachineCapacity machine = ProbeMachine(cfg_, device_.device->MemoryBytes());
+  const DeviceTraits traits{device_.device->is_host()};
+  estimate_ = EstimateResolvingRecompute(&cfg_, env_.world_size, 0, traits, machine, local_ranks());
+  if (!a_.no_fit_check) STRATA_RETURN_IF_ERROR(CheckFits(estimate_, machine, local_ranks()));
   return Status();
 }
 
@@ -199,12 +200,13 @@ void TrainRun::PrintStartup() {
   const model::ModelSpec spec(cfg_.model);
   progress_->Message(fmt::format(
       "strata train: {} model, {:.2f} M parameters, {} blocks; {} rank(s), ZeRO stage {}; params on {}, optimizer "
-      "states on {}; {} compute on {} ({}); batch {} = {} x {} accumulation x {} rank(s); data: {}",
+      "states on {}; {} compute on {} ({}); activations {}; batch {} = {} x {} accumulation x {} rank(s); data: {}",
       cfg_.model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", spec.num_parameters() / 1e6, engine_->num_blocks(),
       env_.world_size, cfg_.zero_stage, OffloadDeviceName(cfg_.offload_param.device),
       OffloadDeviceName(cfg_.offload_optimizer.device), DTypeName(cfg_.compute_dtype),
-      device_.device->Name(), cfg_.precision_reason, cfg_.train_batch, cfg_.micro_batch, cfg_.grad_accum,
-      env_.world_size, data_->description()));
+      device_.device->Name(), cfg_.precision_reason,
+      cfg_.keep_activations ? "kept (no recompute)" : "recomputed per block in backward", cfg_.train_batch,
+      cfg_.micro_batch, cfg_.grad_accum, env_.world_size, data_->description()));
   if (!a_.init_from.empty() && a_.resume.empty()) progress_->Message("initial weights from " + a_.init_from);
   if (!a_.resume.empty()) progress_->Message(fmt::format("resumed from {} at step {}", a_.resume, start_));
 }

@@ -118,9 +118,11 @@ struct LoadedStates {
 };
 
 // What one micro-batch's forward leaves for its backward: each block's input (the
-// activation checkpoints) and the gradient flowing into the head.
+// activation checkpoint, recomputed from) or, with keep_activations, each block's output
+// with its autograd graph (the block's activations); and the gradient flowing backward.
 struct Activations {
-  std::vector<torch::Tensor> inputs;
+  std::vector<torch::Tensor> inputs;   // block b's input; a leaf that requires grad when kept
+  std::vector<torch::Tensor> outputs;  // keep_activations: block b's output, its graph alive
   torch::Tensor grad_out;
 };
 enum class Pass { kTrain, kEval };

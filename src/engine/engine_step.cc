@@ -215,11 +215,20 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, Pass pass, Gath
   STRATA_CHECK(!train || act) << "a training forward needs somewhere to keep its activations";
   torch::Tensor x, targets;
   STRATA_RETURN_IF_ERROR(BatchToDevice(batch, &x, &targets));
+  const bool keep = train && cfg.keep_activations;
   if (train) act->inputs.assign(n, torch::Tensor());
+  if (keep) act->outputs.assign(n, torch::Tensor());
   for (int b = 0; b < n - 1; ++b) {
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
     Tracer::Span span(tracer, Track::kCompute, (train ? "forward b" : "eval b") + std::to_string(b));
     STRATA_RETURN_IF_ERROR(TorchCall("forward", [&] {
+      if (keep) {  // each block its own graph, from its input (a leaf) to its output
+        torch::Tensor in = b == 0 ? x : x.detach().requires_grad_(true);
+        act->inputs[b] = in;
+        act->outputs[b] = model.blocks[b].module->Forward(in);
+        x = act->outputs[b].detach();
+        return;
+      }
       torch::NoGradGuard no_grad;
       if (train) act->inputs[b] = x;
       x = model.blocks[b].module->Forward(x);
@@ -258,14 +267,20 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, Pass pass, Gath
   return loss;
 }
 
-// Backward through blocks N-2..0 by recomputation from the kept inputs.
+// Backward through blocks N-2..0: by recomputation from each block's input, or through the
+// kept graphs (keep_activations). Either way the block's weights are gathered again: the
+// graph saved the parameter tensors, whose data is re-bound to the new gather buffer.
 Status Engine::Impl::Backward(Activations& act, Gatherer& gather) {
   for (int b = num_blocks() - 2; b >= 0; --b) {
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
     {
       Tracer::Span span(tracer, Track::kCompute, "backward b" + std::to_string(b));
       STRATA_RETURN_IF_ERROR(TorchCall("backward", [&] {
-        if (b == 0) {
+        if (!act.outputs.empty()) {  // kept: the graph saved the parameters themselves, now re-bound
+          act.outputs[b].backward(act.grad_out);
+          act.outputs[b] = torch::Tensor();  // its activations go
+          if (b > 0) act.grad_out = act.inputs[b].grad();
+        } else if (b == 0) {
           model.blocks[0].module->Forward(act.inputs[0]).backward(act.grad_out);
         } else {
           torch::Tensor in = act.inputs[b].detach().requires_grad_(true);

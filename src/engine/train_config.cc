@@ -126,6 +126,11 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   } else {
     STRATA_RETURN_IF_ERROR(s.Int("resident_blocks", &c->resident_blocks, 0, 1 << 20));
   }
+  if (s.Has("recompute")) {  // else what activation_checkpointing (or the default, auto) said
+    std::string recompute = "auto";
+    STRATA_RETURN_IF_ERROR(s.Choice("recompute", &recompute, {"auto", "always", "never"}));
+    c->recompute = recompute == "auto" ? Recompute::kAuto : recompute == "always" ? Recompute::kAlways : Recompute::kNever;
+  }
   std::string overlap = c->optimizer_overlap == OptimizerOverlap::kNone ? "none" : "forward";
   STRATA_RETURN_IF_ERROR(s.Choice("optimizer_overlap", &overlap, {"none", "forward"}));
   c->optimizer_overlap = overlap == "none" ? OptimizerOverlap::kNone : OptimizerOverlap::kForward;
@@ -292,12 +297,22 @@ Status ParseAio(JsonReader& root, TrainConfig* c) {
   return Status();
 }
 
+// DeepSpeed's activation_checkpointing section: checkpointing asked for, i.e. recompute per
+// block (strata.recompute, read later, overrides it). Its tuning keys have no effect here.
 Status ParseActivationCheckpointing(JsonReader& root, TrainConfig* c) {
   if (!root.Has("activation_checkpointing")) return Status();
-  root.Touch("activation_checkpointing");
-  c->notes.push_back(
-      "activation_checkpointing: always on in Strata, per block (only each block's input is kept; the block is "
-      "recomputed in backward), so this section's settings are not needed");
+  STRATA_ASSIGN_OR_RETURN(JsonReader ac, root.Child("activation_checkpointing"));
+  c->recompute = Recompute::kAlways;
+  c->notes.push_back("activation_checkpointing: each block recomputed from its saved input in backward "
+                     "(strata.recompute \"always\"; \"auto\" would keep the activations where they fit)");
+  bool cpu = false;
+  STRATA_RETURN_IF_ERROR(ac.Bool("cpu_checkpointing", &cpu));
+  if (cpu) c->notes.push_back("activation_checkpointing.cpu_checkpointing: not implemented; the saved block inputs "
+                              "stay where the blocks run");
+  for (const char* k : {"partition_activations", "contiguous_memory_optimization", "number_checkpoints",
+                        "synchronize_checkpoint_boundary", "profile"})
+    ac.Touch(k);
+  ac.UnusedKeys(&c->warnings);
   return Status();
 }
 
@@ -355,6 +370,15 @@ void ResolvePrecision(TrainConfig* c, bool on_gpu) {
     c->precision_warning = fmt::format(
         "bf16 compute on a CPU without native bf16 ({}): expect steps about 10x slower than fp32; set bf16.enabled "
         "to \"auto\" (or false) to train in fp32 here", why);
+}
+
+void ResolveRecompute(TrainConfig* c, bool fits) {
+  c->keep_activations = c->recompute == Recompute::kNever || (c->recompute == Recompute::kAuto && fits);
+  if (c->recompute != Recompute::kAuto) return;
+  std::erase_if(c->autos, [](const AutoValue& a) { return a.path == "strata.recompute"; });
+  c->autos.push_back({"strata.recompute", c->keep_activations ? "never" : "always",
+                      c->keep_activations ? "every block's activations fit: kept, no recompute"
+                                          : "kept activations would not fit this machine: each block recomputed"});
 }
 
 Status ResolveBatch(TrainConfig* c, int world) {

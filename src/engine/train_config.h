@@ -61,6 +61,13 @@ enum class OptimizerOverlap {
   kForward,  // on its own thread, block by block; the next forward of block i waits only for block i
 };
 
+// strata.recompute: whether backward recomputes each block from its saved input.
+enum class Recompute {
+  kAuto,    // keep every block's activations when the estimate says they fit, else recompute
+  kAlways,  // activation checkpointing per block (DeepSpeed's activation_checkpointing section)
+  kNever,   // keep every block's activations (autograd's graph) until its backward
+};
+
 struct TrainConfig {
   // Batch. The three DeepSpeed keys as written (absent or "auto" = unset); ResolveBatch
   // derives the missing ones with DeepSpeed's rule
@@ -108,6 +115,10 @@ struct TrainConfig {
   // weights on the device; -1 ("auto"): all when offload_param is "none", else none.
   int64_t resident_blocks = -1;
   OptimizerOverlap optimizer_overlap = OptimizerOverlap::kForward;  // strata.optimizer_overlap
+  Recompute recompute = Recompute::kAuto;  // strata.recompute (activation_checkpointing present: kAlways)
+  // What the engine does, settled by ResolveRecompute (kAuto: from the memory estimate);
+  // false = recompute, the safe default of a config nobody resolved.
+  bool keep_activations = false;
   int optimizer_threads = 0;  // strata.optimizer_threads: the CPU Adam's OpenMP threads; 0 = the compute thread's
   // strata.device_memory: bytes of device memory for the fit check; 0 ("auto"): the device's own.
   uint64_t device_memory = 0;
@@ -126,6 +137,10 @@ struct TrainConfig {
 // CPU without native bf16 sets precision_warning (LibTorch's bf16 matmuls run ~10x slower
 // than fp32 there). Fills precision_reason either way. Idempotent.
 void ResolvePrecision(TrainConfig* config, bool on_gpu);
+
+// Settles keep_activations: kNever keeps, kAlways recomputes, kAuto keeps when `fits` (the
+// estimate with kept activations fits this machine). Records what "auto" became and why.
+void ResolveRecompute(TrainConfig* config, bool fits);
 
 // Derives the batch keys left unset for `world_size` ranks (DeepSpeed's rule above) and
 // checks their consistency; records what each "auto" became in config->autos. The error

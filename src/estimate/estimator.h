@@ -74,6 +74,11 @@ uint64_t ProcKilobyteField(const char* file, const std::string& key);
 // this machine has.
 Status CheckFits(const MemoryEstimate& e, const MachineCapacity& m, int local_ranks);
 
+// Settles strata.recompute ("auto": keep every block's activations when the estimate with
+// them fits `m`, else recompute) and returns the estimate of what will run.
+MemoryEstimate EstimateResolvingRecompute(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
+                                          const MachineCapacity& m, int local_ranks);
+
 // A table: rows = state kinds, columns = device / cpu (pinned where pinned) / nvme.
 std::string FormatEstimate(const MemoryEstimate& e);
 std::string HumanBytes(uint64_t bytes);

@@ -104,6 +104,41 @@ TEST(Config, LegacyCpuOffloadKeysMapToTheOffloadSections) {
             std::string::npos) << both.status().message();
 }
 
+// strata.recompute: "auto" keeps the activations when they fit; DeepSpeed's
+// activation_checkpointing section means recompute; strata.recompute overrides either.
+TEST(Config, RecomputeFollowsTheFitAndActivationCheckpointing) {
+  auto c = ParseTrainConfig("{}", "r.json");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->recompute, Recompute::kAuto);
+  EXPECT_FALSE(c->keep_activations);  // unresolved: the safe path
+  ResolveRecompute(&*c, /*fits=*/true);
+  EXPECT_TRUE(c->keep_activations);
+  ResolveRecompute(&*c, /*fits=*/false);
+  EXPECT_FALSE(c->keep_activations);
+  ASSERT_EQ(std::count_if(c->autos.begin(), c->autos.end(), [](const AutoValue& a) { return a.path == "strata.recompute"; }), 1);
+
+  auto ac = ParseTrainConfig(R"({"activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": true,
+                                                              "number_checkpoints": 4, "typo": 1}})", "r.json");
+  ASSERT_TRUE(ac.ok()) << ac.status().ToString();
+  EXPECT_EQ(ac->recompute, Recompute::kAlways);
+  ResolveRecompute(&*ac, /*fits=*/true);
+  EXPECT_FALSE(ac->keep_activations);
+  auto has = [](const std::vector<std::string>& v, const std::string& s) {
+    return std::any_of(v.begin(), v.end(), [&](const std::string& x) { return x.find(s) != std::string::npos; });
+  };
+  EXPECT_TRUE(has(ac->notes, "cpu_checkpointing: not implemented"));
+  EXPECT_TRUE(has(ac->warnings, "activation_checkpointing.typo"));
+  EXPECT_FALSE(has(ac->warnings, "partition_activations"));
+
+  auto never = ParseTrainConfig(R"({"activation_checkpointing": {}, "strata": {"recompute": "never"}})", "r.json");
+  ASSERT_TRUE(never.ok());
+  ResolveRecompute(&*never, /*fits=*/false);
+  EXPECT_TRUE(never->keep_activations);  // asked for, even where the estimate says it won't fit
+  auto bad = ParseTrainConfig(R"({"strata": {"recompute": "sometimes"}})", "r.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("strata.recompute"), std::string::npos) << bad.status().message();
+}
+
 TEST(Config, WrongTypeNamesTheKey) {
   auto c = ParseTrainConfig(R"({"zero_optimization": {"stage": "three"}})", "x.json");
   ASSERT_FALSE(c.ok());

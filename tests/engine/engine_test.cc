@@ -231,5 +231,32 @@ TEST(Engine, StepTransfersUseRegisteredMemoryOnly) {
   EXPECT_EQ(after.unregistered_bytes, before.unregistered_bytes);
 }
 
+// Keeping every block's activations (no recompute) gives bitwise the recompute path: the
+// kept graphs saved the parameter tensors, re-bound to a fresh gather before each backward.
+TEST(Engine, KeptActivationsTrainBitwiseLikeRecompute) {
+  TempDir dir;
+  for (model::Arch arch : {model::Arch::kGpt2, model::Arch::kLlama}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(::testing::Message() << (arch == model::Arch::kGpt2 ? "gpt2 " : "llama ") << DTypeName(dtype));
+      TrainConfig c = TinyConfig(dir.path());
+      c.model.arch = arch;
+      if (arch == model::Arch::kLlama) c.model.n_kv_head = 2;
+      c.compute_dtype = dtype;
+      c.offload_param.device = OffloadDevice::kNvme;
+      c.grad_accum = 2;
+      auto recompute = RunEngine(c, 2, 3);
+      c.keep_activations = true;
+      auto kept = RunEngine(c, 2, 3);
+      ASSERT_EQ(kept.stats.size(), 3u);
+      for (int s = 0; s < 3; ++s) EXPECT_EQ(kept.stats[s].loss, recompute.stats[s].loss) << "step " << s;
+      EXPECT_TRUE(testing::BitwiseEqual(recompute, kept));
+      EXPECT_TRUE(recompute.state == kept.state);
+      const FakeDeviceOptions fake{.seed = 5, .max_delay_us = 500};
+      auto kept_on_device = RunEngine(c, 2, 3, &fake);
+      EXPECT_TRUE(testing::BitwiseEqual(recompute, kept_on_device));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata
