@@ -3,12 +3,14 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
+#include "bench/libtorch_reference.h"
 #include "src/data/data.h"
 #include "src/engine/compute_device.h"
 #include "src/engine/engine.h"
 #include "src/engine/train_config.h"
 #include "src/estimate/estimator.h"
 #include "src/model/model.h"
+#include "strata/check.h"
 #include "strata/log.h"
 
 namespace strata::bench {
@@ -22,13 +24,28 @@ struct Variant {
   std::unique_ptr<ComputeDevice> device;
   std::unique_ptr<Tracer> tracer = std::make_unique<Tracer>();
   std::unique_ptr<Engine> engine;  // last: destroyed first
+  std::unique_ptr<LibTorchReference> reference;  // --vs-libtorch's anchor: no engine
   std::vector<double> ms, wait_ms, nvme_mb, copy_ms, optimizer_ms, optimizer_wait_ms;
 };
 
 // The offload modes on the configured device, or (--fake-device) the synchronous and the
 // overlapped schedule on the fake device with copies modelled at `fake_gbps`.
 Status MakeVariants(const StepBenchOptions& o, const TrainConfig& base, std::vector<Variant>* out) {
-  if (o.optimizer_overlap) {
+  if (o.vs_libtorch) {
+    Variant ref;
+    ref.name = "libtorch";
+    ref.cfg = base;
+    STRATA_ASSIGN_OR_RETURN(ref.reference, LibTorchReference::Create(base));
+    out->push_back(std::move(ref));
+    Variant v;
+    v.name = "strata";
+    v.cfg = base;
+    v.comm = MakeSingleRankCommunicator();
+    STRATA_ASSIGN_OR_RETURN(OpenedDevice opened, OpenComputeDevice(v.cfg.device, 0, v.comm.get()));
+    v.device_comm = std::move(opened.collectives);
+    v.device = std::move(opened.device);
+    out->push_back(std::move(v));
+  } else if (o.optimizer_overlap) {
     for (OptimizerOverlap mode : {OptimizerOverlap::kNone, OptimizerOverlap::kForward}) {
       Variant v;
       v.name = mode == OptimizerOverlap::kNone ? "plain" : "overlapped";
@@ -66,6 +83,7 @@ Status MakeVariants(const StepBenchOptions& o, const TrainConfig& base, std::vec
     }
   }
   for (Variant& v : *out) {
+    if (v.reference) continue;
     auto e = Engine::Create(v.cfg, v.comm.get(), v.tracer.get(), {}, v.device.get());
     if (!e.ok()) return e.status().WithContext(v.name);
     v.engine = std::move(e).value();
@@ -73,16 +91,24 @@ Status MakeVariants(const StepBenchOptions& o, const TrainConfig& base, std::vec
   return Status();
 }
 
+const ComputeDevice& AnyDevice(const std::vector<Variant>& vs) {
+  for (const Variant& v : vs)
+    if (v.device) return *v.device;
+  STRATA_CHECK(false) << "no variant has a device";
+  return *vs[0].device;
+}
+
 void PrintTable(const StepBenchOptions& o, const TrainConfig& base, std::vector<Variant>& vs, int64_t tokens,
                 double flops_per_token, double peak) {
   auto tflops = [&](double step_ms) { return tokens * flops_per_token / (step_ms / 1e3) / 1e12; };
   const bool fake = o.fake_device_gbps > 0;
-  std::printf("bench step: %s, %lld tokens per step, 1 rank, ZeRO stage %d, %s compute on %s; %d steps per variant, "
-              "interleaved\n", base.model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", (long long)tokens,
-              base.zero_stage, DTypeName(base.compute_dtype), vs[0].device->Name().c_str(), o.steps);
-  const char* kind = o.optimizer_overlap ? "optimizer" : fake ? "schedule" : "offload";
+  std::printf("bench step: %s, %lld tokens per step, 1 rank, ZeRO stage %d, %s compute on %s; activations %s; %d steps per "
+              "variant, interleaved\n", base.model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", (long long)tokens,
+              base.zero_stage, DTypeName(base.compute_dtype), AnyDevice(vs).Name().c_str(),
+              base.keep_activations ? "kept" : "recomputed per block", o.steps);
+  const char* kind = o.vs_libtorch ? "trainer" : o.optimizer_overlap ? "optimizer" : fake ? "schedule" : "offload";
   Table t({kind, "step ms", "tokens/s", "TFLOPS", "MFU", "exposed ms", "device copies ms", "hidden", "optimizer ms",
-           "exposed opt. ms", "nvme MB/step", o.optimizer_overlap ? "time / plain" : fake ? "time / sync" : "time / none"});
+           "exposed opt. ms", "nvme MB/step", o.vs_libtorch ? "time / libtorch" : o.optimizer_overlap ? "time / plain" : fake ? "time / sync" : "time / none"});
   const Summary anchor = Summarize(vs[0].ms);
   for (Variant& v : vs) {
     const Summary s = Summarize(v.ms);
@@ -100,9 +126,24 @@ void PrintTable(const StepBenchOptions& o, const TrainConfig& base, std::vector<
               "its thread, exposed opt. = the compute thread waiting for it; TFLOPS = model FLOPs (%.3g per token) / "
               "step time; MFU against %s\n", flops_per_token,
               peak > 0 ? fmt::format("{:.1f} TFLOPS dense {} ({})", peak, DTypeName(base.compute_dtype),
-                                     vs[0].device->Name()).c_str()
+                                     AnyDevice(vs).Name()).c_str()
                        : "no stated peak (the host; pass --peak-tflops)");
 }
+
+// One step of a variant: its engine's, or the LibTorch reference's. Sets *tokens.
+Status StepVariant(Variant& v, int64_t step, const data::TokenDataset& data, int64_t* tokens) {
+  if (v.reference) {
+    v.reference->Step(step, data);
+    *tokens = v.cfg.micro_batch * v.cfg.model.seq_len * v.cfg.grad_accum;
+    return Status();
+  }
+  STRATA_ASSIGN_OR_RETURN(StepStats st, v.engine->Step(step, data));
+  *tokens = st.tokens;
+  return Status();
+}
+
+Status FinishVariant(Variant& v) { return v.engine ? v.engine->Finish() : Status(); }
+
 
 }  // namespace
 
@@ -130,9 +171,9 @@ int RunStepBench(const StepBenchOptions& o) {
   constexpr int kPhase = 4;
   int64_t tokens = 0;
   for (Variant& v : vs) {  // warm-up: one step each
-    auto st = v.engine->Step(0, **data);
-    if (!st.ok()) return fail(st.status().WithContext(v.name));
-    if (Status f = v.engine->Finish(); !f.ok()) return fail(f.WithContext(v.name));
+    Status st = StepVariant(v, 0, **data, &tokens);
+    if (st.ok()) st = FinishVariant(v);
+    if (!st.ok()) return fail(st.WithContext(v.name));
   }
   for (int done = 0; done < o.steps; done += kPhase) {
     const int k = std::min(kPhase, o.steps - done);
@@ -141,12 +182,9 @@ int RunStepBench(const StepBenchOptions& o) {
       Tracer& t = *v.tracer;
       t.Trim(t.Now());
       const double t0 = t.Now();
-      for (int j = 0; j < k; ++j) {
-        auto st = v.engine->Step(1 + done + j, **data);
-        if (!st.ok()) return fail(st.status().WithContext(v.name));
-        tokens = st->tokens;
-      }
-      if (Status f = v.engine->Finish(); !f.ok()) return fail(f.WithContext(v.name));
+      for (int j = 0; j < k; ++j)
+        if (Status st = StepVariant(v, 1 + done + j, **data, &tokens); !st.ok()) return fail(st.WithContext(v.name));
+      if (Status f = FinishVariant(v); !f.ok()) return fail(f.WithContext(v.name));
       const double per = 1e3 / k;  // per step, ms
       v.ms.push_back((t.Now() - t0) * per);
       v.wait_ms.push_back(t.Total(Track::kWait, t0) * per);
@@ -158,7 +196,7 @@ int RunStepBench(const StepBenchOptions& o) {
   }
   // Achieved model TFLOPS (6 N per token, plus attention) and MFU against the stated peak.
   const double flops_per_token = model::ModelSpec(base->model).train_flops_per_token();
-  const double peak = o.peak_tflops > 0 ? o.peak_tflops : vs[0].device->PeakTflops(base->compute_dtype);
+  const double peak = o.peak_tflops > 0 ? o.peak_tflops : AnyDevice(vs).PeakTflops(base->compute_dtype);
   auto tflops = [&](double step_ms) { return tokens * flops_per_token / (step_ms / 1e3) / 1e12; };
   if (!o.json) {
     PrintTable(o, *base, vs, tokens, flops_per_token, peak);
@@ -166,8 +204,8 @@ int RunStepBench(const StepBenchOptions& o) {
   }
   nlohmann::json j;
   j["tokens_per_step"] = tokens;
-  j["device"] = vs[0].device->device().str();
-  j["device_name"] = vs[0].device->Name();
+  j["device"] = AnyDevice(vs).device().str();
+  j["device_name"] = AnyDevice(vs).Name();
   j["flops_per_token"] = flops_per_token;
   j["peak_tflops"] = peak > 0 ? nlohmann::json(peak) : nlohmann::json(nullptr);
   j["steps"] = o.steps;
@@ -184,7 +222,7 @@ int RunStepBench(const StepBenchOptions& o) {
                  {"exposed_optimizer_ms", Summarize(v.optimizer_wait_ms).median},
                  {"exposed_over_copy", copy > 0 ? nlohmann::json(wait / copy) : nlohmann::json(nullptr)},
                  {"nvme_mb_per_step", Summarize(v.nvme_mb).median},
-                 {o.optimizer_overlap ? "ratio_vs_plain" : o.fake_device_gbps > 0 ? "ratio_vs_synchronous" : "ratio_vs_none",
+                 {o.vs_libtorch ? "ratio_vs_libtorch" : o.optimizer_overlap ? "ratio_vs_plain" : o.fake_device_gbps > 0 ? "ratio_vs_synchronous" : "ratio_vs_none",
                   t.median / anchor.median}};
   }
   std::printf("%s\n", j.dump(2).c_str());

@@ -23,6 +23,9 @@ struct StepBenchOptions {
   // Instead of the offload modes: the plain schedule (the optimizer after the backward,
   // waited for) against the optimizer overlapping the next forward, same config.
   bool optimizer_overlap = false;
+  // Instead of the offload modes: plain LibTorch training of the same model in memory
+  // (bench/libtorch_reference.h; fp32) against Strata with this config.
+  bool vs_libtorch = false;
 };
 
 int RunStepBench(const StepBenchOptions& options);

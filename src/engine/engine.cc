@@ -93,7 +93,13 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   model.tie = model.spec->tie();
   plan = ShardPlan::Make(cfg, ModelShape::Of(cfg.model), comm->world_size(), comm->rank(), {dev->is_host()});
   optimizer.thread = std::make_unique<WorkQueue>(Track::kOptimizer, 0, 0, 0, &g_untraced);
-  optimizer.threads = cfg.optimizer_threads > 0 ? cfg.optimizer_threads : std::max(1, at::get_num_threads());
+  // Thread policy: on the host, the blocks' compute and the CPU Adam share the rank's cores
+  // (LibTorch's pool; overlapping, they take turns). On a GPU the compute thread only issues
+  // work, so the Adam takes the rank's cores but one (the issuing thread, I/O completions).
+  const int rank_cores = std::max(1, at::get_num_threads());
+  optimizer.threads = cfg.optimizer_threads > 0 ? cfg.optimizer_threads
+                      : dev->is_host()          ? rank_cores
+                                                : std::max(1, rank_cores - 1);
   STRATA_RETURN_IF_ERROR(CreatePools());  // first: the store registers them with io_uring
   STRATA_RETURN_IF_ERROR(OpenStore());
   model.blocks.resize(plan.blocks.size());

@@ -64,6 +64,22 @@ TEST(Cli, ConfigCheckReadsDeepSpeedsLegacyCpuOffload) {
   EXPECT_EQ(r.out.find("'zero_optimization.cpu_offload' is not used"), std::string::npos) << r.out;
 }
 
+// bench step --vs-libtorch: the plain LibTorch anchor and Strata side by side (fp32 only).
+TEST(Cli, BenchStepAgainstPlainLibTorch) {
+  testing::TempDir dir;
+  const std::string small = " --steps 1 --set strata.model.n_layer=1 --set strata.model.d_model=32 --set "
+                            "zero_optimization.offload_param.device=none --set "
+                            "zero_optimization.offload_optimizer.device=none --set "
+                            "zero_optimization.offload_param.nvme_path=" + dir.path();
+  auto r = RunStrata("bench step --vs-libtorch --json --set bf16.enabled=false" + small);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"libtorch\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"ratio_vs_libtorch\""), std::string::npos) << r.out;
+  r = RunStrata("bench step --vs-libtorch --set bf16.enabled=true" + small);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("the LibTorch reference trains in fp32"), std::string::npos) << r.out;
+}
+
 TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
   auto r = RunStrata("estimate --config " STRATA_SOURCE_DIR "/configs/tiny_cpu.json --nproc 2");
   ASSERT_EQ(r.exit_code, 0) << r.out;
