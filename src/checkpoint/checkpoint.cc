@@ -5,6 +5,7 @@
 #include "src/checkpoint/durable_file.h"
 #include "src/checkpoint/manifest.h"
 #include "src/checkpoint/safetensors.h"
+#include "src/engine/json_reader.h"
 #include "strata/flat_group.h"
 #include "strata/log.h"
 
@@ -88,7 +89,8 @@ Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, co
   for (int r = 0; r < world; ++r) {
     const std::string sum_path = (fs::path(tmp) / fmt::format("rank{}.sum", r)).string();
     STRATA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(sum_path));
-    files.push_back(nlohmann::json::parse(text));
+    STRATA_ASSIGN_OR_RETURN(nlohmann::json sum, ParseJsonText(text, "'" + sum_path + "'", StatusCode::kDataLoss));
+    files.push_back(std::move(sum));
   }
   const EngineCounters c = engine.counters();
   nlohmann::json manifest = {

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "src/checkpoint/durable_file.h"
+#include "src/engine/json_reader.h"
 
 namespace strata::ckpt {
 namespace fs = std::filesystem;
@@ -29,12 +30,7 @@ StatusOr<std::string> ResolveStepDir(const std::string& path) {
 StatusOr<nlohmann::json> ReadManifest(const std::string& step_dir) {
   const std::string path = (fs::path(step_dir) / "manifest.json").string();
   STRATA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    return Error(StatusCode::kDataLoss, "'{}' is not valid JSON: {}", path, e.what());
-  }
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonText(text, "'" + path + "'", StatusCode::kDataLoss));
   if (!j.is_object() || j.value("format", "") != kManifestFormat)
     return Error(StatusCode::kDataLoss, "'{}' is not a Strata checkpoint manifest (format \"{}\" expected)", path,
                  kManifestFormat);

@@ -1,4 +1,5 @@
 #include "src/checkpoint/safetensors.h"
+#include "src/engine/json_reader.h"
 
 #include "strata/check.h"
 
@@ -68,12 +69,10 @@ StatusOr<SafetensorsFile> SafetensorsFile::FromMapping(MappedFile m) {
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(all[i])) << (8 * i);
   if (n > all.size() - 8) return bad(fmt::format("header length {} exceeds the file ({} bytes)", n, all.size()));
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(reinterpret_cast<const char*>(all.data() + 8), reinterpret_cast<const char*>(all.data() + 8 + n));
-  } catch (const nlohmann::json::exception& e) {
-    return bad(fmt::format("header is not JSON ({})", e.what()));
-  }
+  StatusOr<nlohmann::json> parsed =
+      ParseJsonText(std::string_view(reinterpret_cast<const char*>(all.data() + 8), n), "header");
+  if (!parsed.ok()) return bad(parsed.status().message());
+  nlohmann::json header = *std::move(parsed);
   if (!header.is_object()) return bad("header is not a JSON object");
   const auto data = all.subspan(8 + n);
   try {
@@ -93,8 +92,13 @@ StatusOr<SafetensorsFile> SafetensorsFile::FromMapping(MappedFile m) {
       if (off.size() != 2 || off[0] > off[1] || off[1] > data.size())
         return bad(fmt::format("tensor '{}': data_offsets outside the file's {} data bytes (truncated?)", t.name,
                                data.size()));
-      if (std::any_of(t.shape.begin(), t.shape.end(), [](int64_t s) { return s < 0; }) ||
-          static_cast<uint64_t>(t.numel()) * es != off[1] - off[0])
+      uint64_t elements = 1;  // the shape's product, refused before it could wrap around
+      bool sane = true;
+      for (int64_t d : t.shape) {
+        sane = sane && d >= 0 && (d == 0 || elements <= (data.size() + 1) / static_cast<uint64_t>(d));
+        if (sane) elements *= static_cast<uint64_t>(d);
+      }
+      if (!sane || elements * es != off[1] - off[0])
         return bad(fmt::format("tensor '{}': {} bytes do not hold {} x {} elements", t.name, off[1] - off[0],
                                t.numel(), t.dtype));
       t.bytes = data.subspan(off[0], off[1] - off[0]);
@@ -105,9 +109,22 @@ StatusOr<SafetensorsFile> SafetensorsFile::FromMapping(MappedFile m) {
     return bad(fmt::format("malformed tensor entry ({})", e.what()));
   }
   // Hugging Face's files list tensors alphabetically in the header; keep data order.
-  std::sort(f.tensors_.begin(), f.tensors_.end(),
-            [](const TensorView& a, const TensorView& b) { return a.bytes.data() < b.bytes.data(); });
-  for (size_t i = 0; i < f.tensors_.size(); ++i) f.index_[f.tensors_[i].name] = i;
+  std::stable_sort(f.tensors_.begin(), f.tensors_.end(), [](const TensorView& a, const TensorView& b) {
+    return a.bytes.data() != b.bytes.data() ? a.bytes.data() < b.bytes.data() : a.bytes.size() < b.bytes.size();
+  });
+  // As Hugging Face's reader: the tensors tile the data region, no byte shared, none left over.
+  const std::byte* next = data.data();
+  for (size_t i = 0; i < f.tensors_.size(); ++i) {
+    const TensorView& t = f.tensors_[i];
+    if (t.bytes.data() != next)
+      return bad(fmt::format("tensor '{}' starts at data byte {}, not where {} ends (byte {}): tensors {}", t.name,
+                             t.bytes.data() - data.data(), i ? "'" + f.tensors_[i - 1].name + "'" : "nothing",
+                             next - data.data(), t.bytes.data() < next ? "overlap" : "leave a gap"));
+    next += t.bytes.size();
+    f.index_[t.name] = i;
+  }
+  if (next != data.data() + data.size())
+    return bad(fmt::format("{} data bytes after the last tensor", data.data() + data.size() - next));
   return f;
 }
 

@@ -319,12 +319,7 @@ Status ParseActivationCheckpointing(JsonReader& root, TrainConfig* c) {
 }  // namespace
 
 StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::string& origin) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    return InvalidArgument("{}: not valid JSON: {}", origin, e.what());
-  }
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonText(text, origin));
   if (!j.is_object()) return InvalidArgument("{}: the top level must be a JSON object", origin);
   // DeepSpeed's legacy form "zero_optimization": true|false means stage 1|0.
   if (j.contains("zero_optimization") && j["zero_optimization"].is_boolean())
@@ -429,13 +424,7 @@ StatusOr<std::string> ComposeConfigText(const std::string& path, const std::stri
     ss << in.rdbuf();
     return ss.str();
   };
-  auto parse = [](const std::string& text, const std::string& name) -> StatusOr<nlohmann::json> {
-    try {
-      return nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-      return InvalidArgument("{}: not valid JSON: {}", name, e.what());
-    }
-  };
+  auto parse = [](const std::string& text, const std::string& name) { return ParseJsonText(text, name); };
   std::string text = default_text;
   if (!path.empty()) {
     STRATA_ASSIGN_OR_RETURN(text, read(path));
@@ -468,22 +457,14 @@ StatusOr<TrainConfig> LoadTrainConfig(const std::string& path) {
 
 StatusOr<std::string> ApplyOverrides(const std::string& text, const std::vector<std::string>& sets) {
   if (sets.empty()) return text;
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    return InvalidArgument("not valid JSON: {}", e.what());
-  }
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonText(text, "config"));
   for (const std::string& kv : sets) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) return InvalidArgument("--set {}: expected key.path=value", kv);
     const std::string key = kv.substr(0, eq), raw = kv.substr(eq + 1);
-    nlohmann::json value;
-    try {
-      value = nlohmann::json::parse(raw);
-    } catch (...) {
-      value = raw;  // a bare word is a string
-    }
+    StatusOr<nlohmann::json> parsed = ParseJsonText(raw, "--set " + key);
+    if (!parsed.ok() && parsed.status().message().find("nested deeper") != std::string::npos) return parsed.status();
+    nlohmann::json value = parsed.ok() ? *std::move(parsed) : nlohmann::json(raw);  // a bare word is a string
     nlohmann::json* node = &j;
     size_t start = 0;
     while (true) {

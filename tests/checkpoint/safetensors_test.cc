@@ -58,6 +58,42 @@ TEST(Safetensors, TruncatedOrInconsistentFilesAreErrorsNamingTheFile) {
   EXPECT_NE(f.status().message().find("shorter than the 8-byte header length"), std::string::npos);
 }
 
+// A file written by hand: the 8-byte header length, the header, then `data_bytes` bytes.
+std::string WriteRaw(const std::string& path, const std::string& header, size_t data_bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  const uint64_t n = header.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << header << std::string(data_bytes, '\0');
+  return path;
+}
+
+// What Hugging Face's reader refuses, refused here too, naming the tensors: overlapping or
+// gapped data_offsets, bytes after the last tensor, a shape whose product wraps around,
+// nesting that would overflow a recursive parser, numbers beyond double's range.
+TEST(Safetensors, HeadersThatLieAreRefusedNamingTheTensor) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/h.safetensors";
+  auto refused = [&](const std::string& header, size_t data_bytes, const std::string& why) {
+    auto f = SafetensorsFile::Open(WriteRaw(path, header, data_bytes));
+    EXPECT_FALSE(f.ok()) << header;
+    if (f.ok()) return;
+    EXPECT_EQ(f.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(f.status().message().find(why), std::string::npos) << f.status().message();
+  };
+  refused(R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+              "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})", 24, "'b' starts at data byte 8, not where 'a' ends (byte 16): tensors overlap");
+  refused(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+              "b": {"dtype": "F32", "shape": [2], "data_offsets": [12, 20]}})", 20, "leave a gap");
+  refused(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 12, "4 data bytes after the last tensor");
+  refused(R"({"a": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 0]}})", 0,
+          "do not hold");
+  refused(std::string(100000, '[') + std::string(100000, ']'), 0, "nested deeper than 64 levels at byte 64");
+  refused(R"({"__metadata__": {"x": 1e999}})", 0, "__metadata__.x: ");
+  auto ok = SafetensorsFile::Open(WriteRaw(path, R"({"e": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]},
+      "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 8));
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();  // an empty tensor shares its offset
+}
+
 TEST(HfNames, Gpt2Conv1DIsTransposedAndPrefixed) {
   EXPECT_EQ(ToHfName(true, 2, 0, "wte.weight").name, "transformer.wte.weight");
   const HfName c = ToHfName(true, 2, 2, "attn.c_attn.weight");

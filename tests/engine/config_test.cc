@@ -139,6 +139,25 @@ TEST(Config, RecomputeFollowsTheFitAndActivationCheckpointing) {
   EXPECT_NE(bad.status().message().find("strata.recompute"), std::string::npos) << bad.status().message();
 }
 
+// A config no one should write is an error naming where, never a crash: 100,000 nested
+// arrays (a recursive parser's stack), a number beyond double's range (an uncaught throw).
+TEST(Config, HostileJsonIsAnErrorNamingWhere) {
+  auto deep = ParseTrainConfig("{\"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}", "d.json");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().message().find("d.json: nested deeper than 64 levels at byte 69"), std::string::npos)
+      << deep.status().message();
+  auto huge = ParseTrainConfig(R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e999}}})", "h.json");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("h.json: optimizer.params.lr: "), std::string::npos) << huge.status().message();
+  EXPECT_NE(huge.status().message().find("number overflow"), std::string::npos) << huge.status().message();
+  auto set = ApplyOverrides("{}", {"optimizer.params.lr=1e999"});  // kept as text: the key's reader names it
+  ASSERT_TRUE(set.ok());
+  auto c = ParseTrainConfig(*set, "s.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("optimizer.params.lr"), std::string::npos) << c.status().message();
+  EXPECT_FALSE(ApplyOverrides("{}", {"x=" + std::string(1000, '[')}).ok());
+}
+
 TEST(Config, WrongTypeNamesTheKey) {
   auto c = ParseTrainConfig(R"({"zero_optimization": {"stage": "three"}})", "x.json");
   ASSERT_FALSE(c.ok());
