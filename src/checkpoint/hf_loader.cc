@@ -51,6 +51,11 @@ Status HfWeights::FillBlock(int block, std::vector<std::pair<std::string, torch:
     torch::Tensor src = torch::from_blob(const_cast<std::byte*>(t.bytes.data()), t.shape, torch::TensorOptions().dtype(st));
     if (hf.transpose) src = src.t();
     tensor.copy_(src.to(torch::kFloat32));
+    if (const int64_t bad = (~torch::isfinite(tensor)).sum().item<int64_t>(); bad > 0) {
+      problems.push_back(fmt::format("'{}' holds {} NaN or Inf value(s) of {}: training from it would change nothing",
+                                     t.name, bad, tensor.numel()));
+      continue;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     used_.insert(hf.name);
   }

@@ -60,6 +60,13 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
     scaler.Update(/*overflow=*/true);
     grads.ZeroAll();
     LogWarn("step {}: gradient overflow (loss scale {}); step skipped, loss scale now {}", step, scale, scaler.scale());
+    // Without a dynamic loss scale nothing changes from one step to the next: a run that
+    // keeps skipping would "train" to the end and change nothing.
+    if (!scaler.dynamic() && cfg.max_skipped_steps > 0 && scaler.overflow_streak() >= cfg.max_skipped_steps)
+      return Status(StatusCode::kFailedPrecondition,
+                    fmt::format("step {}: the gradients were not finite in {} steps in a row with no loss scaling to "
+                                "adjust ({} compute): the weights or the data hold NaN or Inf; stopping "
+                                "(strata.max_skipped_steps)", step, scaler.overflow_streak(), DTypeName(cfg.compute_dtype)));
     return false;
   }
 

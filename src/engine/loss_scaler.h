@@ -21,8 +21,12 @@ class LossScaler {
   double scale() const { return scale_; }
   bool dynamic() const { return enabled_ && c_.static_scale <= 0; }
 
+  // Overflowing (skipped) steps in a row, whether or not the scale can react to them.
+  int64_t overflow_streak() const { return streak_; }
+
   // Call once per optimizer step with whether the gradients overflowed.
   void Update(bool overflow) {
+    streak_ = overflow ? streak_ + 1 : 0;
     if (!dynamic()) return;
     if (overflow) {
       clean_steps_ = 0;
@@ -58,6 +62,7 @@ class LossScaler {
   double scale_;
   int64_t clean_steps_ = 0;
   int hysteresis_left_;
+  int64_t streak_ = 0;
 };
 
 }  // namespace strata

@@ -120,6 +120,7 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   STRATA_RETURN_IF_ERROR(s.Int("save_interval", &c->save_interval, 0, kMaxI));
   STRATA_RETURN_IF_ERROR(s.Int("keep_checkpoints", &c->keep_checkpoints, 0, 1000000));
   STRATA_RETURN_IF_ERROR(s.Int("comm_timeout_s", &c->comm_timeout_s, 1, 86400));
+  STRATA_RETURN_IF_ERROR(s.Int("max_skipped_steps", &c->max_skipped_steps, 0, 1 << 30));
   STRATA_RETURN_IF_ERROR(s.String("device", &c->device));
   if (s.IsAuto("resident_blocks")) {
     s.Touch("resident_blocks");

@@ -109,6 +109,9 @@ struct TrainConfig {
   int64_t save_interval = 0;         // strata.save_interval: checkpoint every K steps with --save (0 = at the end only)
   int keep_checkpoints = 2;          // strata.keep_checkpoints: step folders kept (0 = all)
   std::string debug_crash_in_save;   // tests: kill the process at this point of a checkpoint save
+  // strata.max_skipped_steps: without a dynamic loss scale, this many non-finite steps in a
+  // row end the run with an error (0 = never).
+  int64_t max_skipped_steps = 3;
   int64_t comm_timeout_s = 120;      // strata.comm_timeout_s: a rank waiting longer on a peer exits with an error
   std::string device = "auto";       // strata.device: "auto" (a GPU when one is usable), "cpu", "cuda", "cuda:N"
   // strata.resident_blocks: off the host, how many blocks (from the first) keep their working

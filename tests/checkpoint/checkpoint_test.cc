@@ -205,6 +205,49 @@ TEST(Checkpoint, InitFromNamesWhatDoesNotMatch) {
   EXPECT_NE(err.find("'transformer.h.1.attn.c_attn.weight' [64, 192]"), std::string::npos) << err;
 }
 
+// A NaN in the initial weights: --init-from refuses the file naming the tensor; weights
+// that are not finite anyway (here planted by a hook) end an fp32 run after
+// strata.max_skipped_steps skipped steps instead of "training" to the end.
+TEST(Checkpoint, NonFiniteInitialWeightsAreRefused) {
+  TempDir dir;
+  TrainConfig cfg = ResumeConfig(dir.path());
+  cfg.compute_dtype = DType::kF32;
+  const std::string ck = dir.path() + "/ckpt", out = dir.path() + "/model.safetensors";
+  ASSERT_EQ(RunRanks(1, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 0, "", ck, nullptr); }), "");
+  ASSERT_TRUE(ckpt::ExportCheckpoint(ck, out, ckpt::ExportDType::kF32).ok());
+  uint64_t at = 0;
+  {
+    auto f = ckpt::SafetensorsFile::Open(out);
+    ASSERT_TRUE(f.ok());
+    const ckpt::TensorView* t = f->Find("transformer.h.1.ln_2.weight");
+    ASSERT_NE(t, nullptr);
+    uint64_t header = 0;
+    std::ifstream(out, std::ios::binary).read(reinterpret_cast<char*>(&header), 8);
+    at = 8 + header + (t->bytes.data() - f->tensors()[0].bytes.data()) + 4 * 3;
+  }
+  {
+    std::fstream io(out, std::ios::in | std::ios::out | std::ios::binary);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    io.seekp(static_cast<std::streamoff>(at));
+    io.write(reinterpret_cast<const char*>(&nan), 4);
+  }
+  auto w = ckpt::HfWeights::Open(out, cfg.model);
+  ASSERT_TRUE(w.ok());
+  const int blocks = model::ModelSpec(cfg.model).num_blocks();
+  std::string err = RunRanks(1, [&](int r, Communicator& c) {
+    return Train(cfg, r, c, 0, 1, "", "", nullptr, ckpt::MakeInitFromHooks(*w, blocks));
+  });
+  EXPECT_NE(err.find("'transformer.h.1.ln_2.weight' holds 1 NaN or Inf value(s) of 64"), std::string::npos) << err;
+
+  EngineHooks poison;
+  poison.init_weights = [](int block, NamedTensors& params) {
+    if (block == 1) params[0].second.fill_(std::numeric_limits<float>::quiet_NaN());
+    return Status();
+  };
+  err = RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 10, "", "", nullptr, poison); });
+  EXPECT_NE(err.find("step 2: the gradients were not finite in 3 steps in a row"), std::string::npos) << err;
+}
+
 TEST(Checkpoint, ResumeRefusesAnotherWorldSizeOrModel) {
   TempDir dir;
   TrainConfig cfg = ResumeConfig(dir.path());
