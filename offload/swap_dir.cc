@@ -9,7 +9,9 @@
 #include <cerrno>
 #include <ctime>
 #include <filesystem>
+#include <mutex>
 #include <random>
+#include <set>
 
 #include "strata/log.h"
 
@@ -18,6 +20,21 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr const char* kPrefix = "strata-swap-";
+
+// This process's live folders, for RemoveThisProcessSwapFolders (a signal ending the run).
+std::mutex g_live_mu;
+std::set<std::string> g_live;
+
+// Out of view first (a hidden name), so sibling ranks scanning nvme_path never see a
+// half-removed folder; then remove it, the lock with it.
+void RemoveFolder(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  const fs::path hidden = p.parent_path() / fmt::format(".{}.removing", p.filename().string());
+  const std::string victim = rename(path.c_str(), hidden.c_str()) == 0 ? hidden.string() : path;
+  fs::remove_all(victim, ec);
+  if (ec) LogWarn("could not remove swap folder '{}': {}", path, ec.message());
+}
 constexpr const char* kLockName = "owner.lock";
 
 // True when nobody holds the folder's lock: its owner is gone. A folder appears only with
@@ -95,19 +112,25 @@ StatusOr<std::unique_ptr<SwapDir>> SwapDir::Create(const std::string& parent, in
     fs::remove_all(staging, ec);
     return s;
   }
+  std::lock_guard<std::mutex> lock(g_live_mu);
+  g_live.insert(path);
   return std::unique_ptr<SwapDir>(new SwapDir(path, lock_fd));
 }
 
 SwapDir::~SwapDir() {
-  // Out of view first (a hidden name), so sibling ranks scanning nvme_path never see a
-  // half-removed folder; then remove it, the lock with it; then release the lock.
-  std::error_code ec;
-  const fs::path p(path_);
-  const fs::path hidden = p.parent_path() / fmt::format(".{}.removing", p.filename().string());
-  const std::string victim = rename(path_.c_str(), hidden.c_str()) == 0 ? hidden.string() : path_;
-  fs::remove_all(victim, ec);
-  if (ec) LogWarn("could not remove swap folder '{}': {}", path_, ec.message());
-  close(lock_fd_);
+  {
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    if (g_live.erase(path_)) RemoveFolder(path_);  // else a signal's cleanup removed it already
+  }
+  close(lock_fd_);  // the lock last: the folder is gone before anyone may judge it stale
+}
+
+std::vector<std::string> RemoveThisProcessSwapFolders() {
+  std::lock_guard<std::mutex> lock(g_live_mu);
+  std::vector<std::string> removed(g_live.begin(), g_live.end());
+  for (const std::string& path : removed) RemoveFolder(path);
+  g_live.clear();
+  return removed;
 }
 
 StatusOr<int> SwapDir::CreateFile(const std::string& name, bool direct) const {

@@ -68,6 +68,11 @@ struct StaleSwapFolder {
   bool removed = false;
 };
 
+// Removes every swap folder this process holds now, whatever uses their files (for a
+// process about to exit on a signal: nothing is left on disk); returns their paths. The
+// tiers' later destruction removes nothing more.
+std::vector<std::string> RemoveThisProcessSwapFolders();
+
 using ExtentId = uint32_t;
 
 struct NvmeTierStats {

@@ -16,6 +16,7 @@
 #include "src/cli/commands.h"
 #include "src/cli/default_config.h"
 #include "src/cli/progress.h"
+#include "src/cli/stop_on_signal.h"
 #include "src/cli/train_config_cli.h"
 #include "src/comm/launcher.h"
 #include "src/data/data.h"
@@ -288,8 +289,9 @@ int RunTrain(const TrainArgs& a) {
     LaunchOptions lo;
     lo.nproc = a.nproc;
     lo.argv = CurrentArgv();
-    return LaunchLocalRanks(lo);
+    return LaunchLocalRanks(lo);  // it forwards SIGINT/SIGTERM to the ranks
   }
+  StopOnSignals();
   return TrainRun(a).Run();
 }
 

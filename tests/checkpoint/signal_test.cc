@@ -1,0 +1,97 @@
+// SIGTERM and SIGINT end a run cleanly: within a second or so, exit code 128 + signal, every
+// rank's swap folder removed, the last checkpoint loadable. To one rank, and to the
+// launcher of two (which forwards them, as Ctrl-C in a terminal reaches the whole group).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+
+#include "cli_run.h"
+#include "src/checkpoint/manifest.h"
+#include "support/temp_dir.h"
+
+namespace strata {
+namespace {
+
+struct Stopped {
+  int exit_code = -1;
+  double seconds = 0;  // from the signal to the exit
+  std::string out;
+};
+
+// Starts `args`, waits for "train step   <after>" on its output, sends `sig` to it, and reaps it.
+Stopped RunAndSignal(const std::string& args, const std::string& after, int sig) {
+  int fds[2];
+  EXPECT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    ::close(fds[0]);
+    ::execl("/bin/sh", "sh", "-c", ("exec " STRATA_BINARY " " + args).c_str(), nullptr);
+    _exit(127);
+  }
+  ::close(fds[1]);
+  Stopped s;
+  auto t0 = std::chrono::steady_clock::now();
+  bool sent = false;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) {
+    s.out.append(buf, static_cast<size_t>(n));
+    if (!sent && s.out.find("train step   " + after) != std::string::npos) {
+      t0 = std::chrono::steady_clock::now();
+      ::kill(pid, sig);
+      sent = true;
+    }
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(sent) << s.out;
+  s.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return s;
+}
+
+int SwapFolders(const std::string& dir) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().find("strata-swap-") != std::string::npos) ++n;
+  return n;
+}
+
+TEST(Signals, StopTheRunCleanly) {
+  struct Case {
+    int sig;
+    int nproc;
+  };
+  for (const Case c : {Case{SIGTERM, 1}, Case{SIGINT, 2}}) {
+    SCOPED_TRACE(::testing::Message() << strsignal(c.sig) << ", " << c.nproc << " rank(s)");
+    testing::TempDir dir;
+    const std::string swap = dir.path() + "/swap", ck = dir.path() + "/ckpt";
+    std::filesystem::create_directory(swap);
+    const std::string base = "train --nproc " + std::to_string(c.nproc) +
+                             " --set strata.model.n_layer=1 --set strata.model.d_model=32 --set strata.eval_batches=1 "
+                             "--set steps_per_print=1 --set zero_optimization.offload_param.nvme_path=" + swap +
+                             " --set zero_optimization.offload_optimizer.nvme_path=" + swap + " --save " + ck;
+    Stopped s = RunAndSignal(base + " --steps 100000 --save-interval 2", " 5", c.sig);
+    EXPECT_EQ(s.exit_code, 128 + c.sig) << s.out;
+    EXPECT_LT(s.seconds, 10.0) << s.out;  // ~0.03 s here; the bound only catches a hang
+    EXPECT_EQ(SwapFolders(swap), 0) << s.out;
+    EXPECT_NE(s.out.find(std::string("got ") + strsignal(c.sig) + ": stopping"), std::string::npos) << s.out;
+    auto latest = ckpt::ResolveStepDir(ck);
+    ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+    auto resumed = testing::RunStrata(base + " --steps 8 --resume " + ck);
+    EXPECT_EQ(resumed.exit_code, 0) << resumed.out;
+    EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
+    EXPECT_EQ(SwapFolders(swap), 0);
+  }
+}
+
+}  // namespace
+}  // namespace strata
