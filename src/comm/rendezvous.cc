@@ -3,7 +3,9 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <exception>
+#include <future>
 #include <string>
+#include <thread>
 
 namespace strata::comm {
 namespace {
@@ -23,7 +25,7 @@ PeerAddress ParseAddress(const std::string& text, int rank) {
 
 }  // namespace
 
-struct Rendezvous::Impl {
+struct Rendezvous::Impl : std::enable_shared_from_this<Impl> {
   LaunchEnv env;
   std::chrono::milliseconds timeout;
   std::unique_ptr<c10d::TCPStore> store;
@@ -41,13 +43,29 @@ struct Rendezvous::Impl {
                    env.master_port, env.rank, env.world_size, timeout.count(), what);
     }
   }
+
+  // Guarded(fn) on a helper thread, waited for at most `deadline`. On the deadline the call
+  // is abandoned (its thread keeps this Impl alive; fn owns what it touches besides it).
+  template <typename Fn>
+  Status Bounded(std::chrono::milliseconds deadline, Fn fn) {
+    auto done = std::make_shared<std::promise<Status>>();
+    std::future<Status> result = done->get_future();
+    std::thread([self = shared_from_this(), done, fn = std::move(fn)]() mutable {
+      done->set_value(self->Guarded(fn));
+    }).detach();
+    if (result.wait_for(deadline) == std::future_status::ready) return result.get();
+    return Error(StatusCode::kUnavailable,
+                 "rendezvous at {}:{} (rank {} of {}): no answer within {} ms (strata.comm_timeout_s); is another "
+                 "program listening on MASTER_PORT {}?", env.master_addr, env.master_port, env.rank, env.world_size,
+                 deadline.count(), env.master_port);
+  }
 };
 
-Rendezvous::Rendezvous(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Rendezvous::Rendezvous(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Rendezvous::~Rendezvous() = default;
 
 StatusOr<std::unique_ptr<Rendezvous>> Rendezvous::Connect(const LaunchEnv& env, std::chrono::milliseconds timeout) {
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_shared<Impl>();
   impl->env = env;
   impl->timeout = timeout;
   c10d::TCPStoreOptions opts;
@@ -56,26 +74,31 @@ StatusOr<std::unique_ptr<Rendezvous>> Rendezvous::Connect(const LaunchEnv& env, 
   opts.numWorkers = static_cast<size_t>(env.world_size);
   opts.waitWorkers = false;
   opts.timeout = timeout;
-  Impl* p = impl.get();
-  STRATA_RETURN_IF_ERROR(p->Guarded([&] { p->store = std::make_unique<c10d::TCPStore>(env.master_addr, opts); }));
+  Impl* p = impl.get();  // kept alive by the call's thread if it is abandoned
+  const std::string host = env.master_addr;
+  STRATA_RETURN_IF_ERROR(impl->Bounded(timeout + std::chrono::seconds(2), [p, host, opts] {
+    p->store = std::make_unique<c10d::TCPStore>(host, opts);
+  }));
   return std::unique_ptr<Rendezvous>(new Rendezvous(std::move(impl)));
 }
 
 StatusOr<std::vector<PeerAddress>> Rendezvous::ExchangeAddresses(const PeerAddress& mine) {
-  std::vector<PeerAddress> peers;
-  c10d::TCPStore& store = *impl_->store;
-  const LaunchEnv& env = impl_->env;
-  STRATA_RETURN_IF_ERROR(impl_->Guarded([&] {
+  auto peers = std::make_shared<std::vector<PeerAddress>>();
+  Impl* p = impl_.get();
+  // Two waits of up to the timeout each (everyone's address; rank 0: everyone has read).
+  STRATA_RETURN_IF_ERROR(impl_->Bounded(2 * p->timeout + std::chrono::seconds(2), [p, peers, mine] {
+    c10d::TCPStore& store = *p->store;
+    const LaunchEnv& env = p->env;
     store.set(AddressKey(env.rank), Bytes(fmt::format("{}:{}", mine.host, mine.port)));
     std::vector<std::string> keys;
     for (int r = 0; r < env.world_size; ++r) keys.push_back(AddressKey(r));
-    store.wait(keys, impl_->timeout);
-    for (int r = 0; r < env.world_size; ++r) peers.push_back(ParseAddress(Text(store.get(keys[static_cast<size_t>(r)])), r));
+    store.wait(keys, p->timeout);
+    for (int r = 0; r < env.world_size; ++r) peers->push_back(ParseAddress(Text(store.get(keys[static_cast<size_t>(r)])), r));
     // Rank 0 owns the store's server: it may only drop it after everyone has read.
     if (store.add(kReadCount, 1) == env.world_size) store.set(kAllRead, Bytes("1"));
-    if (env.rank == 0) store.wait({kAllRead}, impl_->timeout);
+    if (env.rank == 0) store.wait({kAllRead}, p->timeout);
   }));
-  return peers;
+  return *peers;
 }
 
 }  // namespace strata::comm

@@ -17,6 +17,8 @@ class Rendezvous {
   // Rank 0 starts the store's server at env.master_addr:env.master_port, the others connect
   // to it. Connect before opening any other listener: once the store is up its port can no
   // longer be taken by an ephemeral bind of ours. LibTorch's exceptions become a Status.
+  // Every store call has a deadline: c10d's client waits forever on a server that accepts
+  // and never answers (another program on MASTER_PORT); such a call is abandoned.
   static StatusOr<std::unique_ptr<Rendezvous>> Connect(const LaunchEnv& env, std::chrono::milliseconds timeout);
   ~Rendezvous();
 
@@ -26,8 +28,8 @@ class Rendezvous {
 
  private:
   struct Impl;
-  explicit Rendezvous(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Rendezvous(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;  // shared with a store call abandoned on its deadline
 };
 
 }  // namespace strata::comm

@@ -42,7 +42,11 @@ TokenFormat Resolve(TokenFormat format, const std::string& path) {
 
 StatusOr<std::string> ReadFile(const std::string& path) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return Error(StatusCode::kNotFound, "token file '{}' does not exist", path);
+  const auto status = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(status)) return Error(StatusCode::kNotFound, "token file '{}' does not exist", path);
+  // A device, a FIFO or a folder would read forever, block, or fail obscurely.
+  if (!std::filesystem::is_regular_file(status))
+    return InvalidArgument("token file '{}' is not a regular file (a device, a pipe or a folder)", path);
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return ErrnoError(errno, "cannot open token file '{}'", path);
   std::string bytes;

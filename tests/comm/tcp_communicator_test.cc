@@ -3,7 +3,10 @@
 // hung peer (errors naming the rank within the timeout), and the rendezvous timeout.
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 
@@ -266,6 +269,35 @@ TEST(TcpRingFaults, RendezvousTimesOutWhenARankNeverComes) {
     return 0;
   });
   EXPECT_EQ(codes[0], 0);
+}
+
+// Another program holds MASTER_PORT: it accepts and never answers. Rank 1 (a client of the
+// store there) and rank 0 (who cannot serve on it) both give up within the timeout.
+TEST(TcpRingFaults, ARogueProgramOnTheMasterPortIsATimeoutNotAHang) {
+  const int port = FreePort();
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  const int one = 1;
+  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 16), 0);  // the kernel accepts for it; nobody ever reads
+  for (int rank : {1, 0}) {
+    auto codes = ForkRanks(1, 30s, [&](int) {
+      const auto t0 = Clock::now();
+      auto comm = MakeTcpCommunicator(Env(rank, 2, port), 1000ms);
+      const double took = Seconds(t0);
+      if (comm.ok()) return ChildFail(rank, "rendezvous succeeded with a rogue server");
+      if (comm.status().message().find("rendezvous") == std::string::npos) return ChildFail(rank, comm.status().ToString());
+      if (took > 5.0) return ChildFail(rank, fmt::format("gave up after {:.2f} s", took));
+      return 0;
+    });
+    EXPECT_EQ(codes[0], 0) << "rank " << rank;
+  }
+  ::close(listener);
 }
 
 TEST(TcpRing, WorldOfOneIsTheSingleRankCommunicator) {

@@ -109,6 +109,8 @@ TEST(TokenDatasetTest, BadFilesNameTheFileAndTheProblem) {
       {Write(d + "/odd.u32", std::string(402, '\0')), 256, "not a multiple of the token width 4"},
       {Write(d + "/vocab.u16", Pack(big, 2)), 256, "token 300 at position 42 is >= vocab_size 256"},
       {Write(d + "/short.txt", std::string(30, 'x')), 256, "too short"},
+      {"/dev/zero", 256, "is not a regular file"},  // used to read forever
+      {d, 256, "is not a regular file"},
   };
   for (const Case& k : cases) {
     auto ds = TokenDataset::Open(Config(k.path), k.vocab, 8);
