@@ -1,6 +1,7 @@
 #include "src/checkpoint/durable_file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -142,5 +143,33 @@ MappedFile::~MappedFile() {
 uint64_t Xxh3(std::span<const std::byte> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
 
 std::string HexU64(uint64_t v) { return fmt::format("{:016x}", v); }
+
+StatusOr<std::unique_ptr<FolderLock>> FolderLock::Take(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Error(StatusCode::kIoError, "cannot create checkpoint folder '{}': {}", dir, ec.message());
+  const std::string path = dir + "/.strata.lock";
+  const int fd = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError(errno, "cannot open '{}'", path);
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {};
+    const ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+    close(fd);
+    if (err != EWOULDBLOCK) return ErrnoError(err, "cannot lock '{}'", path);
+    return Error(StatusCode::kFailedPrecondition,
+                 "checkpoint folder '{}' is in use by another run (pid {}): two runs saving there would delete each "
+                 "other's steps; give this run its own --save folder", dir, n > 0 ? std::string(pid, n) : "unknown");
+  }
+  const std::string me = std::to_string(getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    const int err = errno;
+    close(fd);
+    return ErrnoError(err, "cannot write '{}'", path);
+  }
+  return std::unique_ptr<FolderLock>(new FolderLock(fd));
+}
+
+FolderLock::~FolderLock() { close(fd_); }
 
 }  // namespace strata::ckpt

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -37,6 +38,21 @@ class DurableWriter {
   std::string path_;
   uint64_t written_ = 0;
   void* state_ = nullptr;  // XXH3_state_t
+};
+
+// A run's exclusive claim on its checkpoint folder (flock on DIR/.strata.lock, which holds
+// the owner's pid), held for the run's lifetime: two runs saving to one folder would prune
+// each other's steps. Creates the folder if missing; released by the kernel on any exit.
+class FolderLock {
+ public:
+  static StatusOr<std::unique_ptr<FolderLock>> Take(const std::string& dir);
+  ~FolderLock();
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+
+ private:
+  explicit FolderLock(int fd) : fd_(fd) {}
+  int fd_;
 };
 
 // fsync of a folder: makes a rename or a new entry in it durable.

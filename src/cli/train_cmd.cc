@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "src/checkpoint/checkpoint.h"
+#include "src/checkpoint/durable_file.h"
 #include "src/checkpoint/hf_loader.h"
 #include "src/cli/commands.h"
 #include "src/cli/default_config.h"
@@ -80,6 +81,7 @@ class TrainRun {
   std::unique_ptr<Tracer> tracer_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Progress> progress_;
+  std::unique_ptr<ckpt::FolderLock> save_lock_;  // rank 0's claim on --save
   uint64_t rss_before_engine_ = 0, file_before_engine_ = 0;
   int64_t start_ = 0, last_saved_ = 0;
 };
@@ -134,6 +136,9 @@ Status TrainRun::Connect() {
   auto device = OpenComputeDevice(cfg_.device, env_.local_rank, comm_.get());
   if (!device.ok()) return device.status().WithContext(fmt::format("rank {}", env_.rank));
   device_ = std::move(device).value();
+  if (lead() && !a_.save.empty()) {  // before any step: a second run on it stops here
+    STRATA_ASSIGN_OR_RETURN(save_lock_, ckpt::FolderLock::Take(a_.save));
+  }
   // Refuse a config that cannot fit before allocating any state: host memory, NVMe, and a
   // GPU's own memory.
   const MachineCapacity machine = ProbeMachine(cfg_, device_.device->MemoryBytes());

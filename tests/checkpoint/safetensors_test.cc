@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "src/checkpoint/durable_file.h"
 #include "src/checkpoint/export.h"
 #include "src/checkpoint/hf_names.h"
 #include "support/temp_dir.h"
@@ -92,6 +95,22 @@ TEST(Safetensors, HeadersThatLieAreRefusedNamingTheTensor) {
   auto ok = SafetensorsFile::Open(WriteRaw(path, R"({"e": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]},
       "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 8));
   EXPECT_TRUE(ok.ok()) << ok.status().ToString();  // an empty tensor shares its offset
+}
+
+// One run per checkpoint folder: a second claim fails naming the holder's pid; the claim
+// ends with its holder.
+TEST(FolderLock, ASecondRunOnTheSameSaveFolderIsRefused) {
+  testing::TempDir dir;
+  const std::string ck = dir.path() + "/ck";
+  {
+    auto first = FolderLock::Take(ck);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    auto second = FolderLock::Take(ck);
+    ASSERT_FALSE(second.ok());
+    EXPECT_NE(second.status().message().find("'" + ck + "' is in use by another run (pid " + std::to_string(getpid())),
+              std::string::npos) << second.status().message();
+  }
+  EXPECT_TRUE(FolderLock::Take(ck).ok());
 }
 
 TEST(HfNames, Gpt2Conv1DIsTransposedAndPrefixed) {
