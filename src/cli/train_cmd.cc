@@ -17,6 +17,7 @@
 #include "src/cli/commands.h"
 #include "src/cli/default_config.h"
 #include "src/cli/progress.h"
+#include "src/cli/startup_progress.h"
 #include "src/cli/stop_on_signal.h"
 #include "src/cli/train_config_cli.h"
 #include "src/comm/launcher.h"
@@ -82,6 +83,7 @@ class TrainRun {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Progress> progress_;
   std::unique_ptr<ckpt::FolderLock> save_lock_;  // rank 0's claim on --save
+  std::unique_ptr<StartupProgress> startup_;      // from the data to the first step
   uint64_t rss_before_engine_ = 0, file_before_engine_ = 0;
   int64_t start_ = 0, last_saved_ = 0;
 };
@@ -149,6 +151,8 @@ Status TrainRun::Connect() {
 }
 
 Status TrainRun::CreateEngine() {
+  startup_ = std::make_unique<StartupProgress>(lead());
+  startup_->Phase("reading the token data");
   STRATA_ASSIGN_OR_RETURN(data_, data::TokenDataset::Open(cfg_.data, cfg_.model.vocab_size, cfg_.model.seq_len));
   EngineHooks hooks;
   if (!a_.init_from.empty() && a_.resume.empty()) {
@@ -158,6 +162,7 @@ Status TrainRun::CreateEngine() {
   } else if (!a_.init_from.empty() && lead()) {
     LogWarn("--init-from {} ignored: --resume restores all weights", a_.init_from);
   }
+  hooks.on_phase = [p = startup_.get()](const std::string& what) { p->Phase("creating the engine: " + what); };
   tracer_ = std::make_unique<Tracer>(env_.rank);
   rss_before_engine_ = ProcStatusBytes("VmRSS:");
   file_before_engine_ = ProcStatusBytes("RssFile:");
@@ -184,6 +189,7 @@ void TrainRun::PrintLedger() const {
 
 Status TrainRun::Resume() {
   if (!a_.resume.empty()) {
+    startup_->Phase("reading checkpoint " + a_.resume);
     auto s = ckpt::LoadCheckpoint(*engine_, *comm_, cfg_, a_.resume);
     if (!s.ok()) return s.status().WithContext(fmt::format("rank {}", env_.rank));
     start_ = last_saved_ = *s;
@@ -198,6 +204,7 @@ Status TrainRun::Resume() {
   po.metrics_path = lead() ? a_.metrics : "";
   progress_ = std::make_unique<Progress>(po);
   STRATA_RETURN_IF_ERROR(progress_->Open());
+  startup_.reset();  // start-up is over
   if (lead()) PrintStartup();
   return Status();
 }

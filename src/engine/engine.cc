@@ -100,10 +100,20 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   optimizer.threads = cfg.optimizer_threads > 0 ? cfg.optimizer_threads
                       : dev->is_host()          ? rank_cores
                                                 : std::max(1, rank_cores - 1);
+  auto phase = [&](const std::string& what) {
+    if (hooks.on_phase) hooks.on_phase(what);
+  };
+  phase("allocating and pinning host buffers");
   STRATA_RETURN_IF_ERROR(CreatePools());  // first: the store registers them with io_uring
+  phase("opening the swap store");
   STRATA_RETURN_IF_ERROR(OpenStore());
   model.blocks.resize(plan.blocks.size());
-  for (int b = 0; b < num_blocks(); ++b) STRATA_RETURN_IF_ERROR(BuildBlock(b, hooks));
+  for (int b = 0; b < num_blocks(); ++b) {
+    phase(fmt::format("building block {} of {} (initial weights and optimizer states, written to their tiers)", b + 1,
+                      num_blocks()));
+    STRATA_RETURN_IF_ERROR(BuildBlock(b, hooks));
+  }
+  phase("finishing");
   STRATA_RETURN_IF_ERROR(AllocateDeviceBuffers());
   if (!(ledger == plan.ledger))  // a bug: the plan and the engine disagree on a rule
     return Error(StatusCode::kInternal, "the engine allocated {}/{}/{} bytes (device/cpu/nvme), its ShardPlan says "

@@ -53,6 +53,9 @@ struct EngineHooks {
   // parameters; overwrite their values in place (e.g. from a safetensors file). An error (a
   // missing name, a shape mismatch) aborts Create with that error.
   std::function<Status(int block, NamedTensors& params)> init_weights;
+  // Start-up progress: called (on the creating thread) as Create enters each phase, e.g.
+  // "building block 3 of 34 (initial weights and optimizer states)". Optional.
+  std::function<void(const std::string& phase)> on_phase;
 };
 
 // The counters a checkpoint must carry besides the tensors.

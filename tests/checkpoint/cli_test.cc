@@ -80,6 +80,19 @@ TEST(Cli, BenchStepAgainstPlainLibTorch) {
   EXPECT_NE(r.out.find("the LibTorch reference trains in fp32"), std::string::npos) << r.out;
 }
 
+// A slow start-up says what it is doing (here made to report at once).
+TEST(Cli, StartUpReportsItsPhase) {
+  testing::TempDir dir;
+  ::setenv("STRATA_STARTUP_QUIET_S", "0", 1);
+  auto r = RunStrata("train --steps 1 --set strata.model.n_layer=1 --set strata.model.d_model=32 --set "
+                     "zero_optimization.offload_param.nvme_path=" + dir.path() +
+                     " --set zero_optimization.offload_optimizer.nvme_path=" + dir.path());
+  ::unsetenv("STRATA_STARTUP_QUIET_S");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("start-up: reading the token data (0 s so far)"), std::string::npos) << r.out;
+  EXPECT_LT(r.out.find("start-up: "), r.out.find("strata train: ")) << r.out;
+}
+
 TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
   auto r = RunStrata("estimate --config " STRATA_SOURCE_DIR "/configs/tiny_cpu.json --nproc 2");
   ASSERT_EQ(r.exit_code, 0) << r.out;
