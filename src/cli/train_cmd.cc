@@ -220,11 +220,17 @@ void TrainRun::PrintStartup() {
       device_.device->Name(), cfg_.precision_reason,
       cfg_.keep_activations ? "kept (no recompute)" : "recomputed per block in backward", cfg_.train_batch,
       cfg_.micro_batch, cfg_.grad_accum, env_.world_size, data_->description()));
+  progress_->Message(cfg_.eval_interval == 0 || cfg_.eval_batches == 0
+                         ? std::string("evaluation: none (strata.eval_interval 0)")
+                         : fmt::format("evaluation: {} held-out batch(es) of {} x {} tokens per rank at the start, every "
+                                       "{} steps and at the end", cfg_.eval_batches, cfg_.micro_batch,
+                                       cfg_.model.seq_len, cfg_.eval_interval));
   if (!a_.init_from.empty() && a_.resume.empty()) progress_->Message("initial weights from " + a_.init_from);
   if (!a_.resume.empty()) progress_->Message(fmt::format("resumed from {} at step {}", a_.resume, start_));
 }
 
 Status TrainRun::Eval(int64_t step) {
+  if (cfg_.eval_interval == 0 || cfg_.eval_batches == 0) return Status();  // none asked for
   STRATA_ASSIGN_OR_RETURN(double loss, engine_->EvalLoss(*data_, cfg_.eval_batches));
   if (lead()) progress_->OnEval(step, loss, cfg_.eval_batches);
   return Status();

@@ -102,7 +102,7 @@ struct TrainConfig {
   data::DataConfig data;
   int64_t steps = 100;
   uint64_t seed = 1234;
-  int64_t eval_interval = 50;      // steps; 0 = only at the end
+  int64_t eval_interval = 50;      // steps; 0 = no evaluation at all
   int64_t eval_batches = 4;
   bool verify_checksums = true;
   int64_t debug_overflow_step = -1;  // tests: plant an Inf in the gradient at this step (0-based)

@@ -91,6 +91,15 @@ TEST(Cli, StartUpReportsItsPhase) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("start-up: reading the token data (0 s so far)"), std::string::npos) << r.out;
   EXPECT_LT(r.out.find("start-up: "), r.out.find("strata train: ")) << r.out;
+  EXPECT_NE(r.out.find("evaluation: 8 held-out batch(es)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("eval  step     1"), std::string::npos) << r.out;
+  // eval_interval 0: no evaluation at all (it used to run at the start and the end).
+  r = RunStrata("train --steps 1 --set strata.eval_interval=0 --set strata.model.n_layer=1 --set "
+                "strata.model.d_model=32 --set zero_optimization.offload_param.nvme_path=" + dir.path() +
+                " --set zero_optimization.offload_optimizer.nvme_path=" + dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("evaluation: none"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("eval  step"), std::string::npos) << r.out;
 }
 
 TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
