@@ -4,6 +4,7 @@
 
 #include "src/checkpoint/durable_file.h"
 #include "src/checkpoint/manifest.h"
+#include "src/checkpoint/reshard.h"
 #include "src/checkpoint/safetensors.h"
 #include "src/engine/json_reader.h"
 #include "strata/flat_group.h"
@@ -80,6 +81,11 @@ nlohmann::json Layout(const Engine& e) {
     out.push_back({{"block", b}, {"padded", e.plan().blocks[b].layout.padded}, {"params", params}});
   }
   return out;
+}
+
+void RestoreCounters(Engine& engine, const nlohmann::json& c) {
+  engine.set_counters({c.at("adam_steps").get<int64_t>(), c.at("loss_scale").get<double>(),
+                       c.at("clean_steps").get<int64_t>(), c.at("hysteresis_left").get<int>()});
 }
 
 // Rank 0's part of the commit: manifest, rename, `latest`, pruning.
@@ -178,11 +184,6 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
     STRATA_ASSIGN_OR_RETURN(std::string step_dir, ResolveStepDir(path));
     STRATA_ASSIGN_OR_RETURN(nlohmann::json m, ReadManifest(step_dir));
     const std::string where = (fs::path(step_dir) / "manifest.json").string();
-    if (m["world_size"].get<int>() != comm.world_size())
-      return Error(StatusCode::kFailedPrecondition,
-                   "'{}' was saved by {} ranks; this run has {} (resharding a checkpoint is not supported; export it "
-                   "and start with --init-from instead)",
-                   where, m["world_size"].dump(), comm.world_size());
     if (m["compute_dtype"] != DTypeName(cfg.compute_dtype))
       return Error(StatusCode::kFailedPrecondition, "'{}' was saved with compute dtype {}; this run uses {}", where,
                    m["compute_dtype"].dump(), DTypeName(cfg.compute_dtype));
@@ -194,6 +195,16 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
     if (m.value("seed", cfg.seed) != cfg.seed)
       LogWarn("resuming '{}' (seed {}) with seed {}: the data order after the checkpoint differs from the original run",
               step_dir, m["seed"].dump(), cfg.seed);
+    if (NeedsResharding(m, cfg, comm.world_size())) {
+      if (comm.rank() == 0)
+        LogInfo("resharding '{}': saved by {} rank(s) at ZeRO stage {} with sub_group_size {}; this run: {} rank(s), "
+                "stage {}, sub_group_size {}", step_dir, m["world_size"].dump(), m["zero_stage"].dump(),
+                m["sub_group_size"].dump(), comm.world_size(), cfg.zero_stage, cfg.sub_group_size);
+      STRATA_RETURN_IF_ERROR(RestoreResharded(engine, cfg, m, step_dir));
+      RestoreCounters(engine, m["counters"]);
+      step = m["step"].get<int64_t>();
+      return Status();
+    }
     STRATA_ASSIGN_OR_RETURN(SafetensorsFile f, OpenRankFile(step_dir, m, comm.rank()));
     const std::string mismatch = fmt::format("'{}' does not match this run's state (different sub_group_size or "
                                              "stage?)", f.path());
@@ -208,9 +219,7 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
     if (restored != engine.plan().NumKeys())
       return Error(StatusCode::kFailedPrecondition, "{}: it holds {} tensors, this run's state has {}", mismatch,
                    restored, engine.plan().NumKeys());
-    const nlohmann::json& c = m["counters"];
-    engine.set_counters({c.at("adam_steps").get<int64_t>(), c.at("loss_scale").get<double>(),
-                         c.at("clean_steps").get<int64_t>(), c.at("hysteresis_left").get<int>()});
+    RestoreCounters(engine, m["counters"]);
     step = m["step"].get<int64_t>();
     return Status();
   };

@@ -1,0 +1,110 @@
+#include "src/checkpoint/reshard.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "src/checkpoint/manifest.h"
+#include "src/checkpoint/safetensors.h"
+#include "src/engine/shard_plan.h"
+
+namespace strata::ckpt {
+namespace {
+
+// A piece of one old rank's tensor: flat elements [begin, begin + len) of its block's group.
+struct Piece {
+  int64_t begin = 0, len = 0;
+  const std::byte* data = nullptr;
+};
+using PieceIndex = std::map<std::pair<int, TensorRole>, std::vector<Piece>>;
+
+size_t ElementBytes(TensorRole role, DType compute) { return role == TensorRole::kWorking ? DTypeSize(compute) : 4; }
+
+// The flat range a key covers in `plan`: the working range, or the optimizer sub-group
+// starting at key.offset (checked against the plan's keys first).
+ElementRange RangeOf(const ShardPlan& plan, const TensorKey& key) {
+  if (key.role == TensorRole::kWorking) return plan.blocks[key.block].working;
+  return {key.offset, plan.SubGroupLen(key)};
+}
+
+// The old run's configuration: this one's, partitioned as the manifest says.
+TrainConfig OldConfig(const nlohmann::json& m, const TrainConfig& cfg) {
+  TrainConfig old = cfg;
+  old.zero_stage = m.at("zero_stage").get<int>();
+  old.sub_group_size = m.at("sub_group_size").get<int64_t>();
+  return old;
+}
+
+// Indexes every tensor of old rank q's file by (block, role) and flat range.
+Status IndexRankFile(const SafetensorsFile& f, const ShardPlan& plan, DType compute, PieceIndex* index) {
+  std::vector<TensorKey> keys = plan.Keys();
+  for (const TensorView& t : f.tensors()) {
+    const std::optional<TensorKey> key = TensorKey::Parse(t.name);
+    if (!key || std::find(keys.begin(), keys.end(), *key) == keys.end())
+      return Error(StatusCode::kDataLoss, "'{}': tensor '{}' is not part of the state its manifest describes", f.path(),
+                   t.name);
+    const ElementRange r = RangeOf(plan, *key);
+    if (t.bytes.size() != static_cast<size_t>(r.len) * ElementBytes(key->role, compute))
+      return Error(StatusCode::kDataLoss, "'{}': tensor '{}' has {} bytes, {} elements expected", f.path(), t.name,
+                   t.bytes.size(), r.len);
+    (*index)[{key->block, key->role}].push_back({r.begin, r.len, t.bytes.data()});
+  }
+  return Status();
+}
+
+// Fills `out` (range r of block b, role) from the pieces; the real elements (< numel) must
+// all be covered.
+Status Assemble(const std::vector<Piece>& pieces, ElementRange r, int64_t numel, size_t esize, const TensorKey& key,
+                std::vector<std::byte>* out) {
+  out->assign(static_cast<size_t>(r.len) * esize, std::byte{0});
+  int64_t covered = r.begin;  // pieces are sorted by begin
+  const int64_t need = std::min(r.end(), numel);
+  for (const Piece& p : pieces) {
+    const int64_t lo = std::max(p.begin, r.begin), hi = std::min(p.begin + p.len, r.end());
+    if (lo >= hi) continue;
+    if (lo > covered && covered < need) break;  // a gap
+    std::memcpy(out->data() + (lo - r.begin) * esize, p.data + (lo - p.begin) * esize, (hi - lo) * esize);
+    covered = std::max(covered, hi);
+  }
+  if (covered < need)
+    return Error(StatusCode::kDataLoss, "no rank file of the checkpoint holds element {} of block {} (for '{}')",
+                 covered, key.block, key.Name());
+  return Status();
+}
+
+}  // namespace
+
+bool NeedsResharding(const nlohmann::json& m, const TrainConfig& cfg, int world) {
+  return m.at("world_size").get<int>() != world || m.at("zero_stage").get<int>() != cfg.zero_stage ||
+         m.at("sub_group_size").get<int64_t>() != cfg.sub_group_size;
+}
+
+Status RestoreResharded(Engine& engine, const TrainConfig& cfg, const nlohmann::json& m, const std::string& step_dir) {
+  const int old_world = m.at("world_size").get<int>();
+  const TrainConfig old_cfg = OldConfig(m, cfg);
+  const ModelShape shape = ModelShape::Of(cfg.model);
+  std::vector<SafetensorsFile> files;  // mapped, read only where a piece is needed
+  PieceIndex index;
+  for (int q = 0; q < old_world; ++q) {
+    STRATA_ASSIGN_OR_RETURN(SafetensorsFile f, OpenRankFile(step_dir, m, q));
+    files.push_back(std::move(f));
+    const ShardPlan old_plan = ShardPlan::Make(old_cfg, shape, old_world, q);
+    STRATA_RETURN_IF_ERROR(IndexRankFile(files.back(), old_plan, cfg.compute_dtype, &index));
+  }
+  for (auto& [where, pieces] : index)
+    std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+  const ShardPlan& plan = engine.plan();
+  std::vector<std::byte> bytes;
+  for (const TensorKey& key : plan.Keys()) {
+    const ElementRange r = RangeOf(plan, key);
+    Status s = Assemble(index[{key.block, key.role}], r, plan.blocks[key.block].layout.numel,
+                        ElementBytes(key.role, cfg.compute_dtype), key, &bytes);
+    if (s.ok()) s = engine.RestoreState(key, bytes);
+    if (!s.ok()) return s.WithContext(step_dir);
+  }
+  return Status();
+}
+
+}  // namespace strata::ckpt
