@@ -41,6 +41,7 @@ struct TieredStore::State {
   std::unordered_map<std::string, uint32_t> by_name;
   uint64_t used[2] = {0, 0};
   std::deque<std::shared_ptr<WriteBackRecord>> writes;  // write-backs not yet retired, oldest first
+  Status first_failure;  // the first write-back that failed: its bytes exist nowhere else now
 };
 
 TieredStore::TieredStore(TieredStoreOptions options) : options_(std::move(options)), state_(std::make_unique<State>()) {
@@ -120,6 +121,8 @@ void TieredStore::Retire(WriteBackRecord& w) {  // with state_->mu held, w.ticke
   if (Status s = w.ticket.Wait(); !s.ok()) {
     e.residency = Residency::kFailed;
     LogError("write-back of tensor '{}' failed; it will be refused on read: {}", e.name, s.message());
+    if (state_->first_failure.ok())
+      state_->first_failure = s.WithContext(fmt::format("write-back of tensor '{}'", e.name));
   }
   w.lease.Release();
   if (e.pending.get() == &w) e.pending.reset();
@@ -246,12 +249,14 @@ Status TieredStore::FlushWrites() {
     std::lock_guard<std::mutex> lock(state_->mu);
     all.assign(state_->writes.begin(), state_->writes.end());
   }
-  Status first;
-  for (const auto& w : all)
-    if (Status s = w->ticket.Wait(); !s.ok() && first.ok())
-      first = s.WithContext(fmt::format("write-back of tensor '{}'", name(TensorHandle{w->tensor})));
+  for (const auto& w : all) w->ticket.Wait().IgnoreError();  // Retire records the first failure
   RetireFinished();
-  return first;
+  return WriteBackFailure();
+}
+
+Status TieredStore::WriteBackFailure() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->first_failure;
 }
 
 std::span<std::byte> TieredStore::CpuMemory(TensorHandle t) {

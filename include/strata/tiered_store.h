@@ -91,6 +91,9 @@ class TieredStore {
   bool WriteInFlight(TensorHandle t);
   // Waits for every write-back in flight; the first failure, naming its tensor.
   Status FlushWrites();
+  // The first write-back that failed so far (sticky: its bytes were lost with its buffer),
+  // naming the tensor and the file; OK when none has.
+  Status WriteBackFailure() const;
 
   // A kCpu tensor's memory, for in-place work (e.g. the CPU Adam on a resident shard).
   std::span<std::byte> CpuMemory(TensorHandle t);

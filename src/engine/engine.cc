@@ -106,7 +106,7 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   phase("allocating and pinning host buffers");
   STRATA_RETURN_IF_ERROR(CreatePools());  // first: the store registers them with io_uring
   phase("opening the swap store");
-  STRATA_RETURN_IF_ERROR(OpenStore());
+  STRATA_RETURN_IF_ERROR(OpenStore(hooks));
   model.blocks.resize(plan.blocks.size());
   for (int b = 0; b < num_blocks(); ++b) {
     phase(fmt::format("building block {} of {} (initial weights and optimizer states, written to their tiers)", b + 1,
@@ -134,8 +134,9 @@ Status Engine::Impl::CreatePools() {
   return make(plan.optim_pool, &pools.optim);
 }
 
-Status Engine::Impl::OpenStore() {
+Status Engine::Impl::OpenStore(const EngineHooks& hooks) {
   TieredStoreOptions so;
+  so.nvme.wrap_engine = hooks.wrap_io_engine;
   so.pin_cpu_tier = cfg.offload_optimizer.pin_memory;
   so.cpu_pinner = dev->MakeHostPinner();
   const bool optim_nvme = plan.optimizer_home == Residence::kNvme;
@@ -383,7 +384,8 @@ std::vector<Engine::ParamInfo> Engine::BlockParams(int block) const {
 
 Status Engine::Finish() {
   STRATA_RETURN_IF_ERROR(impl_->Quiesce());
-  return impl_->dev->Synchronize();
+  STRATA_RETURN_IF_ERROR(impl_->dev->Synchronize());
+  return impl_->store->FlushWrites();
 }
 
 const ShardPlan& Engine::plan() const { return impl_->plan; }

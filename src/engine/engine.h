@@ -31,6 +31,7 @@
 #include "src/engine/step_stats.h"
 #include "src/engine/train_config.h"
 #include "strata/communicator.h"
+#include "strata/io_engine.h"
 #include "strata/nvme_tier.h"
 #include "strata/status.h"
 #include "strata/trace.h"
@@ -56,6 +57,8 @@ struct EngineHooks {
   // Start-up progress: called (on the creating thread) as Create enters each phase, e.g.
   // "building block 3 of 34 (initial weights and optimizer states)". Optional.
   std::function<void(const std::string& phase)> on_phase;
+  // Tests: wraps the NVMe tier's I/O engine (faults injected in the middle of training).
+  std::function<std::unique_ptr<IoEngine>(std::unique_ptr<IoEngine>)> wrap_io_engine;
 };
 
 // The counters a checkpoint must carry besides the tensors.

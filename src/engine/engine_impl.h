@@ -172,7 +172,7 @@ struct Engine::Impl {
 
   // engine.cc: set-up
   Status Init(const EngineHooks& hooks);
-  Status OpenStore();
+  Status OpenStore(const EngineHooks& hooks);
   Status CreatePools();
   Status BuildBlock(int b, const EngineHooks& hooks);
   Status StoreInitialState(int b, const torch::Tensor& flat);

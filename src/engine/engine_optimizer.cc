@@ -130,7 +130,10 @@ Status Engine::Impl::AwaitBlock(int b) {
 
 Status Engine::Impl::Quiesce() {
   for (int b = 0; b < static_cast<int>(optimizer.run.block_ready.size()); ++b) STRATA_RETURN_IF_ERROR(AwaitBlock(b));
-  return optimizer.run.done.HostWait();
+  STRATA_RETURN_IF_ERROR(optimizer.run.done.HostWait());
+  // A state whose write-back failed is lost (its buffer went back to the pool): the run
+  // cannot go on from it, and no checkpoint may be taken of it.
+  return store->WriteBackFailure();
 }
 
 // Stages 1 and 2 keep full working weights on every rank: the ranks share their updated

@@ -15,6 +15,7 @@
 #include "src/checkpoint/manifest.h"
 #include "src/checkpoint/safetensors.h"
 #include "strata/cast.h"
+#include "support/faulty_io_engine.h"
 
 namespace strata {
 namespace {
@@ -308,6 +309,61 @@ TEST(Checkpoint, ResumeOnAnotherRankCountContinuesTheRun) {
     std::printf("[ resharded %s ] largest master-weight difference after 3 more steps: %.3g\n",
                 shrink ? "2 -> 1" : "1 -> 2", worst);
   }
+}
+
+// An I/O error in the middle of the optimizer's NVMe pipeline (a write of step 3's states)
+// ends the run with an error naming the swap file and the tensor; the checkpoint taken
+// before resumes, and the run goes on bitwise as if nothing had happened.
+TEST(Checkpoint, AnIoErrorInTheOptimizerPipelineEndsTheRunAndTheCheckpointResumes) {
+  TempDir dir;
+  const TrainConfig cfg = ResumeConfig(dir.path());
+  const std::string ck = dir.path() + "/ckpt";
+  auto data = data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
+  ASSERT_TRUE(data.ok());
+  // Where step 3's writes are: count them on a clean run.
+  long before = 0, after = 0;
+  {
+    testing::FaultyIoEngine* counter = nullptr;
+    EngineHooks h;
+    h.wrap_io_engine = [&](std::unique_ptr<IoEngine> inner) -> std::unique_ptr<IoEngine> {
+      auto e = std::make_unique<testing::FaultyIoEngine>(std::move(inner), std::vector<testing::Fault>{});
+      counter = e.get();
+      return e;
+    };
+    auto comm = MakeSingleRankCommunicator();
+    auto e = Engine::Create(cfg, comm.get(), nullptr, std::move(h));
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    for (int64_t s = 0; s < 3; ++s) ASSERT_TRUE((*e)->Step(s, **data).ok());
+    ASSERT_TRUE((*e)->Finish().ok());
+    before = counter->requests(IoOp::kWrite);
+    ASSERT_TRUE((*e)->Step(3, **data).ok());
+    ASSERT_TRUE((*e)->Finish().ok());
+    after = counter->requests(IoOp::kWrite);
+  }
+  ASSERT_GT(after, before + 2);
+  Params straight, resumed;
+  ASSERT_EQ(RunRanks(1, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 6, "", "", &straight); }), "");
+  std::string swap_file;
+  const std::string err = RunRanks(1, [&](int r, Communicator& c) -> Status {
+    EngineHooks h;
+    h.wrap_io_engine = [&](std::unique_ptr<IoEngine> inner) -> std::unique_ptr<IoEngine> {
+      return std::make_unique<testing::FaultyIoEngine>(
+          std::move(inner), std::vector<testing::Fault>{{IoOp::kWrite, (before + after) / 2, testing::FaultKind::kError, EIO}});
+    };
+    STRATA_ASSIGN_OR_RETURN(auto e, Engine::Create(cfg, &c, nullptr, std::move(h)));
+    for (int64_t s = 0; s < 3; ++s) STRATA_RETURN_IF_ERROR(e->Step(s, **data).status());
+    STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(*e, c, cfg, ck, 3));
+    STRATA_RETURN_IF_ERROR(e->Step(3, **data).status());
+    STRATA_RETURN_IF_ERROR(e->Finish());
+    return Error(StatusCode::kInternal, "step 3 succeeded despite the injected error");
+  });
+  EXPECT_NE(err.find("strata-swap-r0-"), std::string::npos) << err;  // the swap file
+  EXPECT_NE(err.find("errno 5"), std::string::npos) << err;          // EIO
+  EXPECT_TRUE(err.find(".master") != std::string::npos || err.find(".adam_m") != std::string::npos ||
+              err.find(".adam_v") != std::string::npos || err.find(".working") != std::string::npos)
+      << err;
+  ASSERT_EQ(RunRanks(1, [&](int r, Communicator& c) { return Train(cfg, r, c, 3, 6, ck, "", &resumed); }), "");
+  testing::ExpectBitwiseEqual(straight, resumed);
 }
 
 TEST(Checkpoint, ResumeRefusesAnotherModel) {

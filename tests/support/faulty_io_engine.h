@@ -3,6 +3,7 @@
 // 0 over all submissions) of the given operation, or to every request when nth < 0.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -36,12 +37,13 @@ class FaultyIoEngine final : public IoEngine {
   Status Reap(unsigned min_complete, std::vector<IoCompletion>* out) override;
   Status AttachDrivingThread() override { return inner_->AttachDrivingThread(); }
   long injected() const { return injected_; }
+  long requests(IoOp op) const { return count_[static_cast<int>(op)]; }  // submitted so far
 
  private:
   const Fault* Match(IoOp op, long index) const;
   std::unique_ptr<IoEngine> inner_;
   std::vector<Fault> faults_;
-  long count_[2] = {0, 0};
+  std::atomic<long> count_[2] = {0, 0};
   long injected_ = 0;
   std::vector<IoCompletion> synthetic_;  // completions made up without touching the disk
 };
