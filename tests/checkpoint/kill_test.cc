@@ -6,8 +6,13 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
+#include <regex>
 
 #include "cli_run.h"
 
@@ -98,6 +103,54 @@ TEST(FullDisk, ASaveThatRunsOutOfSpaceLeavesTheEarlierCheckpointsLoadable) {
   auto resumed = RunStrata(base + " --steps 3 --set strata.save_interval=0 --resume " + ck);
   EXPECT_EQ(resumed.exit_code, 0) << resumed.out;
   EXPECT_NE(resumed.out.find("at step 2"), std::string::npos) << resumed.out;
+}
+
+// The disk filling up during training (not during a save) cannot fail a step: the swap
+// file's space is reserved (posix_fallocate) when the engine starts. Here its tmpfs is filled
+// to the last byte after step 2; the run finishes with the losses of a run on a roomy disk.
+TEST(FullDisk, FillingTheSwapDiskDuringTrainingFailsNoStep) {
+  testing::TempDir dir;
+  const std::string disk = dir.path() + "/disk";
+  std::filesystem::create_directory(disk);
+  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=64m") != 0)
+    GTEST_SKIP() << "cannot mount a small tmpfs here (errno " << errno << "); needs root";
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{disk};
+  auto args = [](const std::string& swap) {
+    return "train --steps 12 --set strata.model.n_layer=2 --set strata.model.d_model=64 --set strata.eval_interval=0 "
+           "--set steps_per_print=1 --set zero_optimization.offload_param.nvme_path=" + swap +
+           " --set zero_optimization.offload_optimizer.nvme_path=" + swap;
+  };
+  auto roomy = RunStrata(args(dir.path()));
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.out;
+  FILE* p = popen((std::string(STRATA_BINARY) + " " + args(disk) + " 2>&1").c_str(), "r");
+  ASSERT_TRUE(p);
+  std::string out;
+  char line[4096];
+  bool filled = false;
+  while (fgets(line, sizeof line, p)) {
+    out += line;
+    if (!filled && out.find("train step     2") != std::string::npos) {
+      const int fd = ::open((disk + "/filler").c_str(), O_CREAT | O_WRONLY, 0600);
+      ASSERT_GE(fd, 0);
+      std::vector<char> zeros(1 << 20, 0);
+      while (::write(fd, zeros.data(), zeros.size()) > 0) {
+      }
+      EXPECT_EQ(errno, ENOSPC);
+      ::close(fd);
+      filled = true;
+    }
+  }
+  const int st = pclose(p);
+  ASSERT_TRUE(filled) << out;
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+  const std::regex final_loss("final loss ([0-9.]+)");
+  std::smatch a, b;
+  ASSERT_TRUE(std::regex_search(roomy.out, a, final_loss)) << roomy.out;
+  ASSERT_TRUE(std::regex_search(out, b, final_loss)) << out;
+  EXPECT_EQ(a[1].str(), b[1].str());
 }
 
 }  // namespace
