@@ -8,13 +8,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-want_asan=0; want_peers=0; want_all=0
+want_asan=0; want_peers=0; want_all=0; want_fuzz=0
 for a in "$@"; do
   case "$a" in
     --all) want_all=1 ;;
     --asan) want_asan=1 ;;
+    --fuzz) want_fuzz=1 ;;
     --peers) want_peers=1 ;;
-    *) echo "setup.sh: unknown option '$a' (known: --all --asan --peers)" >&2; exit 2 ;;
+    *) echo "setup.sh: unknown option '$a' (known: --all --asan --fuzz --peers)" >&2; exit 2 ;;
   esac
 done
 
@@ -24,6 +25,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 debs=(build-essential cmake ninja-build ccache pkg-config python3-venv
       liburing-dev libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
       libcli11-dev libxxhash-dev libfmt-dev libaio-dev fio)
+[ $want_fuzz = 1 ] && debs+=(clang)  # libFuzzer (scripts/fuzz.sh)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -65,9 +65,7 @@ StatusOr<ExportedTensor> ExportParameter(const nlohmann::json& p, const std::vec
   return t;
 }
 
-}  // namespace
-
-StatusOr<ExportReport> ExportCheckpoint(const std::string& checkpoint, const std::string& out, ExportDType dtype) {
+StatusOr<ExportReport> Export(const std::string& checkpoint, const std::string& out, ExportDType dtype) {
   ExportReport rep;
   STRATA_ASSIGN_OR_RETURN(rep.step_dir, ResolveStepDir(checkpoint));
   STRATA_ASSIGN_OR_RETURN(nlohmann::json m, ReadManifest(rep.step_dir));
@@ -116,6 +114,16 @@ StatusOr<ExportReport> ExportCheckpoint(const std::string& checkpoint, const std
   const std::string parent = std::filesystem::path(out).parent_path().string();
   STRATA_RETURN_IF_ERROR(FsyncDir(parent.empty() ? "." : parent));
   return rep;
+}
+
+}  // namespace
+
+StatusOr<ExportReport> ExportCheckpoint(const std::string& checkpoint, const std::string& out, ExportDType dtype) {
+  try {  // ReadManifest checks what export reads; a model section is read by key here
+    return Export(checkpoint, out, dtype);
+  } catch (const nlohmann::json::exception& e) {
+    return Error(StatusCode::kDataLoss, "checkpoint '{}': malformed manifest ({})", checkpoint, e.what());
+  }
 }
 
 }  // namespace strata::ckpt

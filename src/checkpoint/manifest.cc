@@ -27,18 +27,62 @@ StatusOr<std::string> ResolveStepDir(const std::string& path) {
   return (fs::path(path) / name).string();
 }
 
+namespace {
+
+bool IsCount(const nlohmann::json& v) { return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0); }
+
+// What every reader of a manifest relies on, checked once so that none of them meets a
+// missing field or a wrong type: "" when it holds, else what is wrong.
+std::string ManifestProblem(const nlohmann::json& j) {
+  for (const char* k : {"step", "world_size", "compute_dtype", "model", "counters", "layout", "files"})
+    if (!j.contains(k)) return fmt::format("lacks the field \"{}\"", k);
+  if (!IsCount(j["step"])) return "\"step\" is not a step number";
+  if (!IsCount(j["world_size"]) || j["world_size"].get<int64_t>() < 1 || j["world_size"].get<int64_t>() > 65536)
+    return "\"world_size\" is not a rank count";
+  if (!j["compute_dtype"].is_string() || !j["model"].is_object() || !j["counters"].is_object())
+    return "\"compute_dtype\", \"model\" or \"counters\" has the wrong type";
+  for (const char* k : {"zero_stage", "sub_group_size", "seed"})
+    if (j.contains(k) && !j[k].is_number_integer()) return fmt::format("\"{}\" is not an integer", k);
+  for (const char* k : {"adam_steps", "clean_steps", "hysteresis_left", "loss_scale"})
+    if (!j["counters"].contains(k) || !j["counters"][k].is_number()) return fmt::format("counters.{} is not a number", k);
+  if (!j["files"].is_array() || j["files"].size() != j["world_size"].get<size_t>())
+    return fmt::format("{} files listed for world size {}", j["files"].is_array() ? j["files"].size() : 0,
+                       j["world_size"].dump());
+  for (const nlohmann::json& f : j["files"]) {
+    if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("bytes") || !IsCount(f["bytes"]) ||
+        !f.contains("xxh3") || !f["xxh3"].is_string() || !f.contains("tensors") || !IsCount(f["tensors"]))
+      return "a \"files\" entry lacks name, bytes, xxh3 or tensors";
+    const std::string name = f["name"].get<std::string>();
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+      return fmt::format("file name \"{}\" is not a file of the step folder", name);
+  }
+  if (!j["layout"].is_array()) return "\"layout\" is not an array";
+  for (const nlohmann::json& b : j["layout"]) {
+    if (!b.is_object() || !b.contains("block") || !b["block"].is_number_integer() || !b.contains("padded") ||
+        !IsCount(b["padded"]) || !b.contains("params") || !b["params"].is_array())
+      return "a \"layout\" entry lacks block, padded or params";
+    for (const nlohmann::json& p : b["params"]) {
+      if (!p.is_object() || !p.contains("name") || !p["name"].is_string() || !p.contains("offset") ||
+          !IsCount(p["offset"]) || !p.contains("shape") || !p["shape"].is_array())
+        return "a parameter in \"layout\" lacks name, offset or shape";
+      for (const nlohmann::json& d : p["shape"])
+        if (!IsCount(d)) return "a parameter's shape holds a negative or non-integer size";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 StatusOr<nlohmann::json> ReadManifest(const std::string& step_dir) {
   const std::string path = (fs::path(step_dir) / "manifest.json").string();
   STRATA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
   STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonText(text, "'" + path + "'", StatusCode::kDataLoss));
-  if (!j.is_object() || j.value("format", "") != kManifestFormat)
+  if (!j.is_object() || !j.contains("format") || j["format"] != kManifestFormat)
     return Error(StatusCode::kDataLoss, "'{}' is not a Strata checkpoint manifest (format \"{}\" expected)", path,
                  kManifestFormat);
-  for (const char* k : {"step", "world_size", "compute_dtype", "model", "counters", "layout", "files"})
-    if (!j.contains(k)) return Error(StatusCode::kDataLoss, "'{}' lacks the field \"{}\"", path, k);
-  if (!j["files"].is_array() || j["files"].size() != j["world_size"].get<size_t>())
-    return Error(StatusCode::kDataLoss, "'{}': {} files listed for world size {}", path, j["files"].size(),
-                 j["world_size"].dump());
+  if (std::string problem = ManifestProblem(j); !problem.empty())
+    return Error(StatusCode::kDataLoss, "'{}': {}", path, problem);
   return j;
 }
 

@@ -459,6 +459,7 @@ StatusOr<TrainConfig> LoadTrainConfig(const std::string& path) {
 StatusOr<std::string> ApplyOverrides(const std::string& text, const std::vector<std::string>& sets) {
   if (sets.empty()) return text;
   STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonText(text, "config"));
+  if (!j.is_object()) return InvalidArgument("config: the top level must be a JSON object to --set keys in it");
   for (const std::string& kv : sets) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) return InvalidArgument("--set {}: expected key.path=value", kv);
@@ -482,7 +483,8 @@ StatusOr<std::string> ApplyOverrides(const std::string& text, const std::vector<
       start = dot + 1;
     }
   }
-  return j.dump();
+  // A --set key or value is raw bytes: invalid UTF-8 becomes U+FFFD (dump would throw).
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace strata

@@ -264,16 +264,18 @@ TEST(Checkpoint, ReshardingARoundTripIsExact) {
     int world;
     int64_t sub_group_size;
     int stage;
+    OffloadDevice offload = OffloadDevice::kNvme;
   };
+  int n = 0;
   for (const Via via : {Via{1, cfg.sub_group_size, 3}, Via{3, cfg.sub_group_size, 3}, Via{2, 3000, 3},
-                        Via{1, 3000, 2}}) {
+                        Via{1, 3000, 2}, Via{2, cfg.sub_group_size, 3, OffloadDevice::kCpu}}) {
     SCOPED_TRACE(::testing::Message() << via.world << " rank(s), sub_group_size " << via.sub_group_size << ", stage "
-                                      << via.stage);
+                                      << via.stage << ", offload " << OffloadDeviceName(via.offload));
     TrainConfig other = cfg;
     other.sub_group_size = via.sub_group_size;
     other.zero_stage = via.stage;
-    const std::string mid = dir.path() + "/mid" + std::to_string(via.world) + "_" + std::to_string(via.stage) + "_" +
-                            std::to_string(via.sub_group_size);
+    other.offload_param.device = other.offload_optimizer.device = via.offload;
+    const std::string mid = dir.path() + "/mid" + std::to_string(n++);
     Params restored, resumed;
     ASSERT_EQ(RunRanks(via.world, [&](int r, Communicator& c) { return Train(other, r, c, 3, 3, ck, mid, &restored); }),
               "");
@@ -364,6 +366,51 @@ TEST(Checkpoint, AnIoErrorInTheOptimizerPipelineEndsTheRunAndTheCheckpointResume
       << err;
   ASSERT_EQ(RunRanks(1, [&](int r, Communicator& c) { return Train(cfg, r, c, 3, 6, ck, "", &resumed); }), "");
   testing::ExpectBitwiseEqual(straight, resumed);
+}
+
+// The swap file under a running engine: truncated, the next read of a state it lost ends the
+// run with an error naming the file (and the checkpoint before resumes bitwise); deleted,
+// nothing is lost (the store keeps it open) and training goes on bitwise.
+TEST(Checkpoint, ASwapFileTruncatedOrDeletedUnderTraining) {
+  TempDir dir;
+  const TrainConfig cfg = ResumeConfig(dir.path());
+  auto data = data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
+  ASSERT_TRUE(data.ok());
+  Params straight;
+  ASSERT_EQ(RunRanks(1, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 6, "", "", &straight); }), "");
+  auto swap_file = [&]() -> std::string {
+    for (const auto& e : fs::directory_iterator(dir.path()))
+      if (e.path().filename().string().rfind("strata-swap-r0-", 0) == 0) return (e.path() / "swap.bin").string();
+    return "";
+  };
+  for (const bool truncate : {true, false}) {
+    SCOPED_TRACE(truncate ? "truncated" : "deleted");
+    const std::string ck = dir.path() + (truncate ? "/ck_t" : "/ck_d");
+    Params after;
+    const std::string err = RunRanks(1, [&](int r, Communicator& c) -> Status {
+      STRATA_ASSIGN_OR_RETURN(auto e, Engine::Create(cfg, &c, nullptr));
+      for (int64_t s = 0; s < 3; ++s) STRATA_RETURN_IF_ERROR(e->Step(s, **data).status());
+      STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(*e, c, cfg, ck, 3));
+      STRATA_RETURN_IF_ERROR(e->Finish());
+      const std::string file = swap_file();
+      if (file.empty()) return Error(StatusCode::kInternal, "no swap file under {}", dir.path());
+      if (truncate) fs::resize_file(file, 0);
+      else fs::remove(file);
+      for (int64_t s = 3; s < 6; ++s) STRATA_RETURN_IF_ERROR(e->Step(s, **data).status());
+      STRATA_RETURN_IF_ERROR(e->Finish());
+      return CollectMaster(*e, r, &after);
+    });
+    if (truncate) {
+      EXPECT_NE(err.find("swap.bin"), std::string::npos) << err;
+      EXPECT_NE(err.find("truncated"), std::string::npos) << err;
+      Params resumed;
+      ASSERT_EQ(RunRanks(1, [&](int r, Communicator& c) { return Train(cfg, r, c, 3, 6, ck, "", &resumed); }), "");
+      testing::ExpectBitwiseEqual(straight, resumed);
+    } else {
+      ASSERT_EQ(err, "");
+      testing::ExpectBitwiseEqual(straight, after);
+    }
+  }
 }
 
 TEST(Checkpoint, ResumeRefusesAnotherModel) {

@@ -156,6 +156,12 @@ TEST(Config, HostileJsonIsAnErrorNamingWhere) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("optimizer.params.lr"), std::string::npos) << c.status().message();
   EXPECT_FALSE(ApplyOverrides("{}", {"x=" + std::string(1000, '[')}).ok());
+  // Found by fuzz_config: --set into a config that is not an object threw; a value that is
+  // not UTF-8 threw when the config was written back out.
+  EXPECT_FALSE(ApplyOverrides("5", {"a=1"}).ok());
+  auto bytes = ApplyOverrides("{}", {"strata.x=\xff\xfe"});
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_NE(bytes->find("\xef\xbf\xbd"), std::string::npos) << *bytes;  // U+FFFD
 }
 
 TEST(Config, WrongTypeNamesTheKey) {

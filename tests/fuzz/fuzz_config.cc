@@ -1,0 +1,26 @@
+// libFuzzer target: the config reader. Input: a ds_config text, then (after each NUL byte)
+// one --set override. Every input must end as a TrainConfig or a Status, never a crash.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/engine/train_config.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string all(reinterpret_cast<const char*>(data), size);
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t nul; (nul = all.find('\0', start)) != std::string::npos; start = nul + 1)
+    parts.push_back(all.substr(start, nul - start));
+  parts.push_back(all.substr(start));
+  const std::vector<std::string> sets(parts.begin() + 1, parts.end());
+  auto text = strata::ApplyOverrides(parts[0], sets);
+  if (!text.ok()) return 0;
+  auto cfg = strata::ParseTrainConfig(*text, "fuzz.json");
+  if (!cfg.ok()) return 0;
+  strata::ResolvePrecision(&*cfg, false);
+  (void)strata::ResolveBatch(&*cfg, 1 + static_cast<int>(size % 4));
+  strata::ResolveRecompute(&*cfg, size % 2 == 0);
+  return 0;
+}
