@@ -85,7 +85,19 @@ StatusOr<SafetensorsFile> SafetensorsFile::FromMapping(MappedFile m) {
       TensorView t;
       t.name = it.key();
       t.dtype = it->at("dtype").get<std::string>();
-      t.shape = it->at("shape").get<std::vector<int64_t>>();
+      // Integers only: converting 3e19 (a float) to an integer is undefined behaviour.
+      auto integers = [](const nlohmann::json& a) {
+        return a.is_array() && std::all_of(a.begin(), a.end(), [](const nlohmann::json& x) {
+                 return x.is_number_unsigned() || (x.is_number_integer() && x.get<int64_t>() >= 0);
+               });
+      };
+      if (!integers(it->at("shape")) || !integers(it->at("data_offsets")))
+        return bad(fmt::format("tensor '{}': shape and data_offsets must be lists of non-negative integers", t.name));
+      for (const nlohmann::json& d : it->at("shape")) {
+        if (d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+          return bad(fmt::format("tensor '{}': a dimension of {} is too large", t.name, d.dump()));
+        t.shape.push_back(d.get<int64_t>());
+      }
       const auto off = it->at("data_offsets").get<std::vector<uint64_t>>();
       const int es = SafetensorsDTypeSize(t.dtype);
       if (es == 0) return bad(fmt::format("tensor '{}' has unknown dtype '{}'", t.name, t.dtype));
