@@ -5,10 +5,33 @@
 #include "src/cli/commands.h"
 #include "src/cli/train_config_cli.h"
 #include "src/estimate/estimator.h"
+#include "src/estimate/largest_fit.h"
 #include "bench/bench_util.h"
 #include "src/engine/compute_device.h"
 
 namespace strata::cli {
+
+namespace {
+
+void PrintLargestFit(const TrainConfig& cfg, int nproc, DeviceTraits device, const MachineCapacity& m) {
+  const LargestFit f = FindLargestFit(cfg, nproc, device, m);
+  const double limit = (static_cast<double>(m.host_available) + static_cast<double>(m.nvme_free)) /
+                       kStateBytesPerParameter;
+  std::printf("\nlargest model of this shape that fits (--max): ");
+  if (f.parameters == 0) {
+    std::printf("none (not even 1 M parameters)\n");
+    return;
+  }
+  std::printf("%.3g B parameters, params on %s, optimizer states on %s (host %s of %s, NVMe %s of %s); the "
+              "physical limit, (MemAvailable %s + free NVMe %s) / %.0f B per parameter, is %.3g B: %.0f%% of it\n",
+              f.parameters / 1e9, OffloadDeviceName(f.params_on), OffloadDeviceName(f.optimizer_on),
+              HumanBytes(f.estimate.node_host_bytes(nproc)).c_str(), HumanBytes(m.host_available).c_str(),
+              HumanBytes(f.estimate.node_nvme_bytes(nproc)).c_str(), HumanBytes(m.nvme_free).c_str(),
+              HumanBytes(m.host_available).c_str(), HumanBytes(m.nvme_free).c_str(), kStateBytesPerParameter,
+              limit / 1e9, 100.0 * f.parameters / limit);
+}
+
+}  // namespace
 
 void AddEstimateCommand(CLI::App& app, Action* action) {
   struct Args {
@@ -16,6 +39,7 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
     std::vector<std::string> sets;
     int nproc = 1;
     double params = 0;
+    bool max = false;
     std::string device;         // "" = the config's strata.device
     std::string device_memory;  // "" = the config's strata.device_memory
   };
@@ -27,6 +51,8 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
   cmd->add_option("--set", a->sets, "override a config key");
   cmd->add_option("--nproc", a->nproc, "ranks on this node (the world size)")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--params", a->params, "scale the config's model to this many parameters (e.g. 1e9)");
+  cmd->add_flag("--max", a->max, "the largest model of the config's shape (scaled as --params does) that fits this "
+                                 "machine with the best tier placement, beside the physical limit");
   cmd->add_option("--device", a->device, "where blocks run: cpu, cuda (a GPU; need not be on this machine), auto")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd->add_option("--device-memory", a->device_memory, "memory of one GPU for the fit check (e.g. 80G)");
@@ -70,6 +96,7 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
                   m.nvme_dir.empty() ? "" : (" in " + m.nvme_dir).c_str());
       const Status fits = CheckFits(e, m, a->nproc);
       std::printf("fits this machine: %s\n", fits.ok() ? "yes" : ("no\n" + fits.message()).c_str());
+      if (a->max) PrintLargestFit(*cfg, a->nproc, {!gpu}, m);
       return 0;
     };
   });

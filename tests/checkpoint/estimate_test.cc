@@ -1,6 +1,7 @@
 // The estimator's per-rank bytes against what the engine allocates (Engine::ledger()), for
 // the shipped tiny config and variations of stage, offload, precision and architecture.
 #include "src/estimate/estimator.h"
+#include "src/estimate/largest_fit.h"
 
 #include <gtest/gtest.h>
 
@@ -137,6 +138,33 @@ TEST(Estimate, RefusesWhatDoesNotFitWithTheNumbers) {
   EXPECT_NE(s.message().find("host memory"), std::string::npos) << s.message();
   MachineCapacity big{1ull << 50, 1ull << 50, "/x", 0};
   EXPECT_TRUE(CheckFits(e, big, 1).ok());
+}
+
+// estimate --max on a made-up machine: the answer fits, 5% more does not with its placement,
+// NVMe holds what the host cannot, and with no NVMe known only CPU placements count.
+TEST(Estimate, LargestFitIsTheEdgeOfTheMachine) {
+  auto loaded = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/llama_1b_nvme.json");
+  ASSERT_TRUE(loaded.ok());
+  TrainConfig cfg = *loaded;
+  ResolvePrecision(&cfg, false);
+  ASSERT_TRUE(ResolveBatch(&cfg, 1).ok());
+  MachineCapacity m;
+  m.host_available = 24ull << 30;
+  m.nvme_free = 80ull << 30;
+  m.nvme_dir = "/var/tmp/strata";
+  const LargestFit f = FindLargestFit(cfg, 1, {true}, m);
+  ASSERT_GT(f.parameters, 1'000'000'000);
+  EXPECT_EQ(f.optimizer_on, OffloadDevice::kNvme);
+  EXPECT_TRUE(CheckFits(f.estimate, m, 1).ok());
+  TrainConfig placed = cfg;
+  placed.offload_param.device = f.params_on;
+  placed.offload_optimizer.device = f.optimizer_on;
+  EXPECT_FALSE(CheckFits(EstimateResolvingRecompute(&placed, 1, f.parameters * 105 / 100, {true}, m, 1), m, 1).ok());
+  EXPECT_LT(f.parameters, (m.host_available + m.nvme_free) / kStateBytesPerParameter);
+  m.nvme_free = 0;  // unknown: NVMe placements cannot be judged
+  const LargestFit cpu_only = FindLargestFit(cfg, 1, {true}, m);
+  EXPECT_EQ(cpu_only.optimizer_on, OffloadDevice::kCpu);
+  EXPECT_LT(cpu_only.parameters, f.parameters);
 }
 
 }  // namespace

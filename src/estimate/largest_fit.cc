@@ -1,0 +1,46 @@
+#include "src/estimate/largest_fit.h"
+
+#include <cmath>
+#include <utility>
+#include <vector>
+
+namespace strata {
+namespace {
+
+// Whether `params` parameters fit with this placement; the estimate of what would run.
+bool Fits(const TrainConfig& placed, int world, int64_t params, DeviceTraits device, const MachineCapacity& m,
+          MemoryEstimate* e) {
+  TrainConfig c = placed;
+  *e = EstimateResolvingRecompute(&c, world, params, device, m, world);
+  return CheckFits(*e, m, world).ok();
+}
+
+}  // namespace
+
+LargestFit FindLargestFit(const TrainConfig& cfg, int world, DeviceTraits device, const MachineCapacity& m) {
+  using D = OffloadDevice;
+  std::vector<std::pair<D, D>> placements;
+  if (cfg.zero_stage == 3) placements = {{D::kCpu, D::kCpu}, {D::kCpu, D::kNvme}, {D::kNvme, D::kNvme}};
+  else placements = {{D::kNone, D::kCpu}, {D::kNone, D::kNvme}};
+  LargestFit best;
+  for (auto [params_on, optimizer_on] : placements) {
+    if ((params_on == D::kNvme || optimizer_on == D::kNvme) && m.nvme_free == 0) continue;  // unbounded
+    TrainConfig placed = cfg;
+    placed.offload_param.device = params_on;
+    placed.offload_optimizer.device = optimizer_on;
+    MemoryEstimate e;
+    double lo = std::log(1e6), hi = std::log(1e15);  // bisect on log(parameters)
+    if (!Fits(placed, world, static_cast<int64_t>(std::exp(lo)), device, m, &e)) continue;
+    for (int i = 0; i < 48; ++i) {
+      const double mid = (lo + hi) / 2;
+      if (Fits(placed, world, static_cast<int64_t>(std::exp(mid)), device, m, &e)) lo = mid;
+      else hi = mid;
+    }
+    const int64_t params = static_cast<int64_t>(std::exp(lo));
+    Fits(placed, world, params, device, m, &e);
+    if (e.parameters > best.parameters) best = {static_cast<int64_t>(e.parameters), params_on, optimizer_on, e};
+  }
+  return best;
+}
+
+}  // namespace strata

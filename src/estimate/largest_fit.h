@@ -1,0 +1,27 @@
+// `strata estimate --max`: the largest model of a config's shape that fits a machine, over
+// the tier placements, beside the machine's physical limit.
+#pragma once
+
+#include <cstdint>
+
+#include "src/estimate/estimator.h"
+
+namespace strata {
+
+struct LargestFit {
+  int64_t parameters = 0;  // 0: not even 1 M parameters fit
+  OffloadDevice params_on = OffloadDevice::kNone, optimizer_on = OffloadDevice::kNone;
+  MemoryEstimate estimate;  // of that model, placed so
+};
+
+// Searches the parameter count (the model scaled as `--params` scales it: layers and width)
+// for each placement of (parameters, optimizer states): (cpu, cpu), (cpu, nvme), (nvme, nvme)
+// at stage 3, (none, cpu), (none, nvme) below; NVMe placements only when `m` knows the free
+// space. Activations as strata.recompute "auto" would choose. Fits are monotone in the count.
+LargestFit FindLargestFit(const TrainConfig& cfg, int world, DeviceTraits device, const MachineCapacity& m);
+
+// Bytes of training state per parameter with Adam: bf16 working 2 + fp32 master 4 + m 4 + v 4
+// + fp32 gradient 4; (MemAvailable + free NVMe) / this is the machine's physical limit.
+inline constexpr double kStateBytesPerParameter = 18;
+
+}  // namespace strata
