@@ -115,6 +115,10 @@ Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, co
       {"layout", Layout(engine)},
       {"files", files}};
   STRATA_RETURN_IF_ERROR(WriteFileAtomically((fs::path(tmp) / "manifest.json").string(), manifest.dump(1)));
+  for (int r = 0; r < world; ++r) {  // their content is in the manifest now
+    std::error_code ec;
+    fs::remove(fs::path(tmp) / fmt::format("rank{}.sum", r), ec);
+  }
   STRATA_RETURN_IF_ERROR(FsyncDir(tmp));
   if (opt.crash_hook) opt.crash_hook("before_rename");
   const std::string final_dir = (fs::path(dir) / StepDirName(step)).string();

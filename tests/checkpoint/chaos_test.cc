@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -69,9 +70,9 @@ pid_t SomeRank(pid_t launcher) {
 }
 
 // Reaps the launcher and every rank (this process is their subreaper); false if any is
-// still running after 20 s.
-bool ReapAll(pid_t launcher, int* launcher_status) {
-  const auto deadline = Clock::now() + std::chrono::seconds(20);
+// still running after `limit` (generous: a loaded machine is slow, not broken).
+bool ReapAll(pid_t launcher, int* launcher_status, std::chrono::seconds limit = std::chrono::seconds(120)) {
+  const auto deadline = Clock::now() + limit;
   while (Clock::now() < deadline) {
     int status = 0;
     const pid_t got = ::waitpid(-1, &status, WNOHANG);
@@ -83,11 +84,11 @@ bool ReapAll(pid_t launcher, int* launcher_status) {
   return false;
 }
 
-int SwapFolders(const std::string& dir) {
-  int n = 0;
+std::set<std::string> SwapFolders(const std::string& dir) {
+  std::set<std::string> names;
   for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().filename().string().find("strata-swap-") != std::string::npos) ++n;
-  return n;
+    if (e.path().filename().string().find("strata-swap-") != std::string::npos) names.insert(e.path().filename());
+  return names;
 }
 
 TEST(Chaos, KilledAndResumedRunsEqualTheUninterruptedOneBitwise) {
@@ -102,7 +103,7 @@ TEST(Chaos, KilledAndResumedRunsEqualTheUninterruptedOneBitwise) {
   auto run_to_end = [&](const std::string& args, const std::string& log) {
     Child c = Start(args, log);
     int status = -1;
-    EXPECT_TRUE(ReapAll(c.pid, &status));
+    EXPECT_TRUE(ReapAll(c.pid, &status, std::chrono::seconds(1200)));
     return status;
   };
   const std::string ref = dir.path() + "/ref", ck = dir.path() + "/ck", log = dir.path() + "/log.txt";
@@ -119,6 +120,7 @@ TEST(Chaos, KilledAndResumedRunsEqualTheUninterruptedOneBitwise) {
     if (kind == 9) args += trial % 2 ? " --set strata.debug_crash_in_save=before_rename"
                                      : " --set strata.debug_crash_in_save=shard_partly_written";
     const std::string trial_log = fmt::format("{}/trial{}.txt", dir.path(), trial);
+    const std::set<std::string> folders_before = SwapFolders(swap);  // a SIGKILL leaves its own
     Child c = Start(args, trial_log);
     const double wait = delay_s(rng);
     const auto until = Clock::now() + std::chrono::duration<double>(wait);
@@ -142,8 +144,9 @@ TEST(Chaos, KilledAndResumedRunsEqualTheUninterruptedOneBitwise) {
     } else if (kind == 9) {
       what = "killed inside a save";
     }
-    if (!exited) {
-      ASSERT_TRUE(ReapAll(c.pid, &status)) << "processes left running after trial " << trial;
+    if (!exited) {  // a clean stop, a kill, or (kind -1, 9) the run to its end
+      ASSERT_TRUE(ReapAll(c.pid, &status, std::chrono::seconds(kind < 0 || kind == 9 ? 1200 : 120)))
+          << "processes left running after trial " << trial;
     }
     if (exited || kind == 9) last = LastLine(ReadAll(trial_log));
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
@@ -153,7 +156,8 @@ TEST(Chaos, KilledAndResumedRunsEqualTheUninterruptedOneBitwise) {
     ASSERT_FALSE(what.empty()) << "trial " << trial << " failed on its own:\n" << ReadAll(trial_log);
     if (what.rfind("SIGTERM", 0) == 0 || what.rfind("SIGINT", 0) == 0) {  // a clean stop
       EXPECT_EQ(WEXITSTATUS(status), what[3] == 'T' ? 143 : 130) << ReadAll(trial_log);
-      EXPECT_EQ(SwapFolders(swap), 0) << ReadAll(trial_log);
+      for (const std::string& f : SwapFolders(swap))  // none of its own left (older ones it may not have seen)
+        EXPECT_TRUE(folders_before.count(f)) << f << " left by a clean stop\n" << ReadAll(trial_log);
     }
     ++kills;
     moments.push_back(fmt::format("trial {}: {} after {:.2f} s, at \"{}\"", trial, what, wait, last));
@@ -165,7 +169,7 @@ TEST(Chaos, KilledAndResumedRunsEqualTheUninterruptedOneBitwise) {
   ASSERT_EQ(run_to_end("export " + ref + " --out " + a, log), 0) << ReadAll(log);
   ASSERT_EQ(run_to_end("export " + ck + " --out " + b, log), 0) << ReadAll(log);
   EXPECT_TRUE(ReadAll(a) == ReadAll(b)) << "the export after " << kills << " kills differs from the uninterrupted run's";
-  EXPECT_EQ(SwapFolders(swap), 0) << "swap folders left behind";
+  EXPECT_TRUE(SwapFolders(swap).empty()) << "swap folders left behind";
 }
 
 }  // namespace
