@@ -133,7 +133,7 @@ Status Engine::Impl::Quiesce() {
   STRATA_RETURN_IF_ERROR(optimizer.run.done.HostWait());
   // A state whose write-back failed is lost (its buffer went back to the pool): the run
   // cannot go on from it, and no checkpoint may be taken of it.
-  return store->WriteBackFailure();
+  return store ? store->WriteBackFailure() : Status();
 }
 
 // Stages 1 and 2 keep full working weights on every rank: the ranks share their updated
