@@ -52,7 +52,7 @@ StatusOr<double> StorePass(NvmeTier& tier, const std::vector<ExtentId>& extents,
 // setting); otherwise fio's io_uring defaults.
 StatusOr<double> FioPass(const std::string& file, const IoBenchOptions& o, bool write, bool fixed) {
   const std::string cmd = fmt::format(
-      "fio --name=strata-anchor --filename='{}' --size={} --bs={} --iodepth={} --ioengine=io_uring {}--direct=1 "
+      "exec fio --name=strata-anchor --filename='{}' --size={} --bs={} --iodepth={} --ioengine=io_uring {}--direct=1 "
       "--rw={} --numjobs=1 --group_reporting --output-format=json 2>&1",
       file, o.size, o.block, o.queue_depth, fixed ? "--fixedbufs --registerfiles " : "", write ? "write" : "read");
   FILE* p = popen(cmd.c_str(), "r");

@@ -4,6 +4,7 @@
 #include "bench/step_bench.h"
 #include "src/cli/default_config.h"
 #include "src/cli/commands.h"
+#include "src/cli/stop_on_signal.h"
 #include "strata/log.h"
 
 namespace strata::cli {
@@ -37,6 +38,7 @@ void AddBenchIoCommand(CLI::App& bench, Action* action) {
       opts->size = *s;
       opts->block = static_cast<uint32_t>(*b);
       if (opts->size < opts->tensor_bytes) opts->tensor_bytes = (opts->size / opts->block) * opts->block;
+      StopOnSignals();  // Ctrl-C removes the swap folder (the 2 GiB test file and fio's with it)
       return bench::RunIoBench(*opts);
     };
   });
@@ -63,6 +65,7 @@ void AddBenchStepCommand(CLI::App& bench, Action* action) {
     *action = [=] {
       opts->config_path = *config;
       opts->default_config_json = kDefaultConfigJson;
+      StopOnSignals();  // Ctrl-C removes the engines' swap folders
       return bench::RunStepBench(*opts);
     };
   });

@@ -2,12 +2,17 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <thread>
+#include <vector>
 
 #include "strata/log.h"
 #include "strata/nvme_tier.h"
@@ -25,13 +30,36 @@ void OnSignal(int sig) {
   errno = saved;
 }
 
+// SIGKILLs this process's children (every thread's) and reaps them, for at most a second;
+// whether there were any.
+bool StopChildren() {
+  std::vector<pid_t> children;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream in(task.path() / "children");
+    for (pid_t pid; in >> pid;) children.push_back(pid);
+  }
+  for (pid_t pid : children) kill(pid, SIGKILL);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (pid_t pid : children)
+    while (waitpid(pid, nullptr, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return !children.empty();
+}
+
 [[noreturn]] void Watch() {
   unsigned char b = 0;
   while (read(g_wake[0], &b, 1) != 1) {
   }
   const int sig = b;
   LogWarn("got {}: stopping; removing this process's swap folders", strsignal(sig));
-  for (const std::string& path : RemoveThisProcessSwapFolders()) LogInfo("removed swap folder '{}'", path);
+  const std::vector<std::string> removed = RemoveThisProcessSwapFolders();
+  // A child (bench io's fio) would go on writing into its folder, even create it again.
+  if (StopChildren()) {
+    std::error_code ec;
+    for (const std::string& path : removed) std::filesystem::remove_all(path, ec);
+  }
+  for (const std::string& path : removed) LogInfo("removed swap folder '{}'", path);
   std::fflush(stdout);
   std::fflush(stderr);
   _exit(128 + sig);  // no destructors: other threads may be mid-step; files are closed by the kernel
