@@ -20,7 +20,8 @@ int SafetensorsDTypeSize(const std::string& d) {
 
 int64_t TensorView::numel() const {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape)
+    if (__builtin_mul_overflow(n, s, &n)) return -1;  // only for a view no reader accepted
   return n;
 }
 
@@ -112,7 +113,7 @@ StatusOr<SafetensorsFile> SafetensorsFile::FromMapping(MappedFile m) {
       }
       if (!sane || elements * es != off[1] - off[0])
         return bad(fmt::format("tensor '{}': {} bytes do not hold {} x {} elements", t.name, off[1] - off[0],
-                               t.numel(), t.dtype));
+                               sane ? std::to_string(elements) : std::string("more than the file's"), t.dtype));
       t.bytes = data.subspan(off[0], off[1] - off[0]);
       f.index_[t.name] = f.tensors_.size();
       f.tensors_.push_back(std::move(t));
