@@ -59,6 +59,48 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   return FromMapping(std::move(m));
 }
 
+namespace {
+
+// One header entry: dtype, shape and data_offsets checked against the data region; "" when
+// it holds, else what is wrong (naming the tensor).
+std::string ParseEntry(const std::string& name, const nlohmann::json& entry, std::span<const std::byte> data,
+                       TensorView* t) {
+  t->name = name;
+  t->dtype = entry.at("dtype").get<std::string>();
+  // Integers only: converting 3e19 (a float) to an integer is undefined behaviour.
+  auto integers = [](const nlohmann::json& a) {
+    return a.is_array() && std::all_of(a.begin(), a.end(), [](const nlohmann::json& x) {
+             return x.is_number_unsigned() || (x.is_number_integer() && x.get<int64_t>() >= 0);
+           });
+  };
+  if (!integers(entry.at("shape")) || !integers(entry.at("data_offsets")))
+    return fmt::format("tensor '{}': shape and data_offsets must be lists of non-negative integers", t->name);
+  for (const nlohmann::json& d : entry.at("shape")) {
+    if (d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      return fmt::format("tensor '{}': a dimension of {} is too large", t->name, d.dump());
+    t->shape.push_back(d.get<int64_t>());
+  }
+  const auto off = entry.at("data_offsets").get<std::vector<uint64_t>>();
+  const int es = SafetensorsDTypeSize(t->dtype);
+  if (es == 0) return fmt::format("tensor '{}' has unknown dtype '{}'", t->name, t->dtype);
+  if (off.size() != 2 || off[0] > off[1] || off[1] > data.size())
+    return fmt::format("tensor '{}': data_offsets outside the file's {} data bytes (truncated?)", t->name,
+                       data.size());
+  uint64_t elements = 1;  // the shape's product, refused before it could wrap around
+  bool sane = true;
+  for (int64_t d : t->shape) {
+    sane = sane && d >= 0 && (d == 0 || elements <= (data.size() + 1) / static_cast<uint64_t>(d));
+    if (sane) elements *= static_cast<uint64_t>(d);
+  }
+  if (!sane || elements * es != off[1] - off[0])
+    return fmt::format("tensor '{}': {} bytes do not hold {} x {} elements", t->name, off[1] - off[0],
+                       sane ? std::to_string(elements) : std::string("more than the file's"), t->dtype);
+  t->bytes = data.subspan(off[0], off[1] - off[0]);
+  return "";
+}
+
+}  // namespace
+
 StatusOr<SafetensorsFile> SafetensorsFile::FromMapping(MappedFile m) {
   SafetensorsFile f(std::move(m));
   const std::string& path = f.path();
@@ -84,37 +126,7 @@ StatusOr<SafetensorsFile> SafetensorsFile::FromMapping(MappedFile m) {
         continue;
       }
       TensorView t;
-      t.name = it.key();
-      t.dtype = it->at("dtype").get<std::string>();
-      // Integers only: converting 3e19 (a float) to an integer is undefined behaviour.
-      auto integers = [](const nlohmann::json& a) {
-        return a.is_array() && std::all_of(a.begin(), a.end(), [](const nlohmann::json& x) {
-                 return x.is_number_unsigned() || (x.is_number_integer() && x.get<int64_t>() >= 0);
-               });
-      };
-      if (!integers(it->at("shape")) || !integers(it->at("data_offsets")))
-        return bad(fmt::format("tensor '{}': shape and data_offsets must be lists of non-negative integers", t.name));
-      for (const nlohmann::json& d : it->at("shape")) {
-        if (d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-          return bad(fmt::format("tensor '{}': a dimension of {} is too large", t.name, d.dump()));
-        t.shape.push_back(d.get<int64_t>());
-      }
-      const auto off = it->at("data_offsets").get<std::vector<uint64_t>>();
-      const int es = SafetensorsDTypeSize(t.dtype);
-      if (es == 0) return bad(fmt::format("tensor '{}' has unknown dtype '{}'", t.name, t.dtype));
-      if (off.size() != 2 || off[0] > off[1] || off[1] > data.size())
-        return bad(fmt::format("tensor '{}': data_offsets outside the file's {} data bytes (truncated?)", t.name,
-                               data.size()));
-      uint64_t elements = 1;  // the shape's product, refused before it could wrap around
-      bool sane = true;
-      for (int64_t d : t.shape) {
-        sane = sane && d >= 0 && (d == 0 || elements <= (data.size() + 1) / static_cast<uint64_t>(d));
-        if (sane) elements *= static_cast<uint64_t>(d);
-      }
-      if (!sane || elements * es != off[1] - off[0])
-        return bad(fmt::format("tensor '{}': {} bytes do not hold {} x {} elements", t.name, off[1] - off[0],
-                               sane ? std::to_string(elements) : std::string("more than the file's"), t.dtype));
-      t.bytes = data.subspan(off[0], off[1] - off[0]);
+      if (std::string problem = ParseEntry(it.key(), *it, data, &t); !problem.empty()) return bad(problem);
       f.index_[t.name] = f.tensors_.size();
       f.tensors_.push_back(std::move(t));
     }
