@@ -234,24 +234,18 @@ TEST(Cli, ADeadOrHungRankMakesTheOthersExitWithAClearError) {
               nullptr);
       _exit(127);
     }
-    const std::string cmd = "RANK=0 " + env + " " STRATA_BINARY + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_TRUE(p);
-    std::string out;
-    char buf[4096];
     bool hit = false;
-    while (fgets(buf, sizeof buf, p)) {
-      out += buf;
+    const auto r = testing::RunStrataWatching(args, [&](const std::string& out, pid_t) {
       if (!hit && out.find("train step    10") != std::string::npos) {  // both ranks are training
         hit = true;
         ::kill(victim, sig);
       }
-    }
-    const int st = pclose(p);
+    }, "RANK=0 " + env);
+    const std::string& out = r.out;
     ::kill(victim, SIGKILL);
     ::waitpid(victim, nullptr, 0);
     ASSERT_TRUE(hit) << out;
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << out;
+    EXPECT_EQ(r.exit_code, 1) << out;
     EXPECT_NE(out.find(sig == SIGKILL ? "rank 1 closed the connection" : "timed out after 3000 ms"), std::string::npos)
         << out;
   }

@@ -23,6 +23,7 @@ namespace strata {
 namespace {
 
 using testing::RunStrata;
+using testing::RunStrataWatching;
 
 class KilledDuringSave : public ::testing::TestWithParam<std::string> {};
 
@@ -125,27 +126,21 @@ TEST(FullDisk, FillingTheSwapDiskDuringTrainingFailsNoStep) {
   };
   auto roomy = RunStrata(args(dir.path()));
   ASSERT_EQ(roomy.exit_code, 0) << roomy.out;
-  FILE* p = popen((std::string(STRATA_BINARY) + " " + args(disk) + " 2>&1").c_str(), "r");
-  ASSERT_TRUE(p);
-  std::string out;
-  char line[4096];
   bool filled = false;
-  while (fgets(line, sizeof line, p)) {
-    out += line;
-    if (!filled && out.find("train step     2") != std::string::npos) {
-      const int fd = ::open((disk + "/filler").c_str(), O_CREAT | O_WRONLY, 0600);
-      ASSERT_GE(fd, 0);
-      std::vector<char> zeros(1 << 20, 0);
-      while (::write(fd, zeros.data(), zeros.size()) > 0) {
-      }
-      EXPECT_EQ(errno, ENOSPC);
-      ::close(fd);
-      filled = true;
+  const auto run = RunStrataWatching(args(disk), [&](const std::string& out, pid_t) {
+    if (filled || out.find("train step     2") == std::string::npos) return;
+    const int fd = ::open((disk + "/filler").c_str(), O_CREAT | O_WRONLY, 0600);
+    ASSERT_GE(fd, 0);
+    std::vector<char> zeros(1 << 20, 0);
+    while (::write(fd, zeros.data(), zeros.size()) > 0) {
     }
-  }
-  const int st = pclose(p);
+    EXPECT_EQ(errno, ENOSPC);
+    ::close(fd);
+    filled = true;
+  });
+  const std::string& out = run.out;
   ASSERT_TRUE(filled) << out;
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+  EXPECT_EQ(run.exit_code, 0) << out;
   const std::regex final_loss("final loss ([0-9.]+)");
   std::smatch a, b;
   ASSERT_TRUE(std::regex_search(roomy.out, a, final_loss)) << roomy.out;

@@ -25,36 +25,20 @@ struct Stopped {
 
 // Starts `args`, waits for "train step   <after>" on its output, sends `sig` to it, and reaps it.
 Stopped RunAndSignal(const std::string& args, const std::string& after, int sig) {
-  int fds[2];
-  EXPECT_EQ(::pipe(fds), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], 1);
-    ::dup2(fds[1], 2);
-    ::close(fds[0]);
-    ::execl("/bin/sh", "sh", "-c", ("exec " STRATA_BINARY " " + args).c_str(), nullptr);
-    _exit(127);
-  }
-  ::close(fds[1]);
-  Stopped s;
   auto t0 = std::chrono::steady_clock::now();
   bool sent = false;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) {
-    s.out.append(buf, static_cast<size_t>(n));
-    if (!sent && s.out.find("train step   " + after) != std::string::npos) {
+  const testing::CliRun r = testing::RunStrataWatching(args, [&](const std::string& out, pid_t pid) {
+    if (!sent && out.find("train step   " + after) != std::string::npos) {
       t0 = std::chrono::steady_clock::now();
       ::kill(pid, sig);
       sent = true;
     }
-  }
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  });
+  Stopped s;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.out = r.out;
   EXPECT_TRUE(sent) << s.out;
-  s.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  s.exit_code = r.exit_code >= 0 ? r.exit_code : 128 + r.signal;
   return s;
 }
 
