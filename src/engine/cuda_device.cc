@@ -10,6 +10,7 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include "src/engine/compute_device.h"
+#include "src/engine/torch_call.h"
 #include "src/engine/work_queue.h"
 #include "strata/cuda/cuda.h"
 
@@ -18,12 +19,7 @@ namespace {
 
 template <typename F>
 Status CudaCall(const char* what, F&& f) {
-  try {
-    f();
-    return Status();
-  } catch (const c10::Error& e) {
-    return Error(StatusCode::kInternal, "{} on the GPU: {}", what, e.what_without_backtrace());
-  }
+  return TorchCall(fmt::format("{} on the GPU", what), std::forward<F>(f));
 }
 
 class CudaEventState final : public EventState {

@@ -18,6 +18,7 @@
 #include "src/engine/loss_scaler.h"
 #include "src/engine/prefetch.h"
 #include "src/engine/work_queue.h"
+#include "src/engine/torch_call.h"
 #include "src/model/model.h"
 #include "strata/cpu_adam.h"
 #include "strata/pinned_pool.h"
@@ -248,17 +249,5 @@ class Gatherer {
   std::vector<GatherSlot*> in_use_;  // acquired, not yet released
 };
 
-// Runs a LibTorch call, turning its exceptions into a Status (STYLE rule 4).
-template <typename F>
-Status TorchCall(const char* what, F&& f) {
-  try {
-    f();
-    return Status();
-  } catch (const c10::Error& e) {
-    return Status(StatusCode::kInternal, fmt::format("{}: {}", what, e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return Status(StatusCode::kInternal, fmt::format("{}: {}", what, e.what()));
-  }
-}
 
 }  // namespace strata
