@@ -28,17 +28,19 @@ LargestFit FindLargestFit(const TrainConfig& cfg, int world, DeviceTraits device
     TrainConfig placed = cfg;
     placed.offload_param.device = params_on;
     placed.offload_optimizer.device = optimizer_on;
-    MemoryEstimate e;
+    MemoryEstimate fits, e;  // `fits`: the estimate at lo, the largest count known to fit
     double lo = std::log(1e6), hi = std::log(1e15);  // bisect on log(parameters)
-    if (!Fits(placed, world, static_cast<int64_t>(std::exp(lo)), device, m, &e)) continue;
+    if (!Fits(placed, world, static_cast<int64_t>(std::exp(lo)), device, m, &fits)) continue;
     for (int i = 0; i < 48; ++i) {
       const double mid = (lo + hi) / 2;
-      if (Fits(placed, world, static_cast<int64_t>(std::exp(mid)), device, m, &e)) lo = mid;
-      else hi = mid;
+      if (Fits(placed, world, static_cast<int64_t>(std::exp(mid)), device, m, &e)) {
+        lo = mid;
+        fits = e;
+      } else {
+        hi = mid;
+      }
     }
-    const int64_t params = static_cast<int64_t>(std::exp(lo));
-    Fits(placed, world, params, device, m, &e);
-    if (e.parameters > best.parameters) best = {static_cast<int64_t>(e.parameters), params_on, optimizer_on, e};
+    if (fits.parameters > best.parameters) best = {static_cast<int64_t>(fits.parameters), params_on, optimizer_on, fits};
   }
   return best;
 }
