@@ -20,12 +20,14 @@
 #include <thread>
 #include <vector>
 
+#include "cli_run.h"
 #include "support/temp_dir.h"
 
 namespace strata {
 namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using testing::SwapFolders;
 
 constexpr int kSteps = 300;
 
@@ -82,13 +84,6 @@ bool ReapAll(pid_t launcher, int* launcher_status, std::chrono::seconds limit = 
   }
   ::kill(-launcher, SIGKILL);
   return false;
-}
-
-std::set<std::string> SwapFolders(const std::string& dir) {
-  std::set<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().filename().string().find("strata-swap-") != std::string::npos) names.insert(e.path().filename());
-  return names;
 }
 
 TEST(Chaos, KilledAndResumedRunsEqualTheUninterruptedOneBitwise) {

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <functional>
+#include <set>
 #include <string>
 
 namespace strata::testing {
@@ -62,6 +64,14 @@ inline CliRun RunStrataWatching(const std::string& args,
   if (WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);
   if (r.exit_code >= 128) r.signal = r.exit_code - 128;  // a clean stop on a signal exits 128 + signal
   return r;
+}
+
+// The swap folders ("strata-swap-*") under `dir`, by name.
+inline std::set<std::string> SwapFolders(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().find("strata-swap-") != std::string::npos) names.insert(e.path().filename());
+  return names;
 }
 
 }  // namespace strata::testing

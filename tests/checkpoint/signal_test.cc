@@ -42,13 +42,6 @@ Stopped RunAndSignal(const std::string& args, const std::string& after, int sig)
   return s;
 }
 
-int SwapFolders(const std::string& dir) {
-  int n = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.path().filename().string().find("strata-swap-") != std::string::npos) ++n;
-  return n;
-}
-
 TEST(Signals, StopTheRunCleanly) {
   struct Case {
     int sig;
@@ -66,14 +59,14 @@ TEST(Signals, StopTheRunCleanly) {
     Stopped s = RunAndSignal(base + " --steps 100000 --save-interval 2", " 5", c.sig);
     EXPECT_EQ(s.exit_code, 128 + c.sig) << s.out;
     EXPECT_LT(s.seconds, 10.0) << s.out;  // ~0.03 s here; the bound only catches a hang
-    EXPECT_EQ(SwapFolders(swap), 0) << s.out;
+    EXPECT_TRUE(testing::SwapFolders(swap).empty()) << s.out;
     EXPECT_NE(s.out.find(std::string("got ") + strsignal(c.sig) + ": stopping"), std::string::npos) << s.out;
     auto latest = ckpt::ResolveStepDir(ck);
     ASSERT_TRUE(latest.ok()) << latest.status().ToString();
     auto resumed = testing::RunStrata(base + " --steps 8 --resume " + ck);
     EXPECT_EQ(resumed.exit_code, 0) << resumed.out;
     EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
-    EXPECT_EQ(SwapFolders(swap), 0);
+    EXPECT_TRUE(testing::SwapFolders(swap).empty());
   }
 }
 
