@@ -46,9 +46,9 @@ Status MakeVariants(const StepBenchOptions& o, const TrainConfig& base, std::vec
     v.device = std::move(opened.device);
     out->push_back(std::move(v));
   } else if (o.optimizer_overlap) {
-    for (OptimizerOverlap mode : {OptimizerOverlap::kNone, OptimizerOverlap::kForward}) {
+    for (OptimizerOverlap mode : {OptimizerOverlap::kNone, OptimizerOverlap::kForward, OptimizerOverlap::kSpeculative}) {
       Variant v;
-      v.name = mode == OptimizerOverlap::kNone ? "plain" : "overlapped";
+      v.name = mode == OptimizerOverlap::kNone ? "plain" : OptimizerOverlapName(mode);
       v.cfg = base;
       v.cfg.optimizer_overlap = mode;
       v.comm = MakeSingleRankCommunicator();

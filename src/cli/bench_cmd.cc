@@ -56,7 +56,8 @@ void AddBenchStepCommand(CLI::App& bench, Action* action) {
                   "the fake asynchronous device, its host<->device copies modelled at this many GB/s")
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_flag("--optimizer-overlap", opts->optimizer_overlap, "compare the plain schedule (the optimizer after "
-                "the backward) with the optimizer overlapping the next forward");
+                "the backward) with the optimizer overlapping the next forward (strata.optimizer_overlap \"forward\") "
+                "and also the backward (\"speculative\")");
   cmd->add_flag("--vs-libtorch", opts->vs_libtorch, "compare plain LibTorch training of the same model in memory "
                 "(one module, autograd's graph kept, torch::optim::AdamW; fp32) with Strata on this config");
   cmd->add_option("--peak-tflops", opts->peak_tflops, "the device's peak for MFU (default: its stated dense bf16/fp16 "

@@ -57,6 +57,7 @@ void Progress::OnStep(const StepStats& st) {
   all_time_ += st.seconds;
   tokens_ += st.tokens;
   skipped_ += st.skipped;
+  redone_ += st.redone_blocks;
   last_loss_ = st.loss;
   read_bytes_ += st.nvme_read_bytes;
   write_bytes_ += st.nvme_write_bytes;
@@ -80,6 +81,10 @@ void Progress::OnStep(const StepStats& st) {
                         {"optimizer_s", st.optimizer_s}, {"optimizer_wait_s", st.optimizer_wait_s},
                         {"nvme_read_bytes", st.nvme_read_bytes},
                         {"nvme_write_bytes", st.nvme_write_bytes}};
+    if (st.speculated_blocks > 0) {
+      j["speculated_blocks"] = st.speculated_blocks;
+      j["redone_blocks"] = st.redone_blocks;
+    }
     std::fprintf(metrics_, "%s\n", j.dump().c_str());
     std::fflush(metrics_);
   }
@@ -90,6 +95,11 @@ void Progress::OnStep(const StepStats& st) {
         st.step, st.loss, st.lr, st.grad_norm, st.skipped ? " (skipped: overflow)" : "",
         st.tokens / std::max(1e-12, st.seconds), tflops, st.seconds * 1e3, st.nvme_read_bytes / 1e6,
         st.nvme_write_bytes / 1e6, st.wait_s * 1e3);
+    if (st.speculated_blocks > 0)
+      line += fmt::format("  speculated {} block(s){}", st.speculated_blocks,
+                          st.redone_blocks ? fmt::format(", redone {} (clipped)", st.redone_blocks)
+                          : st.skipped     ? std::string(", rolled back")
+                                           : std::string());
     if (o_.wall_clock_breakdown)
       line += fmt::format("  [compute {:.1f} ms, comm {:.1f} ms, optimizer {:.1f} ms, waited for it {:.1f} ms]",
                           st.compute_s * 1e3, st.comm_s * 1e3, st.optimizer_s * 1e3, st.optimizer_wait_s * 1e3);
@@ -128,7 +138,9 @@ void Progress::Finish() {
                 Duration(all_time_).c_str(), last_loss_, mean * 1e3, tokens_ / all_time_,
                 (measured_ > 0 ? sum_flops_ / sum_time_ : tokens_ * o_.flops_per_token / all_time_) / 1e12, wait * 1e3,
                 mean > 0 ? 100 * wait / mean : 0.0, optimizer_wait * 1e3, read_bytes_ / 1e6, write_bytes_ / 1e6,
-                skipped_ ? fmt::format(", {} step(s) skipped on overflow", skipped_).c_str() : "");
+                (skipped_ ? fmt::format(", {} step(s) skipped on overflow", skipped_) : std::string()).c_str());
+    if (redone_ > 0)
+      std::printf("summary: %lld speculative block update(s) redone because their step clipped\n", (long long)redone_);
   }
   std::fflush(stdout);
 }

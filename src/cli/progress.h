@@ -38,7 +38,7 @@ class Progress {
   ProgressOptions o_;
   FILE* metrics_ = nullptr;
   bool bar_drawn_ = false;
-  int64_t done_ = 0, measured_ = 0, tokens_ = 0, skipped_ = 0;
+  int64_t done_ = 0, measured_ = 0, tokens_ = 0, skipped_ = 0, redone_ = 0;
   double sum_optimizer_wait_ = 0;
   double sum_time_ = 0, sum_wait_ = 0, first_wait_ = 0, all_time_ = 0, last_loss_ = 0, sum_flops_ = 0;
   double read_bytes_ = 0, write_bytes_ = 0;

@@ -30,18 +30,17 @@ std::function<double(std::chrono::steady_clock::time_point)> TraceClock(Tracer* 
 
 }  // namespace
 
-HostGradients::~HostGradients() {
-  for (auto [p, bytes] : allocs_) FreeHostMemory(reinterpret_cast<std::byte*>(p), bytes);
+HostArrays::~HostArrays() {
+  for (auto [p, bytes] : allocs_) FreeHostMemory(p, bytes);
 }
 
-StatusOr<float*> HostGradients::Allocate(int64_t elements) {
-  const size_t bytes = static_cast<size_t>(elements) * 4;
+StatusOr<std::byte*> HostArrays::Allocate(size_t bytes) {
   STRATA_ASSIGN_OR_RETURN(std::byte * p, AllocateHostMemory(bytes));
-  allocs_.push_back({reinterpret_cast<float*>(p), bytes});
-  return reinterpret_cast<float*>(p);
+  allocs_.push_back({p, bytes});
+  return p;
 }
 
-void HostGradients::ZeroAll() {
+void HostArrays::ZeroAll() {
   for (auto [p, bytes] : allocs_) std::memset(p, 0, bytes);
 }
 
@@ -115,6 +114,7 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   }
   phase("finishing");
   STRATA_RETURN_IF_ERROR(AllocateDeviceBuffers());
+  STRATA_RETURN_IF_ERROR(AllocateSpeculation());
   if (!(ledger == plan.ledger))  // a bug: the plan and the engine disagree on a rule
     return Error(StatusCode::kInternal, "the engine allocated {}/{}/{} bytes (device/cpu/nvme), its ShardPlan says "
                  "{}/{}/{}", ledger.Total(Residence::kDevice), ledger.Total(Residence::kCpu),
@@ -205,7 +205,8 @@ Status Engine::Impl::BuildBlock(int b, const EngineHooks& hooks) {
       flat.narrow(0, br.slots[i].offset, br.slots[i].numel).copy_(br.params[i].detach().reshape(-1));
   }));
   STRATA_RETURN_IF_ERROR(StoreInitialState(b, flat));
-  STRATA_ASSIGN_OR_RETURN(br.grad, grads.Allocate(bp.grad.len));
+  STRATA_ASSIGN_OR_RETURN(std::byte * grad, grads.Allocate(bp.grad.len * 4));
+  br.grad = reinterpret_cast<float*>(grad);
   ledger.Add(StateKind::kGradAccum, Residence::kCpu, bp.grad.len * 4);
   // The module keeps no weights of its own: they are views of a gather buffer when it runs.
   for (auto& p : br.params) p.set_data(torch::empty({0}, torch::TensorOptions().dtype(compute_scalar())));

@@ -4,11 +4,13 @@
 //   ShardPlan     the arithmetic: ranges, sub-groups, pools, ledger (shard_plan.h)
 //   TieredStore   every state tensor and every write in flight (tiered_store.h)
 //   ModelBlocks   the LibTorch modules and their store handles, one per block
-//   DeviceBuffers scratch on the compute device; HostGradients the fp32 accumulators
+//   DeviceBuffers scratch on the compute device; HostArrays the fp32 accumulators (and the
+//                 speculation backups)
 #pragma once
 
 #include <torch/torch.h>
 
+#include <array>
 #include <memory>
 #include <optional>
 
@@ -92,18 +94,19 @@ struct Visit {
   bool tied = false;
 };
 
-// The fp32 gradient accumulators (host memory, one allocation per block), freed on destruction.
-class HostGradients {
+// Host arrays allocated once (the fp32 gradient accumulators; the speculation backups),
+// freed on destruction.
+class HostArrays {
  public:
-  HostGradients() = default;
-  HostGradients(const HostGradients&) = delete;
-  HostGradients& operator=(const HostGradients&) = delete;
-  ~HostGradients();
-  StatusOr<float*> Allocate(int64_t elements);
+  HostArrays() = default;
+  HostArrays(const HostArrays&) = delete;
+  HostArrays& operator=(const HostArrays&) = delete;
+  ~HostArrays();
+  StatusOr<std::byte*> Allocate(size_t bytes);
   void ZeroAll();
 
  private:
-  std::vector<std::pair<float*, size_t>> allocs_;  // pointer, bytes
+  std::vector<std::pair<std::byte*, size_t>> allocs_;  // pointer, bytes
 };
 
 struct Pools {
@@ -147,6 +150,21 @@ struct Optimizer {
   int threads = 1;  // OpenMP threads of the CPU Adam
 };
 
+// strata.optimizer_overlap "speculative" (Note [Speculative update], engine_speculation.cc).
+enum class Verdict {
+  kStands,    // no clipping, no overflow: the speculative updates are the step's
+  kRedo,      // clipping: restore, and update again with the clip coefficient
+  kRollBack,  // overflow, or the step failed: restore, no update
+};
+struct Speculation {
+  HostArrays memory;
+  std::vector<std::byte*> backup;  // per block: plan.SpeculationBackupBytes(b), or null (not speculated)
+  bool armed = false;              // the step's last micro-batch: update each block once its gradient is final
+  AdamHyperParams hp;              // what the updates assume: this step's, with no clipping
+  // Per block: its speculative update this step (its event carries the update's Status), if any.
+  std::vector<std::optional<DeviceEvent>> done;
+};
+
 struct Counters {
   int64_t adam_steps = 0;  // steps applied (skipped ones excluded): Adam's bias correction
   uint64_t prefetch_high_water = 0;
@@ -165,7 +183,8 @@ struct Engine::Impl {
   std::unique_ptr<TieredStore> store;
   Pools pools;
   DeviceBuffers bufs;
-  HostGradients grads;
+  HostArrays grads;
+  Speculation speculation;
   LossScaler scaler{LossScaleConfig{}, false};
   Counters counters;
   Optimizer optimizer;
@@ -186,32 +205,58 @@ struct Engine::Impl {
   // engine_step.cc: one micro-batch
   std::vector<Visit> VisitPlan(int micro_batches, bool backward) const;
   std::unique_ptr<PrefetchScheduler> MakePrefetcher(const std::vector<Visit>& plan);
+  // Step's progress, for the gradient reductions: the last micro-batch of `step` is running.
+  int64_t step_now = -1;
+  bool last_micro_batch = false;
   StatusOr<double> Forward(const data::Batch& batch, Pass pass, Gatherer& gather, Activations* act);
   Status Backward(Activations& act, Gatherer& gather);
   void BindTiedHead();
   Status ReduceGradients(int b);
+  // Tests (strata.debug_overflow_step): an Inf in block 0's gradient as its last share is added.
+  bool PlantsOverflow(int b) const;
   Status BatchToDevice(const data::Batch& batch, torch::Tensor* inputs, torch::Tensor* targets) const;
   // Waits (compute-side) for `e`, recording the wait on the trace when it blocks.
   Status ComputeAfter(const DeviceEvent& e, const char* what);
 
   // engine_optimizer.cc. On the compute thread: the norm, the skip decision, the launch of
   // the update; AwaitBlock before a block's weights are used, Quiesce before anything reads
-  // the whole state. On the optimizer thread: UpdateAllGroups and what it calls.
+  // the whole state. On the optimizer thread: FinishStep and what it calls.
   StatusOr<bool> OptimizerStep(int64_t step, StepStats* stats);
-  Status LaunchUpdate(const AdamHyperParams& hp);
+  Status LaunchUpdate(const AdamHyperParams& hp, Verdict verdict);
   Status AwaitBlock(int b);
   bool BlockReady(int b) const;
   Status Quiesce();
-  Status UpdateAllGroups(const AdamHyperParams& hp, std::unique_ptr<LoadedStates> early,
-                         const std::vector<std::shared_ptr<HostEventState>>& ready);
+  // The step's update of every block, in block order (speculated blocks: what `verdict` says).
+  Status FinishStep(const AdamHyperParams& hp, Verdict verdict,
+                    const std::vector<std::optional<DeviceEvent>>& speculated, std::unique_ptr<LoadedStates> early,
+                    const std::vector<std::shared_ptr<HostEventState>>& ready);
+  // AdamW over `blocks` (ascending), as one pipeline of their sub-groups.
+  Status UpdateBlocks(const AdamHyperParams& hp, const std::vector<int>& blocks, std::unique_ptr<LoadedStates>& early,
+                      const std::vector<std::shared_ptr<HostEventState>>& ready);
   StatusOr<std::byte*> BlockOutput(int b, PinnedBuffer* lease);
-  Status UpdateSubGroup(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur,
-                        std::byte* working_out);
+  // `out`: where the sub-group's updated working weights go.
+  Status UpdateSubGroup(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur, std::byte* out);
   Status FinishBlock(int b, PinnedBuffer lease);
-  // Leases three optim-pool buffers and issues the reads of `sg`'s master, m and v.
+  // This step's hyper-parameters (Adam's step: the next one), clip coefficient 1.
+  AdamHyperParams NextHyperParams(int64_t step) const;
+  // Leases three optim-pool buffers for `sg`'s master, m and v (LoadStates: and reads them).
+  std::unique_ptr<LoadedStates> LeaseStates(const SubGroup& sg);
   std::unique_ptr<LoadedStates> LoadStates(const SubGroup& sg);
   void ReadFirstStatesEarly();  // best effort, never blocks
   void DropEarlyStates();       // waits for its reads, returns its buffers
+  // engine_speculation.cc: updates during the backward, and what the step's verdict does to them.
+  Status AllocateSpeculation();
+  void ArmSpeculation(int64_t step);                      // compute thread, before the last micro-batch
+  void Speculate(int b, const DeviceEvent& grad_final);   // compute thread, once b's gradient is reduced
+  Status SpeculativeUpdate(int b, const AdamHyperParams& hp);  // optimizer thread
+  // Optimizer thread: what `verdict` says of block b's speculative update (`updated`).
+  Status Conclude(int b, Verdict verdict, const AdamHyperParams& hp, const DeviceEvent& updated);
+  // Sub-group `sg` of block b as it was before its speculative update: back in the cpu tier
+  // (returns null), or in optim-pool buffers (NVMe states).
+  StatusOr<std::unique_ptr<LoadedStates>> RestoreStates(int b, const SubGroup& sg);
+  Status AbandonSpeculation();                            // a failed step: roll back, wait
+  // The spans of a sub-group's master, m and v: read from NVMe into `cur` (waited for), or the cpu tier.
+  StatusOr<std::array<std::span<float>, 3>> StateSpans(int b, const SubGroup& sg, LoadedStates* cur);
   // A resident block's updated working weights (in `lease`) to the device, off the critical path.
   Status UpdateResident(int b, PinnedBuffer lease);
   // Stages 1-2: this rank's updated part of block b shared with the others (compute thread).

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "src/engine/engine_impl.h"
 #include "src/engine/lr_schedule.h"
@@ -33,10 +34,6 @@ std::span<float> AsFloats(std::span<std::byte> b) { return {reinterpret_cast<flo
 StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   STRATA_RETURN_IF_ERROR(Quiesce());  // one update at a time (the last one is done by now)
   Tracer::Span span(tracer, Track::kOptimizer, "gradient norm");
-  // Planted by tests: on rank 0, or on every rank at stage 0, where each rank judges its own
-  // (replicated) gradients and the overflow flag is not reduced.
-  if (cfg.debug_overflow_step == step && (comm->rank() == 0 || !plan.optim_sharded))
-    model.blocks[0].grad[0] = std::numeric_limits<float>::infinity();
 
   // Global norm: each rank sums squares over its optimizer ranges (disjoint for stage >= 1).
   double sumsq = 0;
@@ -55,8 +52,11 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   const double scale = scaler.scale();
   stats->grad_norm = finite ? std::sqrt(static_cast<double>(buf[0])) / scale : std::numeric_limits<double>::infinity();
 
+  stats->speculated_blocks = 0;
+  for (const auto& d : speculation.done) stats->speculated_blocks += d.has_value();
   if (!finite) {
     DropEarlyStates();
+    STRATA_RETURN_IF_ERROR(AbandonSpeculation());  // the updates made during the backward are undone
     scaler.Update(/*overflow=*/true);
     grads.ZeroAll();
     LogWarn("step {}: gradient overflow (loss scale {}); step skipped, loss scale now {}", step, scale, scaler.scale());
@@ -70,23 +70,37 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
     return false;
   }
 
+  AdamHyperParams hp = NextHyperParams(step);
+  ++counters.adam_steps;
+  hp.clip_coef = ClipCoefficient(stats->grad_norm, cfg.gradient_clipping);
+  // The speculative updates assumed clip coefficient 1 (exactly what ClipCoefficient returns
+  // when the norm is within bounds) and otherwise these very hyper-parameters.
+  const Verdict verdict = hp.clip_coef == 1.0 ? Verdict::kStands : Verdict::kRedo;
+  if (stats->speculated_blocks > 0)
+    STRATA_CHECK(speculation.hp.lr == hp.lr && speculation.hp.step == hp.step &&
+                 speculation.hp.grad_unscale == hp.grad_unscale) << "the speculative updates assumed another step";
+  stats->redone_blocks = verdict == Verdict::kRedo ? stats->speculated_blocks : 0;
+  scaler.Update(/*overflow=*/false);
+  STRATA_RETURN_IF_ERROR(LaunchUpdate(hp, verdict));
+  if (cfg.optimizer_overlap == OptimizerOverlap::kNone) STRATA_RETURN_IF_ERROR(Quiesce());
+  return true;
+}
+
+AdamHyperParams Engine::Impl::NextHyperParams(int64_t step) const {
   AdamHyperParams hp;
   hp.lr = LearningRate(cfg, step);
   hp.beta1 = cfg.beta1;
   hp.beta2 = cfg.beta2;
   hp.eps = cfg.eps;
   hp.weight_decay = cfg.weight_decay;
-  hp.step = ++counters.adam_steps;
-  hp.grad_unscale = 1.0 / scale;
-  hp.clip_coef = ClipCoefficient(stats->grad_norm, cfg.gradient_clipping);
-  scaler.Update(/*overflow=*/false);
-  STRATA_RETURN_IF_ERROR(LaunchUpdate(hp));
-  if (cfg.optimizer_overlap == OptimizerOverlap::kNone) STRATA_RETURN_IF_ERROR(Quiesce());
-  return true;
+  hp.step = counters.adam_steps + 1;
+  hp.grad_unscale = 1.0 / scaler.scale();
+  hp.clip_coef = 1.0;
+  return hp;
 }
 
-// Starts UpdateAllGroups on the optimizer thread with one ready event per block.
-Status Engine::Impl::LaunchUpdate(const AdamHyperParams& hp) {
+// Starts FinishStep on the optimizer thread with one ready event per block.
+Status Engine::Impl::LaunchUpdate(const AdamHyperParams& hp, Verdict verdict) {
   const int n = num_blocks();
   std::vector<std::shared_ptr<HostEventState>> ready(n);
   OptimizerRun& run = optimizer.run;
@@ -98,8 +112,11 @@ Status Engine::Impl::LaunchUpdate(const AdamHyperParams& hp) {
   run.share_pending.assign(n, !plan.weights_sharded && plan.optim_sharded && comm->world_size() > 1);
   // The early states go with the update: the compute thread never touches them while it runs.
   auto early = std::make_shared<std::unique_ptr<LoadedStates>>(std::move(optimizer.early_states));
-  run.done = optimizer.thread->Submit({{}, nullptr, [this, hp, early, ready] {
-                                         Status s = UpdateAllGroups(hp, std::move(*early), ready);
+  // This step's speculative updates go with it: the next step re-arms while it may still run.
+  auto speculated = std::exchange(speculation.done, std::vector<std::optional<DeviceEvent>>(n));
+  speculation.armed = false;
+  run.done = optimizer.thread->Submit({{}, nullptr, [this, hp, verdict, speculated, early, ready] {
+                                         Status s = FinishStep(hp, verdict, speculated, std::move(*early), ready);
                                          for (const auto& r : ready)
                                            if (!r->Ready()) r->Set(s.ok() ? Status() : s);  // waiters see the error
                                          return s;
@@ -152,20 +169,45 @@ Status Engine::Impl::ShareUpdatedWeights(int b) {
   return comm->AllGather(mem + layout.begin() * plan.dsize, mem, layout.shard, cfg.compute_dtype);
 }
 
-// Updates every block's optimizer range, sub-group by sub-group, as one pipeline across
+// The step's update, in block order: a block updated during the backward concludes (its
+// update stands, is redone or rolled back); the others are updated as one pipeline.
+Status Engine::Impl::FinishStep(const AdamHyperParams& hp, Verdict verdict,
+                                const std::vector<std::optional<DeviceEvent>>& speculated,
+                                std::unique_ptr<LoadedStates> early,
+                                const std::vector<std::shared_ptr<HostEventState>>& ready) {
+  std::vector<int> pending;  // consecutive blocks not updated yet
+  for (int b = 0; b <= num_blocks(); ++b) {
+    const bool concluding = b < num_blocks() && speculated[b].has_value();
+    if (b < num_blocks() && !concluding) {
+      pending.push_back(b);
+      continue;
+    }
+    if (!pending.empty()) STRATA_RETURN_IF_ERROR(UpdateBlocks(hp, pending, early, ready));
+    pending.clear();
+    if (concluding) {
+      STRATA_RETURN_IF_ERROR(Conclude(b, verdict, hp, *speculated[b]));
+      ready[b]->Set(Status());
+    }
+  }
+  if (early)  // not consumed (not expected): its reads must finish before its buffers go back
+    for (Ticket& t : early->read) t.Wait().IgnoreError();
+  return Status();
+}
+
+// Updates the optimizer ranges of `blocks`, sub-group by sub-group, as one pipeline across
 // block boundaries: with the states on NVMe, the reads of the next sub-group (of this block
 // or the next) and the write-backs of the previous ones are in flight while one is updated.
 // The store owns the write-backs: each holds its buffer until written, and a full pool
 // waits for the oldest one (TieredStore::AcquireBuffer).
-Status Engine::Impl::UpdateAllGroups(const AdamHyperParams& hp, std::unique_ptr<LoadedStates> early,
-                                     const std::vector<std::shared_ptr<HostEventState>>& ready) {
+Status Engine::Impl::UpdateBlocks(const AdamHyperParams& hp, const std::vector<int>& blocks,
+                                  std::unique_ptr<LoadedStates>& early,
+                                  const std::vector<std::shared_ptr<HostEventState>>& ready) {
   const bool states_nvme = pools.optim != nullptr;
   auto load = [&](const SubGroup& sg) {  // the early read, when it is of this sub-group
     return early && early->sub == &sg ? std::move(early) : LoadStates(sg);
   };
-  // Every (block, sub-group) in update order.
-  std::vector<std::pair<int, const SubGroup*>> order;
-  for (int b = 0; b < num_blocks(); ++b)
+  std::vector<std::pair<int, const SubGroup*>> order;  // every (block, sub-group) in update order
+  for (int b : blocks)
     for (const SubGroup& sg : model.blocks[b].subs) order.push_back({b, &sg});
 
   std::unique_ptr<LoadedStates> next;
@@ -173,20 +215,19 @@ Status Engine::Impl::UpdateAllGroups(const AdamHyperParams& hp, std::unique_ptr<
   PinnedBuffer out_lease;  // the current block's updated working weights, bound for NVMe or the device
   std::byte* working_out = nullptr;
   for (size_t i = 0; i < order.size(); ++i) {
-    const int b = order[i].first;
+    const auto [b, sg] = order[i];
     if (i == 0 || order[i - 1].first != b) {
       STRATA_ASSIGN_OR_RETURN(working_out, BlockOutput(b, &out_lease));
     }
     std::unique_ptr<LoadedStates> cur = std::move(next);
     if (states_nvme && i + 1 < order.size()) next = load(*order[i + 1].second);
-    STRATA_RETURN_IF_ERROR(UpdateSubGroup(hp, b, *order[i].second, cur.get(), working_out));
+    std::byte* out = working_out + (sg->range.begin - plan.blocks[b].working.begin) * plan.dsize;
+    STRATA_RETURN_IF_ERROR(UpdateSubGroup(hp, b, *sg, cur.get(), out));
     if (i + 1 == order.size() || order[i + 1].first != b) {
       STRATA_RETURN_IF_ERROR(FinishBlock(b, std::move(out_lease)));
       ready[b]->Set(Status());
     }
   }
-  if (early)  // not consumed (not expected): its reads must finish before its buffers go back
-    for (Ticket& t : early->read) t.Wait().IgnoreError();
   return Status();
 }
 
@@ -202,33 +243,31 @@ StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease) {
   return lease->data();
 }
 
+StatusOr<std::array<std::span<float>, 3>> Engine::Impl::StateSpans(int b, const SubGroup& sg, LoadedStates* cur) {
+  if (!cur) return std::array{AsFloats(store->CpuMemory(sg.master)), AsFloats(store->CpuMemory(sg.m)),
+                              AsFloats(store->CpuMemory(sg.v))};
+  for (Ticket& t : cur->read) {
+    std::optional<Tracer::Span> wait;
+    if (!t.Done()) wait.emplace(tracer, Track::kOptimizer, "adam b" + std::to_string(b) + ": waiting for its states");
+    if (Status s = t.Wait(); !s.ok()) return s.WithContext(fmt::format("optimizer state of block {}", b));
+  }
+  std::array<std::span<float>, 3> spans;
+  for (int k = 0; k < 3; ++k) spans[k] = AsFloats(cur->buf[k].span()).subspan(0, sg.range.len);
+  return spans;
+}
+
 // AdamW over one sub-group: its states from `cur` (read from NVMe) or the cpu tier, its
-// fused half-precision (or fp32) output into the block's working output; states written back.
+// fused half-precision (or fp32) output to `out`; states written back.
 Status Engine::Impl::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur,
-                                    std::byte* working_out) {
+                                    std::byte* out) {
   const BlockRuntime& br = model.blocks[b];
   const BlockPlan& bp = plan.blocks[b];
-  std::span<float> master, m, v;
-  if (cur) {
-    for (Ticket& t : cur->read) {
-      std::optional<Tracer::Span> wait;
-      if (!t.Done()) wait.emplace(tracer, Track::kOptimizer, "adam b" + std::to_string(b) + ": waiting for its states");
-      if (Status s = t.Wait(); !s.ok()) return s.WithContext(fmt::format("optimizer state of block {}", b));
-    }
-    master = AsFloats(cur->buf[0].span()).subspan(0, sg.range.len);
-    m = AsFloats(cur->buf[1].span()).subspan(0, sg.range.len);
-    v = AsFloats(cur->buf[2].span()).subspan(0, sg.range.len);
-  } else {
-    master = AsFloats(store->CpuMemory(sg.master));
-    m = AsFloats(store->CpuMemory(sg.m));
-    v = AsFloats(store->CpuMemory(sg.v));
-  }
+  STRATA_ASSIGN_OR_RETURN(auto states, StateSpans(b, sg, cur));
   AdamSpans spans;
-  spans.params = master;
-  spans.exp_avg = m;
-  spans.exp_avg_sq = v;
+  spans.params = states[0];
+  spans.exp_avg = states[1];
+  spans.exp_avg_sq = states[2];
   spans.grad = std::span<const float>(br.grad + (sg.range.begin - bp.grad.begin), sg.range.len);
-  std::byte* out = working_out + (sg.range.begin - bp.working.begin) * plan.dsize;
   if (cfg.compute_dtype != DType::kF32) {
     spans.half_out = std::span<uint16_t>(reinterpret_cast<uint16_t*>(out), sg.range.len);
     spans.half_format = cfg.compute_dtype == DType::kBF16 ? HalfFormat::kBf16 : HalfFormat::kFp16;
@@ -236,7 +275,7 @@ Status Engine::Impl::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   {
     Tracer::Span s(tracer, Track::kOptimizer, "adam b" + std::to_string(b));
     STRATA_RETURN_IF_ERROR(AdamStep(hp, spans, {.num_threads = optimizer.threads}));
-    if (cfg.compute_dtype == DType::kF32) std::memcpy(out, master.data(), sg.range.len * 4);
+    if (cfg.compute_dtype == DType::kF32) std::memcpy(out, states[0].data(), sg.range.len * 4);
   }
   if (cur) {
     const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
@@ -273,7 +312,7 @@ Status Engine::Impl::UpdateResident(int b, PinnedBuffer lease) {
   return Status();
 }
 
-std::unique_ptr<LoadedStates> Engine::Impl::LoadStates(const SubGroup& sg) {
+std::unique_ptr<LoadedStates> Engine::Impl::LeaseStates(const SubGroup& sg) {
   auto l = std::make_unique<LoadedStates>();
   for (PinnedBuffer& b : l->buf) {
     std::optional<PinnedBuffer> lease = store->AcquireBuffer(*pools.optim);
@@ -281,6 +320,11 @@ std::unique_ptr<LoadedStates> Engine::Impl::LoadStates(const SubGroup& sg) {
     b = std::move(*lease);
   }
   l->sub = &sg;
+  return l;
+}
+
+std::unique_ptr<LoadedStates> Engine::Impl::LoadStates(const SubGroup& sg) {
+  std::unique_ptr<LoadedStates> l = LeaseStates(sg);
   const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
   for (int k = 0; k < 3; ++k)
     l->read[k] = store->Read(hs[k], {l->buf[k].data(), static_cast<size_t>(sg.range.len * 4)});
@@ -291,7 +335,7 @@ std::unique_ptr<LoadedStates> Engine::Impl::LoadStates(const SubGroup& sg) {
 // when last step's write-backs of them are still in flight or the pool has no free buffers.
 void Engine::Impl::ReadFirstStatesEarly() {
   if (!optimizer.run.done.Ready() || !pools.optim || optimizer.early_states || model.blocks.empty() ||
-      model.blocks[0].subs.empty())
+      model.blocks[0].subs.empty() || plan.speculative[0])  // (a speculated block reads its own)
     return;
   const SubGroup& sg = model.blocks[0].subs[0];
   for (TensorHandle h : {sg.master, sg.m, sg.v})

@@ -9,6 +9,8 @@
 // buffer it rewrites to be free. On the host every stage completes at once, in this order.
 #include <cmath>
 
+#include <limits>
+
 #include "src/engine/engine_impl.h"
 #include "src/engine/lr_schedule.h"
 #include "strata/check.h"
@@ -191,9 +193,13 @@ Status Engine::Impl::ReduceGradients(int b) {
                                        {flattened, g.reduced_read})
                   : dev->AllReduce(flat.data_ptr(), bp.layout.padded, DType::kF32, ReduceOp::kSum, {flattened});
   }
+  const bool plant = PlantsOverflow(b);
   if (dev->is_host()) {
     STRATA_RETURN_IF_ERROR(reduced.HostWait());
-    return TorchCall("accumulate gradients", [&] { acc.add_(out, inv); });
+    STRATA_RETURN_IF_ERROR(TorchCall("accumulate gradients", [&] { acc.add_(out, inv); }));
+    if (plant) br.grad[0] = std::numeric_limits<float>::infinity();
+    Speculate(b, DeviceEvent());
+    return Status();
   }
   // Off the host: the shard leaves the device as soon as its collective is done and is
   // added to the accumulator on the host callback thread, while compute goes on.
@@ -201,9 +207,22 @@ Status Engine::Impl::ReduceGradients(int b) {
   const DeviceEvent copied = dev->CopyOut(host.data_ptr(), out, {reduced, g.host_read});
   g.flat_read = plan.grads_sharded ? reduced : copied;
   g.reduced_read = copied;
-  g.host_read = dev->OnHost([acc, host, inv] { return TorchCall("accumulate gradients", [&] { acc.add_(host, inv); }); },
-                            {copied});
+  g.host_read = dev->OnHost(
+      [acc, host, inv, plant, grad = br.grad] {
+        Status s = TorchCall("accumulate gradients", [&] { acc.add_(host, inv); });
+        if (plant) grad[0] = std::numeric_limits<float>::infinity();
+        return s;
+      },
+      {copied});
+  Speculate(b, g.host_read);
   return Status();
+}
+
+// On rank 0, or on every rank at stage 0, where each rank judges its own (replicated)
+// gradients and the overflow flag is not reduced.
+bool Engine::Impl::PlantsOverflow(int b) const {
+  return b == 0 && last_micro_batch && cfg.debug_overflow_step == step_now &&
+         (comm->rank() == 0 || !plan.optim_sharded);
 }
 
 // The loss of one micro-batch (unscaled mean). Training (`act` non-null) keeps each block's
@@ -312,18 +331,27 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
     for (int64_t mb = 0; mb < m.cfg.grad_accum; ++mb) {
       const uint64_t index = static_cast<uint64_t>((step * m.cfg.grad_accum + mb) * world + rank);
       data::Batch batch = data.Get(data::Split::kTrain, index, m.cfg.micro_batch);
-      if (mb + 1 == m.cfg.grad_accum) m.ReadFirstStatesEarly();  // hidden behind this micro-batch
+      m.step_now = step;
+      m.last_micro_batch = mb + 1 == m.cfg.grad_accum;
+      if (m.last_micro_batch) {
+        m.ReadFirstStatesEarly();  // hidden behind this micro-batch
+        m.ArmSpeculation(step);    // blocks are updated as their gradients become final
+      }
       Activations act;
       StatusOr<double> loss = m.Forward(batch, Pass::kTrain, gather, &act);
       Status s = loss.ok() ? m.Backward(act, gather) : loss.status();
       if (s.ok()) loss_sum += *loss;
       if (!s.ok()) {
+        m.last_micro_batch = false;
         m.dev->Synchronize().IgnoreError();
         if (prefetch) prefetch->Drain();
         m.DropEarlyStates();
+        if (Status r = m.AbandonSpeculation(); !r.ok()) LogError("{}", r.message());
         return s.WithContext(fmt::format("step {}", step));
       }
     }
+    m.last_micro_batch = false;
+    m.speculation.armed = false;
   }
   {  // every gradient shard accumulated before the optimizer reads the accumulators
     Tracer::Span span(m.dev->is_host() ? nullptr : m.tracer, Track::kWait, "wait gradients to host");

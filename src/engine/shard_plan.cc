@@ -125,8 +125,20 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
   p.tied_numel = model.tied_numel;
   for (int64_t numel : model.block_numels) p.AddBlock(numel, SubGroupStep(cfg.sub_group_size));
   p.PlanDevice(cfg);
+  p.PlanSpeculation(cfg);
   p.PlanLedger();
   return p;
+}
+
+void ShardPlan::PlanSpeculation(const TrainConfig& cfg) {
+  speculative.assign(blocks.size(), false);
+  if (cfg.optimizer_overlap != OptimizerOverlap::kSpeculative) return;
+  // The last blocks' gradients are final first: their updates overlap the most backward.
+  uint64_t left = cfg.speculation_budget_mb < 0 ? UINT64_MAX : static_cast<uint64_t>(cfg.speculation_budget_mb) << 20;
+  for (int b = static_cast<int>(blocks.size()) - 1; b >= 0 && SpeculationBackupBytes(b) <= left; --b) {
+    speculative[b] = true;
+    left -= SpeculationBackupBytes(b);
+  }
 }
 
 void ShardPlan::AddBlock(int64_t numel, int64_t sub_group_step) {
@@ -196,6 +208,7 @@ void ShardPlan::PlanLedger() {
         nvme_on_disk += full * RoundUp(full_bytes, kPage) + (n > full ? RoundUp(tail_bytes, kPage) : 0);
     }
     ledger.Add(StateKind::kGradAccum, Residence::kCpu, b.grad.len * 4);
+    if (speculative[i]) ledger.Add(StateKind::kSpeculationBackup, Residence::kCpu, SpeculationBackupBytes(i));
   }
   const int64_t tied_padded = tied_slot ? blocks[tied_owner].layout.padded : 0;
   ledger.Add(StateKind::kGatherBuffers, Residence::kDevice, (gather_slots * max_padded + tied_padded) * dsize);

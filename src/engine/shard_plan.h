@@ -30,8 +30,11 @@ namespace strata {
 
 // Bytes this rank holds, by what they are and where they live. On a CPU build "device"
 // is host memory that is not offloaded (offload device "none").
-enum class StateKind { kWorking, kMaster, kAdamM, kAdamV, kGradAccum, kGatherBuffers, kPinnedBuffers };
-inline constexpr int kNumStateKinds = 7;
+enum class StateKind {
+  kWorking, kMaster, kAdamM, kAdamV, kGradAccum, kGatherBuffers, kPinnedBuffers,
+  kSpeculationBackup,  // strata.optimizer_overlap "speculative": what a roll-back restores
+};
+inline constexpr int kNumStateKinds = 8;
 enum class Residence { kDevice, kCpu, kNvme };
 struct MemoryLedger {
   uint64_t bytes[kNumStateKinds][3] = {};
@@ -125,6 +128,9 @@ struct ShardPlan {
   int gather_slots = 1;       // gather buffers of the largest padded group (0: every block resident, stage < 3)
   bool tied_slot = false;     // a gather buffer for the tied owner during the head
   int grad_slots = 1;         // flat-gradient / reduced-shard buffer pairs
+  // strata.optimizer_overlap "speculative": the blocks updated during the backward, from the
+  // last one down while their backups fit strata.speculation_budget_mb (host memory).
+  std::vector<bool> speculative;
   PoolPlan param_pool;  // working-weight fetches and write-backs (NVMe), and resident blocks' updates
   PoolPlan optim_pool;  // NVMe optimizer-state sub-groups (offload_optimizer nvme)
   uint64_t staging_bytes = 0;  // the NVMe tier's staging buffers (host)
@@ -143,10 +149,14 @@ struct ShardPlan {
                         DeviceTraits device = {});
   // Where block b's working weights live: the device for resident blocks, else their home.
   Residence WorkingResidence(int b) const;
+  // Block b's speculation backup: its optimizer range's master, m and v before the update
+  // (fp32) and the update's working weights until the step is known to stand (compute dtype).
+  uint64_t SpeculationBackupBytes(int b) const { return blocks[b].optimizer.len * (12 + dsize); }
 
  private:
   void AddBlock(int64_t numel, int64_t sub_group_step);
   void PlanDevice(const TrainConfig& cfg);
+  void PlanSpeculation(const TrainConfig& cfg);
   void PlanLedger();
 
  public:

@@ -20,6 +20,9 @@ struct StepStats {
   // strata.optimizer_overlap "forward" the optimizer of step s is waited for during step s+1)
   double optimizer_wait_s = 0;
   double compute_s = 0, comm_s = 0, optimizer_s = 0;
+  // strata.optimizer_overlap "speculative": blocks updated during the backward, and of those
+  // the ones redone because the step clipped (an overflow rolls them back: `skipped`).
+  int speculated_blocks = 0, redone_blocks = 0;
   uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
 };
 

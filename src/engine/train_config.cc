@@ -9,6 +9,15 @@
 
 namespace strata {
 
+const char* OptimizerOverlapName(OptimizerOverlap o) {
+  switch (o) {
+    case OptimizerOverlap::kNone: return "none";
+    case OptimizerOverlap::kForward: return "forward";
+    case OptimizerOverlap::kSpeculative: return "speculative";
+  }
+  return "?";
+}
+
 const char* OffloadDeviceName(OffloadDevice d) {
   return d == OffloadDevice::kNone ? "none" : d == OffloadDevice::kCpu ? "cpu" : "nvme";
 }
@@ -132,9 +141,16 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
     STRATA_RETURN_IF_ERROR(s.Choice("recompute", &recompute, {"auto", "always", "never"}));
     c->recompute = recompute == "auto" ? Recompute::kAuto : recompute == "always" ? Recompute::kAlways : Recompute::kNever;
   }
-  std::string overlap = c->optimizer_overlap == OptimizerOverlap::kNone ? "none" : "forward";
-  STRATA_RETURN_IF_ERROR(s.Choice("optimizer_overlap", &overlap, {"none", "forward"}));
-  c->optimizer_overlap = overlap == "none" ? OptimizerOverlap::kNone : OptimizerOverlap::kForward;
+  std::string overlap = OptimizerOverlapName(c->optimizer_overlap);
+  STRATA_RETURN_IF_ERROR(s.Choice("optimizer_overlap", &overlap, {"none", "forward", "speculative"}));
+  c->optimizer_overlap = overlap == "none"      ? OptimizerOverlap::kNone
+                         : overlap == "forward" ? OptimizerOverlap::kForward
+                                                : OptimizerOverlap::kSpeculative;
+  if (s.IsAuto("speculation_budget_mb")) {
+    s.Touch("speculation_budget_mb");
+  } else {
+    STRATA_RETURN_IF_ERROR(s.Int("speculation_budget_mb", &c->speculation_budget_mb, 0, int64_t{1} << 40));
+  }
   STRATA_RETURN_IF_ERROR(s.Int("optimizer_threads", &c->optimizer_threads, 0, 4096));
   int64_t device_memory = 0;
   if (s.IsAuto("device_memory")) {

@@ -59,7 +59,11 @@ struct ScheduleConfig {
 enum class OptimizerOverlap {
   kNone,     // after the backward, the step waits for it (the plain schedule)
   kForward,  // on its own thread, block by block; the next forward of block i waits only for block i
+  // as kForward, and besides each block is updated during the backward as soon as its gradient
+  // is final, assuming no clipping and no overflow; rolled back (and redone) when that was wrong
+  kSpeculative,
 };
+const char* OptimizerOverlapName(OptimizerOverlap o);
 
 // strata.recompute: whether backward recomputes each block from its saved input.
 enum class Recompute {
@@ -118,6 +122,10 @@ struct TrainConfig {
   // weights on the device; -1 ("auto"): all when offload_param is "none", else none.
   int64_t resident_blocks = -1;
   OptimizerOverlap optimizer_overlap = OptimizerOverlap::kForward;  // strata.optimizer_overlap
+  // strata.speculation_budget_mb: host memory for the speculative updates' backups (what a
+  // roll-back restores); blocks are speculated from the last one down while they fit. -1
+  // ("auto"): every block.
+  int64_t speculation_budget_mb = -1;
   Recompute recompute = Recompute::kAuto;  // strata.recompute (activation_checkpointing present: kAlways)
   // What the engine does, settled by ResolveRecompute (kAuto: from the memory estimate);
   // false = recompute, the safe default of a config nobody resolved.

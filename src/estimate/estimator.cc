@@ -138,11 +138,15 @@ Status CheckFits(const MemoryEstimate& e, const MachineCapacity& m, int local_ra
 
 std::string FormatEstimate(const MemoryEstimate& e) {
   static const char* kNames[] = {"bf16/fp32 working weights", "fp32 master weights", "Adam m", "Adam v",
-                                 "fp32 gradient accumulator", "gather buffers", "pinned I/O buffers"};
+                                 "fp32 gradient accumulator", "gather buffers", "pinned I/O buffers",
+                                 "speculation backups"};
   std::string out = fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "per rank", "device", "cpu", "nvme");
-  for (int k = 0; k < kNumStateKinds; ++k)
+  for (int k = 0; k < kNumStateKinds; ++k) {
+    if (k == static_cast<int>(StateKind::kSpeculationBackup) && e.ledger.Of(StateKind::kSpeculationBackup) == 0)
+      continue;  // a row only for the mode that has them
     out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", kNames[k], HumanBytes(e.ledger.bytes[k][0]),
                        HumanBytes(e.ledger.bytes[k][1]), HumanBytes(e.ledger.bytes[k][2]));
+  }
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "gradient scratch", HumanBytes(e.scratch), "-", "-");
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "NVMe staging", "-", HumanBytes(e.staging), "-");
   if (!e.host_device)
