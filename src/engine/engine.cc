@@ -392,6 +392,7 @@ Status Engine::Finish() {
 const ShardPlan& Engine::plan() const { return impl_->plan; }
 int Engine::num_blocks() const { return impl_->num_blocks(); }
 const MemoryLedger& Engine::ledger() const { return impl_->ledger; }
+bool Engine::UpdateInFlight() const { return !impl_->optimizer.run.done.Ready(); }
 uint64_t Engine::swap_bytes_on_disk() const {
   const NvmeTier* nvme = impl_->store->nvme();
   return nvme ? nvme->bytes_on_disk() : 0;

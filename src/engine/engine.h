@@ -84,6 +84,9 @@ class Engine {
   // Waits for what a step leaves running in the background (the optimizer's update, the
   // device's queues); its first error. Steps do not need it; measurements and shutdown do.
   Status Finish();
+  // The last step's update is still running on the optimizer thread (optimizer_overlap
+  // "forward" or "speculative"); whatever reads the whole state waits for it.
+  bool UpdateInFlight() const;
   // Mean loss over `batches` eval batches per rank, averaged over ranks. Collective.
   StatusOr<double> EvalLoss(const data::TokenDataset& data, int64_t batches);
 

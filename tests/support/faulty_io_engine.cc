@@ -1,5 +1,8 @@
 #include "support/faulty_io_engine.h"
 
+#include <chrono>
+#include <thread>
+
 namespace strata::testing {
 
 const Fault* FaultyIoEngine::Match(IoOp op, long index) const {
@@ -21,6 +24,10 @@ Status FaultyIoEngine::Submit(std::span<const IoRequest> reqs) {
     switch (f->kind) {
       case FaultKind::kError: synthetic_.push_back({r.tag, -static_cast<int64_t>(f->err)}); break;
       case FaultKind::kEagain: synthetic_.push_back({r.tag, -EAGAIN}); break;
+      case FaultKind::kSlow:
+        std::this_thread::sleep_for(std::chrono::microseconds(f->delay_us));
+        pass.push_back(r);
+        break;
       case FaultKind::kShort: {
         IoRequest half = r;
         half.len = r.len / 2 / 4096 * 4096;  // keep O_DIRECT alignment

@@ -16,6 +16,7 @@ enum class FaultKind {
   kError,      // the request fails with -err
   kShort,      // only half of the request is transferred (the rest must be resubmitted)
   kEagain,     // -EAGAIN once, before the request runs (must be resubmitted)
+  kSlow,       // the request runs, submitted `delay_us` late (a slow disk)
 };
 
 struct Fault {
@@ -23,6 +24,7 @@ struct Fault {
   long nth = 0;  // which request of that op; < 0: every one
   FaultKind kind = FaultKind::kError;
   int err = EIO;
+  int delay_us = 0;  // kSlow
 };
 
 class FaultyIoEngine final : public IoEngine {
