@@ -163,6 +163,9 @@ struct Speculation {
   AdamHyperParams hp;              // what the updates assume: this step's, with no clipping
   // Per block: its speculative update this step (its event carries the update's Status), if any.
   std::vector<std::optional<DeviceEvent>> done;
+  // Optimizer thread: the states of the next block to be speculated (the one below), read
+  // from NVMe while its backward still runs.
+  std::unique_ptr<LoadedStates> ahead;
 };
 
 struct Counters {
@@ -255,6 +258,7 @@ struct Engine::Impl {
   // (returns null), or in optim-pool buffers (NVMe states).
   StatusOr<std::unique_ptr<LoadedStates>> RestoreStates(int b, const SubGroup& sg);
   Status AbandonSpeculation();                            // a failed step: roll back, wait
+  void DropStatesAhead();                                 // optimizer thread
   // The spans of a sub-group's master, m and v: read from NVMe into `cur` (waited for), or the cpu tier.
   StatusOr<std::array<std::span<float>, 3>> StateSpans(int b, const SubGroup& sg, LoadedStates* cur);
   // A resident block's updated working weights (in `lease`) to the device, off the critical path.

@@ -175,6 +175,7 @@ Status Engine::Impl::FinishStep(const AdamHyperParams& hp, Verdict verdict,
                                 const std::vector<std::optional<DeviceEvent>>& speculated,
                                 std::unique_ptr<LoadedStates> early,
                                 const std::vector<std::shared_ptr<HostEventState>>& ready) {
+  DropStatesAhead();  // read for a block that was not speculated after all (not expected)
   std::vector<int> pending;  // consecutive blocks not updated yet
   for (int b = 0; b <= num_blocks(); ++b) {
     const bool concluding = b < num_blocks() && speculated[b].has_value();
@@ -335,7 +336,7 @@ std::unique_ptr<LoadedStates> Engine::Impl::LoadStates(const SubGroup& sg) {
 // when last step's write-backs of them are still in flight or the pool has no free buffers.
 void Engine::Impl::ReadFirstStatesEarly() {
   if (!optimizer.run.done.Ready() || !pools.optim || optimizer.early_states || model.blocks.empty() ||
-      model.blocks[0].subs.empty() || plan.speculative[0])  // (a speculated block reads its own)
+      model.blocks[0].subs.empty() || cfg.optimizer_overlap == OptimizerOverlap::kSpeculative)  // (reads its own)
     return;
   const SubGroup& sg = model.blocks[0].subs[0];
   for (TensorHandle h : {sg.master, sg.m, sg.v})

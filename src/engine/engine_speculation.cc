@@ -52,19 +52,26 @@ void Engine::Impl::Speculate(int b, const DeviceEvent& grad_final) {
 }
 
 // Block b's sub-groups, pipelined as in UpdateBlocks; each backed up before it is updated,
-// its working weights into the backup.
+// its working weights into the backup. With the states on NVMe, the first sub-group of the
+// block below (speculated next) is read while this block's last one is updated.
 Status Engine::Impl::SpeculativeUpdate(int b, const AdamHyperParams& hp) {
   const BlockPlan& bp = plan.blocks[b];
   const std::vector<SubGroup>& subs = model.blocks[b].subs;
   std::byte* backup = speculation.backup[b];
   const int64_t len = bp.optimizer.len;
   const bool states_nvme = pools.optim != nullptr;
+  auto load = [&](const SubGroup& sg) {
+    return speculation.ahead && speculation.ahead->sub == &sg ? std::move(speculation.ahead) : LoadStates(sg);
+  };
+  if (speculation.ahead && (subs.empty() || speculation.ahead->sub != &subs[0])) DropStatesAhead();  // not expected
   std::unique_ptr<LoadedStates> next;
-  if (states_nvme && !subs.empty()) next = LoadStates(subs[0]);
+  if (states_nvme && !subs.empty()) next = load(subs[0]);
   for (size_t i = 0; i < subs.size(); ++i) {
     const SubGroup& sg = subs[i];
     std::unique_ptr<LoadedStates> cur = std::move(next);
     if (states_nvme && i + 1 < subs.size()) next = LoadStates(subs[i + 1]);
+    if (states_nvme && i + 1 == subs.size() && b > 0 && speculation.backup[b - 1] && !model.blocks[b - 1].subs.empty())
+      speculation.ahead = LoadStates(model.blocks[b - 1].subs[0]);
     const int64_t at = sg.range.begin - bp.optimizer.begin;
     STRATA_ASSIGN_OR_RETURN(auto states, StateSpans(b, sg, cur.get()));
     {
@@ -120,12 +127,19 @@ Status Engine::Impl::Conclude(int b, Verdict verdict, const AdamHyperParams& hp,
   return FinishBlock(b, std::move(lease));
 }
 
+void Engine::Impl::DropStatesAhead() {
+  if (!speculation.ahead) return;
+  for (Ticket& t : speculation.ahead->read) t.Wait().IgnoreError();  // the buffers are being written into
+  speculation.ahead.reset();
+}
+
 Status Engine::Impl::AbandonSpeculation() {
   speculation.armed = false;
   auto done = std::exchange(speculation.done, std::vector<std::optional<DeviceEvent>>(num_blocks()));
   if (std::none_of(done.begin(), done.end(), [](const auto& d) { return d.has_value(); })) return Status();
   const DeviceEvent rolled_back = optimizer.thread->Submit({{}, nullptr, [this, done] {
                                                               Status first;
+                                                              DropStatesAhead();
                                                               for (int b = 0; b < num_blocks(); ++b) {
                                                                 if (!done[b]) continue;
                                                                 Status s = Conclude(b, Verdict::kRollBack, {}, *done[b]);
