@@ -76,6 +76,9 @@ struct AdamSpans {
   // Empty = no copy. Written with streaming stores where aligned: do not expect it in cache.
   std::span<uint16_t> half_out;
   HalfFormat half_format = HalfFormat::kBf16;
+  // Or m and v stored in bf16 (both, instead of exp_avg and exp_avg_sq): read, updated in
+  // fp32 and rounded back (nearest even) in the same pass.
+  std::span<uint16_t> exp_avg_bf16, exp_avg_sq_bf16;
 };
 
 struct AdamOptions {

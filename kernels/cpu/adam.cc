@@ -91,9 +91,13 @@ Status ValidateHyperParams(const AdamHyperParams& hp) {
 
 Status ValidateSpans(const AdamSpans& s) {
   const size_t n = s.params.size();
-  if (s.exp_avg.size() != n || s.exp_avg_sq.size() != n)
-    return InvalidArgument("Adam spans differ in length: params {}, exp_avg {}, exp_avg_sq {}", n,
-                           s.exp_avg.size(), s.exp_avg_sq.size());
+  const bool bf16_moments = !s.exp_avg_bf16.empty() || !s.exp_avg_sq_bf16.empty();
+  const size_t m = bf16_moments ? s.exp_avg_bf16.size() : s.exp_avg.size();
+  const size_t v = bf16_moments ? s.exp_avg_sq_bf16.size() : s.exp_avg_sq.size();
+  if (m != n || v != n || (bf16_moments && (!s.exp_avg.empty() || !s.exp_avg_sq.empty())))
+    return InvalidArgument("Adam spans differ in length or kind: params {}, exp_avg {}, exp_avg_sq {}, exp_avg_bf16 "
+                           "{}, exp_avg_sq_bf16 {}", n, s.exp_avg.size(), s.exp_avg_sq.size(), s.exp_avg_bf16.size(),
+                           s.exp_avg_sq_bf16.size());
   if (n == 0) return Status::Ok();
   const bool fp32 = s.grad.size() == n && s.grad_bf16.empty();
   const bool bf16 = s.grad_bf16.size() == n && s.grad.empty();
@@ -110,6 +114,9 @@ AdamArgs MakeArgs(const AdamHyperParams& hp, const AdamSpans& s) {
   a.p = s.params.data();
   a.m = s.exp_avg.data();
   a.v = s.exp_avg_sq.data();
+  a.m16 = s.exp_avg_bf16.data();
+  a.v16 = s.exp_avg_sq_bf16.data();
+  a.moment_kind = s.exp_avg_bf16.empty() ? cpu::MomentKind::kFp32 : cpu::MomentKind::kBf16;
   a.grad_kind = s.grad.empty() ? cpu::GradKind::kBf16 : cpu::GradKind::kFp32;
   a.g32 = s.grad.data();
   a.g16 = s.grad_bf16.data();

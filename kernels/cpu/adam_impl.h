@@ -18,17 +18,21 @@ namespace strata::cpu {
 
 enum class GradKind { kFp32, kBf16 };
 enum class HalfKind { kNone, kBf16, kFp16 };
+enum class MomentKind { kFp32, kBf16 };  // how Adam's m and v are stored
 
 // One step's arguments with every per-step constant folded (computed once in adam.cc).
 struct AdamArgs {
   float* p = nullptr;
   float* m = nullptr;
   float* v = nullptr;
+  uint16_t* m16 = nullptr;  // MomentKind::kBf16: m and v as bf16 bits
+  uint16_t* v16 = nullptr;
   const float* g32 = nullptr;
   const uint16_t* g16 = nullptr;
   uint16_t* half = nullptr;
   GradKind grad_kind = GradKind::kFp32;
   HalfKind half_kind = HalfKind::kNone;
+  MomentKind moment_kind = MomentKind::kFp32;
   float beta1 = 0, one_minus_beta1 = 0;  // m = beta1 * m + (1 - beta1) * g
   float beta2 = 0, one_minus_beta2 = 0;  // v = beta2 * v + (1 - beta2) * g^2
   float grad_scale = 1;                  // grad_unscale * clip_coef
@@ -122,26 +126,46 @@ constexpr size_t kPrefetchBytes = 1024;
 
 // Elements [begin, end) in steps of Ops::kWidth (end - begin must be a multiple of it).
 // kStream: write the half copy with non-temporal stores (its destination is aligned).
-template <class Ops, GradKind kGrad, HalfKind kHalf, bool kStream>
+// kMoments kBf16: m and v are read from bf16 and rounded back to it (nearest even) in the
+// same pass: the update itself is the fp32 one.
+template <class Ops, GradKind kGrad, MomentKind kMoments, HalfKind kHalf, bool kStream>
 inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
   using F = typename Ops::F;
   constexpr size_t kAhead = kPrefetchBytes / sizeof(float);
+  constexpr bool kBf16Moments = kMoments == MomentKind::kBf16;
 #pragma GCC unroll 2
   for (size_t i = begin; i < end; i += Ops::kWidth) {
     // Addresses past the end are harmless: a prefetch never faults.
     Ops::Prefetch(a.p + i + kAhead);
-    Ops::Prefetch(a.m + i + kAhead);
-    Ops::Prefetch(a.v + i + kAhead);
+    if constexpr (kBf16Moments) {
+      Ops::Prefetch(a.m16 + i + kAhead);
+      Ops::Prefetch(a.v16 + i + kAhead);
+    } else {
+      Ops::Prefetch(a.m + i + kAhead);
+      Ops::Prefetch(a.v + i + kAhead);
+    }
     if constexpr (kGrad == GradKind::kFp32) Ops::Prefetch(a.g32 + i + kAhead);
     else Ops::Prefetch(a.g16 + i + kAhead);
     F g;
     if constexpr (kGrad == GradKind::kFp32) g = Ops::Load(a.g32 + i);
     else g = Ops::LoadBf16(a.g16 + i);
-    F p = Ops::Load(a.p + i), m = Ops::Load(a.m + i), v = Ops::Load(a.v + i);
+    F p = Ops::Load(a.p + i), m, v;
+    if constexpr (kBf16Moments) {
+      m = Ops::LoadBf16(a.m16 + i);
+      v = Ops::LoadBf16(a.v16 + i);
+    } else {
+      m = Ops::Load(a.m + i);
+      v = Ops::Load(a.v + i);
+    }
     AdamUpdate<Ops>(a, g, p, m, v);
     Ops::Store(a.p + i, p);
-    Ops::Store(a.m + i, m);
-    Ops::Store(a.v + i, v);
+    if constexpr (kBf16Moments) {
+      Ops::template StoreBf16<false>(a.m16 + i, m);
+      Ops::template StoreBf16<false>(a.v16 + i, v);
+    } else {
+      Ops::Store(a.m + i, m);
+      Ops::Store(a.v + i, v);
+    }
     if constexpr (kHalf == HalfKind::kBf16) Ops::template StoreBf16<kStream>(a.half + i, p);
     if constexpr (kHalf == HalfKind::kFp16) Ops::template StoreFp16<kStream>(a.half + i, p);
   }
@@ -150,38 +174,41 @@ inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
 // A range: a one-element head up to the first cache-line boundary of p (so the vector body
 // loads p, m, v... from aligned addresses when the arrays are co-aligned), the vector body,
 // a one-element tail. Wide and Narrow are the vector and single-element ops of one ISA.
-template <class Wide, class Narrow, GradKind kGrad, HalfKind kHalf>
+template <class Wide, class Narrow, GradKind kGrad, MomentKind kMoments, HalfKind kHalf>
 inline void AdamRangeT(const AdamArgs& a, size_t begin, size_t end) {
   size_t head = begin;
   while (head < end && (reinterpret_cast<uintptr_t>(a.p + head) % 64) != 0) ++head;
   const size_t body_end = head + (end - head) / Wide::kWidth * Wide::kWidth;
-  AdamLoop<Narrow, kGrad, kHalf, false>(a, begin, head);
+  AdamLoop<Narrow, kGrad, kMoments, kHalf, false>(a, begin, head);
   const bool stream = kHalf != HalfKind::kNone &&
                       reinterpret_cast<uintptr_t>(a.half + head) % (2 * Wide::kWidth) == 0;
   if (stream) {
-    AdamLoop<Wide, kGrad, kHalf, true>(a, head, body_end);
+    AdamLoop<Wide, kGrad, kMoments, kHalf, true>(a, head, body_end);
     Wide::Fence();  // streaming stores are weakly ordered: publish them before returning
   } else {
-    AdamLoop<Wide, kGrad, kHalf, false>(a, head, body_end);
+    AdamLoop<Wide, kGrad, kMoments, kHalf, false>(a, head, body_end);
   }
-  AdamLoop<Narrow, kGrad, kHalf, false>(a, body_end, end);
+  AdamLoop<Narrow, kGrad, kMoments, kHalf, false>(a, body_end, end);
 }
 
-// The 2 x 3 (gradient, half copy) matrix for one ISA, chosen once per range.
+template <class Wide, class Narrow, GradKind kGrad, MomentKind kMoments>
+inline void AdamRangeHalf(const AdamArgs& a, size_t begin, size_t end) {
+  switch (a.half_kind) {
+    case HalfKind::kNone: return AdamRangeT<Wide, Narrow, kGrad, kMoments, HalfKind::kNone>(a, begin, end);
+    case HalfKind::kBf16: return AdamRangeT<Wide, Narrow, kGrad, kMoments, HalfKind::kBf16>(a, begin, end);
+    case HalfKind::kFp16: return AdamRangeT<Wide, Narrow, kGrad, kMoments, HalfKind::kFp16>(a, begin, end);
+  }
+}
+
+// The 2 x 2 x 3 (gradient, moments, half copy) matrix for one ISA, chosen once per range.
 template <class Wide, class Narrow>
 inline void AdamRangeDispatch(const AdamArgs& a, size_t begin, size_t end) {
-  const bool bf16_grad = a.grad_kind == GradKind::kBf16;
-  switch (a.half_kind) {
-    case HalfKind::kNone:
-      return bf16_grad ? AdamRangeT<Wide, Narrow, GradKind::kBf16, HalfKind::kNone>(a, begin, end)
-                       : AdamRangeT<Wide, Narrow, GradKind::kFp32, HalfKind::kNone>(a, begin, end);
-    case HalfKind::kBf16:
-      return bf16_grad ? AdamRangeT<Wide, Narrow, GradKind::kBf16, HalfKind::kBf16>(a, begin, end)
-                       : AdamRangeT<Wide, Narrow, GradKind::kFp32, HalfKind::kBf16>(a, begin, end);
-    case HalfKind::kFp16:
-      return bf16_grad ? AdamRangeT<Wide, Narrow, GradKind::kBf16, HalfKind::kFp16>(a, begin, end)
-                       : AdamRangeT<Wide, Narrow, GradKind::kFp32, HalfKind::kFp16>(a, begin, end);
-  }
+  const bool bf16_moments = a.moment_kind == MomentKind::kBf16;
+  if (a.grad_kind == GradKind::kBf16)
+    return bf16_moments ? AdamRangeHalf<Wide, Narrow, GradKind::kBf16, MomentKind::kBf16>(a, begin, end)
+                        : AdamRangeHalf<Wide, Narrow, GradKind::kBf16, MomentKind::kFp32>(a, begin, end);
+  return bf16_moments ? AdamRangeHalf<Wide, Narrow, GradKind::kFp32, MomentKind::kBf16>(a, begin, end)
+                      : AdamRangeHalf<Wide, Narrow, GradKind::kFp32, MomentKind::kFp32>(a, begin, end);
 }
 
 // Note [Finite check]

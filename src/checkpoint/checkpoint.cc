@@ -48,7 +48,9 @@ Status WriteShard(Engine& engine, const TrainConfig& cfg, const std::string& pat
   int64_t count = 0;
   STRATA_RETURN_IF_ERROR(engine.VisitState([&](const TensorKey& key, std::span<const std::byte> bytes) -> Status {
     const std::string name = key.Name();
-    const char* dtype = key.role == TensorRole::kWorking ? SafetensorsDType(cfg.compute_dtype) : "F32";
+    const char* dtype = key.role == TensorRole::kWorking  ? SafetensorsDType(cfg.compute_dtype)
+                        : key.role == TensorRole::kMaster ? "F32"
+                                                          : SafetensorsDType(cfg.adam_states);
     const int64_t numel = static_cast<int64_t>(bytes.size()) / SafetensorsDTypeSize(dtype);
     header[name] = {{"dtype", dtype},
                     {"shape", nlohmann::json::array({numel})},
@@ -104,6 +106,7 @@ Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, co
       {"step", step},
       {"world_size", world},
       {"compute_dtype", DTypeName(cfg.compute_dtype)},
+      {"adam_states", DTypeName(cfg.adam_states)},
       {"seed", cfg.seed},
       {"sub_group_size", cfg.sub_group_size},
       {"zero_stage", cfg.zero_stage},
@@ -191,6 +194,11 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
     if (m["compute_dtype"] != DTypeName(cfg.compute_dtype))
       return Error(StatusCode::kFailedPrecondition, "'{}' was saved with compute dtype {}; this run uses {}", where,
                    m["compute_dtype"].dump(), DTypeName(cfg.compute_dtype));
+    // Checkpoints from before strata.adam_states hold fp32 moments.
+    if (m.value("adam_states", std::string("fp32")) != DTypeName(cfg.adam_states))
+      return Error(StatusCode::kFailedPrecondition, "'{}' holds Adam m and v in {}; this run has strata.adam_states "
+                   "\"{}\" (set it to match to resume)", where, m.value("adam_states", std::string("fp32")),
+                   DTypeName(cfg.adam_states));
     const nlohmann::json model = ModelConfigJson(cfg.model);
     for (auto it = model.begin(); it != model.end(); ++it)
       if (m["model"].value(it.key(), nlohmann::json()) != *it)

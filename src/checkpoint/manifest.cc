@@ -41,6 +41,8 @@ std::string ManifestProblem(const nlohmann::json& j) {
     return "\"world_size\" is not a rank count";
   if (!j["compute_dtype"].is_string() || !j["model"].is_object() || !j["counters"].is_object())
     return "\"compute_dtype\", \"model\" or \"counters\" has the wrong type";
+  if (j.contains("adam_states") && j["adam_states"] != "fp32" && j["adam_states"] != "bf16")
+    return "\"adam_states\" is neither \"fp32\" nor \"bf16\"";
   for (const char* k : {"zero_stage", "sub_group_size", "seed"})
     if (j.contains(k) && !j[k].is_number_integer()) return fmt::format("\"{}\" is not an integer", k);
   for (const char* k : {"adam_steps", "clean_steps", "hysteresis_left", "loss_scale"})

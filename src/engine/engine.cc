@@ -249,7 +249,7 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat) {
   for (int64_t i = 0; i < bp.num_sub_groups(); ++i) {
     const ElementRange r = bp.sub_group(i);
     SubGroup sg{r, {}, {}, {}};
-    const auto z = BytesOf(zeros).subspan(0, r.len * 4);
+    const auto z = BytesOf(zeros).subspan(0, r.len * plan.msize);  // zero moments, fp32 or bf16
     torch::Tensor master;  // contiguous: a view of the flat group
     STRATA_RETURN_IF_ERROR(TorchCall("initial state", [&] { master = flat.narrow(0, r.begin, r.len); }));
     STRATA_RETURN_IF_ERROR(add({b, TensorRole::kMaster, r.begin}, BytesOf(master), &sg.master));

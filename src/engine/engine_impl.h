@@ -259,8 +259,11 @@ struct Engine::Impl {
   StatusOr<std::unique_ptr<LoadedStates>> RestoreStates(int b, const SubGroup& sg);
   Status AbandonSpeculation();                            // a failed step: roll back, wait
   void DropStatesAhead();                                 // optimizer thread
-  // The spans of a sub-group's master, m and v: read from NVMe into `cur` (waited for), or the cpu tier.
-  StatusOr<std::array<std::span<float>, 3>> StateSpans(int b, const SubGroup& sg, LoadedStates* cur);
+  std::byte* BackupOf(int b, int k, int64_t at);
+  // The bytes of a sub-group's master, m and v: read from NVMe into `cur` (waited for), or the cpu tier.
+  StatusOr<std::array<std::span<std::byte>, 3>> StateSpans(int b, const SubGroup& sg, LoadedStates* cur);
+  // Bytes of state k (0 master, 1 m, 2 v) of `len` elements.
+  size_t StateBytes(int k, int64_t len) const { return len * (k == 0 ? 4 : plan.msize); }
   // A resident block's updated working weights (in `lease`) to the device, off the critical path.
   Status UpdateResident(int b, PinnedBuffer lease);
   // Stages 1-2: this rank's updated part of block b shared with the others (compute thread).
@@ -278,6 +281,8 @@ class Gatherer {
   Gatherer(Engine::Impl& m, std::vector<Visit> plan, PrefetchScheduler* prefetch);
   ~Gatherer();
   Status Acquire(int block);
+  // `slot`, acquired earlier and released since, is read again by the next compute.
+  void Reuse(GatherSlot* slot) { in_use_.push_back(slot); }
   void Release();
 
  private:

@@ -28,6 +28,7 @@ namespace strata {
 namespace {
 
 std::span<float> AsFloats(std::span<std::byte> b) { return {reinterpret_cast<float*>(b.data()), b.size() / 4}; }
+std::span<uint16_t> AsHalves(std::span<std::byte> b) { return {reinterpret_cast<uint16_t*>(b.data()), b.size() / 2}; }
 
 }  // namespace
 
@@ -244,16 +245,16 @@ StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease) {
   return lease->data();
 }
 
-StatusOr<std::array<std::span<float>, 3>> Engine::Impl::StateSpans(int b, const SubGroup& sg, LoadedStates* cur) {
-  if (!cur) return std::array{AsFloats(store->CpuMemory(sg.master)), AsFloats(store->CpuMemory(sg.m)),
-                              AsFloats(store->CpuMemory(sg.v))};
+StatusOr<std::array<std::span<std::byte>, 3>> Engine::Impl::StateSpans(int b, const SubGroup& sg,
+                                                                        LoadedStates* cur) {
+  if (!cur) return std::array{store->CpuMemory(sg.master), store->CpuMemory(sg.m), store->CpuMemory(sg.v)};
   for (Ticket& t : cur->read) {
     std::optional<Tracer::Span> wait;
     if (!t.Done()) wait.emplace(tracer, Track::kOptimizer, "adam b" + std::to_string(b) + ": waiting for its states");
     if (Status s = t.Wait(); !s.ok()) return s.WithContext(fmt::format("optimizer state of block {}", b));
   }
-  std::array<std::span<float>, 3> spans;
-  for (int k = 0; k < 3; ++k) spans[k] = AsFloats(cur->buf[k].span()).subspan(0, sg.range.len);
+  std::array<std::span<std::byte>, 3> spans;
+  for (int k = 0; k < 3; ++k) spans[k] = cur->buf[k].span().subspan(0, StateBytes(k, sg.range.len));
   return spans;
 }
 
@@ -265,9 +266,14 @@ Status Engine::Impl::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   const BlockPlan& bp = plan.blocks[b];
   STRATA_ASSIGN_OR_RETURN(auto states, StateSpans(b, sg, cur));
   AdamSpans spans;
-  spans.params = states[0];
-  spans.exp_avg = states[1];
-  spans.exp_avg_sq = states[2];
+  spans.params = AsFloats(states[0]);
+  if (cfg.adam_states == DType::kBF16) {
+    spans.exp_avg_bf16 = AsHalves(states[1]);
+    spans.exp_avg_sq_bf16 = AsHalves(states[2]);
+  } else {
+    spans.exp_avg = AsFloats(states[1]);
+    spans.exp_avg_sq = AsFloats(states[2]);
+  }
   spans.grad = std::span<const float>(br.grad + (sg.range.begin - bp.grad.begin), sg.range.len);
   if (cfg.compute_dtype != DType::kF32) {
     spans.half_out = std::span<uint16_t>(reinterpret_cast<uint16_t*>(out), sg.range.len);
@@ -327,8 +333,7 @@ std::unique_ptr<LoadedStates> Engine::Impl::LeaseStates(const SubGroup& sg) {
 std::unique_ptr<LoadedStates> Engine::Impl::LoadStates(const SubGroup& sg) {
   std::unique_ptr<LoadedStates> l = LeaseStates(sg);
   const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
-  for (int k = 0; k < 3; ++k)
-    l->read[k] = store->Read(hs[k], {l->buf[k].data(), static_cast<size_t>(sg.range.len * 4)});
+  for (int k = 0; k < 3; ++k) l->read[k] = store->Read(hs[k], {l->buf[k].data(), StateBytes(k, sg.range.len)});
   return l;
 }
 

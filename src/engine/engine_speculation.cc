@@ -24,6 +24,16 @@
 
 namespace strata {
 
+// Block b's backup: [master | m | v | updated working weights] over its optimizer range;
+// part k at element `at` of that range.
+std::byte* Engine::Impl::BackupOf(int b, int k, int64_t at) {
+  const int64_t len = plan.blocks[b].optimizer.len;
+  const size_t size[4] = {4, plan.msize, plan.msize, plan.dsize};
+  int64_t offset = 0;
+  for (int i = 0; i < k; ++i) offset += len * size[i];
+  return speculation.backup[b] + offset + at * size[k];
+}
+
 Status Engine::Impl::AllocateSpeculation() {
   speculation.done.assign(num_blocks(), std::nullopt);
   speculation.backup.assign(num_blocks(), nullptr);
@@ -57,8 +67,6 @@ void Engine::Impl::Speculate(int b, const DeviceEvent& grad_final) {
 Status Engine::Impl::SpeculativeUpdate(int b, const AdamHyperParams& hp) {
   const BlockPlan& bp = plan.blocks[b];
   const std::vector<SubGroup>& subs = model.blocks[b].subs;
-  std::byte* backup = speculation.backup[b];
-  const int64_t len = bp.optimizer.len;
   const bool states_nvme = pools.optim != nullptr;
   auto load = [&](const SubGroup& sg) {
     return speculation.ahead && speculation.ahead->sub == &sg ? std::move(speculation.ahead) : LoadStates(sg);
@@ -76,25 +84,22 @@ Status Engine::Impl::SpeculativeUpdate(int b, const AdamHyperParams& hp) {
     STRATA_ASSIGN_OR_RETURN(auto states, StateSpans(b, sg, cur.get()));
     {
       Tracer::Span s(tracer, Track::kOptimizer, "backup b" + std::to_string(b));
-      for (int k = 0; k < 3; ++k) std::memcpy(backup + (k * len + at) * 4, states[k].data(), sg.range.len * 4);
+      for (int k = 0; k < 3; ++k) std::memcpy(BackupOf(b, k, at), states[k].data(), states[k].size());
     }
-    STRATA_RETURN_IF_ERROR(UpdateSubGroup(hp, b, sg, cur.get(), backup + 12 * len + at * plan.dsize));
+    STRATA_RETURN_IF_ERROR(UpdateSubGroup(hp, b, sg, cur.get(), BackupOf(b, 3, at)));
   }
   return Status();
 }
 
 StatusOr<std::unique_ptr<LoadedStates>> Engine::Impl::RestoreStates(int b, const SubGroup& sg) {
-  const BlockPlan& bp = plan.blocks[b];
-  const int64_t at = sg.range.begin - bp.optimizer.begin;
-  auto saved = [&](int k) { return speculation.backup[b] + (k * bp.optimizer.len + at) * 4; };
-  const size_t bytes = sg.range.len * 4;
+  const int64_t at = sg.range.begin - plan.blocks[b].optimizer.begin;
   if (!pools.optim) {
     const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
-    for (int k = 0; k < 3; ++k) std::memcpy(store->CpuMemory(hs[k]).data(), saved(k), bytes);
+    for (int k = 0; k < 3; ++k) std::memcpy(store->CpuMemory(hs[k]).data(), BackupOf(b, k, at), StateBytes(k, sg.range.len));
     return std::unique_ptr<LoadedStates>();
   }
   std::unique_ptr<LoadedStates> l = LeaseStates(sg);
-  for (int k = 0; k < 3; ++k) std::memcpy(l->buf[k].data(), saved(k), bytes);
+  for (int k = 0; k < 3; ++k) std::memcpy(l->buf[k].data(), BackupOf(b, k, at), StateBytes(k, sg.range.len));
   return l;
 }
 
@@ -116,7 +121,7 @@ Status Engine::Impl::Conclude(int b, Verdict verdict, const AdamHyperParams& hp,
   out += (bp.optimizer.begin - bp.working.begin) * plan.dsize;  // this rank's updated part
   if (verdict == Verdict::kStands) {
     Tracer::Span s(tracer, Track::kOptimizer, "speculation stands b" + std::to_string(b));
-    std::memcpy(out, speculation.backup[b] + 12 * bp.optimizer.len, bp.optimizer.len * plan.dsize);
+    std::memcpy(out, BackupOf(b, 3, 0), bp.optimizer.len * plan.dsize);
   } else {
     for (const SubGroup& sg : subs) {
       STRATA_ASSIGN_OR_RETURN(std::unique_ptr<LoadedStates> l, RestoreStates(b, sg));

@@ -18,14 +18,15 @@
 
 namespace strata {
 
-// The blocks whose working weights one micro-batch reads, in order: forward 0..N-2, the
-// tied owner (into its own slot) and the head, then, when training, backward N-2..0.
+// The blocks whose working weights one micro-batch reads, in order: forward 0..N-2 (the
+// tied owner into its own slot, where the head finds it again: read once for both), the
+// head, then, when training, backward N-2..0.
 std::vector<Visit> Engine::Impl::VisitPlan(int micro_batches, bool backward) const {
   const int n = num_blocks();
   std::vector<Visit> order;
   for (int mb = 0; mb < micro_batches; ++mb) {
-    for (int b = 0; b < n - 1; ++b) order.push_back({b, false});
-    if (model.tie) order.push_back({model.tie->owner_block, true});
+    for (int b = 0; b < n - 1; ++b) order.push_back({b, plan.tied_slot && b == plan.tied_owner});
+    if (model.tie && !plan.tied_slot) order.push_back({model.tie->owner_block, false});
     order.push_back({n - 1, false});
     if (backward)
       for (int b = n - 2; b >= 0; --b) order.push_back({b, false});
@@ -254,7 +255,8 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, Pass pass, Gath
     }));
     gather.Release();
   }
-  if (model.tie) STRATA_RETURN_IF_ERROR(gather.Acquire(model.tie->owner_block));
+  if (model.tie && plan.tied_slot) gather.Reuse(&bufs.tied);  // the owner, still bound there since its forward
+  else if (model.tie) STRATA_RETURN_IF_ERROR(gather.Acquire(model.tie->owner_block));
   STRATA_RETURN_IF_ERROR(gather.Acquire(n - 1));
   double loss = 0;
   {

@@ -119,6 +119,7 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
   p.optim_sharded = p.stage >= 1;
   p.compute = cfg.compute_dtype;
   p.dsize = DTypeSize(cfg.compute_dtype);
+  p.msize = DTypeSize(cfg.adam_states);
   p.working_home = ResidenceOf(cfg.offload_param.device);
   p.optimizer_home = ResidenceOf(cfg.offload_optimizer.device);
   p.tied_owner = model.tied_owner;
@@ -201,9 +202,10 @@ void ShardPlan::PlanLedger() {
     ledger.Add(StateKind::kWorking, WorkingResidence(i), working);
     if (WorkingResidence(i) == Residence::kNvme) nvme_on_disk += RoundUp(working, kPage);
     const int64_t n = b.num_sub_groups(), full = b.optimizer.len / b.sub_group_step;
-    const uint64_t full_bytes = b.sub_group_step * 4, tail_bytes = (b.optimizer.len - full * b.sub_group_step) * 4;
     for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV}) {
-      ledger.Add(k, optimizer_home, b.optimizer.len * 4);
+      const size_t size = k == StateKind::kMaster ? 4 : msize;
+      const uint64_t full_bytes = b.sub_group_step * size, tail_bytes = (b.optimizer.len - full * b.sub_group_step) * size;
+      ledger.Add(k, optimizer_home, b.optimizer.len * size);
       if (optimizer_home == Residence::kNvme)
         nvme_on_disk += full * RoundUp(full_bytes, kPage) + (n > full ? RoundUp(tail_bytes, kPage) : 0);
     }
@@ -245,7 +247,7 @@ int64_t ShardPlan::SubGroupLen(const TensorKey& key) const {
 
 uint64_t ShardPlan::TensorBytes(const TensorKey& key) const {
   if (key.role == TensorRole::kWorking) return blocks.at(key.block).working.len * dsize;
-  return SubGroupLen(key) * 4;
+  return SubGroupLen(key) * (key.role == TensorRole::kMaster ? 4 : msize);
 }
 
 }  // namespace strata

@@ -115,6 +115,7 @@ struct ShardPlan {
   bool weights_sharded = true, grads_sharded = true, optim_sharded = true;
   DType compute = DType::kF32;
   size_t dsize = 4;  // bytes per working-weight element
+  size_t msize = 4;  // bytes per element of Adam's m and of v (strata.adam_states)
   Residence working_home = Residence::kDevice, optimizer_home = Residence::kDevice;
   std::vector<BlockPlan> blocks;
   int tied_owner = -1;
@@ -150,8 +151,8 @@ struct ShardPlan {
   // Where block b's working weights live: the device for resident blocks, else their home.
   Residence WorkingResidence(int b) const;
   // Block b's speculation backup: its optimizer range's master, m and v before the update
-  // (fp32) and the update's working weights until the step is known to stand (compute dtype).
-  uint64_t SpeculationBackupBytes(int b) const { return blocks[b].optimizer.len * (12 + dsize); }
+  // and the update's working weights until the step is known to stand (compute dtype).
+  uint64_t SpeculationBackupBytes(int b) const { return blocks[b].optimizer.len * (4 + 2 * msize + dsize); }
 
  private:
   void AddBlock(int64_t numel, int64_t sub_group_step);

@@ -116,6 +116,46 @@ Status ParseScheduler(JsonReader& root, TrainConfig* c) {
   return Status();
 }
 
+// strata.model: the architecture.
+Status ParseStrataModel(JsonReader& s, TrainConfig* c) {
+  STRATA_ASSIGN_OR_RETURN(JsonReader m, s.Child("model"));
+  model::ModelConfig& mc = c->model;
+  std::string arch = mc.arch == model::Arch::kGpt2 ? "gpt2" : "llama";
+  STRATA_RETURN_IF_ERROR(m.Choice("arch", &arch, {"gpt2", "llama"}));
+  mc.arch = arch == "gpt2" ? model::Arch::kGpt2 : model::Arch::kLlama;
+  STRATA_RETURN_IF_ERROR(m.Int("vocab_size", &mc.vocab_size, 2, 1 << 24));
+  STRATA_RETURN_IF_ERROR(m.Int("seq_len", &mc.seq_len, 1, 1 << 20));
+  STRATA_RETURN_IF_ERROR(m.Int("n_layer", &mc.n_layer, 1, 10000));
+  STRATA_RETURN_IF_ERROR(m.Int("d_model", &mc.d_model, 1, 1 << 20));
+  STRATA_RETURN_IF_ERROR(m.Int("n_head", &mc.n_head, 1, 4096));
+  STRATA_RETURN_IF_ERROR(m.Int("n_kv_head", &mc.n_kv_head, 0, 4096));
+  STRATA_RETURN_IF_ERROR(m.Int("ffn_hidden", &mc.ffn_hidden, 0, 1 << 22));
+  STRATA_RETURN_IF_ERROR(m.Bool("tie_embeddings", &mc.tie_embeddings));
+  STRATA_RETURN_IF_ERROR(m.Double("norm_eps", &mc.norm_eps, 0, 1));
+  STRATA_RETURN_IF_ERROR(m.Double("rope_theta", &mc.rope_theta, 1, 1e9));
+  STRATA_RETURN_IF_ERROR(m.Double("init_std", &mc.init_std, 0, 10));
+  mc.seed = c->seed;
+  m.UnusedKeys(&c->warnings);
+  if (Status v = model::Validate(mc); !v.ok()) return v.WithContext("strata.model");
+  return Status();
+}
+
+// strata.data: the token file and the held-out split.
+Status ParseStrataData(JsonReader& s, TrainConfig* c) {
+  STRATA_ASSIGN_OR_RETURN(JsonReader d, s.Child("data"));
+  STRATA_RETURN_IF_ERROR(d.String("path", &c->data.path));
+  std::string fmt_name = "auto";
+  STRATA_RETURN_IF_ERROR(d.Choice("format", &fmt_name, {"auto", "text", "uint16", "uint32"}));
+  c->data.format = fmt_name == "auto" ? data::TokenFormat::kAuto
+                   : fmt_name == "text" ? data::TokenFormat::kText
+                   : fmt_name == "uint16" ? data::TokenFormat::kUint16
+                                          : data::TokenFormat::kUint32;
+  STRATA_RETURN_IF_ERROR(d.Double("eval_fraction", &c->data.eval_fraction, 0.001, 0.5));
+  c->data.seed = c->seed;
+  d.UnusedKeys(&c->warnings);
+  return Status();
+}
+
 Status ParseStrata(JsonReader& root, TrainConfig* c) {
   STRATA_ASSIGN_OR_RETURN(JsonReader s, root.Child("strata"));
   STRATA_RETURN_IF_ERROR(s.Int("steps", &c->steps, 0, kMaxI));
@@ -152,6 +192,9 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
     STRATA_RETURN_IF_ERROR(s.Int("speculation_budget_mb", &c->speculation_budget_mb, 0, int64_t{1} << 40));
   }
   STRATA_RETURN_IF_ERROR(s.Int("optimizer_threads", &c->optimizer_threads, 0, 4096));
+  std::string adam_states = c->adam_states == DType::kBF16 ? "bf16" : "fp32";
+  STRATA_RETURN_IF_ERROR(s.Choice("adam_states", &adam_states, {"fp32", "bf16"}));
+  c->adam_states = adam_states == "bf16" ? DType::kBF16 : DType::kF32;
   int64_t device_memory = 0;
   if (s.IsAuto("device_memory")) {
     s.Touch("device_memory");
@@ -162,37 +205,8 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   STRATA_RETURN_IF_ERROR(
       s.Choice("debug_crash_in_save", &c->debug_crash_in_save, {"", "shard_partly_written", "before_rename", "before_latest"}));
 
-  STRATA_ASSIGN_OR_RETURN(JsonReader m, s.Child("model"));
-  model::ModelConfig& mc = c->model;
-  std::string arch = mc.arch == model::Arch::kGpt2 ? "gpt2" : "llama";
-  STRATA_RETURN_IF_ERROR(m.Choice("arch", &arch, {"gpt2", "llama"}));
-  mc.arch = arch == "gpt2" ? model::Arch::kGpt2 : model::Arch::kLlama;
-  STRATA_RETURN_IF_ERROR(m.Int("vocab_size", &mc.vocab_size, 2, 1 << 24));
-  STRATA_RETURN_IF_ERROR(m.Int("seq_len", &mc.seq_len, 1, 1 << 20));
-  STRATA_RETURN_IF_ERROR(m.Int("n_layer", &mc.n_layer, 1, 10000));
-  STRATA_RETURN_IF_ERROR(m.Int("d_model", &mc.d_model, 1, 1 << 20));
-  STRATA_RETURN_IF_ERROR(m.Int("n_head", &mc.n_head, 1, 4096));
-  STRATA_RETURN_IF_ERROR(m.Int("n_kv_head", &mc.n_kv_head, 0, 4096));
-  STRATA_RETURN_IF_ERROR(m.Int("ffn_hidden", &mc.ffn_hidden, 0, 1 << 22));
-  STRATA_RETURN_IF_ERROR(m.Bool("tie_embeddings", &mc.tie_embeddings));
-  STRATA_RETURN_IF_ERROR(m.Double("norm_eps", &mc.norm_eps, 0, 1));
-  STRATA_RETURN_IF_ERROR(m.Double("rope_theta", &mc.rope_theta, 1, 1e9));
-  STRATA_RETURN_IF_ERROR(m.Double("init_std", &mc.init_std, 0, 10));
-  mc.seed = c->seed;
-  m.UnusedKeys(&c->warnings);
-  if (Status v = model::Validate(mc); !v.ok()) return v.WithContext("strata.model");
-
-  STRATA_ASSIGN_OR_RETURN(JsonReader d, s.Child("data"));
-  STRATA_RETURN_IF_ERROR(d.String("path", &c->data.path));
-  std::string fmt_name = "auto";
-  STRATA_RETURN_IF_ERROR(d.Choice("format", &fmt_name, {"auto", "text", "uint16", "uint32"}));
-  c->data.format = fmt_name == "auto" ? data::TokenFormat::kAuto
-                   : fmt_name == "text" ? data::TokenFormat::kText
-                   : fmt_name == "uint16" ? data::TokenFormat::kUint16
-                                          : data::TokenFormat::kUint32;
-  STRATA_RETURN_IF_ERROR(d.Double("eval_fraction", &c->data.eval_fraction, 0.001, 0.5));
-  c->data.seed = c->seed;
-  d.UnusedKeys(&c->warnings);
+  STRATA_RETURN_IF_ERROR(ParseStrataModel(s, c));
+  STRATA_RETURN_IF_ERROR(ParseStrataData(s, c));
   s.UnusedKeys(&c->warnings);
   return Status();
 }

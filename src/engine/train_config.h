@@ -130,6 +130,9 @@ struct TrainConfig {
   // What the engine does, settled by ResolveRecompute (kAuto: from the memory estimate);
   // false = recompute, the safe default of a config nobody resolved.
   bool keep_activations = false;
+  // strata.adam_states: how Adam's m and v are stored ("fp32", or "bf16": 4 B/param instead
+  // of 8, in memory, on NVMe and in checkpoints; the update itself stays fp32).
+  DType adam_states = DType::kF32;
   int optimizer_threads = 0;  // strata.optimizer_threads: the CPU Adam's OpenMP threads; 0 = the compute thread's
   // strata.device_memory: bytes of device memory for the fit check; 0 ("auto"): the device's own.
   uint64_t device_memory = 0;

@@ -104,6 +104,29 @@ TEST(Checkpoint, SavedWhileTheUpdateRunsResumesBitwise) {
   }
 }
 
+// Adam's moments kept in bf16 (strata.adam_states): saved as BF16 tensors, resumed bitwise;
+// a run with fp32 moments is refused that checkpoint, naming the key.
+TEST(Checkpoint, Bf16MomentsResumeBitwiseAndAMismatchIsRefused) {
+  TempDir dir;
+  TrainConfig cfg = ResumeConfig(dir.path());
+  cfg.adam_states = DType::kBF16;
+  const std::string ck = dir.path() + "/ckpt";
+  Params straight, resumed;
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 6, "", "", &straight); }), "");
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 3, "", ck, nullptr); }), "");
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 3, 6, ck, "", &resumed); }), "");
+  testing::ExpectBitwiseEqual(straight, resumed);
+  auto shard = ckpt::SafetensorsFile::Open(ck + "/step_00000003/rank0.safetensors");
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  int bf16_moments = 0;
+  for (const auto& t : shard->tensors()) bf16_moments += t.name.find(".adam_") != std::string::npos && t.dtype == "BF16";
+  EXPECT_GT(bf16_moments, 0);
+  TrainConfig fp32 = cfg;
+  fp32.adam_states = DType::kF32;
+  const std::string err = RunRanks(2, [&](int r, Communicator& c) { return Train(fp32, r, c, 3, 6, ck, "", nullptr); });
+  EXPECT_NE(err.find("strata.adam_states"), std::string::npos) << err;
+}
+
 TEST(Checkpoint, KeepsTheLastKAndPointsLatestAtTheNewest) {
   TempDir dir;
   const TrainConfig cfg = ResumeConfig(dir.path());

@@ -87,6 +87,13 @@ TEST(Estimate, HalfPrecisionAndUntiedLlamaMatchTheEngineLedgerExactly) {
     llama.compute_dtype = d;
     ExpectEstimateMatchesLedger(llama, 2, "untied llama");
   }
+  // bf16 Adam moments, and the speculation backups (all blocks, and a budget for some).
+  llama.adam_states = DType::kBF16;
+  ExpectEstimateMatchesLedger(llama, 2, "bf16 moments");
+  llama.optimizer_overlap = OptimizerOverlap::kSpeculative;
+  ExpectEstimateMatchesLedger(llama, 2, "speculative");
+  llama.speculation_budget_mb = 1;
+  ExpectEstimateMatchesLedger(llama, 2, "speculative within 1 MB");
 }
 
 // On a device: resident blocks (all, some, none), double-buffered gathers and gradient

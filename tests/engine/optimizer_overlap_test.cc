@@ -97,6 +97,22 @@ TEST(Speculation, OnAnAsynchronousDeviceWithAccumulationAndABudget) {
       EXPECT_TRUE(plain.state == speculative.state) << "working weights, master, m or v differ";
     }
   }
+  // Adam's moments in bf16 (strata.adam_states): the speculation backs them up as they are.
+  for (OffloadDevice offload : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+    SCOPED_TRACE(::testing::Message() << "bf16 moments, " << OffloadDeviceName(offload));
+    c.offload_param.device = c.offload_optimizer.device = offload;
+    c.compute_dtype = DType::kBF16;
+    c.adam_states = DType::kBF16;
+    c.debug_overflow_step = -1;
+    c.optimizer_overlap = OptimizerOverlap::kNone;
+    const auto plain = RunEngine(c, 2, 4);
+    c.optimizer_overlap = OptimizerOverlap::kSpeculative;
+    const auto speculative = RunEngine(c, 2, 4);
+    EXPECT_TRUE(testing::BitwiseEqual(plain, speculative));
+    EXPECT_TRUE(plain.state == speculative.state);
+    EXPECT_LT(plain.stats.back().loss, plain.stats.front().loss);
+  }
+  c.adam_states = DType::kF32;
   // A budget for the last two blocks only (d_model 256: a layer's backup is ~5.5 MB per rank).
   c.model.d_model = 256;
   c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kCpu;

@@ -2,6 +2,8 @@
 // limit (RLIMIT_FSIZE -> EFBIG), short and EAGAIN completions, and swap folders left by a
 // killed process. Each error names the tensor; nothing else is corrupted.
 #include <gtest/gtest.h>
+
+#include <mutex>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -221,23 +223,33 @@ TEST(Faults, RanksOpeningTogetherNeverRemoveEachOthersFolders) {
   for (int round = 0; round < 20; ++round) {
     std::vector<std::thread> threads;
     std::atomic<int> failures{0}, stale{0};
+    std::mutex mu;
+    std::string why;  // what went wrong first (this test has failed once under load, unexplained)
+    auto fail = [&](const std::string& what) {
+      failures++;
+      std::lock_guard<std::mutex> lock(mu);
+      if (why.empty()) why = what;
+    };
     for (int r = 0; r < 4; ++r) {
       threads.emplace_back([&, r] {
         auto o = testing::TierOptions(dir.path());
         o.rank = r;
         auto tier = NvmeTier::Open(o);
-        if (!tier.ok()) { failures++; return; }
+        if (!tier.ok()) return fail(tier.status().ToString());
         stale += static_cast<int>((*tier)->stale_folders().size());
+        for (const auto& f : (*tier)->stale_folders()) fail("took for stale: " + f.path);
         auto id = (*tier)->Allocate("x", 8192);
+        if (!id.ok()) return fail(id.status().ToString());
         auto src = testing::RandomBytes(8192, r);
         std::vector<std::byte> dst(8192);
-        if (!id.ok() || !(*tier)->Write(*id, src).Wait().ok() || !(*tier)->Read(*id, dst).Wait().ok() || dst != src)
-          failures++;
+        if (Status w = (*tier)->Write(*id, src).Wait(); !w.ok()) return fail(w.ToString());
+        if (Status rd = (*tier)->Read(*id, dst).Wait(); !rd.ok()) return fail(rd.ToString());
+        if (dst != src) fail("read back other bytes");
       });
     }
     for (auto& t : threads) t.join();
-    ASSERT_EQ(failures.load(), 0) << "round " << round;
-    ASSERT_EQ(stale.load(), 0) << "round " << round;
+    ASSERT_EQ(failures.load(), 0) << "round " << round << ": " << why;
+    ASSERT_EQ(stale.load(), 0) << "round " << round << ": " << why;
   }
 }
 
