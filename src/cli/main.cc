@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   strata::cli::AddBenchIoCommand(*bench, &action);
   strata::cli::AddBenchAdamCommand(*bench, &action);
   strata::cli::AddBenchStepCommand(*bench, &action);
+  strata::cli::AddBenchTuneCommand(*bench, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
