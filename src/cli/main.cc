@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   strata::cli::AddBenchAdamCommand(*bench, &action);
   strata::cli::AddBenchStepCommand(*bench, &action);
   strata::cli::AddBenchTuneCommand(*bench, &action);
+  strata::cli::AddBenchLinksCommand(*bench, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
