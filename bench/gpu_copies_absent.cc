@@ -4,7 +4,7 @@
 namespace strata::bench {
 
 StatusOr<GpuCopyFigures> MeasureGpuCopies(const GpuLinkOptions&) {
-  return Error(StatusCode::kUnavailable, "no GPU: CPU build");
+  return Error(StatusCode::kUnavailable, "GPU rows: no GPU in a CPU build (configure with -DSTRATA_CUDA=ON)");
 }
 
 }  // namespace strata::bench

@@ -1,5 +1,7 @@
 #include "bench/links_report.h"
 
+#include <algorithm>
+
 #include "bench/bench_util.h"
 
 namespace strata::bench {
@@ -17,10 +19,13 @@ std::optional<double> LinkRow::ratio() const {
 
 void PrintLinkTable(const std::vector<LinkRow>& rows, std::FILE* out) {
   Table t({"link", "GB/s", "anchor (same run)", "anchor GB/s", "ratio", "physical"});
-  for (const LinkRow& r : rows)
-    t.Row({r.link, r.gbps ? Cell(r.gbps) : "absent (" + r.absent + ")", r.anchor, Cell(r.anchor_gbps),
-           Cell(r.ratio()), r.physical});
+  std::vector<std::string> reasons;  // why rows are absent, each said once under the table
+  for (const LinkRow& r : rows) {
+    t.Row({r.link, r.gbps ? Cell(r.gbps) : "absent", r.anchor, Cell(r.anchor_gbps), Cell(r.ratio()), r.physical});
+    if (!r.gbps && std::find(reasons.begin(), reasons.end(), r.absent) == reasons.end()) reasons.push_back(r.absent);
+  }
   t.Print(out);
+  for (const std::string& why : reasons) std::fprintf(out, "absent: %s\n", why.c_str());
 }
 
 nlohmann::ordered_json LinksJson(const std::vector<LinkRow>& rows) {

@@ -20,7 +20,7 @@ struct LinkRow {
   std::optional<double> ratio() const;   // gbps / anchor_gbps when both are known
 };
 
-// Columns: link, GB/s, anchor, anchor GB/s, ratio, physical.
+// Columns: link, GB/s, anchor, anchor GB/s, ratio, physical; then why absent rows are absent.
 void PrintLinkTable(const std::vector<LinkRow>& rows, std::FILE* out);
 // {"rows": [{"link", "gbps", "absent", "anchor", "anchor_gbps", "ratio", "physical_gbps", "physical"}]}
 // (unknown figures are null).

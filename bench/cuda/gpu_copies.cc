@@ -76,7 +76,7 @@ StatusOr<double> Timed(size_t bytes, const std::function<Status()>& copy) {
 
 StatusOr<GpuCopyFigures> MeasureGpuCopies(const GpuLinkOptions& o) {
   std::string why;
-  if (!cuda::DeviceAvailable(&why)) return Error(StatusCode::kUnavailable, "no GPU: {}", why);
+  if (!cuda::DeviceAvailable(&why)) return Error(StatusCode::kUnavailable, "GPU rows: {}", why);
   Buffers b;
   STRATA_RETURN_IF_ERROR(Allocate(o, &b));
   // Six ways, each a list of samples: Strata H2D, D2H; raw pinned H2D, D2H; pageable H2D, D2H.
