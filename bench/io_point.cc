@@ -88,13 +88,22 @@ StatusOr<double> IoPoint::StorePass(IoDirection direction) {
   return static_cast<double>(bytes()) / dt / 1e9;
 }
 
+Status IoPoint::Prepare() {
+  STRATA_RETURN_IF_ERROR(StorePass(IoDirection::kWrite).status());
+  return RunFio(IoDirection::kWrite, 8u << 20, 16, /*fixed_buffers=*/false).status();
+}
+
 StatusOr<double> IoPoint::FioPass(IoDirection direction, FioFlavour flavour) {
+  return RunFio(direction, settings_.block, settings_.queue_depth, flavour == FioFlavour::kFixedBuffers);
+}
+
+StatusOr<double> IoPoint::RunFio(IoDirection direction, uint32_t block, unsigned queue_depth, bool fixed_buffers) {
   const bool write = direction == IoDirection::kWrite;
   const std::string cmd = fmt::format(
       "exec fio --name=strata-anchor --filename='{}' --size={} --bs={} --iodepth={} --ioengine=io_uring {}--direct=1 "
       "--rw={} --numjobs=1 --group_reporting --output-format=json 2>&1",
-      fio_file_, bytes(), settings_.block, settings_.queue_depth,
-      flavour == FioFlavour::kFixedBuffers ? "--fixedbufs --registerfiles " : "", write ? "write" : "read");
+      fio_file_, bytes(), block, queue_depth, fixed_buffers ? "--fixedbufs --registerfiles " : "",
+      write ? "write" : "read");
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return ErrnoError(errno, "cannot run fio");
   std::string out;
