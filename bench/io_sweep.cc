@@ -52,18 +52,6 @@ void PrintGrid(const SweepTable& t, IoDirection d) {
   out.Print(stdout);
 }
 
-Status WriteSweepFiles(const SweepTable& t, const SweepOptions& o, const std::string& out_dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) return Error(StatusCode::kInternal, "cannot create {}: {}", out_dir, ec.message());
-  const std::string base = (std::filesystem::path(out_dir) / "io_sweep").string();
-  STRATA_RETURN_IF_ERROR(WriteFile(base + ".csv", SweepCsv(t)));
-  STRATA_RETURN_IF_ERROR(WriteFile(base + ".json", SweepJson(t).dump(2) + "\n"));
-  STRATA_RETURN_IF_ERROR(WriteFile(base + ".svg", RenderSvg(SweepPlot(t, "swap folder under " + o.dir))));
-  std::printf("wrote %s.csv, %s.json, %s.svg\n", base.c_str(), base.c_str(), base.c_str());
-  return Status();
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<IoSweep>> IoSweep::Create(SweepOptions o) {
@@ -136,6 +124,19 @@ SweepTable IoSweep::Table() const {
   return t;
 }
 
+Status WriteSweepFiles(const SweepTable& t, const std::string& where, const std::string& out_dir,
+                       const std::string& name) {
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return Error(StatusCode::kInternal, "cannot create {}: {}", out_dir, ec.message());
+  const std::string base = (std::filesystem::path(out_dir) / name).string();
+  STRATA_RETURN_IF_ERROR(WriteFile(base + ".csv", SweepCsv(t)));
+  STRATA_RETURN_IF_ERROR(WriteFile(base + ".json", SweepJson(t).dump(2) + "\n"));
+  STRATA_RETURN_IF_ERROR(WriteFile(base + ".svg", RenderSvg(SweepPlot(t, where))));
+  std::printf("wrote %s.csv, %s.json, %s.svg\n", base.c_str(), base.c_str(), base.c_str());
+  return Status();
+}
+
 int RunIoSweep(const SweepOptions& o, const std::string& out_dir) {
   auto fail = [](const Status& s) {
     LogError("bench io --sweep: {}", s.ToString());
@@ -159,7 +160,7 @@ int RunIoSweep(const SweepOptions& o, const std::string& out_dir) {
   PrintBest(t);
   std::printf("%d points x %d rounds in %s; medians; fio: %s\n", static_cast<int>(grid.size()), o.rounds,
               MinutesSeconds(t.wall_s).c_str(), sw.fio() ? kSweepFioAnchor : "not run");
-  if (Status s = WriteSweepFiles(t, o, out_dir); !s.ok()) return fail(s);
+  if (Status s = WriteSweepFiles(t, "swap folder under " + o.dir, out_dir, "io_sweep"); !s.ok()) return fail(s);
   return 0;
 }
 

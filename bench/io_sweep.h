@@ -76,6 +76,11 @@ class IoSweep {
 // The label of the fio anchor a sweep runs.
 inline constexpr const char* kSweepFioAnchor = "fio io_uring --fixedbufs --registerfiles";
 
+// Writes `name`.csv, .json and .svg into `out_dir` (created) and prints their paths; `where`
+// goes into the picture's subtitle.
+Status WriteSweepFiles(const SweepTable& table, const std::string& where, const std::string& out_dir,
+                       const std::string& name);
+
 // `bench io --sweep`: runs `options.rounds` rounds over the grid, writes io_sweep.csv,
 // io_sweep.json and io_sweep.svg into `out_dir` (created), prints the best settings and the
 // files' paths to stdout. Returns the exit code.

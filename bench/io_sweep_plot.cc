@@ -24,13 +24,23 @@ PlotPanel DirectionPanel(const SweepTable& t, IoDirection d) {
   return panel;
 }
 
+// "3", or "1-4" where points were measured unequally often (bench tune repeats its contenders).
+std::string RoundsText(const SweepTable& t) {
+  int lo = 0, hi = 0;
+  for (const SweepRow& r : t.rows) {
+    lo = lo == 0 ? r.store.n : std::min(lo, r.store.n);
+    hi = std::max(hi, r.store.n);
+  }
+  return lo == hi ? fmt::format("{}", hi) : fmt::format("{}-{}", lo, hi);
+}
+
 }  // namespace
 
 PlotSpec SweepPlot(const SweepTable& t, const std::string& where) {
   PlotSpec spec;
   spec.title = "Strata's NVMe tier against fio: GB/s by block size and queue depth";
   spec.subtitle = fmt::format("{}; {} engine, {} per pass, median of {} interleaved rounds{}", where, t.engine,
-                              HumanBytes(t.bytes_per_pass), t.rounds,
+                              HumanBytes(t.bytes_per_pass), RoundsText(t),
                               t.has_fio() ? "; dashed: " + t.fio_anchor : "; fio not run");
   spec.x_label = "block size (aio.block_size), log scale";
   spec.y_label = "GB/s";

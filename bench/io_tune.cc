@@ -13,17 +13,21 @@ namespace strata::bench {
 namespace {
 
 // The settings worth measuring again: the best `by_score` by the tuning rule, and the best
-// `by_direction` by read alone and by write alone.
+// `by_direction` by the store's read and write alone and by fio's (whose best is the other
+// denominator), so that no "best" rests on a single lucky sample.
 std::vector<GridPoint> Contenders(const SweepTable& t, size_t by_score = 4, size_t by_direction = 2) {
-  std::vector<TunePick> scored = ScoreSettings(t);
   std::set<GridPoint> chosen;
-  auto take = [&](auto key, size_t n) {
-    std::sort(scored.begin(), scored.end(), [&](const TunePick& a, const TunePick& b) { return key(a) > key(b); });
-    for (size_t i = 0; i < std::min(n, scored.size()); ++i) chosen.insert({scored[i].block, scored[i].queue_depth});
-  };
-  take([](const TunePick& p) { return p.score; }, by_score);
-  take([](const TunePick& p) { return p.read; }, by_direction);
-  take([](const TunePick& p) { return p.write; }, by_direction);
+  std::vector<TunePick> scored = ScoreSettings(t);
+  std::sort(scored.begin(), scored.end(), [](const TunePick& a, const TunePick& b) { return a.score > b.score; });
+  for (size_t i = 0; i < std::min(by_score, scored.size()); ++i) chosen.insert({scored[i].block, scored[i].queue_depth});
+  std::vector<SweepRow> rows = t.rows;
+  for (bool fio : {false, true})
+    for (IoDirection d : {IoDirection::kRead, IoDirection::kWrite}) {
+      auto value = [&](const SweepRow& r) { return r.direction != d ? -1.0 : fio ? r.fio.median : r.store.median; };
+      std::sort(rows.begin(), rows.end(), [&](const SweepRow& a, const SweepRow& b) { return value(a) > value(b); });
+      for (size_t i = 0; i < std::min(by_direction, rows.size()); ++i)
+        if (value(rows[i]) > 0) chosen.insert({rows[i].block, rows[i].queue_depth});
+    }
   return {chosen.begin(), chosen.end()};
 }
 
@@ -121,6 +125,9 @@ int RunIoTune(const TuneOptions& o) {
   PrintBests(*table);
   PrintPick(*pick, (*sweep)->fio());
   const std::optional<int64_t> count = PrintConfigSection(o, *pick);
+  if (!o.out_dir.empty())
+    if (Status s = WriteSweepFiles(*table, "bench tune under " + o.sweep.dir, o.out_dir, "io_tune"); !s.ok())
+      return fail(s);
   if (!o.write) return 0;
   auto keys = WriteTunedConfig(o.config_path, {pick->block, pick->queue_depth, count});
   if (!keys.ok()) return fail(keys.status());

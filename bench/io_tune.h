@@ -3,8 +3,9 @@
 // store and fio reached; with --write, the config rewritten with them.
 //
 // Within the budget: one round over the whole grid, then further rounds over the contenders
-// only (the best few by the tuning rule, and the best few by read and by write alone, so that a
-// lucky single sample does not set "the best"), until the budget is spent. The pick follows
+// only (the best few by the tuning rule, and the best few by read and by write alone, the
+// store's and fio's, so that a lucky single sample does not set "the best"), until the budget
+// is spent. The pick follows
 // PickSetting's rule (bench/tune_rule.h) on the medians.
 #pragma once
 
@@ -25,6 +26,7 @@ struct TuneOptions {
   std::string buffer_note;      // why no buffer count is given, when param_buffer_bytes is 0
   std::string config_path;      // the config the settings are for ("" = the built-in one)
   bool write = false;           // rewrite config_path with them
+  std::string out_dir;          // "" = none; else io_tune.csv, .json and .svg of what was measured
 };
 
 // Prints progress to stderr and the result to stdout; returns the exit code.

@@ -13,7 +13,7 @@ namespace strata::cli {
 namespace {
 
 struct TuneArgs {
-  std::string config, dir, size = "256M";
+  std::string config, dir, size = "256M", out;
   double budget_s = 90;
   int nproc = 1;
   bool write = false, no_fio = false;
@@ -44,6 +44,7 @@ int RunTune(const TuneArgs& a) {
   o.budget_s = a.budget_s;
   o.config_path = a.config;
   o.write = a.write;
+  o.out_dir = a.out;
   o.sweep.run_fio = !a.no_fio;
   auto size = bench::ParseBytes(a.size, "--size");
   if (!size.ok()) return LogError("{}", size.status().message()), 2;
@@ -70,6 +71,7 @@ void AddBenchTuneCommand(CLI::App& bench, Action* action) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--write", a->write, "rewrite --config with the settings (other keys kept; the original kept "
                                      "as FILE.bak)");
+  cmd->add_option("--out", a->out, "also write what was measured as io_tune.csv, .json and .svg into this folder");
   cmd->add_flag("--no-fio", a->no_fio, "do not run fio (no fractions of fio's figures)");
   cmd->callback([=] { *action = [=] { return RunTune(*a); }; });
 }
