@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <fstream>
 
 namespace strata::bench {
 
@@ -74,6 +76,15 @@ StatusOr<uint64_t> ParseBytes(const std::string& text, const std::string& flag) 
   else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1ull << 40;
   else return InvalidArgument("{}: unknown unit '{}' in '{}' (use K, M, G or T)", flag, unit, text);
   return value * mult;
+}
+
+Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) return ErrnoError(errno, "cannot open {} for writing", path);
+  f.write(text.data(), static_cast<std::streamsize>(text.size()));
+  f.close();
+  if (!f) return ErrnoError(errno, "cannot write {}", path);
+  return Status();
 }
 
 }  // namespace strata::bench

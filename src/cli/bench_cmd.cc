@@ -1,6 +1,8 @@
-// `strata bench io` and `strata bench step`.
+// `strata bench io` (one setting, or --sweep) and `strata bench step`.
 #include "bench/bench_util.h"
 #include "bench/io_bench.h"
+#include "bench/io_point.h"
+#include "bench/io_sweep.h"
 #include "bench/step_bench.h"
 #include "src/cli/default_config.h"
 #include "src/cli/commands.h"
@@ -9,17 +11,51 @@
 
 namespace strata::cli {
 
+namespace {
+
+// Flags only the sweep reads; the shared ones (--dir, --size, --rounds, ...) take the sweep's
+// own defaults unless given.
+struct SweepFlags {
+  bool on = false;
+  std::string out = "strata-bench-io";
+  std::vector<std::string> blocks = {"128K", "256K", "512K", "1M", "2M", "4M", "8M"};
+  std::vector<unsigned> queue_depths = {1, 4, 16, 64};
+};
+
+int RunSweep(const bench::IoBenchOptions& io, const SweepFlags& flags, const CLI::App& cmd) {
+  bench::SweepOptions o;
+  o.dir = io.dir;
+  o.checksums = io.checksums;
+  o.run_fio = io.run_fio;
+  o.engine = bench::EngineKindFromName(io.engine);
+  if (cmd.count("--size")) o.size = io.size;
+  if (cmd.count("--rounds")) o.rounds = io.rounds;
+  o.blocks.clear();
+  for (const std::string& b : flags.blocks) {
+    auto v = bench::ParseBytes(b, "--blocks");
+    if (!v.ok()) return LogError("{}", v.status().message()), 2;
+    o.blocks.push_back(static_cast<uint32_t>(*v));
+  }
+  o.queue_depths = flags.queue_depths;
+  return bench::RunIoSweep(o, flags.out);
+}
+
+}  // namespace
+
 void AddBenchIoCommand(CLI::App& bench, Action* action) {
   auto* cmd = bench.add_subcommand("io", "NVMe tier sequential write/read vs fio (io_uring) on the same file size, "
-                                         "block size and queue depth; pinned memcpy bandwidth");
+                                         "block size and queue depth; pinned memcpy bandwidth; --sweep: a grid of "
+                                         "block sizes x queue depths as CSV, JSON and an SVG picture");
   auto opts = std::make_shared<bench::IoBenchOptions>();
+  auto sweep = std::make_shared<SweepFlags>();
   auto size = std::make_shared<std::string>("2G");
   auto block = std::make_shared<std::string>("1M");
   cmd->add_option("--dir", opts->dir, "folder for the swap file (on the drive to measure)")->capture_default_str();
-  cmd->add_option("--size", *size, "bytes written and read per pass (K/M/G suffixes)")->capture_default_str();
+  cmd->add_option("--size", *size, "bytes written and read per pass (K/M/G suffixes; --sweep: 256M)")->capture_default_str();
   cmd->add_option("--block", *block, "bytes per request (aio block_size)")->capture_default_str();
   cmd->add_option("--qd", opts->queue_depth, "requests in flight (aio queue_depth)")->capture_default_str();
-  cmd->add_option("--rounds", opts->rounds, "interleaved repetitions")->capture_default_str()->check(CLI::Range(1, 100));
+  cmd->add_option("--rounds", opts->rounds, "interleaved repetitions (--sweep: 3)")->capture_default_str()
+      ->check(CLI::Range(1, 100));
   cmd->add_option("--engine", opts->engine, "auto | uring | pread")->capture_default_str()
       ->check(CLI::IsMember({"auto", "uring", "pread"}));
   cmd->add_flag("--no-checksum{false}", opts->checksums, "skip the per-tensor xxh3 (on by default)");
@@ -27,6 +63,14 @@ void AddBenchIoCommand(CLI::App& bench, Action* action) {
   cmd->add_flag("--small-pages", opts->small_pages, "the store's buffers in 4 KiB pages instead of huge pages "
                                                    "(shows what huge pages are worth on this disk)");
   cmd->add_flag("--json", opts->json, "print one JSON object");
+  cmd->add_flag("--sweep", sweep->on, "every block size x queue depth x read/write, the store and fio (--fixedbufs "
+                "--registerfiles) interleaved at each point; 256 MiB per pass and 3 rounds unless --size/--rounds "
+                "say otherwise (about 3 minutes here); writes io_sweep.csv, .json and .svg into --out");
+  cmd->add_option("--out", sweep->out, "--sweep: folder for the CSV, JSON and SVG")->capture_default_str();
+  cmd->add_option("--blocks", sweep->blocks, "--sweep: block sizes (multiples of 4K dividing 64M)")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--qds", sweep->queue_depths, "--sweep: queue depths")->delimiter(',')->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   cmd->callback([=] {
     *action = [=] {
       auto s = bench::ParseBytes(*size, "--size");
@@ -37,8 +81,9 @@ void AddBenchIoCommand(CLI::App& bench, Action* action) {
       }
       opts->size = *s;
       opts->block = static_cast<uint32_t>(*b);
+      StopOnSignals();  // Ctrl-C removes the swap folder (the test file and fio's with it)
+      if (sweep->on) return RunSweep(*opts, *sweep, *cmd);
       if (opts->size < opts->tensor_bytes) opts->tensor_bytes = (opts->size / opts->block) * opts->block;
-      StopOnSignals();  // Ctrl-C removes the swap folder (the 2 GiB test file and fio's with it)
       return bench::RunIoBench(*opts);
     };
   });

@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
   strata::cli::AddBenchIoCommand(*bench, &action);
   strata::cli::AddBenchAdamCommand(*bench, &action);
   strata::cli::AddBenchStepCommand(*bench, &action);
+  strata::cli::AddBenchTuneCommand(*bench, &action);
+  strata::cli::AddBenchLinksCommand(*bench, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

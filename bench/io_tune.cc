@@ -1,0 +1,141 @@
+#include "bench/io_tune.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <set>
+
+#include "bench/tune_config.h"
+#include "bench/tune_rule.h"
+#include "strata/log.h"
+
+namespace strata::bench {
+namespace {
+
+// The settings worth measuring again: the best `by_score` by the tuning rule, and the best
+// `by_direction` by the store's read and write alone and by fio's (whose best is the other
+// denominator), so that no "best" rests on a single lucky sample.
+std::vector<GridPoint> Contenders(const SweepTable& t, size_t by_score = 4, size_t by_direction = 2) {
+  std::set<GridPoint> chosen;
+  std::vector<TunePick> scored = ScoreSettings(t);
+  std::sort(scored.begin(), scored.end(), [](const TunePick& a, const TunePick& b) { return a.score > b.score; });
+  for (size_t i = 0; i < std::min(by_score, scored.size()); ++i) chosen.insert({scored[i].block, scored[i].queue_depth});
+  std::vector<SweepRow> rows = t.rows;
+  for (bool fio : {false, true})
+    for (IoDirection d : {IoDirection::kRead, IoDirection::kWrite}) {
+      auto value = [&](const SweepRow& r) { return r.direction != d ? -1.0 : fio ? r.fio.median : r.store.median; };
+      std::sort(rows.begin(), rows.end(), [&](const SweepRow& a, const SweepRow& b) { return value(a) > value(b); });
+      for (size_t i = 0; i < std::min(by_direction, rows.size()); ++i)
+        if (value(rows[i]) > 0) chosen.insert({rows[i].block, rows[i].queue_depth});
+    }
+  return {chosen.begin(), chosen.end()};
+}
+
+// One round over the grid, then rounds over the contenders until the budget is spent.
+StatusOr<SweepTable> MeasureWithinBudget(IoSweep& sweep, const TuneOptions& o, int* extra_rounds) {
+  const std::vector<GridPoint> grid = sweep.Grid();
+  SweepProgress progress(static_cast<int>(grid.size()), o.budget_s);
+  Status s = sweep.Round(grid, &progress, o.budget_s);
+  std::vector<GridPoint> contenders = Contenders(sweep.Table());
+  while (s.ok() && !contenders.empty()) {
+    const double per_round = progress.mean_point_s() * static_cast<double>(contenders.size());
+    const int fit = static_cast<int>((o.budget_s - progress.elapsed_s()) / std::max(per_round, 1e-3));
+    if (fit < 1) break;
+    progress.set_total(progress.done() + fit * static_cast<int>(contenders.size()));
+    s = sweep.Round(contenders, &progress, o.budget_s);
+    ++*extra_rounds;
+    contenders = Contenders(sweep.Table());
+  }
+  progress.Finish();
+  if (!s.ok()) return s;
+  if (progress.done() < static_cast<int>(grid.size()))
+    LogWarn("bench tune: the budget allowed {} of the {} settings; the pick is among those (raise --budget-s)",
+            progress.done(), grid.size());
+  SweepTable t = sweep.Table();
+  t.wall_s = progress.elapsed_s();
+  return t;
+}
+
+void PrintBests(const SweepTable& t) {
+  for (IoDirection d : {IoDirection::kRead, IoDirection::kWrite}) {
+    const SweepRow* s = t.BestStore(d);
+    const SweepRow* f = t.BestFio(d);
+    std::printf("best %-5s strata %.2f GB/s at %s qd %u", DirectionName(d), s->store.median, BlockLabel(s->block).c_str(),
+                s->queue_depth);
+    if (f) std::printf(";  fio %.2f GB/s at %s qd %u", f->fio.median, BlockLabel(f->block).c_str(), f->queue_depth);
+    std::printf("\n");
+  }
+}
+
+void PrintPick(const TunePick& p, bool fio) {
+  std::printf("\npick: block_size %s, queue_depth %u  (rule: the highest min(read / best read, write / best write); "
+              "settings within 1%% of it count as equal and the fewest bytes in flight wins)\n",
+              BlockLabel(p.block).c_str(), p.queue_depth);
+  Table t({"at the pick", "strata GB/s", "of strata's best", "of fio's best"});
+  auto of_fio = [&](double v, double best) { return fio && best > 0 ? fmt::format("{:.2f}", v / best) : "-"; };
+  t.Row({"read", fmt::format("{:.2f}", p.read), fmt::format("{:.2f}", p.read / p.best_read),
+         of_fio(p.read, p.fio_best_read)});
+  t.Row({"write", fmt::format("{:.2f}", p.write), fmt::format("{:.2f}", p.write / p.best_write),
+         of_fio(p.write, p.fio_best_write)});
+  t.Print(stdout);
+}
+
+// The config lines to use, and why the buffer count is what it is.
+std::optional<int64_t> PrintConfigSection(const TuneOptions& o, const TunePick& p) {
+  std::optional<int64_t> count;
+  if (o.param_buffer_bytes > 0)
+    count = ParamBufferCount(p.block, p.queue_depth, o.param_buffer_bytes, o.prefetch_budget_bytes);
+  std::printf("\nfor %s:\n  \"aio\": { \"block_size\": %u, \"queue_depth\": %u }", 
+              o.config_path.empty() ? "the built-in config" : o.config_path.c_str(), p.block, p.queue_depth);
+  if (count) std::printf(",\n  \"zero_optimization\": { \"offload_param\": { \"buffer_count\": %ld } }", *count);
+  std::printf("\n");
+  if (count)
+    std::printf("buffer_count %ld: tensors of %s in flight to keep %u x %s requests busy, as far as the prefetch "
+                "budget (%s) allows, plus one computing and one written back (at least 3)\n",
+                *count, HumanBytes(o.param_buffer_bytes).c_str(), p.queue_depth, BlockLabel(p.block).c_str(),
+                HumanBytes(o.prefetch_budget_bytes).c_str());
+  else
+    std::printf("buffer_count: not set (%s)\n", o.buffer_note.c_str());
+  std::printf("offload_optimizer.buffer_count: not set (Strata sizes the optimizer's pinned pool itself: 12 "
+              "sub-group buffers)\n");
+  return count;
+}
+
+}  // namespace
+
+int RunIoTune(const TuneOptions& o) {
+  auto fail = [](const Status& s) {
+    LogError("bench tune: {}", s.ToString());
+    return 1;
+  };
+  if (o.write && o.config_path.empty()) return fail(InvalidArgument("--write needs --config FILE"));
+  auto sweep = IoSweep::Create(o.sweep);
+  if (!sweep.ok()) return fail(sweep.status());
+  std::fprintf(stderr, "bench tune: %zu block sizes x %zu queue depths x read/write under %s, %s per pass, budget %s\n",
+               o.sweep.blocks.size(), o.sweep.queue_depths.size(), o.sweep.dir.c_str(),
+               HumanBytes(o.sweep.size).c_str(), MinutesSeconds(o.budget_s).c_str());
+  int extra_rounds = 0;
+  auto table = MeasureWithinBudget(**sweep, o, &extra_rounds);
+  if (!table.ok()) return fail(table.status());
+  auto pick = PickSetting(*table);
+  if (!pick.ok()) return fail(pick.status());
+  std::printf("measured %zu settings, then the contenders %d more time(s), in %s; medians; fio: %s\n",
+              table->rows.size() / 2, extra_rounds, MinutesSeconds(table->wall_s).c_str(),
+              (*sweep)->fio() ? kSweepFioAnchor : "not run");
+  PrintBests(*table);
+  PrintPick(*pick, (*sweep)->fio());
+  const std::optional<int64_t> count = PrintConfigSection(o, *pick);
+  if (!o.out_dir.empty())
+    if (Status s = WriteSweepFiles(*table, "bench tune under " + o.sweep.dir, o.out_dir, "io_tune"); !s.ok())
+      return fail(s);
+  if (!o.write) return 0;
+  auto keys = WriteTunedConfig(o.config_path, {pick->block, pick->queue_depth, count});
+  if (!keys.ok()) return fail(keys.status());
+  std::string set;
+  for (const std::string& k : *keys) set += (set.empty() ? "" : ", ") + k;
+  std::printf("wrote %s (%s; the original kept as %s.bak)\n", o.config_path.c_str(), set.c_str(),
+              o.config_path.c_str());
+  return 0;
+}
+
+}  // namespace strata::bench
