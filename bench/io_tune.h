@@ -18,7 +18,7 @@ namespace strata::bench {
 
 struct TuneOptions {
   SweepOptions sweep;           // grid, pass size, folder; rounds is ignored (the budget decides)
-  double budget_s = 90;         // no point is started that would end past it (one round at least tried)
+  double budget_s = 150;         // no point is started that would end past it (one round at least tried)
   // From the config the tuning is for: the pinned pool's buffer size (the largest block's
   // working shard) and the prefetcher's byte budget; 0 when its parameters are not on NVMe.
   uint64_t param_buffer_bytes = 0;

@@ -14,7 +14,7 @@ namespace {
 
 struct TuneArgs {
   std::string config, dir, size = "256M", out;
-  double budget_s = 90;
+  double budget_s = 150;
   int nproc = 1;
   bool write = false, no_fio = false;
 };
