@@ -205,9 +205,8 @@ Status Engine::Impl::BuildBlock(int b, const EngineHooks& hooks) {
       flat.narrow(0, br.slots[i].offset, br.slots[i].numel).copy_(br.params[i].detach().reshape(-1));
   }));
   STRATA_RETURN_IF_ERROR(StoreInitialState(b, flat));
-  STRATA_ASSIGN_OR_RETURN(std::byte * grad, grads.Allocate(bp.grad.len * 4));
-  br.grad = reinterpret_cast<float*>(grad);
-  ledger.Add(StateKind::kGradAccum, Residence::kCpu, bp.grad.len * 4);
+  STRATA_ASSIGN_OR_RETURN(br.grad, grads.Allocate(bp.grad.len * plan.gsize));
+  ledger.Add(StateKind::kGradAccum, Residence::kCpu, bp.grad.len * plan.gsize);
   // The module keeps no weights of its own: they are views of a gather buffer when it runs.
   for (auto& p : br.params) p.set_data(torch::empty({0}, torch::TensorOptions().dtype(compute_scalar())));
   return Status();

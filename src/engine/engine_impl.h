@@ -50,7 +50,8 @@ struct BlockRuntime {
   int tied_slot = -1;                 // owner: index of the slot the head borrows
   TensorHandle working;
   std::vector<SubGroup> subs;
-  float* grad = nullptr;              // fp32 accumulator of plan.blocks[i].grad.len elements
+  // The gradient accumulator of plan.blocks[i].grad.len elements, fp32 or bf16 (plan.gsize).
+  std::byte* grad = nullptr;
 };
 
 struct ModelBlocks {
@@ -94,7 +95,7 @@ struct Visit {
   bool tied = false;
 };
 
-// Host arrays allocated once (the fp32 gradient accumulators; the speculation backups),
+// Host arrays allocated once (the gradient accumulators; the speculation backups),
 // freed on destruction.
 class HostArrays {
  public:
@@ -215,6 +216,9 @@ struct Engine::Impl {
   Status Backward(Activations& act, Gatherer& gather);
   void BindTiedHead();
   Status ReduceGradients(int b);
+  // Block b's accumulated gradient over `range` (flat elements), for the norm and for Adam.
+  std::span<const float> GradF32(int b, ElementRange range) const;
+  std::span<const uint16_t> GradBf16(int b, ElementRange range) const;
   // Tests (strata.debug_overflow_step): an Inf in block 0's gradient as its last share is added.
   bool PlantsOverflow(int b) const;
   Status BatchToDevice(const data::Batch& batch, torch::Tensor* inputs, torch::Tensor* targets) const;

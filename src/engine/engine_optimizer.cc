@@ -41,8 +41,7 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   bool finite = true;
   for (int b = 0; b < num_blocks(); ++b) {
     const BlockPlan& bp = plan.blocks[b];
-    GradStats s = GradSumSquares(
-        std::span<const float>(model.blocks[b].grad + (bp.optimizer.begin - bp.grad.begin), bp.optimizer.len));
+    GradStats s = plan.gsize == 2 ? GradSumSquares(GradBf16(b, bp.optimizer)) : GradSumSquares(GradF32(b, bp.optimizer));
     sumsq += s.sum_squares;
     finite = finite && s.finite;
   }
@@ -85,6 +84,16 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   STRATA_RETURN_IF_ERROR(LaunchUpdate(hp, verdict));
   if (cfg.optimizer_overlap == OptimizerOverlap::kNone) STRATA_RETURN_IF_ERROR(Quiesce());
   return true;
+}
+
+std::span<const float> Engine::Impl::GradF32(int b, ElementRange range) const {
+  const float* g = reinterpret_cast<const float*>(model.blocks[b].grad);
+  return {g + (range.begin - plan.blocks[b].grad.begin), static_cast<size_t>(range.len)};
+}
+
+std::span<const uint16_t> Engine::Impl::GradBf16(int b, ElementRange range) const {
+  const uint16_t* g = reinterpret_cast<const uint16_t*>(model.blocks[b].grad);
+  return {g + (range.begin - plan.blocks[b].grad.begin), static_cast<size_t>(range.len)};
 }
 
 AdamHyperParams Engine::Impl::NextHyperParams(int64_t step) const {
@@ -274,7 +283,8 @@ Status Engine::Impl::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
     spans.exp_avg = AsFloats(states[1]);
     spans.exp_avg_sq = AsFloats(states[2]);
   }
-  spans.grad = std::span<const float>(br.grad + (sg.range.begin - bp.grad.begin), sg.range.len);
+  if (plan.gsize == 2) spans.grad_bf16 = GradBf16(b, sg.range);
+  else spans.grad = GradF32(b, sg.range);
   if (cfg.compute_dtype != DType::kF32) {
     spans.half_out = std::span<uint16_t>(reinterpret_cast<uint16_t*>(out), sg.range.len);
     spans.half_format = cfg.compute_dtype == DType::kBF16 ? HalfFormat::kBf16 : HalfFormat::kFp16;
@@ -299,7 +309,7 @@ Status Engine::Impl::FinishBlock(int b, PinnedBuffer lease) {
   } else if (lease.valid()) {
     (void)store->WriteBack(br.working, std::move(lease));  // reads of it wait for the write
   }
-  std::memset(br.grad, 0, plan.blocks[b].grad.len * 4);
+  std::memset(br.grad, 0, plan.blocks[b].grad.len * plan.gsize);
   return Status();
 }
 

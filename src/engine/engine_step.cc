@@ -182,7 +182,7 @@ Status Engine::Impl::ReduceGradients(int b) {
     }
   }));
   const double inv = 1.0 / (static_cast<double>(cfg.grad_accum) * comm->world_size());
-  torch::Tensor acc = torch::from_blob(br.grad, {bp.grad.len}, torch::kFloat32);
+  torch::Tensor acc = torch::from_blob(br.grad, {bp.grad.len}, plan.gsize == 2 ? torch::kBFloat16 : torch::kFloat32);
   const DeviceEvent flattened = dev->RecordCompute();
   torch::Tensor out = plan.grads_sharded ? g.reduced.narrow(0, 0, bp.layout.shard) : flat;
   DeviceEvent reduced;
@@ -197,8 +197,10 @@ Status Engine::Impl::ReduceGradients(int b) {
   const bool plant = PlantsOverflow(b);
   if (dev->is_host()) {
     STRATA_RETURN_IF_ERROR(reduced.HostWait());
-    STRATA_RETURN_IF_ERROR(TorchCall("accumulate gradients", [&] { acc.add_(out, inv); }));
-    if (plant) br.grad[0] = std::numeric_limits<float>::infinity();
+    STRATA_RETURN_IF_ERROR(TorchCall("accumulate gradients", [&] {
+      acc.add_(out, inv);
+      if (plant) acc[0].fill_(std::numeric_limits<float>::infinity());
+    }));
     Speculate(b, DeviceEvent());
     return Status();
   }
@@ -209,10 +211,11 @@ Status Engine::Impl::ReduceGradients(int b) {
   g.flat_read = plan.grads_sharded ? reduced : copied;
   g.reduced_read = copied;
   g.host_read = dev->OnHost(
-      [acc, host, inv, plant, grad = br.grad] {
-        Status s = TorchCall("accumulate gradients", [&] { acc.add_(host, inv); });
-        if (plant) grad[0] = std::numeric_limits<float>::infinity();
-        return s;
+      [acc, host, inv, plant] {
+        return TorchCall("accumulate gradients", [&] {
+          acc.add_(host, inv);
+          if (plant) acc[0].fill_(std::numeric_limits<float>::infinity());
+        });
       },
       {copied});
   Speculate(b, g.host_read);

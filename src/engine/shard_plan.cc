@@ -120,6 +120,7 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
   p.compute = cfg.compute_dtype;
   p.dsize = DTypeSize(cfg.compute_dtype);
   p.msize = DTypeSize(cfg.adam_states);
+  p.gsize = DTypeSize(cfg.grad_accum_dtype);
   p.working_home = ResidenceOf(cfg.offload_param.device);
   p.optimizer_home = ResidenceOf(cfg.offload_optimizer.device);
   p.tied_owner = model.tied_owner;
@@ -209,7 +210,7 @@ void ShardPlan::PlanLedger() {
       if (optimizer_home == Residence::kNvme)
         nvme_on_disk += full * RoundUp(full_bytes, kPage) + (n > full ? RoundUp(tail_bytes, kPage) : 0);
     }
-    ledger.Add(StateKind::kGradAccum, Residence::kCpu, b.grad.len * 4);
+    ledger.Add(StateKind::kGradAccum, Residence::kCpu, b.grad.len * gsize);
     if (speculative[i]) ledger.Add(StateKind::kSpeculationBackup, Residence::kCpu, SpeculationBackupBytes(i));
   }
   const int64_t tied_padded = tied_slot ? blocks[tied_owner].layout.padded : 0;

@@ -74,7 +74,7 @@ struct BlockPlan {
   ElementRange working;     // this rank's working weights (compute dtype)
   ElementRange optimizer;   // this rank's optimizer range (fp32 master, m, v) ...
   int64_t sub_group_step = 0;  // ... in sub-groups of this many elements (the last may be shorter)
-  ElementRange grad;        // this rank's fp32 gradient accumulator
+  ElementRange grad;        // this rank's gradient accumulator (fp32 or bf16)
 
   int64_t num_sub_groups() const { return (optimizer.len + sub_group_step - 1) / sub_group_step; }
   ElementRange sub_group(int64_t i) const {
@@ -116,6 +116,7 @@ struct ShardPlan {
   DType compute = DType::kF32;
   size_t dsize = 4;  // bytes per working-weight element
   size_t msize = 4;  // bytes per element of Adam's m and of v (strata.adam_states)
+  size_t gsize = 4;  // bytes per element of the gradient accumulators (strata.gradient_accumulator)
   Residence working_home = Residence::kDevice, optimizer_home = Residence::kDevice;
   std::vector<BlockPlan> blocks;
   int tied_owner = -1;

@@ -195,6 +195,9 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   std::string adam_states = c->adam_states == DType::kBF16 ? "bf16" : "fp32";
   STRATA_RETURN_IF_ERROR(s.Choice("adam_states", &adam_states, {"fp32", "bf16"}));
   c->adam_states = adam_states == "bf16" ? DType::kBF16 : DType::kF32;
+  std::string accumulator = c->grad_accum_dtype == DType::kBF16 ? "bf16" : "fp32";
+  STRATA_RETURN_IF_ERROR(s.Choice("gradient_accumulator", &accumulator, {"fp32", "bf16"}));
+  c->grad_accum_dtype = accumulator == "bf16" ? DType::kBF16 : DType::kF32;
   int64_t device_memory = 0;
   if (s.IsAuto("device_memory")) {
     s.Touch("device_memory");

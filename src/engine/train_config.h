@@ -133,6 +133,10 @@ struct TrainConfig {
   // strata.adam_states: how Adam's m and v are stored ("fp32", or "bf16": 4 B/param instead
   // of 8, in memory, on NVMe and in checkpoints; the update itself stays fp32).
   DType adam_states = DType::kF32;
+  // strata.gradient_accumulator: the dtype of the host gradient accumulators ("fp32", or
+  // "bf16": 2 B/param instead of 4; each micro-batch's reduced gradient is added in fp32
+  // and the sum rounded to bf16, nearest even, once per micro-batch).
+  DType grad_accum_dtype = DType::kF32;
   int optimizer_threads = 0;  // strata.optimizer_threads: the CPU Adam's OpenMP threads; 0 = the compute thread's
   // strata.device_memory: bytes of device memory for the fit check; 0 ("auto"): the device's own.
   uint64_t device_memory = 0;

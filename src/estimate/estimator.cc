@@ -138,7 +138,7 @@ Status CheckFits(const MemoryEstimate& e, const MachineCapacity& m, int local_ra
 
 std::string FormatEstimate(const MemoryEstimate& e) {
   static const char* kNames[] = {"bf16/fp32 working weights", "fp32 master weights", "Adam m", "Adam v",
-                                 "fp32 gradient accumulator", "gather buffers", "pinned I/O buffers",
+                                 "gradient accumulator", "gather buffers", "pinned I/O buffers",
                                  "speculation backups"};
   std::string out = fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "per rank", "device", "cpu", "nvme");
   for (int k = 0; k < kNumStateKinds; ++k) {

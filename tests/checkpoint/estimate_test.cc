@@ -90,6 +90,8 @@ TEST(Estimate, HalfPrecisionAndUntiedLlamaMatchTheEngineLedgerExactly) {
   // bf16 Adam moments, and the speculation backups (all blocks, and a budget for some).
   llama.adam_states = DType::kBF16;
   ExpectEstimateMatchesLedger(llama, 2, "bf16 moments");
+  llama.grad_accum_dtype = DType::kBF16;
+  ExpectEstimateMatchesLedger(llama, 2, "bf16 gradient accumulators");
   llama.optimizer_overlap = OptimizerOverlap::kSpeculative;
   ExpectEstimateMatchesLedger(llama, 2, "speculative");
   llama.speculation_budget_mb = 1;

@@ -112,6 +112,19 @@ TEST(Speculation, OnAnAsynchronousDeviceWithAccumulationAndABudget) {
     EXPECT_TRUE(plain.state == speculative.state);
     EXPECT_LT(plain.stats.back().loss, plain.stats.front().loss);
   }
+  // And the gradient accumulators in bf16 too (strata.gradient_accumulator).
+  c.grad_accum_dtype = DType::kBF16;
+  c.optimizer_overlap = OptimizerOverlap::kNone;
+  const auto plain16 = RunEngine(c, 2, 4);
+  c.optimizer_overlap = OptimizerOverlap::kSpeculative;
+  const auto speculative16 = RunEngine(c, 2, 4, &fake);
+  EXPECT_TRUE(testing::BitwiseEqual(plain16, speculative16));
+  EXPECT_TRUE(plain16.state == speculative16.state);
+  EXPECT_LT(plain16.stats.back().loss, plain16.stats.front().loss);
+  TrainConfig fp32_grads = c;
+  fp32_grads.grad_accum_dtype = DType::kF32;
+  EXPECT_EQ(plain16.ledger.Of(StateKind::kGradAccum) * 2, RunEngine(fp32_grads, 2, 1).ledger.Of(StateKind::kGradAccum));
+  c.grad_accum_dtype = DType::kF32;
   c.adam_states = DType::kF32;
   // A budget for the last two blocks only (d_model 256: a layer's backup is ~5.5 MB per rank).
   c.model.d_model = 256;
