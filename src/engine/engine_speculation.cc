@@ -15,12 +15,11 @@
 // So every step leaves bitwise the plain schedule's state. Cost: (12 + working dtype size) B of
 // host memory per speculated parameter, one copy of the states per step, and on a step that
 // clips the speculated blocks' update done twice (StepStats::redone_blocks says how many).
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "src/engine/engine_impl.h"
-#include "src/engine/lr_schedule.h"
-#include "strata/check.h"
-#include "strata/log.h"
 
 namespace strata {
 

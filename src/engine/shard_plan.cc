@@ -33,15 +33,6 @@ const char* RoleSuffix(TensorRole r) {
   return "?";
 }
 
-StateKind KindOf(TensorRole r) {
-  switch (r) {
-    case TensorRole::kWorking: return StateKind::kWorking;
-    case TensorRole::kMaster: return StateKind::kMaster;
-    case TensorRole::kAdamM: return StateKind::kAdamM;
-    case TensorRole::kAdamV: return StateKind::kAdamV;
-  }
-  return StateKind::kWorking;
-}
 
 bool ParseInt(std::string_view s, int64_t* out) {
   if (s.empty()) return false;
