@@ -45,9 +45,14 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   const double scale_c = params_override > 0 ? std::sqrt(scale) : 1.0;  // width grows as sqrt(params)
   const int n = static_cast<int>(plan.blocks.size());
   // Kept activations (no recompute): every layer's saved tensors live until its backward;
-  // ~16 x [B, T, C] each (measured 13-15 for GPT-2, 8 x 256 wide, bf16 and fp32; SDPA keeps
-  // no T x T matrix).
-  const double per_layer = cfg.keep_activations ? 16.0 * m.n_layer : 0.0;
+  // GPT-2 ~16 x [B, T, C] each (measured 13-15, 8 x 256 wide, bf16 and fp32; SDPA keeps no
+  // T x T matrix). LLaMA keeps more (SwiGLU's three [B, T, F] products, the RMSNorms' fp32
+  // copies, the rotated q and k): 25 + 4.25 F/C, fitted to host peaks measured at 8 x 256
+  // wide, bf16, F = 2C, 2.75C, 4C (16 + 17.3, 19.6, 25.8) and matching a 4.9 B run (43 x
+  // 3072 wide, F = 2.67C: 2.85 GB above the estimate of 16 x [B, T, C]).
+  const double f_over_c = static_cast<double>(model::FfnHidden(m)) / m.d_model;
+  const double saved = m.arch == model::Arch::kLlama ? 25.0 + 4.25 * f_over_c : 16.0;
+  const double per_layer = cfg.keep_activations ? saved * m.n_layer : 0.0;
   e.activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * (n + 32 + per_layer) +
                                         3.0 * cfg.micro_batch * m.seq_len * m.vocab_size * 4);
   e.transients = plan.max_padded * (plan.dsize + 4);
