@@ -160,7 +160,6 @@ enum class Verdict {
 struct Speculation {
   HostArrays memory;
   std::vector<std::byte*> backup;  // per block: plan.SpeculationBackupBytes(b), or null (not speculated)
-  bool armed = false;              // the step's last micro-batch: update each block once its gradient is final
   AdamHyperParams hp;              // what the updates assume: this step's, with no clipping
   // Per block: its speculative update this step (its event carries the update's Status), if any.
   std::vector<std::optional<DeviceEvent>> done;
@@ -267,7 +266,10 @@ struct Engine::Impl {
   // The bytes of a sub-group's master, m and v: read from NVMe into `cur` (waited for), or the cpu tier.
   StatusOr<std::array<std::span<std::byte>, 3>> StateSpans(int b, const SubGroup& sg, LoadedStates* cur);
   // Bytes of state k (0 master, 1 m, 2 v) of `len` elements.
-  size_t StateBytes(int k, int64_t len) const { return len * (k == 0 ? 4 : plan.msize); }
+  size_t StateBytes(int k, int64_t len) const {
+    static constexpr TensorRole kRoles[3] = {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV};
+    return len * plan.ElementBytes(kRoles[k]);
+  }
   // A resident block's updated working weights (in `lease`) to the device, off the critical path.
   Status UpdateResident(int b, PinnedBuffer lease);
   // Stages 1-2: this rank's updated part of block b shared with the others (compute thread).

@@ -124,7 +124,6 @@ Status Engine::Impl::LaunchUpdate(const AdamHyperParams& hp, Verdict verdict) {
   auto early = std::make_shared<std::unique_ptr<LoadedStates>>(std::move(optimizer.early_states));
   // This step's speculative updates go with it: the next step re-arms while it may still run.
   auto speculated = std::exchange(speculation.done, std::vector<std::optional<DeviceEvent>>(n));
-  speculation.armed = false;
   run.done = optimizer.thread->Submit({{}, nullptr, [this, hp, verdict, speculated, early, ready] {
                                          Status s = FinishStep(hp, verdict, speculated, std::move(*early), ready);
                                          for (const auto& r : ready)

@@ -27,10 +27,9 @@ namespace strata {
 // part k at element `at` of that range.
 std::byte* Engine::Impl::BackupOf(int b, int k, int64_t at) {
   const int64_t len = plan.blocks[b].optimizer.len;
-  const size_t size[4] = {4, plan.msize, plan.msize, plan.dsize};
   int64_t offset = 0;
-  for (int i = 0; i < k; ++i) offset += len * size[i];
-  return speculation.backup[b] + offset + at * size[k];
+  for (int i = 0; i < k; ++i) offset += StateBytes(i, len);
+  return speculation.backup[b] + offset + (k < 3 ? StateBytes(k, at) : at * plan.dsize);
 }
 
 Status Engine::Impl::AllocateSpeculation() {
@@ -46,14 +45,14 @@ Status Engine::Impl::AllocateSpeculation() {
 }
 
 void Engine::Impl::ArmSpeculation(int64_t step) {
-  speculation.armed = cfg.optimizer_overlap == OptimizerOverlap::kSpeculative;
-  if (!speculation.armed) return;
+  if (cfg.optimizer_overlap != OptimizerOverlap::kSpeculative) return;
   speculation.hp = NextHyperParams(step);
   speculation.hp.clip_coef = 1.0;
 }
 
 void Engine::Impl::Speculate(int b, const DeviceEvent& grad_final) {
-  if (!speculation.armed || !speculation.backup[b]) return;
+  // Only in the last micro-batch is a reduced gradient final; only speculated blocks have a backup.
+  if (!last_micro_batch || !speculation.backup[b]) return;
   // The hyper-parameters go by value: the next step re-arms while this update may still run.
   speculation.done[b] = optimizer.thread->Submit(
       {{grad_final}, nullptr, [this, b, hp = speculation.hp] { return SpeculativeUpdate(b, hp); },
@@ -138,7 +137,6 @@ void Engine::Impl::DropStatesAhead() {
 }
 
 Status Engine::Impl::AbandonSpeculation() {
-  speculation.armed = false;
   auto done = std::exchange(speculation.done, std::vector<std::optional<DeviceEvent>>(num_blocks()));
   if (std::none_of(done.begin(), done.end(), [](const auto& d) { return d.has_value(); })) return Status();
   const DeviceEvent rolled_back = optimizer.thread->Submit({{}, nullptr, [this, done] {

@@ -17,6 +17,19 @@
 #include "strata/log.h"
 
 namespace strata {
+namespace {
+
+// Adds one micro-batch's reduced gradient, times `inv` (1 / (accumulation x world)), to a
+// block's accumulator (fp32 or bf16: added in fp32, rounded once); `plant`: then an Inf in
+// its first element (strata.debug_overflow_step).
+Status Accumulate(const torch::Tensor& acc, const torch::Tensor& part, double inv, bool plant) {
+  return TorchCall("accumulate gradients", [&] {
+    acc.add_(part, inv);
+    if (plant) acc[0].fill_(std::numeric_limits<float>::infinity());
+  });
+}
+
+}  // namespace
 
 // The blocks whose working weights one micro-batch reads, in order: forward 0..N-2 (the
 // tied owner into its own slot, where the head finds it again: read once for both), the
@@ -197,10 +210,7 @@ Status Engine::Impl::ReduceGradients(int b) {
   const bool plant = PlantsOverflow(b);
   if (dev->is_host()) {
     STRATA_RETURN_IF_ERROR(reduced.HostWait());
-    STRATA_RETURN_IF_ERROR(TorchCall("accumulate gradients", [&] {
-      acc.add_(out, inv);
-      if (plant) acc[0].fill_(std::numeric_limits<float>::infinity());
-    }));
+    STRATA_RETURN_IF_ERROR(Accumulate(acc, out, inv, plant));
     Speculate(b, DeviceEvent());
     return Status();
   }
@@ -211,13 +221,7 @@ Status Engine::Impl::ReduceGradients(int b) {
   g.flat_read = plan.grads_sharded ? reduced : copied;
   g.reduced_read = copied;
   g.host_read = dev->OnHost(
-      [acc, host, inv, plant] {
-        return TorchCall("accumulate gradients", [&] {
-          acc.add_(host, inv);
-          if (plant) acc[0].fill_(std::numeric_limits<float>::infinity());
-        });
-      },
-      {copied});
+      [acc, host, inv, plant] { return Accumulate(acc, host, inv, plant); }, {copied});
   Speculate(b, g.host_read);
   return Status();
 }
@@ -333,10 +337,10 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   double loss_sum = 0;
   {
     Gatherer gather(m, visits, prefetch.get());
+    m.step_now = step;
     for (int64_t mb = 0; mb < m.cfg.grad_accum; ++mb) {
       const uint64_t index = static_cast<uint64_t>((step * m.cfg.grad_accum + mb) * world + rank);
       data::Batch batch = data.Get(data::Split::kTrain, index, m.cfg.micro_batch);
-      m.step_now = step;
       m.last_micro_batch = mb + 1 == m.cfg.grad_accum;
       if (m.last_micro_batch) {
         m.ReadFirstStatesEarly();  // hidden behind this micro-batch
@@ -356,7 +360,6 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
       }
     }
     m.last_micro_batch = false;
-    m.speculation.armed = false;
   }
   {  // every gradient shard accumulated before the optimizer reads the accumulators
     Tracer::Span span(m.dev->is_host() ? nullptr : m.tracer, Track::kWait, "wait gradients to host");
