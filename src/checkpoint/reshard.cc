@@ -20,12 +20,6 @@ struct Piece {
 };
 using PieceIndex = std::map<std::pair<int, TensorRole>, std::vector<Piece>>;
 
-size_t ElementBytes(TensorRole role, const TrainConfig& cfg) {
-  return role == TensorRole::kWorking ? DTypeSize(cfg.compute_dtype)
-         : role == TensorRole::kMaster ? 4
-                                       : DTypeSize(cfg.adam_states);
-}
-
 // The flat range a key covers in `plan`: the working range, or the optimizer sub-group
 // starting at key.offset (checked against the plan's keys first).
 ElementRange RangeOf(const ShardPlan& plan, const TensorKey& key) {
@@ -42,7 +36,7 @@ TrainConfig OldConfig(const nlohmann::json& m, const TrainConfig& cfg) {
 }
 
 // Indexes every tensor of old rank q's file by (block, role) and flat range.
-Status IndexRankFile(const SafetensorsFile& f, const ShardPlan& plan, const TrainConfig& cfg, PieceIndex* index) {
+Status IndexRankFile(const SafetensorsFile& f, const ShardPlan& plan, PieceIndex* index) {
   std::vector<TensorKey> keys = plan.Keys();
   for (const TensorView& t : f.tensors()) {
     const std::optional<TensorKey> key = TensorKey::Parse(t.name);
@@ -50,7 +44,7 @@ Status IndexRankFile(const SafetensorsFile& f, const ShardPlan& plan, const Trai
       return Error(StatusCode::kDataLoss, "'{}': tensor '{}' is not part of the state its manifest describes", f.path(),
                    t.name);
     const ElementRange r = RangeOf(plan, *key);
-    if (t.bytes.size() != static_cast<size_t>(r.len) * ElementBytes(key->role, cfg))
+    if (t.bytes.size() != plan.TensorBytes(*key))
       return Error(StatusCode::kDataLoss, "'{}': tensor '{}' has {} bytes, {} elements expected", f.path(), t.name,
                    t.bytes.size(), r.len);
     (*index)[{key->block, key->role}].push_back({r.begin, r.len, t.bytes.data()});
@@ -95,7 +89,7 @@ Status RestoreResharded(Engine& engine, const TrainConfig& cfg, const nlohmann::
     STRATA_ASSIGN_OR_RETURN(SafetensorsFile f, OpenRankFile(step_dir, m, q));
     files.push_back(std::move(f));
     const ShardPlan old_plan = ShardPlan::Make(old_cfg, shape, old_world, q);
-    STRATA_RETURN_IF_ERROR(IndexRankFile(files.back(), old_plan, cfg, &index));
+    STRATA_RETURN_IF_ERROR(IndexRankFile(files.back(), old_plan, &index));
   }
   for (auto& [where, pieces] : index)
     std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
@@ -104,7 +98,7 @@ Status RestoreResharded(Engine& engine, const TrainConfig& cfg, const nlohmann::
   for (const TensorKey& key : plan.Keys()) {
     const ElementRange r = RangeOf(plan, key);
     Status s = Assemble(index[{key.block, key.role}], r, plan.blocks[key.block].layout.numel,
-                        ElementBytes(key.role, cfg), key, &bytes);
+                        plan.ElementBytes(key.role), key, &bytes);
     if (s.ok()) s = engine.RestoreState(key, bytes);
     if (!s.ok()) return s.WithContext(step_dir);
   }

@@ -238,8 +238,8 @@ int64_t ShardPlan::SubGroupLen(const TensorKey& key) const {
 }
 
 uint64_t ShardPlan::TensorBytes(const TensorKey& key) const {
-  if (key.role == TensorRole::kWorking) return blocks.at(key.block).working.len * dsize;
-  return SubGroupLen(key) * (key.role == TensorRole::kMaster ? 4 : msize);
+  const int64_t len = key.role == TensorRole::kWorking ? blocks.at(key.block).working.len : SubGroupLen(key);
+  return len * ElementBytes(key.role);
 }
 
 }  // namespace strata

@@ -168,6 +168,8 @@ struct ShardPlan {
   std::vector<TensorKey> Keys() const;
   size_t NumKeys() const;  // Keys().size(), without listing them
   uint64_t TensorBytes(const TensorKey& key) const;
+  // Bytes per element of a role: working dsize, master 4, m and v msize.
+  size_t ElementBytes(TensorRole r) const { return r == TensorRole::kWorking ? dsize : r == TensorRole::kMaster ? 4 : msize; }
   int64_t SubGroupLen(const TensorKey& key) const;  // elements of an optimizer state's sub-group
 };
 
