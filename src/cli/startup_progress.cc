@@ -2,11 +2,12 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 namespace strata::cli {
 
-StartupProgress::StartupProgress(bool enabled, double quiet_s, double every_s)
-    : enabled_(enabled), quiet_s_(quiet_s), every_s_(every_s) {
+StartupProgress::StartupProgress(bool enabled, std::string first_phase, double quiet_s, double every_s)
+    : enabled_(enabled), quiet_s_(quiet_s), every_s_(every_s), phase_(std::move(first_phase)) {
   if (const char* q = std::getenv("STRATA_STARTUP_QUIET_S")) quiet_s_ = std::atof(q);
   if (enabled_) thread_ = std::thread([this] { Report(); });
 }

@@ -13,9 +13,10 @@ namespace strata::cli {
 
 class StartupProgress {
  public:
-  // Nothing is printed when !enabled (ranks other than the lead). The environment variable
-  // STRATA_STARTUP_QUIET_S overrides quiet_s (tests).
-  StartupProgress(bool enabled, double quiet_s = 3, double every_s = 5);
+  // Nothing is printed when !enabled (ranks other than the lead). The first phase is given
+  // here, not by a Phase() call after it: the reporting thread may already print at once.
+  // The environment variable STRATA_STARTUP_QUIET_S overrides quiet_s (tests).
+  StartupProgress(bool enabled, std::string first_phase, double quiet_s = 3, double every_s = 5);
   ~StartupProgress();  // stops the reporting thread
   void Phase(const std::string& what);
 
@@ -26,7 +27,7 @@ class StartupProgress {
   const std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
   std::mutex mu_;
   std::condition_variable cv_;
-  std::string phase_ = "starting";
+  std::string phase_;
   bool stop_ = false;
   std::thread thread_;
 };

@@ -151,8 +151,7 @@ Status TrainRun::Connect() {
 }
 
 Status TrainRun::CreateEngine() {
-  startup_ = std::make_unique<StartupProgress>(lead());
-  startup_->Phase("reading the token data");
+  startup_ = std::make_unique<StartupProgress>(lead(), "reading the token data");
   STRATA_ASSIGN_OR_RETURN(data_, data::TokenDataset::Open(cfg_.data, cfg_.model.vocab_size, cfg_.model.seq_len));
   EngineHooks hooks;
   if (!a_.init_from.empty() && a_.resume.empty()) {
