@@ -2,6 +2,7 @@
 
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,7 +19,7 @@ uint64_t MemoryEstimate::device_peak() const {
 
 uint64_t MemoryEstimate::host_peak() const {
   const uint64_t host = ledger.Total(Residence::kCpu) + staging + grad_staging + runtime;
-  return host_device ? host + device_peak() : host;
+  return std::max(host_device ? host + device_peak() : host, host + creation);
 }
 
 uint64_t MemoryEstimate::node_host_bytes(int local_ranks) const { return host_peak() * local_ranks; }
@@ -57,6 +58,7 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
                                         3.0 * cfg.micro_batch * m.seq_len * m.vocab_size * 4);
   e.transients = plan.max_padded * (plan.dsize + 4);
   e.runtime = kRuntimeBytes;
+  e.creation = 2 * plan.max_padded * (4 + (cfg.compute_dtype == DType::kF32 ? 0 : plan.dsize));
   // Page-locked: the pinned pools, and the cpu tier's states when it is pinned (mlock).
   for (const PoolPlan* pool : {&plan.param_pool, &plan.optim_pool})
     if (pool->pin) e.pinned += pool->region_bytes();
@@ -159,6 +161,7 @@ std::string FormatEstimate(const MemoryEstimate& e) {
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "activations (approx.)", HumanBytes(e.activations), "-", "-");
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "gradient transients", HumanBytes(e.transients), "-", "-");
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "runtime (measured const.)", "-", HumanBytes(e.runtime), "-");
+  out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "creation staging (start-up)", "-", HumanBytes(e.creation), "-");
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "total", HumanBytes(e.device_peak()),
                      HumanBytes(e.ledger.Total(Residence::kCpu) + e.staging + e.grad_staging + e.runtime),
                      HumanBytes(e.nvme_on_disk));

@@ -32,6 +32,9 @@ struct MemoryEstimate {
   // Per rank: LibTorch's kernel workspaces and lazily built tables, thread stacks and
   // allocator slack. A constant measured on the CPU build (see kRuntimeBytes).
   uint64_t runtime = 0;
+  // Per rank, while the engine is created: its two staging sets for the blocks' initial state
+  // (Note [Building blocks]), 2 x (4 + working dtype) B x the largest padded block.
+  uint64_t creation = 0;
   uint64_t pinned = 0;             // per rank: page-locked host memory (pinned pools, mlocked cpu tier)
   // Off the host (a GPU): pinned host copies of the reduced gradient shards.
   uint64_t grad_staging = 0;
@@ -44,7 +47,7 @@ struct MemoryEstimate {
   // (on the host device these are host memory and count in host_peak() too).
   uint64_t device_peak() const;
   // One rank's peak host memory: the cpu tier, pools, staging and the runtime, plus the
-  // device's share when the device is the host.
+  // device's share when the device is the host, or the creation staging if that is more.
   uint64_t host_peak() const;
   // Sums over all the ranks of this node.
   uint64_t node_host_bytes(int local_ranks) const;

@@ -26,6 +26,33 @@
 
 namespace strata::model::detail {
 
+// Where the parameters of the block being made go: consecutive ranges of a caller's fp32
+// buffer (MakeBlock's `storage`), or fresh tensors when none is set. Per thread, so blocks
+// can be made on several threads at once.
+class ParameterArena {
+ public:
+  explicit ParameterArena(torch::Tensor storage) : storage_(std::move(storage)) {}
+  // The next numel(shape) elements as a plain tensor of that shape sharing the storage (not
+  // an autograd view: the engine later re-points it with set_data).
+  torch::Tensor Take(at::IntArrayRef shape) {
+    const int64_t numel = c10::multiply_integers(shape);
+    STRATA_CHECK(offset_ + numel <= storage_.numel())
+        << "block parameters exceed their storage of " << storage_.numel() << " elements";
+    torch::Tensor t = torch::empty({0}, torch::kFloat32);
+    t.set_(storage_.storage(), storage_.storage_offset() + offset_, shape, c10::contiguous_strides(shape));
+    offset_ += numel;
+    return t;
+  }
+  static ParameterArena*& Current() {
+    static thread_local ParameterArena* current = nullptr;
+    return current;
+  }
+
+ private:
+  torch::Tensor storage_;
+  int64_t offset_ = 0;
+};
+
 // A module that owns parameters and knows how to draw them.
 class Leaf : public torch::nn::Module {
  public:
@@ -33,7 +60,8 @@ class Leaf : public torch::nn::Module {
 
  protected:
   torch::Tensor AddParameter(const std::string& name, at::IntArrayRef shape) {
-    return register_parameter(name, torch::empty(shape, torch::kFloat32));
+    ParameterArena* arena = ParameterArena::Current();
+    return register_parameter(name, arena ? arena->Take(shape) : torch::empty(shape, torch::kFloat32));
   }
 };
 

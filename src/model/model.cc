@@ -1,14 +1,28 @@
 // The block factory, the loss, and FullModel, the reference that composes all blocks into
 // one module. The arithmetic of blocks is in model_config.cc.
+#include <optional>
 #include <string>
 
 #include "src/model/blocks.h"
+#include "src/model/layers.h"
 #include "strata/check.h"
 
 namespace strata::model {
 
-std::shared_ptr<Block> MakeBlock(const ModelSpec& spec, int index) {
+std::shared_ptr<Block> MakeBlock(const ModelSpec& spec, int index, const torch::Tensor& storage) {
   STRATA_CHECK(index >= 0 && index < spec.num_blocks()) << "block " << index << " of " << spec.num_blocks();
+  std::optional<detail::ParameterArena> arena;
+  if (storage.defined()) {
+    STRATA_CHECK(storage.scalar_type() == torch::kFloat32 && storage.is_contiguous() && storage.is_cpu())
+        << "block storage must be a contiguous fp32 CPU tensor";
+    arena.emplace(storage);
+  }
+  detail::ParameterArena*& current = detail::ParameterArena::Current();
+  current = arena ? &*arena : nullptr;
+  struct Reset {
+    detail::ParameterArena*& current;
+    ~Reset() { current = nullptr; }
+  } reset{current};
   return spec.config().arch == Arch::kGpt2 ? detail::MakeGpt2Block(spec.config(), index)
                                            : detail::MakeLlamaBlock(spec.config(), index);
 }

@@ -31,8 +31,11 @@ class Block : public torch::nn::Module {
 };
 
 // Block `index` of `spec`, fp32 parameters on the CPU, initialised from (seed, index) only;
-// its parameters number spec.block_parameters(index).
-std::shared_ptr<Block> MakeBlock(const ModelSpec& spec, int index);
+// its parameters number spec.block_parameters(index). With `storage` (fp32, contiguous, at
+// least that many elements) the parameters are consecutive ranges of it in named_parameters()
+// order — the block's flat layout — so the engine initialises a block in place, in a buffer
+// it reuses, instead of in fresh memory that it then copies (Note [Building blocks]).
+std::shared_ptr<Block> MakeBlock(const ModelSpec& spec, int index, const torch::Tensor& storage = {});
 
 // Mean cross-entropy over all B*T positions, computed in fp32 whatever the logits' dtype.
 torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets);

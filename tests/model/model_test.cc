@@ -96,6 +96,35 @@ TEST(ModelSpecTest, LlamaNamesShapesAndCounts) {
   for (int i = 0; i < spec.num_blocks(); ++i) EXPECT_EQ(spec.block_parameters(i), Numel(*MakeBlock(spec, i))) << i;
 }
 
+// Made into a caller's buffer (the engine's creation path), a block's parameters are
+// consecutive ranges of it in named_parameters() order, initialised exactly as when made
+// into fresh tensors; the buffer's tail is left alone.
+TEST(ModelSpecTest, BlockMadeIntoStorageIsItsFlatLayout) {
+  for (Arch arch : {Arch::kGpt2, Arch::kLlama}) {
+    for (bool tie : {true, false}) {
+      ModelSpec spec(Tiny(arch, tie));
+      for (int i = 0; i < spec.num_blocks(); ++i) {
+        const int64_t n = spec.block_parameters(i);
+        torch::Tensor storage = torch::full({n + 5}, 7.0f);
+        auto in_place = MakeBlock(spec, i, storage);
+        auto fresh = MakeBlock(spec, i);
+        auto a = in_place->named_parameters(), b = fresh->named_parameters();
+        ASSERT_EQ(a.size(), b.size());
+        int64_t offset = 0;
+        for (size_t k = 0; k < a.size(); ++k) {
+          const torch::Tensor& p = a[k].value();
+          EXPECT_EQ(p.data_ptr<float>(), storage.data_ptr<float>() + offset) << a[k].key();
+          EXPECT_TRUE(p.requires_grad()) << a[k].key();
+          EXPECT_TRUE(torch::equal(p, b[k].value())) << a[k].key();
+          offset += p.numel();
+        }
+        EXPECT_EQ(offset, n);
+        EXPECT_TRUE(torch::equal(storage.narrow(0, n, 5), torch::full({5}, 7.0f)));
+      }
+    }
+  }
+}
+
 TEST(ModelSpecTest, FlopsPerToken) {
   ModelConfig c = Tiny(Arch::kGpt2);
   ModelSpec spec(c);
