@@ -3,7 +3,9 @@
 // step is in engine_step.cc, the optimizer in engine_optimizer.cc.
 #include "src/engine/engine.h"
 
+#include <chrono>
 #include <cstring>
+#include <future>
 
 #include "src/engine/engine_impl.h"
 #include "strata/check.h"
@@ -83,11 +85,29 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   auto phase = [&](const std::string& what) {
     if (hooks.on_phase) hooks.on_phase(what);
   };
-  phase("allocating and pinning host buffers");
-  STRATA_RETURN_IF_ERROR(CreatePools());  // first: the store registers them with io_uring
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const auto start = Clock::now();
   phase("opening the swap store");
   STRATA_RETURN_IF_ERROR(OpenStore(hooks));
-  STRATA_RETURN_IF_ERROR(BuildBlocks(hooks, phase));
+  // The pools alongside the blocks on the host (Note [Pools alongside the blocks]).
+  std::future<Status> pooled;
+  if (dev->is_host()) {
+    pooled = std::async(std::launch::async, [this] { return CreatePools(); });
+  } else {
+    phase("allocating and pinning host buffers");
+    STRATA_RETURN_IF_ERROR(CreatePools());
+  }
+  const auto blocks_start = Clock::now();
+  Status built = BuildBlocks(hooks, phase);
+  creation.blocks_s = seconds_since(blocks_start);
+  Status pinned = pooled.valid() ? pooled.get() : Status();
+  STRATA_RETURN_IF_ERROR(built);
+  STRATA_RETURN_IF_ERROR(pinned);
+  for (StateKind k : {StateKind::kWorking, StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV})
+    creation.state_bytes += ledger.At(k, Residence::kCpu) + ledger.At(k, Residence::kNvme);
+  STRATA_RETURN_IF_ERROR(RegisterPools());
+  creation.total_s = seconds_since(start);
   phase("finishing");
   STRATA_RETURN_IF_ERROR(AllocateDeviceBuffers());
   STRATA_RETURN_IF_ERROR(AllocateSpeculation());
@@ -221,6 +241,7 @@ uint64_t Engine::prefetch_high_water_bytes() const { return impl_->counters.pref
 uint64_t Engine::prefetch_budget_bytes() const {
   return std::max<uint64_t>(1, impl_->cfg.prefetch_bucket_size * DTypeSize(impl_->cfg.compute_dtype));
 }
+const CreationStats& Engine::creation() const { return impl_->creation; }
 const TrainConfig& Engine::config() const { return impl_->cfg; }
 
 }  // namespace strata

@@ -61,6 +61,17 @@ struct EngineHooks {
   std::function<std::unique_ptr<IoEngine>(std::unique_ptr<IoEngine>)> wrap_io_engine;
 };
 
+// How long this rank's engine took to come up, by part (the start-up progress and the
+// comparison with `bench io`'s write bandwidth).
+struct CreationStats {
+  double total_s = 0;          // from opening the store to the last block's state written
+  double pools_s = 0;          // allocating, populating and pinning the pools (on the host,
+                               // alongside the blocks: Note [Pools alongside the blocks])
+  double blocks_s = 0;         // making every block and writing its initial state
+  uint64_t pool_bytes = 0;     // the pools' page-locked bytes
+  uint64_t state_bytes = 0;    // initial state written to the cpu and nvme tiers
+};
+
 // The counters a checkpoint must carry besides the tensors.
 struct EngineCounters {
   int64_t adam_steps = 0;  // optimizer steps applied (Adam's bias correction)
@@ -117,6 +128,7 @@ class Engine {
   NvmeTierStats nvme_stats() const;     // this rank's NVMe tier's counters (zeros without NVMe)
   uint64_t prefetch_high_water_bytes() const;
   uint64_t prefetch_budget_bytes() const;
+  const CreationStats& creation() const;
   const TrainConfig& config() const;
 
   struct Impl;

@@ -192,11 +192,13 @@ struct Engine::Impl {
   Counters counters;
   Optimizer optimizer;
   MemoryLedger ledger;  // measured from what Init allocated
+  CreationStats creation;
 
   // engine.cc: set-up
   Status Init(const EngineHooks& hooks);
   Status OpenStore(const EngineHooks& hooks);
-  Status CreatePools();
+  Status CreatePools();    // off the ledger: may run on a helper thread
+  Status RegisterPools();  // the ledger and io_uring, after CreatePools
   // engine_build.cc: every block's initial state (Note [Building blocks])
   struct Staging;
   Status BuildBlocks(const EngineHooks& hooks, const std::function<void(const std::string&)>& phase);
