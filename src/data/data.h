@@ -2,7 +2,8 @@
 // text through the byte-level tokenizer (vocab 256), with a built-in text as the default.
 // Batches are a pure function of (seed, split, global micro-batch index), so every rank
 // count, every resume and every reference loop sees the same samples; rank r of W at
-// step s, micro-batch g uses index (s * accumulation + g) * W + r.
+// step s, micro-batch g uses index (s * accumulation + g) * W + r. A loss mask
+// (loss_mask.h) travels with the batches: which target positions the loss counts.
 #pragma once
 
 #include <torch/torch.h>
@@ -20,25 +21,39 @@ namespace strata::data {
 struct Batch {
   torch::Tensor inputs;   // int64 [B, T]
   torch::Tensor targets;  // int64 [B, T], inputs shifted by one
+  // bool [B, T]: target (b, t) counts in the loss; undefined when the data has no loss mask
+  // (every target counts).
+  torch::Tensor loss_mask;
 };
 
 class TokenDataset {
  public:
-  // Loads (or generates) all tokens. Errors name the file: missing, empty, a size that is
-  // not a multiple of the token width, a token >= vocab_size, or fewer tokens than one
-  // sequence in either split.
+  // Loads (or generates) all tokens, and the loss mask if config has one. Errors name the
+  // file: missing, empty, a size that is not a multiple of the token width, a token >=
+  // vocab_size, or fewer tokens than one sequence in either split; a mask of the wrong
+  // length or one that trains no token of a split.
   static StatusOr<std::unique_ptr<TokenDataset>> Open(const DataConfig& config, int64_t vocab_size, int64_t seq_len);
 
   // B sequences of T+1 consecutive tokens; sequence b's offset is drawn from (seed, split,
   // index * B + b), so batches of B/2 at indices 2k and 2k+1 equal one batch of B at k.
   Batch Get(Split split, uint64_t index, int64_t batch_size) const;
 
+  // Targets the loss counts in batches first .. first + count - 1 of `batch_size` rows
+  // (what Get's loss_mask would sum to), without building them; B * T per batch without a
+  // mask. Cheap: T bytes per row.
+  int64_t LossTokens(Split split, uint64_t first, uint64_t count, int64_t batch_size) const;
+  bool has_loss_mask() const { return !mask_.empty(); }
+
   int64_t tokens(Split split) const;
   const std::string& description() const { return description_; }  // "built-in text, 1.0 M tokens" etc.
 
  private:
   TokenDataset() = default;
+  Status OpenLossMask(const DataConfig& config);
+  // Row `sequence` of the split's batches: the absolute offset of its T + 1 tokens.
+  int64_t WindowStart(Split split, uint64_t sequence) const;
   std::vector<int32_t> tokens_;
+  std::vector<uint8_t> mask_;  // one per token, or empty
   int64_t eval_begin_ = 0;
   int64_t seq_len_ = 0;
   uint64_t seed_ = 0;

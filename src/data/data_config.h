@@ -13,6 +13,9 @@ struct DataConfig {
   std::string path;           // "" = the built-in text
   // auto: *.u16/*.uint16/*.bin -> uint16 (an llm.c header is skipped), *.u32/*.uint32 -> uint32, else text
   TokenFormat format = TokenFormat::kAuto;
+  // The loss mask (loss_mask.h): "auto" = PATH.mask next to the token file if it exists,
+  // "none" = every token counts, else the mask file's path.
+  std::string loss_mask = "auto";
   double eval_fraction = 0.05;  // the last fraction of the tokens is held out for the eval loss
   uint64_t seed = 1234;
 };

@@ -1,15 +1,18 @@
 // TokenDataset: loads token files (token_file.h) or text, splits them into train and eval,
 // and draws batches as a pure function of (seed, split, index). The whole file is read into
 // memory (4 bytes a token); memory-mapping can come later.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "src/data/builtin_text.h"
 #include "src/data/data.h"
+#include "src/data/loss_mask.h"
 #include "src/data/token_file.h"
 #include "strata/check.h"
 
@@ -68,7 +71,34 @@ StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const DataConfig& con
   }
   ds->seq_len_ = seq_len;
   ds->seed_ = config.seed;
+  STRATA_RETURN_IF_ERROR(ds->OpenLossMask(config));
   return ds;
+}
+
+// Reads and checks the mask; a split whose mask trains nothing would make every loss 0 / 0.
+Status TokenDataset::OpenLossMask(const DataConfig& config) {
+  const std::string path = ResolveLossMaskPath(config);
+  if (path.empty()) return Status();
+  if (config.path.empty())
+    return InvalidArgument("strata.data.loss_mask '{}' is set, but there is no token file (strata.data.path)", path);
+  StatusOr<std::string> bytes = ReadTokenFile(path);
+  if (!bytes.ok())
+    return bytes.status().WithContext(fmt::format("the loss mask of '{}' (strata.data.loss_mask)", config.path));
+  STRATA_RETURN_IF_ERROR(DecodeLossMask(*bytes, tokens_.size(), path, config.path, mask_));
+  const auto trained = [&](int64_t begin, int64_t end) {  // targets only: a window's first token never is one
+    return std::count(mask_.begin() + begin + 1, mask_.begin() + end, uint8_t{1});
+  };
+  const auto n = static_cast<int64_t>(tokens_.size());
+  for (auto [name, begin, end] : {std::tuple{"train", int64_t{0}, eval_begin_}, std::tuple{"eval", eval_begin_, n}}) {
+    if (trained(begin, end) == 0)
+      return InvalidArgument(
+          "loss mask '{}' trains no token of the {} split (tokens {} .. {} of '{}'): every loss would be 0 / 0", path,
+          name, begin, end - 1, config.path);
+  }
+  const auto ones = std::count(mask_.begin(), mask_.end(), uint8_t{1});
+  const double fraction = static_cast<double>(ones) / static_cast<double>(n);
+  description_ += fmt::format(", loss mask {} ({:.1f}% of the tokens trained)", path, 100 * fraction);
+  return Status();
 }
 
 int64_t TokenDataset::tokens(Split split) const {
@@ -81,32 +111,51 @@ int64_t TokenDataset::tokens(Split split) const {
 // from a splitmix64 stream seeded by hashing (seed, split, n): no hidden state, and W
 // ranks with B rows each (index i*W + r) see exactly the rows of one rank with W*B rows
 // (index i), so any rank count reproduces the single-process batches.
+int64_t TokenDataset::WindowStart(Split split, uint64_t sequence) const {
+  const int64_t begin = split == Split::kTrain ? 0 : eval_begin_;
+  const int64_t starts = tokens(split) - seq_len_;  // offsets begin .. begin + starts - 1 fit T + 1 tokens
+  STRATA_CHECK(starts >= 1) << "split too short for a sequence; Open() checks this";
+  uint64_t base = seed_;
+  base = SplitMix(base) ^ (split == Split::kTrain ? 0x7472616EULL : 0x6576616CULL);  // "tran" / "eval"
+  uint64_t state = base;
+  state = SplitMix(state) ^ sequence;
+  SplitMix(state);
+  return begin + static_cast<int64_t>(Below(state, static_cast<uint64_t>(starts)));
+}
+
 Batch TokenDataset::Get(Split split, uint64_t index, int64_t batch_size) const {
   STRATA_CHECK(batch_size > 0) << "batch_size " << batch_size;
   const int64_t T = seq_len_;
-  const int64_t begin = split == Split::kTrain ? 0 : eval_begin_;
-  const int64_t starts = tokens(split) - T;  // offsets begin .. begin + starts - 1 fit T + 1 tokens
-  STRATA_CHECK(starts >= 1) << "split too short for a sequence; Open() checks this";
-
-  uint64_t base = seed_;
-  base = SplitMix(base) ^ (split == Split::kTrain ? 0x7472616EULL : 0x6576616CULL);  // "tran" / "eval"
-
   Batch batch;
   batch.inputs = torch::empty({batch_size, T}, torch::kInt64);
   batch.targets = torch::empty({batch_size, T}, torch::kInt64);
+  if (has_loss_mask()) batch.loss_mask = torch::empty({batch_size, T}, torch::kBool);
   int64_t* in = batch.inputs.data_ptr<int64_t>();
   int64_t* out = batch.targets.data_ptr<int64_t>();
+  bool* mask = has_loss_mask() ? batch.loss_mask.data_ptr<bool>() : nullptr;
   for (int64_t b = 0; b < batch_size; ++b) {
-    uint64_t state = base;
-    state = SplitMix(state) ^ (index * static_cast<uint64_t>(batch_size) + static_cast<uint64_t>(b));
-    SplitMix(state);
-    const int32_t* src = tokens_.data() + begin + static_cast<int64_t>(Below(state, static_cast<uint64_t>(starts)));
+    const int64_t start = WindowStart(split, index * static_cast<uint64_t>(batch_size) + static_cast<uint64_t>(b));
+    const int32_t* src = tokens_.data() + start;
     for (int64_t t = 0; t < T; ++t) {
       in[b * T + t] = src[t];
       out[b * T + t] = src[t + 1];
     }
+    // Target t is token start + t + 1: its own mask byte says whether it is trained on.
+    for (int64_t t = 0; mask && t < T; ++t) mask[b * T + t] = mask_[start + t + 1] != 0;
   }
   return batch;
+}
+
+int64_t TokenDataset::LossTokens(Split split, uint64_t first, uint64_t count, int64_t batch_size) const {
+  const int64_t T = seq_len_;
+  if (!has_loss_mask()) return static_cast<int64_t>(count) * batch_size * T;
+  int64_t n = 0;
+  const uint64_t rows = count * static_cast<uint64_t>(batch_size);
+  for (uint64_t row = first * static_cast<uint64_t>(batch_size), end = row + rows; row < end; ++row) {
+    const uint8_t* m = mask_.data() + WindowStart(split, row) + 1;
+    for (int64_t t = 0; t < T; ++t) n += m[t];
+  }
+  return n;
 }
 
 }  // namespace strata::data

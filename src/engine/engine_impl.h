@@ -217,7 +217,7 @@ struct Engine::Impl {
   // Step's progress, for the gradient reductions: the last micro-batch of `step` is running.
   int64_t step_now = -1;
   bool last_micro_batch = false;
-  StatusOr<double> Forward(const data::Batch& batch, Pass pass, Gatherer& gather, Activations* act);
+  StatusOr<double> Forward(const data::Batch& batch, double loss_weight, Pass pass, Gatherer& gather, Activations* act);
   Status Backward(Activations& act, Gatherer& gather);
   void BindTiedHead();
   Status ReduceGradients(int b);
@@ -226,7 +226,9 @@ struct Engine::Impl {
   std::span<const uint16_t> GradBf16(int b, ElementRange range) const;
   // Tests (strata.debug_overflow_step): an Inf in block 0's gradient as its last share is added.
   bool PlantsOverflow(int b) const;
-  Status BatchToDevice(const data::Batch& batch, torch::Tensor* inputs, torch::Tensor* targets) const;
+  // `mask`: the batch's loss mask, when it has one.
+  Status BatchToDevice(const data::Batch& batch, torch::Tensor* inputs, torch::Tensor* targets,
+                       torch::Tensor* mask) const;
   // Waits (compute-side) for `e`, recording the wait on the trace when it blocks.
   Status ComputeAfter(const DeviceEvent& e, const char* what);
 

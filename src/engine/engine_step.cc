@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "src/engine/engine_impl.h"
+#include "src/engine/loss_weights.h"
 #include "src/engine/lr_schedule.h"
 #include "strata/check.h"
 #include "strata/log.h"
@@ -27,6 +28,15 @@ Status Accumulate(const torch::Tensor& acc, const torch::Tensor& part, double in
     acc.add_(part, inv);
     if (plant) acc[0].fill_(std::numeric_limits<float>::infinity());
   });
+}
+
+// One micro-batch's loss as the step sums it: without a mask today's mean over B x T; with
+// one the masked mean times `weight` (Note [Loss mask], loss_weights.cc).
+torch::Tensor MicroBatchLoss(const torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& mask,
+                             double weight) {
+  if (!mask.defined()) return model::LanguageModelLoss(logits, targets);
+  torch::Tensor loss = model::MaskedLanguageModelLoss(logits, targets, mask);
+  return weight == 1.0 ? loss : loss * weight;
 }
 
 }  // namespace
@@ -61,10 +71,12 @@ std::unique_ptr<PrefetchScheduler> Engine::Impl::MakePrefetcher(const std::vecto
   return std::make_unique<PrefetchScheduler>(std::move(items), store.get(), pools.param.get(), budget, tracer);
 }
 
-Status Engine::Impl::BatchToDevice(const data::Batch& batch, torch::Tensor* inputs, torch::Tensor* targets) const {
+Status Engine::Impl::BatchToDevice(const data::Batch& batch, torch::Tensor* inputs, torch::Tensor* targets,
+                                   torch::Tensor* mask) const {
   return TorchCall("batch to the device", [&] {
     *inputs = batch.inputs.to(dev->device());
     *targets = batch.targets.to(dev->device());
+    if (batch.loss_mask.defined()) *mask = batch.loss_mask.to(dev->device());
   });
 }
 
@@ -233,15 +245,17 @@ bool Engine::Impl::PlantsOverflow(int b) const {
          (comm->rank() == 0 || !plan.optim_sharded);
 }
 
-// The loss of one micro-batch (unscaled mean). Training (`act` non-null) keeps each block's
-// input and backpropagates through the head: its gradients are reduced and the gradient of
-// its input is left in act->grad_out for Backward(). Eval computes the loss only.
-StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, Pass pass, Gatherer& gather, Activations* act) {
+// The loss of one micro-batch (unscaled: MicroBatchLoss, with a loss mask weighed by
+// `loss_weight`). Training (`act` non-null) keeps each block's input and backpropagates
+// through the head: its gradients are reduced and the gradient of its input is left in
+// act->grad_out for Backward(). Eval computes the loss only.
+StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_weight, Pass pass, Gatherer& gather,
+                                       Activations* act) {
   const int n = num_blocks();
   const bool train = pass == Pass::kTrain;
   STRATA_CHECK(!train || act) << "a training forward needs somewhere to keep its activations";
-  torch::Tensor x, targets;
-  STRATA_RETURN_IF_ERROR(BatchToDevice(batch, &x, &targets));
+  torch::Tensor x, targets, mask;
+  STRATA_RETURN_IF_ERROR(BatchToDevice(batch, &x, &targets, &mask));
   const bool keep = train && cfg.keep_activations;
   if (train) act->inputs.assign(n, torch::Tensor());
   if (keep) act->outputs.assign(n, torch::Tensor());
@@ -273,12 +287,12 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, Pass pass, Gath
       model::Block& head = *model.blocks[n - 1].module;
       if (!train) {
         torch::NoGradGuard no_grad;
-        loss = model::LanguageModelLoss(head.Forward(x), targets).item<double>();
+        loss = MicroBatchLoss(head.Forward(x), targets, mask, loss_weight).item<double>();
         return;
       }
       act->inputs[n - 1] = x;
       torch::Tensor in = x.detach().requires_grad_(true);
-      torch::Tensor l = model::LanguageModelLoss(head.Forward(in), targets);
+      torch::Tensor l = MicroBatchLoss(head.Forward(in), targets, mask, loss_weight);
       loss = l.item<double>();
       (l * scaler.scale()).backward();
       act->grad_out = in.grad();
@@ -332,6 +346,12 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   const int world = m.comm->world_size(), rank = m.comm->rank();
   m.DropEarlyStates();  // left by a step that failed before its optimizer ran
 
+  std::vector<double> weights(m.cfg.grad_accum, 1.0);  // Note [Loss mask]
+  if (data.has_loss_mask()) {
+    const auto first = static_cast<uint64_t>(step * m.cfg.grad_accum * world);
+    STRATA_ASSIGN_OR_RETURN(weights, LossWeights(data, data::Split::kTrain, first, m.cfg.grad_accum, world, rank,
+                                                 m.cfg.micro_batch, fmt::format("step {}", step)));
+  }
   const std::vector<Visit> visits = m.VisitPlan(static_cast<int>(m.cfg.grad_accum), /*backward=*/true);
   std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(visits);
   double loss_sum = 0;
@@ -347,7 +367,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
         m.ArmSpeculation(step);    // blocks are updated as their gradients become final
       }
       Activations act;
-      StatusOr<double> loss = m.Forward(batch, Pass::kTrain, gather, &act);
+      StatusOr<double> loss = m.Forward(batch, weights[mb], Pass::kTrain, gather, &act);
       Status s = loss.ok() ? m.Backward(act, gather) : loss.status();
       if (s.ok()) loss_sum += *loss;
       if (!s.ok()) {
@@ -392,6 +412,11 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
 StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batches) {
   Impl& m = *impl_;
   const int world = m.comm->world_size(), rank = m.comm->rank();
+  std::vector<double> weights(batches, 1.0);  // Note [Loss mask]
+  if (data.has_loss_mask()) {
+    STRATA_ASSIGN_OR_RETURN(weights,
+                            LossWeights(data, data::Split::kEval, 0, batches, world, rank, m.cfg.micro_batch, "eval"));
+  }
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
     const std::vector<Visit> visits = m.VisitPlan(1, /*backward=*/false);
@@ -400,7 +425,7 @@ StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batche
     StatusOr<double> loss = 0.0;
     {
       Gatherer gather(m, visits, prefetch.get());
-      loss = m.Forward(batch, Pass::kEval, gather, nullptr);
+      loss = m.Forward(batch, weights[i], Pass::kEval, gather, nullptr);
     }
     if (!loss.ok()) {
       m.dev->Synchronize().IgnoreError();

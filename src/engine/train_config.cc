@@ -140,7 +140,7 @@ Status ParseStrataModel(JsonReader& s, TrainConfig* c) {
   return Status();
 }
 
-// strata.data: the token file and the held-out split.
+// strata.data: the token file, its loss mask and the held-out split.
 Status ParseStrataData(JsonReader& s, TrainConfig* c) {
   STRATA_ASSIGN_OR_RETURN(JsonReader d, s.Child("data"));
   STRATA_RETURN_IF_ERROR(d.String("path", &c->data.path));
@@ -150,6 +150,7 @@ Status ParseStrataData(JsonReader& s, TrainConfig* c) {
                    : fmt_name == "text" ? data::TokenFormat::kText
                    : fmt_name == "uint16" ? data::TokenFormat::kUint16
                                           : data::TokenFormat::kUint32;
+  STRATA_RETURN_IF_ERROR(d.String("loss_mask", &c->data.loss_mask));
   STRATA_RETURN_IF_ERROR(d.Double("eval_fraction", &c->data.eval_fraction, 0.001, 0.5));
   c->data.seed = c->seed;
   d.UnusedKeys(&c->warnings);

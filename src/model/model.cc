@@ -35,6 +35,23 @@ torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor
   return torch::nn::functional::cross_entropy(logits.to(torch::kFloat32).reshape({-1, V}), targets.reshape({-1}));
 }
 
+torch::Tensor MaskedLanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets,
+                                      const torch::Tensor& mask) {
+  STRATA_CHECK(logits.dim() == 3 && logits.sizes().slice(0, 2) == targets.sizes() && mask.sizes() == targets.sizes() &&
+               mask.scalar_type() == torch::kBool)
+      << "logits " << logits.sizes() << " mask " << mask.sizes() << " " << mask.scalar_type() << " targets "
+      << targets.sizes();
+  // Masked targets become cross_entropy's ignore_index (its default, so an all-true mask
+  // makes exactly LanguageModelLoss's call); the mean is then over the others.
+  constexpr int64_t kIgnore = -100;
+  namespace F = torch::nn::functional;
+  auto options = F::CrossEntropyFuncOptions().ignore_index(kIgnore);
+  if (!mask.any().item<bool>()) options.reduction(torch::kSum);  // an empty sum: 0, gradient 0
+  const int64_t V = logits.size(2);
+  return F::cross_entropy(logits.to(torch::kFloat32).reshape({-1, V}),
+                          targets.masked_fill(mask.logical_not(), kIgnore).reshape({-1}), options);
+}
+
 FullModel::FullModel(const ModelSpec& spec) {
   for (int i = 0; i < spec.num_blocks(); ++i) {
     blocks_.push_back(register_module(std::to_string(i), MakeBlock(spec, i)));

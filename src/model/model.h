@@ -39,6 +39,12 @@ std::shared_ptr<Block> MakeBlock(const ModelSpec& spec, int index, const torch::
 
 // Mean cross-entropy over all B*T positions, computed in fp32 whatever the logits' dtype.
 torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets);
+// Mean cross-entropy over the positions where `mask` (bool [B, T]) is true, in fp32; the
+// other positions contribute nothing, to the loss or to any gradient. With no position
+// selected: 0, with zero gradients (not 0 / 0). With every position selected it is
+// LanguageModelLoss, bitwise.
+torch::Tensor MaskedLanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets,
+                                      const torch::Tensor& mask);
 
 // The whole model as one module (all blocks, tie applied as one shared parameter): the
 // plain-LibTorch reference that tests and bench compare the engine with.

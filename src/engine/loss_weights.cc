@@ -1,0 +1,43 @@
+// Note [Loss mask]: with a loss mask the loss of a step is
+//     sum of the cross-entropy over the trained targets of all micro-batches on all ranks
+//     / the number N of those targets,
+// not the mean of the micro-batches' means (a micro-batch that is mostly prompt would weigh
+// as much as one that is all answer). The engine's gradient pipeline stays as it is: every
+// micro-batch's gradient is added times 1 / (A x W) (A micro-batches, W ranks) and the
+// reported loss is the sum of the micro-batch losses / (A x W). So micro-batch i's loss is
+// its masked mean m_i (n_i trained targets) times w_i = n_i x A x W / N, and
+//     sum_i m_i w_i / (A x W) = sum_i (sum of its CE) / N.
+// N must be known before the first backward: optimizer_overlap "speculative" updates a
+// block as soon as its gradient of the last micro-batch is reduced, and clipping and fp16's
+// overflow check read the accumulated gradient as it stands. Every rank holds the whole
+// token file and the batches are a pure function of their index (data.h), so each rank
+// counts N itself from the mask bytes of all W x A batches of the step (T bytes a row,
+// negligible beside a forward), with no collective. The same rule weighs the eval batches.
+// Without a mask the engine does not call this at all: the unmasked step is unchanged. A
+// mask of all ones gives n_i x A x W == N, so w_i is exactly 1 and the result is bitwise
+// the unmasked one.
+#include "src/engine/loss_weights.h"
+
+namespace strata {
+
+StatusOr<std::vector<double>> LossWeights(const data::TokenDataset& data, data::Split split, uint64_t first,
+                                          int64_t per_rank, int world, int rank, int64_t batch_size,
+                                          const std::string& what) {
+  const auto shares = static_cast<uint64_t>(per_rank) * static_cast<uint64_t>(world);
+  const int64_t total = data.LossTokens(split, first, shares, batch_size);
+  if (total == 0) {
+    return InvalidArgument(
+        "{}: the loss mask trains no target in any of its {} batches of {} sequences ({}): every sequence drawn is "
+        "prompt only. Use a larger batch, a longer seq_len, or data with more completion tokens",
+        what, shares, batch_size, data.description());
+  }
+  std::vector<double> weights(static_cast<size_t>(per_rank));
+  for (int64_t k = 0; k < per_rank; ++k) {
+    const uint64_t index = first + static_cast<uint64_t>(k * world + rank);
+    const int64_t mine = data.LossTokens(split, index, 1, batch_size);
+    weights[k] = static_cast<double>(mine) * static_cast<double>(shares) / static_cast<double>(total);
+  }
+  return weights;
+}
+
+}  // namespace strata

@@ -1,0 +1,142 @@
+// Loss masks: the file next to the token file (loss_mask.h) through TokenDataset, its
+// errors, and MaskedLanguageModelLoss (no gradient at masked positions, the masked mean,
+// bitwise LanguageModelLoss with every position selected, 0 and no NaN with none).
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "src/data/data.h"
+#include "src/model/model.h"
+#include "support/temp_dir.h"
+
+namespace strata::data {
+namespace {
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// 400 uint16 tokens (token i = i), and a mask that trains every third token.
+struct Files {
+  testing::TempDir dir;
+  std::string tokens = dir.path() + "/data.u16";
+  std::string mask = tokens + ".mask";
+  std::string mask_bytes;
+  Files() {
+    std::string bytes;
+    for (int i = 0; i < 400; ++i) {
+      bytes.push_back(static_cast<char>(i & 0xFF));
+      bytes.push_back(static_cast<char>(i >> 8));
+      mask_bytes.push_back(i % 3 == 0 ? 1 : 0);
+    }
+    WriteFile(tokens, bytes);
+    WriteFile(mask, mask_bytes);
+  }
+  DataConfig Config(const std::string& loss_mask = "auto") const {
+    DataConfig c;
+    c.path = tokens;
+    c.loss_mask = loss_mask;
+    c.eval_fraction = 0.25;
+    return c;
+  }
+};
+
+TEST(LossMaskData, BatchesCarryTheMaskOfTheirTargets) {
+  Files f;
+  auto ds = TokenDataset::Open(f.Config(), 1000, 16);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  ASSERT_TRUE((*ds)->has_loss_mask());
+  EXPECT_NE((*ds)->description().find(f.mask), std::string::npos) << (*ds)->description();
+  for (Split split : {Split::kTrain, Split::kEval}) {
+    int64_t sum = 0;
+    for (uint64_t index = 0; index < 3; ++index) {
+      Batch b = (*ds)->Get(split, index, 4);
+      ASSERT_TRUE(b.loss_mask.defined());
+      ASSERT_EQ(b.loss_mask.sizes(), b.targets.sizes());
+      for (int64_t r = 0; r < 4; ++r)
+        for (int64_t t = 0; t < 16; ++t)  // a target is its own position in the file
+          ASSERT_EQ(b.loss_mask[r][t].item<bool>(), b.targets[r][t].item<int64_t>() % 3 == 0) << r << "," << t;
+      EXPECT_EQ((*ds)->LossTokens(split, index, 1, 4), b.loss_mask.sum().item<int64_t>());
+      sum += b.loss_mask.sum().item<int64_t>();
+    }
+    EXPECT_EQ((*ds)->LossTokens(split, 0, 3, 4), sum);
+  }
+}
+
+TEST(LossMaskData, NoneOrNoSiblingMeansEveryTargetCounts) {
+  Files f;
+  auto none = TokenDataset::Open(f.Config("none"), 1000, 16);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE((*none)->has_loss_mask());
+  EXPECT_FALSE((*none)->Get(Split::kTrain, 0, 2).loss_mask.defined());
+  EXPECT_EQ((*none)->LossTokens(Split::kTrain, 0, 3, 2), 3 * 2 * 16);
+  std::remove(f.mask.c_str());
+  auto missing = TokenDataset::Open(f.Config("auto"), 1000, 16);
+  ASSERT_TRUE(missing.ok()) << missing.status().ToString();
+  EXPECT_FALSE((*missing)->has_loss_mask());
+}
+
+TEST(LossMaskData, BadMasksAreErrorsNamingTheFiles) {
+  Files f;
+  auto expect_error = [&](const DataConfig& c, std::initializer_list<std::string> needles) {
+    auto ds = TokenDataset::Open(c, 1000, 16);
+    ASSERT_FALSE(ds.ok());
+    for (const std::string& n : needles) EXPECT_NE(ds.status().message().find(n), std::string::npos) << ds.status().message();
+  };
+  expect_error(f.Config(f.dir.path() + "/absent.mask"), {"absent.mask", "does not exist", "loss_mask"});
+  WriteFile(f.mask, f.mask_bytes.substr(1));
+  expect_error(f.Config(), {f.mask, f.tokens, "399 bytes", "400 tokens"});
+  std::string two = f.mask_bytes;
+  two[7] = 2;
+  WriteFile(f.mask, two);
+  expect_error(f.Config(), {f.mask, "position 7"});
+  std::string eval_untrained = f.mask_bytes;
+  for (size_t i = 300; i < 400; ++i) eval_untrained[i] = 0;
+  WriteFile(f.mask, eval_untrained);
+  expect_error(f.Config(), {f.mask, "eval split"});
+  DataConfig builtin;
+  builtin.loss_mask = f.mask;
+  expect_error(builtin, {"strata.data.path"});
+}
+
+TEST(MaskedLanguageModelLoss, IsTheMeanOverSelectedPositionsWithNoGradientElsewhere) {
+  torch::manual_seed(3);
+  torch::Tensor logits = torch::randn({2, 5, 7}, torch::kFloat32).requires_grad_(true);
+  torch::Tensor targets = torch::randint(0, 7, {2, 5}, torch::kInt64);
+  torch::Tensor mask = torch::rand({2, 5}) > 0.5;
+  mask[0][0] = true;
+  mask[1][4] = false;
+  torch::Tensor loss = model::MaskedLanguageModelLoss(logits, targets, mask);
+  loss.backward();
+  double sum = 0;
+  int n = 0;
+  for (int b = 0; b < 2; ++b)
+    for (int t = 0; t < 5; ++t) {
+      torch::Tensor g = logits.grad()[b][t];
+      if (!mask[b][t].item<bool>()) {
+        EXPECT_TRUE(torch::equal(g, torch::zeros_like(g))) << "masked position " << b << "," << t;
+        continue;
+      }
+      torch::Tensor logp = torch::log_softmax(logits[b][t].detach().to(torch::kFloat64), 0);
+      sum -= logp[targets[b][t].item<int64_t>()].item<double>();
+      ++n;
+      EXPECT_GT(g.abs().max().item<float>(), 0.0f);
+    }
+  EXPECT_NEAR(loss.item<double>(), sum / n, 1e-6);  // fp32 log-softmax vs a double one
+}
+
+TEST(MaskedLanguageModelLoss, AllSelectedIsBitwiseTheLossAndNoneSelectedIsZero) {
+  torch::manual_seed(4);
+  torch::Tensor logits = torch::randn({3, 8, 11}, torch::kBFloat16);
+  torch::Tensor targets = torch::randint(0, 11, {3, 8}, torch::kInt64);
+  EXPECT_TRUE(torch::equal(model::MaskedLanguageModelLoss(logits, targets, torch::ones({3, 8}, torch::kBool)),
+                           model::LanguageModelLoss(logits, targets)));
+  torch::Tensor x = logits.to(torch::kFloat32).requires_grad_(true);
+  torch::Tensor zero = model::MaskedLanguageModelLoss(x, targets, torch::zeros({3, 8}, torch::kBool));
+  zero.backward();
+  EXPECT_EQ(zero.item<float>(), 0.0f);
+  EXPECT_TRUE(torch::equal(x.grad(), torch::zeros_like(x)));
+}
+
+}  // namespace
+}  // namespace strata::data
