@@ -270,8 +270,6 @@ StatusOr<std::array<std::span<std::byte>, 3>> Engine::Impl::StateSpans(int b, co
 // fused half-precision (or fp32) output to `out`; states written back.
 Status Engine::Impl::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur,
                                     std::byte* out) {
-  const BlockRuntime& br = model.blocks[b];
-  const BlockPlan& bp = plan.blocks[b];
   STRATA_ASSIGN_OR_RETURN(auto states, StateSpans(b, sg, cur));
   AdamSpans spans;
   spans.params = AsFloats(states[0]);
