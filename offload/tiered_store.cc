@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "strata/check.h"
@@ -22,6 +23,7 @@ struct TieredStore::WriteBackRecord {
   uint32_t tensor = 0;
   Ticket ticket;
   PinnedBuffer lease;
+  int copying = 0;  // reads served from the lease right now: it is not released (retired) meanwhile
 };
 
 struct TieredStore::Entry {
@@ -114,8 +116,12 @@ const TieredStore::Entry& TieredStore::Get(TensorHandle t) const {
 }
 
 // Note [Write-backs]: a write-back's lease is released when it is retired, which happens
-// on any later call that finds it done (RetireFinished), when a read or write of the same
-// tensor waits for it, or when AcquireBuffer or FlushWrites wait for it.
+// on any later call that finds it done and no read copying from it (RetireFinished), when a
+// write of the same tensor waits for it, or when AcquireBuffer or FlushWrites wait for it.
+// A Read of a tensor whose write-back is in flight copies the lease (the very bytes being
+// written) instead of waiting for the write and reading them back from the disk: the
+// forward after an update reads the new working weights at memcpy speed, and the disk
+// moves them once.
 void TieredStore::Retire(WriteBackRecord& w) {  // with state_->mu held, w.ticket done
   Entry& e = state_->entries[w.tensor];
   if (Status s = w.ticket.Wait(); !s.ok()) {
@@ -132,7 +138,7 @@ void TieredStore::RetireFinished() {
   std::lock_guard<std::mutex> lock(state_->mu);
   auto& writes = state_->writes;
   for (auto it = writes.begin(); it != writes.end();) {
-    if ((*it)->ticket.Done()) {
+    if ((*it)->ticket.Done() && (*it)->copying == 0) {
       Retire(**it);
       it = writes.erase(it);
     } else {
@@ -195,6 +201,7 @@ Ticket TieredStore::WriteBack(TensorHandle t, PinnedBuffer lease) {
 }
 
 Ticket TieredStore::Read(TensorHandle t, std::span<std::byte> dst) {
+  if (ReadFromWriteBack(t, dst)) return Ticket();
   WaitForWriteBack(t);
   Entry& e = Get(t);
   STRATA_CHECK(dst.size() == e.bytes) << "read of " << dst.size() << " bytes from tensor '" << e.name << "' of "
@@ -214,6 +221,27 @@ Ticket TieredStore::Read(TensorHandle t, std::span<std::byte> dst) {
   return nvme_->Read(e.extent, dst);
 }
 
+bool TieredStore::ReadFromWriteBack(TensorHandle t, std::span<std::byte> dst) {
+  std::shared_ptr<WriteBackRecord> w;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    STRATA_CHECK(t.index < state_->entries.size()) << "unknown tensor handle " << t.index;
+    const Entry& e = state_->entries[t.index];
+    if (!e.pending || e.pending->ticket.Done()) return false;  // done: read it back as usual
+    STRATA_CHECK(dst.size() == e.bytes) << "read of " << dst.size() << " bytes from tensor '" << e.name << "' of "
+                                        << e.bytes;
+    w = e.pending;
+    ++w->copying;
+  }
+  std::memcpy(dst.data(), w->lease.data(), dst.size());
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    --w->copying;
+  }
+  RetireFinished();
+  return true;
+}
+
 std::optional<PinnedBuffer> TieredStore::AcquireBuffer(PinnedPool& pool) {
   while (true) {
     RetireFinished();
@@ -228,6 +256,10 @@ std::optional<PinnedBuffer> TieredStore::AcquireBuffer(PinnedPool& pool) {
         }
     }
     if (!oldest) return std::nullopt;
+    if (oldest->ticket.Done()) {  // written, but a read still copies from it: a moment
+      std::this_thread::yield();
+      continue;
+    }
     const auto start = std::chrono::steady_clock::now();
     oldest->ticket.Wait().IgnoreError();  // recorded when retired
     if (options_.on_wait)

@@ -13,9 +13,9 @@
 // kFailed (the last write failed: reads are refused, naming the tensor).
 //
 // Write-backs (Note [Write-backs]): WriteBack() takes the pinned buffer holding the bytes
-// and keeps it until the write completes; the buffer then goes back to its pool. A Read()
-// or Write() of a tensor first waits for that tensor's write-back in flight, so a caller
-// never sees stale bytes. When a pool has no free buffer, AcquireBuffer() waits for the
+// and keeps it until the write completes; the buffer then goes back to its pool. A Write()
+// of a tensor first waits for that tensor's write-back in flight; a Read() copies from its
+// buffer instead, so a caller never sees stale bytes nor waits for the disk to have them. When a pool has no free buffer, AcquireBuffer() waits for the
 // oldest write-back holding one of its buffers. Finished write-backs are retired (leases
 // released, failures recorded) whenever the store is called.
 //
@@ -79,9 +79,9 @@ class TieredStore {
   // Writes the first bytes(t) bytes of `lease` to the tensor's home and keeps the lease
   // until the write has completed (Note [Write-backs]). The returned ticket may be dropped.
   Ticket WriteBack(TensorHandle t, PinnedBuffer lease);
-  // Copies the tensor from its home into dst (exactly its bytes), after the tensor's
-  // write-back in flight (if any; blocking). Refused for a tensor never written or whose
-  // last write failed.
+  // Copies the tensor from its home into dst (exactly its bytes); while a write-back of it
+  // is in flight, from that write-back's buffer instead (no wait, no disk read). Refused for
+  // a tensor never written or whose last write failed.
   Ticket Read(TensorHandle t, std::span<std::byte> dst);
 
   // A buffer of `pool`: a free one, else (blocking) the one the oldest write-back holding
@@ -118,6 +118,7 @@ class TieredStore {
   const Entry& Get(TensorHandle t) const;
   // Waits for `t`'s write-back in flight, if any (traced through on_wait).
   void WaitForWriteBack(TensorHandle t);
+  bool ReadFromWriteBack(TensorHandle t, std::span<std::byte> dst);  // false: none in flight
   // Releases the leases of completed write-backs, oldest first; records failures.
   void RetireFinished();
   void Retire(WriteBackRecord& w);

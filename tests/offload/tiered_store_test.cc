@@ -151,6 +151,43 @@ TEST(TieredStore, WriteBacksHoldTheirBufferUntilWritten) {
   EXPECT_FALSE(store->AcquireBuffer(**other).has_value());
 }
 
+// A read while the tensor's write-back is still on its way to a (slow) disk is served from
+// the write-back's buffer: the new bytes, no disk read, no wait for the write; the buffer
+// goes back to its pool only once the write completed.
+TEST(TieredStore, AReadDuringAWriteBackCopiesItsBuffer) {
+  TempDir dir;
+  TieredStoreOptions o;
+  o.enable_nvme = true;
+  o.nvme = testing::TierOptions(dir.path(), /*block=*/65536, /*qd=*/4);
+  o.nvme.wrap_engine = [](std::unique_ptr<IoEngine> e) -> std::unique_ptr<IoEngine> {
+    return std::make_unique<testing::FaultyIoEngine>(
+        std::move(e), std::vector<testing::Fault>{{IoOp::kWrite, /*nth=*/1, testing::FaultKind::kSlow, 0, 300000}});
+  };
+  auto store = std::move(TieredStore::Create(o)).value();
+  auto pool = PinnedPool::Create(1, 65536, nullptr);
+  ASSERT_TRUE(pool.ok());
+  auto h = *store->Register("weights", 65536, Tier::kNvme);
+  std::vector<std::byte> old_bytes(65536, std::byte{1});
+  ASSERT_TRUE(store->Write(h, old_bytes).Wait().ok());  // request 0
+  PinnedBuffer b = (*pool)->Acquire();
+  auto fresh = RandomBytes(65536, 9);
+  std::memcpy(b.data(), fresh.data(), fresh.size());
+  const Ticket written = store->WriteBack(h, std::move(b));  // request 1: 300 ms late
+  const uint64_t read_before = store->nvme()->stats().bytes_read;
+  std::vector<std::byte> dst(65536);
+  ASSERT_TRUE(store->Read(h, dst).Wait().ok());
+  EXPECT_EQ(dst, fresh);
+  EXPECT_FALSE(written.Done());  // served without waiting for the slow write
+  EXPECT_EQ(store->nvme()->stats().bytes_read, read_before);
+  EXPECT_FALSE((*pool)->TryAcquire().has_value());  // the write still holds the buffer
+  ASSERT_TRUE(store->FlushWrites().ok());
+  EXPECT_EQ((*pool)->free_count(), 1u);
+  std::fill(dst.begin(), dst.end(), std::byte{0});
+  ASSERT_TRUE(store->Read(h, dst).Wait().ok());  // from the disk now
+  EXPECT_EQ(dst, fresh);
+  EXPECT_GT(store->nvme()->stats().bytes_read, read_before);
+}
+
 // A failed write-back leaves the tensor refused on read (kFailed), naming it, and
 // FlushWrites reports it; the buffer still goes back to its pool.
 TEST(TieredStore, AFailedWriteBackIsRefusedOnRead) {
