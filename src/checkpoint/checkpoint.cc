@@ -111,6 +111,8 @@ Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, co
       {"sub_group_size", cfg.sub_group_size},
       {"zero_stage", cfg.zero_stage},
       {"model", ModelConfigJson(cfg.model)},
+      // The Hugging Face folder export copies tokenizer files from (absolute: export may run elsewhere).
+      {"hf_source", cfg.model_from.empty() ? std::string() : fs::absolute(cfg.model_from).string()},
       {"counters",
        {{"adam_steps", c.adam_steps}, {"loss_scale", c.loss_scale}, {"clean_steps", c.clean_steps},
         {"hysteresis_left", c.hysteresis_left}}},
@@ -140,19 +142,7 @@ Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, co
 
 }  // namespace
 
-nlohmann::json ModelConfigJson(const model::ModelConfig& m) {
-  return {{"arch", m.arch == model::Arch::kGpt2 ? "gpt2" : "llama"},
-          {"vocab_size", m.vocab_size},
-          {"seq_len", m.seq_len},
-          {"n_layer", m.n_layer},
-          {"d_model", m.d_model},
-          {"n_head", m.n_head},
-          {"n_kv_head", m.n_kv_head},
-          {"ffn_hidden", m.ffn_hidden},
-          {"tie_embeddings", m.tie_embeddings},
-          {"norm_eps", m.norm_eps},
-          {"rope_theta", m.rope_theta}};
-}
+nlohmann::json ModelConfigJson(const model::ModelConfig& m) { return strata::ModelConfigJson(m); }
 
 Status SaveCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg, const std::string& dir, int64_t step,
                       const SaveOptions& opt) {
@@ -199,11 +189,14 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
       return Error(StatusCode::kFailedPrecondition, "'{}' holds Adam m and v in {}; this run has strata.adam_states "
                    "\"{}\" (set it to match to resume)", where, m.value("adam_states", std::string("fp32")),
                    DTypeName(cfg.adam_states));
-    const nlohmann::json model = ModelConfigJson(cfg.model);
-    for (auto it = model.begin(); it != model.end(); ++it)
-      if (m["model"].value(it.key(), nlohmann::json()) != *it)
-        return Error(StatusCode::kFailedPrecondition, "'{}': strata.model.{} is {} there, {} in this run", where,
-                     it.key(), m["model"].value(it.key(), nlohmann::json()).dump(), it->dump());
+    const nlohmann::json model = ModelConfigJson(cfg.model), &saved = m["model"];
+    // Both ways: keys written only when not default (head_dim, qk_norm, ...) may be on either side.
+    for (const nlohmann::json* side : {&model, &saved})
+      for (auto it = side->begin(); it != side->end(); ++it)
+        if (saved.value(it.key(), nlohmann::json()) != model.value(it.key(), nlohmann::json()))
+          return Error(StatusCode::kFailedPrecondition, "'{}': strata.model.{} is {} there, {} in this run", where,
+                       it.key(), saved.value(it.key(), nlohmann::json()).dump(),
+                       model.value(it.key(), nlohmann::json()).dump());
     if (m.value("seed", cfg.seed) != cfg.seed)
       LogWarn("resuming '{}' (seed {}) with seed {}: the data order after the checkpoint differs from the original run",
               step_dir, m["seed"].dump(), cfg.seed);

@@ -1,8 +1,14 @@
 #include "src/checkpoint/hf_loader.h"
 
+#include <filesystem>
+
+#include "src/checkpoint/durable_file.h"
 #include "src/checkpoint/hf_names.h"
+#include "src/checkpoint/safetensors.h"
+#include "src/engine/json_reader.h"
 
 namespace strata::ckpt {
+namespace fs = std::filesystem;
 namespace {
 
 std::string Shape(const std::vector<int64_t>& s) {
@@ -11,19 +17,77 @@ std::string Shape(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
+constexpr const char* kIndexName = "model.safetensors.index.json";
+
 }  // namespace
 
 StatusOr<std::shared_ptr<HfWeights>> HfWeights::Open(const std::string& path, const model::ModelConfig& config) {
-  STRATA_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(path));
-  std::shared_ptr<HfWeights> w(new HfWeights(std::move(f), config));
-  const bool gpt2 = config.arch == model::Arch::kGpt2;
-  for (const TensorView& t : w->file_.tensors()) w->by_canonical_[CanonicalHfName(gpt2, t.name)] = &t;
+  std::shared_ptr<HfWeights> w(new HfWeights(path, config));
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    STRATA_RETURN_IF_ERROR(w->OpenFolder());
+  } else {
+    STRATA_RETURN_IF_ERROR(w->AddFile(path, nullptr));
+  }
   return w;
+}
+
+// The index's weight_map (tensor -> shard file), each shard's header checked against it;
+// without an index, the folder's single model.safetensors.
+Status HfWeights::OpenFolder() {
+  const std::string index = (fs::path(path_) / kIndexName).string();
+  std::error_code ec;
+  if (!fs::exists(index, ec)) {
+    const std::string single = (fs::path(path_) / "model.safetensors").string();
+    if (!fs::exists(single, ec))
+      return Error(StatusCode::kNotFound, "'{}' holds neither {} nor model.safetensors", path_, kIndexName);
+    return AddFile(single, nullptr);
+  }
+  STRATA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(index));
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonText(text, "'" + index + "'"));
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    return InvalidArgument("'{}': no \"weight_map\" object (tensor name -> file)", index);
+  std::map<std::string, std::set<std::string>> by_file;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it->is_string()) return InvalidArgument("'{}': weight_map[\"{}\"] is not a file name", index, it.key());
+    const std::string file = it->get<std::string>();
+    if (file.empty() || file.find('/') != std::string::npos || file == "..")
+      return InvalidArgument("'{}': weight_map[\"{}\"] = \"{}\" is not a file of the folder", index, it.key(), file);
+    by_file[file].insert(it.key());
+  }
+  for (const auto& [file, names] : by_file) STRATA_RETURN_IF_ERROR(AddFile((fs::path(path_) / file).string(), &names));
+  return Status();
+}
+
+// Records the tensors of one file (header only; the mapping is dropped again). `expected`:
+// the names the index places in it, each of which must be there.
+Status HfWeights::AddFile(const std::string& file, const std::set<std::string>* expected) {
+  STRATA_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(file));
+  const int id = static_cast<int>(files_.size());
+  files_.push_back(file);
+  const bool gpt2 = config_.arch == model::Arch::kGpt2;
+  for (const TensorView& t : f.tensors()) {
+    Entry e{t.name, id, t.dtype, t.shape, f.FileOffset(t), t.bytes.size()};
+    const std::string key = CanonicalHfName(gpt2, t.name);
+    if (auto [it, fresh] = by_canonical_.emplace(key, e); !fresh)
+      return InvalidArgument("tensor '{}' is in both '{}' and '{}'", t.name, FileName(it->second.file), FileName(id));
+  }
+  if (expected)
+    for (const std::string& name : *expected)
+      if (!f.Find(name))
+        return Error(StatusCode::kDataLoss, "'{}' places tensor '{}' in '{}', which does not hold it",
+                     (fs::path(path_) / kIndexName).string(), name, file);
+  return Status();
+}
+
+std::string HfWeights::FileName(int file) const {
+  return files_.size() == 1 && files_[0] == path_ ? path_ : fs::path(files_[file]).filename().string();
 }
 
 Status HfWeights::FillBlock(int block, std::vector<std::pair<std::string, torch::Tensor>>& params) {
   const bool gpt2 = config_.arch == model::Arch::kGpt2;
   std::vector<std::string> problems;
+  std::map<int, MappedFile> mapped;  // this block's shards, unmapped on return
   for (auto& [name, tensor] : params) {
     const HfName hf = ToHfName(gpt2, static_cast<int>(config_.n_layer), block, name);
     auto it = by_canonical_.find(hf.name);
@@ -32,12 +96,12 @@ Status HfWeights::FillBlock(int block, std::vector<std::pair<std::string, torch:
                                      Shape(tensor.sizes().vec())));
       continue;
     }
-    const TensorView& t = *it->second;
+    const Entry& t = it->second;
     std::vector<int64_t> want = tensor.sizes().vec();
     if (hf.transpose) std::swap(want[0], want[1]);
     if (t.shape != want) {
-      problems.push_back(fmt::format("'{}' has shape {}, the model config needs {}{}", t.name, Shape(t.shape),
-                                     Shape(want), hf.transpose ? " (HF Conv1D layout [in, out])" : ""));
+      problems.push_back(fmt::format("'{}' has shape {}, the model config needs {}{} (in '{}')", t.name, Shape(t.shape),
+                                     Shape(want), hf.transpose ? " (HF Conv1D layout [in, out])" : "", FileName(t.file)));
       continue;
     }
     torch::ScalarType st;
@@ -45,15 +109,23 @@ Status HfWeights::FillBlock(int block, std::vector<std::pair<std::string, torch:
     else if (t.dtype == "BF16") st = torch::kBFloat16;
     else if (t.dtype == "F16") st = torch::kFloat16;
     else {
-      problems.push_back(fmt::format("'{}' has dtype {}; F32, BF16 or F16 expected", t.name, t.dtype));
+      problems.push_back(fmt::format("'{}' has dtype {}; F32, BF16 or F16 expected (in '{}')", t.name, t.dtype,
+                                     FileName(t.file)));
       continue;
     }
-    torch::Tensor src = torch::from_blob(const_cast<std::byte*>(t.bytes.data()), t.shape, torch::TensorOptions().dtype(st));
+    if (!mapped.count(t.file)) {
+      STRATA_ASSIGN_OR_RETURN(MappedFile m, MappedFile::Open(files_[t.file]));
+      if (m.bytes().size() < t.offset + t.bytes)
+        return Error(StatusCode::kDataLoss, "'{}' shrank since it was opened", files_[t.file]);
+      mapped.emplace(t.file, std::move(m));
+    }
+    const std::byte* data = mapped.at(t.file).bytes().data() + t.offset;
+    torch::Tensor src = torch::from_blob(const_cast<std::byte*>(data), t.shape, torch::TensorOptions().dtype(st));
     if (hf.transpose) src = src.t();
     tensor.copy_(src.to(torch::kFloat32));
     if (const int64_t bad = (~torch::isfinite(tensor)).sum().item<int64_t>(); bad > 0) {
-      problems.push_back(fmt::format("'{}' holds {} NaN or Inf value(s) of {}: training from it would change nothing",
-                                     t.name, bad, tensor.numel()));
+      problems.push_back(fmt::format("'{}' holds {} NaN or Inf value(s) of {}: training from it would change nothing "
+                                     "(in '{}')", t.name, bad, tensor.numel(), FileName(t.file)));
       continue;
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -69,10 +141,10 @@ Status HfWeights::CheckAllUsed() const {
   std::vector<std::string> extra;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [name, view] : by_canonical_) {
+    for (const auto& [name, e] : by_canonical_) {
       if (used_.count(name) || IsHfBuffer(name)) continue;
       if (name == "lm_head.weight" && config_.tie_embeddings) continue;  // HF may keep the tied copy
-      extra.push_back(fmt::format("'{}' {}", view->name, Shape(view->shape)));
+      extra.push_back(fmt::format("'{}' {} in '{}'", e.name, Shape(e.shape), FileName(e.file)));
     }
   }
   if (extra.empty()) return Status();

@@ -47,6 +47,8 @@ class SafetensorsFile {
   const TensorView* Find(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::string& path() const { return file_.path(); }
+  // Where a tensor's bytes start in the file (for readers that map or read them later).
+  uint64_t FileOffset(const TensorView& t) const { return static_cast<uint64_t>(t.bytes.data() - file_.bytes().data()); }
 
  private:
   explicit SafetensorsFile(MappedFile f) : file_(std::move(f)) {}

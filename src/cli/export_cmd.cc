@@ -1,35 +1,76 @@
-// `strata export CKPT --out model.safetensors`: consolidates a sharded checkpoint into one
-// safetensors file with Hugging Face names (DeepSpeed's zero_to_fp32).
+// `strata export CKPT --out DIR`: consolidates a sharded checkpoint into a Hugging Face
+// model folder (config.json, sharded safetensors with their index, the source folder's
+// tokenizer files) that transformers' from_pretrained loads; `--out FILE.safetensors`
+// writes the weights alone as one file (DeepSpeed's zero_to_fp32).
 #include <cstdio>
 
 #include "src/checkpoint/export.h"
 #include "src/cli/commands.h"
 
 namespace strata::cli {
+namespace {
+
+bool EndsWith(const std::string& s, const std::string& t) {
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+// "5GB", "500MB", "100KB", "12345" (bytes), as transformers' max_shard_size (powers of 1000).
+StatusOr<uint64_t> ParseSize(const std::string& s) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (...) {
+    return InvalidArgument("--max-shard-size '{}': expected a size such as 5GB, 200MB or 1000000", s);
+  }
+  const std::string unit = s.substr(used);
+  const double scale = unit.empty() || unit == "B" ? 1 : unit == "KB" ? 1e3 : unit == "MB" ? 1e6 : unit == "GB" ? 1e9 : -1;
+  if (scale < 0 || !(v > 0)) return InvalidArgument("--max-shard-size '{}': expected a size such as 5GB, 200MB or 1000000", s);
+  return static_cast<uint64_t>(v * scale);
+}
+
+}  // namespace
 
 void AddExportCommand(CLI::App& app, Action* action) {
   struct Args {
-    std::string checkpoint, out, dtype = "fp32";
+    std::string checkpoint, out, dtype = "fp32", max_shard_size = "5GB", hf_source;
   };
   auto a = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("export", "consolidate a checkpoint's shards into one safetensors file (Hugging Face "
-                                           "GPT-2 / LLaMA names; loads with from_pretrained and --init-from)");
+  auto* cmd = app.add_subcommand("export", "consolidate a checkpoint's shards into a Hugging Face model folder (or one "
+                                           "safetensors file); loads with from_pretrained and --init-from");
   cmd->add_option("checkpoint", a->checkpoint, "checkpoint folder (its latest step) or a step folder")->required();
-  cmd->add_option("--out", a->out, "output .safetensors file")->required();
+  cmd->add_option("--out", a->out, "output folder (config.json, model-0000N-of-0000M.safetensors, index, tokenizer "
+                                   "files), or a FILE.safetensors for the weights alone")->required();
   cmd->add_option("--dtype", a->dtype, "fp32 (default), bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  cmd->add_option("--max-shard-size", a->max_shard_size, "folder: largest safetensors shard (default 5GB, as "
+                                                         "transformers)");
+  cmd->add_option("--hf-source", a->hf_source, "folder: the Hugging Face folder to copy tokenizer files from (default: "
+                                               "the one the checkpoint records, strata.model.from / --init-from DIR)");
   cmd->callback([=] {
     *action = [=] {
-      auto r = ckpt::ExportCheckpoint(a->checkpoint, a->out,
-                                      a->dtype == "bf16"   ? ckpt::ExportDType::kBF16
+      const ckpt::ExportDType dtype = a->dtype == "bf16"   ? ckpt::ExportDType::kBF16
                                       : a->dtype == "fp16" ? ckpt::ExportDType::kF16
-                                                           : ckpt::ExportDType::kF32);
+                                                           : ckpt::ExportDType::kF32;
+      auto run = [&]() -> StatusOr<ckpt::ExportReport> {
+        if (EndsWith(a->out, ".safetensors")) return ckpt::ExportCheckpoint(a->checkpoint, a->out, dtype);
+        STRATA_ASSIGN_OR_RETURN(uint64_t size, ParseSize(a->max_shard_size));
+        return ckpt::ExportHfFolder(a->checkpoint, a->out, {dtype, size, a->hf_source});
+      };
+      StatusOr<ckpt::ExportReport> r = run();
       if (!r.ok()) {
         std::fprintf(stderr, "error: %s\n", r.status().ToString().c_str());
         return 1;
       }
-      std::printf("exported %s (step %lld): %lld tensors, %.2f M parameters, %s, %.1f MB -> %s\n", r->step_dir.c_str(),
-                  (long long)r->step, (long long)r->tensors, r->parameters / 1e6, a->dtype.c_str(), r->bytes / 1e6,
-                  a->out.c_str());
+      for (const std::string& n : r->notes) std::fprintf(stderr, "note: %s\n", n.c_str());
+      std::printf("exported %s (step %lld): %lld tensors, %.2f M parameters, %s, %.1f MB", r->step_dir.c_str(),
+                  (long long)r->step, (long long)r->tensors, r->parameters / 1e6, a->dtype.c_str(), r->bytes / 1e6);
+      if (r->shards > 0) std::printf(" in %d shard(s)", r->shards);
+      std::printf(" -> %s\n", a->out.c_str());
+      if (!r->source.empty()) {
+        std::string files;
+        for (const std::string& f : r->copied) files += (files.empty() ? "" : ", ") + f;
+        std::printf("copied from %s: %s\n", r->source.c_str(), files.empty() ? "(no tokenizer files there)" : files.c_str());
+      }
       return 0;
     };
   });

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "src/checkpoint/checkpoint.h"
@@ -70,6 +71,8 @@ class TrainRun {
   Status Eval(int64_t step);
   Status Save(int64_t step);
   bool lead() const { return env_.rank == 0; }
+  // Where the initial weights come from: --init-from (a file or a folder), else strata.model.from.
+  const std::string& init_from() const { return a_.init_from.empty() ? cfg_.model_from : a_.init_from; }
   int local_ranks() const { return std::max(1, a_.nproc > 1 ? a_.nproc : env_.world_size); }
 
   const TrainArgs& a_;
@@ -113,6 +116,10 @@ Status TrainRun::Configure() {
   if (a_.steps >= 0) sets.push_back(fmt::format("strata.steps={}", a_.steps));
   if (a_.seed >= 0) sets.push_back(fmt::format("strata.seed={}", a_.seed));
   if (a_.save_interval >= 0) sets.push_back(fmt::format("strata.save_interval={}", a_.save_interval));
+  // --init-from DIR: the architecture comes from the folder's config.json, as strata.model.from.
+  std::error_code ec;
+  if (!a_.init_from.empty() && std::filesystem::is_directory(a_.init_from, ec))
+    sets.push_back("strata.model.from=" + nlohmann::json(a_.init_from).dump());
   STRATA_ASSIGN_OR_RETURN(cfg_, ResolveTrainConfig(a_.config, a_.strata_file, sets, env_.world_size));
   if (lead()) {
     for (const auto& w : cfg_.warnings) LogWarn("config key '{}' is not used by Strata; ignored", w);
@@ -154,12 +161,12 @@ Status TrainRun::CreateEngine() {
   startup_ = std::make_unique<StartupProgress>(lead(), "reading the token data");
   STRATA_ASSIGN_OR_RETURN(data_, data::TokenDataset::Open(cfg_.data, cfg_.model.vocab_size, cfg_.model.seq_len));
   EngineHooks hooks;
-  if (!a_.init_from.empty() && a_.resume.empty()) {
-    auto w = ckpt::HfWeights::Open(a_.init_from, cfg_.model);
-    if (!w.ok()) return w.status().WithContext("--init-from");
+  if (!init_from().empty() && a_.resume.empty()) {
+    auto w = ckpt::HfWeights::Open(init_from(), cfg_.model);
+    if (!w.ok()) return w.status().WithContext(a_.init_from.empty() ? "strata.model.from" : "--init-from");
     hooks = ckpt::MakeInitFromHooks(*w, model::ModelSpec(cfg_.model).num_blocks());
-  } else if (!a_.init_from.empty() && lead()) {
-    LogWarn("--init-from {} ignored: --resume restores all weights", a_.init_from);
+  } else if (!init_from().empty() && lead()) {
+    LogWarn("initial weights from {} ignored: --resume restores all weights", init_from());
   }
   hooks.on_phase = [p = startup_.get()](const std::string& what) { p->Phase("creating the engine: " + what); };
   tracer_ = std::make_unique<Tracer>(env_.rank);
@@ -218,7 +225,10 @@ void TrainRun::PrintStartup() {
   progress_->Message(fmt::format(
       "strata train: {} model, {:.2f} M parameters, {} blocks; {} rank(s), ZeRO stage {}; params on {}, optimizer "
       "states on {}; {} compute on {} ({}); activations {}; batch {} = {} x {} accumulation x {} rank(s); data: {}",
-      cfg_.model.arch == model::Arch::kGpt2 ? "GPT-2" : "LLaMA", spec.num_parameters() / 1e6, engine_->num_blocks(),
+      !cfg_.model.hf_model_type.empty()          ? cfg_.model.hf_model_type
+      : cfg_.model.arch == model::Arch::kGpt2 ? "GPT-2"
+                                              : "LLaMA",
+      spec.num_parameters() / 1e6, engine_->num_blocks(),
       env_.world_size, cfg_.zero_stage, OffloadDeviceName(cfg_.offload_param.device),
       OffloadDeviceName(cfg_.offload_optimizer.device), DTypeName(cfg_.compute_dtype),
       device_.device->Name(), cfg_.precision_reason,
@@ -229,7 +239,7 @@ void TrainRun::PrintStartup() {
                          : fmt::format("evaluation: {} held-out batch(es) of {} x {} tokens per rank at the start, every "
                                        "{} steps and at the end", cfg_.eval_batches, cfg_.micro_batch,
                                        cfg_.model.seq_len, cfg_.eval_interval));
-  if (!a_.init_from.empty() && a_.resume.empty()) progress_->Message("initial weights from " + a_.init_from);
+  if (!init_from().empty() && a_.resume.empty()) progress_->Message("initial weights from " + init_from());
   if (!a_.resume.empty()) progress_->Message(fmt::format("resumed from {} at step {}", a_.resume, start_));
 }
 
@@ -345,8 +355,9 @@ void AddTrainCommand(CLI::App& app, Action* action) {
   cmd->add_option("--save-interval", a->save_interval, "steps between checkpoints (overrides strata.save_interval)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
   cmd->add_option("--resume", a->resume, "continue from a checkpoint folder (its latest step) or a step folder");
-  cmd->add_option("--init-from", a->init_from, "initial weights from a safetensors file (Hugging Face GPT-2 / LLaMA "
-                                               "names, or strata export)");
+  cmd->add_option("--init-from", a->init_from, "initial weights from a Hugging Face model folder (its config.json sets "
+                                               "the architecture: GPT-2, LLaMA, Mistral, Qwen2, Qwen3) or a safetensors "
+                                               "file (architecture from strata.model)");
   cmd->add_option("--metrics", a->metrics, "write one JSON object per step to FILE.jsonl");
   cmd->add_flag("--no-fit-check", a->no_fit_check, "start even if the memory estimate exceeds this machine");
   cmd->add_flag("--memory-only", a->memory_only, "create the engine, print the memory it allocated per tier beside the "

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "src/engine/json_reader.h"
+#include "src/engine/model_section.h"
 #include "strata/isa.h"
 
 namespace strata {
@@ -116,30 +117,6 @@ Status ParseScheduler(JsonReader& root, TrainConfig* c) {
   return Status();
 }
 
-// strata.model: the architecture.
-Status ParseStrataModel(JsonReader& s, TrainConfig* c) {
-  STRATA_ASSIGN_OR_RETURN(JsonReader m, s.Child("model"));
-  model::ModelConfig& mc = c->model;
-  std::string arch = mc.arch == model::Arch::kGpt2 ? "gpt2" : "llama";
-  STRATA_RETURN_IF_ERROR(m.Choice("arch", &arch, {"gpt2", "llama"}));
-  mc.arch = arch == "gpt2" ? model::Arch::kGpt2 : model::Arch::kLlama;
-  STRATA_RETURN_IF_ERROR(m.Int("vocab_size", &mc.vocab_size, 2, 1 << 24));
-  STRATA_RETURN_IF_ERROR(m.Int("seq_len", &mc.seq_len, 1, 1 << 20));
-  STRATA_RETURN_IF_ERROR(m.Int("n_layer", &mc.n_layer, 1, 10000));
-  STRATA_RETURN_IF_ERROR(m.Int("d_model", &mc.d_model, 1, 1 << 20));
-  STRATA_RETURN_IF_ERROR(m.Int("n_head", &mc.n_head, 1, 4096));
-  STRATA_RETURN_IF_ERROR(m.Int("n_kv_head", &mc.n_kv_head, 0, 4096));
-  STRATA_RETURN_IF_ERROR(m.Int("ffn_hidden", &mc.ffn_hidden, 0, 1 << 22));
-  STRATA_RETURN_IF_ERROR(m.Bool("tie_embeddings", &mc.tie_embeddings));
-  STRATA_RETURN_IF_ERROR(m.Double("norm_eps", &mc.norm_eps, 0, 1));
-  STRATA_RETURN_IF_ERROR(m.Double("rope_theta", &mc.rope_theta, 1, 1e9));
-  STRATA_RETURN_IF_ERROR(m.Double("init_std", &mc.init_std, 0, 10));
-  mc.seed = c->seed;
-  m.UnusedKeys(&c->warnings);
-  if (Status v = model::Validate(mc); !v.ok()) return v.WithContext("strata.model");
-  return Status();
-}
-
 // strata.data: the token file, its loss mask and the held-out split.
 Status ParseStrataData(JsonReader& s, TrainConfig* c) {
   STRATA_ASSIGN_OR_RETURN(JsonReader d, s.Child("data"));
@@ -209,7 +186,7 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   STRATA_RETURN_IF_ERROR(
       s.Choice("debug_crash_in_save", &c->debug_crash_in_save, {"", "shard_partly_written", "before_rename", "before_latest"}));
 
-  STRATA_RETURN_IF_ERROR(ParseStrataModel(s, c));
+  STRATA_RETURN_IF_ERROR(ParseModelSection(s, c));
   STRATA_RETURN_IF_ERROR(ParseStrataData(s, c));
   s.UnusedKeys(&c->warnings);
   return Status();

@@ -103,6 +103,9 @@ struct TrainConfig {
   bool wall_clock_breakdown = false;  // print compute / comm / optimizer / exposed I/O per logged step
   // strata.*
   model::ModelConfig model;
+  // strata.model.from (or `train --init-from DIR`): the Hugging Face folder the architecture
+  // (config.json) and the initial weights come from; "" = none. Checkpoints record it.
+  std::string model_from;
   data::DataConfig data;
   int64_t steps = 100;
   uint64_t seed = 1234;
@@ -172,6 +175,11 @@ Status ResolveBatch(TrainConfig* config, int world_size);
 StatusOr<std::string> ComposeConfigText(const std::string& path, const std::string& default_text,
                                         const std::string& strata_file, const std::vector<std::string>& sets,
                                         std::string* origin);
+
+// The model section as strata.model keys (what checkpoint manifests store), and back: the
+// keys added after GPT-2 / LLaMA are written only where they differ from the default.
+nlohmann::json ModelConfigJson(const model::ModelConfig& m);
+StatusOr<model::ModelConfig> ParseModelConfigJson(const nlohmann::json& model_section, const std::string& origin);
 
 // Parses a ds_config-style JSON text. `origin` names the file in messages.
 StatusOr<TrainConfig> ParseTrainConfig(const std::string& json_text, const std::string& origin);

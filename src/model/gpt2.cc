@@ -1,6 +1,6 @@
 // GPT-2 as blocks. Parameter names are Hugging Face's GPT2LMHeadModel names without the
 // "transformer." / "transformer.h.<i>." prefixes, in HF's order (Note [Block parameters]):
-//   embedding  wte.weight [V, C], wpe.weight [seq_len, C]
+//   embedding  wte.weight [V, C], wpe.weight [MaxPositions(), C] (max_positions, else seq_len)
 //   layer      ln_1.{weight,bias} [C]
 //              attn.c_attn.{weight [3C, C], bias [3C]}   (q, k, v stacked along out)
 //              attn.c_proj.{weight [C, C], bias [C]}
@@ -21,7 +21,7 @@ class Gpt2Embedding final : public Block {
  public:
   explicit Gpt2Embedding(const ModelConfig& c) {
     wte_ = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.d_model, c.init_std));
-    wpe_ = register_module("wpe", std::make_shared<Embedding>(c.seq_len, c.d_model, c.init_std));
+    wpe_ = register_module("wpe", std::make_shared<Embedding>(MaxPositions(c), c.d_model, c.init_std));
   }
   BlockKind kind() const override { return BlockKind::kEmbedding; }
   torch::Tensor Forward(const torch::Tensor& tokens) override {

@@ -152,14 +152,34 @@ inline torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor
   return y.transpose(1, 2).reshape({B, T, H * D});
 }
 
+// RoPE inverse frequencies [D/2] (fp32): theta^(-2j/D), then, with LLaMA 3.1's scaling,
+// wavelengths 2*pi/f above original/low_freq_factor divided by `factor`, those below
+// original/high_freq_factor kept, and the band between blended linearly in
+// original/wavelength (Hugging Face's _compute_llama3_parameters, same fp32 operations).
+inline torch::Tensor RopeInverseFrequencies(int64_t D, double theta, const RopeScaling& scaling,
+                                            const torch::TensorOptions& f32) {
+  torch::Tensor inv_freq = 1.0 / torch::pow(theta, torch::arange(0, D, 2, f32) / static_cast<double>(D));
+  if (scaling.factor == 0) return inv_freq;
+  const double original = static_cast<double>(scaling.original_max_positions);
+  const double low_wavelen = original / scaling.low_freq_factor, high_wavelen = original / scaling.high_freq_factor;
+  torch::Tensor wavelen = 2 * M_PI / inv_freq;
+  torch::Tensor scaled = torch::where(wavelen > low_wavelen, inv_freq / scaling.factor, inv_freq);
+  torch::Tensor smooth = (original / wavelen - scaling.low_freq_factor) /
+                         (scaling.high_freq_factor - scaling.low_freq_factor);
+  torch::Tensor blended = (1 - smooth) * scaled / scaling.factor + smooth * scaled;
+  torch::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+  return torch::where(medium, blended, scaled);
+}
+
 // RoPE tables for positions 0..T-1 and head dim D: cos, sin [T, D] with the dtype and
 // device of `like`, laid out for the rotate-half convention (frequency j at columns j and
 // j + D/2). Computed in fp32 like Hugging Face's LlamaRotaryEmbedding so that imported
 // checkpoints behave as there.
 inline std::pair<torch::Tensor, torch::Tensor> RopeTables(int64_t T, int64_t D, double theta,
-                                                          const torch::Tensor& like) {
+                                                          const torch::Tensor& like,
+                                                          const RopeScaling& scaling = {}) {
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(like.device());
-  torch::Tensor inv_freq = 1.0 / torch::pow(theta, torch::arange(0, D, 2, f32) / static_cast<double>(D));
+  torch::Tensor inv_freq = RopeInverseFrequencies(D, theta, scaling, f32);
   torch::Tensor freqs = torch::outer(torch::arange(T, f32), inv_freq);  // [T, D/2]
   torch::Tensor angles = torch::cat({freqs, freqs}, -1);                // [T, D]
   return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};

@@ -1,14 +1,18 @@
-// LLaMA as blocks. Parameter names are Hugging Face's LlamaForCausalLM names without the
-// "model." / "model.layers.<i>." prefixes, registered in execution order (Note [Block
-// parameters]); D = C / n_head, Hkv = n_kv_head, F = FfnHidden():
+// LLaMA as blocks (also Mistral, Qwen2/2.5 and Qwen3, which share its names). Parameter
+// names are Hugging Face's LlamaForCausalLM names without the "model." / "model.layers.<i>."
+// prefixes, registered in execution order (Note [Block parameters]); D = HeadDim() (C / n_head
+// unless head_dim is set), Hkv = n_kv_head, F = FfnHidden():
 //   embedding  wte.weight [V, C]                      (HF: model.embed_tokens.weight)
 //   layer      input_layernorm.weight [C]
 //              self_attn.q_proj.weight [H*D, C], self_attn.k_proj.weight [Hkv*D, C],
-//              self_attn.v_proj.weight [Hkv*D, C], self_attn.o_proj.weight [C, H*D]
+//              self_attn.v_proj.weight [Hkv*D, C]
+//                (qkv_bias, Qwen2: self_attn.{q,k,v}_proj.bias [H*D], [Hkv*D], [Hkv*D])
+//                (qk_norm, Qwen3: self_attn.q_norm.weight [D], self_attn.k_norm.weight [D])
+//              self_attn.o_proj.weight [C, H*D]
 //              post_attention_layernorm.weight [C]
 //              mlp.gate_proj.weight [F, C], mlp.up_proj.weight [F, C], mlp.down_proj.weight [C, F]
 //   head       norm.weight [C], lm_head.weight [V, C] (absent when tied)
-// No biases. HF stores the same [out, in] layouts, so weights load without transposes;
+// No other biases. HF stores the same [out, in] layouts, so weights load without transposes;
 // q_proj/k_proj rows are in HF's rotate-half order (no permutation as for Meta's files).
 #include "src/model/blocks.h"
 #include "src/model/layers.h"
@@ -36,26 +40,39 @@ class LlamaEmbedding final : public Block {
 class LlamaAttention final : public torch::nn::Module {
  public:
   explicit LlamaAttention(const ModelConfig& c)
-      : n_head_(c.n_head), n_kv_head_(KvHeads(c)), head_dim_(c.d_model / c.n_head), rope_theta_(c.rope_theta) {
+      : n_head_(c.n_head), n_kv_head_(KvHeads(c)), head_dim_(HeadDim(c)), rope_theta_(c.rope_theta),
+        rope_scaling_(c.rope_scaling) {
     const int64_t C = c.d_model, q_out = n_head_ * head_dim_, kv_out = n_kv_head_ * head_dim_;
-    q_proj_ = register_module("q_proj", std::make_shared<Linear>(C, q_out, false, c.init_std));
-    k_proj_ = register_module("k_proj", std::make_shared<Linear>(C, kv_out, false, c.init_std));
-    v_proj_ = register_module("v_proj", std::make_shared<Linear>(C, kv_out, false, c.init_std));
+    q_proj_ = register_module("q_proj", std::make_shared<Linear>(C, q_out, c.qkv_bias, c.init_std));
+    k_proj_ = register_module("k_proj", std::make_shared<Linear>(C, kv_out, c.qkv_bias, c.init_std));
+    v_proj_ = register_module("v_proj", std::make_shared<Linear>(C, kv_out, c.qkv_bias, c.init_std));
+    if (c.qk_norm) {
+      q_norm_ = register_module("q_norm", std::make_shared<RmsNorm>(head_dim_, c.norm_eps));
+      k_norm_ = register_module("k_norm", std::make_shared<RmsNorm>(head_dim_, c.norm_eps));
+    }
     o_proj_ = register_module("o_proj", std::make_shared<Linear>(q_out, C, false, c.init_std));
   }
   torch::Tensor Forward(const torch::Tensor& x) {
     const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
-    torch::Tensor q = q_proj_->Forward(x).view({B, T, n_head_, D}).transpose(1, 2);     // [B, H, T, D]
-    torch::Tensor k = k_proj_->Forward(x).view({B, T, n_kv_head_, D}).transpose(1, 2);  // [B, Hkv, T, D]
+    torch::Tensor q = q_proj_->Forward(x).view({B, T, n_head_, D});
+    torch::Tensor k = k_proj_->Forward(x).view({B, T, n_kv_head_, D});
+    if (q_norm_) {  // Qwen3: per head, before RoPE
+      q = q_norm_->Forward(q);
+      k = k_norm_->Forward(k);
+    }
+    q = q.transpose(1, 2);  // [B, H, T, D]
+    k = k.transpose(1, 2);  // [B, Hkv, T, D]
     torch::Tensor v = v_proj_->Forward(x).view({B, T, n_kv_head_, D}).transpose(1, 2);
-    auto [cos, sin] = RopeTables(T, D, rope_theta_, q);  // recomputed: not state to shard
+    auto [cos, sin] = RopeTables(T, D, rope_theta_, q, rope_scaling_);  // recomputed: not state to shard
     return o_proj_->Forward(CausalAttention(ApplyRope(q, cos, sin), ApplyRope(k, cos, sin), v));
   }
 
  private:
   int64_t n_head_, n_kv_head_, head_dim_;
   double rope_theta_;
+  RopeScaling rope_scaling_;
   std::shared_ptr<Linear> q_proj_, k_proj_, v_proj_, o_proj_;
+  std::shared_ptr<RmsNorm> q_norm_, k_norm_;  // null unless qk_norm
 };
 
 // SwiGLU: down(silu(gate(x)) * up(x)).

@@ -18,7 +18,7 @@ int64_t KvHeads(const ModelConfig& c) { return c.n_kv_head > 0 ? c.n_kv_head : c
 int64_t Gpt2BlockParameters(const ModelConfig& c, int index) {
   const int64_t C = c.d_model, V = c.vocab_size, F = FfnHidden(c);
   switch (KindOf(c, index)) {
-    case BlockKind::kEmbedding: return V * C + c.seq_len * C;
+    case BlockKind::kEmbedding: return V * C + MaxPositions(c) * C;
     case BlockKind::kLayer: return 2 * (2 * C) + (3 * C * C + 3 * C) + (C * C + C) + (F * C + F) + (C * F + C);
     case BlockKind::kHead: return 2 * C + (c.tie_embeddings ? 0 : V * C);
   }
@@ -26,11 +26,12 @@ int64_t Gpt2BlockParameters(const ModelConfig& c, int index) {
 }
 
 int64_t LlamaBlockParameters(const ModelConfig& c, int index) {
-  const int64_t C = c.d_model, V = c.vocab_size, F = FfnHidden(c);
-  const int64_t q_out = C, kv_out = KvHeads(c) * (C / c.n_head);
+  const int64_t C = c.d_model, V = c.vocab_size, F = FfnHidden(c), D = HeadDim(c);
+  const int64_t q_out = c.n_head * D, kv_out = KvHeads(c) * D;
+  const int64_t biases = c.qkv_bias ? q_out + 2 * kv_out : 0, qk_norms = c.qk_norm ? 2 * D : 0;
   switch (KindOf(c, index)) {
     case BlockKind::kEmbedding: return V * C;
-    case BlockKind::kLayer: return 2 * C + C * q_out + 2 * C * kv_out + q_out * C + 3 * C * F;
+    case BlockKind::kLayer: return 2 * C + C * q_out + 2 * C * kv_out + q_out * C + 3 * C * F + biases + qk_norms;
     case BlockKind::kHead: return C + (c.tie_embeddings ? 0 : V * C);
   }
   return 0;
@@ -44,7 +45,8 @@ Status Validate(const ModelConfig& c) {
   STRATA_RETURN_IF_ERROR(Positive("n_layer", c.n_layer));
   STRATA_RETURN_IF_ERROR(Positive("d_model", c.d_model));
   STRATA_RETURN_IF_ERROR(Positive("n_head", c.n_head));
-  if (c.d_model % c.n_head != 0) {
+  if (c.head_dim < 0) return InvalidArgument("model config: head_dim = {} must be >= 0 (0 = d_model / n_head)", c.head_dim);
+  if (c.head_dim == 0 && c.d_model % c.n_head != 0) {
     return InvalidArgument("model config: n_head = {} must divide d_model = {}", c.n_head, c.d_model);
   }
   if (c.n_kv_head < 0 || c.n_kv_head > c.n_head || (c.n_kv_head > 0 && c.n_head % c.n_kv_head != 0)) {
@@ -55,8 +57,35 @@ Status Validate(const ModelConfig& c) {
     return InvalidArgument("model config: n_kv_head = {} is LLaMA's grouped-query attention; GPT-2 needs 0 or n_head = {}",
                            c.n_kv_head, c.n_head);
   }
-  if (c.arch == Arch::kLlama && (c.d_model / c.n_head) % 2 != 0) {
-    return InvalidArgument("model config: d_model / n_head = {} must be even for RoPE", c.d_model / c.n_head);
+  if (c.arch == Arch::kGpt2 && (c.head_dim != 0 || c.qkv_bias || c.qk_norm || c.rope_scaling.factor != 0 ||
+                                 c.sliding_window != 0)) {
+    return InvalidArgument("model config: head_dim, qkv_bias, qk_norm, rope_scaling and sliding_window are LLaMA-family "
+                           "keys; GPT-2 has none of them");
+  }
+  if (c.arch == Arch::kLlama && HeadDim(c) % 2 != 0) {
+    return InvalidArgument("model config: the head dim {} must be even for RoPE", HeadDim(c));
+  }
+  if (c.max_positions < 0) return InvalidArgument("model config: max_positions = {} must be >= 0", c.max_positions);
+  if (c.seq_len > MaxPositions(c)) {
+    return InvalidArgument("model config: seq_len = {} exceeds max_positions = {} (the model's max_position_embeddings)",
+                           c.seq_len, MaxPositions(c));
+  }
+  if (c.sliding_window < 0 || (c.sliding_window > 0 && c.seq_len > c.sliding_window)) {
+    return InvalidArgument("model config: seq_len = {} exceeds sliding_window = {}: Strata's attention is full causal, "
+                           "which equals sliding-window attention only for sequences up to the window; set seq_len "
+                           "<= {}", c.seq_len, c.sliding_window, c.sliding_window);
+  }
+  const RopeScaling& r = c.rope_scaling;
+  if (r.factor != 0 && !(r.factor >= 1 && r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor &&
+                         r.original_max_positions > 0)) {
+    return InvalidArgument("model config: rope_scaling needs factor >= 1, 0 < low_freq_factor < high_freq_factor and "
+                           "original_max_position_embeddings > 0 (got factor {}, low {}, high {}, original {})",
+                           r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_positions);
+  }
+  if (!c.hf_model_type.empty() && c.hf_model_type != "mistral" && c.hf_model_type != "qwen2" &&
+      c.hf_model_type != "qwen3" && c.hf_model_type != (c.arch == Arch::kGpt2 ? "gpt2" : "llama")) {
+    return InvalidArgument("model config: hf_model_type \"{}\" is not one of gpt2 (GPT-2), llama, mistral, qwen2, "
+                           "qwen3 (LLaMA family)", c.hf_model_type);
   }
   if (c.ffn_hidden < 0) return InvalidArgument("model config: ffn_hidden = {} must be >= 0 (0 = default)", c.ffn_hidden);
   if (!(c.norm_eps > 0)) return InvalidArgument("model config: norm_eps = {} must be positive", c.norm_eps);
@@ -64,6 +93,10 @@ Status Validate(const ModelConfig& c) {
   if (!(c.init_std >= 0)) return InvalidArgument("model config: init_std = {} must be >= 0", c.init_std);
   return Status::Ok();
 }
+
+int64_t HeadDim(const ModelConfig& c) { return c.head_dim > 0 ? c.head_dim : c.d_model / c.n_head; }
+
+int64_t MaxPositions(const ModelConfig& c) { return c.max_positions > 0 ? c.max_positions : c.seq_len; }
 
 int64_t FfnHidden(const ModelConfig& c) {
   if (c.ffn_hidden > 0) return c.ffn_hidden;
@@ -102,7 +135,8 @@ double ModelSpec::train_flops_per_token() const {
   double matmul_params = 0;
   for (int i = 1; i < num_blocks(); ++i) matmul_params += static_cast<double>(block_parameters(i));
   if (c.tie_embeddings) matmul_params += static_cast<double>(c.vocab_size) * static_cast<double>(c.d_model);
-  return 6.0 * matmul_params + 12.0 * static_cast<double>(c.n_layer * c.d_model * c.seq_len);
+  // Attention scores and their weighted sum run over n_head * head dim (= d_model unless head_dim is set).
+  return 6.0 * matmul_params + 12.0 * static_cast<double>(c.n_layer * c.n_head * HeadDim(c) * c.seq_len);
 }
 
 }  // namespace strata::model

@@ -14,6 +14,22 @@ namespace strata::model {
 
 enum class Arch { kGpt2, kLlama };
 
+// LLaMA 3.1's RoPE frequency scaling ("rope_type": "llama3" in a Hugging Face config.json):
+// wavelengths above original_max_positions / low_freq_factor are stretched by `factor`,
+// those below original_max_positions / high_freq_factor kept, the band between blended.
+// factor 0 = none (plain RoPE).
+struct RopeScaling {
+  double factor = 0;
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  int64_t original_max_positions = 8192;
+  bool operator==(const RopeScaling&) const = default;
+};
+
+// The LLaMA-shaped variants (Mistral, Qwen2/2.5, Qwen3) are Arch::kLlama with the flags
+// below; hf_model_type only says which Hugging Face family `export` writes back. Every
+// field added after GPT-2 / LLaMA defaults to the older behaviour, so configs and
+// checkpoints written before it read unchanged.
 struct ModelConfig {
   Arch arch = Arch::kGpt2;
   int64_t vocab_size = 256;  // the byte tokenizer's
@@ -28,10 +44,24 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   double init_std = 0.02;
   uint64_t seed = 1234;
+  // LLaMA family extensions (Hugging Face config.json names in parentheses).
+  int64_t head_dim = 0;         // (head_dim) 0 = d_model / n_head; Qwen3 sets it, n_head * head_dim may differ from d_model
+  bool qkv_bias = false;        // Qwen2: q_proj, k_proj, v_proj carry biases (o_proj does not)
+  bool qk_norm = false;         // Qwen3: RMSNorm over each head of q and k, before RoPE
+  RopeScaling rope_scaling;     // (rope_scaling / rope_parameters, rope_type "llama3")
+  int64_t max_positions = 0;    // (max_position_embeddings, GPT-2 n_positions) 0 = seq_len; GPT-2's wpe rows
+  int64_t sliding_window = 0;   // (sliding_window) Mistral/Qwen: 0 = none; seq_len must not exceed it
+  std::string hf_model_type;    // "" = the arch's own ("gpt2", "llama"); "mistral", "qwen2", "qwen3"
 };
 
-// Checks sizes (positive, d_model divisible by n_head, n_head divisible by n_kv_head, even
-// head dim for RoPE); the error names the field and the allowed range.
+// Per-head width: head_dim, or d_model / n_head when it is 0.
+int64_t HeadDim(const ModelConfig& config);
+// Rows of the position table (GPT-2) / the longest sequence the model was made for.
+int64_t MaxPositions(const ModelConfig& config);
+
+// Checks sizes (positive, d_model divisible by n_head unless head_dim is set, n_head divisible
+// by n_kv_head, even head dim for RoPE, seq_len within max_positions and sliding_window, the
+// LLaMA-only flags off for GPT-2); the error names the field and the allowed range.
 Status Validate(const ModelConfig& config);
 
 enum class BlockKind { kEmbedding, kLayer, kHead };
@@ -61,7 +91,7 @@ class ModelSpec {
   int64_t block_parameters(int index) const;  // elements in that block's own parameters
   int64_t num_parameters() const;             // all blocks (a tied weight counted once)
   // Training FLOPs per token: 6 * parameters (embedding tables excluded; the LM head's
-  // [V, C] matmul counted, tied or not) + attention 12 * n_layer * d_model * seq_len
+  // [V, C] matmul counted, tied or not) + attention 12 * n_layer * n_head * head dim * seq_len
   // (forward + backward, no recomputation).
   double train_flops_per_token() const;
 

@@ -1,13 +1,16 @@
 """Hugging Face transformers side of the checkpoint tests (no network: random init).
 
   hf_models.py check                 exit 0 when torch + transformers + safetensors import
-  hf_models.py make gpt2|llama DIR   a small randomly initialised GPT2LMHeadModel /
-                                     LlamaForCausalLM saved with save_pretrained into DIR,
-                                     DIR/strata_model.json (the same model as strata.model),
-                                     DIR/reference.safetensors (tokens, transformers' logits)
-  hf_models.py logits DIR WEIGHTS    loads WEIGHTS (e.g. strata export's output) into
-                                     transformers with DIR's config.json, prints the largest
-                                     |logits - reference| and exits 1 above the tolerance
+  hf_models.py make ARCH DIR         a small randomly initialised model of ARCH (gpt2, llama,
+                                     mistral, qwen2, qwen3) saved with save_pretrained into
+                                     DIR in at least 3 shards (model.safetensors.index.json),
+                                     plus DIR/strata_model.json (the same model as
+                                     strata.model keys), DIR/reference.safetensors (tokens,
+                                     transformers' logits) and small tokenizer side files
+  hf_models.py logits DIR WEIGHTS    loads WEIGHTS into transformers and prints the largest
+                                     |logits - DIR's reference|; exits 1 above the tolerance.
+                                     WEIGHTS: a model folder (from_pretrained as is) or a
+                                     .safetensors file (read with DIR's config.json)
 """
 import glob
 import json
@@ -17,6 +20,7 @@ import sys
 import tempfile
 
 TOLERANCE = 1e-4  # fp32 logits, same weights, different kernels
+SHARD = "100KB"   # the models below are 0.3-0.6 MB: 3 or more shards each
 
 
 def _ensure_library_path():
@@ -32,39 +36,56 @@ def _ensure_library_path():
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 
+def _model(arch):
+    """A tiny model of each family, exercising what sets it apart."""
+    import transformers as t
+    common = dict(vocab_size=256, hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5)
+    if arch == "gpt2":  # Conv1D transposes, tied head, a position table longer than seq_len
+        cfg = t.GPT2Config(vocab_size=256, n_positions=64, n_embd=64, n_layer=2, n_head=4, layer_norm_epsilon=1e-5,
+                           resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+        return t.GPT2LMHeadModel(cfg)
+    if arch == "llama":  # LLaMA 3.1's rope scaling (all three frequency bands at head dim 16), GQA, untied
+        cfg = t.LlamaConfig(**common, tie_word_embeddings=False, rope_theta=500000.0,
+                            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                          "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
+        return t.LlamaForCausalLM(cfg)
+    if arch == "mistral":  # a sliding window no shorter than the sequences
+        cfg = t.MistralConfig(**common, sliding_window=32, tie_word_embeddings=False, rope_theta=10000.0)
+        return t.MistralForCausalLM(cfg)
+    if arch == "qwen2":  # q/k/v biases, tied embeddings
+        cfg = t.Qwen2Config(**common, tie_word_embeddings=True, rope_theta=1000000.0)
+        return t.Qwen2ForCausalLM(cfg)
+    if arch == "qwen3":  # q/k RMSNorm per head, head_dim 32 != 64 / 4
+        cfg = t.Qwen3Config(**common, head_dim=32, tie_word_embeddings=False, rope_theta=1000000.0)
+        return t.Qwen3ForCausalLM(cfg)
+    raise SystemExit(f"unknown arch {arch}")
+
+
 def make(arch, out):
     import torch
     from safetensors.torch import save_file
     torch.manual_seed(0)
-    if arch == "gpt2":
-        from transformers import GPT2Config, GPT2LMHeadModel
-        cfg = GPT2Config(vocab_size=256, n_positions=32, n_embd=64, n_layer=2, n_head=4, layer_norm_epsilon=1e-5,
-                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
-        model = GPT2LMHeadModel(cfg)
-        strata = {"arch": "gpt2", "vocab_size": 256, "seq_len": 32, "n_layer": 2, "d_model": 64, "n_head": 4,
-                  "tie_embeddings": True, "norm_eps": 1e-5}
-    else:
-        from transformers import LlamaConfig, LlamaForCausalLM
-        cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=192, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                          rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
-        model = LlamaForCausalLM(cfg)
-        strata = {"arch": "llama", "vocab_size": 256, "seq_len": 64, "n_layer": 2, "d_model": 64, "n_head": 4,
-                  "n_kv_head": 2, "ffn_hidden": 192, "tie_embeddings": False, "norm_eps": 1e-5, "rope_theta": 10000.0}
+    model = _model(arch)
     with torch.no_grad():  # HF starts norms at 1 and biases at 0: perturb them so they are tested too
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
     model.eval()
-    model.save_pretrained(out, safe_serialization=True)
+    model.save_pretrained(out, safe_serialization=True, max_shard_size=SHARD)
+    shards = glob.glob(os.path.join(out, "model-*-of-*.safetensors"))
+    if len(shards) < 3:
+        raise SystemExit(f"{arch}: only {len(shards)} shard(s); lower SHARD")
+    for name, text in [("tokenizer_config.json", '{"model_max_length": 64}\n'),
+                       ("special_tokens_map.json", '{"eos_token": "<eos>"}\n')]:
+        with open(os.path.join(out, name), "w") as f:
+            f.write(text)
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, 256, (2, 16), generator=g)
     with torch.no_grad():
         logits = model(tokens).logits.float().contiguous()
     save_file({"tokens": tokens.contiguous(), "logits": logits}, os.path.join(out, "reference.safetensors"))
-    with open(os.path.join(out, "strata_model.json"), "w") as f:
-        json.dump(strata, f)
-    print(f"made {arch} in {out}")
+    print(f"made {arch} in {out}: {len(shards)} shards")
 
 
 def logits(d, weights):
@@ -72,20 +93,26 @@ def logits(d, weights):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
     ref = load_file(os.path.join(d, "reference.safetensors"))
-    with tempfile.TemporaryDirectory() as tmp:
-        shutil.copy(os.path.join(d, "config.json"), tmp)
-        shutil.copy(weights, os.path.join(tmp, "model.safetensors"))
-        model = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32)
+    if os.path.isdir(weights):
+        model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copy(os.path.join(d, "config.json"), tmp)
+            shutil.copy(weights, os.path.join(tmp, "model.safetensors"))
+            model = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32)
     model.eval()
     with torch.no_grad():
         out = model(ref["tokens"]).logits.float()
     diff = (out - ref["logits"]).abs().max().item()
-    print(f"max |logits - reference| = {diff:.3g} (tolerance {TOLERANCE})")
+    print(f"{type(model).__name__}: max |logits - reference| = {diff:.3g} (tolerance {TOLERANCE})")
     sys.exit(0 if diff <= TOLERANCE else 1)
 
 
 def main():
     _ensure_library_path()
+    if sys.argv[1] != "check":
+        from transformers.utils import logging
+        logging.disable_progress_bar()
     cmd = sys.argv[1]
     if cmd == "check":
         import safetensors  # noqa: F401  (the cheap imports first: a missing peer fails fast)

@@ -1,10 +1,14 @@
 // Hugging Face transformers interop (needs the Python peers: torch + transformers in
-// STRATA_PYTHON; skipped with the reason otherwise). For a GPT-2 and a LLaMA model written
-// by transformers (random init from a small config, save_pretrained):
-//   1. --init-from loads it, and Strata's fp32 logits on the same tokens match
-//      transformers' within kLogitTolerance;
-//   2. an engine started from it, checkpointed and exported, gives back the same tensors
-//      bitwise, and transformers loads that export and reproduces its own logits
+// STRATA_PYTHON; skipped with the reason otherwise). For a GPT-2, LLaMA (3.1 rope scaling),
+// Mistral (sliding window), Qwen2 (q/k/v biases) and Qwen3 (q/k norms, head_dim != C / H)
+// model written by transformers (random init, norms and biases perturbed, save_pretrained
+// in 3 or more shards with model.safetensors.index.json):
+//   1. strata.model.from reads the architecture from config.json and --init-from DIR loads the
+//      shards; Strata's fp32 logits on the same tokens match transformers' within
+//      kLogitTolerance;
+//   2. an engine started from the folder, checkpointed and exported as a folder (3 or more
+//      shards again), gives back the same tensors bitwise with the tokenizer files copied,
+//      and transformers' from_pretrained on that folder reproduces its own logits
 //      (hf_models.py's tolerance, 1e-4).
 #include <gtest/gtest.h>
 
@@ -12,7 +16,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "ckpt_test_util.h"
@@ -24,6 +30,7 @@
 
 namespace strata {
 namespace {
+namespace fs = std::filesystem;
 
 constexpr double kLogitTolerance = 1e-4;  // fp32 both sides; different matmul/attention kernels
 const std::string kScript = STRATA_SOURCE_DIR "/tests/checkpoint/hf_models.py";
@@ -41,6 +48,13 @@ int Python(const std::string& args, std::string* out = nullptr) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 class HuggingFace : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -51,28 +65,50 @@ class HuggingFace : public ::testing::TestWithParam<std::string> {
   }
 };
 
-TrainConfig ConfigFor(const std::string& model_json, const std::string& nvme) {
-  std::ifstream in(model_json);
-  std::stringstream ss;
-  ss << in.rdbuf();
+// The run's config: the architecture from the folder (strata.model.from), sequences of 32.
+TrainConfig ConfigFrom(const std::string& folder, const std::string& nvme) {
   auto c = ParseTrainConfig(R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3},
-      "strata": {"model": )" + ss.str() + "}}",
-                            model_json);
+      "strata": {"model": {"from": )" + nlohmann::json(folder).dump() + R"(, "seq_len": 32}}})",
+                            "test");
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   c->offload_param.nvme_path = c->offload_optimizer.nvme_path = nvme;
   return *c;
 }
 
-TEST_P(HuggingFace, InitFromMatchesTransformersLogitsAndExportLoadsBack) {
+int CountShards(const std::string& folder) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(folder))
+    if (e.path().filename().string().rfind("model-", 0) == 0 && e.path().extension() == ".safetensors") ++n;
+  return n;
+}
+
+// Every tensor of a folder's shards, by name (the files stay open in `files`).
+std::map<std::string, const ckpt::TensorView*> FolderTensors(const std::string& folder,
+                                                             std::vector<ckpt::SafetensorsFile>* files) {
+  files->reserve(64);
+  std::map<std::string, const ckpt::TensorView*> out;
+  for (const auto& e : fs::directory_iterator(folder)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("model-", 0) != 0 || e.path().extension() != ".safetensors") continue;
+    auto f = ckpt::SafetensorsFile::Open(e.path().string());
+    EXPECT_TRUE(f.ok()) << f.status().ToString();
+    files->push_back(std::move(*f));
+    for (const ckpt::TensorView& t : files->back().tensors()) out[t.name] = &t;
+  }
+  return out;
+}
+
+TEST_P(HuggingFace, FolderInMatchesTransformersLogitsAndFolderOutLoadsBack) {
   testing::TempDir dir;
   const std::string hf = dir.path() + "/" + GetParam();
   std::string out;
   ASSERT_EQ(Python("make " + GetParam() + " " + hf, &out), 0) << out;
-  const TrainConfig cfg = ConfigFor(hf + "/strata_model.json", dir.path());
+  ASSERT_GE(CountShards(hf), 3);
+  const TrainConfig cfg = ConfigFrom(hf, dir.path());
   const model::ModelSpec spec(cfg.model);
 
-  // 1. Logits of a plain FullModel loaded through the --init-from loader.
-  auto w = ckpt::HfWeights::Open(hf + "/model.safetensors", cfg.model);
+  // 1. Logits of a plain FullModel loaded through the --init-from loader, shard by shard.
+  auto w = ckpt::HfWeights::Open(hf, cfg.model);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   model::FullModel full(spec);
   ASSERT_TRUE(ckpt::LoadIntoModel(**w, full).ok());
@@ -86,12 +122,12 @@ TEST_P(HuggingFace, InitFromMatchesTransformersLogitsAndExportLoadsBack) {
       torch::from_blob(const_cast<std::byte*>(want->bytes.data()), want->shape, torch::kFloat32).clone();
   torch::NoGradGuard no_grad;
   const double diff = (full.Forward(tokens) - expected).abs().max().item<double>();
-  std::printf("[ %s ] max |Strata logits - transformers logits| = %.3g (tolerance %.0e)\n", GetParam().c_str(), diff,
-              kLogitTolerance);
+  std::printf("[ %s ] --init-from DIR: max |Strata logits - transformers logits| = %.3g (tolerance %.0e)\n",
+              GetParam().c_str(), diff, kLogitTolerance);
   EXPECT_LE(diff, kLogitTolerance);
 
-  // 2. Engine (2 ranks, fp32) from the file -> checkpoint -> export: the same tensors.
-  const std::string ck = dir.path() + "/ckpt", exported = dir.path() + "/export.safetensors";
+  // 2. Engine (2 ranks, fp32) from the folder -> checkpoint -> export as a folder.
+  const std::string ck = dir.path() + "/ckpt", exported = dir.path() + "/export";
   ASSERT_EQ(testing::RunRanks(2,
                               [&](int, Communicator& c) -> Status {
                                 STRATA_ASSIGN_OR_RETURN(auto e, Engine::Create(cfg, &c, nullptr,
@@ -99,29 +135,39 @@ TEST_P(HuggingFace, InitFromMatchesTransformersLogitsAndExportLoadsBack) {
                                 return ckpt::SaveCheckpoint(*e, c, cfg, ck, 0);
                               }),
             "");
-  auto ex = ckpt::ExportCheckpoint(ck, exported, ckpt::ExportDType::kF32);
+  auto ex = ckpt::ExportHfFolder(ck, exported, {ckpt::ExportDType::kF32, 100'000, ""});
   ASSERT_TRUE(ex.ok()) << ex.status().ToString();
-  auto a = ckpt::SafetensorsFile::Open(hf + "/model.safetensors");
-  auto b = ckpt::SafetensorsFile::Open(exported);
-  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_GE(ex->shards, 3);
+  EXPECT_EQ(ex->shards, CountShards(exported));
+  EXPECT_EQ(ex->source, hf);  // recorded by the checkpoint
+  for (const char* f : {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json"}) {
+    ASSERT_TRUE(fs::exists(exported + "/" + f)) << f;
+    EXPECT_EQ(Slurp(exported + "/" + f), Slurp(hf + "/" + f)) << f;
+  }
+  EXPECT_FALSE(fs::exists(exported + ".tmp"));
+  std::vector<ckpt::SafetensorsFile> fa, fb;
+  const auto a = FolderTensors(hf, &fa), b = FolderTensors(exported, &fb);
   int compared = 0;
-  for (const ckpt::TensorView& t : a->tensors()) {
-    if (t.name == "lm_head.weight" && cfg.model.tie_embeddings) continue;
-    const ckpt::TensorView* u = b->Find(t.name);
-    ASSERT_TRUE(u) << t.name << " missing from the export";
-    EXPECT_EQ(t.shape, u->shape) << t.name;
-    EXPECT_TRUE(t.bytes.size() == u->bytes.size() && std::memcmp(t.bytes.data(), u->bytes.data(), t.bytes.size()) == 0)
-        << t.name << " differs";
+  for (const auto& [name, t] : a) {
+    if (name == "lm_head.weight" && cfg.model.tie_embeddings) continue;
+    auto u = b.find(name);
+    ASSERT_TRUE(u != b.end()) << name << " missing from the export";
+    EXPECT_EQ(t->shape, u->second->shape) << name;
+    EXPECT_TRUE(t->bytes.size() == u->second->bytes.size() &&
+                std::memcmp(t->bytes.data(), u->second->bytes.data(), t->bytes.size()) == 0)
+        << name << " differs";
     ++compared;
   }
   EXPECT_EQ(compared, ex->tensors);
-  ASSERT_EQ(Python("logits " + hf + " " + exported, &out), 0) << out;
+  EXPECT_EQ(b.size(), static_cast<size_t>(ex->tensors));
+  const int rc = Python("logits " + hf + " " + exported, &out);
   const size_t at = out.rfind("max |");
-  std::printf("[ %s ] transformers on Strata's export: %s", GetParam().c_str(),
-              at == std::string::npos ? out.c_str() : out.c_str() + at);
+  std::printf("[ %s ] export --out DIR, transformers' from_pretrained: %s", GetParam().c_str(),
+              at == std::string::npos ? out.c_str() : out.c_str() + out.rfind('\n', at) + 1);
+  EXPECT_EQ(rc, 0) << out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, HuggingFace, ::testing::Values("gpt2", "llama"));
+INSTANTIATE_TEST_SUITE_P(Models, HuggingFace, ::testing::Values("gpt2", "llama", "mistral", "qwen2", "qwen3"));
 
 }  // namespace
 }  // namespace strata

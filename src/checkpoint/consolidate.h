@@ -1,0 +1,61 @@
+// Folder-private: a sharded checkpoint read back as Hugging Face tensors, block by block
+// (what both exports write). The fp32 master shards of every rank are laid end to end per
+// block, unpadded, split into parameters, renamed and (GPT-2 Conv1D) transposed, then
+// converted to the export dtype. Torch-free: reads only the manifest and the rank files
+// (mapped; one block's flat group in memory at a time).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "src/checkpoint/export.h"
+#include "src/checkpoint/safetensors.h"
+#include "src/model/model_config.h"
+
+namespace strata::ckpt {
+
+// One output tensor; `view.bytes` points into `bytes`.
+struct ExportedTensor {
+  TensorView view;
+  std::vector<std::byte> bytes;
+  int64_t numel = 0;
+};
+
+// An output tensor's name, dtype, shape and size, known from the manifest alone.
+struct PlannedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  uint64_t bytes = 0;
+};
+
+class Consolidator {
+ public:
+  // `checkpoint`: a checkpoint folder (its `latest`) or a step folder. Every rank file is
+  // verified against the manifest (size, xxh3).
+  static StatusOr<Consolidator> Open(const std::string& checkpoint);
+
+  const std::string& step_dir() const { return step_dir_; }
+  const nlohmann::json& manifest() const { return manifest_; }
+  const model::ModelConfig& model() const { return model_; }
+  int num_blocks() const { return static_cast<int>(manifest_["layout"].size()); }
+
+  // Every output tensor in writing order (blocks in order, parameters in layout order).
+  std::vector<PlannedTensor> Plan(ExportDType dtype) const;
+  // The output tensors of the i-th layout block, in Plan() order. kF16: a weight beyond
+  // fp16's range is an error naming the tensor.
+  StatusOr<std::vector<ExportedTensor>> Block(int i, ExportDType dtype) const;
+
+ private:
+  Consolidator() = default;
+  std::string step_dir_;
+  nlohmann::json manifest_;
+  model::ModelConfig model_;
+  std::vector<SafetensorsFile> files_;
+};
+
+const char* SafetensorsDTypeName(ExportDType dtype);  // "F32", "BF16", "F16"
+
+}  // namespace strata::ckpt

@@ -1,0 +1,121 @@
+// strata.model (model_section.h) and the model section of checkpoint manifests.
+#include "src/engine/model_section.h"
+
+#include "src/model/hf_config.h"
+
+namespace strata {
+namespace {
+
+// The strata.model keys into *mc (each absent key keeps *mc's value).
+Status ParseModelKeys(JsonReader& m, model::ModelConfig* mc, std::vector<std::string>* warnings) {
+  std::string arch = mc->arch == model::Arch::kGpt2 ? "gpt2" : "llama";
+  STRATA_RETURN_IF_ERROR(m.Choice("arch", &arch, {"gpt2", "llama"}));
+  mc->arch = arch == "gpt2" ? model::Arch::kGpt2 : model::Arch::kLlama;
+  STRATA_RETURN_IF_ERROR(m.Int("vocab_size", &mc->vocab_size, 2, 1 << 24));
+  STRATA_RETURN_IF_ERROR(m.Int("seq_len", &mc->seq_len, 1, 1 << 20));
+  STRATA_RETURN_IF_ERROR(m.Int("n_layer", &mc->n_layer, 1, 10000));
+  STRATA_RETURN_IF_ERROR(m.Int("d_model", &mc->d_model, 1, 1 << 20));
+  STRATA_RETURN_IF_ERROR(m.Int("n_head", &mc->n_head, 1, 4096));
+  STRATA_RETURN_IF_ERROR(m.Int("n_kv_head", &mc->n_kv_head, 0, 4096));
+  STRATA_RETURN_IF_ERROR(m.Int("ffn_hidden", &mc->ffn_hidden, 0, 1 << 22));
+  STRATA_RETURN_IF_ERROR(m.Bool("tie_embeddings", &mc->tie_embeddings));
+  STRATA_RETURN_IF_ERROR(m.Double("norm_eps", &mc->norm_eps, 0, 1));
+  STRATA_RETURN_IF_ERROR(m.Double("rope_theta", &mc->rope_theta, 1, 1e9));
+  STRATA_RETURN_IF_ERROR(m.Double("init_std", &mc->init_std, 0, 10));
+  // The LLaMA-family extensions (Mistral, Qwen2, Qwen3; model_config.h).
+  STRATA_RETURN_IF_ERROR(m.Int("head_dim", &mc->head_dim, 0, 1 << 16));
+  STRATA_RETURN_IF_ERROR(m.Bool("qkv_bias", &mc->qkv_bias));
+  STRATA_RETURN_IF_ERROR(m.Bool("qk_norm", &mc->qk_norm));
+  STRATA_RETURN_IF_ERROR(m.Int("max_positions", &mc->max_positions, 0, 1 << 24));
+  STRATA_RETURN_IF_ERROR(m.Int("sliding_window", &mc->sliding_window, 0, 1 << 24));
+  STRATA_RETURN_IF_ERROR(m.Choice("hf_model_type", &mc->hf_model_type, {"", "gpt2", "llama", "mistral", "qwen2", "qwen3"}));
+  STRATA_ASSIGN_OR_RETURN(JsonReader r, m.Child("rope_scaling"));
+  model::RopeScaling& rs = mc->rope_scaling;
+  STRATA_RETURN_IF_ERROR(r.Double("factor", &rs.factor, 0, 1e6));
+  STRATA_RETURN_IF_ERROR(r.Double("low_freq_factor", &rs.low_freq_factor, 0, 1e6));
+  STRATA_RETURN_IF_ERROR(r.Double("high_freq_factor", &rs.high_freq_factor, 0, 1e6));
+  STRATA_RETURN_IF_ERROR(r.Int("original_max_positions", &rs.original_max_positions, 1, 1 << 24));
+  r.UnusedKeys(warnings);
+  return Status();
+}
+
+// strata.model.from: the architecture from a Hugging Face folder's config.json. seq_len
+// (else min(max_position_embeddings, 2048), and the sliding window) and init_std may still
+// be set; any other key the folder decides is ignored with a note when it differs.
+Status ParseModelFrom(JsonReader& m, TrainConfig* c) {
+  auto loaded = model::ReadHfModelConfig(c->model_from);
+  if (!loaded.ok()) return loaded.status().WithContext("strata.model.from");
+  model::ModelConfig restated = *loaded;
+  STRATA_RETURN_IF_ERROR(ParseModelKeys(m, &restated, &c->warnings));
+  if (m.Has("seq_len")) {
+    loaded->seq_len = restated.seq_len;
+  } else {
+    c->notes.push_back(fmt::format("strata.model.seq_len: {} (the model folder's max_position_embeddings {}, at most "
+                                   "{}{}; set strata.model.seq_len to change it)", loaded->seq_len,
+                                   model::MaxPositions(*loaded), model::kDefaultHfSeqLen,
+                                   loaded->sliding_window > 0 ? ", within its sliding_window" : ""));
+  }
+  loaded->init_std = restated.init_std;
+  const nlohmann::json want = ModelConfigJson(*loaded), got = ModelConfigJson(restated);
+  for (auto it = got.begin(); it != got.end(); ++it)
+    if (m.Has(it.key()) && want.value(it.key(), nlohmann::json()) != *it)
+      c->notes.push_back(fmt::format("strata.model.{} = {} ignored: '{}/config.json' gives {}", it.key(), it->dump(),
+                                     c->model_from, want.value(it.key(), nlohmann::json()).dump()));
+  c->model = *loaded;
+  return Status();
+}
+
+}  // namespace
+
+// strata.model: the architecture, key by key or from a Hugging Face folder ("from").
+Status ParseModelSection(JsonReader& s, TrainConfig* c) {
+  STRATA_ASSIGN_OR_RETURN(JsonReader m, s.Child("model"));
+  STRATA_RETURN_IF_ERROR(m.String("from", &c->model_from));
+  STRATA_RETURN_IF_ERROR(c->model_from.empty() ? ParseModelKeys(m, &c->model, &c->warnings) : ParseModelFrom(m, c));
+  c->model.seed = c->seed;
+  m.UnusedKeys(&c->warnings);
+  if (Status v = model::Validate(c->model); !v.ok()) return v.WithContext("strata.model");
+  return Status();
+}
+
+nlohmann::json ModelConfigJson(const model::ModelConfig& m) {
+  nlohmann::json j = {{"arch", m.arch == model::Arch::kGpt2 ? "gpt2" : "llama"},
+                      {"vocab_size", m.vocab_size},
+                      {"seq_len", m.seq_len},
+                      {"n_layer", m.n_layer},
+                      {"d_model", m.d_model},
+                      {"n_head", m.n_head},
+                      {"n_kv_head", m.n_kv_head},
+                      {"ffn_hidden", m.ffn_hidden},
+                      {"tie_embeddings", m.tie_embeddings},
+                      {"norm_eps", m.norm_eps},
+                      {"rope_theta", m.rope_theta}};
+  // Later keys only where they differ from the default, so that checkpoints saved before
+  // them compare equal on resume.
+  const model::ModelConfig d;
+  if (m.head_dim != d.head_dim) j["head_dim"] = m.head_dim;
+  if (m.qkv_bias) j["qkv_bias"] = true;
+  if (m.qk_norm) j["qk_norm"] = true;
+  if (m.max_positions != d.max_positions) j["max_positions"] = m.max_positions;
+  if (m.sliding_window != d.sliding_window) j["sliding_window"] = m.sliding_window;
+  if (!m.hf_model_type.empty()) j["hf_model_type"] = m.hf_model_type;
+  if (m.rope_scaling.factor != 0)
+    j["rope_scaling"] = {{"factor", m.rope_scaling.factor},
+                         {"low_freq_factor", m.rope_scaling.low_freq_factor},
+                         {"high_freq_factor", m.rope_scaling.high_freq_factor},
+                         {"original_max_positions", m.rope_scaling.original_max_positions}};
+  return j;
+}
+
+StatusOr<model::ModelConfig> ParseModelConfigJson(const nlohmann::json& j, const std::string& origin) {
+  JsonReader m(&j, "model");
+  model::ModelConfig mc;
+  std::vector<std::string> unused;
+  if (Status s = ParseModelKeys(m, &mc, &unused); !s.ok()) return s.WithContext(origin);
+  m.UnusedKeys(&unused);
+  if (!unused.empty()) return InvalidArgument("{}: unknown model key '{}'", origin, unused.front());
+  if (Status v = model::Validate(mc); !v.ok()) return v.WithContext(origin);
+  return mc;
+}
+
+}  // namespace strata

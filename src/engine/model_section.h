@@ -1,0 +1,16 @@
+// Folder-private: the "strata.model" section of a config (ParseTrainConfig's part for the
+// architecture): its keys one by one, or "from": a Hugging Face folder whose config.json
+// sets them (hf_config.h). ModelConfigJson / ParseModelConfigJson are in train_config.h.
+#pragma once
+
+#include "src/engine/json_reader.h"
+#include "src/engine/train_config.h"
+
+namespace strata {
+
+// Reads strata.model from `strata` into config->model (and config->model_from), validated.
+// With "from", seq_len and init_std may still be set; other keys that differ from the
+// folder's are ignored with a note in config->notes.
+Status ParseModelSection(JsonReader& strata, TrainConfig* config);
+
+}  // namespace strata

@@ -1,0 +1,267 @@
+// config.json -> ModelConfig and back (hf_config.h). Keys and defaults follow transformers'
+// GPT2Config, LlamaConfig, MistralConfig, Qwen2Config and Qwen3Config.
+#include "src/model/hf_config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace strata::model {
+namespace {
+
+struct Family {
+  const char* model_type;
+  const char* causal_lm;   // the architectures entry export writes
+  const char* base_model;  // also accepted when read (GPT2Model, LlamaModel, ...)
+};
+constexpr Family kFamilies[] = {{"gpt2", "GPT2LMHeadModel", "GPT2Model"},
+                                {"llama", "LlamaForCausalLM", "LlamaModel"},
+                                {"mistral", "MistralForCausalLM", "MistralModel"},
+                                {"qwen2", "Qwen2ForCausalLM", "Qwen2Model"},
+                                {"qwen3", "Qwen3ForCausalLM", "Qwen3Model"}};
+
+std::string Supported() {
+  std::string s;
+  for (const Family& f : kFamilies) s += fmt::format("{}{} ({})", s.empty() ? "" : ", ", f.model_type, f.causal_lm);
+  return s;
+}
+
+// Typed reads of config.json keys; errors name the file and the key.
+class Keys {
+ public:
+  Keys(const nlohmann::json& j, std::string origin) : j_(j), origin_(std::move(origin)) {}
+  bool Present(const std::string& k) const { return j_.contains(k) && !j_[k].is_null(); }
+  Status Int(const std::string& k, int64_t* out, bool required) const {
+    if (!Present(k)) return required ? Missing(k) : Status();
+    if (!j_[k].is_number_integer()) return Bad(k, "an integer");
+    *out = j_[k].get<int64_t>();
+    return Status();
+  }
+  Status Double(const std::string& k, double* out) const {
+    if (!Present(k)) return Status();
+    if (!j_[k].is_number()) return Bad(k, "a number");
+    *out = j_[k].get<double>();
+    return Status();
+  }
+  Status Bool(const std::string& k, bool* out) const {
+    if (!Present(k)) return Status();
+    if (!j_[k].is_boolean()) return Bad(k, "true or false");
+    *out = j_[k].get<bool>();
+    return Status();
+  }
+  Status String(const std::string& k, std::string* out) const {
+    if (!Present(k)) return Status();
+    if (!j_[k].is_string()) return Bad(k, "a string");
+    *out = j_[k].get<std::string>();
+    return Status();
+  }
+  // A key whose value must be `want` for the math Strata implements.
+  template <typename T>
+  Status Expect(const std::string& k, const T& want, const std::string& why) const {
+    if (!Present(k) || j_[k] == nlohmann::json(want)) return Status();
+    return InvalidArgument("{}: \"{}\": {} is not supported ({}; Strata needs {})", origin_, k, j_[k].dump(), why,
+                           nlohmann::json(want).dump());
+  }
+  Status Missing(const std::string& k) const { return InvalidArgument("{}: the key \"{}\" is missing", origin_, k); }
+  Status Bad(const std::string& k, const char* what) const {
+    return InvalidArgument("{}: \"{}\" must be {}, got {}", origin_, k, what, j_[k].dump());
+  }
+  const nlohmann::json& json() const { return j_; }
+  const std::string& origin() const { return origin_; }
+
+ private:
+  const nlohmann::json& j_;
+  std::string origin_;
+};
+
+// The family from model_type (else architectures); an unknown one is named with the list.
+StatusOr<const Family*> FindFamily(const Keys& k) {
+  std::string type;
+  STRATA_RETURN_IF_ERROR(k.String("model_type", &type));
+  std::vector<std::string> archs;
+  if (k.Present("architectures")) {
+    const nlohmann::json& a = k.json()["architectures"];
+    if (!a.is_array() || !std::all_of(a.begin(), a.end(), [](const auto& v) { return v.is_string(); }))
+      return k.Bad("architectures", "a list of class names");
+    for (const auto& v : a) archs.push_back(v.get<std::string>());
+  }
+  for (const Family& f : kFamilies) {
+    const bool arch_match = std::any_of(archs.begin(), archs.end(),
+                                        [&](const std::string& a) { return a == f.causal_lm || a == f.base_model; });
+    if (type == f.model_type || (type.empty() && arch_match)) {
+      if (!archs.empty() && !arch_match)
+        return InvalidArgument("{}: architectures {} is not supported for model_type \"{}\" (Strata reads {} or {})",
+                               k.origin(), k.json()["architectures"].dump(), type, f.causal_lm, f.base_model);
+      return &f;
+    }
+  }
+  if (type.empty() && archs.empty())
+    return InvalidArgument("{}: neither \"model_type\" nor \"architectures\" says which model this is", k.origin());
+  return InvalidArgument("{}: model_type {} / architectures {} is not supported; Strata reads {}", k.origin(),
+                         k.Present("model_type") ? k.json()["model_type"].dump() : "(none)",
+                         k.Present("architectures") ? k.json()["architectures"].dump() : "(none)", Supported());
+}
+
+Status ReadGpt2(const Keys& k, ModelConfig* c) {
+  c->arch = Arch::kGpt2;
+  c->tie_embeddings = true;  // GPT2Config's default
+  STRATA_RETURN_IF_ERROR(k.Int("vocab_size", &c->vocab_size, true));
+  STRATA_RETURN_IF_ERROR(k.Int("n_embd", &c->d_model, true));
+  STRATA_RETURN_IF_ERROR(k.Int("n_layer", &c->n_layer, true));
+  STRATA_RETURN_IF_ERROR(k.Int("n_head", &c->n_head, true));
+  STRATA_RETURN_IF_ERROR(k.Int("n_positions", &c->max_positions, true));
+  STRATA_RETURN_IF_ERROR(k.Int("n_inner", &c->ffn_hidden, false));
+  STRATA_RETURN_IF_ERROR(k.Double("layer_norm_epsilon", &c->norm_eps));
+  STRATA_RETURN_IF_ERROR(k.Bool("tie_word_embeddings", &c->tie_embeddings));
+  std::string act = "gelu_new";
+  STRATA_RETURN_IF_ERROR(k.String("activation_function", &act));
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    return InvalidArgument("{}: \"activation_function\": \"{}\" is not supported (Strata's GPT-2 uses the tanh GELU, "
+                           "gelu_new)", k.origin(), act);
+  STRATA_RETURN_IF_ERROR(k.Expect("scale_attn_by_inverse_layer_idx", false, "a per-layer attention scale"));
+  STRATA_RETURN_IF_ERROR(k.Expect("scale_attn_weights", true, "unscaled attention scores"));
+  return k.Expect("add_cross_attention", false, "cross-attention layers");
+}
+
+// rope_theta and the scaling, from transformers 5's rope_parameters or 4's rope_theta +
+// rope_scaling (whose type may be spelled "rope_type" or "type").
+Status ReadRope(const Keys& k, ModelConfig* c) {
+  const bool v5 = k.Present("rope_parameters");
+  const std::string key = v5 ? "rope_parameters" : "rope_scaling";
+  STRATA_RETURN_IF_ERROR(k.Double("rope_theta", &c->rope_theta));
+  if (!k.Present(key)) return Status();
+  const nlohmann::json& r = k.json()[key];
+  if (!r.is_object()) return k.Bad(key, "an object");
+  const Keys rk(r, fmt::format("{}: \"{}\"", k.origin(), key));
+  STRATA_RETURN_IF_ERROR(rk.Double("rope_theta", &c->rope_theta));
+  std::string type = "default";
+  STRATA_RETURN_IF_ERROR(rk.String(rk.Present("rope_type") ? "rope_type" : "type", &type));
+  double partial = 1;
+  STRATA_RETURN_IF_ERROR(rk.Double("partial_rotary_factor", &partial));
+  if (partial != 1) return InvalidArgument("{}: partial_rotary_factor {} is not supported (1 only)", rk.origin(), partial);
+  if (type == "default") return Status();
+  if (type != "llama3")
+    return InvalidArgument("{}: rope_type \"{}\" is not supported (Strata implements plain RoPE, \"default\", and "
+                           "LLaMA 3.1's \"llama3\")", rk.origin(), type);
+  RopeScaling& s = c->rope_scaling;
+  for (const char* req : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+    if (!rk.Present(req)) return rk.Missing(req);
+  STRATA_RETURN_IF_ERROR(rk.Double("factor", &s.factor));
+  STRATA_RETURN_IF_ERROR(rk.Double("low_freq_factor", &s.low_freq_factor));
+  STRATA_RETURN_IF_ERROR(rk.Double("high_freq_factor", &s.high_freq_factor));
+  STRATA_RETURN_IF_ERROR(rk.Int("original_max_position_embeddings", &s.original_max_positions, true));
+  if (!(s.factor >= 1 && s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor && s.original_max_positions > 0))
+    return InvalidArgument("{}: llama3 scaling needs factor >= 1 and 0 < low_freq_factor < high_freq_factor (got "
+                           "factor {}, low_freq_factor {}, high_freq_factor {})", rk.origin(), s.factor,
+                           s.low_freq_factor, s.high_freq_factor);
+  return Status();
+}
+
+// Mistral's window applies to every layer; Qwen's only with use_sliding_window (or a
+// "sliding_attention" entry in layer_types). Strata's full causal attention equals it for
+// sequences up to the window, which Validate() checks against seq_len.
+Status ReadSlidingWindow(const Keys& k, const std::string& type, ModelConfig* c) {
+  bool active = type == "mistral";
+  if (type == "qwen2" || type == "qwen3") {
+    STRATA_RETURN_IF_ERROR(k.Bool("use_sliding_window", &active));
+    if (k.Present("layer_types") && k.json()["layer_types"].is_array())
+      for (const auto& t : k.json()["layer_types"]) active = active || t == "sliding_attention";
+  }
+  if (active) STRATA_RETURN_IF_ERROR(k.Int("sliding_window", &c->sliding_window, false));
+  return Status();
+}
+
+Status ReadLlamaFamily(const Keys& k, const std::string& type, ModelConfig* c) {
+  c->arch = Arch::kLlama;
+  c->tie_embeddings = false;  // the default of all four configs
+  c->norm_eps = 1e-6;
+  c->hf_model_type = type == "llama" ? "" : type;
+  STRATA_RETURN_IF_ERROR(k.Int("vocab_size", &c->vocab_size, true));
+  STRATA_RETURN_IF_ERROR(k.Int("hidden_size", &c->d_model, true));
+  STRATA_RETURN_IF_ERROR(k.Int("intermediate_size", &c->ffn_hidden, true));
+  STRATA_RETURN_IF_ERROR(k.Int("num_hidden_layers", &c->n_layer, true));
+  STRATA_RETURN_IF_ERROR(k.Int("num_attention_heads", &c->n_head, true));
+  STRATA_RETURN_IF_ERROR(k.Int("num_key_value_heads", &c->n_kv_head, false));
+  STRATA_RETURN_IF_ERROR(k.Int("head_dim", &c->head_dim, false));
+  STRATA_RETURN_IF_ERROR(k.Int("max_position_embeddings", &c->max_positions, true));
+  STRATA_RETURN_IF_ERROR(k.Double("rms_norm_eps", &c->norm_eps));
+  STRATA_RETURN_IF_ERROR(k.Bool("tie_word_embeddings", &c->tie_embeddings));
+  if (c->n_head > 0 && c->head_dim * c->n_head == c->d_model) c->head_dim = 0;  // the default, spelled out
+  STRATA_RETURN_IF_ERROR(ReadRope(k, c));
+  STRATA_RETURN_IF_ERROR(ReadSlidingWindow(k, type, c));
+  STRATA_RETURN_IF_ERROR(k.Expect("hidden_act", "silu", "Strata's LLaMA-family MLP is SwiGLU"));
+  STRATA_RETURN_IF_ERROR(k.Expect("mlp_bias", false, "biases in the MLP"));
+  c->qkv_bias = type == "qwen2";  // Qwen2's q/k/v projections always carry biases
+  c->qk_norm = type == "qwen3";
+  if (type != "qwen2")
+    STRATA_RETURN_IF_ERROR(k.Expect("attention_bias", false, "biases on q_proj, k_proj, v_proj and o_proj"));
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<ModelConfig> ModelConfigFromHf(const nlohmann::json& j, const std::string& origin) {
+  if (!j.is_object()) return InvalidArgument("{}: not a JSON object", origin);
+  const Keys k(j, origin);
+  STRATA_ASSIGN_OR_RETURN(const Family* f, FindFamily(k));
+  ModelConfig c;
+  const std::string type = f->model_type;
+  STRATA_RETURN_IF_ERROR(type == "gpt2" ? ReadGpt2(k, &c) : ReadLlamaFamily(k, type, &c));
+  c.seq_len = std::min(c.max_positions, kDefaultHfSeqLen);
+  if (c.sliding_window > 0) c.seq_len = std::min(c.seq_len, c.sliding_window);
+  if (Status s = Validate(c); !s.ok()) return s.WithContext(origin);
+  return c;
+}
+
+StatusOr<ModelConfig> ReadHfModelConfig(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "config.json").string();
+  std::ifstream in(path);
+  if (!in) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec))
+      return Error(StatusCode::kNotFound, "'{}' is not a Hugging Face model folder (no such folder)", dir);
+    return Error(StatusCode::kNotFound, "'{}' is not a Hugging Face model folder: it has no config.json", dir);
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument("'{}': not valid JSON", path);
+  return ModelConfigFromHf(j, "'" + path + "'");
+}
+
+std::string HfModelType(const ModelConfig& c) {
+  if (!c.hf_model_type.empty()) return c.hf_model_type;
+  return c.arch == Arch::kGpt2 ? "gpt2" : "llama";
+}
+
+nlohmann::ordered_json HfConfigJson(const ModelConfig& c, const std::string& torch_dtype) {
+  const std::string type = HfModelType(c);
+  const Family* f = &kFamilies[0];
+  for (const Family& g : kFamilies)
+    if (type == g.model_type) f = &g;
+  nlohmann::ordered_json j = {{"architectures", {f->causal_lm}}, {"model_type", type}, {"vocab_size", c.vocab_size}};
+  if (c.arch == Arch::kGpt2) {
+    j.update({{"n_embd", c.d_model}, {"n_layer", c.n_layer}, {"n_head", c.n_head}, {"n_positions", MaxPositions(c)},
+              {"n_inner", FfnHidden(c)}, {"layer_norm_epsilon", c.norm_eps}, {"activation_function", "gelu_new"}});
+  } else {
+    j.update({{"hidden_size", c.d_model}, {"intermediate_size", FfnHidden(c)}, {"num_hidden_layers", c.n_layer},
+              {"num_attention_heads", c.n_head}, {"num_key_value_heads", c.n_kv_head > 0 ? c.n_kv_head : c.n_head},
+              {"head_dim", HeadDim(c)}, {"max_position_embeddings", MaxPositions(c)}, {"rms_norm_eps", c.norm_eps},
+              {"hidden_act", "silu"}, {"rope_theta", c.rope_theta}, {"rope_scaling", nullptr}});
+    if (c.rope_scaling.factor != 0)
+      j["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", c.rope_scaling.factor},
+                           {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                           {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                           {"original_max_position_embeddings", c.rope_scaling.original_max_positions}};
+    if (type == "llama") j.update({{"attention_bias", false}, {"mlp_bias", false}});
+    if (type == "qwen3") j["attention_bias"] = false;
+    if (type != "llama") j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
+    if (type == "qwen2" || type == "qwen3") j["use_sliding_window"] = c.sliding_window > 0;
+  }
+  j.update({{"tie_word_embeddings", c.tie_embeddings}, {"torch_dtype", torch_dtype}});
+  return j;
+}
+
+}  // namespace strata::model

@@ -1,0 +1,223 @@
+// config.json -> ModelConfig (hf_config.h) without transformers: each family's keys, both
+// rope spellings, and errors that name what is wrong; ModelConfig -> config.json -> the
+// same ModelConfig; and the block parameter arithmetic of the new variants (what the
+// estimator and the shard plan use) equal to the blocks actually built.
+#include <gtest/gtest.h>
+
+#include "src/model/hf_config.h"
+#include "src/model/model.h"
+
+namespace strata::model {
+namespace {
+
+nlohmann::json Llama() {
+  return nlohmann::json::parse(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+      "vocab_size": 256, "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
+      "rms_norm_eps": 1e-5, "hidden_act": "silu", "tie_word_embeddings": false})");
+}
+
+std::string ErrorOf(const nlohmann::json& j) {
+  auto c = ModelConfigFromHf(j, "'x/config.json'");
+  return c.ok() ? "" : c.status().ToString();
+}
+
+#define EXPECT_ERROR_HAS(json, text)                                            \
+  do {                                                                          \
+    const std::string err_ = ErrorOf(json);                                     \
+    EXPECT_NE(err_.find(text), std::string::npos) << "error: '" << err_ << "'"; \
+  } while (0)
+
+TEST(HfConfig, ReadsEachFamily) {
+  auto llama = ModelConfigFromHf(Llama(), "x");
+  ASSERT_TRUE(llama.ok()) << llama.status().ToString();
+  EXPECT_EQ(llama->arch, Arch::kLlama);
+  EXPECT_EQ(llama->n_kv_head, 2);
+  EXPECT_EQ(llama->ffn_hidden, 192);
+  EXPECT_EQ(llama->max_positions, 4096);
+  EXPECT_EQ(llama->seq_len, kDefaultHfSeqLen);  // min(max_position_embeddings, 2048)
+  EXPECT_FALSE(llama->tie_embeddings);
+  EXPECT_EQ(llama->rope_theta, 10000.0);
+
+  nlohmann::json q2 = Llama();
+  q2["model_type"] = "qwen2";
+  q2["architectures"] = {"Qwen2ForCausalLM"};
+  q2["tie_word_embeddings"] = true;
+  q2["use_sliding_window"] = false;
+  q2["sliding_window"] = 16;  // not used: use_sliding_window is false
+  auto qwen2 = ModelConfigFromHf(q2, "x");
+  ASSERT_TRUE(qwen2.ok()) << qwen2.status().ToString();
+  EXPECT_TRUE(qwen2->qkv_bias && qwen2->tie_embeddings && !qwen2->qk_norm);
+  EXPECT_EQ(qwen2->sliding_window, 0);
+  EXPECT_EQ(qwen2->hf_model_type, "qwen2");
+
+  nlohmann::json q3 = Llama();
+  q3["model_type"] = "qwen3";
+  q3["architectures"] = {"Qwen3ForCausalLM"};
+  q3["head_dim"] = 32;
+  auto qwen3 = ModelConfigFromHf(q3, "x");
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status().ToString();
+  EXPECT_TRUE(qwen3->qk_norm && !qwen3->qkv_bias);
+  EXPECT_EQ(HeadDim(*qwen3), 32);
+
+  nlohmann::json gpt2 = {{"model_type", "gpt2"}, {"vocab_size", 256}, {"n_embd", 64}, {"n_layer", 2},
+                         {"n_head", 4},          {"n_positions", 64}, {"n_inner", nullptr}};
+  auto g = ModelConfigFromHf(gpt2, "x");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->arch, Arch::kGpt2);
+  EXPECT_TRUE(g->tie_embeddings);
+  EXPECT_EQ(FfnHidden(*g), 256);
+  EXPECT_EQ(g->seq_len, 64);
+}
+
+TEST(HfConfig, ReadsBothRopeSpellings) {
+  nlohmann::json v4 = Llama();  // transformers 4: rope_theta + rope_scaling with "rope_type" (or "type")
+  v4["rope_theta"] = 500000.0;
+  v4["rope_scaling"] = {{"type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                        {"original_max_position_embeddings", 8192}};
+  nlohmann::json v5 = Llama();  // transformers 5: rope_parameters
+  v5["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  for (const auto& j : {v4, v5}) {
+    auto c = ModelConfigFromHf(j, "x");
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->rope_theta, 500000.0);
+    EXPECT_EQ(c->rope_scaling, (RopeScaling{8.0, 1.0, 4.0, 8192}));
+  }
+}
+
+TEST(HfConfig, ErrorsNameTheKey) {
+  nlohmann::json gemma = {{"architectures", {"GemmaForCausalLM"}}, {"model_type", "gemma"}};
+  EXPECT_ERROR_HAS(gemma, "model_type \"gemma\" / architectures [\"GemmaForCausalLM\"] is not supported; Strata reads "
+                          "gpt2 (GPT2LMHeadModel), llama (LlamaForCausalLM), mistral (MistralForCausalLM), qwen2 "
+                          "(Qwen2ForCausalLM), qwen3 (Qwen3ForCausalLM)");
+  EXPECT_ERROR_HAS(nlohmann::json::object(), "neither \"model_type\" nor \"architectures\"");
+  nlohmann::json head = Llama();
+  head["architectures"] = {"LlamaForSequenceClassification"};
+  EXPECT_ERROR_HAS(head, "architectures [\"LlamaForSequenceClassification\"] is not supported for model_type \"llama\"");
+
+  nlohmann::json missing = Llama();
+  missing.erase("hidden_size");
+  EXPECT_ERROR_HAS(missing, "'x/config.json': the key \"hidden_size\" is missing");
+  nlohmann::json wrong_type = Llama();
+  wrong_type["num_hidden_layers"] = "2";
+  EXPECT_ERROR_HAS(wrong_type, "\"num_hidden_layers\" must be an integer, got \"2\"");
+
+  nlohmann::json yarn = Llama();
+  yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_ERROR_HAS(yarn, "\"rope_scaling\": rope_type \"yarn\" is not supported");
+  nlohmann::json partial = Llama();
+  partial["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"high_freq_factor", 4.0},
+                             {"original_max_position_embeddings", 8192}};
+  EXPECT_ERROR_HAS(partial, "\"rope_scaling\": the key \"low_freq_factor\" is missing");
+  nlohmann::json inverted = Llama();
+  inverted["rope_parameters"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0},
+                                 {"high_freq_factor", 1.0}, {"original_max_position_embeddings", 8192}};
+  EXPECT_ERROR_HAS(inverted, "\"rope_parameters\": llama3 scaling needs factor >= 1 and 0 < low_freq_factor < "
+                             "high_freq_factor");
+
+  nlohmann::json bias = Llama();
+  bias["attention_bias"] = true;
+  EXPECT_ERROR_HAS(bias, "\"attention_bias\": true is not supported");
+  nlohmann::json act = Llama();
+  act["hidden_act"] = "gelu";
+  EXPECT_ERROR_HAS(act, "\"hidden_act\": \"gelu\" is not supported");
+}
+
+// Mistral's window: the default seq_len stays inside it; a longer one is refused by name.
+TEST(HfConfig, SlidingWindowBoundsTheSequence) {
+  nlohmann::json m = Llama();
+  m["model_type"] = "mistral";
+  m["architectures"] = {"MistralForCausalLM"};
+  m["sliding_window"] = 1024;
+  auto c = ModelConfigFromHf(m, "x");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->sliding_window, 1024);
+  EXPECT_EQ(c->seq_len, 1024);
+  c->seq_len = 1025;
+  const Status s = Validate(*c);
+  EXPECT_NE(s.ToString().find("seq_len = 1025 exceeds sliding_window = 1024"), std::string::npos) << s.ToString();
+  m["sliding_window"] = nullptr;  // Mistral v0.2+: no window
+  auto none = ModelConfigFromHf(m, "x");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->sliding_window, 0);
+}
+
+// What export writes reads back as the same model, for every family.
+TEST(HfConfig, WrittenConfigReadsBackTheSame) {
+  std::vector<ModelConfig> configs;
+  ModelConfig gpt2;
+  gpt2.max_positions = 256;
+  configs.push_back(gpt2);
+  ModelConfig llama;
+  llama.arch = Arch::kLlama;
+  llama.n_kv_head = 2;
+  llama.tie_embeddings = false;
+  llama.rope_theta = 500000;
+  llama.rope_scaling = {8.0, 1.0, 4.0, 64};
+  configs.push_back(llama);
+  ModelConfig mistral = llama;
+  mistral.rope_scaling = {};
+  mistral.hf_model_type = "mistral";
+  mistral.sliding_window = 128;
+  configs.push_back(mistral);
+  ModelConfig qwen2 = mistral;
+  qwen2.hf_model_type = "qwen2";
+  qwen2.qkv_bias = true;
+  configs.push_back(qwen2);
+  ModelConfig qwen3 = llama;
+  qwen3.rope_scaling = {};
+  qwen3.hf_model_type = "qwen3";
+  qwen3.qk_norm = true;
+  qwen3.head_dim = 64;
+  configs.push_back(qwen3);
+  for (ModelConfig c : configs) {
+    c.ffn_hidden = FfnHidden(c);  // written out explicitly
+    c.max_positions = MaxPositions(c);
+    ASSERT_TRUE(Validate(c).ok()) << Validate(c).ToString();
+    const nlohmann::ordered_json j = HfConfigJson(c, "float32");
+    auto back = ModelConfigFromHf(nlohmann::json::parse(j.dump()), "x");
+    ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << j.dump(1);
+    back->seq_len = c.seq_len;
+    back->norm_eps = c.norm_eps;  // GPT-2's layer_norm_epsilon vs LLaMA's rms_norm_eps: both written
+    EXPECT_EQ(nlohmann::json(HfConfigJson(*back, "float32")).dump(), nlohmann::json(j).dump()) << HfModelType(c);
+    EXPECT_EQ(back->qkv_bias, c.qkv_bias);
+    EXPECT_EQ(back->qk_norm, c.qk_norm);
+    EXPECT_EQ(back->hf_model_type, c.hf_model_type);
+    EXPECT_EQ(back->sliding_window, c.sliding_window);
+  }
+}
+
+// ModelSpec's counts (no LibTorch: the estimator's and the shard plan's) equal the blocks.
+TEST(HfConfig, ParameterCountsOfTheVariantsMatchTheBlocks) {
+  ModelConfig c;
+  c.arch = Arch::kLlama;
+  c.d_model = 64;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.seq_len = 16;
+  for (int variant = 0; variant < 4; ++variant) {
+    ModelConfig v = c;
+    v.qkv_bias = variant == 1;
+    v.qk_norm = variant >= 2;
+    v.head_dim = variant == 3 ? 32 : 0;  // n_head * head_dim = 128 != d_model
+    v.tie_embeddings = variant % 2 == 0;
+    ASSERT_TRUE(Validate(v).ok()) << Validate(v).ToString();
+    const ModelSpec spec(v);
+    for (int b = 0; b < spec.num_blocks(); ++b) {
+      int64_t n = 0;
+      for (const auto& p : MakeBlock(spec, b)->parameters()) n += p.numel();
+      EXPECT_EQ(n, spec.block_parameters(b)) << "variant " << variant << " block " << b;
+    }
+  }
+  ModelConfig g;
+  g.max_positions = 512;  // GPT-2's position table is max_positions rows, not seq_len
+  const ModelSpec gs(g);
+  int64_t n = 0;
+  for (const auto& p : MakeBlock(gs, 0)->parameters()) n += p.numel();
+  EXPECT_EQ(n, gs.block_parameters(0));
+  EXPECT_EQ(n, (256 + 512) * 128);
+}
+
+}  // namespace
+}  // namespace strata::model
