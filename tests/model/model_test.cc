@@ -100,9 +100,18 @@ TEST(ModelSpecTest, LlamaNamesShapesAndCounts) {
 // consecutive ranges of it in named_parameters() order, initialised exactly as when made
 // into fresh tensors; the buffer's tail is left alone.
 TEST(ModelSpecTest, BlockMadeIntoStorageIsItsFlatLayout) {
-  for (Arch arch : {Arch::kGpt2, Arch::kLlama}) {
-    for (bool tie : {true, false}) {
-      ModelSpec spec(Tiny(arch, tie));
+  std::vector<ModelConfig> configs;
+  for (Arch arch : {Arch::kGpt2, Arch::kLlama})
+    for (bool tie : {true, false}) configs.push_back(Tiny(arch, tie));
+  ModelConfig qwen2 = Tiny(Arch::kLlama), qwen3 = Tiny(Arch::kLlama);
+  qwen2.qkv_bias = true;
+  qwen3.qk_norm = true;
+  qwen3.head_dim = 16;
+  configs.push_back(qwen2);
+  configs.push_back(qwen3);
+  for (const ModelConfig& config : configs) {
+    {
+      ModelSpec spec(config);
       for (int i = 0; i < spec.num_blocks(); ++i) {
         const int64_t n = spec.block_parameters(i);
         torch::Tensor storage = torch::full({n + 5}, 7.0f);
