@@ -1,6 +1,9 @@
 // `strata estimate`: per-rank bytes on the compute device, (pinned) CPU memory and NVMe for
 // a config, and whether it fits this machine, without allocating.
 #include <cstdio>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "src/cli/commands.h"
 #include "src/cli/train_config_cli.h"
@@ -22,28 +25,48 @@ void PrintLargestFit(const TrainConfig& cfg, int nproc, DeviceTraits device, con
     std::printf("none (not even 1 M parameters)\n");
     return;
   }
-  std::printf("%.3g B parameters, params on %s, optimizer states on %s (host %s of %s, NVMe %s of %s); the "
+  std::printf("%.3g B parameters, params on %s, optimizer states on %s%s (host %s of %s, NVMe %s of %s); the "
               "physical limit, (MemAvailable %s + free NVMe %s) / %.0f B per parameter, is %.3g B: %.0f%% of it\n",
               f.parameters / 1e9, OffloadDeviceName(f.params_on), OffloadDeviceName(f.optimizer_on),
+              f.accumulator == cfg.grad_accum_dtype
+                  ? ""
+                  : fmt::format(", with strata.gradient_accumulator {} (the config's {} accumulators, 4 B/param in "
+                                "host memory, fit less)", DTypeName(f.accumulator), DTypeName(cfg.grad_accum_dtype))
+                        .c_str(),
               HumanBytes(f.estimate.node_host_bytes(nproc)).c_str(), HumanBytes(m.host_available).c_str(),
               HumanBytes(f.estimate.node_nvme_bytes(nproc)).c_str(), HumanBytes(m.nvme_free).c_str(),
               HumanBytes(m.host_available).c_str(), HumanBytes(m.nvme_free).c_str(), kStateBytesPerParameter,
               limit / 1e9, 100.0 * f.parameters / limit);
 }
 
+struct EstimateArgs {
+  std::string config, strata_file;
+  std::vector<std::string> sets;
+  int nproc = 1;
+  double params = 0;
+  bool max = false;
+  std::string device;         // "" = the config's strata.device
+  std::string device_memory;  // "" = the config's strata.device_memory
+  std::string host_memory;    // "" = this machine's MemAvailable
+  std::string disk_free;      // "" = the swap folder's free space here
+};
+
+// This machine, or the one --host-memory / --disk-free describe.
+StatusOr<MachineCapacity> MachineFor(const EstimateArgs& a, const TrainConfig& cfg) {
+  MachineCapacity m = ProbeMachine(cfg);
+  for (auto [text, flag, field] : {std::tuple{&a.host_memory, "--host-memory", &m.host_available},
+                                   std::tuple{&a.disk_free, "--disk-free", &m.nvme_free}}) {
+    if (text->empty()) continue;
+    STRATA_ASSIGN_OR_RETURN(*field, bench::ParseBytes(*text, flag));
+  }
+  if (!a.disk_free.empty() && m.nvme_dir.empty()) m.nvme_dir = "(the planned swap folder)";
+  return m;
+}
+
 }  // namespace
 
 void AddEstimateCommand(CLI::App& app, Action* action) {
-  struct Args {
-    std::string config, strata_file;
-    std::vector<std::string> sets;
-    int nproc = 1;
-    double params = 0;
-    bool max = false;
-    std::string device;         // "" = the config's strata.device
-    std::string device_memory;  // "" = the config's strata.device_memory
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<EstimateArgs>();
   auto* cmd = app.add_subcommand("estimate", "per-rank memory by tier (device / cpu / nvme) for a config, and "
                                              "whether it fits this machine");
   cmd->add_option("--config", a->config, "ds_config.json (default: the built-in tiny config)");
@@ -56,6 +79,10 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
   cmd->add_option("--device", a->device, "where blocks run: cpu, cuda (a GPU; need not be on this machine), auto")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd->add_option("--device-memory", a->device_memory, "memory of one GPU for the fit check (e.g. 80G)");
+  cmd->add_option("--host-memory", a->host_memory, "plan for another machine: its available host memory (e.g. 120G) "
+                                                   "instead of this one's MemAvailable");
+  cmd->add_option("--disk-free", a->disk_free, "plan for another machine: the free space of its swap folder "
+                                               "(e.g. 60G) instead of this one's");
   cmd->callback([=] {
     *action = [=] {
       std::vector<std::string> sets = a->sets;
@@ -74,7 +101,13 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
         return 1;
       }
       const bool gpu = SpecNamesGpu(cfg->device);
-      const MachineCapacity m = ProbeMachine(*cfg);
+      auto machine = MachineFor(*a, *cfg);
+      if (!machine.ok()) {
+        std::fprintf(stderr, "error: %s\n", machine.status().message().c_str());
+        return 2;
+      }
+      const MachineCapacity& m = *machine;
+      const bool planned = !a->host_memory.empty() || !a->disk_free.empty();
       const MemoryEstimate e =
           EstimateResolvingRecompute(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc);
       if (gpu)
@@ -89,13 +122,15 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
                   (long long)cfg->micro_batch, (long long)cfg->model.seq_len, OffloadDeviceName(cfg->offload_param.device),
                   OffloadDeviceName(cfg->offload_optimizer.device),
                   cfg->keep_activations ? "kept" : "recomputed per block", FormatEstimate(e).c_str());
-      std::printf("this node (%d rank(s)): host memory %s needed, %s available; NVMe %s needed, %s free%s\n", a->nproc,
+      std::printf("%s (%d rank(s)): host memory %s needed, %s available; NVMe %s needed, %s free%s\n",
+                  planned ? "the planned node" : "this node", a->nproc,
                   HumanBytes(e.node_host_bytes(a->nproc)).c_str(), HumanBytes(m.host_available).c_str(),
                   HumanBytes(e.node_nvme_bytes(a->nproc)).c_str(),
                   m.nvme_dir.empty() ? "-" : HumanBytes(m.nvme_free).c_str(),
                   m.nvme_dir.empty() ? "" : (" in " + m.nvme_dir).c_str());
       const Status fits = CheckFits(e, m, a->nproc);
-      std::printf("fits this machine: %s\n", fits.ok() ? "yes" : ("no\n" + fits.message()).c_str());
+      std::printf("fits %s: %s\n", planned ? "the planned machine" : "this machine",
+                  fits.ok() ? "yes" : ("no\n" + fits.message()).c_str());
       if (a->max) PrintLargestFit(*cfg, a->nproc, {!gpu}, m);
       return 0;
     };

@@ -22,12 +22,18 @@ LargestFit FindLargestFit(const TrainConfig& cfg, int world, DeviceTraits device
   std::vector<std::pair<D, D>> placements;
   if (cfg.zero_stage == 3) placements = {{D::kCpu, D::kCpu}, {D::kCpu, D::kNvme}, {D::kNvme, D::kNvme}};
   else placements = {{D::kNone, D::kCpu}, {D::kNone, D::kNvme}};
+  // The host gradient accumulators: the config's dtype, and bf16 (2 B/param instead of 4 in
+  // host memory, opt-in through strata.gradient_accumulator) when that is more.
+  std::vector<DType> accumulators = {cfg.grad_accum_dtype};
+  if (cfg.grad_accum_dtype != DType::kBF16) accumulators.push_back(DType::kBF16);
   LargestFit best;
+  for (DType accumulator : accumulators)
   for (auto [params_on, optimizer_on] : placements) {
     if ((params_on == D::kNvme || optimizer_on == D::kNvme) && m.nvme_free == 0) continue;  // unbounded
     TrainConfig placed = cfg;
     placed.offload_param.device = params_on;
     placed.offload_optimizer.device = optimizer_on;
+    placed.grad_accum_dtype = accumulator;
     MemoryEstimate fits, e;  // `fits`: the estimate at lo, the largest count known to fit
     double lo = std::log(1e6), hi = std::log(1e15);  // bisect on log(parameters)
     if (!Fits(placed, world, static_cast<int64_t>(std::exp(lo)), device, m, &fits)) continue;
@@ -40,7 +46,10 @@ LargestFit FindLargestFit(const TrainConfig& cfg, int world, DeviceTraits device
         hi = mid;
       }
     }
-    if (fits.parameters > best.parameters) best = {static_cast<int64_t>(fits.parameters), params_on, optimizer_on, fits};
+    // A bf16 accumulator is taken only when it fits a larger model (5% more: not for noise).
+    const double margin = accumulator == cfg.grad_accum_dtype ? 1.0 : 1.05;
+    if (fits.parameters > best.parameters * margin)
+      best = {static_cast<int64_t>(fits.parameters), params_on, optimizer_on, accumulator, fits};
   }
   return best;
 }

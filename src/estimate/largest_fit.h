@@ -11,13 +11,15 @@ namespace strata {
 struct LargestFit {
   int64_t parameters = 0;  // 0: not even 1 M parameters fit
   OffloadDevice params_on = OffloadDevice::kNone, optimizer_on = OffloadDevice::kNone;
+  DType accumulator = DType::kF32;  // strata.gradient_accumulator of that fit
   MemoryEstimate estimate;  // of that model, placed so
 };
 
 // Searches the parameter count (the model scaled as `--params` scales it: layers and width)
 // for each placement of (parameters, optimizer states): (cpu, cpu), (cpu, nvme), (nvme, nvme)
 // at stage 3, (none, cpu), (none, nvme) below; NVMe placements only when `m` knows the free
-// space. Activations as strata.recompute "auto" would choose. Fits are monotone in the count.
+// space, each with the config's gradient accumulator dtype and with bf16 (taken when it fits
+// 5% more). Activations as strata.recompute "auto" would choose. Fits are monotone in the count.
 LargestFit FindLargestFit(const TrainConfig& cfg, int world, DeviceTraits device, const MachineCapacity& m);
 
 // Bytes of training state per parameter with Adam: bf16 working 2 + fp32 master 4 + m 4 + v 4

@@ -115,6 +115,21 @@ TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
                 "--set strata.model.n_head=64");
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_NE(r.out.find("does not fit this machine"), std::string::npos) << r.out;
+  // Planning for another machine: its host memory and disk instead of this one's. With 2 GB
+  // of host memory and 1 TB of disk, fp32 gradient accumulators (4 B/param in host memory)
+  // bound the model, so --max takes bf16 ones and says so.
+  r = RunStrata("estimate --config " STRATA_SOURCE_DIR "/configs/llama_1b_nvme.json --set strata.data.path= "
+                "--set train_micro_batch_size_per_gpu=1 --set strata.model.seq_len=128 --host-memory 2G --disk-free 1T "
+                "--max");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("the planned node (1 rank(s)): host memory"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2.15 GB available"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fits the planned machine: no"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("with strata.gradient_accumulator bf16"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("free NVMe 1099.51 GB"), std::string::npos) << r.out;
+  r = RunStrata("estimate --host-memory lots");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--host-memory"), std::string::npos) << r.out;
 }
 
 // "494.8 kB", "7.66 MB", "1.02 GB", "512 B" (HumanBytes) -> bytes.

@@ -57,7 +57,8 @@ TrainConfig Shrunk(const std::string& file, const std::string& dir) {
 
 TEST(Estimate, ShippedConfigsMatchTheEngineLedgerExactly) {
   testing::TempDir dir;
-  for (const char* file : {"tiny_cpu.json", "gpt2_124m_cpu_offload.json", "llama_1b_nvme.json", "llama_7b_gpu.json"}) {
+  for (const char* file : {"tiny_cpu.json", "gpt2_124m_cpu_offload.json", "llama_1b_nvme.json", "llama_7b_gpu.json",
+                           "llama_4.9b_24g_host.json"}) {
     const TrainConfig base = Shrunk(file, dir.path());
     for (int world : {1, 2, 3}) ExpectEstimateMatchesLedger(base, world, file);
     for (int stage : {0, 1, 2}) {
