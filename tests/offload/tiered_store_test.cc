@@ -115,6 +115,17 @@ TEST(TieredStore, ManyThreadsManyTickets) {
   EXPECT_EQ(failures.load(), 0);
 }
 
+// An NVMe-only store (64 KiB blocks, queue depth 4) whose disk misbehaves as `faults` say.
+std::unique_ptr<TieredStore> StoreOnAFaultyDisk(const std::string& dir, std::vector<testing::Fault> faults) {
+  TieredStoreOptions o;
+  o.enable_nvme = true;
+  o.nvme = testing::TierOptions(dir, /*block=*/65536, /*qd=*/4);
+  o.nvme.wrap_engine = [faults](std::unique_ptr<IoEngine> e) -> std::unique_ptr<IoEngine> {
+    return std::make_unique<testing::FaultyIoEngine>(std::move(e), faults);
+  };
+  return std::move(TieredStore::Create(o)).value();
+}
+
 // Note [Write-backs]: the store keeps a write-back's buffer until the write completed, a
 // later read of the tensor sees the written bytes, and an exhausted pool gets the buffer of
 // the oldest write-back holding one of its buffers.
@@ -156,14 +167,7 @@ TEST(TieredStore, WriteBacksHoldTheirBufferUntilWritten) {
 // goes back to its pool only once the write completed.
 TEST(TieredStore, AReadDuringAWriteBackCopiesItsBuffer) {
   TempDir dir;
-  TieredStoreOptions o;
-  o.enable_nvme = true;
-  o.nvme = testing::TierOptions(dir.path(), /*block=*/65536, /*qd=*/4);
-  o.nvme.wrap_engine = [](std::unique_ptr<IoEngine> e) -> std::unique_ptr<IoEngine> {
-    return std::make_unique<testing::FaultyIoEngine>(
-        std::move(e), std::vector<testing::Fault>{{IoOp::kWrite, /*nth=*/1, testing::FaultKind::kSlow, 0, 300000}});
-  };
-  auto store = std::move(TieredStore::Create(o)).value();
+  auto store = StoreOnAFaultyDisk(dir.path(), {{IoOp::kWrite, /*nth=*/1, testing::FaultKind::kSlow, 0, 300000}});
   auto pool = PinnedPool::Create(1, 65536, nullptr);
   ASSERT_TRUE(pool.ok());
   auto h = *store->Register("weights", 65536, Tier::kNvme);
@@ -192,14 +196,7 @@ TEST(TieredStore, AReadDuringAWriteBackCopiesItsBuffer) {
 // FlushWrites reports it; the buffer still goes back to its pool.
 TEST(TieredStore, AFailedWriteBackIsRefusedOnRead) {
   TempDir dir;
-  TieredStoreOptions o;
-  o.enable_nvme = true;
-  o.nvme = testing::TierOptions(dir.path(), /*block=*/65536, /*qd=*/4);
-  o.nvme.wrap_engine = [](std::unique_ptr<IoEngine> e) -> std::unique_ptr<IoEngine> {
-    return std::make_unique<testing::FaultyIoEngine>(
-        std::move(e), std::vector<testing::Fault>{{IoOp::kWrite, /*nth=*/1, testing::FaultKind::kError, EIO}});
-  };
-  auto store = std::move(TieredStore::Create(o)).value();
+  auto store = StoreOnAFaultyDisk(dir.path(), {{IoOp::kWrite, /*nth=*/1, testing::FaultKind::kError, EIO}});
   auto pool = PinnedPool::Create(1, 65536, nullptr);
   ASSERT_TRUE(pool.ok());
   auto h = *store->Register("victim", 65536, Tier::kNvme);
