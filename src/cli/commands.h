@@ -27,6 +27,8 @@ void AddTrainCommand(CLI::App& app, Action* action);
 void AddConfigCommand(CLI::App& app, Action* action);
 void AddExportCommand(CLI::App& app, Action* action);
 void AddEstimateCommand(CLI::App& app, Action* action);
+// `strata generate` (issue 17).
+void AddGenerateCommand(CLI::App& app, Action* action);
 
 // The built-in default job that `strata` runs with no arguments: the tiny model, 2 local
 // ranks, parameters and optimizer states on NVMe (configs/tiny_cpu.json).

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   strata::cli::AddConfigCommand(app, &action);
   strata::cli::AddExportCommand(app, &action);
   strata::cli::AddEstimateCommand(app, &action);
+  strata::cli::AddGenerateCommand(app, &action);
   CLI::App* bench = app.add_subcommand("bench", "benchmarks, each against its anchor measured in the same run");
   bench->require_subcommand(1);
   strata::cli::AddBenchIoCommand(*bench, &action);

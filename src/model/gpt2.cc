@@ -24,15 +24,22 @@ class Gpt2Embedding final : public Block {
     wpe_ = register_module("wpe", std::make_shared<Embedding>(MaxPositions(c), c.d_model, c.init_std));
   }
   BlockKind kind() const override { return BlockKind::kEmbedding; }
-  torch::Tensor Forward(const torch::Tensor& tokens) override {
-    STRATA_CHECK(tokens.dim() == 2) << "tokens must be [B, T], got " << tokens.sizes();
-    const int64_t T = tokens.size(1);
-    STRATA_CHECK(T <= wpe_->weight().size(0)) << "T " << T << " exceeds seq_len " << wpe_->weight().size(0);
-    torch::Tensor positions = torch::arange(T, tokens.options().dtype(torch::kLong));
-    return wte_->Forward(tokens) + wpe_->Forward(positions);  // [B, T, C] + [T, C]
+  torch::Tensor Forward(const torch::Tensor& tokens) override { return Embed(tokens, 0); }
+  torch::Tensor ForwardCached(const torch::Tensor& tokens, int64_t past, KvCache&) override {
+    return Embed(tokens, past);
   }
 
  private:
+  // Tokens at positions past..past+T-1.
+  torch::Tensor Embed(const torch::Tensor& tokens, int64_t past) const {
+    STRATA_CHECK(tokens.dim() == 2) << "tokens must be [B, T], got " << tokens.sizes();
+    const int64_t T = tokens.size(1);
+    STRATA_CHECK(past + T <= wpe_->weight().size(0))
+        << "position " << past + T << " exceeds seq_len " << wpe_->weight().size(0);
+    torch::Tensor positions = torch::arange(past, past + T, tokens.options().dtype(torch::kLong));
+    return wte_->Forward(tokens) + wpe_->Forward(positions);  // [B, T, C] + [T, C]
+  }
+
   std::shared_ptr<Embedding> wte_, wpe_;
 };
 
@@ -43,13 +50,21 @@ class Gpt2Attention final : public torch::nn::Module {
     c_proj_ = register_module("c_proj", std::make_shared<Linear>(c.d_model, c.d_model, true, proj_std));
   }
   torch::Tensor Forward(const torch::Tensor& x) {
-    const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-    // [B, T, 3C] -> [3, B, H, T, D]: the first C columns are q, split into heads of D.
-    torch::Tensor qkv = c_attn_->Forward(x).view({B, T, 3, n_head_, C / n_head_}).permute({2, 0, 3, 1, 4});
+    torch::Tensor qkv = Qkv(x);
     return c_proj_->Forward(CausalAttention(qkv[0], qkv[1], qkv[2]));
+  }
+  torch::Tensor ForwardCached(const torch::Tensor& x, KvCache& cache) {
+    torch::Tensor qkv = Qkv(x);
+    return c_proj_->Forward(CachedCausalAttention(qkv[0], qkv[1], qkv[2], cache));
   }
 
  private:
+  // [B, T, 3C] -> [3, B, H, T, D]: the first C columns are q, split into heads of D.
+  torch::Tensor Qkv(const torch::Tensor& x) const {
+    const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+    return c_attn_->Forward(x).view({B, T, 3, n_head_, C / n_head_}).permute({2, 0, 3, 1, 4});
+  }
+
   int64_t n_head_;
   std::shared_ptr<Linear> c_attn_, c_proj_;
 };
@@ -82,6 +97,10 @@ class Gpt2Layer final : public Block {
   BlockKind kind() const override { return BlockKind::kLayer; }
   torch::Tensor Forward(const torch::Tensor& x) override {
     torch::Tensor h = x + attn_->Forward(ln_1_->Forward(x));
+    return h + mlp_->Forward(ln_2_->Forward(h));
+  }
+  torch::Tensor ForwardCached(const torch::Tensor& x, int64_t, KvCache& cache) override {
+    torch::Tensor h = x + attn_->ForwardCached(ln_1_->Forward(x), cache);
     return h + mlp_->Forward(ln_2_->Forward(h));
   }
 

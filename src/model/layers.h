@@ -139,16 +139,35 @@ class RmsNorm : public Leaf {
 // (grouped-query attention: query head h reads key/value head h / (H / Hkv), as Hugging
 // Face's repeat_kv). Returns [B, T, H * D]. LibTorch's CPU SDPA (flash kernel for fp32,
 // bf16 and fp16) is deterministic: it splits work over batch and heads only.
-inline torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1);
+// x [B, Hkv, S, D] -> [B, H, S, D]: each key/value head repeated for its H / Hkv query heads.
+inline torch::Tensor RepeatKv(const torch::Tensor& x, int64_t H) {
+  const int64_t B = x.size(0), Hkv = x.size(1), S = x.size(2), D = x.size(3);
   STRATA_CHECK(H % Hkv == 0) << "H " << H << " Hkv " << Hkv;
-  torch::Tensor kk = k, vv = v;
-  if (Hkv != H) {
-    kk = k.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
-    vv = v.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
-  }
-  torch::Tensor y = at::scaled_dot_product_attention(q, kk, vv, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                                     /*is_causal=*/true);
+  if (Hkv == H) return x;
+  return x.unsqueeze(2).expand({B, Hkv, H / Hkv, S, D}).reshape({B, H, S, D});
+}
+
+inline torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  torch::Tensor y = at::scaled_dot_product_attention(q, RepeatKv(k, H), RepeatKv(v, H), /*attn_mask=*/{},
+                                                     /*dropout_p=*/0.0, /*is_causal=*/true);
+  return y.transpose(1, 2).reshape({B, T, H * D});
+}
+
+// CausalAttention for queries at positions past..past+T-1 (past = cache.length()): k, v
+// [B, Hkv, T, D] are appended to `cache` and q attends to all of it. SDPA's is_causal aligns
+// the mask top-left, which is wrong once keys outnumber queries, so with a past the mask is
+// explicit: query i sees keys 0..past+i.
+inline torch::Tensor CachedCausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                           KvCache& cache) {
+  const int64_t past = cache.length();
+  cache.k = past == 0 ? k : torch::cat({cache.k, k}, 2);
+  cache.v = past == 0 ? v : torch::cat({cache.v, v}, 2);
+  if (past == 0) return CausalAttention(q, k, v);
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  auto i64 = torch::TensorOptions().dtype(torch::kLong).device(q.device());
+  torch::Tensor mask = torch::arange(past + T, i64).unsqueeze(0) <= (torch::arange(T, i64) + past).unsqueeze(1);
+  torch::Tensor y = at::scaled_dot_product_attention(q, RepeatKv(cache.k, H), RepeatKv(cache.v, H), mask);
   return y.transpose(1, 2).reshape({B, T, H * D});
 }
 
@@ -175,12 +194,14 @@ inline torch::Tensor RopeInverseFrequencies(int64_t D, double theta, const RopeS
 // device of `like`, laid out for the rotate-half convention (frequency j at columns j and
 // j + D/2). Computed in fp32 like Hugging Face's LlamaRotaryEmbedding so that imported
 // checkpoints behave as there.
+// With `past`, the positions are past..past+T-1 (incremental decoding).
 inline std::pair<torch::Tensor, torch::Tensor> RopeTables(int64_t T, int64_t D, double theta,
                                                           const torch::Tensor& like,
-                                                          const RopeScaling& scaling = {}) {
+                                                          const RopeScaling& scaling = {}, int64_t past = 0) {
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(like.device());
   torch::Tensor inv_freq = RopeInverseFrequencies(D, theta, scaling, f32);
-  torch::Tensor freqs = torch::outer(torch::arange(T, f32), inv_freq);  // [T, D/2]
+  torch::Tensor positions = past == 0 ? torch::arange(T, f32) : torch::arange(past, past + T, f32);
+  torch::Tensor freqs = torch::outer(positions, inv_freq);  // [T, D/2]
   torch::Tensor angles = torch::cat({freqs, freqs}, -1);                // [T, D]
   return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
 }

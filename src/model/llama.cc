@@ -14,6 +14,8 @@
 //   head       norm.weight [C], lm_head.weight [V, C] (absent when tied)
 // No other biases. HF stores the same [out, in] layouts, so weights load without transposes;
 // q_proj/k_proj rows are in HF's rotate-half order (no permutation as for Meta's files).
+#include <tuple>
+
 #include "src/model/blocks.h"
 #include "src/model/layers.h"
 
@@ -53,6 +55,17 @@ class LlamaAttention final : public torch::nn::Module {
     o_proj_ = register_module("o_proj", std::make_shared<Linear>(q_out, C, false, c.init_std));
   }
   torch::Tensor Forward(const torch::Tensor& x) {
+    auto [q, k, v] = Project(x, 0);
+    return o_proj_->Forward(CausalAttention(q, k, v));
+  }
+  torch::Tensor ForwardCached(const torch::Tensor& x, int64_t past, KvCache& cache) {
+    auto [q, k, v] = Project(x, past);
+    return o_proj_->Forward(CachedCausalAttention(q, k, v, cache));
+  }
+
+ private:
+  // q [B, H, T, D], k, v [B, Hkv, T, D] for positions past..past+T-1, RoPE applied.
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Project(const torch::Tensor& x, int64_t past) const {
     const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
     torch::Tensor q = q_proj_->Forward(x).view({B, T, n_head_, D});
     torch::Tensor k = k_proj_->Forward(x).view({B, T, n_kv_head_, D});
@@ -63,11 +76,10 @@ class LlamaAttention final : public torch::nn::Module {
     q = q.transpose(1, 2);  // [B, H, T, D]
     k = k.transpose(1, 2);  // [B, Hkv, T, D]
     torch::Tensor v = v_proj_->Forward(x).view({B, T, n_kv_head_, D}).transpose(1, 2);
-    auto [cos, sin] = RopeTables(T, D, rope_theta_, q, rope_scaling_);  // recomputed: not state to shard
-    return o_proj_->Forward(CausalAttention(ApplyRope(q, cos, sin), ApplyRope(k, cos, sin), v));
+    auto [cos, sin] = RopeTables(T, D, rope_theta_, q, rope_scaling_, past);  // recomputed: not state to shard
+    return {ApplyRope(q, cos, sin), ApplyRope(k, cos, sin), v};
   }
 
- private:
   int64_t n_head_, n_kv_head_, head_dim_;
   double rope_theta_;
   RopeScaling rope_scaling_;
@@ -104,6 +116,10 @@ class LlamaLayer final : public Block {
   BlockKind kind() const override { return BlockKind::kLayer; }
   torch::Tensor Forward(const torch::Tensor& x) override {
     torch::Tensor h = x + self_attn_->Forward(input_layernorm_->Forward(x));
+    return h + mlp_->Forward(post_attention_layernorm_->Forward(h));
+  }
+  torch::Tensor ForwardCached(const torch::Tensor& x, int64_t past, KvCache& cache) override {
+    torch::Tensor h = x + self_attn_->ForwardCached(input_layernorm_->Forward(x), past, cache);
     return h + mlp_->Forward(post_attention_layernorm_->Forward(h));
   }
 

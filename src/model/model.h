@@ -12,9 +12,17 @@
 #include <vector>
 
 #include "src/model/model_config.h"
+#include "strata/check.h"
 #include "strata/status.h"
 
 namespace strata::model {
+
+// One layer's keys and values for incremental decoding (generate.h): [B, Hkv, past, D], keys
+// after RoPE; undefined before the layer's first ForwardCached.
+struct KvCache {
+  torch::Tensor k, v;
+  int64_t length() const { return k.defined() ? k.size(2) : 0; }
+};
 
 class Block : public torch::nn::Module {
  public:
@@ -28,6 +36,14 @@ class Block : public torch::nn::Module {
   // kHead with tied embeddings: the embedding's token table [V, C] that the head multiplies
   // with. The caller binds it before Forward; the head holds no copy of its own.
   virtual void BindTiedWeight(const torch::Tensor& weight) {}
+  // Forward for positions past..past+T-1 of a sequence whose first `past` positions were fed
+  // before: a layer attends to `cache` (its earlier keys/values) and appends its new ones.
+  // Inference only; Forward (training) is untouched by it. The default serves blocks without
+  // positions (the LLaMA embedding, heads); GPT-2's embedding and every layer override it.
+  virtual torch::Tensor ForwardCached(const torch::Tensor& input, int64_t past, KvCache& cache) {
+    STRATA_CHECK(kind() != BlockKind::kLayer) << "this layer has no ForwardCached";
+    return Forward(input);
+  }
 };
 
 // Block `index` of `spec`, fp32 parameters on the CPU, initialised from (seed, index) only;

@@ -11,6 +11,8 @@
                                      |logits - DIR's reference|; exits 1 above the tolerance.
                                      WEIGHTS: a model folder (from_pretrained as is) or a
                                      .safetensors file (read with DIR's config.json)
+  hf_models.py generate DIR N IDS... transformers' greedy generate (do_sample=False) of N new
+                                     tokens after the prompt IDS; prints the new ids
 """
 import glob
 import json
@@ -108,6 +110,18 @@ def logits(d, weights):
     sys.exit(0 if diff <= TOLERANCE else 1)
 
 
+def generate(d, n, ids):
+    import torch
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+    model.eval()
+    prompt = torch.tensor([[int(i) for i in ids]])
+    with torch.no_grad():  # no eos: exactly n tokens, as strata generate
+        out = model.generate(prompt, do_sample=False, max_new_tokens=n, min_new_tokens=n,
+                             attention_mask=torch.ones_like(prompt), pad_token_id=0)
+    print(" ".join(str(t) for t in out[0, prompt.shape[1]:].tolist()))
+
+
 def main():
     _ensure_library_path()
     if sys.argv[1] != "check":
@@ -123,6 +137,8 @@ def main():
         make(sys.argv[2], sys.argv[3])
     elif cmd == "logits":
         logits(sys.argv[2], sys.argv[3])
+    elif cmd == "generate":
+        generate(sys.argv[2], int(sys.argv[3]), sys.argv[4:])
 
 
 if __name__ == "__main__":

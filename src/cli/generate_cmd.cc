@@ -1,0 +1,165 @@
+// `strata generate --model DIR_OR_CKPT --prompt TEXT`: continues a prompt with a trained
+// model, to look at a fine-tune without leaving Strata. The model is a Hugging Face folder
+// (config.json + safetensors) or a Strata checkpoint, which is first exported to a temporary
+// folder by the export code (so it accepts what `strata export` accepts). The whole model is
+// loaded into host memory and run on the CPU: this is for small models.
+//
+// Tokens: byte-level for vocab-256 models (the built-in tokenizer: text in, text out);
+// other models take --prompt-tokens "ID ID ..." and print token ids (tokenize with the
+// folder's tokenizer elsewhere; Strata has no BPE tokenizer of its own).
+#include <ATen/CPUGeneratorImpl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "src/checkpoint/export.h"
+#include "src/checkpoint/hf_loader.h"
+#include "src/cli/commands.h"
+#include "src/model/generate.h"
+#include "src/model/hf_config.h"
+
+namespace strata::cli {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr int64_t kByteVocab = 256;
+
+struct Args {
+  std::string model, prompt, prompt_tokens, dtype = "fp32";
+  int64_t max_new_tokens = 100;
+  double temperature = 0, top_p = 1;
+  uint64_t seed = 0;
+};
+
+// Removes a temporary export folder on every path out.
+struct TempDir {
+  std::string path;
+  ~TempDir() {
+    std::error_code ec;
+    if (!path.empty()) fs::remove_all(path, ec);
+  }
+};
+
+// The HF folder to load: `model` itself, or `model` (a checkpoint) exported into `tmp`.
+StatusOr<std::string> ModelFolder(const std::string& model, TempDir& tmp) {
+  std::error_code ec;
+  if (fs::exists(fs::path(model) / "config.json", ec)) return model;
+  if (!fs::is_directory(model, ec))
+    return InvalidArgument("--model '{}': not a folder (a Hugging Face model folder or a checkpoint)", model);
+  std::string pattern = (fs::temp_directory_path() / "strata-generate-XXXXXX").string();
+  if (!::mkdtemp(pattern.data())) return InvalidArgument("--model '{}': cannot make a temporary folder", model);
+  tmp.path = pattern;
+  const std::string out = tmp.path + "/model";
+  StatusOr<ckpt::ExportReport> r = ckpt::ExportHfFolder(model, out, {ckpt::ExportDType::kF32, UINT64_MAX, ""});
+  if (!r.ok())
+    return InvalidArgument("--model '{}': neither a model folder (no config.json) nor a readable checkpoint: {}", model,
+                           r.status().ToString());
+  return out;
+}
+
+StatusOr<std::vector<int64_t>> PromptTokens(const Args& a, int64_t vocab) {
+  std::vector<int64_t> tokens;
+  if (!a.prompt_tokens.empty()) {
+    std::istringstream in(a.prompt_tokens);
+    std::string word;
+    while (in >> word) {
+      size_t used = 0;
+      int64_t id = -1;
+      try {
+        id = std::stoll(word, &used);
+      } catch (...) {
+      }
+      if (used != word.size() || id < 0 || id >= vocab)
+        return InvalidArgument("--prompt-tokens: '{}' is not a token id in [0, {})", word, vocab);
+      tokens.push_back(id);
+    }
+  } else {
+    if (vocab != kByteVocab)
+      return InvalidArgument("--prompt: text needs the byte tokenizer (vocab 256) and this model's vocab is {}; give "
+                             "--prompt-tokens \"ID ID ...\" from its own tokenizer",
+                             vocab);
+    for (unsigned char c : a.prompt) tokens.push_back(c);
+  }
+  if (tokens.empty()) return InvalidArgument("give a non-empty --prompt or --prompt-tokens");
+  return tokens;
+}
+
+int Run(const Args& a) {
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 1;
+  };
+  if (a.temperature < 0) return fail(InvalidArgument("--temperature {}: must be >= 0 (0 = greedy)", a.temperature));
+  if (!(a.top_p > 0 && a.top_p <= 1)) return fail(InvalidArgument("--top-p {}: must be in (0, 1]", a.top_p));
+  TempDir tmp;
+  StatusOr<std::string> folder = ModelFolder(a.model, tmp);
+  if (!folder.ok()) return fail(folder.status());
+  StatusOr<model::ModelConfig> config = model::ReadHfModelConfig(*folder);
+  if (!config.ok()) return fail(config.status());
+  StatusOr<std::vector<int64_t>> prompt = PromptTokens(a, config->vocab_size);
+  if (!prompt.ok()) return fail(prompt.status());
+  const int64_t max_positions = model::MaxPositions(*config);
+  if (static_cast<int64_t>(prompt->size()) > max_positions)
+    return fail(InvalidArgument("the prompt has {} tokens, more than the model's {} positions", prompt->size(),
+                                max_positions));
+
+  model::FullModel net{model::ModelSpec(*config)};
+  {
+    StatusOr<std::shared_ptr<ckpt::HfWeights>> weights = ckpt::HfWeights::Open(*folder, *config);
+    if (!weights.ok()) return fail(weights.status());
+    if (Status s = ckpt::LoadIntoModel(**weights, net); !s.ok()) return fail(s);
+  }
+  if (a.dtype == "bf16") net.to(torch::kBFloat16);
+  net.eval();
+
+  const bool bytes = a.prompt_tokens.empty();
+  auto print = [&](int64_t token) {
+    if (bytes) std::fputc(static_cast<int>(token), stdout);
+    else std::printf(" %lld", static_cast<long long>(token));
+    std::fflush(stdout);
+  };
+  if (bytes) std::fputs(a.prompt.c_str(), stdout);
+  else std::printf("prompt:%s\ngenerated:", [&] {
+    std::string s;
+    for (int64_t t : *prompt) s += " " + std::to_string(t);
+    return s;
+  }().c_str());
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(a.seed);
+  model::GenerateResult r =
+      model::Generate(net, max_positions, *prompt, a.max_new_tokens, {a.temperature, a.top_p}, gen, print);
+  std::printf("\n");
+  if (r.reached_max_positions)
+    std::fprintf(stderr, "note: stopped after %zu new tokens at the model's %lld positions (seq_len)\n",
+                 r.tokens.size(), static_cast<long long>(max_positions));
+  return 0;
+}
+
+}  // namespace
+
+void AddGenerateCommand(CLI::App& app, Action* action) {
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand(
+      "generate",
+      "continue a prompt with a trained model (greedy or temperature/top-p sampling, KV cache) to check a small "
+      "fine-tune; runs on the CPU with the whole model in host memory; stops at --max-new-tokens or the model's seq_len");
+  cmd->add_option("--model", a->model, "a Hugging Face model folder (config.json + safetensors) or a Strata checkpoint "
+                                       "(a --save folder or one step folder)")->required();
+  auto* text = cmd->add_option("--prompt", a->prompt, "prompt text, byte-tokenized (vocab-256 models such as the "
+                                                      "default job's); the continuation is printed as text");
+  auto* ids = cmd->add_option("--prompt-tokens", a->prompt_tokens, "prompt as token ids \"ID ID ...\" (any vocab); "
+                                                                   "the continuation is printed as ids");
+  text->excludes(ids);
+  cmd->add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate (default 100)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature", a->temperature, "0 = greedy (default); > 0 samples from softmax(logits / T)");
+  cmd->add_option("--top-p", a->top_p, "sample only from the most likely tokens whose probability reaches P "
+                                       "(default 1: all)");
+  cmd->add_option("--seed", a->seed, "sampling seed (default 0)");
+  cmd->add_option("--dtype", a->dtype, "fp32 (default) or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd->callback([=] {
+    *action = [=] { return Run(*a); };
+  });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,79 @@
+// `strata generate` against transformers' generate (needs the Python peers, as hf_test.cc;
+// skipped with the reason otherwise): for a tiny random GPT-2, LLaMA (3.1 rope scaling),
+// Qwen2 (q/k/v biases) and Qwen3 (q/k norms) written by transformers' save_pretrained, 20
+// greedy tokens through the KV cache equal transformers' model.generate(do_sample=False).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+#include "cli_run.h"
+#include "support/temp_dir.h"
+
+namespace strata {
+namespace {
+
+const std::string kScript = STRATA_SOURCE_DIR "/tests/checkpoint/hf_models.py";
+const std::string kPrompt = "3 141 59 26 5 35";
+
+int Python(const std::string& args, std::string* out) {
+  FILE* p = popen((std::string(STRATA_PYTHON) + " " + kScript + " " + args + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  out->clear();
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
+  const int rc = pclose(p);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+// The ids after "generated:" on strata generate's output.
+std::string GeneratedIds(const std::string& out) {
+  const size_t at = out.find("generated: ");
+  if (at == std::string::npos) return "";
+  const size_t start = at + 11;
+  return out.substr(start, out.find('\n', start) - start);
+}
+
+class GenerateVsTransformers : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string out;
+    if (Python("check", &out) != 0)
+      GTEST_SKIP() << "Python peers not installed (" << STRATA_PYTHON
+                   << " cannot import torch + transformers + safetensors; run scripts/setup_hf.sh): " << out;
+  }
+};
+
+TEST_P(GenerateVsTransformers, GreedyTwentyTokensEqualTransformersGenerate) {
+  testing::TempDir dir;
+  const std::string hf = dir.path() + "/" + GetParam();
+  std::string want;
+  ASSERT_EQ(Python("make " + GetParam() + " " + hf, &want), 0) << want;
+  ASSERT_EQ(Python("generate " + hf + " 20 " + kPrompt, &want), 0) << want;
+  want = want.substr(want.rfind('\n', want.size() - 2) + 1);  // the last line: the ids
+  while (!want.empty() && want.back() == '\n') want.pop_back();
+  testing::CliRun r = testing::RunStrata("generate --model " + hf + " --prompt-tokens \"" + kPrompt +
+                                         "\" --max-new-tokens 20");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::printf("[ %s ] strata:       %s\n[ %s ] transformers: %s\n", GetParam().c_str(), GeneratedIds(r.out).c_str(),
+              GetParam().c_str(), want.c_str());
+  EXPECT_EQ(GeneratedIds(r.out), want);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GenerateVsTransformers, ::testing::Values("gpt2", "llama", "qwen2", "qwen3"));
+
+// Without the peers: the errors name the bad flag or file.
+TEST(GenerateCli, BadModelAndPromptAreNamed) {
+  testing::TempDir dir;
+  testing::CliRun r = testing::RunStrata("generate --model " + dir.path() + "/nope --prompt hi");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--model"), std::string::npos) << r.out;
+  r = testing::RunStrata("generate --model " + dir.path() + " --prompt hi --top-p 1.5");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--top-p"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace strata
