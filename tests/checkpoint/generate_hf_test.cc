@@ -3,30 +3,19 @@
 // Qwen2 (q/k/v biases) and Qwen3 (q/k norms) written by transformers' save_pretrained, 20
 // greedy tokens through the KV cache equal transformers' model.generate(do_sample=False).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <string>
 
 #include "cli_run.h"
+#include "hf_peers.h"
 #include "support/temp_dir.h"
 
 namespace strata {
 namespace {
 
-const std::string kScript = STRATA_SOURCE_DIR "/tests/checkpoint/hf_models.py";
 const std::string kPrompt = "3 141 59 26 5 35";
 
-int Python(const std::string& args, std::string* out) {
-  FILE* p = popen((std::string(STRATA_PYTHON) + " " + kScript + " " + args + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t n;
-  out->clear();
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
-  const int rc = pclose(p);
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 // The ids after "generated:" on strata generate's output.
 std::string GeneratedIds(const std::string& out) {
@@ -36,22 +25,14 @@ std::string GeneratedIds(const std::string& out) {
   return out.substr(start, out.find('\n', start) - start);
 }
 
-class GenerateVsTransformers : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    std::string out;
-    if (Python("check", &out) != 0)
-      GTEST_SKIP() << "Python peers not installed (" << STRATA_PYTHON
-                   << " cannot import torch + transformers + safetensors; run scripts/setup_hf.sh): " << out;
-  }
-};
+class GenerateVsTransformers : public testing::HfPeersTest {};
 
 TEST_P(GenerateVsTransformers, GreedyTwentyTokensEqualTransformersGenerate) {
   testing::TempDir dir;
   const std::string hf = dir.path() + "/" + GetParam();
   std::string want;
-  ASSERT_EQ(Python("make " + GetParam() + " " + hf, &want), 0) << want;
-  ASSERT_EQ(Python("generate " + hf + " 20 " + kPrompt, &want), 0) << want;
+  ASSERT_EQ(testing::RunHfModels("make " + GetParam() + " " + hf, &want), 0) << want;
+  ASSERT_EQ(testing::RunHfModels("generate " + hf + " 20 " + kPrompt, &want), 0) << want;
   want = want.substr(want.rfind('\n', want.size() - 2) + 1);  // the last line: the ids
   while (!want.empty() && want.back() == '\n') want.pop_back();
   testing::CliRun r = testing::RunStrata("generate --model " + hf + " --prompt-tokens \"" + kPrompt +

@@ -12,7 +12,6 @@
 //      (hf_models.py's tolerance, 1e-4).
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +25,7 @@
 #include "src/checkpoint/export.h"
 #include "src/checkpoint/hf_loader.h"
 #include "src/checkpoint/safetensors.h"
+#include "hf_peers.h"
 #include "support/temp_dir.h"
 
 namespace strata {
@@ -33,20 +33,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr double kLogitTolerance = 1e-4;  // fp32 both sides; different matmul/attention kernels
-const std::string kScript = STRATA_SOURCE_DIR "/tests/checkpoint/hf_models.py";
 
-int Python(const std::string& args, std::string* out = nullptr) {
-  const std::string cmd = std::string(STRATA_PYTHON) + " " + kScript + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
-  const int rc = pclose(p);
-  if (out) *out = text;
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -55,15 +42,7 @@ std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
-class HuggingFace : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    std::string out;
-    if (Python("check", &out) != 0)
-      GTEST_SKIP() << "Python peers not installed (" << STRATA_PYTHON
-                   << " cannot import torch + transformers + safetensors; run scripts/setup_hf.sh): " << out;
-  }
-};
+class HuggingFace : public testing::HfPeersTest {};
 
 // The run's config: the architecture from the folder (strata.model.from), sequences of 32.
 TrainConfig ConfigFrom(const std::string& folder, const std::string& nvme) {
@@ -102,7 +81,7 @@ TEST_P(HuggingFace, FolderInMatchesTransformersLogitsAndFolderOutLoadsBack) {
   testing::TempDir dir;
   const std::string hf = dir.path() + "/" + GetParam();
   std::string out;
-  ASSERT_EQ(Python("make " + GetParam() + " " + hf, &out), 0) << out;
+  ASSERT_EQ(testing::RunHfModels("make " + GetParam() + " " + hf, &out), 0) << out;
   ASSERT_GE(CountShards(hf), 3);
   const TrainConfig cfg = ConfigFrom(hf, dir.path());
   const model::ModelSpec spec(cfg.model);
@@ -160,7 +139,7 @@ TEST_P(HuggingFace, FolderInMatchesTransformersLogitsAndFolderOutLoadsBack) {
   }
   EXPECT_EQ(compared, ex->tensors);
   EXPECT_EQ(b.size(), static_cast<size_t>(ex->tensors));
-  const int rc = Python("logits " + hf + " " + exported, &out);
+  const int rc = testing::RunHfModels("logits " + hf + " " + exported, &out);
   const size_t at = out.rfind("max |");
   std::printf("[ %s ] export --out DIR, transformers' from_pretrained: %s", GetParam().c_str(),
               at == std::string::npos ? out.c_str() : out.c_str() + out.rfind('\n', at) + 1);

@@ -1,0 +1,40 @@
+// The Python side of the Hugging Face interop tests (tests/checkpoint/hf_models.py run by
+// STRATA_PYTHON), shared by hf_test.cc and generate_hf_test.cc: one call of the script, and a
+// fixture base that skips, with the reason, where transformers is not installed (CI).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+namespace strata::testing {
+
+// Runs `hf_models.py ARGS`; its exit code (-1 if it could not run), stdout + stderr in `out`.
+inline int RunHfModels(const std::string& args, std::string* out = nullptr) {
+  const std::string cmd =
+      std::string(STRATA_PYTHON) + " " STRATA_SOURCE_DIR "/tests/checkpoint/hf_models.py " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
+  const int rc = pclose(p);
+  if (out) *out = text;
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+// A test parametrised by architecture name that needs torch + transformers + safetensors.
+class HfPeersTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string out;
+    if (RunHfModels("check", &out) != 0)
+      GTEST_SKIP() << "Python peers not installed (" << STRATA_PYTHON
+                   << " cannot import torch + transformers + safetensors; run scripts/setup_hf.sh): " << out;
+  }
+};
+
+}  // namespace strata::testing
