@@ -48,7 +48,8 @@ Status WriteShard(Engine& engine, const TrainConfig& cfg, const std::string& pat
   int64_t count = 0;
   STRATA_RETURN_IF_ERROR(engine.VisitState([&](const TensorKey& key, std::span<const std::byte> bytes) -> Status {
     const std::string name = key.Name();
-    const char* dtype = key.role == TensorRole::kWorking  ? SafetensorsDType(cfg.compute_dtype)
+    const bool working = key.role == TensorRole::kWorking || key.role == TensorRole::kAdapter;
+    const char* dtype = working                           ? SafetensorsDType(cfg.compute_dtype)
                         : key.role == TensorRole::kMaster ? "F32"
                                                           : SafetensorsDType(cfg.adam_states);
     const int64_t numel = static_cast<int64_t>(bytes.size()) / SafetensorsDTypeSize(dtype);

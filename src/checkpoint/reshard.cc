@@ -23,9 +23,15 @@ using PieceIndex = std::map<std::pair<int, TensorRole>, std::vector<Piece>>;
 // The flat range a key covers in `plan`: the working range, or the optimizer sub-group
 // starting at key.offset (checked against the plan's keys first).
 ElementRange RangeOf(const ShardPlan& plan, const TensorKey& key) {
-  if (key.role == TensorRole::kWorking) return plan.blocks[key.block].working;
+  const BlockPlan& b = plan.blocks[key.block];
+  if (key.role == TensorRole::kWorking) return {b.working.begin, b.working_tensor_len()};
+  if (key.role == TensorRole::kAdapter) return b.adapter;
   return {key.offset, plan.SubGroupLen(key)};
 }
+
+// Working weights are one range of the flat group whether a run kept them in one tensor or
+// split off an adapter tensor (LoRA): pieces of both serve either.
+TensorRole IndexRole(TensorRole r) { return r == TensorRole::kAdapter ? TensorRole::kWorking : r; }
 
 // The old run's configuration: this one's, partitioned as the manifest says.
 TrainConfig OldConfig(const nlohmann::json& m, const TrainConfig& cfg) {
@@ -47,7 +53,7 @@ Status IndexRankFile(const SafetensorsFile& f, const ShardPlan& plan, PieceIndex
     if (t.bytes.size() != plan.TensorBytes(*key))
       return Error(StatusCode::kDataLoss, "'{}': tensor '{}' has {} bytes, {} elements expected", f.path(), t.name,
                    t.bytes.size(), r.len);
-    (*index)[{key->block, key->role}].push_back({r.begin, r.len, t.bytes.data()});
+    (*index)[{key->block, IndexRole(key->role)}].push_back({r.begin, r.len, t.bytes.data()});
   }
   return Status();
 }
@@ -97,7 +103,7 @@ Status RestoreResharded(Engine& engine, const TrainConfig& cfg, const nlohmann::
   std::vector<std::byte> bytes;
   for (const TensorKey& key : plan.Keys()) {
     const ElementRange r = RangeOf(plan, key);
-    Status s = Assemble(index[{key.block, key.role}], r, plan.blocks[key.block].layout.numel,
+    Status s = Assemble(index[{key.block, IndexRole(key.role)}], r, plan.blocks[key.block].layout.numel,
                         plan.ElementBytes(key.role), key, &bytes);
     if (s.ok()) s = engine.RestoreState(key, bytes);
     if (!s.ok()) return s.WithContext(step_dir);

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <thread>
 
+#include <fmt/ranges.h>
+
 #include "src/checkpoint/checkpoint.h"
 #include "src/checkpoint/durable_file.h"
 #include "src/checkpoint/hf_loader.h"
@@ -239,6 +241,15 @@ void TrainRun::PrintStartup() {
                          : fmt::format("evaluation: {} held-out batch(es) of {} x {} tokens per rank at the start, every "
                                        "{} steps and at the end", cfg_.eval_batches, cfg_.micro_batch,
                                        cfg_.model.seq_len, cfg_.eval_interval));
+  if (cfg_.model.lora.enabled()) {
+    int64_t trainable = 0;
+    for (int i = 0; i < spec.num_blocks(); ++i) trainable += spec.trainable_parameters(i);
+    progress_->Message(fmt::format("LoRA: r {}, alpha {} on {}: {:.3f} M trainable parameters ({:.2f}%); the base is "
+                                   "frozen ({} weights only: no master copy, gradients or Adam states)",
+                                   cfg_.model.lora.r, cfg_.model.lora.alpha, fmt::join(cfg_.model.lora.target_modules, ", "),
+                                   trainable / 1e6, 100.0 * trainable / spec.num_parameters(),
+                                   DTypeName(cfg_.compute_dtype)));
+  }
   if (!init_from().empty() && a_.resume.empty()) progress_->Message("initial weights from " + init_from());
   if (!a_.resume.empty()) progress_->Message(fmt::format("resumed from {} at step {}", a_.resume, start_));
 }

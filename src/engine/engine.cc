@@ -165,6 +165,7 @@ Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::
     } else {
       STRATA_RETURN_IF_ERROR(one({b, TensorRole::kWorking, 0}, br.working));
     }
+    if (br.adapter.valid()) STRATA_RETURN_IF_ERROR(one({b, TensorRole::kAdapter, 0}, br.adapter));
     for (const SubGroup& sg : br.subs) {
       STRATA_RETURN_IF_ERROR(one({b, TensorRole::kMaster, sg.range.begin}, sg.master));
       STRATA_RETURN_IF_ERROR(one({b, TensorRole::kAdamM, sg.range.begin}, sg.m));
@@ -190,8 +191,9 @@ Status Engine::RestoreState(const TensorKey& key, std::span<const std::byte> byt
   if (key.block >= 0 && key.block < m.num_blocks()) {
     const BlockRuntime& br = m.model.blocks[key.block];
     if (key.role == TensorRole::kWorking) h = br.working;
+    if (key.role == TensorRole::kAdapter && br.adapter.valid()) h = br.adapter;
     for (const SubGroup& sg : br.subs)
-      if (key.role != TensorRole::kWorking && sg.range.begin == key.offset)
+      if (key.role != TensorRole::kWorking && key.role != TensorRole::kAdapter && sg.range.begin == key.offset)
         h = key.role == TensorRole::kMaster ? sg.master : key.role == TensorRole::kAdamM ? sg.m : sg.v;
   }
   if (!h) return Error(StatusCode::kNotFound, "no tensor '{}' in this run's state", key.Name());

@@ -9,6 +9,11 @@
 namespace strata {
 namespace {
 
+// LoRA's parameters ("self_attn.q_proj.lora_A"): trainable, never in a base model's files.
+bool IsAdapterName(const std::string& name) {
+  return name.ends_with(".lora_A") || name.ends_with(".lora_B");
+}
+
 Tier TierOf(Residence r) { return r == Residence::kNvme ? Tier::kNvme : Tier::kCpu; }
 
 std::span<const std::byte> BytesOf(const torch::Tensor& t) {
@@ -169,11 +174,15 @@ Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, con
   br.module = std::move(module);
   int64_t numel = 0;
   STRATA_RETURN_IF_ERROR(TorchCall("model", [&] {
+    // Registration order; the offsets are where MakeBlock put them (adapters last).
     for (const auto& item : br.module->named_parameters(/*recurse=*/true)) {
-      const torch::Tensor& p = item.value();
-      STRATA_CHECK(p.data_ptr<float>() == st.flat.data_ptr<float>() + numel)
-          << "block " << b << ": parameter " << item.key() << " is not at its flat offset " << numel;
-      br.slots.push_back({item.key(), p.sizes().vec(), numel, p.numel()});
+      torch::Tensor p = item.value();
+      const int64_t offset = p.data_ptr<float>() - st.flat.data_ptr<float>();
+      const bool adapter = offset >= bp.trainable_begin && bp.trainable_begin > 0;
+      STRATA_CHECK(offset >= 0 && offset + p.numel() <= bp.layout.numel && adapter == IsAdapterName(item.key()))
+          << "block " << b << ": parameter " << item.key() << " lies at flat offset " << offset;
+      br.slots.push_back({item.key(), p.sizes().vec(), offset, p.numel()});
+      if (bp.trainable_begin > 0 && !adapter) p.set_requires_grad(false);  // LoRA: the base is frozen
       br.params.push_back(p);
       if (owner && item.key() == model.tie->owner_param) br.tied_slot = static_cast<int>(br.slots.size() - 1);
       numel += p.numel();
@@ -181,9 +190,10 @@ Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, con
   }));
   STRATA_CHECK(numel == bp.layout.numel) << "block " << b << " has " << numel << " parameters, the plan "
                                          << bp.layout.numel;
-  if (hooks.init_weights) {
+  if (hooks.init_weights) {  // the base's weights; adapters keep their initialisation
     NamedTensors named;
-    for (size_t i = 0; i < br.params.size(); ++i) named.push_back({br.slots[i].name, br.params[i].detach()});
+    for (size_t i = 0; i < br.params.size(); ++i)
+      if (!IsAdapterName(br.slots[i].name)) named.push_back({br.slots[i].name, br.params[i].detach()});
     Status hs;
     STRATA_RETURN_IF_ERROR(TorchCall("init weights", [&] {
       torch::NoGradGuard no_grad;
@@ -213,8 +223,10 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
   BlockRuntime& br = model.blocks[b];
   const BlockPlan& bp = plan.blocks[b];
   auto add = [&](const TensorKey& key, std::span<const std::byte> bytes, TensorHandle* h) -> Status {
-    const bool working = key.role == TensorRole::kWorking;
-    const Residence home = working ? plan.WorkingResidence(b) : plan.optimizer_home;
+    const bool working = key.role == TensorRole::kWorking || key.role == TensorRole::kAdapter;
+    const Residence home = key.role == TensorRole::kAdapter ? Residence::kCpu
+                           : working                        ? plan.WorkingResidence(b)
+                                                            : plan.optimizer_home;
     STRATA_ASSIGN_OR_RETURN(*h, store->Register(key.Name(), bytes.size(), TierOf(home)));
     st.writes.push_back(store->Write(*h, bytes));
     const StateKind kind = working                              ? StateKind::kWorking
@@ -237,8 +249,12 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
     }));
     STRATA_RETURN_IF_ERROR(dev->CopyIn(bufs.resident[b], working.data_ptr(), {}).HostWait());
     ledger.Add(StateKind::kWorking, Residence::kDevice, BytesOf(working).size());
-  } else {
-    STRATA_RETURN_IF_ERROR(add({b, TensorRole::kWorking, 0}, BytesOf(working), &br.working));
+  } else {  // with an adapter range (LoRA, base on NVMe) the working range's end goes apart
+    const auto bytes = BytesOf(working);
+    const size_t frozen = bp.working_tensor_len() * plan.dsize;
+    STRATA_RETURN_IF_ERROR(add({b, TensorRole::kWorking, 0}, bytes.subspan(0, frozen), &br.working));
+    if (bp.adapter.len > 0)
+      STRATA_RETURN_IF_ERROR(add({b, TensorRole::kAdapter, 0}, bytes.subspan(frozen), &br.adapter));
   }
   for (int64_t i = 0; i < bp.num_sub_groups(); ++i) {
     const ElementRange r = bp.sub_group(i);

@@ -49,6 +49,7 @@ struct BlockRuntime {
   std::vector<ParamSlot> slots;
   int tied_slot = -1;                 // owner: index of the slot the head borrows
   TensorHandle working;
+  TensorHandle adapter;               // LoRA, working weights on NVMe: plan.blocks[i].adapter (host memory)
   std::vector<SubGroup> subs;
   // The gradient accumulator of plan.blocks[i].grad.len elements, fp32 or bf16 (plan.gsize).
   std::byte* grad = nullptr;
@@ -247,7 +248,11 @@ struct Engine::Impl {
   // AdamW over `blocks` (ascending), as one pipeline of their sub-groups.
   Status UpdateBlocks(const AdamHyperParams& hp, const std::vector<int>& blocks, std::unique_ptr<LoadedStates>& early,
                       const std::vector<std::shared_ptr<HostEventState>>& ready);
-  StatusOr<std::byte*> BlockOutput(int b, PinnedBuffer* lease);
+  // Where block b's updated working weights go, as the address of flat element `*first`
+  // (the working range's start, or the adapter range's).
+  StatusOr<std::byte*> BlockOutput(int b, PinnedBuffer* lease, int64_t* first);
+  // Block b has no trainable parameter on any rank (LoRA's embedding and head): no gradients.
+  bool Frozen(int b) const { return plan.blocks[b].trainable_begin >= plan.blocks[b].layout.numel; }
   // `out`: where the sub-group's updated working weights go.
   Status UpdateSubGroup(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur, std::byte* out);
   Status FinishBlock(int b, PinnedBuffer lease);

@@ -222,16 +222,20 @@ Status Engine::Impl::UpdateBlocks(const AdamHyperParams& hp, const std::vector<i
 
   std::unique_ptr<LoadedStates> next;
   if (states_nvme && !order.empty()) next = load(*order[0].second);
+  // Blocks without sub-groups here (frozen, or an empty optimizer range) have nothing to wait for.
+  for (int b : blocks)
+    if (model.blocks[b].subs.empty()) ready[b]->Set(Status());
   PinnedBuffer out_lease;  // the current block's updated working weights, bound for NVMe or the device
   std::byte* working_out = nullptr;
+  int64_t out_first = 0;  // the flat element at working_out
   for (size_t i = 0; i < order.size(); ++i) {
     const auto [b, sg] = order[i];
     if (i == 0 || order[i - 1].first != b) {
-      STRATA_ASSIGN_OR_RETURN(working_out, BlockOutput(b, &out_lease));
+      STRATA_ASSIGN_OR_RETURN(working_out, BlockOutput(b, &out_lease, &out_first));
     }
     std::unique_ptr<LoadedStates> cur = std::move(next);
     if (states_nvme && i + 1 < order.size()) next = load(*order[i + 1].second);
-    std::byte* out = working_out + (sg->range.begin - plan.blocks[b].working.begin) * plan.dsize;
+    std::byte* out = working_out + (sg->range.begin - out_first) * plan.dsize;
     STRATA_RETURN_IF_ERROR(UpdateSubGroup(hp, b, *sg, cur.get(), out));
     if (i + 1 == order.size() || order[i + 1].first != b) {
       STRATA_RETURN_IF_ERROR(FinishBlock(b, std::move(out_lease)));
@@ -241,10 +245,16 @@ Status Engine::Impl::UpdateBlocks(const AdamHyperParams& hp, const std::vector<i
   return Status();
 }
 
-// Where block b's updated working weights go: in place in the cpu tier, or a pinned buffer
-// (`lease`) written to NVMe or copied to the device once the block is done.
-StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease) {
+// Where block b's updated working weights go: in place in the cpu tier (the adapter tensor
+// of a LoRA block whose base is on NVMe), or a pinned buffer (`lease`) written to NVMe or
+// copied to the device once the block is done.
+StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease, int64_t* first) {
   const BlockRuntime& br = model.blocks[b];
+  *first = plan.blocks[b].working.begin;
+  if (br.adapter.valid()) {
+    *first = plan.blocks[b].adapter.begin;
+    return store->CpuMemory(br.adapter).data();
+  }
   if (!plan.resident[b] && store->home(br.working) != Tier::kNvme) return store->CpuMemory(br.working).data();
   std::optional<PinnedBuffer> got = store->AcquireBuffer(*pools.param);
   if (!got) got = pools.param->AcquireFor(std::chrono::minutes(5));  // held by copies to the device

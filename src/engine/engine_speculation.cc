@@ -115,8 +115,9 @@ Status Engine::Impl::Conclude(int b, Verdict verdict, const AdamHyperParams& hp,
     return Status();
   }
   PinnedBuffer lease;
-  STRATA_ASSIGN_OR_RETURN(std::byte * out, BlockOutput(b, &lease));
-  out += (bp.optimizer.begin - bp.working.begin) * plan.dsize;  // this rank's updated part
+  int64_t first = 0;
+  STRATA_ASSIGN_OR_RETURN(std::byte * out, BlockOutput(b, &lease, &first));
+  out += (bp.optimizer.begin - first) * plan.dsize;  // this rank's updated part
   if (verdict == Verdict::kStands) {
     Tracer::Span s(tracer, Track::kOptimizer, "speculation stands b" + std::to_string(b));
     std::memcpy(out, BackupOf(b, 3, 0), bp.optimizer.len * plan.dsize);

@@ -8,6 +8,7 @@
 // callback thread, each stage waiting for the events of the ones it depends on and for the
 // buffer it rewrites to be free. On the host every stage completes at once, in this order.
 #include <cmath>
+#include <cstring>
 
 #include <limits>
 
@@ -51,8 +52,9 @@ std::vector<Visit> Engine::Impl::VisitPlan(int micro_batches, bool backward) con
     for (int b = 0; b < n - 1; ++b) order.push_back({b, plan.tied_slot && b == plan.tied_owner});
     if (model.tie && !plan.tied_slot) order.push_back({model.tie->owner_block, false});
     order.push_back({n - 1, false});
-    if (backward)
-      for (int b = n - 2; b >= 0; --b) order.push_back({b, false});
+    if (backward)  // (LoRA: a frozen embedding needs no backward)
+      for (int b = n - 2; b >= 0; --b)
+        if (b > 0 || !Frozen(0)) order.push_back({b, false});
   }
   return order;
 }
@@ -126,6 +128,11 @@ Status Gatherer::Issue(const Visit& v) {
     if (!src) {
       STRATA_ASSIGN_OR_RETURN(lease, prefetch_->Take(b));
       src = lease.data();
+      // LoRA, base on NVMe: the read brought the frozen part; the trainable end follows it.
+      if (m_.model.blocks[b].adapter.valid()) {
+        const std::span<std::byte> adapter = m_.store->CpuMemory(m_.model.blocks[b].adapter);
+        std::memcpy(lease.data() + plan.blocks[b].working_tensor_len() * plan.dsize, adapter.data(), adapter.size());
+      }
     }
     DeviceEvent src_read;  // after it, the host source may be reused
     if (!plan.weights_sharded) {  // every rank holds the full group in host memory
@@ -188,6 +195,7 @@ void Engine::Impl::BindTiedHead() {
 // to its fp32 accumulator: on the host at once; on a device through its queues, the
 // accumulation on the host callback thread.
 Status Engine::Impl::ReduceGradients(int b) {
+  if (Frozen(b)) return Status();  // no rank has a gradient of it (LoRA's head)
   BlockRuntime& br = model.blocks[b];
   const BlockPlan& bp = plan.blocks[b];
   GradSlot& g = bufs.grads[bufs.next_grad++ % bufs.grads.size()];
@@ -220,9 +228,11 @@ Status Engine::Impl::ReduceGradients(int b) {
                   : dev->AllReduce(flat.data_ptr(), bp.layout.padded, DType::kF32, ReduceOp::kSum, {flattened});
   }
   const bool plant = PlantsOverflow(b);
+  // The accumulator's range within `out` (with LoRA only the trainable end is accumulated).
+  const int64_t acc_at = bp.grad.begin - (plan.grads_sharded ? bp.layout.begin() : 0);
   if (dev->is_host()) {
     STRATA_RETURN_IF_ERROR(reduced.HostWait());
-    STRATA_RETURN_IF_ERROR(Accumulate(acc, out, inv, plant));
+    STRATA_RETURN_IF_ERROR(Accumulate(acc, out.narrow(0, acc_at, bp.grad.len), inv, plant));
     Speculate(b, DeviceEvent());
     return Status();
   }
@@ -233,7 +243,8 @@ Status Engine::Impl::ReduceGradients(int b) {
   g.flat_read = plan.grads_sharded ? reduced : copied;
   g.reduced_read = copied;
   g.host_read = dev->OnHost(
-      [acc, host, inv, plant] { return Accumulate(acc, host, inv, plant); }, {copied});
+      [acc, part = host.narrow(0, acc_at, bp.grad.len), inv, plant] { return Accumulate(acc, part, inv, plant); },
+      {copied});
   Speculate(b, g.host_read);
   return Status();
 }
@@ -314,6 +325,7 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_wei
 // graph saved the parameter tensors, whose data is re-bound to the new gather buffer.
 Status Engine::Impl::Backward(Activations& act, Gatherer& gather) {
   for (int b = num_blocks() - 2; b >= 0; --b) {
+    if (b == 0 && Frozen(0)) break;  // LoRA: nothing to learn in the embedding (not in the visit plan)
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
     {
       Tracer::Span span(tracer, Track::kCompute, "backward b" + std::to_string(b));

@@ -126,6 +126,23 @@ Status JsonReader::String(const std::string& key, std::string* out) {
   return Status();
 }
 
+Status JsonReader::StringList(const std::string& key, std::vector<std::string>* out) {
+  const nlohmann::json* v = Get(key);
+  if (!v) return Status();
+  if (v->is_string()) {
+    *out = {v->get<std::string>()};
+    return Status();
+  }
+  if (!v->is_array()) return InvalidArgument("{}: expected a list of strings, got {}", PathOf(key), v->dump());
+  std::vector<std::string> list;
+  for (const nlohmann::json& e : *v) {
+    if (!e.is_string()) return InvalidArgument("{}: expected a list of strings, got {}", PathOf(key), v->dump());
+    list.push_back(e.get<std::string>());
+  }
+  *out = std::move(list);
+  return Status();
+}
+
 Status JsonReader::Choice(const std::string& key, std::string* out, const std::vector<std::string>& allowed) {
   std::string s = *out;
   STRATA_RETURN_IF_ERROR(String(key, &s));

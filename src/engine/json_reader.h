@@ -46,6 +46,8 @@ class JsonReader {
   Status Int(const std::string& key, int* out, int lo, int hi);
   Status Double(const std::string& key, double* out, double lo, double hi);
   Status String(const std::string& key, std::string* out);
+  // A list of strings; a single string is a list of one (as PEFT's target_modules allows).
+  Status StringList(const std::string& key, std::vector<std::string>* out);
   // One of `allowed` (case-sensitive); the error lists them.
   Status Choice(const std::string& key, std::string* out, const std::vector<std::string>& allowed);
   // Marks a key as known without reading it (e.g. "auto" handled elsewhere).

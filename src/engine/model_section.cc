@@ -4,6 +4,15 @@
 #include "src/model/hf_config.h"
 
 namespace strata {
+
+Status ParseLora(JsonReader& l, model::LoraConfig* lora) {
+  STRATA_RETURN_IF_ERROR(l.Int("r", &lora->r, 0, 1 << 16));
+  STRATA_RETURN_IF_ERROR(l.Double("alpha", &lora->alpha, 0, 1e9));
+  STRATA_RETURN_IF_ERROR(l.Double("dropout", &lora->dropout, 0, 1));
+  if (lora->target_modules.empty()) lora->target_modules = {"q_proj", "v_proj"};  // PEFT's default for LLaMA
+  return l.StringList("target_modules", &lora->target_modules);
+}
+
 namespace {
 
 // The strata.model keys into *mc (each absent key keeps *mc's value).
@@ -36,6 +45,11 @@ Status ParseModelKeys(JsonReader& m, model::ModelConfig* mc, std::vector<std::st
   STRATA_RETURN_IF_ERROR(r.Double("high_freq_factor", &rs.high_freq_factor, 0, 1e6));
   STRATA_RETURN_IF_ERROR(r.Int("original_max_positions", &rs.original_max_positions, 1, 1 << 24));
   r.UnusedKeys(warnings);
+  if (m.Has("lora")) {  // checkpoint manifests; users write strata.lora
+    STRATA_ASSIGN_OR_RETURN(JsonReader l, m.Child("lora"));
+    STRATA_RETURN_IF_ERROR(ParseLora(l, &mc->lora));
+    l.UnusedKeys(warnings);
+  }
   return Status();
 }
 
@@ -99,6 +113,9 @@ nlohmann::json ModelConfigJson(const model::ModelConfig& m) {
   if (m.max_positions != d.max_positions) j["max_positions"] = m.max_positions;
   if (m.sliding_window != d.sliding_window) j["sliding_window"] = m.sliding_window;
   if (!m.hf_model_type.empty()) j["hf_model_type"] = m.hf_model_type;
+  if (m.lora.enabled())
+    j["lora"] = {{"r", m.lora.r}, {"alpha", m.lora.alpha}, {"dropout", m.lora.dropout},
+                 {"target_modules", m.lora.target_modules}};
   if (m.rope_scaling.factor != 0)
     j["rope_scaling"] = {{"factor", m.rope_scaling.factor},
                          {"low_freq_factor", m.rope_scaling.low_freq_factor},

@@ -12,5 +12,8 @@ namespace strata {
 // With "from", seq_len and init_std may still be set; other keys that differ from the
 // folder's are ignored with a note in config->notes.
 Status ParseModelSection(JsonReader& strata, TrainConfig* config);
+// strata.lora (and a manifest's model.lora) into *lora: r, alpha, dropout, target_modules
+// (default q_proj, v_proj, as PEFT's for LLaMA). Validate() judges the values.
+Status ParseLora(JsonReader& lora_section, model::LoraConfig* lora);
 
 }  // namespace strata

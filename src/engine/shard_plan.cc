@@ -29,6 +29,7 @@ const char* RoleSuffix(TensorRole r) {
     case TensorRole::kMaster: return "master";
     case TensorRole::kAdamM: return "adam_m";
     case TensorRole::kAdamV: return "adam_v";
+    case TensorRole::kAdapter: return "adapter";
   }
   return "?";
 }
@@ -62,6 +63,7 @@ Residence ResidenceOf(OffloadDevice d) {
 
 std::string TensorKey::Name() const {
   if (role == TensorRole::kWorking) return fmt::format("block{}.working", block);
+  if (role == TensorRole::kAdapter) return fmt::format("block{}.adapter", block);
   return fmt::format("block{}.{}.{}", block, offset, RoleSuffix(role));
 }
 
@@ -74,6 +76,7 @@ std::optional<TensorKey> TensorKey::Parse(std::string_view name) {
     return std::nullopt;
   const std::string_view rest = name.substr(dot + 1);
   if (rest == "working") return TensorKey{static_cast<int>(block), TensorRole::kWorking, 0};
+  if (rest == "adapter") return TensorKey{static_cast<int>(block), TensorRole::kAdapter, 0};
   const size_t dot2 = rest.find('.');
   int64_t offset = 0;
   if (dot2 == std::string_view::npos || !ParseInt(rest.substr(0, dot2), &offset)) return std::nullopt;
@@ -90,7 +93,10 @@ ModelShape ModelShape::Of(const model::ModelConfig& config, int64_t params) {
   const double scale = params > 0 ? static_cast<double>(params) / static_cast<double>(spec.num_parameters()) : 1.0;
   auto scaled = [&](int64_t n) { return params > 0 ? static_cast<int64_t>(std::llround(n * scale)) : n; };
   ModelShape s;
-  for (int b = 0; b < spec.num_blocks(); ++b) s.block_numels.push_back(scaled(spec.block_parameters(b)));
+  for (int b = 0; b < spec.num_blocks(); ++b) {
+    s.block_numels.push_back(scaled(spec.block_parameters(b)));
+    if (config.lora.enabled()) s.block_trainable.push_back(scaled(spec.trainable_parameters(b)));
+  }
   if (auto tie = spec.tie()) {
     s.tied_owner = tie->owner_block;
     s.tied_numel = scaled(config.vocab_size * config.d_model);
@@ -116,8 +122,12 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
   p.optimizer_home = ResidenceOf(cfg.offload_optimizer.device);
   p.tied_owner = model.tied_owner;
   p.tied_numel = model.tied_numel;
-  for (int64_t numel : model.block_numels) p.AddBlock(numel, SubGroupStep(cfg.sub_group_size));
+  for (size_t b = 0; b < model.block_numels.size(); ++b) {
+    const int64_t numel = model.block_numels[b];
+    p.AddBlock(numel, model.block_trainable.empty() ? numel : model.block_trainable[b], SubGroupStep(cfg.sub_group_size));
+  }
   p.PlanDevice(cfg);
+  p.PlanAdapters();
   p.PlanSpeculation(cfg);
   p.PlanLedger();
   return p;
@@ -129,18 +139,26 @@ void ShardPlan::PlanSpeculation(const TrainConfig& cfg) {
   // The last blocks' gradients are final first: their updates overlap the most backward.
   uint64_t left = cfg.speculation_budget_mb < 0 ? UINT64_MAX : static_cast<uint64_t>(cfg.speculation_budget_mb) << 20;
   for (int b = static_cast<int>(blocks.size()) - 1; b >= 0 && SpeculationBackupBytes(b) <= left; --b) {
+    if (blocks[b].optimizer.len == 0) continue;  // nothing to update (LoRA's frozen blocks)
     speculative[b] = true;
     left -= SpeculationBackupBytes(b);
   }
 }
 
-void ShardPlan::AddBlock(int64_t numel, int64_t sub_group_step) {
+// `r` cut to [from, +inf): empty (at its end) when it lies before.
+static ElementRange From(ElementRange r, int64_t from) {
+  const int64_t begin = std::clamp(from, r.begin, r.end());
+  return {begin, r.end() - begin};
+}
+
+void ShardPlan::AddBlock(int64_t numel, int64_t trainable, int64_t sub_group_step) {
   BlockPlan b;
   b.layout = MakeShardLayout(numel, world, rank);
   const ElementRange shard{b.layout.begin(), b.layout.shard}, whole{0, b.layout.padded};
+  b.trainable_begin = numel - trainable;
   b.working = weights_sharded ? shard : whole;
-  b.optimizer = optim_sharded ? shard : whole;
-  b.grad = grads_sharded ? shard : whole;
+  b.optimizer = From(optim_sharded ? shard : whole, b.trainable_begin);
+  b.grad = From(grads_sharded ? shard : whole, b.trainable_begin);
   b.sub_group_step = sub_group_step;
   max_padded = std::max(max_padded, b.layout.padded);
   max_shard = std::max(max_shard, b.layout.shard);
@@ -176,7 +194,7 @@ void ShardPlan::PlanDevice(const TrainConfig& cfg) {
   if (param_nvme || count > 0)
     param_pool = {static_cast<size_t>(std::max<int64_t>(3, cfg.offload_param.buffer_count)), max_working_bytes,
                   cfg.offload_param.pin_memory};
-  if (optim_nvme) optim_pool = {12, static_cast<size_t>(max_sub_group) * 4, cfg.offload_optimizer.pin_memory};
+  if (optim_nvme && max_sub_group > 0) optim_pool = {12, static_cast<size_t>(max_sub_group) * 4, cfg.offload_optimizer.pin_memory};
   if (param_nvme || optim_nvme) staging_bytes = StagingBytes(cfg.aio);
   scratch_bytes = static_cast<uint64_t>(grad_slots * (max_padded + max_shard) + tied_numel) * 4;
   if (!host_device) {
@@ -185,13 +203,25 @@ void ShardPlan::PlanDevice(const TrainConfig& cfg) {
   }
 }
 
+// LoRA with NVMe working weights: a working range holding both frozen and trainable elements
+// keeps its trainable end in host memory (BlockPlan::adapter).
+void ShardPlan::PlanAdapters() {
+  for (int i = 0; i < static_cast<int>(blocks.size()); ++i) {
+    BlockPlan& b = blocks[i];
+    const ElementRange tail = From(b.working, b.trainable_begin);
+    if (b.trainable_begin > 0 && WorkingResidence(i) == Residence::kNvme && tail.len > 0 && tail.len < b.working.len)
+      b.adapter = tail;
+  }
+}
+
 // The state tensors (Keys()), added up per block without listing them: a model of 1e15
 // parameters has millions of sub-groups. Each NVMe extent takes its capacity on disk.
 void ShardPlan::PlanLedger() {
   for (int i = 0; i < static_cast<int>(blocks.size()); ++i) {
     const BlockPlan& b = blocks[i];
-    const uint64_t working = b.working.len * dsize;
+    const uint64_t working = b.working_tensor_len() * dsize;
     ledger.Add(StateKind::kWorking, WorkingResidence(i), working);
+    ledger.Add(StateKind::kWorking, Residence::kCpu, b.adapter.len * dsize);
     if (WorkingResidence(i) == Residence::kNvme) nvme_on_disk += RoundUp(working, kPage);
     const int64_t n = b.num_sub_groups(), full = b.optimizer.len / b.sub_group_step;
     for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV}) {
@@ -215,6 +245,7 @@ std::vector<TensorKey> ShardPlan::Keys() const {
   std::vector<TensorKey> keys;
   for (int b = 0; b < static_cast<int>(blocks.size()); ++b) {
     keys.push_back({b, TensorRole::kWorking, 0});
+    if (blocks[b].adapter.len > 0) keys.push_back({b, TensorRole::kAdapter, 0});
     for (int64_t i = 0; i < blocks[b].num_sub_groups(); ++i)
       for (TensorRole r : {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV})
         keys.push_back({b, r, blocks[b].sub_group(i).begin});
@@ -224,7 +255,7 @@ std::vector<TensorKey> ShardPlan::Keys() const {
 
 size_t ShardPlan::NumKeys() const {
   size_t n = 0;
-  for (const BlockPlan& b : blocks) n += 1 + 3 * static_cast<size_t>(b.num_sub_groups());
+  for (const BlockPlan& b : blocks) n += 1 + (b.adapter.len > 0) + 3 * static_cast<size_t>(b.num_sub_groups());
   return n;
 }
 
@@ -238,7 +269,9 @@ int64_t ShardPlan::SubGroupLen(const TensorKey& key) const {
 }
 
 uint64_t ShardPlan::TensorBytes(const TensorKey& key) const {
-  const int64_t len = key.role == TensorRole::kWorking ? blocks.at(key.block).working.len : SubGroupLen(key);
+  const int64_t len = key.role == TensorRole::kWorking   ? blocks.at(key.block).working_tensor_len()
+                      : key.role == TensorRole::kAdapter ? blocks.at(key.block).adapter.len
+                                                         : SubGroupLen(key);
   return len * ElementBytes(key.role);
 }
 

@@ -13,6 +13,8 @@
 //     optimizer   stage>=1: [r*shard, +shard)  else [0, padded)     fp32 master, m, v,
 //                 split into sub-groups of sub_group_size elements (kShardAlign multiples)
 //     gradient    stage>=2: [r*shard, +shard)  else [0, padded)     fp32 accumulator (host)
+//   with LoRA the optimizer and gradient ranges are cut to the trainable tail [trainable_begin,
+//   padded) (the adapters, Note [Block parameters]): the frozen base has working weights only.
 #pragma once
 
 #include <algorithm>
@@ -52,7 +54,9 @@ Residence ResidenceOf(OffloadDevice d);
 //   {b, kMaster, offset}    "block<b>.<offset>.master"  fp32, the sub-group starting at flat
 //   {b, kAdamM, offset}     "block<b>.<offset>.adam_m"  element `offset` of block b's group
 //   {b, kAdamV, offset}     "block<b>.<offset>.adam_v"
-enum class TensorRole { kWorking, kMaster, kAdamM, kAdamV };
+//   {b, kAdapter}           "block<b>.adapter"          compute dtype, BlockPlan::adapter (LoRA,
+//                           working weights on NVMe): the trainable end of the working range
+enum class TensorRole { kWorking, kMaster, kAdamM, kAdamV, kAdapter };
 struct TensorKey {
   int block = 0;
   TensorRole role = TensorRole::kWorking;
@@ -75,6 +79,12 @@ struct BlockPlan {
   ElementRange optimizer;   // this rank's optimizer range (fp32 master, m, v) ...
   int64_t sub_group_step = 0;  // ... in sub-groups of this many elements (the last may be shorter)
   ElementRange grad;        // this rank's gradient accumulator (fp32 or bf16)
+  int64_t trainable_begin = 0;  // LoRA: where the adapters start (the base before is frozen); else 0
+  // LoRA with the working weights on NVMe: the trainable end of the working range, kept in
+  // host memory as its own tensor (kAdapter) so that an update never rewrites the frozen
+  // base on disk; the kWorking tensor is then [working.begin, adapter.begin). Else empty.
+  ElementRange adapter;
+  int64_t working_tensor_len() const { return working.len - adapter.len; }
 
   int64_t num_sub_groups() const { return (optimizer.len + sub_group_step - 1) / sub_group_step; }
   ElementRange sub_group(int64_t i) const {
@@ -95,6 +105,7 @@ struct PoolPlan {
 // head borrows the owner block's [V, C] table) if any.
 struct ModelShape {
   std::vector<int64_t> block_numels;
+  std::vector<int64_t> block_trainable;  // trainable elements at the end of each block (LoRA); empty: all
   int tied_owner = -1;        // block whose padded group the second gather buffer holds
   int64_t tied_numel = 0;     // elements of the tied weight (its pending fp32 gradient)
   // The config's model, or rescaled so that it has `params` parameters (> 0; the
@@ -156,7 +167,8 @@ struct ShardPlan {
   uint64_t SpeculationBackupBytes(int b) const { return blocks[b].optimizer.len * (4 + 2 * msize + dsize); }
 
  private:
-  void AddBlock(int64_t numel, int64_t sub_group_step);
+  void AddBlock(int64_t numel, int64_t trainable, int64_t sub_group_step);
+  void PlanAdapters();
   void PlanDevice(const TrainConfig& cfg);
   void PlanSpeculation(const TrainConfig& cfg);
   void PlanLedger();
@@ -168,8 +180,10 @@ struct ShardPlan {
   std::vector<TensorKey> Keys() const;
   size_t NumKeys() const;  // Keys().size(), without listing them
   uint64_t TensorBytes(const TensorKey& key) const;
-  // Bytes per element of a role: working dsize, master 4, m and v msize.
-  size_t ElementBytes(TensorRole r) const { return r == TensorRole::kWorking ? dsize : r == TensorRole::kMaster ? 4 : msize; }
+  // Bytes per element of a role: working (and adapter) dsize, master 4, m and v msize.
+  size_t ElementBytes(TensorRole r) const {
+    return r == TensorRole::kWorking || r == TensorRole::kAdapter ? dsize : r == TensorRole::kMaster ? 4 : msize;
+  }
   int64_t SubGroupLen(const TensorKey& key) const;  // elements of an optimizer state's sub-group
 };
 

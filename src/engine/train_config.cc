@@ -187,6 +187,12 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
       s.Choice("debug_crash_in_save", &c->debug_crash_in_save, {"", "shard_partly_written", "before_rename", "before_latest"}));
 
   STRATA_RETURN_IF_ERROR(ParseModelSection(s, c));
+  if (s.Has("lora")) {  // after the model, which strata.model.from may have replaced
+    STRATA_ASSIGN_OR_RETURN(JsonReader l, s.Child("lora"));
+    STRATA_RETURN_IF_ERROR(ParseLora(l, &c->model.lora));
+    l.UnusedKeys(&c->warnings);
+    if (Status v = model::Validate(c->model); !v.ok()) return v;
+  }
   STRATA_RETURN_IF_ERROR(ParseStrataData(s, c));
   s.UnusedKeys(&c->warnings);
   return Status();

@@ -7,6 +7,9 @@
 // buffer and later re-points every parameter at a view of a gathered buffer
 // (param.set_data(view)), possibly in bf16 or fp16. So:
 //   * parameters are registered in a fixed order, that of execution (gpt2.cc, llama.cc);
+//     the flat layout is that order, except that LoRA adapters (lora_A, lora_B) all go to
+//     the end of it, after every base parameter: [frozen base | trainable adapters], so
+//     that the trainable part of a block is one range (the optimizer's and the gradients');
 //   * nothing else is state: RoPE tables and causal masks are recomputed in every Forward;
 //   * every Forward reads its tensors through the registered handles (never a cached
 //     copy) and computes in their dtype;
@@ -31,56 +34,93 @@ namespace strata::model::detail {
 // can be made on several threads at once.
 class ParameterArena {
  public:
-  explicit ParameterArena(torch::Tensor storage) : storage_(std::move(storage)) {}
+  // Base parameters are taken from element 0 on, adapters from `adapters_begin` on.
+  ParameterArena(torch::Tensor storage, int64_t adapters_begin)
+      : storage_(std::move(storage)), adapter_offset_(adapters_begin), base_end_(adapters_begin) {}
   // The next numel(shape) elements as a plain tensor of that shape sharing the storage (not
   // an autograd view: the engine later re-points it with set_data).
-  torch::Tensor Take(at::IntArrayRef shape) {
-    const int64_t numel = c10::multiply_integers(shape);
-    STRATA_CHECK(offset_ + numel <= storage_.numel())
-        << "block parameters exceed their storage of " << storage_.numel() << " elements";
-    torch::Tensor t = torch::empty({0}, torch::kFloat32);
-    t.set_(storage_.storage(), storage_.storage_offset() + offset_, shape, c10::contiguous_strides(shape));
-    offset_ += numel;
-    return t;
-  }
+  torch::Tensor Take(at::IntArrayRef shape) { return TakeAt(offset_, base_end_, shape); }
+  torch::Tensor TakeAdapter(at::IntArrayRef shape) { return TakeAt(adapter_offset_, storage_.numel(), shape); }
   static ParameterArena*& Current() {
     static thread_local ParameterArena* current = nullptr;
     return current;
   }
 
  private:
+  torch::Tensor TakeAt(int64_t& offset, int64_t end, at::IntArrayRef shape) {
+    const int64_t numel = c10::multiply_integers(shape);
+    STRATA_CHECK(offset + numel <= end) << "block parameters exceed their storage (" << end << " elements)";
+    torch::Tensor t = torch::empty({0}, torch::kFloat32);
+    t.set_(storage_.storage(), storage_.storage_offset() + offset, shape, c10::contiguous_strides(shape));
+    offset += numel;
+    return t;
+  }
   torch::Tensor storage_;
-  int64_t offset_ = 0;
+  int64_t offset_ = 0, adapter_offset_ = 0, base_end_ = 0;
 };
 
 // A module that owns parameters and knows how to draw them.
 class Leaf : public torch::nn::Module {
  public:
   virtual void Initialise(at::Generator& gen) = 0;
+  // LoRA adapters draw from a generator of their own, after the base: the base weights are
+  // the same with adapters or without.
+  virtual void InitialiseAdapters(at::Generator&) {}
 
  protected:
   torch::Tensor AddParameter(const std::string& name, at::IntArrayRef shape) {
     ParameterArena* arena = ParameterArena::Current();
     return register_parameter(name, arena ? arena->Take(shape) : torch::empty(shape, torch::kFloat32));
   }
+  torch::Tensor AddAdapterParameter(const std::string& name, at::IntArrayRef shape) {
+    ParameterArena* arena = ParameterArena::Current();
+    return register_parameter(name, arena ? arena->TakeAdapter(shape) : torch::empty(shape, torch::kFloat32));
+  }
 };
 
-// y = x W^T + b with W [out, in] (nn::Linear's layout; HF GPT-2's Conv1D stores [in, out]).
+// A projection's LoRA adapter: rank r and scale alpha / r; r = 0 for none.
+struct Adapter {
+  int64_t r = 0;
+  double scale = 0;
+};
+inline Adapter AdapterFor(const LoraConfig& lora, const char* projection) {
+  return lora.enabled() && lora.Targets(projection) ? Adapter{lora.r, lora.scale()} : Adapter{};
+}
+
+// y = x W^T + b with W [out, in] (nn::Linear's layout; HF GPT-2's Conv1D stores [in, out]),
+// plus, with an adapter, scale * (x A^T) B^T (PEFT's lora_A [r, in], lora_B [out, r]).
 class Linear : public Leaf {
  public:
-  Linear(int64_t in, int64_t out, bool bias, double init_std) : init_std_(init_std) {
+  Linear(int64_t in, int64_t out, bool bias, double init_std, Adapter adapter = {})
+      : init_std_(init_std), scale_(adapter.scale) {
     weight_ = AddParameter("weight", {out, in});
     if (bias) bias_ = AddParameter("bias", {out});
+    if (adapter.r > 0) {
+      lora_a_ = AddAdapterParameter("lora_A", {adapter.r, in});
+      lora_b_ = AddAdapterParameter("lora_B", {out, adapter.r});
+    }
   }
-  torch::Tensor Forward(const torch::Tensor& x) const { return torch::linear(x, weight_, bias_); }
+  torch::Tensor Forward(const torch::Tensor& x) const {
+    torch::Tensor y = torch::linear(x, weight_, bias_);
+    if (!lora_a_.defined()) return y;
+    return y + torch::linear(torch::linear(x, lora_a_), lora_b_) * scale_;
+  }
   void Initialise(at::Generator& gen) override {
     weight_.normal_(0.0, init_std_, gen);
     if (bias_.defined()) bias_.zero_();
   }
+  // As PEFT: A kaiming-uniform (a = sqrt(5): bound 1 / sqrt(in)), B zero, so the adapted
+  // model starts as the base.
+  void InitialiseAdapters(at::Generator& gen) override {
+    if (!lora_a_.defined()) return;
+    const double bound = 1.0 / std::sqrt(static_cast<double>(lora_a_.size(1)));
+    lora_a_.uniform_(-bound, bound, gen);
+    lora_b_.zero_();
+  }
 
  private:
-  torch::Tensor weight_, bias_;
-  double init_std_;
+  torch::Tensor weight_, bias_, lora_a_, lora_b_;
+  double init_std_, scale_;
 };
 
 // A lookup table [rows, dim].
@@ -222,8 +262,12 @@ inline uint64_t BlockSeed(uint64_t seed, int index) { return seed * 1000003ULL +
 inline void InitialiseBlock(torch::nn::Module& block, uint64_t seed, int index) {
   torch::NoGradGuard no_grad;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(BlockSeed(seed, index));
+  at::Generator adapters = at::make_generator<at::CPUGeneratorImpl>(BlockSeed(seed, index) ^ 0x4c6f5241ULL);
   for (const auto& module : block.modules(/*include_self=*/true)) {
     if (auto* leaf = dynamic_cast<Leaf*>(module.get())) leaf->Initialise(gen);
+  }
+  for (const auto& module : block.modules(/*include_self=*/true)) {
+    if (auto* leaf = dynamic_cast<Leaf*>(module.get())) leaf->InitialiseAdapters(adapters);
   }
 }
 

@@ -12,6 +12,8 @@
 //              post_attention_layernorm.weight [C]
 //              mlp.gate_proj.weight [F, C], mlp.up_proj.weight [F, C], mlp.down_proj.weight [C, F]
 //   head       norm.weight [C], lm_head.weight [V, C] (absent when tied)
+// With strata.lora each targeted projection X also has X.lora_A [r, in] and X.lora_B [out, r],
+// placed after every base parameter in the flat layout (Note [Block parameters]).
 // No other biases. HF stores the same [out, in] layouts, so weights load without transposes;
 // q_proj/k_proj rows are in HF's rotate-half order (no permutation as for Meta's files).
 #include <tuple>
@@ -45,14 +47,14 @@ class LlamaAttention final : public torch::nn::Module {
       : n_head_(c.n_head), n_kv_head_(KvHeads(c)), head_dim_(HeadDim(c)), rope_theta_(c.rope_theta),
         rope_scaling_(c.rope_scaling) {
     const int64_t C = c.d_model, q_out = n_head_ * head_dim_, kv_out = n_kv_head_ * head_dim_;
-    q_proj_ = register_module("q_proj", std::make_shared<Linear>(C, q_out, c.qkv_bias, c.init_std));
-    k_proj_ = register_module("k_proj", std::make_shared<Linear>(C, kv_out, c.qkv_bias, c.init_std));
-    v_proj_ = register_module("v_proj", std::make_shared<Linear>(C, kv_out, c.qkv_bias, c.init_std));
+    q_proj_ = register_module("q_proj", std::make_shared<Linear>(C, q_out, c.qkv_bias, c.init_std, AdapterFor(c.lora, "q_proj")));
+    k_proj_ = register_module("k_proj", std::make_shared<Linear>(C, kv_out, c.qkv_bias, c.init_std, AdapterFor(c.lora, "k_proj")));
+    v_proj_ = register_module("v_proj", std::make_shared<Linear>(C, kv_out, c.qkv_bias, c.init_std, AdapterFor(c.lora, "v_proj")));
     if (c.qk_norm) {
       q_norm_ = register_module("q_norm", std::make_shared<RmsNorm>(head_dim_, c.norm_eps));
       k_norm_ = register_module("k_norm", std::make_shared<RmsNorm>(head_dim_, c.norm_eps));
     }
-    o_proj_ = register_module("o_proj", std::make_shared<Linear>(q_out, C, false, c.init_std));
+    o_proj_ = register_module("o_proj", std::make_shared<Linear>(q_out, C, false, c.init_std, AdapterFor(c.lora, "o_proj")));
   }
   torch::Tensor Forward(const torch::Tensor& x) {
     auto [q, k, v] = Project(x, 0);
@@ -92,9 +94,9 @@ class LlamaMlp final : public torch::nn::Module {
  public:
   explicit LlamaMlp(const ModelConfig& c) {
     const int64_t C = c.d_model, F = FfnHidden(c);
-    gate_proj_ = register_module("gate_proj", std::make_shared<Linear>(C, F, false, c.init_std));
-    up_proj_ = register_module("up_proj", std::make_shared<Linear>(C, F, false, c.init_std));
-    down_proj_ = register_module("down_proj", std::make_shared<Linear>(F, C, false, c.init_std));
+    gate_proj_ = register_module("gate_proj", std::make_shared<Linear>(C, F, false, c.init_std, AdapterFor(c.lora, "gate_proj")));
+    up_proj_ = register_module("up_proj", std::make_shared<Linear>(C, F, false, c.init_std, AdapterFor(c.lora, "up_proj")));
+    down_proj_ = register_module("down_proj", std::make_shared<Linear>(F, C, false, c.init_std, AdapterFor(c.lora, "down_proj")));
   }
   torch::Tensor Forward(const torch::Tensor& x) {
     return down_proj_->Forward(torch::silu(gate_proj_->Forward(x)) * up_proj_->Forward(x));

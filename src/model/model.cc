@@ -15,7 +15,10 @@ std::shared_ptr<Block> MakeBlock(const ModelSpec& spec, int index, const torch::
   if (storage.defined()) {
     STRATA_CHECK(storage.scalar_type() == torch::kFloat32 && storage.is_contiguous() && storage.is_cpu())
         << "block storage must be a contiguous fp32 CPU tensor";
-    arena.emplace(storage);
+    // With LoRA the adapters follow the base parameters (Note [Block parameters]).
+    const int64_t base = spec.config().lora.enabled() ? spec.block_parameters(index) - spec.trainable_parameters(index)
+                                                      : storage.numel();
+    arena.emplace(storage, base);
   }
   detail::ParameterArena*& current = detail::ParameterArena::Current();
   current = arena ? &*arena : nullptr;

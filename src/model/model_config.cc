@@ -37,7 +37,28 @@ int64_t LlamaBlockParameters(const ModelConfig& c, int index) {
   return 0;
 }
 
+// The adapters of a LLaMA layer: r * (in + out) per targeted projection.
+int64_t LoraParameters(const ModelConfig& c, int index) {
+  if (!c.lora.enabled() || KindOf(c, index) != BlockKind::kLayer) return 0;
+  const int64_t C = c.d_model, F = FfnHidden(c), D = HeadDim(c);
+  const int64_t q_out = c.n_head * D, kv_out = KvHeads(c) * D;
+  const std::pair<const char*, int64_t> in_out[] = {{"q_proj", C + q_out},  {"k_proj", C + kv_out},
+                                                    {"v_proj", C + kv_out}, {"o_proj", q_out + C},
+                                                    {"gate_proj", C + F},   {"up_proj", C + F},
+                                                    {"down_proj", F + C}};
+  int64_t n = 0;
+  for (const auto& [name, sum] : in_out)
+    if (c.lora.Targets(name)) n += c.lora.r * sum;
+  return n;
+}
+
 }  // namespace
+
+bool LoraConfig::Targets(const std::string& projection) const {
+  for (const std::string& t : target_modules)
+    if (t == projection) return true;
+  return false;
+}
 
 Status Validate(const ModelConfig& c) {
   STRATA_RETURN_IF_ERROR(Positive("vocab_size", c.vocab_size));
@@ -91,6 +112,26 @@ Status Validate(const ModelConfig& c) {
   if (!(c.norm_eps > 0)) return InvalidArgument("model config: norm_eps = {} must be positive", c.norm_eps);
   if (!(c.rope_theta > 0)) return InvalidArgument("model config: rope_theta = {} must be positive", c.rope_theta);
   if (!(c.init_std >= 0)) return InvalidArgument("model config: init_std = {} must be >= 0", c.init_std);
+  if (c.lora.r < 0) return InvalidArgument("strata.lora.r = {} must be >= 0 (0 = no adapters)", c.lora.r);
+  if (c.lora.enabled()) {
+    if (c.arch != Arch::kLlama)
+      return InvalidArgument("strata.lora: adapters are built for the LLaMA family (llama, mistral, qwen2, qwen3), "
+                             "not GPT-2");
+    if (c.lora.dropout != 0)
+      return InvalidArgument("strata.lora.dropout = {}: only 0 is built (a dropout mask would have to be replayed "
+                             "when a block is recomputed in the backward)", c.lora.dropout);
+    if (!(c.lora.alpha > 0)) return InvalidArgument("strata.lora.alpha = {} must be positive", c.lora.alpha);
+    if (c.lora.target_modules.empty())
+      return InvalidArgument("strata.lora.target_modules is empty: name at least one of q_proj, k_proj, v_proj, "
+                             "o_proj, gate_proj, up_proj, down_proj");
+    for (const std::string& t : c.lora.target_modules) {
+      bool known = false;
+      for (const char* p : kLoraProjections) known = known || t == p;
+      if (!known)
+        return InvalidArgument("strata.lora.target_modules: \"{}\" is not one of q_proj, k_proj, v_proj, o_proj, "
+                               "gate_proj, up_proj, down_proj", t);
+    }
+  }
   return Status::Ok();
 }
 
@@ -119,7 +160,12 @@ std::optional<Tie> ModelSpec::tie() const {
 
 int64_t ModelSpec::block_parameters(int index) const {
   STRATA_CHECK(index >= 0 && index < num_blocks()) << "block " << index << " of " << num_blocks();
-  return config_.arch == Arch::kGpt2 ? Gpt2BlockParameters(config_, index) : LlamaBlockParameters(config_, index);
+  return config_.arch == Arch::kGpt2 ? Gpt2BlockParameters(config_, index)
+                                     : LlamaBlockParameters(config_, index) + LoraParameters(config_, index);
+}
+
+int64_t ModelSpec::trainable_parameters(int index) const {
+  return config_.lora.enabled() ? LoraParameters(config_, index) : block_parameters(index);
 }
 
 int64_t ModelSpec::num_parameters() const {
@@ -132,11 +178,16 @@ int64_t ModelSpec::num_parameters() const {
 // [V, C] matmul is counted whether its weight is its own or the tied table.
 double ModelSpec::train_flops_per_token() const {
   const ModelConfig& c = config_;
-  double matmul_params = 0;
-  for (int i = 1; i < num_blocks(); ++i) matmul_params += static_cast<double>(block_parameters(i));
-  if (c.tie_embeddings) matmul_params += static_cast<double>(c.vocab_size) * static_cast<double>(c.d_model);
+  // Frozen weights (LoRA's base) cost their forward and the input gradient only: 4, not 6.
+  double trainable = 0, frozen = 0;
+  for (int i = 1; i < num_blocks(); ++i) {
+    trainable += static_cast<double>(trainable_parameters(i));
+    frozen += static_cast<double>(block_parameters(i) - trainable_parameters(i));
+  }
+  const double table = c.tie_embeddings ? static_cast<double>(c.vocab_size) * static_cast<double>(c.d_model) : 0;
+  (c.lora.enabled() ? frozen : trainable) += table;
   // Attention scores and their weighted sum run over n_head * head dim (= d_model unless head_dim is set).
-  return 6.0 * matmul_params + 12.0 * static_cast<double>(c.n_layer * c.n_head * HeadDim(c) * c.seq_len);
+  return 6.0 * trainable + 4.0 * frozen + 12.0 * static_cast<double>(c.n_layer * c.n_head * HeadDim(c) * c.seq_len);
 }
 
 }  // namespace strata::model

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "strata/status.h"
 
@@ -25,6 +26,23 @@ struct RopeScaling {
   int64_t original_max_positions = 8192;
   bool operator==(const RopeScaling&) const = default;
 };
+
+// Low-rank adapters (strata.lora, PEFT's LoRA): each targeted projection y = x W^T + b gains
+// (alpha / r) * (x A^T) B^T with A [r, in] and B [out, r], B starting at zero; W and every
+// other base parameter is frozen. r = 0: none. LLaMA family only; targets are HF's
+// projection names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj).
+struct LoraConfig {
+  int64_t r = 0;
+  double alpha = 16;
+  double dropout = 0;  // only 0 is built (dropout would have to replay its mask when recomputing)
+  std::vector<std::string> target_modules;
+  bool enabled() const { return r > 0; }
+  bool Targets(const std::string& projection) const;
+  double scale() const { return alpha / static_cast<double>(r); }
+  bool operator==(const LoraConfig&) const = default;
+};
+inline constexpr const char* kLoraProjections[] = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                   "gate_proj", "up_proj", "down_proj"};
 
 // The LLaMA-shaped variants (Mistral, Qwen2/2.5, Qwen3) are Arch::kLlama with the flags
 // below; hf_model_type only says which Hugging Face family `export` writes back. Every
@@ -52,6 +70,7 @@ struct ModelConfig {
   int64_t max_positions = 0;    // (max_position_embeddings, GPT-2 n_positions) 0 = seq_len; GPT-2's wpe rows
   int64_t sliding_window = 0;   // (sliding_window) Mistral/Qwen: 0 = none; seq_len must not exceed it
   std::string hf_model_type;    // "" = the arch's own ("gpt2", "llama"); "mistral", "qwen2", "qwen3"
+  LoraConfig lora;              // adapters (strata.lora); off by default
 };
 
 // Per-head width: head_dim, or d_model / n_head when it is 0.
@@ -88,7 +107,10 @@ class ModelSpec {
   const ModelConfig& config() const { return config_; }
   int num_blocks() const;  // n_layer + 2
   std::optional<Tie> tie() const;
-  int64_t block_parameters(int index) const;  // elements in that block's own parameters
+  int64_t block_parameters(int index) const;  // elements in that block's own parameters (adapters included)
+  // Of those, the trainable ones: all of them, or with LoRA the adapters only, which come
+  // last in the block's flat layout (Note [Block parameters]): [base | adapters].
+  int64_t trainable_parameters(int index) const;
   int64_t num_parameters() const;             // all blocks (a tied weight counted once)
   // Training FLOPs per token: 6 * parameters (embedding tables excluded; the LM head's
   // [V, C] matmul counted, tied or not) + attention 12 * n_layer * n_head * head dim * seq_len
