@@ -46,11 +46,21 @@ Status IndexRankFile(const SafetensorsFile& f, const ShardPlan& plan, PieceIndex
   std::vector<TensorKey> keys = plan.Keys();
   for (const TensorView& t : f.tensors()) {
     const std::optional<TensorKey> key = TensorKey::Parse(t.name);
-    if (!key || std::find(keys.begin(), keys.end(), *key) == keys.end())
+    const bool split_off = key && key->role == TensorRole::kAdapter && key->block < static_cast<int>(plan.blocks.size()) &&
+                           plan.blocks[key->block].trainable_begin > 0;  // (a LoRA run's, wherever it was)
+    if (!key || (!split_off && std::find(keys.begin(), keys.end(), *key) == keys.end()))
       return Error(StatusCode::kDataLoss, "'{}': tensor '{}' is not part of the state its manifest describes", f.path(),
                    t.name);
-    const ElementRange r = RangeOf(plan, *key);
-    if (t.bytes.size() != plan.TensorBytes(*key))
+    ElementRange r = RangeOf(plan, *key);
+    const bool working = key->role == TensorRole::kWorking || key->role == TensorRole::kAdapter;
+    if (working && plan.blocks[key->block].trainable_begin > 0) {
+      // LoRA: where the old run split its working range depends on where it kept it (not in
+      // the manifest); the sizes say: "working" starts the range, "adapter" ends it.
+      const ElementRange w = plan.blocks[key->block].working;
+      const int64_t n = static_cast<int64_t>(t.bytes.size() / plan.dsize);
+      if (n <= w.len) r = key->role == TensorRole::kWorking ? ElementRange{w.begin, n} : ElementRange{w.end() - n, n};
+    }
+    if (t.bytes.size() != r.len * plan.ElementBytes(key->role))
       return Error(StatusCode::kDataLoss, "'{}': tensor '{}' has {} bytes, {} elements expected", f.path(), t.name,
                    t.bytes.size(), r.len);
     (*index)[{key->block, IndexRole(key->role)}].push_back({r.begin, r.len, t.bytes.data()});
@@ -81,7 +91,9 @@ Status Assemble(const std::vector<Piece>& pieces, ElementRange r, int64_t numel,
 }  // namespace
 
 bool NeedsResharding(const nlohmann::json& m, const TrainConfig& cfg, int world) {
-  return m.at("world_size").get<int>() != world || m.at("zero_stage").get<int>() != cfg.zero_stage ||
+  // With LoRA the working weights' split (BlockPlan::adapter) also depends on where they live,
+  // which the manifest does not say: the piecewise restore serves every placement.
+  return cfg.model.lora.enabled() || m.at("world_size").get<int>() != world || m.at("zero_stage").get<int>() != cfg.zero_stage ||
          m.at("sub_group_size").get<int64_t>() != cfg.sub_group_size;
 }
 

@@ -155,7 +155,7 @@ void ShardPlan::AddBlock(int64_t numel, int64_t trainable, int64_t sub_group_ste
   BlockPlan b;
   b.layout = MakeShardLayout(numel, world, rank);
   const ElementRange shard{b.layout.begin(), b.layout.shard}, whole{0, b.layout.padded};
-  b.trainable_begin = numel - trainable;
+  b.trainable_begin = trainable == 0 ? b.layout.padded : numel - trainable;  // frozen: not even the padding
   b.working = weights_sharded ? shard : whole;
   b.optimizer = From(optim_sharded ? shard : whole, b.trainable_begin);
   b.grad = From(grads_sharded ? shard : whole, b.trainable_begin);

@@ -79,7 +79,7 @@ struct BlockPlan {
   ElementRange optimizer;   // this rank's optimizer range (fp32 master, m, v) ...
   int64_t sub_group_step = 0;  // ... in sub-groups of this many elements (the last may be shorter)
   ElementRange grad;        // this rank's gradient accumulator (fp32 or bf16)
-  int64_t trainable_begin = 0;  // LoRA: where the adapters start (the base before is frozen); else 0
+  int64_t trainable_begin = 0;  // LoRA: where the adapters start (before: frozen); padded with none; else 0
   // LoRA with the working weights on NVMe: the trainable end of the working range, kept in
   // host memory as its own tensor (kAdapter) so that an update never rewrites the frozen
   // base on disk; the kWorking tensor is then [working.begin, adapter.begin). Else empty.

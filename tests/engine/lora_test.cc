@@ -1,0 +1,161 @@
+// LoRA (strata.lora, issue 17): only the adapters train, the frozen base keeps its bytes
+// wherever it lives, and the adapters' updates are the same on every placement, rank count
+// and device path.
+#include <gtest/gtest.h>
+
+#include "src/engine/shard_plan.h"
+#include "src/model/model.h"
+#include "tests/engine/engine_test_util.h"
+
+namespace strata {
+namespace {
+
+using testing::RunEngine;
+using testing::RunResult;
+using testing::TempDir;
+
+// A tiny LLaMA (GQA) with adapters of rank 4 on every projection.
+TrainConfig LoraConfig(const std::string& dir, bool lora = true) {
+  TrainConfig c = testing::TinyConfig(dir);
+  c.model.arch = model::Arch::kLlama;
+  c.model.n_kv_head = 2;
+  c.optimizer_overlap = OptimizerOverlap::kForward;
+  c.lr = 0.01;
+  if (lora) {
+    c.model.lora.r = 4;
+    c.model.lora.alpha = 8;
+    c.model.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  }
+  return c;
+}
+
+bool IsAdapter(const std::string& name) { return name.ends_with(".lora_A") || name.ends_with(".lora_B"); }
+
+// The bytes of every working-weight tensor of rank 0 ("block<b>.working" and, with the base on
+// NVMe, "block<b>.adapter"), by name.
+std::map<std::string, std::vector<std::byte>> Working(const RunResult& r, TensorRole role) {
+  std::map<std::string, std::vector<std::byte>> out;
+  for (const auto& [name, bytes] : r.state)
+    if (auto key = TensorKey::Parse(name); key && key->role == role) out[name] = bytes;
+  return out;
+}
+
+TEST(Lora, TrainsOnlyTheAdaptersWhileTheBaseKeepsItsBytes) {
+  TempDir dir;
+  for (OffloadDevice d : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+    SCOPED_TRACE(::testing::Message() << "offload " << OffloadDeviceName(d));
+    TrainConfig c = LoraConfig(dir.path());
+    c.compute_dtype = DType::kBF16;
+    c.offload_param.device = d;
+    c.offload_optimizer.device = d;
+    const RunResult before = RunEngine(c, 1, 0), after = RunEngine(c, 1, 20);
+    ASSERT_EQ(after.stats.size(), 20u);
+    EXPECT_LT(after.stats.back().loss, after.stats.front().loss - 0.05);
+    // The base: no master weights (MasterParameters leaves it zero), and its working weights
+    // bitwise as created. The adapters: trained (B starts at zero).
+    for (size_t b = 0; b < after.master.size(); ++b)
+      for (size_t i = 0; i < after.master[b].size(); ++i) {
+        const auto& [name, value] = after.master[b][i];
+        if (IsAdapter(name)) {
+          if (name.ends_with("lora_B")) {
+            EXPECT_TRUE(torch::equal(before.master[b][i].second, torch::zeros_like(value))) << name;
+            EXPECT_GT(value.abs().max().item<float>(), 0) << name;
+          }
+        } else {
+          EXPECT_EQ(value.abs().max().item<float>(), 0) << name << " has master weights";
+        }
+      }
+    const model::ModelSpec spec(c.model);
+    const auto base_before = Working(before, TensorRole::kWorking), base_after = Working(after, TensorRole::kWorking);
+    ASSERT_EQ(base_before.size(), 4u);
+    for (const auto& [name, bytes] : base_before) {  // the bf16 base: each block's group up to its adapters
+      const int b = TensorKey::Parse(name)->block;
+      const size_t frozen = 2 * (spec.block_parameters(b) - spec.trainable_parameters(b));
+      ASSERT_GE(bytes.size(), frozen);
+      EXPECT_TRUE(std::equal(bytes.begin(), bytes.begin() + frozen, base_after.at(name).begin())) << name << " changed";
+    }
+    // With the base on NVMe the layers' trainable ends are host tensors of their own.
+    EXPECT_EQ(Working(after, TensorRole::kAdapter).size(), d == OffloadDevice::kNvme ? 2u : 0u);
+    // Optimizer state for the adapters only: 12 B per trainable parameter (fp32 master, m, v).
+    int64_t trainable = 0;
+    for (int b = 0; b < spec.num_blocks(); ++b) {
+      const int64_t t = spec.trainable_parameters(b);
+      trainable += t == 0 ? 0 : t + (MakeShardLayout(spec.block_parameters(b), 1, 0).padded - spec.block_parameters(b));
+    }
+    EXPECT_EQ(after.ledger.Of(StateKind::kMaster) + after.ledger.Of(StateKind::kAdamM) +
+                  after.ledger.Of(StateKind::kAdamV), static_cast<uint64_t>(trainable) * 12);
+  }
+}
+
+TEST(Lora, StartsAsTheBaseModel) {
+  // B = 0: the adapted model's first loss is the base's, bitwise (the base draws the same
+  // weights with adapters or without).
+  TempDir dir;
+  const RunResult base = RunEngine(LoraConfig(dir.path(), false), 1, 1);
+  const RunResult lora = RunEngine(LoraConfig(dir.path()), 1, 1);
+  ASSERT_EQ(base.stats.size(), 1u);
+  ASSERT_EQ(lora.stats.size(), 1u);
+  EXPECT_EQ(base.stats[0].loss, lora.stats[0].loss);
+}
+
+TEST(Lora, EveryPlacementAndTheDevicePathTrainTheSameAdapters) {
+  TempDir dir;
+  TrainConfig c = LoraConfig(dir.path());
+  c.compute_dtype = DType::kBF16;
+  const RunResult reference = RunEngine(c, 2, 4);
+  const FakeDeviceOptions delays{.seed = 3, .max_delay_us = 200, .copy_gbps = 0, .poison = true};
+  for (OffloadDevice d : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+    for (bool fake : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << OffloadDeviceName(d) << (fake ? " on the fake device" : ""));
+      TrainConfig p = c;
+      p.offload_param.device = d;
+      p.offload_optimizer.device = d;
+      const RunResult run = RunEngine(p, 2, 4, fake ? &delays : nullptr);
+      ASSERT_EQ(run.stats.size(), 4u);
+      for (int s = 0; s < 4; ++s) EXPECT_EQ(run.stats[s].loss, reference.stats[s].loss) << "step " << s;
+      EXPECT_TRUE(testing::BitwiseEqual(run, reference)) << "max diff " << testing::MaxAbsDiff(run, reference);
+    }
+  }
+  // The resident path (offload none on the fake device: working weights on the device).
+  const RunResult resident = RunEngine(c, 2, 4, &delays);
+  EXPECT_TRUE(testing::BitwiseEqual(resident, reference));
+}
+
+TEST(Lora, OneRankAndTwoRanksAgree) {
+  // With 2 ranks at stage 3 the adapters (the end of each layer's group) are rank 1's: rank 0
+  // holds no optimizer state at all.
+  TempDir dir;
+  TrainConfig one = LoraConfig(dir.path());
+  one.grad_accum = 2;
+  one.offload_param.device = OffloadDevice::kNvme;
+  one.offload_optimizer.device = OffloadDevice::kNvme;
+  TrainConfig two = one;
+  two.grad_accum = 1;
+  const RunResult a = RunEngine(one, 1, 4), b = RunEngine(two, 2, 4);
+  EXPECT_LT(testing::MaxAbsDiff(a, b), 2e-5);
+  for (int s = 0; s < 4; ++s) EXPECT_NEAR(a.stats[s].loss, b.stats[s].loss, 1e-5) << "step " << s;
+}
+
+TEST(Lora, ConfigErrorsNameTheKey) {
+  auto parse = [](const std::string& lora) {
+    return ParseTrainConfig(R"({"strata": {"model": {"arch": ")" + std::string(lora.find("gpt2") != std::string::npos ? "gpt2" : "llama") +
+                                R"(", "vocab_size": 256, "seq_len": 32, "n_layer": 2, "d_model": 64, "n_head": 4}, "lora": )" +
+                                lora + "}}", "test");
+  };
+  EXPECT_TRUE(parse(R"({"r": 8})").ok());
+  EXPECT_EQ(parse(R"({"r": 8})")->model.lora.target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_TRUE(parse(R"({"r": 8, "target_modules": "o_proj"})").ok());
+  for (const auto& [bad, says] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"r": 8, "target_modules": ["q_proj", "qkv"]})", "\"qkv\" is not one of"},
+           {R"({"r": 8, "dropout": 0.1})", "strata.lora.dropout"},
+           {R"({"r": -1})", "strata.lora.r"},
+           {R"({"r": 8, "target_modules": 3})", "strata.lora.target_modules"},
+           {R"({"r": 8, "gpt2": 1})", "LLaMA family"}}) {
+    auto c = parse(bad);
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(c.status().message().find(says), std::string::npos) << c.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace strata
