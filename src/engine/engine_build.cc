@@ -285,9 +285,10 @@ Status Engine::Impl::AllocateDeviceBuffers() {
     if (plan.tied_slot) slot(plan.blocks[plan.tied_owner].layout.padded, &bufs.tied);
     bufs.grads.resize(plan.grad_slots);
     for (GradSlot& g : bufs.grads) {
-      g.flat = torch::zeros({plan.max_padded}, on.dtype(torch::kFloat32));
-      g.reduced = torch::zeros({plan.max_shard}, on.dtype(torch::kFloat32));
-      if (!dev->is_host()) g.host = torch::empty({plan.grads_sharded ? plan.max_shard : plan.max_padded}, host);
+      g.flat = torch::zeros({plan.max_grad_flat}, on.dtype(torch::kFloat32));
+      g.reduced = torch::zeros({plan.max_grad_reduced}, on.dtype(torch::kFloat32));
+      if (!dev->is_host())
+        g.host = torch::empty({plan.lora ? plan.max_grad_flat : plan.grads_sharded ? plan.max_shard : plan.max_padded}, host);
     }
     if (model.tie) bufs.pending_tied = torch::zeros({plan.tied_numel}, on.dtype(torch::kFloat32));
   }));

@@ -199,17 +199,19 @@ Status Engine::Impl::ReduceGradients(int b) {
   BlockRuntime& br = model.blocks[b];
   const BlockPlan& bp = plan.blocks[b];
   GradSlot& g = bufs.grads[bufs.next_grad++ % bufs.grads.size()];
-  torch::Tensor flat = g.flat.narrow(0, 0, bp.layout.padded);
+  // LoRA: only the trainable end [from, padded), all-reduced (plan.lora); else the whole group.
+  const int64_t from = plan.GradFlatBegin(b);
+  torch::Tensor flat = g.flat.narrow(0, 0, plan.GradFlatLen(b));
   STRATA_RETURN_IF_ERROR(ComputeAfter(g.flat_read, "wait gradient buffer"));
   STRATA_RETURN_IF_ERROR(TorchCall("flatten gradients", [&] {
     Tracer::Span span(tracer, Track::kCompute, "flatten grads g" + std::to_string(b));
     flat.zero_();
     for (size_t i = 0; i < br.params.size(); ++i) {
       const torch::Tensor& grad = br.params[i].grad();
-      if (grad.defined()) flat.narrow(0, br.slots[i].offset, br.slots[i].numel).copy_(grad.reshape(-1));
+      if (grad.defined()) flat.narrow(0, br.slots[i].offset - from, br.slots[i].numel).copy_(grad.reshape(-1));
       br.params[i].mutable_grad().reset();
     }
-    if (model.tie && b == model.tie->owner_block) {
+    if (model.tie && b == model.tie->owner_block && !plan.lora) {
       flat.narrow(0, br.slots[br.tied_slot].offset, bufs.pending_tied.numel()).add_(bufs.pending_tied);
       bufs.pending_tied.zero_();
     }
@@ -217,19 +219,19 @@ Status Engine::Impl::ReduceGradients(int b) {
   const double inv = 1.0 / (static_cast<double>(cfg.grad_accum) * comm->world_size());
   torch::Tensor acc = torch::from_blob(br.grad, {bp.grad.len}, plan.gsize == 2 ? torch::kBFloat16 : torch::kFloat32);
   const DeviceEvent flattened = dev->RecordCompute();
-  torch::Tensor out = plan.grads_sharded ? g.reduced.narrow(0, 0, bp.layout.shard) : flat;
+  const bool scatter = plan.grads_sharded && !plan.lora;
+  torch::Tensor out = scatter ? g.reduced.narrow(0, 0, bp.layout.shard) : flat;
   DeviceEvent reduced;
   {
     Tracer::Span span(dev->is_host() ? tracer : nullptr, Track::kComm,
-                      (plan.grads_sharded ? "reduce-scatter g" : "all-reduce g") + std::to_string(b));
-    reduced = plan.grads_sharded
-                  ? dev->ReduceScatter(flat.data_ptr(), out.data_ptr(), bp.layout.shard, DType::kF32, ReduceOp::kSum,
-                                       {flattened, g.reduced_read})
-                  : dev->AllReduce(flat.data_ptr(), bp.layout.padded, DType::kF32, ReduceOp::kSum, {flattened});
+                      (scatter ? "reduce-scatter g" : "all-reduce g") + std::to_string(b));
+    reduced = scatter ? dev->ReduceScatter(flat.data_ptr(), out.data_ptr(), bp.layout.shard, DType::kF32,
+                                           ReduceOp::kSum, {flattened, g.reduced_read})
+                      : dev->AllReduce(flat.data_ptr(), flat.numel(), DType::kF32, ReduceOp::kSum, {flattened});
   }
   const bool plant = PlantsOverflow(b);
   // The accumulator's range within `out` (with LoRA only the trainable end is accumulated).
-  const int64_t acc_at = bp.grad.begin - (plan.grads_sharded ? bp.layout.begin() : 0);
+  const int64_t acc_at = bp.grad.len == 0 ? 0 : bp.grad.begin - (scatter ? bp.layout.begin() : from);
   if (dev->is_host()) {
     STRATA_RETURN_IF_ERROR(reduced.HostWait());
     STRATA_RETURN_IF_ERROR(Accumulate(acc, out.narrow(0, acc_at, bp.grad.len), inv, plant));
@@ -240,7 +242,7 @@ Status Engine::Impl::ReduceGradients(int b) {
   // added to the accumulator on the host callback thread, while compute goes on.
   torch::Tensor host = g.host.narrow(0, 0, out.numel());
   const DeviceEvent copied = dev->CopyOut(host.data_ptr(), out, {reduced, g.host_read});
-  g.flat_read = plan.grads_sharded ? reduced : copied;
+  g.flat_read = scatter ? reduced : copied;
   g.reduced_read = copied;
   g.host_read = dev->OnHost(
       [acc, part = host.narrow(0, acc_at, bp.grad.len), inv, plant] { return Accumulate(acc, part, inv, plant); },

@@ -184,6 +184,9 @@ void ShardPlan::PlanDevice(const TrainConfig& cfg) {
   gather_slots = host_device ? 1 : (stage < 3 && count == n) ? 0 : 2;
   tied_slot = tied_owner >= 0 && !(stage < 3 && resident[tied_owner]);
   grad_slots = host_device ? 1 : 2;
+  for (const BlockPlan& b : blocks) lora = lora || b.trainable_begin > 0;
+  for (int b = 0; b < n; ++b) max_grad_flat = std::max(max_grad_flat, GradFlatLen(b));
+  max_grad_reduced = lora ? 0 : max_shard;
 
   // Pinned pools: working-weight fetches from NVMe (at least 3 buffers: one computing, one
   // arriving, one being written back) and resident blocks' updated weights on their way to
@@ -196,10 +199,11 @@ void ShardPlan::PlanDevice(const TrainConfig& cfg) {
                   cfg.offload_param.pin_memory};
   if (optim_nvme && max_sub_group > 0) optim_pool = {12, static_cast<size_t>(max_sub_group) * 4, cfg.offload_optimizer.pin_memory};
   if (param_nvme || optim_nvme) staging_bytes = StagingBytes(cfg.aio);
-  scratch_bytes = static_cast<uint64_t>(grad_slots * (max_padded + max_shard) + tied_numel) * 4;
+  scratch_bytes = static_cast<uint64_t>(grad_slots * (max_grad_flat + max_grad_reduced) + tied_numel) * 4;
   if (!host_device) {
     scratch_bytes += static_cast<uint64_t>((gather_slots + tied_slot) * max_shard) * dsize;
-    grad_staging_bytes = static_cast<uint64_t>(grad_slots * (grads_sharded ? max_shard : max_padded)) * 4;
+    grad_staging_bytes =
+        static_cast<uint64_t>(grad_slots * (lora ? max_grad_flat : grads_sharded ? max_shard : max_padded)) * 4;
   }
 }
 

@@ -141,6 +141,14 @@ struct ShardPlan {
   int gather_slots = 1;       // gather buffers of the largest padded group (0: every block resident, stage < 3)
   bool tied_slot = false;     // a gather buffer for the tied owner during the head
   int grad_slots = 1;         // flat-gradient / reduced-shard buffer pairs
+  // LoRA (a block's trainable_begin > 0): only each block's trainable end is flattened, and it
+  // is all-reduced in place (it lies on the last rank(s) of a sharded group, and is small).
+  bool lora = false;
+  int64_t max_grad_flat = 0;     // elements of a flat-gradient buffer: max_padded, or the longest trainable end
+  int64_t max_grad_reduced = 0;  // elements of a reduced-shard buffer: max_shard, or 0 (LoRA)
+  // Where block b's flat gradient starts in its group, and its length (0: frozen, none).
+  int64_t GradFlatBegin(int b) const { return lora ? std::min(blocks[b].trainable_begin, blocks[b].layout.padded) : 0; }
+  int64_t GradFlatLen(int b) const { return blocks[b].layout.padded - GradFlatBegin(b); }
   // strata.optimizer_overlap "speculative": the blocks updated during the backward, from the
   // last one down while their backups fit strata.speculation_budget_mb (host memory).
   std::vector<bool> speculative;

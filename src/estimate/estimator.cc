@@ -56,7 +56,7 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   const double per_layer = cfg.keep_activations ? saved * m.n_layer : 0.0;
   e.activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * (n + 32 + per_layer) +
                                         3.0 * cfg.micro_batch * m.seq_len * m.vocab_size * 4);
-  e.transients = plan.max_padded * (plan.dsize + 4);
+  e.transients = plan.max_grad_flat * (plan.dsize + 4);  // a block's weight gradients, and in fp32 (LoRA: adapters')
   e.runtime = kRuntimeBytes;
   e.creation = 2 * plan.max_padded * (4 + (cfg.compute_dtype == DType::kF32 ? 0 : plan.dsize));
   // Page-locked: the pinned pools, and the cpu tier's states when it is pinned (mlock).

@@ -58,7 +58,7 @@ TrainConfig Shrunk(const std::string& file, const std::string& dir) {
 TEST(Estimate, ShippedConfigsMatchTheEngineLedgerExactly) {
   testing::TempDir dir;
   for (const char* file : {"tiny_cpu.json", "gpt2_124m_cpu_offload.json", "llama_1b_nvme.json", "llama_7b_gpu.json",
-                           "llama_4.9b_24g_host.json"}) {
+                           "llama_4.9b_24g_host.json", "llama_70b_lora_gpu.json"}) {
     const TrainConfig base = Shrunk(file, dir.path());
     for (int world : {1, 2, 3}) ExpectEstimateMatchesLedger(base, world, file);
     for (int stage : {0, 1, 2}) {
@@ -97,6 +97,26 @@ TEST(Estimate, HalfPrecisionAndUntiedLlamaMatchTheEngineLedgerExactly) {
   ExpectEstimateMatchesLedger(llama, 2, "speculative");
   llama.speculation_budget_mb = 1;
   ExpectEstimateMatchesLedger(llama, 2, "speculative within 1 MB");
+}
+
+// LoRA: master weights, m, v and gradient accumulators for the adapters only; on a device
+// with resident blocks and on NVMe (where the layers' trainable ends are host tensors).
+TEST(Estimate, LoraMatchesTheEngineLedgerExactly) {
+  testing::TempDir dir;
+  TrainConfig c = Shrunk("llama_70b_lora_gpu.json", dir.path());
+  for (int world : {1, 2}) {
+    c.resident_blocks = 2;
+    ExpectEstimateMatchesLedger(c, world, "lora, 2 resident", /*on_device=*/true);
+    c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+    ExpectEstimateMatchesLedger(c, world, "lora on nvme", /*on_device=*/true);
+    ExpectEstimateMatchesLedger(c, world, "lora on nvme");
+  }
+  const MemoryEstimate e = EstimateMemory(c, 1, 0, {true});
+  const model::ModelSpec spec(c.model);
+  int64_t trainable = 0;
+  for (int b = 0; b < spec.num_blocks(); ++b) trainable += spec.trainable_parameters(b);
+  EXPECT_GE(e.ledger.Of(StateKind::kMaster), static_cast<uint64_t>(trainable) * 4);
+  EXPECT_LT(e.ledger.Of(StateKind::kMaster), static_cast<uint64_t>(trainable + 2 * kShardAlign) * 4);  // + padding
 }
 
 // On a device: resident blocks (all, some, none), double-buffered gathers and gradient
