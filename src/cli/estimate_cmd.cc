@@ -8,6 +8,7 @@
 #include "src/cli/commands.h"
 #include "src/cli/train_config_cli.h"
 #include "src/estimate/estimator.h"
+#include "src/estimate/fit_advice.h"
 #include "src/estimate/largest_fit.h"
 #include "bench/bench_util.h"
 #include "src/engine/compute_device.h"
@@ -130,7 +131,7 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
                   m.nvme_dir.empty() ? "" : (" in " + m.nvme_dir).c_str());
       const Status fits = CheckFits(e, m, a->nproc);
       std::printf("fits %s: %s\n", planned ? "the planned machine" : "this machine",
-                  fits.ok() ? "yes" : ("no\n" + fits.message()).c_str());
+                  fits.ok() ? "yes" : ("no\n" + fits.message() + FitAdvice(*cfg, a->nproc, {!gpu}, m, a->nproc)).c_str());
       if (a->max) PrintLargestFit(*cfg, a->nproc, {!gpu}, m);
       return 0;
     };

@@ -29,6 +29,7 @@
 #include "src/engine/engine.h"
 #include "src/engine/train_config.h"
 #include "src/estimate/estimator.h"
+#include "src/estimate/fit_advice.h"
 #include "strata/log.h"
 
 namespace strata::cli {
@@ -155,7 +156,8 @@ Status TrainRun::Connect() {
   const MachineCapacity machine = ProbeMachine(cfg_, device_.device->MemoryBytes());
   const DeviceTraits traits{device_.device->is_host()};
   estimate_ = EstimateResolvingRecompute(&cfg_, env_.world_size, 0, traits, machine, local_ranks());
-  if (!a_.no_fit_check) STRATA_RETURN_IF_ERROR(CheckFits(estimate_, machine, local_ranks()));
+  if (Status fits = CheckFits(estimate_, machine, local_ranks()); !fits.ok() && !a_.no_fit_check)
+    return Error(fits.code(), "{}{}", fits.message(), FitAdvice(cfg_, env_.world_size, traits, machine, local_ranks()));
   return Status();
 }
 
