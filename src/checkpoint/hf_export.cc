@@ -4,6 +4,7 @@
 #include "src/checkpoint/consolidate.h"
 #include "src/checkpoint/durable_file.h"
 #include "src/checkpoint/export.h"
+#include "src/checkpoint/folder_out.h"
 #include "src/model/hf_config.h"
 
 namespace strata::ckpt {
@@ -23,29 +24,6 @@ constexpr const char* kReplacedKeys[] = {"rope_parameters", "rope_scaling", "rop
 
 const char* TorchDTypeName(ExportDType d) {
   return d == ExportDType::kF32 ? "float32" : d == ExportDType::kBF16 ? "bfloat16" : "float16";
-}
-
-Status WriteDurably(const std::string& path, std::string_view bytes) {
-  STRATA_ASSIGN_OR_RETURN(DurableWriter w, DurableWriter::Create(path));
-  STRATA_RETURN_IF_ERROR(w.Write(std::as_bytes(std::span(bytes.data(), bytes.size()))));
-  return w.Close();
-}
-
-// The source folder: the option, else the manifest's record (a vanished one is a note).
-StatusOr<std::string> SourceFolder(const Consolidator& c, const HfFolderOptions& o, ExportReport* rep) {
-  std::error_code ec;
-  if (!o.source.empty()) {
-    if (!fs::is_directory(o.source, ec)) return Error(StatusCode::kNotFound, "--hf-source '{}' is not a folder", o.source);
-    return o.source;
-  }
-  const std::string recorded = c.manifest().value("hf_source", std::string());
-  if (recorded.empty()) return std::string();
-  if (!fs::is_directory(recorded, ec)) {
-    rep->notes.push_back(fmt::format("the checkpoint's source folder '{}' no longer exists: no tokenizer files copied "
-                                     "(pass --hf-source DIR)", recorded));
-    return std::string();
-  }
-  return recorded;
 }
 
 Status WriteConfig(const Consolidator& c, const std::string& source, const std::string& tmp, ExportDType dtype) {
@@ -117,48 +95,21 @@ Status CopySideFiles(const std::string& source, const std::string& tmp, ExportRe
   return Status();
 }
 
-// `tmp` (complete, fsynced) becomes `out`; a previous export there is moved aside first and
-// removed after, so `out` is at every moment absent, the old folder or the new one.
-Status Publish(const std::string& tmp, const std::string& out) {
-  std::error_code ec;
-  const std::string old = out + ".old";
-  if (fs::exists(out, ec)) {
-    const bool replaceable = fs::is_directory(out, ec) && (fs::is_empty(out, ec) || fs::exists(fs::path(out) / "config.json", ec));
-    if (!replaceable)
-      return Error(StatusCode::kAlreadyExists, "'{}' exists and is not a model folder (no config.json): not replaced; "
-                   "remove it or choose another --out", out);
-    fs::remove_all(old, ec);
-    if (::rename(out.c_str(), old.c_str()) != 0) return ErrnoError(errno, "rename '{}' to '{}'", out, old);
-  }
-  if (::rename(tmp.c_str(), out.c_str()) != 0) return ErrnoError(errno, "rename '{}' to '{}'", tmp, out);
-  const std::string parent = fs::path(out).parent_path().string();
-  STRATA_RETURN_IF_ERROR(FsyncDir(parent.empty() ? "." : parent));
-  fs::remove_all(old, ec);
-  return Status();
-}
-
 StatusOr<ExportReport> Export(const std::string& checkpoint, const std::string& out, const HfFolderOptions& o) {
   if (o.max_shard_bytes == 0) return InvalidArgument("the maximum shard size must be positive");
   STRATA_ASSIGN_OR_RETURN(Consolidator c, Consolidator::Open(checkpoint));
   ExportReport rep;
   rep.step_dir = c.step_dir();
   rep.step = c.manifest()["step"].get<int64_t>();
-  STRATA_ASSIGN_OR_RETURN(rep.source, SourceFolder(c, o, &rep));
-  std::string tmp = out;
-  while (!tmp.empty() && tmp.back() == '/') tmp.pop_back();
-  const std::string target = tmp;
-  tmp += ".tmp";
-  std::error_code ec;
-  fs::remove_all(tmp, ec);  // an export killed earlier
-  if (!fs::create_directories(tmp, ec))
-    return Error(StatusCode::kIoError, "cannot create '{}': {}", tmp, ec ? ec.message() : "it exists");
-  Status s = WriteConfig(c, rep.source, tmp, o.dtype);
-  if (s.ok()) s = WriteShards(c, o, tmp, &rep);
-  if (s.ok() && !rep.source.empty()) s = CopySideFiles(rep.source, tmp, &rep);
-  if (s.ok()) s = FsyncDir(tmp);
-  if (s.ok()) s = Publish(tmp, target);
+  STRATA_ASSIGN_OR_RETURN(rep.source, SourceFolder(c.manifest(), o.source, "no tokenizer files copied", &rep.notes));
+  STRATA_ASSIGN_OR_RETURN(OutFolder f, MakeOutFolder(out));
+  Status s = WriteConfig(c, rep.source, f.tmp, o.dtype);
+  if (s.ok()) s = WriteShards(c, o, f.tmp, &rep);
+  if (s.ok() && !rep.source.empty()) s = CopySideFiles(rep.source, f.tmp, &rep);
+  if (s.ok()) s = Publish(f, "config.json", "a model folder");
   if (!s.ok()) {
-    fs::remove_all(tmp, ec);
+    std::error_code ec;
+    fs::remove_all(f.tmp, ec);
     return s;
   }
   return rep;
