@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "src/checkpoint/hf_names.h"
+#include "src/checkpoint/lora_export.h"
 #include "src/checkpoint/manifest.h"
 #include "src/engine/shard_plan.h"
 #include "src/engine/train_config.h"
@@ -18,46 +19,19 @@ int64_t Numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// One parameter of block b out of its consolidated fp32 flat group: checked for coverage,
-// renamed to Hugging Face's name (transposed where HF keeps [in, out]) and converted.
-StatusOr<ExportedTensor> ExportParameter(const nlohmann::json& p, const std::vector<float>& flat,
-                                         const std::vector<char>& seen, int b, bool gpt2, int n_layer,
-                                         ExportDType dtype, const std::string& step_dir) {
-  const std::string name = p.at("name").get<std::string>();
-  const auto shape = p.at("shape").get<std::vector<int64_t>>();
-  const int64_t off = p.at("offset").get<int64_t>();
-  const int64_t numel = Numel(shape);
-  if (off < 0 || off + numel > static_cast<int64_t>(flat.size()))
-    return Error(StatusCode::kDataLoss, "'{}': parameter '{}' of block {} lies outside its flat group", step_dir, name, b);
-  for (int64_t i = off; i < off + numel; ++i)
-    if (!seen[i])
-      return Error(StatusCode::kDataLoss, "'{}': no rank file holds element {} of block {} ('{}')", step_dir, i, b, name);
-  const HfName hf = ToHfName(gpt2, n_layer, b, name);
-  std::vector<int64_t> out_shape = shape;
-  std::vector<float> vals(flat.begin() + off, flat.begin() + off + numel);
-  if (hf.transpose) {  // [out, in] -> [in, out]
-    const int64_t rows = shape[0], cols = shape[1];
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) vals[c * rows + r] = flat[off + r * cols + c];
-    out_shape = {cols, rows};
+// Widens `n` working-weight elements (F32, BF16 or F16) into `out`.
+bool Widen(const TensorView& t, int64_t n, float* out) {
+  if (t.dtype == "F32") {
+    std::memcpy(out, t.bytes.data(), n * 4);
+    return true;
   }
-  ExportedTensor t;
-  t.numel = numel;
-  if (dtype == ExportDType::kF32) {
-    t.bytes.resize(numel * 4);
-    std::memcpy(t.bytes.data(), vals.data(), t.bytes.size());
-  } else {
-    t.bytes.resize(numel * 2);
-    for (int64_t i = 0; i < numel; ++i) {
-      const uint16_t h = dtype == ExportDType::kBF16 ? Fp32ToBf16(vals[i]) : Fp32ToFp16(vals[i]);
-      if (dtype == ExportDType::kF16 && (h & 0x7c00u) == 0x7c00u && std::isfinite(vals[i]))
-        return Error(StatusCode::kOutOfRange, "'{}': {} element {} is {}, beyond fp16's range (65504); export "
-                     "--dtype fp32 or bf16", step_dir, hf.name, i, vals[i]);
-      std::memcpy(t.bytes.data() + 2 * i, &h, 2);
-    }
+  if (t.dtype != "BF16" && t.dtype != "F16") return false;
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, t.bytes.data() + 2 * i, 2);
+    out[i] = t.dtype == "BF16" ? Bf16ToFp32(h) : Fp16ToFp32(h);
   }
-  t.view = {hf.name, SafetensorsDTypeName(dtype), out_shape, {}};
-  return t;
+  return true;
 }
 
 }  // namespace
@@ -76,6 +50,22 @@ StatusOr<Consolidator> Consolidator::Open(const std::string& checkpoint) {
     STRATA_ASSIGN_OR_RETURN(SafetensorsFile f, OpenRankFile(c.step_dir_, c.manifest_, r));
     c.files_.push_back(std::move(f));
   }
+  if (c.lora()) {  // the base is in the working weights: where each rank's lie (ShardPlan's rule)
+    TrainConfig cfg;
+    cfg.model = c.model_;
+    cfg.zero_stage = c.manifest_.at("zero_stage").get<int>();
+    cfg.sub_group_size = c.manifest_.at("sub_group_size").get<int64_t>();
+    const ModelShape shape = ModelShape::Of(c.model_);
+    for (int r = 0; r < world; ++r) {
+      const ShardPlan plan = ShardPlan::Make(cfg, shape, world, r);
+      if (plan.blocks.size() != c.manifest_["layout"].size())
+        return Error(StatusCode::kDataLoss, "'{}/manifest.json': its layout has {} blocks, its model {}", c.step_dir_,
+                     c.manifest_["layout"].size(), plan.blocks.size());
+      std::vector<ElementRange> ranges;
+      for (const BlockPlan& b : plan.blocks) ranges.push_back(b.working);
+      c.working_.push_back(std::move(ranges));
+    }
+  }
   return c;
 }
 
@@ -85,6 +75,7 @@ std::vector<PlannedTensor> Consolidator::Plan(ExportDType dtype) const {
   std::vector<PlannedTensor> out;
   for (const nlohmann::json& blk : manifest_["layout"])
     for (const nlohmann::json& p : blk.at("params")) {
+      if (lora() && IsAdapterName(p.at("name").get<std::string>())) continue;  // merged
       const HfName hf = ToHfName(gpt2, static_cast<int>(model_.n_layer), blk.at("block").get<int>(),
                                  p.at("name").get<std::string>());
       auto shape = p.at("shape").get<std::vector<int64_t>>();
@@ -94,13 +85,13 @@ std::vector<PlannedTensor> Consolidator::Plan(ExportDType dtype) const {
   return out;
 }
 
-// Per block: the fp32 master shards ("block<b>.<offset>.master") at their flat offsets.
-StatusOr<std::vector<ExportedTensor>> Consolidator::Block(int i, ExportDType dtype) const {
+// The masters ("block<b>.<offset>.master", fp32) at their flat offsets.
+StatusOr<FlatBlock> Consolidator::Flat(int i, bool with_base) const {
   const nlohmann::json& blk = manifest_["layout"][i];
   const int b = blk.at("block").get<int>();
   const int64_t padded = blk.at("padded").get<int64_t>();
-  std::vector<float> flat(padded, 0.f);
-  std::vector<char> seen(padded, 0);
+  FlatBlock flat{b, std::vector<float>(padded, 0.f), std::vector<char>(padded, 0)};
+  if (with_base && lora()) STRATA_RETURN_IF_ERROR(ReadWorking(&flat));
   for (const SafetensorsFile& f : files_)
     for (const TensorView& t : f.tensors()) {
       const std::optional<TensorKey> key = TensorKey::Parse(t.name);
@@ -110,16 +101,91 @@ StatusOr<std::vector<ExportedTensor>> Consolidator::Block(int i, ExportDType dty
       if (t.dtype != "F32" || off < 0 || off + n > padded)
         return Error(StatusCode::kDataLoss, "'{}': tensor '{}' ({} x {}) lies outside block {} ({} elements)", f.path(),
                      t.name, n, t.dtype, b, padded);
-      std::memcpy(flat.data() + off, t.bytes.data(), n * 4);
-      std::memset(seen.data() + off, 1, n);
+      std::memcpy(flat.values.data() + off, t.bytes.data(), n * 4);
+      std::memset(flat.seen.data() + off, 1, n);
     }
+  return flat;
+}
+
+// "block<b>.working" starts the rank's working range; with the base on NVMe it stops where
+// "block<b>.adapter" (the range's trainable end) starts: the tensors' sizes say where.
+Status Consolidator::ReadWorking(FlatBlock* flat) const {
+  const int b = flat->block;
+  const int64_t padded = static_cast<int64_t>(flat->values.size());
+  for (size_t r = 0; r < files_.size(); ++r) {
+    const ElementRange w = working_[r].at(b);
+    if (w.end() > padded)
+      return Error(StatusCode::kDataLoss, "'{}/manifest.json': block {} has {} elements, its model's working range "
+                   "ends at {}", step_dir_, b, padded, w.end());
+    for (const auto& [role, at_end] : {std::pair{"working", false}, std::pair{"adapter", true}}) {
+      const std::string name = fmt::format("block{}.{}", b, role);
+      const TensorView* t = files_[r].Find(name);
+      if (!t) continue;
+      const int64_t n = t->numel();
+      const int64_t at = at_end ? w.end() - n : w.begin;
+      if (n > w.len || !Widen(*t, n, flat->values.data() + at))
+        return Error(StatusCode::kDataLoss, "'{}': tensor '{}' ({} x {}) does not fit the working range [{}, {}) of "
+                     "block {}", files_[r].path(), name, n, t->dtype, w.begin, w.end(), b);
+      std::memset(flat->seen.data() + at, 1, n);
+    }
+  }
+  return Status();
+}
+
+StatusOr<ExportedTensor> Consolidator::Extract(const FlatBlock& flat, const nlohmann::json& p, const std::string& name,
+                                               bool transpose, ExportDType dtype) const {
+  const std::string param = p.at("name").get<std::string>();
+  const auto shape = p.at("shape").get<std::vector<int64_t>>();
+  const int64_t off = p.at("offset").get<int64_t>();
+  const int64_t numel = Numel(shape);
+  const int b = flat.block;
+  if (off < 0 || off + numel > static_cast<int64_t>(flat.values.size()))
+    return Error(StatusCode::kDataLoss, "'{}': parameter '{}' of block {} lies outside its flat group", step_dir_, param, b);
+  for (int64_t i = off; i < off + numel; ++i)
+    if (!flat.seen[i])
+      return Error(StatusCode::kDataLoss, "'{}': no rank file holds element {} of block {} ('{}')", step_dir_, i, b, param);
+  std::vector<int64_t> out_shape = shape;
+  const float* src = flat.values.data() + off;
+  std::vector<float> vals(src, src + numel);
+  if (transpose) {  // [out, in] -> [in, out]
+    const int64_t rows = shape[0], cols = shape[1];
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) vals[c * rows + r] = src[r * cols + c];
+    out_shape = {cols, rows};
+  }
+  ExportedTensor t;
+  t.numel = numel;
+  if (dtype == ExportDType::kF32) {
+    t.bytes.resize(numel * 4);
+    std::memcpy(t.bytes.data(), vals.data(), t.bytes.size());
+  } else {
+    t.bytes.resize(numel * 2);
+    for (int64_t i = 0; i < numel; ++i) {
+      const uint16_t h = dtype == ExportDType::kBF16 ? Fp32ToBf16(vals[i]) : Fp32ToFp16(vals[i]);
+      if (dtype == ExportDType::kF16 && (h & 0x7c00u) == 0x7c00u && std::isfinite(vals[i]))
+        return Error(StatusCode::kOutOfRange, "'{}': {} element {} is {}, beyond fp16's range (65504); export "
+                     "--dtype fp32 or bf16", step_dir_, name, i, vals[i]);
+      std::memcpy(t.bytes.data() + 2 * i, &h, 2);
+    }
+  }
+  t.view = {name, SafetensorsDTypeName(dtype), out_shape, {}};
+  t.view.bytes = t.bytes;  // a moved vector keeps its storage, so the view stays valid
+  return t;
+}
+
+StatusOr<std::vector<ExportedTensor>> Consolidator::Block(int i, ExportDType dtype) const {
+  const nlohmann::json& blk = manifest_["layout"][i];
+  STRATA_ASSIGN_OR_RETURN(FlatBlock flat, Flat(i, /*with_base=*/true));
+  if (lora()) STRATA_RETURN_IF_ERROR(MergeAdapters(blk.at("params"), model_.lora.scale(), step_dir_, &flat));
+  const bool gpt2 = model_.arch == model::Arch::kGpt2;
   std::vector<ExportedTensor> out;
   for (const nlohmann::json& p : blk.at("params")) {
-    STRATA_ASSIGN_OR_RETURN(ExportedTensor t, ExportParameter(p, flat, seen, b, model_.arch == model::Arch::kGpt2,
-                                                              static_cast<int>(model_.n_layer), dtype, step_dir_));
+    const std::string name = p.at("name").get<std::string>();
+    if (lora() && IsAdapterName(name)) continue;
+    const HfName hf = ToHfName(gpt2, static_cast<int>(model_.n_layer), flat.block, name);
+    STRATA_ASSIGN_OR_RETURN(ExportedTensor t, Extract(flat, p, hf.name, hf.transpose, dtype));
     out.push_back(std::move(t));
   }
-  for (ExportedTensor& t : out) t.view.bytes = t.bytes;  // after the moves: the vectors' storage is stable
   return out;
 }
 

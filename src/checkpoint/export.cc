@@ -4,15 +4,18 @@
 #include <filesystem>
 
 #include "src/checkpoint/consolidate.h"
+#include "src/checkpoint/lora_export.h"
 
 namespace strata::ckpt {
 namespace {
 
-StatusOr<ExportReport> Export(const std::string& checkpoint, const std::string& out, ExportDType dtype) {
+StatusOr<ExportReport> Export(const std::string& checkpoint, const std::string& out, ExportDType dtype, bool merge_lora) {
   STRATA_ASSIGN_OR_RETURN(Consolidator c, Consolidator::Open(checkpoint));
+  STRATA_RETURN_IF_ERROR(CheckLoraMerge(c, merge_lora, /*single_file=*/true));
   ExportReport rep;
   rep.step_dir = c.step_dir();
   rep.step = c.manifest()["step"].get<int64_t>();
+  if (c.lora()) DescribeMerge(c, &rep);
   std::vector<ExportedTensor> all;
   for (int i = 0; i < c.num_blocks(); ++i) {
     STRATA_ASSIGN_OR_RETURN(std::vector<ExportedTensor> block, c.Block(i, dtype));
@@ -34,9 +37,10 @@ StatusOr<ExportReport> Export(const std::string& checkpoint, const std::string& 
 
 }  // namespace
 
-StatusOr<ExportReport> ExportCheckpoint(const std::string& checkpoint, const std::string& out, ExportDType dtype) {
+StatusOr<ExportReport> ExportCheckpoint(const std::string& checkpoint, const std::string& out, ExportDType dtype,
+                                        bool merge_lora) {
   try {  // ReadManifest checks what export reads; a model section is read by key here
-    return Export(checkpoint, out, dtype);
+    return Export(checkpoint, out, dtype, merge_lora);
   } catch (const nlohmann::json::exception& e) {
     return Error(StatusCode::kDataLoss, "checkpoint '{}': malformed manifest ({})", checkpoint, e.what());
   }

@@ -3,6 +3,11 @@
 // transformers' from_pretrained loads (ExportHfFolder). The fp32 master shards of every rank
 // are laid end to end per block, unpadded, split into parameters, renamed and (GPT-2
 // Conv1D) transposed (consolidate.h). Torch-free: reads only the manifest and the rank files.
+//
+// A LoRA checkpoint (strata.lora) keeps no master copy of its frozen base: its base comes from
+// the working weights (compute dtype) and its adapters from the masters. It is exported either
+// as a PEFT adapter folder (ExportPeftAdapter) or, with merge_lora, as the merged model
+// W + (alpha / r) * B @ A in the two forms above (lora_export.h).
 #pragma once
 
 #include <cstdint>
@@ -24,13 +29,17 @@ struct ExportReport {
   std::string source;               // the folder tokenizer files came from ("" = none)
   std::vector<std::string> copied;  // their names
   std::vector<std::string> notes;   // e.g. a recorded source folder that no longer exists
+  // LoRA: what was merged, or what the adapter folder holds and how to load it (lines to show).
+  std::vector<std::string> details;
 };
 
 // `checkpoint`: a checkpoint folder (its `latest`) or a step folder. Every rank file is
 // verified against the manifest first. The output is written to `out`.tmp, fsynced and
 // renamed. kF16: a weight beyond fp16's range is an error naming the tensor (export fp32 or
-// bf16 instead); nothing is written then.
-StatusOr<ExportReport> ExportCheckpoint(const std::string& checkpoint, const std::string& out, ExportDType dtype);
+// bf16 instead); nothing is written then. A LoRA checkpoint needs merge_lora (the file then
+// holds the merged model's weights); merge_lora has no effect on other checkpoints.
+StatusOr<ExportReport> ExportCheckpoint(const std::string& checkpoint, const std::string& out, ExportDType dtype,
+                                        bool merge_lora = false);
 
 struct HfFolderOptions {
   ExportDType dtype = ExportDType::kF32;
@@ -39,6 +48,8 @@ struct HfFolderOptions {
   // model: token ids, layer_types, ...) from; "" = the one the checkpoint's manifest records
   // ("hf_source": the run's strata.model.from / --init-from DIR), if any.
   std::string source;
+  // A LoRA checkpoint is exported as its merged model (required for one; no effect on others).
+  bool merge_lora = false;
 };
 
 // Writes a Hugging Face model folder `out`:
@@ -55,5 +66,27 @@ struct HfFolderOptions {
 // are in memory at a time.
 StatusOr<ExportReport> ExportHfFolder(const std::string& checkpoint, const std::string& out,
                                       const HfFolderOptions& options);
+
+// True when the checkpoint (folder or step folder) was trained with strata.lora. Reads the
+// manifest only.
+StatusOr<bool> IsLoraCheckpoint(const std::string& checkpoint);
+
+struct PeftOptions {
+  ExportDType dtype = ExportDType::kF32;
+  // The base model's folder named in adapter_config.json (base_model_name_or_path); "" = the
+  // checkpoint's recorded hf_source, if any (else null).
+  std::string source;
+};
+
+// Writes the adapters of a LoRA checkpoint as a PEFT adapter folder `out` that
+// peft.PeftModel.from_pretrained(base, out) loads:
+//   adapter_config.json          peft_type LORA, task_type CAUSAL_LM, r, lora_alpha,
+//                                lora_dropout, target_modules, base_model_name_or_path, ...
+//   adapter_model.safetensors    base_model.model.model.layers.<i>.<module>.lora_A.weight [r, in]
+//                                and .lora_B.weight [out, r], from the fp32 masters, in dtype
+// Written into `out`.tmp and renamed, as ExportHfFolder; an existing `out` is replaced only if
+// it is empty or holds an adapter_config.json. Reads only the masters of the rank files.
+StatusOr<ExportReport> ExportPeftAdapter(const std::string& checkpoint, const std::string& out,
+                                         const PeftOptions& options);
 
 }  // namespace strata::ckpt

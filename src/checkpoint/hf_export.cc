@@ -1,10 +1,12 @@
-// ExportHfFolder (export.h): a checkpoint as a Hugging Face model folder.
+// ExportHfFolder (export.h): a checkpoint as a Hugging Face model folder (a LoRA checkpoint
+// as its merged model).
 #include <filesystem>
 
 #include "src/checkpoint/consolidate.h"
 #include "src/checkpoint/durable_file.h"
 #include "src/checkpoint/export.h"
 #include "src/checkpoint/folder_out.h"
+#include "src/checkpoint/lora_export.h"
 #include "src/model/hf_config.h"
 
 namespace strata::ckpt {
@@ -98,10 +100,12 @@ Status CopySideFiles(const std::string& source, const std::string& tmp, ExportRe
 StatusOr<ExportReport> Export(const std::string& checkpoint, const std::string& out, const HfFolderOptions& o) {
   if (o.max_shard_bytes == 0) return InvalidArgument("the maximum shard size must be positive");
   STRATA_ASSIGN_OR_RETURN(Consolidator c, Consolidator::Open(checkpoint));
+  STRATA_RETURN_IF_ERROR(CheckLoraMerge(c, o.merge_lora, /*single_file=*/false));
   ExportReport rep;
   rep.step_dir = c.step_dir();
   rep.step = c.manifest()["step"].get<int64_t>();
   STRATA_ASSIGN_OR_RETURN(rep.source, SourceFolder(c.manifest(), o.source, "no tokenizer files copied", &rep.notes));
+  if (c.lora()) DescribeMerge(c, &rep);
   STRATA_ASSIGN_OR_RETURN(OutFolder f, MakeOutFolder(out));
   Status s = WriteConfig(c, rep.source, f.tmp, o.dtype);
   if (s.ok()) s = WriteShards(c, o, f.tmp, &rep);

@@ -1,7 +1,8 @@
 // `strata generate --model DIR_OR_CKPT --prompt TEXT`: continues a prompt with a trained
 // model, to look at a fine-tune without leaving Strata. The model is a Hugging Face folder
 // (config.json + safetensors) or a Strata checkpoint, which is first exported to a temporary
-// folder by the export code (so it accepts what `strata export` accepts). The whole model is
+// folder by the export code (so it accepts what `strata export` accepts; a LoRA checkpoint
+// with its adapters merged). The whole model is
 // loaded into host memory and run on the CPU: this is for small models.
 //
 // Tokens: byte-level for vocab-256 models (the built-in tokenizer: text in, text out);
@@ -52,7 +53,8 @@ StatusOr<std::string> ModelFolder(const std::string& model, TempDir& tmp) {
   if (!::mkdtemp(pattern.data())) return InvalidArgument("--model '{}': cannot make a temporary folder", model);
   tmp.path = pattern;
   const std::string out = tmp.path + "/model";
-  StatusOr<ckpt::ExportReport> r = ckpt::ExportHfFolder(model, out, {ckpt::ExportDType::kF32, UINT64_MAX, ""});
+  StatusOr<ckpt::ExportReport> r =
+      ckpt::ExportHfFolder(model, out, {ckpt::ExportDType::kF32, UINT64_MAX, "", /*merge_lora=*/true});
   if (!r.ok())
     return InvalidArgument("--model '{}': neither a model folder (no config.json) nor a readable checkpoint: {}", model,
                            r.status().ToString());
