@@ -1,6 +1,7 @@
 """Hugging Face transformers side of the checkpoint tests (no network: random init).
 
-  hf_models.py check                 exit 0 when torch + transformers + safetensors import
+  hf_models.py check [peft]          exit 0 when torch + transformers + safetensors (and peft)
+                                     import
   hf_models.py make ARCH DIR         a small randomly initialised model of ARCH (gpt2, llama,
                                      mistral, qwen2, qwen3) saved with save_pretrained into
                                      DIR in at least 3 shards (model.safetensors.index.json),
@@ -13,6 +14,13 @@
                                      .safetensors file (read with DIR's config.json)
   hf_models.py generate DIR N IDS... transformers' greedy generate (do_sample=False) of N new
                                      tokens after the prompt IDS; prints the new ids
+  hf_models.py peft DIR ADAPTER LOGITS MERGED
+                                     LoRA: DIR's model with the PEFT adapter folder ADAPTER
+                                     (PeftModel.from_pretrained) against LOGITS (a .safetensors
+                                     of tokens and Strata's logits), and the merged model folder
+                                     MERGED against that PeftModel; prints the largest
+                                     differences and how far the adapter moves DIR's logits;
+                                     exits 1 above the tolerance (or if the adapter moves nothing)
 """
 import glob
 import json
@@ -122,6 +130,26 @@ def generate(d, n, ids):
     print(" ".join(str(t) for t in out[0, prompt.shape[1]:].tolist()))
 
 
+def peft_logits(d, adapter, strata_logits, merged):
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+    ref = load_file(strata_logits)
+    base = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    with torch.no_grad():
+        base_out = base(ref["tokens"]).logits.float()
+        model = PeftModel.from_pretrained(base, adapter).eval()  # wraps base in place
+        peft_out = model(ref["tokens"]).logits.float()
+        merged_out = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32).eval()(ref["tokens"]).logits.float()
+    vs_strata = (peft_out - ref["logits"]).abs().max().item()
+    vs_merged = (merged_out - peft_out).abs().max().item()
+    moved = (peft_out - base_out).abs().max().item()
+    print(f"PeftModel: max |logits - Strata's| = {vs_strata:.3g}; merged folder: max |logits - PeftModel's| = "
+          f"{vs_merged:.3g} (tolerance {TOLERANCE}); the adapter moves the base's logits by up to {moved:.3g}")
+    sys.exit(0 if vs_strata <= TOLERANCE and vs_merged <= TOLERANCE and moved > 100 * TOLERANCE else 1)
+
+
 def main():
     _ensure_library_path()
     if sys.argv[1] != "check":
@@ -132,13 +160,19 @@ def main():
         import safetensors  # noqa: F401  (the cheap imports first: a missing peer fails fast)
         import transformers
         import torch  # noqa: F401
-        print(f"ok transformers {transformers.__version__}")
+        if sys.argv[2:] == ["peft"]:
+            import peft
+            print(f"ok transformers {transformers.__version__} peft {peft.__version__}")
+        else:
+            print(f"ok transformers {transformers.__version__}")
     elif cmd == "make":
         make(sys.argv[2], sys.argv[3])
     elif cmd == "logits":
         logits(sys.argv[2], sys.argv[3])
     elif cmd == "generate":
         generate(sys.argv[2], int(sys.argv[3]), sys.argv[4:])
+    elif cmd == "peft":
+        peft_logits(*sys.argv[2:6])
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // The Python side of the Hugging Face interop tests (tests/checkpoint/hf_models.py run by
-// STRATA_PYTHON), shared by hf_test.cc and generate_hf_test.cc: one call of the script, and a
-// fixture base that skips, with the reason, where transformers is not installed (CI).
+// STRATA_PYTHON), shared by hf_test.cc, generate_hf_test.cc and hf_lora_test.cc: one call of the
+// script, and fixture bases that skip, with the reason, where transformers (or peft) is not
+// installed (CI).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -34,6 +35,17 @@ class HfPeersTest : public ::testing::TestWithParam<std::string> {
     if (RunHfModels("check", &out) != 0)
       GTEST_SKIP() << "Python peers not installed (" << STRATA_PYTHON
                    << " cannot import torch + transformers + safetensors; run scripts/setup_hf.sh): " << out;
+  }
+};
+
+// The same, for tests that also need peft (the LoRA adapter exports).
+class HfPeftTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string out;
+    if (RunHfModels("check peft", &out) != 0)
+      GTEST_SKIP() << "Python peers not installed (" << STRATA_PYTHON
+                   << " cannot import torch + transformers + safetensors + peft): " << out;
   }
 };
 
