@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include <fmt/ranges.h>
 
@@ -85,11 +86,10 @@ StatusOr<ExportReport> Peft(const std::string& checkpoint, const std::string& ou
   ExportReport rep;
   rep.step_dir = c.step_dir();
   rep.step = c.manifest()["step"].get<int64_t>();
-  const size_t notes = rep.notes.size();
   STRATA_ASSIGN_OR_RETURN(rep.source, SourceFolder(c.manifest(), o.source, "base_model_name_or_path is null", &rep.notes));
   if (!rep.source.empty()) rep.source = fs::absolute(rep.source).lexically_normal().string();  // loadable from anywhere
   const std::string compute = c.manifest().value("compute_dtype", std::string("fp32"));
-  if (rep.source.empty() && rep.notes.size() == notes)
+  if (rep.source.empty() && rep.notes.empty())  // (else the recorded source has vanished: noted)
     rep.notes.push_back("the run did not start from a Hugging Face folder (--init-from / strata.model.from): "
                         "base_model_name_or_path is null, and the base these adapters belong to exists only in the "
                         "checkpoint (--merge-lora exports base and adapters merged)");
