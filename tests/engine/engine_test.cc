@@ -198,6 +198,41 @@ TEST(Engine, StagesTrainTheSameModel) {
   for (int stage = 1; stage <= 3; ++stage) EXPECT_LT(testing::MaxAbsDiff(runs[0], runs[stage]), 2e-5) << stage;
 }
 
+// Adam's m and v in bf16 are rounded stochastically with bits from (step, block, position in
+// the block's flat group), never from how the update is cut: other sub-group sizes (the
+// kernel calls) and other homes give bitwise the same weights and moments.
+TEST(Engine, Bf16MomentsRoundAlikeWhateverTheSubGroups) {
+  TempDir dir;
+  std::vector<testing::RunResult> runs;
+  for (auto [sub_group, home] : {std::pair{5000, OffloadDevice::kNone}, std::pair{3000, OffloadDevice::kCpu},
+                                 std::pair{11000, OffloadDevice::kNvme}}) {
+    TrainConfig c = TinyConfig(dir.path());
+    c.compute_dtype = DType::kBF16;
+    c.adam_states = DType::kBF16;
+    c.sub_group_size = sub_group;
+    c.offload_optimizer.device = home;
+    runs.push_back(RunEngine(c, 2, 4));
+  }
+  // Rank 0's m and v, block by block in flat order, whatever the sub-groups.
+  auto moments = [](const testing::RunResult& r) {
+    std::map<std::tuple<int, int, int64_t>, const std::vector<std::byte>*> ordered;
+    for (const auto& [name, bytes] : r.state) {
+      const std::optional<TensorKey> k = TensorKey::Parse(name);
+      if (k && (k->role == TensorRole::kAdamM || k->role == TensorRole::kAdamV))
+        ordered[{k->block, static_cast<int>(k->role), k->offset}] = &bytes;
+    }
+    std::vector<std::byte> all;
+    for (const auto& [key, bytes] : ordered) all.insert(all.end(), bytes->begin(), bytes->end());
+    return all;
+  };
+  ASSERT_FALSE(moments(runs[0]).empty());
+  for (size_t i = 1; i < runs.size(); ++i) {
+    EXPECT_TRUE(testing::BitwiseEqual(runs[0], runs[i])) << i << ": max diff " << testing::MaxAbsDiff(runs[0], runs[i]);
+    EXPECT_TRUE(moments(runs[0]) == moments(runs[i])) << i;
+  }
+  EXPECT_LT(runs[0].stats.back().loss, runs[0].stats.front().loss);
+}
+
 TEST(Engine, PrefetchStaysWithinItsBudget) {
   TempDir dir;
   TrainConfig c = TinyConfig(dir.path());
