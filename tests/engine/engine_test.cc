@@ -266,6 +266,44 @@ TEST(Engine, StepTransfersUseRegisteredMemoryOnly) {
   EXPECT_EQ(after.unregistered_bytes, before.unregistered_bytes);
 }
 
+// Note [Building blocks], Note [Known zero]: creation writes the working weights and the
+// master weights only; Adam's m and v are zero without a write, read back as zeros (a
+// checkpoint taken before the first step holds them) with no disk read, and the first step
+// trains as with written zeros (OffloadNoneCpuNvmeAreBitwiseIdentical: nvme vs the cpu tier).
+TEST(Engine, CreationWritesWorkingAndMasterOnly) {
+  TempDir dir;
+  for (DType moments : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(moments));
+    TrainConfig c = TinyConfig(dir.path());
+    c.compute_dtype = DType::kBF16;
+    c.adam_states = moments;
+    c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+    auto comm = MakeSingleRankCommunicator();
+    auto engine = Engine::Create(c, comm.get(), nullptr);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    const MemoryLedger& l = (*engine)->ledger();
+    const uint64_t written = l.At(StateKind::kWorking, Residence::kNvme) + l.At(StateKind::kMaster, Residence::kNvme);
+    const uint64_t moments_bytes = l.Of(StateKind::kAdamM) + l.Of(StateKind::kAdamV);
+    ASSERT_GT(moments_bytes, 0u);
+    EXPECT_EQ((*engine)->nvme_stats().bytes_written, written);
+    EXPECT_EQ((*engine)->creation().state_bytes, written);
+    EXPECT_EQ((*engine)->creation().zero_bytes, moments_bytes);
+    uint64_t zero_moment_bytes = 0;
+    ASSERT_TRUE((*engine)->VisitState([&](const TensorKey& k, std::span<const std::byte> bytes) {
+                  if (k.role == TensorRole::kAdamM || k.role == TensorRole::kAdamV)
+                    for (std::byte x : bytes) zero_moment_bytes += x == std::byte{0};
+                  return Status();
+                }).ok());
+    EXPECT_EQ(zero_moment_bytes, moments_bytes);
+    EXPECT_EQ((*engine)->nvme_stats().bytes_read, written);  // the moments came from no disk
+    auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
+    ASSERT_TRUE(data.ok());
+    auto step = (*engine)->Step(0, **data);
+    ASSERT_TRUE(step.ok()) << step.status().ToString();
+    EXPECT_TRUE(std::isfinite(step->loss));
+  }
+}
+
 // Keeping every block's activations (no recompute) gives bitwise the recompute path: the
 // kept graphs saved the parameter tensors, re-bound to a fresh gather before each backward.
 TEST(Engine, KeptActivationsTrainBitwiseLikeRecompute) {
