@@ -23,6 +23,7 @@ namespace {
 // Bytes moved per parameter (element), as the issue counts them.
 constexpr double kAdamBytes = 28;      // fp32 p, g, m, v read; p, m, v written
 constexpr double kAdamBf16Bytes = 30;  // ... plus the 2-byte bf16 copy
+constexpr double kAdamBf16StatesBytes = 22;  // m, v in bf16 (read and written) with the bf16 copy
 constexpr double kTriadBytes = 12;     // STREAM's count: b, c read, a written
 constexpr double kCastBytes = 6;       // fp32 read, bf16 written
 constexpr double kNormBytes = 4;       // fp32 read
@@ -83,7 +84,7 @@ int RunAdamBench(const AdamBenchOptions& o) {
     LogError("bench adam: --params must be at least 1024");
     return 2;
   }
-  if (!o.json) std::printf("strata bench adam: allocating %s for Strata's arrays ...\n", HumanBytes(n * 22).c_str());
+  if (!o.json) std::printf("strata bench adam: allocating %s for Strata's arrays ...\n", HumanBytes(n * 26).c_str());
   std::fflush(stdout);
 
   // Strata's data: non-trivial weights and gradients, zero states (as at step 1).
@@ -91,6 +92,7 @@ int RunAdamBench(const AdamBenchOptions& o) {
   Array<float> m = AllocateTouched<float>(n, threads, 0), v = AllocateTouched<float>(n, threads, 0);
   Array<float> scratch = AllocateTouched<float>(n, threads, 0);
   Array<uint16_t> half = AllocateTouched<uint16_t>(n, threads, 0);
+  Array<uint16_t> m16 = AllocateTouched<uint16_t>(n, threads, 0), v16 = AllocateTouched<uint16_t>(n, threads, 0);
 #pragma omp parallel num_threads(threads)
   {
     std::mt19937 rng(1234 + omp_get_thread_num());
@@ -124,6 +126,10 @@ int RunAdamBench(const AdamBenchOptions& o) {
   AdamSpans spans{{p.get(), n}, {m.get(), n}, {v.get(), n}, {g.get(), n}, {}, {}, HalfFormat::kBf16};
   AdamSpans spans_bf16 = spans;
   spans_bf16.half_out = {half.get(), n};
+  AdamSpans spans_bf16_states = spans_bf16;  // strata.adam_states "bf16"
+  spans_bf16_states.exp_avg = spans_bf16_states.exp_avg_sq = {};
+  spans_bf16_states.exp_avg_bf16 = {m16.get(), n};
+  spans_bf16_states.exp_avg_sq_bf16 = {v16.get(), n};
   auto adam = [&](const AdamSpans& s) -> StatusOr<double> {
     ++hp.step;
     Timer t;
@@ -139,6 +145,8 @@ int RunAdamBench(const AdamBenchOptions& o) {
   std::vector<Variant> vs;
   vs.push_back({"strata_fp32", "Strata AdamW fp32", kAdamBytes, n, [&] { return adam(spans); }, {}});
   vs.push_back({"strata_bf16", "Strata AdamW + fused bf16 copy", kAdamBf16Bytes, n, [&] { return adam(spans_bf16); }, {}});
+  vs.push_back({"strata_bf16_states", "Strata AdamW, bf16 m and v, bf16 copy", kAdamBf16StatesBytes, n,
+                [&] { return adam(spans_bf16_states); }, {}});
   vs.push_back({"roofline_fp32", "roofline: Adam pattern, no math (r4 w3)", kAdamBytes, n,
                 [&] { return timed([&] { RooflinePass(p.get(), g.get(), m.get(), v.get(), nullptr, n, threads); }); }, {}});
   vs.push_back({"roofline_bf16", "roofline + 2 B copy (r4 w4)", kAdamBf16Bytes, n,
@@ -194,7 +202,7 @@ int RunAdamBench(const AdamBenchOptions& o) {
     for (double s : var.seconds) r.push_back(static_cast<double>(var.elements) / s);
     return Summarize(r);
   };
-  const Variant &fp32 = *find("strata_fp32"), &bf16 = *find("strata_bf16");
+  const Variant &fp32 = *find("strata_fp32"), &bf16 = *find("strata_bf16"), &states16 = *find("strata_bf16_states");
   const Variant &roof32 = *find("roofline_fp32"), &roof16 = *find("roofline_bf16"), &triad = *find("triad");
   const Variant *torch = find("libtorch"), *ds = find("deepspeed"), *ds_copy = find("deepspeed_copy");
 
@@ -231,6 +239,9 @@ int RunAdamBench(const AdamBenchOptions& o) {
                       {"params_per_s", rate(bf16).median},
                       {"gbps", rate(bf16).median * kAdamBf16Bytes / gb},
                       {"roofline_gbps", rate(roof16).median * kAdamBf16Bytes / gb}};
+    j["bf16_states"] = {{"bytes_per_param", kAdamBf16StatesBytes},
+                        {"params_per_s", rate(states16).median},
+                        {"gbps", rate(states16).median * kAdamBf16StatesBytes / gb}};
     for (const auto& r : ratios) j[r.key] = r.value ? nlohmann::json(r.value->median) : nlohmann::json(nullptr);
     nlohmann::json spread;
     for (const auto& r : ratios)

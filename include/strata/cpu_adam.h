@@ -77,9 +77,37 @@ struct AdamSpans {
   std::span<uint16_t> half_out;
   HalfFormat half_format = HalfFormat::kBf16;
   // Or m and v stored in bf16 (both, instead of exp_avg and exp_avg_sq): read, updated in
-  // fp32 and rounded back (nearest even) in the same pass.
+  // fp32 and rounded back STOCHASTICALLY in the same pass (Note [Stochastic rounding of the
+  // moments]). exp_avg and exp_avg_sq are then empty.
   std::span<uint16_t> exp_avg_bf16, exp_avg_sq_bf16;
+  // That rounding's random bits: element i's are AdamRoundingBits(rounding_seed,
+  // rounding_index + i). Number the elements globally (rounding_index = the first one's
+  // index in the whole tensor) and derive the seed from what the update is (e.g. the step
+  // and the tensor), and the stored moments are the same bits however the tensor is split
+  // into calls, threads or ranks. Unused with fp32 moments.
+  uint64_t rounding_seed = 0;
+  uint64_t rounding_index = 0;
 };
+
+// Note [Stochastic rounding of the moments]
+// With beta2 = 0.999, v moves by 0.1% of itself per step while g^2 stays near v: less than
+// half a bf16 ulp (0.2-0.4% of the value), so rounding to nearest stores v unchanged and v
+// freezes until g^2 strays far from it (m likewise with beta1 near 1). Stochastic rounding
+// (Fp32ToBf16Stochastic, strata/cast.h) rounds up with probability equal to the fraction
+// of an ulp above the truncated value, so the stored value is the fp32 update on average
+// and small increments accumulate in expectation. The random bits are a counter-based hash
+// of (seed, element index) (AdamRoundingBits: the low 16 bits round m, the high 16 bits
+// v), not a generator's stream: no state to carry or checkpoint, and the same bits on every
+// ISA path and thread count, for a redone update and after a resume.
+
+// The 32 random bits of element `index` under `seed`: lowbias32 of (the index's low half +
+// a key mixed (splitmix64) from the seed and the index's high half). What AdamStep uses;
+// public for tests and for callers that round the same way.
+uint32_t AdamRoundingBits(uint64_t seed, uint64_t index);
+
+// A seed from two integers (splitmix64 of each, combined): e.g. (step, block), so that every
+// step and every tensor gets its own bits.
+uint64_t MixRoundingSeed(uint64_t a, uint64_t b);
 
 struct AdamOptions {
   int num_threads = 0;  // OpenMP threads for this call; 0 = omp_get_max_threads()

@@ -8,9 +8,10 @@
 // registration that would exceed it fails with the numbers, before anything is allocated.
 // All memory of the kCpu tier is allocated at Register (start-up), never during a step.
 //
-// One residency state per tensor, owned here: kEmpty (registered, never written),
-// kResident (its home holds the last write, or will once the write in flight completes),
-// kFailed (the last write failed: reads are refused, naming the tensor).
+// One residency state per tensor, owned here: kZero (registered, never written: known to be
+// all zeros without storing them, Note [Known zero]), kResident (its home holds the last
+// write, or will once the write in flight completes), kFailed (the last write failed: reads
+// are refused, naming the tensor).
 //
 // Write-backs (Note [Write-backs]): WriteBack() takes the pinned buffer holding the bytes
 // and keeps it until the write completes; the buffer then goes back to its pool. A Write()
@@ -80,8 +81,9 @@ class TieredStore {
   // until the write has completed (Note [Write-backs]). The returned ticket may be dropped.
   Ticket WriteBack(TensorHandle t, PinnedBuffer lease);
   // Copies the tensor from its home into dst (exactly its bytes); while a write-back of it
-  // is in flight, from that write-back's buffer instead (no wait, no disk read). Refused for
-  // a tensor never written or whose last write failed.
+  // is in flight, from that write-back's buffer instead (no wait, no disk read). A tensor
+  // never written reads as zeros, with no I/O (the ticket is done on return). Refused for
+  // a tensor whose last write failed.
   Ticket Read(TensorHandle t, std::span<std::byte> dst);
 
   // A buffer of `pool`: a free one, else (blocking) the one the oldest write-back holding
@@ -95,7 +97,8 @@ class TieredStore {
   // naming the tensor and the file; OK when none has.
   Status WriteBackFailure() const;
 
-  // A kCpu tensor's memory, for in-place work (e.g. the CPU Adam on a resident shard).
+  // A kCpu tensor's memory, for in-place work (e.g. the CPU Adam on a resident shard); zeros
+  // if the tensor was never written. From then on the memory is the tensor.
   std::span<std::byte> CpuMemory(TensorHandle t);
 
   // Host memory that NVMe transfers will read into and write from (the caller's pinned

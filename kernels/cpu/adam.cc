@@ -106,6 +106,8 @@ Status ValidateSpans(const AdamSpans& s) {
                            s.grad.size(), s.grad_bf16.size());
   if (!s.half_out.empty() && s.half_out.size() != n)
     return InvalidArgument("Adam half_out has {} elements, params {}", s.half_out.size(), n);
+  if (bf16_moments && s.rounding_index > UINT64_MAX - n)
+    return InvalidArgument("Adam rounding_index {} + {} elements overflows 64 bits", s.rounding_index, n);
   return Status::Ok();
 }
 
@@ -141,6 +143,23 @@ AdamArgs MakeArgs(const AdamHyperParams& hp, const AdamSpans& s) {
   return a;
 }
 
+// Runs the kernel over [begin, end) of one thread. The kernel counts elements in 32 bits
+// (cheap in SIMD): a range whose global indices (rounding_index + i) cross a multiple of 2^32
+// runs in pieces, each with the key of its indices' high half.
+void RunAdamRange(AdamRangeFn kernel, const AdamArgs& args, const AdamSpans& s, size_t begin, size_t end) {
+  if (args.moment_kind != cpu::MomentKind::kBf16) return kernel(args, begin, end);
+  AdamArgs a = args;
+  a.sr_base = static_cast<uint32_t>(s.rounding_index);
+  while (begin < end) {
+    const uint64_t index = s.rounding_index + begin;
+    const uint64_t to_boundary = (uint64_t{1} << 32) - (index & 0xffffffffu);
+    const size_t piece_end = static_cast<size_t>(std::min<uint64_t>(end, begin + to_boundary));
+    a.sr_key = cpu::RoundingKey(s.rounding_seed, index >> 32);
+    kernel(a, begin, piece_end);
+    begin = piece_end;
+  }
+}
+
 template <class T>
 GradStats SumSquaresParallel(const T* x, size_t n, const AdamOptions& options,
                              double (*kernel)(const T*, size_t, size_t)) {
@@ -162,9 +181,15 @@ Status AdamStep(const AdamHyperParams& hp, const AdamSpans& spans, const AdamOpt
   const AdamArgs args = MakeArgs(hp, spans);
   const AdamRangeFn kernel = PickAdamKernel();
   ParallelRanges(args.p, sizeof(float), n, ThreadsFor(n, options),
-                 [&](int, size_t b, size_t e) { kernel(args, b, e); });
+                 [&](int, size_t b, size_t e) { RunAdamRange(kernel, args, spans, b, e); });
   return Status::Ok();
 }
+
+uint32_t AdamRoundingBits(uint64_t seed, uint64_t index) {
+  return cpu::RoundingBits<cpu::ScalarOps<false>>(static_cast<uint32_t>(index) + cpu::RoundingKey(seed, index >> 32));
+}
+
+uint64_t MixRoundingSeed(uint64_t a, uint64_t b) { return cpu::SplitMix64(cpu::SplitMix64(a) ^ b); }
 
 GradStats GradSumSquares(std::span<const float> grad, const AdamOptions& options) {
   auto kernel = ActiveIsa() == IsaLevel::kAvx512 ? cpu::SumSquaresAvx512

@@ -21,6 +21,15 @@ inline __m128i RoundToBf16Bits(__m256 x) {
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0b1000));
 }
 
+// Stochastic rounding (Fp32ToBf16Stochastic's rule) before the pack: `random` (16 bits per
+// lane, in the low half) added to the bit pattern; bf16 bits in the low half of each lane.
+inline __m256i StochasticRoundToBf16Lanes(__m256 x, __m256i random) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i r = _mm256_add_epi32(u, random);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  return _mm256_srli_epi32(_mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan), 16);
+}
+
 struct Avx2Ops {
   static constexpr size_t kWidth = 8;
   using F = __m256;
@@ -48,6 +57,20 @@ struct Avx2Ops {
   static F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   static void Fence() { _mm_sfence(); }
   static void Prefetch(const void* x) { _mm_prefetch(static_cast<const char*>(x), _MM_HINT_T0); }
+  using U = __m256i;
+  static U SetU(uint32_t x) { return _mm256_set1_epi32(static_cast<int>(x)); }
+  static U CounterU(uint32_t first) { return _mm256_add_epi32(SetU(first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
+  static U XorU(U a, U b) { return _mm256_xor_si256(a, b); }
+  static U SrlU(U a, int k) { return _mm256_srli_epi32(a, k); }
+  static U MulU(U a, U b) { return _mm256_mullo_epi32(a, b); }
+  static void StoreMomentsBf16(uint16_t* m16, F m, uint16_t* v16, F v, U bits) {
+    const __m256i rm = StochasticRoundToBf16Lanes(m, _mm256_and_si256(bits, _mm256_set1_epi32(0xffff)));
+    const __m256i rv = StochasticRoundToBf16Lanes(v, _mm256_srli_epi32(bits, 16));
+    // One pack for both: [m0-3 v0-3 | m4-7 v4-7] -> [m0-7 | v0-7].
+    const __m256i mv = _mm256_permute4x64_epi64(_mm256_packus_epi32(rm, rv), 0b11011000);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(m16), _mm256_castsi256_si128(mv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(v16), _mm256_extracti128_si256(mv, 1));
+  }
   struct D {
     __m256d lo, hi;
   };

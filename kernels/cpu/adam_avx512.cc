@@ -46,6 +46,18 @@ struct Avx512Ops {
   static F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   static void Fence() { _mm_sfence(); }
   static void Prefetch(const void* x) { _mm_prefetch(static_cast<const char*>(x), _MM_HINT_T0); }
+  using U = __m512i;
+  static U SetU(uint32_t x) { return _mm512_set1_epi32(static_cast<int>(x)); }
+  static U CounterU(uint32_t first) {
+    return _mm512_add_epi32(SetU(first), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  }
+  static U XorU(U a, U b) { return _mm512_xor_si512(a, b); }
+  static U SrlU(U a, int k) { return _mm512_srli_epi32(a, static_cast<unsigned>(k)); }
+  static U MulU(U a, U b) { return _mm512_mullo_epi32(a, b); }
+  static void StoreMomentsBf16(uint16_t* m16, F m, uint16_t* v16, F v, U bits) {
+    StoreHalf<false>(m16, StochasticRoundToBf16Bits(m, _mm512_and_si512(bits, _mm512_set1_epi32(0xffff))));
+    StoreHalf<false>(v16, StochasticRoundToBf16Bits(v, _mm512_srli_epi32(bits, 16)));
+  }
   // Gradient pass: squares accumulated in double, 8 lanes per half.
   struct D {
     __m512d lo, hi;

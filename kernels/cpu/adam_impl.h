@@ -40,6 +40,10 @@ struct AdamArgs {
   float neg_step_size = 0;               // -lr / (1 - beta1^t)
   float inv_sqrt_bc2 = 1;                // 1 / sqrt(1 - beta2^t)
   float eps = 0;
+  // MomentKind::kBf16: the stochastic rounding's key and the 32-bit counter of element 0;
+  // element i's counter is sr_base + i (mod 2^32). See RoundingBits.
+  uint32_t sr_key = 0;
+  uint32_t sr_base = 0;
 };
 
 // Per-ISA kernels over elements [begin, end) of one call (run by one thread).
@@ -58,6 +62,19 @@ double SumSquaresBf16Avx2(const uint16_t* x, size_t begin, size_t end);
 double SumSquaresBf16Avx512(const uint16_t* x, size_t begin, size_t end);
 
 namespace {
+
+// splitmix64's finaliser (Steele et al.): a full-avalanche 64-bit mix, for the per-call key.
+inline uint64_t SplitMix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// The key of the elements whose 64-bit index has high half `hi`, under `seed`.
+inline uint32_t RoundingKey(uint64_t seed, uint64_t hi) {
+  return static_cast<uint32_t>(SplitMix64(seed ^ SplitMix64(hi)) >> 32);
+}
 
 // Single-element ops, the scalar path and every ISA's head and tail. kHardwareFma: fused
 // multiply-add (the SIMD files have -mfma, where std::fma is one instruction); the scalar
@@ -88,6 +105,18 @@ struct ScalarOps {
   }
   static void Fence() {}
   static void Prefetch(const void*) {}
+  // 32-bit lanes for the rounding's hash (unsigned: multiplies wrap).
+  using U = uint32_t;
+  static U SetU(uint32_t x) { return x; }
+  static U CounterU(uint32_t first) { return first; }  // lane k holds first + k
+  static U XorU(U a, U b) { return a ^ b; }
+  static U SrlU(U a, int k) { return a >> k; }
+  static U MulU(U a, U b) { return a * b; }
+  // m and v rounded stochastically, m with the low 16 random bits, v with the high 16.
+  static void StoreMomentsBf16(uint16_t* m16, F m, uint16_t* v16, F v, U bits) {
+    *m16 = Fp32ToBf16Stochastic(m, bits & 0xffffu);
+    *v16 = Fp32ToBf16Stochastic(v, bits >> 16);
+  }
   // Gradient pass.
   using D = double;
   static D ZeroD() { return 0.0; }
@@ -97,19 +126,50 @@ struct ScalarOps {
   static double ReduceD(D acc) { return acc; }
 };
 
+// The constants broadcast once per range (stores through p, m, v... may alias AdamArgs as far
+// as the compiler knows, so reading them from it inside the loop reloads them every time).
+template <class Ops>
+struct AdamConsts {
+  using F = typename Ops::F;
+  explicit AdamConsts(const AdamArgs& a)
+      : grad_scale(Ops::Set1(a.grad_scale)), beta1(Ops::Set1(a.beta1)), one_minus_beta1(Ops::Set1(a.one_minus_beta1)),
+        beta2(Ops::Set1(a.beta2)), one_minus_beta2(Ops::Set1(a.one_minus_beta2)),
+        inv_sqrt_bc2(Ops::Set1(a.inv_sqrt_bc2)), eps(Ops::Set1(a.eps)), neg_step_size(Ops::Set1(a.neg_step_size)),
+        decay(Ops::Set1(a.decay)) {}
+  F grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, neg_step_size, decay;
+};
+
 // One element or one vector of the AdamW update; identical arithmetic for every width, so
 // a tail done one element at a time gives the bits the vector body would have given.
 //   g' = g * grad_scale;  m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2
 //   p  = p * decay - step_size * m / (sqrt(v) / sqrt(bc2) + eps)
 template <class Ops>
-inline void AdamUpdate(const AdamArgs& a, typename Ops::F g, typename Ops::F& p, typename Ops::F& m,
+inline void AdamUpdate(const AdamConsts<Ops>& c, typename Ops::F g, typename Ops::F& p, typename Ops::F& m,
                        typename Ops::F& v) {
   using F = typename Ops::F;
-  const F gs = Ops::Mul(g, Ops::Set1(a.grad_scale));
-  m = Ops::Fma(Ops::Set1(a.beta1), m, Ops::Mul(Ops::Set1(a.one_minus_beta1), gs));
-  v = Ops::Fma(Ops::Set1(a.beta2), v, Ops::Mul(Ops::Set1(a.one_minus_beta2), Ops::Mul(gs, gs)));
-  const F denom = Ops::Fma(Ops::Sqrt(v), Ops::Set1(a.inv_sqrt_bc2), Ops::Set1(a.eps));
-  p = Ops::Fma(Ops::Set1(a.neg_step_size), Ops::Div(m, denom), Ops::Mul(p, Ops::Set1(a.decay)));
+  const F gs = Ops::Mul(g, c.grad_scale);
+  m = Ops::Fma(c.beta1, m, Ops::Mul(c.one_minus_beta1, gs));
+  v = Ops::Fma(c.beta2, v, Ops::Mul(c.one_minus_beta2, Ops::Mul(gs, gs)));
+  const F denom = Ops::Fma(Ops::Sqrt(v), c.inv_sqrt_bc2, c.eps);
+  p = Ops::Fma(c.neg_step_size, Ops::Div(m, denom), Ops::Mul(p, c.decay));
+}
+
+// The random bits of kWidth consecutive elements (Note [Stochastic rounding of the moments]
+// in strata/cpu_adam.h): lowbias32 (C. Wellons' hash-prospector: a bijection of 32 bits,
+// two multiplies, low bias) of the element's counter plus the key, `first` being the first
+// element's sum. Integer ops only, the same in every width, so every ISA path and every
+// split of a range gives the same bits. (A fresh random key per call already makes each
+// element's bits uniform from one step to the next; the hash decorrelates neighbouring
+// elements within a call.)
+template <class Ops>
+inline typename Ops::U RoundingBits(uint32_t first) {
+  using U = typename Ops::U;
+  U x = Ops::CounterU(first);
+  x = Ops::XorU(x, Ops::SrlU(x, 16));
+  x = Ops::MulU(x, Ops::SetU(0x7feb352dU));
+  x = Ops::XorU(x, Ops::SrlU(x, 15));
+  x = Ops::MulU(x, Ops::SetU(0x846ca68bU));
+  return Ops::XorU(x, Ops::SrlU(x, 16));
 }
 
 // Note [Adam memory traffic]
@@ -126,11 +186,13 @@ constexpr size_t kPrefetchBytes = 1024;
 
 // Elements [begin, end) in steps of Ops::kWidth (end - begin must be a multiple of it).
 // kStream: write the half copy with non-temporal stores (its destination is aligned).
-// kMoments kBf16: m and v are read from bf16 and rounded back to it (nearest even) in the
-// same pass: the update itself is the fp32 one.
+// kMoments kBf16: m and v are read from bf16 and rounded back to it (stochastically: the low
+// 16 random bits for m, the high 16 for v) in the same pass: the update itself is the fp32 one.
 template <class Ops, GradKind kGrad, MomentKind kMoments, HalfKind kHalf, bool kStream>
 inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
   using F = typename Ops::F;
+  const AdamConsts<Ops> c(a);
+  const uint32_t counter = a.sr_base + a.sr_key;  // element i's counter + key: counter + i
   constexpr size_t kAhead = kPrefetchBytes / sizeof(float);
   constexpr bool kBf16Moments = kMoments == MomentKind::kBf16;
 #pragma GCC unroll 2
@@ -157,11 +219,10 @@ inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
       m = Ops::Load(a.m + i);
       v = Ops::Load(a.v + i);
     }
-    AdamUpdate<Ops>(a, g, p, m, v);
+    AdamUpdate<Ops>(c, g, p, m, v);
     Ops::Store(a.p + i, p);
     if constexpr (kBf16Moments) {
-      Ops::template StoreBf16<false>(a.m16 + i, m);
-      Ops::template StoreBf16<false>(a.v16 + i, v);
+      Ops::StoreMomentsBf16(a.m16 + i, m, a.v16 + i, v, RoundingBits<Ops>(counter + static_cast<uint32_t>(i)));
     } else {
       Ops::Store(a.m + i, m);
       Ops::Store(a.v + i, v);

@@ -16,6 +16,13 @@ uint16_t Fp32ToBf16(float x) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+uint16_t Fp32ToBf16Stochastic(float x, uint32_t random) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+  return static_cast<uint16_t>((u + (random & 0xffffu)) >> 16);
+}
+
 float Bf16ToFp32(uint16_t x) {
   uint32_t u = static_cast<uint32_t>(x) << 16;
   float f;

@@ -104,8 +104,10 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   Status pinned = pooled.valid() ? pooled.get() : Status();
   STRATA_RETURN_IF_ERROR(built);
   STRATA_RETURN_IF_ERROR(pinned);
-  for (StateKind k : {StateKind::kWorking, StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV})
+  for (StateKind k : {StateKind::kWorking, StateKind::kMaster})
     creation.state_bytes += ledger.At(k, Residence::kCpu) + ledger.At(k, Residence::kNvme);
+  for (StateKind k : {StateKind::kAdamM, StateKind::kAdamV})
+    creation.zero_bytes += ledger.At(k, Residence::kCpu) + ledger.At(k, Residence::kNvme);
   STRATA_RETURN_IF_ERROR(RegisterPools());
   creation.total_s = seconds_since(start);
   phase("finishing");

@@ -69,7 +69,8 @@ struct CreationStats {
                                // alongside the blocks: Note [Pools alongside the blocks])
   double blocks_s = 0;         // making every block and writing its initial state
   uint64_t pool_bytes = 0;     // the pools' page-locked bytes
-  uint64_t state_bytes = 0;    // initial state written to the cpu and nvme tiers
+  uint64_t state_bytes = 0;    // initial state written to the cpu and nvme tiers (working, master)
+  uint64_t zero_bytes = 0;     // Adam's m and v there: zero, registered but not written (Note [Known zero])
 };
 
 // The counters a checkpoint must carry besides the tensors.

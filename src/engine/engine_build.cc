@@ -92,8 +92,10 @@ Status Engine::Impl::OpenStore(const EngineHooks& hooks) {
 }
 
 // Note [Building blocks]
-// Creation writes every block's initial state (working weights, fp32 master, zero moments:
-// 14-18 B/param). Made one block at a time into fresh tensors and written synchronously it ran
+// Creation writes every block's initial state: working weights and fp32 master (6-8 B/param).
+// Adam's moments are zero then, and a tensor never written is known zero to the store (Note
+// [Known zero]), so they are registered, not written: 8 of the 14 B/param with fp32 moments.
+// Made one block at a time into fresh tensors and written synchronously it ran
 // at ~0.7 GB/s against ~5 GB/s for `bench io` writes: on this kind of machine the page faults
 // of fresh memory cost ~0.5 s per GB, LibTorch's normal_ is serial (~270 M values/s), and one
 // write was in flight at a time. So:
@@ -121,19 +123,14 @@ struct Engine::Impl::Staging {
 Status Engine::Impl::BuildBlocks(const EngineHooks& hooks, const std::function<void(const std::string&)>& phase) {
   model.blocks.resize(plan.blocks.size());
   const int n = num_blocks();
-  int64_t max_working = 0, max_sub_group = 1;
-  for (const BlockPlan& bp : plan.blocks) {
-    max_working = std::max(max_working, bp.working.len);
-    max_sub_group = std::max(max_sub_group, std::min(bp.sub_group_step, bp.optimizer.len));
-  }
+  int64_t max_working = 0;
+  for (const BlockPlan& bp : plan.blocks) max_working = std::max(max_working, bp.working.len);
   Staging staging[2];
-  torch::Tensor zeros;  // zero moments for every sub-group, fp32 or bf16 (a prefix of it)
   STRATA_RETURN_IF_ERROR(TorchCall("creation staging", [&] {
     for (Staging& s : staging) {
       s.flat = torch::empty({plan.max_padded}, torch::kFloat32);
       if (compute_scalar() != torch::kFloat32) s.working = torch::empty({max_working}, compute_scalar());
     }
-    zeros = torch::zeros({max_sub_group}, torch::kFloat32);
   }));
   // Every write is done before the staging is freed, whichever way this function returns.
   struct Drain {
@@ -158,7 +155,7 @@ Status Engine::Impl::BuildBlocks(const EngineHooks& hooks, const std::function<v
       STRATA_RETURN_IF_ERROR(staging[(b + 1) % 2].WaitWrites());
       next = make(b + 1);
     }
-    STRATA_RETURN_IF_ERROR(BuildBlock(b, std::move(module), hooks, staging[b % 2], zeros));
+    STRATA_RETURN_IF_ERROR(BuildBlock(b, std::move(module), hooks, staging[b % 2]));
   }
   for (Staging& s : staging) STRATA_RETURN_IF_ERROR(s.WaitWrites());
   return Status();
@@ -166,8 +163,7 @@ Status Engine::Impl::BuildBlocks(const EngineHooks& hooks, const std::function<v
 
 // Takes block b's module, made in place in `st.flat`: records its slots, applies the hook's
 // weights, stores this rank's ranges and allocates its gradient accumulator.
-Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, const EngineHooks& hooks, Staging& st,
-                                const torch::Tensor& zeros) {
+Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, const EngineHooks& hooks, Staging& st) {
   BlockRuntime& br = model.blocks[b];
   const BlockPlan& bp = plan.blocks[b];
   const bool owner = model.tie && b == model.tie->owner_block;
@@ -208,7 +204,7 @@ Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, con
     flat = st.flat.narrow(0, 0, bp.layout.padded);
     flat.narrow(0, numel, bp.layout.padded - numel).zero_();
   }));
-  STRATA_RETURN_IF_ERROR(StoreInitialState(b, flat, st, zeros));
+  STRATA_RETURN_IF_ERROR(StoreInitialState(b, flat, st));
   STRATA_ASSIGN_OR_RETURN(br.grad, grads.Allocate(bp.grad.len * plan.gsize));
   ledger.Add(StateKind::kGradAccum, Residence::kCpu, bp.grad.len * plan.gsize);
   // The module keeps no weights of its own: they are views of a gather buffer when it runs.
@@ -217,23 +213,25 @@ Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, con
 }
 
 // Registers block b's tensors (plan.Keys() names) and submits the writes of their initial
-// values: the working range in the compute dtype, fp32 master weights, zero Adam moments. The
-// writes read `flat`, `st.working` and `zeros` until st.writes complete.
-Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging& st, const torch::Tensor& zeros) {
+// values: the working range in the compute dtype and the fp32 master weights; Adam's moments,
+// zero, are only registered (Note [Building blocks]). The writes read `flat` and `st.working`
+// until st.writes complete.
+Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging& st) {
   BlockRuntime& br = model.blocks[b];
   const BlockPlan& bp = plan.blocks[b];
-  auto add = [&](const TensorKey& key, std::span<const std::byte> bytes, TensorHandle* h) -> Status {
+  // `init`: the initial bytes, or empty for a zero tensor (`bytes` long, known zero: not written).
+  auto add = [&](const TensorKey& key, uint64_t bytes, std::span<const std::byte> init, TensorHandle* h) -> Status {
     const bool working = key.role == TensorRole::kWorking || key.role == TensorRole::kAdapter;
     const Residence home = key.role == TensorRole::kAdapter ? Residence::kCpu
                            : working                        ? plan.WorkingResidence(b)
                                                             : plan.optimizer_home;
-    STRATA_ASSIGN_OR_RETURN(*h, store->Register(key.Name(), bytes.size(), TierOf(home)));
-    st.writes.push_back(store->Write(*h, bytes));
+    STRATA_ASSIGN_OR_RETURN(*h, store->Register(key.Name(), bytes, TierOf(home)));
+    if (!init.empty()) st.writes.push_back(store->Write(*h, init));
     const StateKind kind = working                              ? StateKind::kWorking
                            : key.role == TensorRole::kMaster ? StateKind::kMaster
                            : key.role == TensorRole::kAdamM  ? StateKind::kAdamM
                                                               : StateKind::kAdamV;
-    ledger.Add(kind, home, bytes.size());
+    ledger.Add(kind, home, bytes);
     return Status();
   };
   torch::Tensor working;  // fp32: a view of the flat group; else converted into the staging
@@ -252,19 +250,19 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
   } else {  // with an adapter range (LoRA, base on NVMe) the working range's end goes apart
     const auto bytes = BytesOf(working);
     const size_t frozen = bp.working_tensor_len() * plan.dsize;
-    STRATA_RETURN_IF_ERROR(add({b, TensorRole::kWorking, 0}, bytes.subspan(0, frozen), &br.working));
+    STRATA_RETURN_IF_ERROR(add({b, TensorRole::kWorking, 0}, frozen, bytes.subspan(0, frozen), &br.working));
     if (bp.adapter.len > 0)
-      STRATA_RETURN_IF_ERROR(add({b, TensorRole::kAdapter, 0}, bytes.subspan(frozen), &br.adapter));
+      STRATA_RETURN_IF_ERROR(add({b, TensorRole::kAdapter, 0}, bytes.size() - frozen, bytes.subspan(frozen), &br.adapter));
   }
   for (int64_t i = 0; i < bp.num_sub_groups(); ++i) {
     const ElementRange r = bp.sub_group(i);
     SubGroup sg{r, {}, {}, {}};
-    const auto z = BytesOf(zeros).subspan(0, r.len * plan.msize);  // zero moments, fp32 or bf16
+    const uint64_t moment_bytes = r.len * plan.msize;  // fp32 or bf16
     torch::Tensor master;  // contiguous: a view of the flat group
     STRATA_RETURN_IF_ERROR(TorchCall("initial state", [&] { master = flat.narrow(0, r.begin, r.len); }));
-    STRATA_RETURN_IF_ERROR(add({b, TensorRole::kMaster, r.begin}, BytesOf(master), &sg.master));
-    STRATA_RETURN_IF_ERROR(add({b, TensorRole::kAdamM, r.begin}, z, &sg.m));
-    STRATA_RETURN_IF_ERROR(add({b, TensorRole::kAdamV, r.begin}, z, &sg.v));
+    STRATA_RETURN_IF_ERROR(add({b, TensorRole::kMaster, r.begin}, BytesOf(master).size(), BytesOf(master), &sg.master));
+    STRATA_RETURN_IF_ERROR(add({b, TensorRole::kAdamM, r.begin}, moment_bytes, {}, &sg.m));
+    STRATA_RETURN_IF_ERROR(add({b, TensorRole::kAdamV, r.begin}, moment_bytes, {}, &sg.v));
     br.subs.push_back(sg);
   }
   return Status();

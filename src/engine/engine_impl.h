@@ -203,9 +203,8 @@ struct Engine::Impl {
   // engine_build.cc: every block's initial state (Note [Building blocks])
   struct Staging;
   Status BuildBlocks(const EngineHooks& hooks, const std::function<void(const std::string&)>& phase);
-  Status BuildBlock(int b, std::shared_ptr<model::Block> module, const EngineHooks& hooks, Staging& st,
-                    const torch::Tensor& zeros);
-  Status StoreInitialState(int b, const torch::Tensor& flat, Staging& st, const torch::Tensor& zeros);
+  Status BuildBlock(int b, std::shared_ptr<model::Block> module, const EngineHooks& hooks, Staging& st);
+  Status StoreInitialState(int b, const torch::Tensor& flat, Staging& st);
   Status AllocateDeviceBuffers();
   torch::ScalarType compute_scalar() const;
   int num_blocks() const { return static_cast<int>(model.blocks.size()); }

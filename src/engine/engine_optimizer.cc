@@ -286,6 +286,12 @@ Status Engine::Impl::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   if (cfg.adam_states == DType::kBF16) {
     spans.exp_avg_bf16 = AsHalves(states[1]);
     spans.exp_avg_sq_bf16 = AsHalves(states[2]);
+    // Stochastic rounding's bits from what the update is, never from who runs it: the run's
+    // seed, Adam's step, the block and the flat-group position (global, not rank-relative).
+    // So ranks, stages, sub-groups, overlap modes, a speculative redo and a resume all give
+    // the same bits (Note [Stochastic rounding of the moments]).
+    spans.rounding_seed = MixRoundingSeed(MixRoundingSeed(cfg.seed, static_cast<uint64_t>(hp.step)), b);
+    spans.rounding_index = static_cast<uint64_t>(sg.range.begin);
   } else {
     spans.exp_avg = AsFloats(states[1]);
     spans.exp_avg_sq = AsFloats(states[2]);

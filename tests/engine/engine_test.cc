@@ -198,6 +198,41 @@ TEST(Engine, StagesTrainTheSameModel) {
   for (int stage = 1; stage <= 3; ++stage) EXPECT_LT(testing::MaxAbsDiff(runs[0], runs[stage]), 2e-5) << stage;
 }
 
+// Adam's m and v in bf16 are rounded stochastically with bits from (step, block, position in
+// the block's flat group), never from how the update is cut: other sub-group sizes (the
+// kernel calls) and other homes give bitwise the same weights and moments.
+TEST(Engine, Bf16MomentsRoundAlikeWhateverTheSubGroups) {
+  TempDir dir;
+  std::vector<testing::RunResult> runs;
+  for (auto [sub_group, home] : {std::pair{5000, OffloadDevice::kNone}, std::pair{3000, OffloadDevice::kCpu},
+                                 std::pair{11000, OffloadDevice::kNvme}}) {
+    TrainConfig c = TinyConfig(dir.path());
+    c.compute_dtype = DType::kBF16;
+    c.adam_states = DType::kBF16;
+    c.sub_group_size = sub_group;
+    c.offload_optimizer.device = home;
+    runs.push_back(RunEngine(c, 2, 4));
+  }
+  // Rank 0's m and v, block by block in flat order, whatever the sub-groups.
+  auto moments = [](const testing::RunResult& r) {
+    std::map<std::tuple<int, int, int64_t>, const std::vector<std::byte>*> ordered;
+    for (const auto& [name, bytes] : r.state) {
+      const std::optional<TensorKey> k = TensorKey::Parse(name);
+      if (k && (k->role == TensorRole::kAdamM || k->role == TensorRole::kAdamV))
+        ordered[{k->block, static_cast<int>(k->role), k->offset}] = &bytes;
+    }
+    std::vector<std::byte> all;
+    for (const auto& [key, bytes] : ordered) all.insert(all.end(), bytes->begin(), bytes->end());
+    return all;
+  };
+  ASSERT_FALSE(moments(runs[0]).empty());
+  for (size_t i = 1; i < runs.size(); ++i) {
+    EXPECT_TRUE(testing::BitwiseEqual(runs[0], runs[i])) << i << ": max diff " << testing::MaxAbsDiff(runs[0], runs[i]);
+    EXPECT_TRUE(moments(runs[0]) == moments(runs[i])) << i;
+  }
+  EXPECT_LT(runs[0].stats.back().loss, runs[0].stats.front().loss);
+}
+
 TEST(Engine, PrefetchStaysWithinItsBudget) {
   TempDir dir;
   TrainConfig c = TinyConfig(dir.path());
@@ -229,6 +264,44 @@ TEST(Engine, StepTransfersUseRegisteredMemoryOnly) {
   EXPECT_GT(after.bytes_read, before.bytes_read);
   EXPECT_GT(after.bytes_written, before.bytes_written);
   EXPECT_EQ(after.unregistered_bytes, before.unregistered_bytes);
+}
+
+// Note [Building blocks], Note [Known zero]: creation writes the working weights and the
+// master weights only; Adam's m and v are zero without a write, read back as zeros (a
+// checkpoint taken before the first step holds them) with no disk read, and the first step
+// trains as with written zeros (OffloadNoneCpuNvmeAreBitwiseIdentical: nvme vs the cpu tier).
+TEST(Engine, CreationWritesWorkingAndMasterOnly) {
+  TempDir dir;
+  for (DType moments : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(moments));
+    TrainConfig c = TinyConfig(dir.path());
+    c.compute_dtype = DType::kBF16;
+    c.adam_states = moments;
+    c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+    auto comm = MakeSingleRankCommunicator();
+    auto engine = Engine::Create(c, comm.get(), nullptr);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    const MemoryLedger& l = (*engine)->ledger();
+    const uint64_t written = l.At(StateKind::kWorking, Residence::kNvme) + l.At(StateKind::kMaster, Residence::kNvme);
+    const uint64_t moments_bytes = l.Of(StateKind::kAdamM) + l.Of(StateKind::kAdamV);
+    ASSERT_GT(moments_bytes, 0u);
+    EXPECT_EQ((*engine)->nvme_stats().bytes_written, written);
+    EXPECT_EQ((*engine)->creation().state_bytes, written);
+    EXPECT_EQ((*engine)->creation().zero_bytes, moments_bytes);
+    uint64_t zero_moment_bytes = 0;
+    ASSERT_TRUE((*engine)->VisitState([&](const TensorKey& k, std::span<const std::byte> bytes) {
+                  if (k.role == TensorRole::kAdamM || k.role == TensorRole::kAdamV)
+                    for (std::byte x : bytes) zero_moment_bytes += x == std::byte{0};
+                  return Status();
+                }).ok());
+    EXPECT_EQ(zero_moment_bytes, moments_bytes);
+    EXPECT_EQ((*engine)->nvme_stats().bytes_read, written);  // the moments came from no disk
+    auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
+    ASSERT_TRUE(data.ok());
+    auto step = (*engine)->Step(0, **data);
+    ASSERT_TRUE(step.ok()) << step.status().ToString();
+    EXPECT_TRUE(std::isfinite(step->loss));
+  }
 }
 
 // Keeping every block's activations (no recompute) gives bitwise the recompute path: the

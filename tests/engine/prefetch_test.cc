@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "offload/test_util.h"
+#include "support/faulty_io_engine.h"
 #include "support/temp_dir.h"
 
 namespace strata {
@@ -20,16 +21,20 @@ struct Fixture {
   std::unique_ptr<TieredStore> store;
   std::vector<TensorHandle> tensors;
 
-  Fixture(int n, uint64_t (*bytes_of)(int), bool nvme, bool write = true) {
+  Fixture(int n, uint64_t (*bytes_of)(int), bool nvme, std::vector<testing::Fault> faults = {}) {
     TieredStoreOptions o;
     o.enable_nvme = nvme;
     o.nvme = testing::TierOptions(dir.path(), /*block=*/4096, /*qd=*/4);
+    if (!faults.empty())
+      o.nvme.wrap_engine = [faults](std::unique_ptr<IoEngine> e) -> std::unique_ptr<IoEngine> {
+        return std::make_unique<testing::FaultyIoEngine>(std::move(e), faults);
+      };
     store = std::move(TieredStore::Create(o)).value();
     for (int g = 0; g < n; ++g) {
       const uint64_t bytes = bytes_of(g);
       tensors.push_back(*store->Register("t" + std::to_string(g), bytes, nvme ? Tier::kNvme : Tier::kCpu));
       std::vector<std::byte> v(bytes, static_cast<std::byte>(g));
-      if (write) EXPECT_TRUE(store->Write(tensors.back(), v).Wait().ok());
+      EXPECT_TRUE(store->Write(tensors.back(), v).Wait().ok());
     }
   }
   std::vector<PrefetchScheduler::Item> Plan(const std::vector<int>& blocks) const {
@@ -65,15 +70,14 @@ TEST(Prefetch, ABudgetSmallerThanOneBlockStillMakesProgress) {
 }
 
 TEST(Prefetch, AFailedReadIsReturnedToTheTaker) {
-  Fixture f(2, [](int) { return uint64_t{100}; }, /*nvme=*/true, /*write=*/false);
-  std::vector<std::byte> v(100, std::byte{0});
-  ASSERT_TRUE(f.store->Write(f.tensors[0], v).Wait().ok());  // tensor 1 was never written
+  // The second read request (tensor 1's) fails with EIO.
+  Fixture f(2, [](int) { return uint64_t{100}; }, /*nvme=*/true, {{IoOp::kRead, 1, testing::FaultKind::kError, EIO}});
   auto pool = PinnedPool::Create(3, 4096, nullptr);
   ASSERT_TRUE(pool.ok());
   PrefetchScheduler p(f.Plan({0, 1}), f.store.get(), pool->get(), 1000, nullptr);
   ASSERT_TRUE(p.Take(0).ok());
   auto b = p.Take(1);
-  EXPECT_EQ(b.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(b.status().code(), StatusCode::kIoError) << b.status().ToString();
   EXPECT_NE(b.status().message().find("'t1'"), std::string::npos) << b.status().ToString();
 }
 

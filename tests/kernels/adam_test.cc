@@ -222,39 +222,7 @@ TEST_P(AdamIsaTest, AClipCoefficientScalesTheGradientLikeAScaledGradient) {
   for (size_t i = 0; i < n; ++i) EXPECT_NEAR(pa[i], pb[i], 1e-6f) << i;
 }
 
-// m and v kept in bf16 (strata.adam_states "bf16"): the update is the fp32 one on the
-// decoded moments, and the stored moments are its results rounded to nearest even.
-TEST_P(AdamIsaTest, Bf16MomentsAreTheFp32UpdateRounded) {
-  for (size_t n : {size_t{1}, size_t{37}, size_t{4099}, size_t{70001}}) {
-    SCOPED_TRACE(testing::Message() << "n=" << n << " isa=" << AdamIsaDescription());
-    std::mt19937 rng(static_cast<uint32_t>(n));
-    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-    std::vector<float> p32(n), m32(n), v32(n), g(n), p16(n);
-    std::vector<uint16_t> m16(n), v16(n), half32(n), half16(n);
-    for (size_t i = 0; i < n; ++i) {
-      p32[i] = p16[i] = uni(rng);
-      m16[i] = Fp32ToBf16(0.01f * uni(rng));
-      v16[i] = Fp32ToBf16(1e-4f * std::abs(uni(rng)) + 1e-8f);
-      m32[i] = Bf16ToFp32(m16[i]);
-      v32[i] = Bf16ToFp32(v16[i]);
-      g[i] = 0.05f * uni(rng);
-    }
-    AdamHyperParams hp;
-    hp.lr = 1e-2;
-    hp.step = 5;
-    hp.weight_decay = 0.1;
-    AdamSpans wide{p32, m32, v32, g, {}, half32, HalfFormat::kBf16};
-    AdamSpans narrow{p16, {}, {}, g, {}, half16, HalfFormat::kBf16, m16, v16};
-    ASSERT_TRUE(AdamStep(hp, wide, {.num_threads = 2}).ok());
-    ASSERT_TRUE(AdamStep(hp, narrow, {.num_threads = 2}).ok());
-    for (size_t i = 0; i < n; ++i) {
-      ASSERT_EQ(p16[i], p32[i]) << i;
-      ASSERT_EQ(half16[i], half32[i]) << i;
-      ASSERT_EQ(m16[i], Fp32ToBf16(m32[i])) << i;
-      ASSERT_EQ(v16[i], Fp32ToBf16(v32[i])) << i;
-    }
-  }
-}
+// m and v kept in bf16 (strata.adam_states "bf16"): adam_rounding_test.cc.
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, AdamIsaTest,
                          ::testing::Values(IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512),

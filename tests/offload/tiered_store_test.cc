@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -71,15 +72,50 @@ TEST(TieredStore, NamesAreUniqueAndFindable) {
   EXPECT_NE(n.status().message().find("nvme_path"), std::string::npos);
 }
 
-TEST(TieredStore, ReadBeforeWriteIsRefused) {
+// Note [Known zero]: a tensor never written reads as zeros in either tier, with no I/O (no
+// request, no byte counted, nothing traced); the first write makes it a normal tensor.
+TEST(TieredStore, ANeverWrittenTensorReadsAsZerosWithoutIo) {
   TempDir dir;
-  auto store = MakeStore(dir.path());
-  auto h = store->Register("empty", 64, Tier::kCpu);
+  TieredStoreOptions o;
+  o.enable_nvme = true;
+  o.nvme = testing::TierOptions(dir.path());
+  std::atomic<int> traced{0};
+  o.nvme.on_io = [&](IoOp, const std::string&, uint64_t, auto, auto) { ++traced; };
+  auto store = std::move(TieredStore::Create(o)).value();
+  for (Tier tier : {Tier::kCpu, Tier::kNvme}) {
+    SCOPED_TRACE(TierName(tier));
+    const size_t n = 3'000'017;
+    auto h = store->Register(std::string("m.") + TierName(tier), n, tier);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    std::vector<std::byte> dst(n, std::byte{0x5a});
+    Ticket t = store->Read(*h, dst);
+    EXPECT_TRUE(t.Done());  // nothing to wait for
+    ASSERT_TRUE(t.Wait().ok());
+    EXPECT_EQ(dst, std::vector<std::byte>(n));
+    // Written: it reads back what was written, from then on.
+    auto src = RandomBytes(n, 4);
+    ASSERT_TRUE(store->Write(*h, src).Wait().ok());
+    ASSERT_TRUE(store->Read(*h, dst).Wait().ok());
+    EXPECT_EQ(dst, src);
+  }
+  const NvmeTierStats st = store->nvme()->stats();
+  EXPECT_EQ(st.bytes_read, 3'000'017u);  // the read after the write only
+  EXPECT_EQ(st.bytes_written, 3'000'017u);
+  EXPECT_EQ(traced.load(), 2);  // that write and that read
+}
+
+// The kCpu tier's memory of a never-written tensor is zeros too, and once the caller works
+// in it in place, reads give what it wrote there.
+TEST(TieredStore, CpuMemoryOfANeverWrittenTensorIsZerosAndThenTheTensor) {
+  auto store = MakeStore("");
+  auto h = store->Register("v", 4099, Tier::kCpu);
   ASSERT_TRUE(h.ok());
-  std::vector<std::byte> dst(64);
-  Status s = store->Read(*h, dst).Wait();
-  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("empty"), std::string::npos);
+  std::span<std::byte> mem = store->CpuMemory(*h);
+  EXPECT_EQ(std::vector<std::byte>(mem.begin(), mem.end()), std::vector<std::byte>(4099));
+  mem[17] = std::byte{3};
+  std::vector<std::byte> dst(4099);
+  ASSERT_TRUE(store->Read(*h, dst).Wait().ok());
+  EXPECT_EQ(dst[17], std::byte{3});
 }
 
 TEST(TieredStore, ManyThreadsManyTickets) {
@@ -190,6 +226,30 @@ TEST(TieredStore, AReadDuringAWriteBackCopiesItsBuffer) {
   ASSERT_TRUE(store->Read(h, dst).Wait().ok());  // from the disk now
   EXPECT_EQ(dst, fresh);
   EXPECT_GT(store->nvme()->stats().bytes_read, read_before);
+}
+
+// A never-written tensor's first write-back, still on its way to a slow disk: a read sees
+// the written bytes (from the write-back's buffer), not zeros, and after it the disk's.
+TEST(TieredStore, AReadDuringTheFirstWriteBackOfAZeroTensorSeesTheWrite) {
+  TempDir dir;
+  auto store = StoreOnAFaultyDisk(dir.path(), {{IoOp::kWrite, /*nth=*/0, testing::FaultKind::kSlow, 0, 300000}});
+  auto pool = PinnedPool::Create(1, 65536, nullptr);
+  ASSERT_TRUE(pool.ok());
+  auto h = *store->Register("adam_v", 65536, Tier::kNvme);
+  PinnedBuffer b = (*pool)->Acquire();
+  auto fresh = RandomBytes(65536, 5);
+  std::memcpy(b.data(), fresh.data(), fresh.size());
+  const Ticket written = store->WriteBack(h, std::move(b));
+  std::vector<std::byte> dst(65536);
+  std::thread reader([&] { EXPECT_TRUE(store->Read(h, dst).Wait().ok()); });
+  reader.join();
+  EXPECT_EQ(dst, fresh);
+  EXPECT_FALSE(written.Done());
+  ASSERT_TRUE(store->FlushWrites().ok());
+  std::fill(dst.begin(), dst.end(), std::byte{0});
+  ASSERT_TRUE(store->Read(h, dst).Wait().ok());
+  EXPECT_EQ(dst, fresh);
+  EXPECT_EQ(store->nvme()->stats().bytes_read, 65536u);
 }
 
 // A failed write-back leaves the tensor refused on read (kFailed), naming it, and
