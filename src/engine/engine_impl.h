@@ -217,6 +217,10 @@ struct Engine::Impl {
   // Step's progress, for the gradient reductions: the last micro-batch of `step` is running.
   int64_t step_now = -1;
   bool last_micro_batch = false;
+  uint64_t sample_now = 0;  // the micro-batch's data index (this rank's), for LoRA dropout's seed
+  // Arms LoRA dropout in *scope for block b of the current micro-batch (the same masks in its
+  // recomputation); leaves it empty without dropout.
+  void ArmLoraDropout(int b, std::optional<model::LoraDropoutScope>* scope) const;
   StatusOr<double> Forward(const data::Batch& batch, double loss_weight, Pass pass, Gatherer& gather, Activations* act);
   Status Backward(Activations& act, Gatherer& gather);
   void BindTiedHead();

@@ -59,6 +59,12 @@ std::vector<Visit> Engine::Impl::VisitPlan(int micro_batches, bool backward) con
   return order;
 }
 
+// Note [LoRA dropout]: the seed depends on the run's seed, the sample (the data index: a
+// sample gets the same masks on any rank count) and the block.
+void Engine::Impl::ArmLoraDropout(int b, std::optional<model::LoraDropoutScope>* scope) const {
+  if (cfg.model.lora.dropout > 0) scope->emplace((cfg.seed * 1000003ULL + sample_now) * 1000003ULL + static_cast<uint64_t>(b));
+}
+
 // Reads of the visits whose working weights are on NVMe; null when there are none.
 std::unique_ptr<PrefetchScheduler> Engine::Impl::MakePrefetcher(const std::vector<Visit>& order) {
   if (!pools.param) return nullptr;
@@ -276,6 +282,8 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_wei
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
     Tracer::Span span(tracer, Track::kCompute, (train ? "forward b" : "eval b") + std::to_string(b));
     STRATA_RETURN_IF_ERROR(TorchCall("forward", [&] {
+      std::optional<model::LoraDropoutScope> dropout;
+      if (train) ArmLoraDropout(b, &dropout);
       if (keep) {  // each block its own graph, from its input (a leaf) to its output
         torch::Tensor in = b == 0 ? x : x.detach().requires_grad_(true);
         act->inputs[b] = in;
@@ -332,6 +340,8 @@ Status Engine::Impl::Backward(Activations& act, Gatherer& gather) {
     {
       Tracer::Span span(tracer, Track::kCompute, "backward b" + std::to_string(b));
       STRATA_RETURN_IF_ERROR(TorchCall("backward", [&] {
+        std::optional<model::LoraDropoutScope> dropout;
+        ArmLoraDropout(b, &dropout);  // a recomputation draws the forward's masks
         if (!act.outputs.empty()) {  // kept: the graph saved the parameters themselves, now re-bound
           act.outputs[b].backward(act.grad_out);
           act.outputs[b] = torch::Tensor();  // its activations go
@@ -375,6 +385,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
     for (int64_t mb = 0; mb < m.cfg.grad_accum; ++mb) {
       const uint64_t index = static_cast<uint64_t>((step * m.cfg.grad_accum + mb) * world + rank);
       data::Batch batch = data.Get(data::Split::kTrain, index, m.cfg.micro_batch);
+      m.sample_now = index;
       m.last_micro_batch = mb + 1 == m.cfg.grad_accum;
       if (m.last_micro_batch) {
         m.ReadFirstStatesEarly();  // hidden behind this micro-batch

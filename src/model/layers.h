@@ -78,21 +78,44 @@ class Leaf : public torch::nn::Module {
   }
 };
 
-// A projection's LoRA adapter: rank r and scale alpha / r; r = 0 for none.
+// A projection's LoRA adapter: rank r, scale alpha / r and dropout on its input; r = 0 for none.
 struct Adapter {
   int64_t r = 0;
-  double scale = 0;
+  double scale = 0, dropout = 0;
 };
 inline Adapter AdapterFor(const LoraConfig& lora, const char* projection) {
-  return lora.enabled() && lora.Targets(projection) ? Adapter{lora.r, lora.scale()} : Adapter{};
+  return lora.enabled() && lora.Targets(projection) ? Adapter{lora.r, lora.scale(), lora.dropout} : Adapter{};
 }
+
+// Note [LoRA dropout]
+// A block that is recomputed in the backward must draw the same dropout masks as in its
+// forward. So masks come from this per-thread context, which the engine arms around a
+// training block's forward and its recomputation with the same seed (from the sample and the
+// block), not from the global RNG; each adapter's call takes the next counter. Unarmed
+// (evaluation, generate, the reference model): no dropout.
+struct LoraDropout {
+  bool armed = false;
+  uint64_t seed = 0, calls = 0;
+  static LoraDropout& Current() {
+    static thread_local LoraDropout context;
+    return context;
+  }
+  // x with each element zeroed with probability p and the rest scaled by 1 / (1 - p).
+  torch::Tensor Apply(const torch::Tensor& x, double p) {
+    if (!armed || p == 0) return x;
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed * 0x9E3779B97F4A7C15ULL + ++calls);
+    torch::Tensor keep = torch::empty(x.sizes(), torch::kFloat32).bernoulli_(1.0 - p, gen);
+    return x * (keep / (1.0 - p)).to(x.options());
+  }
+};
+
 
 // y = x W^T + b with W [out, in] (nn::Linear's layout; HF GPT-2's Conv1D stores [in, out]),
 // plus, with an adapter, scale * (x A^T) B^T (PEFT's lora_A [r, in], lora_B [out, r]).
 class Linear : public Leaf {
  public:
   Linear(int64_t in, int64_t out, bool bias, double init_std, Adapter adapter = {})
-      : init_std_(init_std), scale_(adapter.scale) {
+      : init_std_(init_std), scale_(adapter.scale), dropout_(adapter.dropout) {
     weight_ = AddParameter("weight", {out, in});
     if (bias) bias_ = AddParameter("bias", {out});
     if (adapter.r > 0) {
@@ -103,7 +126,8 @@ class Linear : public Leaf {
   torch::Tensor Forward(const torch::Tensor& x) const {
     torch::Tensor y = torch::linear(x, weight_, bias_);
     if (!lora_a_.defined()) return y;
-    return y + torch::linear(torch::linear(x, lora_a_), lora_b_) * scale_;
+    const torch::Tensor xd = LoraDropout::Current().Apply(x, dropout_);
+    return y + torch::linear(torch::linear(xd, lora_a_), lora_b_) * scale_;
   }
   void Initialise(at::Generator& gen) override {
     weight_.normal_(0.0, init_std_, gen);
@@ -120,7 +144,7 @@ class Linear : public Leaf {
 
  private:
   torch::Tensor weight_, bias_, lora_a_, lora_b_;
-  double init_std_, scale_;
+  double init_std_, scale_, dropout_;
 };
 
 // A lookup table [rows, dim].

@@ -30,6 +30,9 @@ std::shared_ptr<Block> MakeBlock(const ModelSpec& spec, int index, const torch::
                                            : detail::MakeLlamaBlock(spec.config(), index);
 }
 
+LoraDropoutScope::LoraDropoutScope(uint64_t seed) { detail::LoraDropout::Current() = {true, seed, 0}; }
+LoraDropoutScope::~LoraDropoutScope() { detail::LoraDropout::Current().armed = false; }
+
 torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets) {
   STRATA_CHECK(logits.dim() == 3 && targets.dim() == 2 && logits.size(0) == targets.size(0) &&
                logits.size(1) == targets.size(1))

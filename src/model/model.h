@@ -46,6 +46,17 @@ class Block : public torch::nn::Module {
   }
 };
 
+// Arms LoRA dropout on this thread while it lives (Note [LoRA dropout], layers.h): the blocks
+// run meanwhile draw their adapters' dropout masks from `seed`, the same masks for the same
+// seed. Nothing armed, nothing dropped (evaluation, generate).
+class LoraDropoutScope {
+ public:
+  explicit LoraDropoutScope(uint64_t seed);
+  ~LoraDropoutScope();
+  LoraDropoutScope(const LoraDropoutScope&) = delete;
+  LoraDropoutScope& operator=(const LoraDropoutScope&) = delete;
+};
+
 // Block `index` of `spec`, fp32 parameters on the CPU, initialised from (seed, index) only;
 // its parameters number spec.block_parameters(index). With `storage` (fp32, contiguous, at
 // least that many elements) the parameters are consecutive ranges of it in named_parameters()

@@ -117,9 +117,8 @@ Status Validate(const ModelConfig& c) {
     if (c.arch != Arch::kLlama)
       return InvalidArgument("strata.lora: adapters are built for the LLaMA family (llama, mistral, qwen2, qwen3), "
                              "not GPT-2");
-    if (c.lora.dropout != 0)
-      return InvalidArgument("strata.lora.dropout = {}: only 0 is built (a dropout mask would have to be replayed "
-                             "when a block is recomputed in the backward)", c.lora.dropout);
+    if (!(c.lora.dropout >= 0 && c.lora.dropout < 1))
+      return InvalidArgument("strata.lora.dropout = {} must be in [0, 1)", c.lora.dropout);
     if (!(c.lora.alpha > 0)) return InvalidArgument("strata.lora.alpha = {} must be positive", c.lora.alpha);
     if (c.lora.target_modules.empty())
       return InvalidArgument("strata.lora.target_modules is empty: name at least one of q_proj, k_proj, v_proj, "

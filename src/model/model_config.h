@@ -34,7 +34,7 @@ struct RopeScaling {
 struct LoraConfig {
   int64_t r = 0;
   double alpha = 16;
-  double dropout = 0;  // only 0 is built (dropout would have to replay its mask when recomputing)
+  double dropout = 0;  // on the adapter's input, training only (Note [LoRA dropout])
   std::vector<std::string> target_modules;
   bool enabled() const { return r > 0; }
   bool Targets(const std::string& projection) const;
