@@ -131,6 +131,7 @@ void IoPump::Complete(const IoCompletion& c, std::vector<IoRequest>* batch) {
   if (error.ok()) {
     if (s.staging && a->job.op == IoOp::kRead) std::memcpy(a->job.user + s.job_offset, s.staging, s.len);
     (a->job.op == IoOp::kRead ? bytes_read_ : bytes_written_) += s.len;
+    if (a->job.on_piece && a->job.op == IoOp::kRead) a->job.on_piece(s.job_offset, s.len);
   } else if (a->status.ok()) {
     a->status = error;
     a->next = a->job.bytes;  // issue nothing more of a failed job

@@ -27,6 +27,9 @@ struct IoJob {
   uint64_t file_offset = 0;   // 4 KiB aligned
   std::string what;           // "tensor 'layer3.m'" for error messages
   std::function<void(const Status&)> on_done;
+  // Reads only, optional: each block-sized piece [job_offset, job_offset + len) once it is in
+  // the caller's memory, on the pump thread, before on_done (which comes after every piece).
+  std::function<void(uint64_t job_offset, uint32_t len)> on_piece;
 };
 
 class IoPump {

@@ -19,11 +19,6 @@ void TicketState::CompletePart(const Status& status) {
 Status TicketState::Wait() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return pending_ == 0; });
-  if (!finished_) {
-    finished_ = true;
-    if (status_.ok() && finisher_) status_ = finisher_();
-    finisher_ = nullptr;
-  }
   return status_;
 }
 

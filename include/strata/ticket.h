@@ -27,9 +27,6 @@ class TicketState {
   void AddParts(int n);
   // Marks one part done; the first non-OK status wins. Wakes waiters when all are done.
   void CompletePart(const Status& status);
-  // Runs once, in the waiting thread, after all parts completed OK (e.g. checksum
-  // verification); its Status becomes the ticket's.
-  void SetFinisher(std::function<Status()> finisher) { finisher_ = std::move(finisher); }
   Status Wait();
   bool Done();
 
@@ -37,9 +34,7 @@ class TicketState {
   std::mutex mu_;
   std::condition_variable cv_;
   int pending_;
-  bool finished_ = false;
   Status status_;
-  std::function<Status()> finisher_;
 };
 
 class [[nodiscard]] Ticket {
