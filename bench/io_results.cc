@@ -19,6 +19,11 @@ nlohmann::ordered_json BestJson(const SweepRow* row, bool store) {
 
 }  // namespace
 
+double SweepRow::StoreOverFio() const {
+  if (paired.n > 0) return paired.median;
+  return fio.n > 0 && fio.median > 0 ? store.median / fio.median : 0;
+}
+
 const char* DirectionName(IoDirection d) { return d == IoDirection::kWrite ? "write" : "read"; }
 
 bool SweepTable::has_fio() const {
@@ -64,9 +69,8 @@ std::string SweepCsv(const SweepTable& t) {
   for (const SweepRow& r : t.rows) {
     out += fmt::format("{},{},{},{:.4f},{:.4f},{:.4f},{},", r.block, r.queue_depth, DirectionName(r.direction),
                        r.store.median, r.store.min, r.store.max, r.store.n);
-    if (r.fio.n > 0 && r.fio.median > 0)
-      out += fmt::format("{:.4f},{:.4f},{:.4f},{:.4f}\n", r.fio.median, r.fio.min, r.fio.max,
-                         r.store.median / r.fio.median);
+    if (r.StoreOverFio() > 0)
+      out += fmt::format("{:.4f},{:.4f},{:.4f},{:.4f}\n", r.fio.median, r.fio.min, r.fio.max, r.StoreOverFio());
     else
       out += ",,,\n";
   }
@@ -85,13 +89,13 @@ nlohmann::ordered_json SweepJson(const SweepTable& t) {
   }
   j["points"] = nlohmann::ordered_json::array();
   for (const SweepRow& r : t.rows) {
-    const bool ratio = r.fio.n > 0 && r.fio.median > 0;
+    const bool ratio = r.StoreOverFio() > 0;
     j["points"].push_back({{"block_bytes", r.block},
                            {"queue_depth", r.queue_depth},
                            {"direction", DirectionName(r.direction)},
                            {"store_gbps", SummaryJson(r.store)},
                            {"fio_gbps", SummaryJson(r.fio)},
-                           {"store_over_fio", ratio ? nlohmann::ordered_json(r.store.median / r.fio.median)
+                           {"store_over_fio", ratio ? nlohmann::ordered_json(r.StoreOverFio())
                                                     : nlohmann::ordered_json(nullptr)}});
   }
   return j;

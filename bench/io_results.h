@@ -22,6 +22,11 @@ struct SweepRow {
   IoDirection direction = IoDirection::kRead;
   Summary store;             // GB/s over the rounds
   Summary fio;               // GB/s over the rounds; n == 0 when fio did not run
+  // store / fio of each visit (the two passes back to back), over the visits: the VM's drift
+  // between minutes cancels in each pair, which a ratio of the two medians does not do.
+  Summary paired;            // n == 0 when fio did not run
+  // paired.median, or store.median / fio.median for a row without pairs; 0 without fio.
+  double StoreOverFio() const;
 };
 
 struct SweepTable {
@@ -42,7 +47,8 @@ struct SweepTable {
 };
 
 // One line per row: block_bytes,queue_depth,direction,store_gbps,store_min,store_max,
-// rounds,fio_gbps,fio_min,fio_max,store_over_fio (fio cells empty without fio).
+// rounds,fio_gbps,fio_min,fio_max,store_over_fio (fio cells empty without fio; store_over_fio
+// is StoreOverFio(), the median of the paired ratios).
 std::string SweepCsv(const SweepTable& table);
 // {"engine", "fio_anchor", "bytes_per_pass", "rounds", "wall_s", "best": {...}, "points": [...]}
 nlohmann::ordered_json SweepJson(const SweepTable& table);

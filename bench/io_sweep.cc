@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <random>
+#include <set>
 
 #include "bench/io_sweep_plot.h"
 #include "bench/svg_plot.h"
@@ -27,7 +28,7 @@ void PrintBest(const SweepTable& t) {
       if (!r) return;
       const bool fio = r->fio.n > 0 && r->fio.median > 0;
       out.Row({fmt::format("{} ({})", DirectionName(d), who), fmt::format("{} qd {}", BlockLabel(r->block), r->queue_depth),
-               Format(r->store), fio ? Format(r->fio) : "-", fio ? fmt::format("{:.2f}", r->store.median / r->fio.median) : "-"});
+               Format(r->store), fio ? Format(r->fio) : "-", fio ? fmt::format("{:.2f}", r->StoreOverFio()) : "-"});
     };
     row("strata", t.BestStore(d));
     row("fio", t.BestFio(d));
@@ -119,9 +120,26 @@ SweepTable IoSweep::Table() const {
   for (const auto& [p, s] : samples_)
     for (IoDirection d : {IoDirection::kWrite, IoDirection::kRead}) {
       const IoSamples& x = d == IoDirection::kWrite ? s.write : s.read;
-      if (!x.store.empty()) t.rows.push_back({p.block, p.queue_depth, d, Summarize(x.store), Summarize(x.fio_fixed)});
+      if (x.store.empty()) continue;
+      std::vector<double> pairs;
+      for (size_t i = 0; i < std::min(x.store.size(), x.fio_fixed.size()); ++i)
+        if (x.fio_fixed[i] > 0) pairs.push_back(x.store[i] / x.fio_fixed[i]);
+      t.rows.push_back({p.block, p.queue_depth, d, Summarize(x.store), Summarize(x.fio_fixed), Summarize(pairs)});
     }
   return t;
+}
+
+std::vector<GridPoint> TopSettings(const SweepTable& t, size_t per_side) {
+  std::set<GridPoint> chosen;
+  std::vector<SweepRow> rows = t.rows;
+  for (bool fio : {false, true})
+    for (IoDirection d : {IoDirection::kRead, IoDirection::kWrite}) {
+      auto value = [&](const SweepRow& r) { return r.direction != d ? -1.0 : fio ? r.fio.median : r.store.median; };
+      std::sort(rows.begin(), rows.end(), [&](const SweepRow& a, const SweepRow& b) { return value(a) > value(b); });
+      for (size_t i = 0; i < std::min(per_side, rows.size()); ++i)
+        if (value(rows[i]) > 0) chosen.insert({rows[i].block, rows[i].queue_depth});
+    }
+  return {chosen.begin(), chosen.end()};
 }
 
 Status WriteSweepFiles(const SweepTable& t, const std::string& where, const std::string& out_dir,
@@ -152,13 +170,24 @@ int RunIoSweep(const SweepOptions& o, const std::string& out_dir) {
   SweepProgress progress(static_cast<int>(grid.size()) * o.rounds);
   for (int r = 0; r < o.rounds; ++r)
     if (Status s = sw.Round(grid, &progress); !s.ok()) return progress.Finish(), fail(s);
+  // The refinement: rounds over the current best settings while a whole round still fits.
+  const double refine_end = progress.elapsed_s() + o.refine_s;
+  int refined = 0;
+  for (std::vector<GridPoint> top = TopSettings(sw.Table(), 2); o.refine_s > 0 && !top.empty();
+       top = TopSettings(sw.Table(), 2)) {
+    if (progress.elapsed_s() + progress.mean_point_s() * static_cast<double>(top.size()) > refine_end) break;
+    progress.set_total(progress.done() + static_cast<int>(top.size()));
+    if (Status s = sw.Round(top, &progress); !s.ok()) return progress.Finish(), fail(s);
+    ++refined;
+  }
   progress.Finish();
   SweepTable t = sw.Table();
   t.wall_s = progress.elapsed_s();
   PrintGrid(t, IoDirection::kRead);
   PrintGrid(t, IoDirection::kWrite);
   PrintBest(t);
-  std::printf("%d points x %d rounds in %s; medians; fio: %s\n", static_cast<int>(grid.size()), o.rounds,
+  std::printf("%d points x %d rounds, then the best settings %d more time(s), in %s; medians, strata / fio the "
+              "median of each visit's pair; fio: %s\n", static_cast<int>(grid.size()), o.rounds, refined,
               MinutesSeconds(t.wall_s).c_str(), sw.fio() ? kSweepFioAnchor : "not run");
   if (Status s = WriteSweepFiles(t, "swap folder under " + o.dir, out_dir, "io_sweep"); !s.ok()) return fail(s);
   return 0;

@@ -5,7 +5,10 @@
 // +-40% between minutes; a fixed order would turn a drift into a bias against the points
 // visited last). At a point a fresh tier is opened with that block size and queue depth, then
 // one write and one read are measured, each as the store's pass and fio's, interleaved as in
-// `bench io` (the order alternating between visits). Medians over the rounds are reported.
+// `bench io` (the order alternating between visits). After the grid rounds, the best settings
+// (TopSettings) are visited again until `refine_s` is spent: the best of 28 noisy medians is
+// the luckiest, and the figures users take from a sweep are the best ones. Medians over the
+// visits are reported, and store / fio as the median of each visit's pair.
 // `bench tune` drives the same IoSweep with a time budget.
 #pragma once
 
@@ -36,8 +39,12 @@ struct SweepOptions {
   // Smaller passes and fewer rounds than the single-point bench (2 GiB, 7 rounds), so the 28
   // default points x 2 directions x 2 sides fit in a few minutes.
   uint64_t size = 256ull << 20;          // bytes per pass
-  uint64_t tensor_bytes = 64ull << 20;   // the store's tensor size (a multiple of every block)
-  int rounds = 3;
+  // The store's tensor size, a multiple of every block. Small next to a pass, because each read
+  // tensor is verified (xxh3) by the thread that waits for it: the pass ends with the last
+  // tensor's hash, which at 64 MiB cost a 256 MiB pass ~10% of its read figure here.
+  uint64_t tensor_bytes = 16ull << 20;
+  int rounds = 2;          // over the whole grid
+  double refine_s = 90;    // then re-visiting the best settings (0: none)
   bool checksums = true;
   bool run_fio = true;
   IoEngineKind engine = IoEngineKind::kAuto;
@@ -73,6 +80,10 @@ class IoSweep {
   std::map<GridPoint, Samples> samples_;
 };
 
+// The best `per_side` settings by each of the store's and fio's medians, per direction (up to
+// 4 x per_side settings): the ones a sweep and tune re-measure.
+std::vector<GridPoint> TopSettings(const SweepTable& table, size_t per_side);
+
 // The label of the fio anchor a sweep runs.
 inline constexpr const char* kSweepFioAnchor = "fio io_uring --fixedbufs --registerfiles";
 
@@ -81,7 +92,7 @@ inline constexpr const char* kSweepFioAnchor = "fio io_uring --fixedbufs --regis
 Status WriteSweepFiles(const SweepTable& table, const std::string& where, const std::string& out_dir,
                        const std::string& name);
 
-// `bench io --sweep`: runs `options.rounds` rounds over the grid, writes io_sweep.csv,
+// `bench io --sweep`: runs `options.rounds` rounds over the grid and the refinement, writes io_sweep.csv,
 // io_sweep.json and io_sweep.svg into `out_dir` (created), prints the best settings and the
 // files' paths to stdout. Returns the exit code.
 int RunIoSweep(const SweepOptions& options, const std::string& out_dir);

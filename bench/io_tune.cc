@@ -17,18 +17,11 @@ namespace {
 // `by_direction` by the store's read and write alone and by fio's (whose best is the other
 // denominator), so that no "best" rests on a single lucky sample.
 std::vector<GridPoint> Contenders(const SweepTable& t, size_t by_score = 3, size_t by_direction = 1) {
-  std::set<GridPoint> chosen;
   std::vector<TunePick> scored = ScoreSettings(t);
   std::sort(scored.begin(), scored.end(), [](const TunePick& a, const TunePick& b) { return a.score > b.score; });
+  std::vector<GridPoint> top = TopSettings(t, by_direction);
+  std::set<GridPoint> chosen(top.begin(), top.end());
   for (size_t i = 0; i < std::min(by_score, scored.size()); ++i) chosen.insert({scored[i].block, scored[i].queue_depth});
-  std::vector<SweepRow> rows = t.rows;
-  for (bool fio : {false, true})
-    for (IoDirection d : {IoDirection::kRead, IoDirection::kWrite}) {
-      auto value = [&](const SweepRow& r) { return r.direction != d ? -1.0 : fio ? r.fio.median : r.store.median; };
-      std::sort(rows.begin(), rows.end(), [&](const SweepRow& a, const SweepRow& b) { return value(a) > value(b); });
-      for (size_t i = 0; i < std::min(by_direction, rows.size()); ++i)
-        if (value(rows[i]) > 0) chosen.insert({rows[i].block, rows[i].queue_depth});
-    }
   return {chosen.begin(), chosen.end()};
 }
 

@@ -20,6 +20,7 @@ struct SweepFlags {
   std::string out = "strata-bench-io";
   std::vector<std::string> blocks = {"128K", "256K", "512K", "1M", "2M", "4M", "8M"};
   std::vector<unsigned> queue_depths = {1, 4, 16, 64};
+  double refine_s = bench::SweepOptions().refine_s;
 };
 
 int RunSweep(const bench::IoBenchOptions& io, const SweepFlags& flags, const CLI::App& cmd) {
@@ -37,6 +38,7 @@ int RunSweep(const bench::IoBenchOptions& io, const SweepFlags& flags, const CLI
     o.blocks.push_back(static_cast<uint32_t>(*v));
   }
   o.queue_depths = flags.queue_depths;
+  o.refine_s = flags.refine_s;
   return bench::RunIoSweep(o, flags.out);
 }
 
@@ -54,7 +56,7 @@ void AddBenchIoCommand(CLI::App& bench, Action* action) {
   cmd->add_option("--size", *size, "bytes written and read per pass (K/M/G suffixes; --sweep: 256M)")->capture_default_str();
   cmd->add_option("--block", *block, "bytes per request (aio block_size)")->capture_default_str();
   cmd->add_option("--qd", opts->queue_depth, "requests in flight (aio queue_depth)")->capture_default_str();
-  cmd->add_option("--rounds", opts->rounds, "interleaved repetitions (--sweep: 3)")->capture_default_str()
+  cmd->add_option("--rounds", opts->rounds, "interleaved repetitions (--sweep: rounds over the whole grid, 2)")->capture_default_str()
       ->check(CLI::Range(1, 100));
   cmd->add_option("--engine", opts->engine, "auto | uring | pread")->capture_default_str()
       ->check(CLI::IsMember({"auto", "uring", "pread"}));
@@ -64,10 +66,13 @@ void AddBenchIoCommand(CLI::App& bench, Action* action) {
                                                    "(shows what huge pages are worth on this disk)");
   cmd->add_flag("--json", opts->json, "print one JSON object");
   cmd->add_flag("--sweep", sweep->on, "every block size x queue depth x read/write, the store and fio (--fixedbufs "
-                "--registerfiles) interleaved at each point; 256 MiB per pass and 3 rounds unless --size/--rounds "
-                "say otherwise (about 3 minutes here); writes io_sweep.csv, .json and .svg into --out");
+                "--registerfiles) interleaved at each point; 256 MiB per pass and 2 rounds unless --size/--rounds "
+                "say otherwise, then the best settings again for --refine-s (about 3.5 minutes here); writes "
+                "io_sweep.csv, .json and .svg into --out");
+  cmd->add_option("--refine-s", sweep->refine_s, "--sweep: seconds re-measuring the best settings after the grid "
+                  "rounds (0: none)")->capture_default_str()->check(CLI::Range(0.0, 3600.0));
   cmd->add_option("--out", sweep->out, "--sweep: folder for the CSV, JSON and SVG")->capture_default_str();
-  cmd->add_option("--blocks", sweep->blocks, "--sweep: block sizes (multiples of 4K dividing 64M)")
+  cmd->add_option("--blocks", sweep->blocks, "--sweep: block sizes (multiples of 4K dividing 16M)")
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--qds", sweep->queue_depths, "--sweep: queue depths")->delimiter(',')->capture_default_str()
       ->check(CLI::Range(1, 4096));

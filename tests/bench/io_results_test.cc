@@ -36,6 +36,19 @@ TEST(SweepCsv, FioCellsEmptyWithoutFio) {
   EXPECT_EQ(lines[1], "1048576,4,write,2.0000,1.8000,2.2000,3,,,,");
 }
 
+// With each visit's pair recorded, store / fio is their median, not the ratio of the medians
+// (a drift between visits moves both sides of a pair together).
+TEST(SweepCsv, StoreOverFioIsThePairedMedianWhenPairsWereKept) {
+  SweepTable t = FakeTable({{1 << 20, 16, 3.0, 2.0, 1.5, 2.5}});
+  t.rows[1].paired = Summary{0.97, 0.9, 1.1, 5};
+  EXPECT_DOUBLE_EQ(t.rows[1].StoreOverFio(), 0.97);
+  EXPECT_DOUBLE_EQ(t.rows[0].StoreOverFio(), 0.8);  // no pairs: the ratio of the medians
+  const auto lines = Lines(SweepCsv(t));
+  EXPECT_EQ(lines[2], "1048576,16,read,3.0000,2.7000,3.3000,3,1.5000,1.3500,1.6500,0.9700");
+  const auto j = nlohmann::json::parse(SweepJson(t).dump());
+  EXPECT_DOUBLE_EQ(j["points"][1]["store_over_fio"].get<double>(), 0.97);
+}
+
 TEST(SweepJson, PointsBestAndNulls) {
   const SweepTable with = FakeTable({{1 << 20, 16, 3.0, 2.0, 1.5, 2.5}, {4 << 20, 4, 2.0, 3.0, 1.8, 2.0}});
   const auto j = nlohmann::json::parse(SweepJson(with).dump());

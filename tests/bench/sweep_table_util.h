@@ -26,8 +26,8 @@ inline SweepTable FakeTable(std::initializer_list<FakePoint> points) {
   t.bytes_per_pass = 256ull << 20;
   t.rounds = 3;
   for (const FakePoint& p : points) {
-    t.rows.push_back({p.block, p.queue_depth, IoDirection::kWrite, Sample(p.write), Sample(p.fio_write)});
-    t.rows.push_back({p.block, p.queue_depth, IoDirection::kRead, Sample(p.read), Sample(p.fio_read)});
+    t.rows.push_back({p.block, p.queue_depth, IoDirection::kWrite, Sample(p.write), Sample(p.fio_write), Summary{}});
+    t.rows.push_back({p.block, p.queue_depth, IoDirection::kRead, Sample(p.read), Sample(p.fio_read), Summary{}});
   }
   if (t.has_fio()) t.fio_anchor = "fio io_uring --fixedbufs --registerfiles";
   return t;
