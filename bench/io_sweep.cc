@@ -68,8 +68,9 @@ StatusOr<std::unique_ptr<IoSweep>> IoSweep::Create(SweepOptions o) {
   // One pool for every point: the most buffers any point uses (no more than it has tensors).
   size_t count = 3;
   for (uint32_t b : o.blocks)
-    for (unsigned q : o.queue_depths) count = std::max(count, StoreBuffersFor(b, q, o.tensor_bytes));
-  count = std::min<size_t>(count, std::max<uint64_t>(3, o.size / o.tensor_bytes));
+    for (unsigned q : o.queue_depths)
+      count = std::max(count, std::min<size_t>(StoreBuffersFor(b, q, o.tensor_bytes),
+                                               std::max<uint64_t>(3, SweepPassBytes(o, {b, q}) / o.tensor_bytes)));
   STRATA_ASSIGN_OR_RETURN(auto pool, MakeBenchPool(count, o.tensor_bytes, HostPages::kHuge));
   const bool fio = o.run_fio && HaveFio();
   return std::unique_ptr<IoSweep>(new IoSweep(std::move(o), std::move(pool), fio));
@@ -85,8 +86,14 @@ std::vector<GridPoint> IoSweep::Grid() const {
   return grid;
 }
 
+uint64_t SweepPassBytes(const SweepOptions& o, const GridPoint& p) {
+  const uint64_t in_flight = static_cast<uint64_t>(p.block) * p.queue_depth;
+  const uint64_t want = std::max(o.size, kPassOverInFlight * in_flight);
+  return std::max<uint64_t>(1, want / o.tensor_bytes) * o.tensor_bytes;
+}
+
 Status IoSweep::Visit(const GridPoint& p, SweepProgress* progress) {
-  const IoPointSettings s{options_.dir, options_.size, p.block, p.queue_depth, options_.tensor_bytes,
+  const IoPointSettings s{options_.dir, SweepPassBytes(options_, p), p.block, p.queue_depth, options_.tensor_bytes,
                           options_.checksums, options_.engine};
   STRATA_ASSIGN_OR_RETURN(auto point, IoPoint::Open(s, pool_.get()));
   engine_ = point->tier().engine_name();

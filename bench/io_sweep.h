@@ -38,7 +38,7 @@ struct SweepOptions {
   std::vector<unsigned> queue_depths = {1, 4, 16, 64};
   // Smaller passes and fewer rounds than the single-point bench (2 GiB, 7 rounds), so the 28
   // default points x 2 directions x 2 sides fit in a few minutes.
-  uint64_t size = 256ull << 20;          // bytes per pass
+  uint64_t size = 256ull << 20;          // bytes per pass (at least; SweepPassBytes)
   // The store's tensor size, a multiple of every block. Small next to a pass, because each read
   // tensor is verified (xxh3) by the thread that waits for it: the pass ends with the last
   // tensor's hash, which at 64 MiB cost a 256 MiB pass ~10% of its read figure here.
@@ -79,6 +79,13 @@ class IoSweep {
   std::string engine_ = "?";
   std::map<GridPoint, Samples> samples_;
 };
+
+// A point's pass: `size`, or kPassOverInFlight x its bytes in flight (block x queue depth) if
+// that is more, in whole tensors. With a pass no longer than what is in flight every request
+// lands at once at the end, and the store's check of the last pieces (xxh3) cannot overlap
+// any I/O: 8M x 64 over 256 MiB read at 0.8x of fio here, a burst no training step makes.
+inline constexpr uint64_t kPassOverInFlight = 4;
+uint64_t SweepPassBytes(const SweepOptions& options, const GridPoint& point);
 
 // The best `per_side` settings by each of the store's and fio's medians, per direction (up to
 // 4 x per_side settings): the ones a sweep and tune re-measure.

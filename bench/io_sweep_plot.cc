@@ -40,7 +40,7 @@ PlotSpec SweepPlot(const SweepTable& t, const std::string& where) {
   PlotSpec spec;
   spec.title = "Strata's NVMe tier against fio: GB/s by block size and queue depth";
   spec.subtitle = fmt::format("{}; {} engine, {} per pass, median of {} interleaved rounds{}", where, t.engine,
-                              HumanBytes(t.bytes_per_pass), RoundsText(t),
+                              HumanBytes(t.bytes_per_pass) + " (4x the bytes in flight where more)", RoundsText(t),
                               t.has_fio() ? "; dashed: " + t.fio_anchor : "; fio not run");
   spec.x_label = "block size (aio.block_size), log scale";
   spec.y_label = "GB/s";
