@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <random>
-#include <set>
 
 #include "bench/io_sweep_plot.h"
 #include "bench/svg_plot.h"
@@ -70,7 +69,7 @@ StatusOr<std::unique_ptr<IoSweep>> IoSweep::Create(SweepOptions o) {
   for (uint32_t b : o.blocks)
     for (unsigned q : o.queue_depths)
       count = std::max(count, std::min<size_t>(StoreBuffersFor(b, q, o.tensor_bytes),
-                                               std::max<uint64_t>(3, SweepPassBytes(o, {b, q}) / o.tensor_bytes)));
+                                               std::max<uint64_t>(3, SweepPassBytes(o.size, o.tensor_bytes, {b, q}) / o.tensor_bytes)));
   STRATA_ASSIGN_OR_RETURN(auto pool, MakeBenchPool(count, o.tensor_bytes, HostPages::kHuge));
   const bool fio = o.run_fio && HaveFio();
   return std::unique_ptr<IoSweep>(new IoSweep(std::move(o), std::move(pool), fio));
@@ -86,14 +85,8 @@ std::vector<GridPoint> IoSweep::Grid() const {
   return grid;
 }
 
-uint64_t SweepPassBytes(const SweepOptions& o, const GridPoint& p) {
-  const uint64_t in_flight = static_cast<uint64_t>(p.block) * p.queue_depth;
-  const uint64_t want = std::max(o.size, kPassOverInFlight * in_flight);
-  return std::max<uint64_t>(1, want / o.tensor_bytes) * o.tensor_bytes;
-}
-
 Status IoSweep::Visit(const GridPoint& p, SweepProgress* progress) {
-  const IoPointSettings s{options_.dir, SweepPassBytes(options_, p), p.block, p.queue_depth, options_.tensor_bytes,
+  const IoPointSettings s{options_.dir, SweepPassBytes(options_.size, options_.tensor_bytes, p), p.block, p.queue_depth, options_.tensor_bytes,
                           options_.checksums, options_.engine};
   STRATA_ASSIGN_OR_RETURN(auto point, IoPoint::Open(s, pool_.get()));
   engine_ = point->tier().engine_name();
@@ -134,19 +127,6 @@ SweepTable IoSweep::Table() const {
       t.rows.push_back({p.block, p.queue_depth, d, Summarize(x.store), Summarize(x.fio_fixed), Summarize(pairs)});
     }
   return t;
-}
-
-std::vector<GridPoint> TopSettings(const SweepTable& t, size_t per_side) {
-  std::set<GridPoint> chosen;
-  std::vector<SweepRow> rows = t.rows;
-  for (bool fio : {false, true})
-    for (IoDirection d : {IoDirection::kRead, IoDirection::kWrite}) {
-      auto value = [&](const SweepRow& r) { return r.direction != d ? -1.0 : fio ? r.fio.median : r.store.median; };
-      std::sort(rows.begin(), rows.end(), [&](const SweepRow& a, const SweepRow& b) { return value(a) > value(b); });
-      for (size_t i = 0; i < std::min(per_side, rows.size()); ++i)
-        if (value(rows[i]) > 0) chosen.insert({rows[i].block, rows[i].queue_depth});
-    }
-  return {chosen.begin(), chosen.end()};
 }
 
 Status WriteSweepFiles(const SweepTable& t, const std::string& where, const std::string& out_dir,

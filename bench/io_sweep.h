@@ -21,16 +21,10 @@
 
 #include "bench/io_point.h"
 #include "bench/io_results.h"
+#include "bench/sweep_points.h"
 #include "bench/sweep_progress.h"
 
 namespace strata::bench {
-
-struct GridPoint {
-  uint32_t block = 0;
-  unsigned queue_depth = 0;
-  bool operator<(const GridPoint& o) const { return std::pair(block, queue_depth) < std::pair(o.block, o.queue_depth); }
-  bool operator==(const GridPoint&) const = default;
-};
 
 struct SweepOptions {
   std::string dir = "/var/tmp/strata";  // parent of the swap folders (the drive to measure)
@@ -79,17 +73,6 @@ class IoSweep {
   std::string engine_ = "?";
   std::map<GridPoint, Samples> samples_;
 };
-
-// A point's pass: `size`, or kPassOverInFlight x its bytes in flight (block x queue depth) if
-// that is more, in whole tensors. With a pass no longer than what is in flight every request
-// lands at once at the end, and the store's check of the last pieces (xxh3) cannot overlap
-// any I/O: 8M x 64 over 256 MiB read at 0.8x of fio here, a burst no training step makes.
-inline constexpr uint64_t kPassOverInFlight = 4;
-uint64_t SweepPassBytes(const SweepOptions& options, const GridPoint& point);
-
-// The best `per_side` settings by each of the store's and fio's medians, per direction (up to
-// 4 x per_side settings): the ones a sweep and tune re-measure.
-std::vector<GridPoint> TopSettings(const SweepTable& table, size_t per_side);
 
 // The label of the fio anchor a sweep runs.
 inline constexpr const char* kSweepFioAnchor = "fio io_uring --fixedbufs --registerfiles";
