@@ -26,8 +26,10 @@ std::vector<GridPoint> TopSettings(const SweepTable& t, size_t per_side) {
 
 std::vector<GridPoint> UnconfirmedBests(const SweepTable& t) {
   std::set<GridPoint> out;
-  for (IoDirection d : {IoDirection::kRead, IoDirection::kWrite})
+  for (IoDirection d : {IoDirection::kRead, IoDirection::kWrite}) {
     if (const SweepRow* r = t.BestStore(d); r && r->store.n < 2) out.insert({r->block, r->queue_depth});
+    if (const SweepRow* r = t.BestFio(d); r && r->fio.n < 2) out.insert({r->block, r->queue_depth});
+  }
   return {out.begin(), out.end()};
 }
 

@@ -28,7 +28,8 @@ uint64_t SweepPassBytes(uint64_t size, uint64_t tensor_bytes, const GridPoint& p
 // 4 x per_side settings), ascending.
 std::vector<GridPoint> TopSettings(const SweepTable& table, size_t per_side);
 
-// The store's best setting in each direction where it rests on a single visit: the luckiest of
+// The store's and fio's best setting in each direction where it rests on a single visit (tune
+// reports its pick against both): the luckiest of
 // many single samples, left standing when the settings it overtook were measured down.
 std::vector<GridPoint> UnconfirmedBests(const SweepTable& table);
 

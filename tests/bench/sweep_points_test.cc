@@ -41,6 +41,10 @@ TEST(UnconfirmedBests, OnlyBestsMeasuredOnce) {
   for (SweepRow& r : t.rows)
     if (r.block == (8u << 20) && r.direction == IoDirection::kRead) r.store.n = 1;
   EXPECT_EQ(UnconfirmedBests(t), (std::vector<GridPoint>{{8 << 20, 64}}));
+  SweepTable f = FakeTable({{8 << 20, 64, 4.0, 2.0, 3.0, 2.0}, {1 << 20, 4, 3.0, 2.0, 3.5, 2.0}});
+  for (SweepRow& r : f.rows)
+    if (r.block == (1u << 20) && r.direction == IoDirection::kRead) r.fio.n = 1;  // fio's best read
+  EXPECT_EQ(UnconfirmedBests(f), (std::vector<GridPoint>{{1 << 20, 4}}));
 }
 
 }  // namespace
