@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 
 namespace strata::bench {
@@ -62,10 +64,13 @@ std::string HumanBytes(uint64_t b) {
 }
 
 StatusOr<uint64_t> ParseBytes(const std::string& text, const std::string& flag) {
-  size_t pos = 0;
-  while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) ++pos;
-  if (pos == 0) return InvalidArgument("{}: '{}' is not a byte count (e.g. 4096, 1M, 2G)", flag, text);
-  uint64_t value = std::stoull(text.substr(0, pos));
+  // Digits with at most one '.', then an optional unit: 4096, 1M, 21.5G.
+  size_t pos = 0, dots = 0;
+  while (pos < text.size() && (std::isdigit(static_cast<unsigned char>(text[pos])) || text[pos] == '.'))
+    dots += text[pos++] == '.';
+  if (pos == 0 || dots > 1 || text[0] == '.' || text[pos - 1] == '.')
+    return InvalidArgument("{}: '{}' is not a byte count (e.g. 4096, 1M, 21.5G)", flag, text);
+  const long double value = std::strtold(text.substr(0, pos).c_str(), nullptr);
   std::string unit = text.substr(pos);
   for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   uint64_t mult = 1;
@@ -75,7 +80,11 @@ StatusOr<uint64_t> ParseBytes(const std::string& text, const std::string& flag) 
   else if (unit == "G" || unit == "GB" || unit == "GIB") mult = 1ull << 30;
   else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1ull << 40;
   else return InvalidArgument("{}: unknown unit '{}' in '{}' (use K, M, G or T)", flag, unit, text);
-  return value * mult;
+  const long double bytes = value * static_cast<long double>(mult);
+  if (bytes >= 0x1p63L) return InvalidArgument("{}: '{}' is more bytes than any disk holds", flag, text);
+  if (bytes != std::floor(bytes))
+    return InvalidArgument("{}: '{}' is not a whole number of bytes", flag, text);
+  return static_cast<uint64_t>(bytes);
 }
 
 Status WriteFile(const std::string& path, const std::string& text) {

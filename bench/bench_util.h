@@ -36,7 +36,8 @@ class Table {
 };
 
 std::string HumanBytes(uint64_t bytes);  // "2.00 GiB"
-// Parses "4096", "1M", "1MiB", "2G", "2GB" (binary multiples). Error names the flag.
+// Parses "4096", "1M", "1MiB", "2G", "2GB", "21.5G" (binary multiples; a whole number of bytes).
+// Error names the flag.
 StatusOr<uint64_t> ParseBytes(const std::string& text, const std::string& flag);
 
 // Writes `text` to `path` (created or truncated). Errors name the file and errno.

@@ -78,5 +78,18 @@ TEST(SweepTable, LookupsAndLabels) {
   EXPECT_EQ(BlockLabel(12288), "12K");
 }
 
+TEST(ParseBytes, UnitsDecimalsAndClearRefusals) {
+  EXPECT_EQ(*ParseBytes("4096", "--size"), 4096u);
+  EXPECT_EQ(*ParseBytes("1M", "--size"), 1u << 20);
+  EXPECT_EQ(*ParseBytes("2gib", "--size"), 2ull << 30);
+  EXPECT_EQ(*ParseBytes("21.5G", "--size"), 43ull << 29);
+  EXPECT_EQ(*ParseBytes("0.5K", "--size"), 512u);
+  for (const char* bad : {"", "G", ".5G", "1.G", "1.2.3G", "1X", "0.3", "99999999999999999999999G"}) {
+    auto v = ParseBytes(bad, "--size");
+    ASSERT_FALSE(v.ok()) << bad;
+    EXPECT_NE(v.status().message().find("--size"), std::string::npos) << v.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace strata::bench
