@@ -111,6 +111,19 @@ Status IoSweep::Round(std::vector<GridPoint> points, SweepProgress* progress, do
   return Status();
 }
 
+Status IoSweep::RoundsUntil(const std::function<std::vector<GridPoint>(const SweepTable&)>& choose, double deadline_s,
+                            SweepProgress* progress, int* rounds) {
+  for (std::vector<GridPoint> points = choose(Table()); !points.empty(); points = choose(Table())) {
+    const double per_round = progress->mean_point_s() * static_cast<double>(points.size());
+    const int fit = static_cast<int>((deadline_s - progress->elapsed_s()) / std::max(per_round, 1e-3));
+    if (fit < 1) break;
+    progress->set_total(progress->done() + fit * static_cast<int>(points.size()));
+    ++*rounds;
+    STRATA_RETURN_IF_ERROR(Round(std::move(points), progress, deadline_s));
+  }
+  return Status();
+}
+
 SweepTable IoSweep::Table() const {
   SweepTable t;
   t.engine = engine_;
@@ -158,15 +171,11 @@ int RunIoSweep(const SweepOptions& o, const std::string& out_dir) {
   for (int r = 0; r < o.rounds; ++r)
     if (Status s = sw.Round(grid, &progress); !s.ok()) return progress.Finish(), fail(s);
   // The refinement: rounds over the current best settings while a whole round still fits.
-  const double refine_end = progress.elapsed_s() + o.refine_s;
   int refined = 0;
-  for (std::vector<GridPoint> top = TopSettings(sw.Table(), 2); o.refine_s > 0 && !top.empty();
-       top = TopSettings(sw.Table(), 2)) {
-    if (progress.elapsed_s() + progress.mean_point_s() * static_cast<double>(top.size()) > refine_end) break;
-    progress.set_total(progress.done() + static_cast<int>(top.size()));
-    if (Status s = sw.Round(top, &progress); !s.ok()) return progress.Finish(), fail(s);
-    ++refined;
-  }
+  if (Status s = sw.RoundsUntil([](const SweepTable& t) { return TopSettings(t, 2); },
+                                progress.elapsed_s() + o.refine_s, &progress, &refined);
+      !s.ok())
+    return progress.Finish(), fail(s);
   progress.Finish();
   SweepTable t = sw.Table();
   t.wall_s = progress.elapsed_s();

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,9 +34,10 @@ struct SweepOptions {
   // Smaller passes and fewer rounds than the single-point bench (2 GiB, 7 rounds), so the 28
   // default points x 2 directions x 2 sides fit in a few minutes.
   uint64_t size = 256ull << 20;          // bytes per pass (at least; SweepPassBytes)
-  // The store's tensor size, a multiple of every block. Small next to a pass, because each read
-  // tensor is verified (xxh3) by the thread that waits for it: the pass ends with the last
-  // tensor's hash, which at 64 MiB cost a 256 MiB pass ~10% of its read figure here.
+  // The store's tensor size, a multiple of every block. 16 MiB was chosen while reads were
+  // checked per whole tensor (a 256 MiB pass ended with one 64 MiB hash); reads are now checked
+  // per block as they land (Note [Verifying reads], offload/nvme_tier.cc), and the size has not
+  // been measured again since.
   uint64_t tensor_bytes = 16ull << 20;
   int rounds = 2;          // over the whole grid
   double refine_s = 90;    // then re-visiting the best settings (0: none)
@@ -54,6 +56,11 @@ class IoSweep {
   // Visits each of `points` once, shuffled. With `budget_s` > 0, stops (returning OK) before a
   // visit that would end past budget_s seconds after `progress` began, by the mean visit so far.
   Status Round(std::vector<GridPoint> points, SweepProgress* progress, double budget_s = 0);
+  // Rounds over `choose(Table())`, chosen afresh before each, while a whole round (at the mean
+  // visit so far) still ends by `deadline_s` after `progress` began; adds the rounds started
+  // to *rounds. The sweep's refinement and tune's contenders.
+  Status RoundsUntil(const std::function<std::vector<GridPoint>(const SweepTable&)>& choose, double deadline_s,
+                     SweepProgress* progress, int* rounds);
   // Medians per visited point, blocks then depths ascending, write before read.
   SweepTable Table() const;
   bool fio() const { return fio_; }

@@ -34,16 +34,8 @@ StatusOr<SweepTable> MeasureWithinBudget(IoSweep& sweep, const TuneOptions& o, i
   const std::vector<GridPoint> grid = sweep.Grid();
   SweepProgress progress(static_cast<int>(grid.size()), o.budget_s);
   Status s = sweep.Round(grid, &progress, o.budget_s);
-  std::vector<GridPoint> contenders = Contenders(sweep.Table());
-  while (s.ok() && !contenders.empty()) {
-    const double per_round = progress.mean_point_s() * static_cast<double>(contenders.size());
-    const int fit = static_cast<int>((o.budget_s - progress.elapsed_s()) / std::max(per_round, 1e-3));
-    if (fit < 1) break;
-    progress.set_total(progress.done() + fit * static_cast<int>(contenders.size()));
-    s = sweep.Round(contenders, &progress, o.budget_s);
-    ++*extra_rounds;
-    contenders = Contenders(sweep.Table());
-  }
+  if (s.ok())
+    s = sweep.RoundsUntil([](const SweepTable& t) { return Contenders(t); }, o.budget_s, &progress, extra_rounds);
   // A best measured once is the luckiest of many single samples, left standing when the
   // contenders it overtook were measured down: confirm each (a few visits past the budget).
   for (int extra = 0; s.ok() && extra < kMaxConfirmations; ++extra) {

@@ -164,7 +164,7 @@ StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Open(NvmeTierOptions options) {
            impl->direct ? "O_DIRECT" : "buffered", engine->name(), options.block_size, options.queue_depth);
   // Two hashers keep up with a fast drive (xxh3 runs at 6-9 GB/s on one core here).
   if (options.verify_checksums)
-    impl->hashers = std::make_unique<HashWorkers>(std::min(2u, std::max(1u, std::thread::hardware_concurrency())));
+    impl->hashers = std::make_unique<HashWorkers>(std::min(2u, std::thread::hardware_concurrency()));
   impl->pump = std::make_unique<IoPump>(std::move(engine), impl->file_path, options.block_size, impl->staging,
                                         staging_count);
   return std::unique_ptr<NvmeTier>(new NvmeTier(std::move(impl)));
