@@ -13,9 +13,9 @@
 //   * nothing else is state: RoPE tables and causal masks are recomputed in every Forward;
 //   * every Forward reads its tensors through the registered handles (never a cached
 //     copy) and computes in their dtype;
-//   * leaves are created empty and filled by InitialiseBlock from a generator seeded with
-//     (seed, block index) only, never from the global RNG (nn::Linear's constructor would
-//     draw from it, which is why these leaves exist).
+//   * leaves are created empty and filled by InitialiseBlock from draws keyed by (seed,
+//     block index) only, never from the global RNG (nn::Linear's constructor would draw
+//     from it, which is why these leaves exist).
 #pragma once
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -26,6 +26,7 @@
 
 #include "src/model/model.h"
 #include "strata/check.h"
+#include "strata/normal.h"
 
 namespace strata::model::detail {
 
@@ -59,10 +60,29 @@ class ParameterArena {
   int64_t offset_ = 0, adapter_offset_ = 0, base_end_ = 0;
 };
 
+// A block's weight draws: each normally initialised tensor from a stream of its own, keyed
+// by the block's seed and the tensor's order among the block's draws (strata/normal.h). A
+// block's weights depend on (seed, index) only, and are drawn ~4x faster than with
+// LibTorch's normal_ (serial mt19937), which bound the start-up of billion-parameter models.
+class WeightDraws {
+ public:
+  explicit WeightDraws(uint64_t block_seed) : seed_(block_seed) {}
+  void Normal(const torch::Tensor& t, double std) {
+    STRATA_CHECK(t.scalar_type() == torch::kFloat32 && t.is_contiguous() && t.device().is_cpu())
+        << "weights are drawn into contiguous fp32 host tensors";
+    FillNormal({t.data_ptr<float>(), static_cast<size_t>(t.numel())}, 0.0f, static_cast<float>(std),
+               NormalStreamKey(seed_, next_++));
+  }
+
+ private:
+  uint64_t seed_;
+  uint64_t next_ = 0;
+};
+
 // A module that owns parameters and knows how to draw them.
 class Leaf : public torch::nn::Module {
  public:
-  virtual void Initialise(at::Generator& gen) = 0;
+  virtual void Initialise(WeightDraws& draws) = 0;
   // LoRA adapters draw from a generator of their own, after the base: the base weights are
   // the same with adapters or without.
   virtual void InitialiseAdapters(at::Generator&) {}
@@ -129,8 +149,8 @@ class Linear : public Leaf {
     const torch::Tensor xd = LoraDropout::Current().Apply(x, dropout_);
     return y + torch::linear(torch::linear(xd, lora_a_), lora_b_) * scale_;
   }
-  void Initialise(at::Generator& gen) override {
-    weight_.normal_(0.0, init_std_, gen);
+  void Initialise(WeightDraws& draws) override {
+    draws.Normal(weight_, init_std_);
     if (bias_.defined()) bias_.zero_();
   }
   // As PEFT: A kaiming-uniform (a = sqrt(5): bound 1 / sqrt(in)), B zero, so the adapted
@@ -155,7 +175,7 @@ class Embedding : public Leaf {
   }
   torch::Tensor Forward(const torch::Tensor& index) const { return torch::embedding(weight_, index); }
   const torch::Tensor& weight() const { return weight_; }
-  void Initialise(at::Generator& gen) override { weight_.normal_(0.0, init_std_, gen); }
+  void Initialise(WeightDraws& draws) override { draws.Normal(weight_, init_std_); }
 
  private:
   torch::Tensor weight_;
@@ -171,7 +191,7 @@ class LayerNorm : public Leaf {
     bias_ = AddParameter("bias", {dim});
   }
   torch::Tensor Forward(const torch::Tensor& x) const { return torch::layer_norm(x, {dim_}, weight_, bias_, eps_); }
-  void Initialise(at::Generator&) override {
+  void Initialise(WeightDraws&) override {
     weight_.fill_(1.0);
     bias_.zero_();
   }
@@ -192,7 +212,7 @@ class RmsNorm : public Leaf {
     torch::Tensor normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
     return weight_ * normed.to(x.scalar_type());
   }
-  void Initialise(at::Generator&) override { weight_.fill_(1.0); }
+  void Initialise(WeightDraws&) override { weight_.fill_(1.0); }
 
  private:
   torch::Tensor weight_;
@@ -285,10 +305,10 @@ inline uint64_t BlockSeed(uint64_t seed, int index) { return seed * 1000003ULL +
 // Fills every leaf of `block` in registration order from the block's own generator.
 inline void InitialiseBlock(torch::nn::Module& block, uint64_t seed, int index) {
   torch::NoGradGuard no_grad;
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(BlockSeed(seed, index));
+  WeightDraws draws(BlockSeed(seed, index));
   at::Generator adapters = at::make_generator<at::CPUGeneratorImpl>(BlockSeed(seed, index) ^ 0x4c6f5241ULL);
   for (const auto& module : block.modules(/*include_self=*/true)) {
-    if (auto* leaf = dynamic_cast<Leaf*>(module.get())) leaf->Initialise(gen);
+    if (auto* leaf = dynamic_cast<Leaf*>(module.get())) leaf->Initialise(draws);
   }
   for (const auto& module : block.modules(/*include_self=*/true)) {
     if (auto* leaf = dynamic_cast<Leaf*>(module.get())) leaf->InitialiseAdapters(adapters);

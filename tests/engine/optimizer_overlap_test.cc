@@ -26,7 +26,7 @@ TEST_P(OverlapModes, IsBitwiseThePlainSchedule) {
   c.offload_param.device = stage == 3 ? offload : OffloadDevice::kNone;
   c.offload_optimizer.device = offload;
   c.compute_dtype = dtype;
-  c.gradient_clipping = 2.2;  // the first two steps clip (norms 3.05, 2.40), the others not (2.09 .. 1.83)
+  c.gradient_clipping = 2.1;  // the first two steps clip (bf16 norms 3.34, 2.20), the others not (1.98 .. 1.83)
   c.sub_group_size = 20000;  // several sub-groups per block: the NVMe pipeline crosses blocks
   if (dtype == DType::kF16) {
     c.debug_overflow_step = 2;
