@@ -37,25 +37,37 @@ class MlockPinner final : public HostPinner {
 
 std::unique_ptr<HostPinner> MakeMlockPinner() { return std::make_unique<MlockPinner>(); }
 
-StatusOr<std::byte*> AllocateHostMemory(size_t bytes, HostPages pages) {
+namespace {
+StatusOr<std::byte*> MapHostMemory(size_t bytes, HostPages pages, bool populate) {
   bytes = RoundUp(bytes == 0 ? 1 : bytes, kPage);
   // Huge pages must be asked for before the pages are touched: MAP_POPULATE would fault in
   // 4 KiB pages that THP does not replace. Huge pages mean fewer TLB misses in Adam and
   // memcpy, and physically contiguous 1 MiB I/O buffers: a request of 256 scattered 4 KiB
   // pages exceeds a virtio disk's 254 segments and is split in two.
   const bool huge = pages == HostPages::kHuge && bytes >= (2u << 20);
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | (huge ? 0 : MAP_POPULATE), -1, 0);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | (huge || !populate ? 0 : MAP_POPULATE), -1, 0);
   if (p == MAP_FAILED) return ErrnoError(errno, "cannot allocate {} bytes of host memory", bytes);
   if (pages == HostPages::kSmall) madvise(p, bytes, MADV_NOHUGEPAGE);  // even where THP is "always"
-  if (huge) {
-    madvise(p, bytes, MADV_HUGEPAGE);
-    if (madvise(p, bytes, MADV_POPULATE_WRITE) != 0) {  // Linux < 5.14: touch every page
-      auto* c = static_cast<volatile char*>(p);
-      for (size_t i = 0; i < bytes; i += kPage) c[i] = 0;
+  if (huge) madvise(p, bytes, MADV_HUGEPAGE);
+  // In steps: populating holds the process's mmap lock, and an mmap on another thread (the
+  // engine's blocks being made while the pools are populated) waited for all of it, 6 s cold.
+  constexpr size_t kStep = size_t{8} << 20;
+  for (size_t at = 0; huge && populate && at < bytes; at += kStep) {
+    auto* chunk = static_cast<std::byte*>(p) + at;
+    const size_t len = std::min(kStep, bytes - at);
+    if (madvise(chunk, len, MADV_POPULATE_WRITE) != 0) {  // Linux < 5.14: touch every page
+      auto* c = reinterpret_cast<volatile char*>(chunk);
+      for (size_t i = 0; i < len; i += kPage) c[i] = 0;
     }
   }
   return static_cast<std::byte*>(p);
 }
+}  // namespace
+
+StatusOr<std::byte*> AllocateHostMemory(size_t bytes, HostPages pages) { return MapHostMemory(bytes, pages, true); }
+
+StatusOr<std::byte*> ReserveHostMemory(size_t bytes) { return MapHostMemory(bytes, HostPages::kHuge, false); }
 
 uint64_t HugePageBytes(const std::byte* data, size_t bytes) {
   // smaps lists each mapping ("start-end perms ...") followed by its counters.

@@ -23,6 +23,12 @@ StatusOr<std::byte*> HostArrays::Allocate(size_t bytes) {
   return p;
 }
 
+StatusOr<std::byte*> HostArrays::Reserve(size_t bytes) {
+  STRATA_ASSIGN_OR_RETURN(std::byte * p, ReserveHostMemory(bytes));
+  allocs_.push_back({p, bytes});
+  return p;
+}
+
 void HostArrays::ZeroAll() {
   for (auto [p, bytes] : allocs_) std::memset(p, 0, bytes);
 }
@@ -92,14 +98,16 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   STRATA_RETURN_IF_ERROR(OpenStore(hooks));
   // The pools alongside the blocks on the host (Note [Pools alongside the blocks]).
   std::future<Status> pooled;
-  if (dev->is_host()) {
-    pooled = std::async(std::launch::async, [this] { return CreatePools(); });
-  } else {
+  auto start_pools = [&] {
+    if (!pooled.valid()) pooled = std::async(std::launch::async, [this] { return CreatePools(); });
+  };
+  if (!dev->is_host()) {
     phase("allocating and pinning host buffers");
     STRATA_RETURN_IF_ERROR(CreatePools());
   }
   const auto blocks_start = Clock::now();
-  Status built = BuildBlocks(hooks, phase);
+  Status built = BuildBlocks(hooks, phase, dev->is_host() ? std::function<void()>(start_pools) : [] {});
+  if (dev->is_host()) start_pools();  // (BuildBlocks failed before it started them)
   creation.blocks_s = seconds_since(blocks_start);
   Status pinned = pooled.valid() ? pooled.get() : Status();
   STRATA_RETURN_IF_ERROR(built);

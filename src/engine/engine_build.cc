@@ -1,5 +1,6 @@
 // The Engine's creation, after the plan: the pinned pools, the swap store, every block's
 // initial state written to its tiers (Note [Building blocks]) and the device buffers.
+#include <deque>
 #include <future>
 #include <optional>
 
@@ -36,7 +37,10 @@ std::function<double(std::chrono::steady_clock::time_point)> TraceClock(Tracer* 
 // Populating and pinning the pools is page faults (~0.3-2 GB/s on this kind of VM, where the
 // host takes back idle memory), and the pools are not used before the first step: the initial
 // state is written from the creation staging. So on the host device they are made on a helper
-// thread while the blocks are built, and registered with io_uring afterwards. On a GPU,
+// thread while the blocks are built, and registered with io_uring afterwards. That thread
+// starts once the staging sets have been drawn into: faults do not go faster for being
+// taken on two threads (cold, ~0.5 GB/s here whatever the threads), and made first the
+// pools held back the first blocks, and so the disk, for 6 s of a 3 B model's start-up. On a GPU,
 // cudaHostRegister runs on the thread bound to the rank's device: in order, before the blocks.
 Status Engine::Impl::CreatePools() {
   const auto t0 = std::chrono::steady_clock::now();
@@ -95,18 +99,24 @@ Status Engine::Impl::OpenStore(const EngineHooks& hooks) {
 // Creation writes every block's initial state: working weights and fp32 master (6-8 B/param).
 // Adam's moments are zero then, and a tensor never written is known zero to the store (Note
 // [Known zero]), so they are registered, not written: 8 of the 14 B/param with fp32 moments.
-// Made one block at a time into fresh tensors and written synchronously it ran
-// at ~0.7 GB/s against ~5 GB/s for `bench io` writes: on this kind of machine the page faults
-// of fresh memory cost ~0.5 s per GB, LibTorch's normal_ is serial (~270 M values/s), and one
-// write was in flight at a time. So:
-//   * two staging sets (the block's fp32 flat group and its working copy), sized for the
-//     largest block and reused by every block, so their pages are faulted once;
+// Made one block at a time into fresh tensors and written synchronously it ran at ~0.7 GB/s
+// against ~5 GB/s for `bench io` writes. So:
+//   * staging sets (the block's fp32 flat group and its working copy), sized for the largest
+//     block and reused by every block, so their pages are faulted once; page-aligned, so that
+//     the store writes straight from them (Note [Pools alongside the blocks] for the order of
+//     the faults);
 //   * MakeBlock initialises the block in place in its staging flat (no fresh parameters, no
-//     flatten copy), on a helper thread: block b+1 draws its weights while block b's working
-//     copy is converted, hashed and its writes are submitted;
+//     flatten copy) on helper threads, plan.creation_draws blocks at once, with FillNormal
+//     (strata/normal.h: LibTorch's normal_, serial mt19937 at ~0.27 G values/s, bound the
+//     start-up), while block b's working copy is converted, hashed and its writes submitted;
 //   * writes are asynchronous; a staging set is reused only once its block's writes completed,
-//     and every write is waited for before the staging goes (also on an error).
-// Host memory: 2 x (4 + working dtype) B x the largest padded block (MemoryEstimate::creation).
+//     and every write is waited for before the staging goes (also on an error); the next draw
+//     is launched after block b's writes are submitted, so that block b-1's stay in flight;
+//   * the gradient accumulators are reserved, not faulted (the first backward touches them).
+// The 3 B model of issue 16 (17.9 GB written, `bench io` writes 2.9 GB/s here): 17-26 s before,
+// 10-13 s after (cold memory the slower), the disk busy at 2-3 GB/s from the second second.
+// Host memory: (draws + 1) x (4 + working dtype) B x the largest padded block
+// (MemoryEstimate::creation).
 struct Engine::Impl::Staging {
   torch::Tensor flat;          // fp32 [max padded]: the block's parameters, in flat order
   torch::Tensor working;       // compute dtype [max working range] (unused in fp32)
@@ -120,42 +130,65 @@ struct Engine::Impl::Staging {
   }
 };
 
-Status Engine::Impl::BuildBlocks(const EngineHooks& hooks, const std::function<void(const std::string&)>& phase) {
+Status Engine::Impl::BuildBlocks(const EngineHooks& hooks, const std::function<void(const std::string&)>& phase,
+                                 const std::function<void()>& staged) {
   model.blocks.resize(plan.blocks.size());
   const int n = num_blocks();
   int64_t max_working = 0;
   for (const BlockPlan& bp : plan.blocks) max_working = std::max(max_working, bp.working.len);
-  Staging staging[2];
-  STRATA_RETURN_IF_ERROR(TorchCall("creation staging", [&] {
-    for (Staging& s : staging) {
-      s.flat = torch::empty({plan.max_padded}, torch::kFloat32);
-      if (compute_scalar() != torch::kFloat32) s.working = torch::empty({max_working}, compute_scalar());
+  // Block b uses set b % sets; blocks b+1..b+draws-1 are drawn while b is converted and
+  // hashed, and its writes and block b-1's are in flight.
+  const int draws = plan.creation_draws, sets = draws + 1;
+  // Page-aligned, so that the store writes straight from it (O_DIRECT); LibTorch's 64-byte
+  // alignment sent every write through the NVMe tier's few bounce buffers (a copy, and at
+  // most 8 requests in flight). Faulted by the first draws into it, on their threads, rather
+  // than here before any block is made (cold, 1.2 GB took 9 s here).
+  HostArrays memory;
+  std::vector<Staging> staging(sets);
+  for (Staging& s : staging) {
+    STRATA_ASSIGN_OR_RETURN(std::byte * flat, memory.Reserve(plan.max_padded * sizeof(float)));
+    std::byte* working = nullptr;
+    if (compute_scalar() != torch::kFloat32) {
+      STRATA_ASSIGN_OR_RETURN(working, memory.Reserve(max_working * torch::elementSize(compute_scalar())));
     }
-  }));
+    STRATA_RETURN_IF_ERROR(TorchCall("creation staging", [&] {
+      s.flat = torch::from_blob(flat, {plan.max_padded}, torch::kFloat32);
+      if (working) s.working = torch::from_blob(working, {max_working}, compute_scalar());
+    }));
+  }
   // Every write is done before the staging is freed, whichever way this function returns.
   struct Drain {
-    Staging* sets;
+    std::vector<Staging>* sets;
     ~Drain() {
-      for (int i = 0; i < 2; ++i) (void)sets[i].WaitWrites();
+      for (Staging& s : *sets) (void)s.WaitWrites();
     }
-  } drain{staging};
-  auto make = [&](int b) {
-    return std::async(std::launch::async, [this, b, storage = staging[b % 2].flat] {
+  } drain{&staging};
+  using Made = std::pair<Status, std::shared_ptr<model::Block>>;
+  // Declared after the staging: on an early return the draws finish before it goes.
+  std::deque<std::future<Made>> drawing;
+  int launched = 0;
+  auto launch = [&]() -> Status {  // the set is free once the block before in it is written
+    Staging& set = staging[launched % sets];
+    STRATA_RETURN_IF_ERROR(set.WaitWrites());
+    drawing.push_back(std::async(std::launch::async, [this, b = launched, storage = set.flat] {
       std::shared_ptr<model::Block> block;
       Status s = TorchCall("model", [&] { block = model::MakeBlock(*model.spec, b, storage); });
-      return std::make_pair(s, block);
-    });
+      return Made(s, block);
+    }));
+    ++launched;
+    return Status();
   };
-  auto next = make(0);
+  while (launched < std::min(draws, n)) STRATA_RETURN_IF_ERROR(launch());
   for (int b = 0; b < n; ++b) {
     phase(fmt::format("building block {} of {} (initial weights and optimizer states, written to their tiers)", b + 1, n));
-    auto [made, module] = next.get();
+    auto [made, module] = drawing.front().get();
+    drawing.pop_front();
     STRATA_RETURN_IF_ERROR(made);
-    if (b + 1 < n) {  // the other set is free once block b-1's writes are done
-      STRATA_RETURN_IF_ERROR(staging[(b + 1) % 2].WaitWrites());
-      next = make(b + 1);
-    }
-    STRATA_RETURN_IF_ERROR(BuildBlock(b, std::move(module), hooks, staging[b % 2]));
+    STRATA_RETURN_IF_ERROR(BuildBlock(b, std::move(module), hooks, staging[b % sets]));
+    if (b == std::min(sets, n) - 1) staged();
+    // Only now: the next draw takes block b-1's set, whose writes had block b's conversion and
+    // hashing to finish in (waiting before them left one block's writes in flight at a time).
+    if (launched < n) STRATA_RETURN_IF_ERROR(launch());
   }
   for (Staging& s : staging) STRATA_RETURN_IF_ERROR(s.WaitWrites());
   return Status();
@@ -205,7 +238,9 @@ Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, con
     flat.narrow(0, numel, bp.layout.padded - numel).zero_();
   }));
   STRATA_RETURN_IF_ERROR(StoreInitialState(b, flat, st));
-  STRATA_ASSIGN_OR_RETURN(br.grad, grads.Allocate(bp.grad.len * plan.gsize));
+  // Not faulted here: creation does not touch it, the first backward does, while it waits
+  // for the disk (on this kind of VM faulting costs 0.5-2 s per GB, a 3 B model has 6-12 GB).
+  STRATA_ASSIGN_OR_RETURN(br.grad, grads.Reserve(bp.grad.len * plan.gsize));
   ledger.Add(StateKind::kGradAccum, Residence::kCpu, bp.grad.len * plan.gsize);
   // The module keeps no weights of its own: they are views of a gather buffer when it runs.
   for (auto& p : br.params) p.set_data(torch::empty({0}, torch::TensorOptions().dtype(compute_scalar())));

@@ -104,7 +104,8 @@ class HostArrays {
   HostArrays(const HostArrays&) = delete;
   HostArrays& operator=(const HostArrays&) = delete;
   ~HostArrays();
-  StatusOr<std::byte*> Allocate(size_t bytes);
+  StatusOr<std::byte*> Allocate(size_t bytes);  // faulted now
+  StatusOr<std::byte*> Reserve(size_t bytes);   // zero, faulted on first touch (ReserveHostMemory)
   void ZeroAll();
 
  private:
@@ -202,7 +203,9 @@ struct Engine::Impl {
   Status RegisterPools();  // the ledger and io_uring, after CreatePools
   // engine_build.cc: every block's initial state (Note [Building blocks])
   struct Staging;
-  Status BuildBlocks(const EngineHooks& hooks, const std::function<void(const std::string&)>& phase);
+  // `staged` is called once every staging set has been drawn into (its pages faulted).
+  Status BuildBlocks(const EngineHooks& hooks, const std::function<void(const std::string&)>& phase,
+                     const std::function<void()>& staged);
   Status BuildBlock(int b, std::shared_ptr<model::Block> module, const EngineHooks& hooks, Staging& st);
   Status StoreInitialState(int b, const torch::Tensor& flat, Staging& st);
   Status AllocateDeviceBuffers();

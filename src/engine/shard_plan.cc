@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <thread>
 
 #include "strata/check.h"
 #include "strata/pinned_pool.h"
@@ -122,6 +123,7 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
   p.optimizer_home = ResidenceOf(cfg.offload_optimizer.device);
   p.tied_owner = model.tied_owner;
   p.tied_numel = model.tied_numel;
+  p.creation_draws = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, world), 1, 4);
   for (size_t b = 0; b < model.block_numels.size(); ++b) {
     const int64_t numel = model.block_numels[b];
     p.AddBlock(numel, model.block_trainable.empty() ? numel : model.block_trainable[b], SubGroupStep(cfg.sub_group_size));

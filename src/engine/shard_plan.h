@@ -135,6 +135,10 @@ struct ShardPlan {
   int64_t max_padded = 0, max_shard = 0, max_sub_group = 0;
   uint64_t max_working_bytes = 0;
   bool host_device = true;
+  // Blocks whose initial weights are drawn at once while the engine is created (Note
+  // [Building blocks]): one per core of a rank (the node's cores over the ranks), at most 4.
+  // Each has a staging set, and one more set is being written: draws + 1 sets.
+  int creation_draws = 1;
   // Blocks whose working weights live on the device (strata.resident_blocks; non-host
   // devices only): no store home, no copy per use; updated by one copy per step.
   std::vector<bool> resident;

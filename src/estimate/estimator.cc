@@ -58,7 +58,7 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
                                         3.0 * cfg.micro_batch * m.seq_len * m.vocab_size * 4);
   e.transients = plan.max_grad_flat * (plan.dsize + 4);  // a block's weight gradients, and in fp32 (LoRA: adapters')
   e.runtime = kRuntimeBytes;
-  e.creation = 2 * plan.max_padded * (4 + (cfg.compute_dtype == DType::kF32 ? 0 : plan.dsize));
+  e.creation = (plan.creation_draws + 1) * plan.max_padded * (4 + (cfg.compute_dtype == DType::kF32 ? 0 : plan.dsize));
   // Page-locked: the pinned pools, and the cpu tier's states when it is pinned (mlock).
   for (const PoolPlan* pool : {&plan.param_pool, &plan.optim_pool})
     if (pool->pin) e.pinned += pool->region_bytes();
