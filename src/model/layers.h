@@ -62,7 +62,7 @@ class ParameterArena {
 
 // A block's weight draws: each normally initialised tensor from a stream of its own, keyed
 // by the block's seed and the tensor's order among the block's draws (strata/normal.h). A
-// block's weights depend on (seed, index) only, and are drawn ~4x faster than with
+// block's weights depend on (seed, index) only, and are drawn 2-3x faster than with
 // LibTorch's normal_ (serial mt19937), which bound the start-up of billion-parameter models.
 class WeightDraws {
  public:
