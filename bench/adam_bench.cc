@@ -123,7 +123,11 @@ int RunAdamBench(const AdamBenchOptions& o) {
 
   AdamHyperParams hp{.lr = 1e-3, .weight_decay = 0.01};
   const AdamOptions adam_options{.num_threads = threads};
-  AdamSpans spans{{p.get(), n}, {m.get(), n}, {v.get(), n}, {g.get(), n}, {}, {}, HalfFormat::kBf16};
+  AdamSpans spans;
+  spans.params = {p.get(), n};
+  spans.exp_avg = {m.get(), n};
+  spans.exp_avg_sq = {v.get(), n};
+  spans.grad = {g.get(), n};
   AdamSpans spans_bf16 = spans;
   spans_bf16.half_out = {half.get(), n};
   AdamSpans spans_bf16_states = spans_bf16;  // strata.adam_states "bf16"
