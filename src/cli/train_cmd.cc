@@ -308,6 +308,16 @@ Status TrainRun::Loop() {
 Status TrainRun::Finish() {
   if (!a_.save.empty() && last_saved_ != cfg_.steps) STRATA_RETURN_IF_ERROR(Save(cfg_.steps));
   STRATA_RETURN_IF_ERROR(Eval(cfg_.steps));
+  // The last step's update may still run on the optimizer thread (optimizer_overlap): waited
+  // for here, and said, so that an NVMe-bound one (30 s for a 3 B model here) is not a silent
+  // pause after the summary, and its error is reported rather than lost at shutdown.
+  const auto t0 = std::chrono::steady_clock::now();
+  while (engine_->UpdateInFlight() && Seconds(t0) < 1.0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const bool long_wait = engine_->UpdateInFlight();  // said only when it is long enough to notice
+  if (long_wait && lead()) progress_->Message("finishing the last step's optimizer update (writing its states back)");
+  STRATA_RETURN_IF_ERROR(engine_->Finish());
+  if (long_wait && lead())
+    progress_->Message(fmt::format("the last step's optimizer update finished after {:.1f} s", Seconds(t0)));
   if (lead()) {
     ReportMemory();
     progress_->Finish();
