@@ -38,7 +38,9 @@ std::vector<uint64_t> PieceSums(std::span<const std::byte> bytes, uint64_t block
 struct Extent {
   std::string name;
   uint64_t offset = 0, bytes = 0, capacity = 0;
-  std::vector<uint64_t> sums;  // xxh3-64 of each block-sized piece (verify_checksums)
+  // xxh3-64 of each block-sized piece (verify_checksums); replaced whole by each write, so
+  // reads in flight keep the one they started with, without a copy.
+  std::shared_ptr<const std::vector<uint64_t>> sums;
   ExtentState state = ExtentState::kEmpty;
   int readers = 0;  // reads in flight
   bool live = false;
@@ -235,8 +237,8 @@ Ticket NvmeTier::Write(ExtentId id, std::span<const std::byte> src) {
     job = IoJob{IoOp::kWrite, const_cast<std::byte*>(src.data()), e.bytes, e.offset, "tensor '" + e.name + "'", {}, {}};
   }
   // Hash in the caller's thread, before the bytes leave: the pump thread stays on I/O.
-  std::vector<uint64_t> sums;
-  if (m.options.verify_checksums) sums = PieceSums(src, m.options.block_size);
+  std::shared_ptr<const std::vector<uint64_t>> sums;
+  if (m.options.verify_checksums) sums = std::make_shared<const std::vector<uint64_t>>(PieceSums(src, m.options.block_size));
   auto ticket = std::make_shared<TicketState>(1);
   const auto start = std::chrono::steady_clock::now();
   job.on_done = [&m, id, sums = std::move(sums), ticket, start](const Status& s) mutable {
@@ -279,7 +281,7 @@ Ticket NvmeTier::Read(ExtentId id, std::span<std::byte> dst) {
                                   m.file_path, e.state == ExtentState::kFailed ? "its last write failed" : "never written"));
     e.readers++;
     m.NoteMemory(dst.data(), dst.size());
-    if (m.options.verify_checksums) sums = std::make_shared<const std::vector<uint64_t>>(e.sums);
+    if (m.options.verify_checksums) sums = e.sums;
     name = e.name;
     job = IoJob{IoOp::kRead, dst.data(), e.bytes, e.offset, "tensor '" + e.name + "'", {}, {}};
   }
