@@ -99,15 +99,15 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   // The pools alongside the blocks on the host (Note [Pools alongside the blocks]).
   std::future<Status> pooled;
   auto start_pools = [&] {
-    if (!pooled.valid()) pooled = std::async(std::launch::async, [this] { return CreatePools(); });
+    if (dev->is_host() && !pooled.valid()) pooled = std::async(std::launch::async, [this] { return CreatePools(); });
   };
   if (!dev->is_host()) {
     phase("allocating and pinning host buffers");
     STRATA_RETURN_IF_ERROR(CreatePools());
   }
   const auto blocks_start = Clock::now();
-  Status built = BuildBlocks(hooks, phase, dev->is_host() ? std::function<void()>(start_pools) : [] {});
-  if (dev->is_host()) start_pools();  // (BuildBlocks failed before it started them)
+  Status built = BuildBlocks(hooks, phase, start_pools);
+  start_pools();  // (if BuildBlocks failed before it started them)
   creation.blocks_s = seconds_since(blocks_start);
   Status pinned = pooled.valid() ? pooled.get() : Status();
   STRATA_RETURN_IF_ERROR(built);
