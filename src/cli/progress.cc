@@ -91,10 +91,12 @@ void Progress::OnStep(const StepStats& st) {
   if (st.step % o_.steps_per_print == 0 || st.step + 1 == o_.total_steps) {
     std::string line = fmt::format(
         "train step {:5d}  loss {:.4f}  lr {:.3g}  grad norm {:.3f}{}  {:.0f} tokens/s  {:.3f} TFLOPS  step {:.1f} ms  "
-        "nvme r/w {:.1f}/{:.1f} MB  exposed I/O {:.1f} ms",
+        "nvme r/w {:.1f}/{:.1f} MB  exposed I/O {:.1f} ms{}",
         st.step, st.loss, st.lr, st.grad_norm, st.skipped ? " (skipped: overflow)" : "",
         st.tokens / std::max(1e-12, st.seconds), tflops, st.seconds * 1e3, st.nvme_read_bytes / 1e6,
-        st.nvme_write_bytes / 1e6, st.wait_s * 1e3);
+        st.nvme_write_bytes / 1e6, st.wait_s * 1e3,
+        st.optimizer_wait_s > 0 ? fmt::format(" + waiting for the optimizer {:.1f} ms", st.optimizer_wait_s * 1e3)
+                                : std::string());
     if (st.speculated_blocks > 0)
       line += fmt::format("  speculated {} block(s){}", st.speculated_blocks,
                           st.redone_blocks ? fmt::format(", redone {} (clipped)", st.redone_blocks)
@@ -131,13 +133,17 @@ void Progress::Finish() {
     const double mean = measured_ > 0 ? sum_time_ / measured_ : all_time_ / done_;
     const double wait = measured_ > 0 ? sum_wait_ / measured_ : first_wait_;
     const double optimizer_wait = measured_ > 0 ? sum_optimizer_wait_ / measured_ : 0;
+    // What the compute thread waited for: transfers, and the optimizer (whose work, with its
+    // states on NVMe, is mostly the disk's).
+    const double waited = wait + optimizer_wait;
     std::printf("summary: %lld steps (%lld..%lld) in %s, final loss %.4f, mean step %.1f ms, %.0f tokens/s, %.3f "
-                "TFLOPS, exposed transfer time %.1f ms per step (%.1f%% of the step), waiting for the optimizer %.1f "
-                "ms per step, nvme read %.1f MB / written %.1f MB%s\n",
+                "TFLOPS, compute waited %.1f ms per step (%.1f%% of the step): for transfers %.1f ms, for the "
+                "optimizer %.1f ms; nvme read %.1f MB / written %.1f MB%s\n",
                 (long long)done_, (long long)o_.first_step, (long long)(o_.first_step + done_ - 1),
                 Duration(all_time_).c_str(), last_loss_, mean * 1e3, tokens_ / all_time_,
-                (measured_ > 0 ? sum_flops_ / sum_time_ : tokens_ * o_.flops_per_token / all_time_) / 1e12, wait * 1e3,
-                mean > 0 ? 100 * wait / mean : 0.0, optimizer_wait * 1e3, read_bytes_ / 1e6, write_bytes_ / 1e6,
+                (measured_ > 0 ? sum_flops_ / sum_time_ : tokens_ * o_.flops_per_token / all_time_) / 1e12,
+                waited * 1e3, mean > 0 ? 100 * waited / mean : 0.0, wait * 1e3, optimizer_wait * 1e3,
+                read_bytes_ / 1e6, write_bytes_ / 1e6,
                 (skipped_ ? fmt::format(", {} step(s) skipped on overflow", skipped_) : std::string()).c_str());
     if (redone_ > 0)
       std::printf("summary: %lld speculative block update(s) redone because their step clipped\n", (long long)redone_);

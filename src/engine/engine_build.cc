@@ -3,6 +3,7 @@
 #include <deque>
 #include <future>
 #include <optional>
+#include <thread>
 
 #include "src/engine/engine_impl.h"
 #include "strata/check.h"
@@ -87,8 +88,11 @@ Status Engine::Impl::OpenStore(const EngineHooks& hooks) {
     so.nvme.on_io = [t, sec](IoOp op, const std::string& name, uint64_t bytes, auto start, auto end) {
       t->Add(op == IoOp::kRead ? Track::kNvmeRead : Track::kNvmeWrite, name, sec(start), sec(end), bytes);
     };
-    so.on_wait = [t, sec](const std::string& what, auto start, auto end) {
-      t->Add(Track::kWait, "wait " + what, sec(start), sec(end), 0);
+    // Only the compute thread's waits are exposed (it creates the engine and runs the steps):
+    // the optimizer thread waiting for a buffer is the optimizer's time.
+    so.on_wait = [t, sec, compute = std::this_thread::get_id()](const std::string& what, auto start, auto end) {
+      t->Add(std::this_thread::get_id() == compute ? Track::kWait : Track::kOptimizer, "wait " + what, sec(start),
+             sec(end), 0);
     };
   }
   STRATA_ASSIGN_OR_RETURN(store, TieredStore::Create(so));

@@ -236,10 +236,12 @@ Status Engine::Impl::ReduceGradients(int b) {
                       : dev->AllReduce(flat.data_ptr(), flat.numel(), DType::kF32, ReduceOp::kSum, {flattened});
   }
   const bool plant = PlantsOverflow(b);
+  STRATA_RETURN_IF_ERROR(AwaitGradientsFree(b));  // delayed: the update still reading the accumulator
   // The accumulator's range within `out` (with LoRA only the trainable end is accumulated).
   const int64_t acc_at = bp.grad.len == 0 ? 0 : bp.grad.begin - (scatter ? bp.layout.begin() : from);
   if (dev->is_host()) {
     STRATA_RETURN_IF_ERROR(reduced.HostWait());
+    Tracer::Span span(tracer, Track::kCompute, "accumulate g" + std::to_string(b));
     STRATA_RETURN_IF_ERROR(Accumulate(acc, out.narrow(0, acc_at, bp.grad.len), inv, plant));
     Speculate(b, DeviceEvent());
     return Status();
