@@ -52,6 +52,7 @@ Status Engine::Impl::CreatePools() {
   };
   STRATA_RETURN_IF_ERROR(make(plan.param_pool, &pools.param));
   STRATA_RETURN_IF_ERROR(make(plan.optim_pool, &pools.optim));
+  STRATA_RETURN_IF_ERROR(make(plan.park_pool, &pools.park));
   creation.pools_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status();
 }
@@ -61,7 +62,7 @@ Status Engine::Impl::CreatePools() {
 // measures is what training does.
 Status Engine::Impl::RegisterPools() {
   std::vector<std::span<std::byte>> regions;
-  for (PinnedPool* pool : {pools.param.get(), pools.optim.get()}) {
+  for (PinnedPool* pool : {pools.param.get(), pools.optim.get(), pools.park.get()}) {
     if (!pool) continue;
     ledger.Add(StateKind::kPinnedBuffers, Residence::kCpu, pool->region().size());
     creation.pool_bytes += pool->region().size();

@@ -16,6 +16,7 @@
 
 #include "src/data/data.h"
 #include "src/engine/compute_device.h"
+#include "src/engine/parked_writes.h"
 #include "src/engine/engine.h"
 #include "src/engine/loss_scaler.h"
 #include "src/engine/prefetch.h"
@@ -115,6 +116,7 @@ class HostArrays {
 struct Pools {
   std::unique_ptr<PinnedPool> param;  // NVMe working-weight fetches and write-backs
   std::unique_ptr<PinnedPool> optim;  // NVMe optimizer-state sub-groups
+  std::unique_ptr<PinnedPool> park;   // strata.optimizer_overlap "delayed": parked working weights
 };
 
 // One optimizer sub-group's states (master, m, v) being read into pinned buffers.
@@ -142,6 +144,9 @@ struct OptimizerRun {
   // by the compute thread, before its weights are used (collectives stay on one thread).
   std::vector<char> share_pending;
   DeviceEvent done;  // the whole update, with its Status
+  // strata.optimizer_overlap "delayed": this update's new working weights, parked until the
+  // step running beside it has read the old ones (null for the other modes).
+  std::shared_ptr<ParkedWrites> parked;
 };
 
 struct Optimizer {
@@ -243,8 +248,14 @@ struct Engine::Impl {
   // the update; AwaitBlock before a block's weights are used, Quiesce before anything reads
   // the whole state. On the optimizer thread: FinishStep and what it calls.
   StatusOr<bool> OptimizerStep(int64_t step, StepStats* stats);
-  Status LaunchUpdate(const AdamHyperParams& hp, Verdict verdict);
+  Status LaunchUpdate(const AdamHyperParams& hp, Verdict verdict, int64_t step);
   Status AwaitBlock(int b);
+  // strata.optimizer_overlap "delayed" (engine_delayed.cc): an update runs beside the next
+  // step, whose compute does not wait for it (reads the old weights) but whose gradients of
+  // block b wait for it to have read and zeroed b's accumulator.
+  bool DelayedRun() const { return optimizer.run.parked != nullptr; }
+  Status AwaitGradientsFree(int b);
+  void ReleaseOldWeights(int b);
   bool BlockReady(int b) const;
   Status Quiesce();
   // The step's update of every block, in block order (speculated blocks: what `verdict` says).

@@ -13,6 +13,7 @@
 // the whole update instead. Whatever reads the whole state (checkpoints, counters, export,
 // restore, destruction) first Quiesce()s. Collectives stay on the compute thread: the
 // stages 1-2 sharing of updated weights happens in AwaitBlock, in block order on every rank.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -81,7 +82,7 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
                  speculation.hp.grad_unscale == hp.grad_unscale) << "the speculative updates assumed another step";
   stats->redone_blocks = verdict == Verdict::kRedo ? stats->speculated_blocks : 0;
   scaler.Update(/*overflow=*/false);
-  STRATA_RETURN_IF_ERROR(LaunchUpdate(hp, verdict));
+  STRATA_RETURN_IF_ERROR(LaunchUpdate(hp, verdict, step));
   if (cfg.optimizer_overlap == OptimizerOverlap::kNone) STRATA_RETURN_IF_ERROR(Quiesce());
   return true;
 }
@@ -110,7 +111,7 @@ AdamHyperParams Engine::Impl::NextHyperParams(int64_t step) const {
 }
 
 // Starts FinishStep on the optimizer thread with one ready event per block.
-Status Engine::Impl::LaunchUpdate(const AdamHyperParams& hp, Verdict verdict) {
+Status Engine::Impl::LaunchUpdate(const AdamHyperParams& hp, Verdict verdict, int64_t step) {
   const int n = num_blocks();
   std::vector<std::shared_ptr<HostEventState>> ready(n);
   OptimizerRun& run = optimizer.run;
@@ -120,6 +121,11 @@ Status Engine::Impl::LaunchUpdate(const AdamHyperParams& hp, Verdict verdict) {
     run.block_ready[b] = DeviceEvent(ready[b]);
   }
   run.share_pending.assign(n, !plan.weights_sharded && plan.optim_sharded && comm->world_size() > 1);
+  run.parked.reset();
+  if (cfg.optimizer_overlap == OptimizerOverlap::kDelayed && step >= cfg.delayed_update_from)
+    run.parked = std::make_shared<ParkedWrites>(n, static_cast<int>(pools.park->buffer_count()), [this](int b, PinnedBuffer buf) {
+      (void)store->WriteBack(model.blocks[b].working, std::move(buf));  // failures: WriteBackFailure()
+    });
   // The early states go with the update: the compute thread never touches them while it runs.
   auto early = std::make_shared<std::unique_ptr<LoadedStates>>(std::move(optimizer.early_states));
   // This step's speculative updates go with it: the next step re-arms while it may still run.
@@ -136,13 +142,14 @@ Status Engine::Impl::LaunchUpdate(const AdamHyperParams& hp, Verdict verdict) {
 
 bool Engine::Impl::BlockReady(int b) const {
   const auto& ready = optimizer.run.block_ready;
-  return b >= static_cast<int>(ready.size()) || ready[b].Ready();
+  return DelayedRun() || b >= static_cast<int>(ready.size()) || ready[b].Ready();
 }
 
-// Block b's weights may be used: its update is done, and (stages 1-2) shared.
+// Block b's weights may be used: its update is done, and (stages 1-2) shared. A delayed
+// update is not waited for: the step beside it reads the old weights.
 Status Engine::Impl::AwaitBlock(int b) {
   OptimizerRun& run = optimizer.run;
-  if (b < static_cast<int>(run.block_ready.size())) {
+  if (!DelayedRun() && b < static_cast<int>(run.block_ready.size())) {
     const DeviceEvent& e = run.block_ready[b];
     Tracer::Span span(e.Ready() ? nullptr : tracer, Track::kOptimizerWait, "wait optimizer b" + std::to_string(b));
     STRATA_RETURN_IF_ERROR(e.HostWait().WithContext(fmt::format("the optimizer step of block {}", b)));
@@ -155,6 +162,10 @@ Status Engine::Impl::AwaitBlock(int b) {
 }
 
 Status Engine::Impl::Quiesce() {
+  if (DelayedRun()) {  // nothing reads the old weights any more: every new one goes home
+    optimizer.run.parked->ReleaseAll();
+    for (int b = 0; b < num_blocks(); ++b) STRATA_RETURN_IF_ERROR(AwaitGradientsFree(b));
+  }
   for (int b = 0; b < static_cast<int>(optimizer.run.block_ready.size()); ++b) STRATA_RETURN_IF_ERROR(AwaitBlock(b));
   STRATA_RETURN_IF_ERROR(optimizer.run.done.HostWait());
   // A state whose write-back failed is lost (its buffer went back to the pool): the run
@@ -192,6 +203,8 @@ Status Engine::Impl::FinishStep(const AdamHyperParams& hp, Verdict verdict,
       pending.push_back(b);
       continue;
     }
+    // Delayed: from the last block down, the order in which the next backward needs them.
+    if (optimizer.run.parked) std::reverse(pending.begin(), pending.end());
     if (!pending.empty()) STRATA_RETURN_IF_ERROR(UpdateBlocks(hp, pending, early, ready));
     pending.clear();
     if (concluding) {
@@ -201,6 +214,7 @@ Status Engine::Impl::FinishStep(const AdamHyperParams& hp, Verdict verdict,
   }
   if (early)  // not consumed (not expected): its reads must finish before its buffers go back
     for (Ticket& t : early->read) t.Wait().IgnoreError();
+  if (optimizer.run.parked) optimizer.run.parked->Drain();  // delayed: written as the next step releases them
   return Status();
 }
 
@@ -256,6 +270,14 @@ StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease, int64
     return store->CpuMemory(br.adapter).data();
   }
   if (!plan.resident[b] && store->home(br.working) != Tier::kNvme) return store->CpuMemory(br.working).data();
+  if (optimizer.run.parked) {  // delayed: parked until the next step has read the old weights
+    optimizer.run.parked->WaitForRoom();
+    std::optional<PinnedBuffer> got = store->AcquireBuffer(*pools.park);
+    if (!got) got = pools.park->AcquireFor(std::chrono::minutes(5));  // (a write retired as we looked)
+    if (!got) return Status(StatusCode::kInternal, "no parking buffer for the working weights in 5 minutes");
+    *lease = std::move(*got);
+    return lease->data();
+  }
   std::optional<PinnedBuffer> got = store->AcquireBuffer(*pools.param);
   if (!got) got = pools.param->AcquireFor(std::chrono::minutes(5));  // held by copies to the device
   if (!got) return Status(StatusCode::kInternal, "no pinned buffer for the working weights in 5 minutes");
@@ -319,6 +341,8 @@ Status Engine::Impl::FinishBlock(int b, PinnedBuffer lease) {
   const BlockRuntime& br = model.blocks[b];
   if (plan.resident[b]) {
     STRATA_RETURN_IF_ERROR(UpdateResident(b, std::move(lease)));
+  } else if (lease.valid() && optimizer.run.parked) {
+    optimizer.run.parked->Park(b, std::move(lease));  // delayed: home once the old ones are read
   } else if (lease.valid()) {
     (void)store->WriteBack(br.working, std::move(lease));  // reads of it wait for the write
   }
@@ -364,7 +388,8 @@ std::unique_ptr<LoadedStates> Engine::Impl::LoadStates(const SubGroup& sg) {
 // when last step's write-backs of them are still in flight or the pool has no free buffers.
 void Engine::Impl::ReadFirstStatesEarly() {
   if (!optimizer.run.done.Ready() || !pools.optim || optimizer.early_states || model.blocks.empty() ||
-      model.blocks[0].subs.empty() || cfg.optimizer_overlap == OptimizerOverlap::kSpeculative)  // (reads its own)
+      model.blocks[0].subs.empty() || cfg.optimizer_overlap == OptimizerOverlap::kSpeculative ||  // (reads its own)
+      cfg.optimizer_overlap == OptimizerOverlap::kDelayed)  // (starts from the last block)
     return;
   const SubGroup& sg = model.blocks[0].subs[0];
   for (TensorHandle h : {sg.master, sg.m, sg.v})

@@ -69,11 +69,13 @@ void Engine::Impl::ArmLoraDropout(int b, std::optional<model::LoraDropoutScope>*
 std::unique_ptr<PrefetchScheduler> Engine::Impl::MakePrefetcher(const std::vector<Visit>& order) {
   if (!pools.param) return nullptr;
   std::vector<PrefetchScheduler::Item> items;
-  const auto& ready = optimizer.run.block_ready;  // a block's read waits for its update (Note [Optimizer overlap])
+  // A block's read waits for its update (Note [Optimizer overlap]); not for a delayed one,
+  // whose step reads the old weights (Note [Delayed update]).
+  const auto& ready = optimizer.run.block_ready;
   for (const Visit& v : order)
     if (model.blocks[v.block].working.valid() && store->home(model.blocks[v.block].working) == Tier::kNvme)
       items.push_back({v.block, model.blocks[v.block].working,
-                       v.block < static_cast<int>(ready.size()) ? ready[v.block] : DeviceEvent()});
+                       !DelayedRun() && v.block < static_cast<int>(ready.size()) ? ready[v.block] : DeviceEvent()});
   if (items.empty()) return nullptr;
   const uint64_t budget = std::max<uint64_t>(1, cfg.prefetch_bucket_size * DTypeSize(cfg.compute_dtype));
   return std::make_unique<PrefetchScheduler>(std::move(items), store.get(), pools.param.get(), budget, tracer);
@@ -201,6 +203,7 @@ void Engine::Impl::BindTiedHead() {
 // to its fp32 accumulator: on the host at once; on a device through its queues, the
 // accumulation on the host callback thread.
 Status Engine::Impl::ReduceGradients(int b) {
+  ReleaseOldWeights(b);  // delayed: this step's last read of b is done
   if (Frozen(b)) return Status();  // no rank has a gradient of it (LoRA's head)
   BlockRuntime& br = model.blocks[b];
   const BlockPlan& bp = plan.blocks[b];
@@ -399,6 +402,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
       if (s.ok()) loss_sum += *loss;
       if (!s.ok()) {
         m.last_micro_batch = false;
+        if (m.DelayedRun()) m.optimizer.run.parked->ReleaseAll();
         m.dev->Synchronize().IgnoreError();
         if (prefetch) prefetch->Drain();
         m.DropEarlyStates();
@@ -408,6 +412,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
     }
     m.last_micro_batch = false;
   }
+  if (m.DelayedRun()) m.optimizer.run.parked->ReleaseAll();  // (blocks without a backward: LoRA's frozen ones)
   {  // every gradient shard accumulated before the optimizer reads the accumulators
     Tracer::Span span(m.dev->is_host() ? nullptr : m.tracer, Track::kWait, "wait gradients to host");
     STRATA_RETURN_IF_ERROR(m.dev->Synchronize());
@@ -438,6 +443,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
 
 StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batches) {
   Impl& m = *impl_;
+  if (m.DelayedRun()) STRATA_RETURN_IF_ERROR(m.Quiesce());  // the latest weights (Note [Delayed update])
   const int world = m.comm->world_size(), rank = m.comm->rank();
   std::vector<double> weights(batches, 1.0);  // Note [Loss mask]
   if (data.has_loss_mask()) {

@@ -200,6 +200,13 @@ void ShardPlan::PlanDevice(const TrainConfig& cfg) {
     param_pool = {static_cast<size_t>(std::max<int64_t>(3, cfg.offload_param.buffer_count)), max_working_bytes,
                   cfg.offload_param.pin_memory};
   if (optim_nvme && max_sub_group > 0) optim_pool = {12, static_cast<size_t>(max_sub_group) * 4, cfg.offload_optimizer.pin_memory};
+  // Delayed update: a third of the blocks (at least 2) leaves the update ~n/3 blocks of slack
+  // before the backward releases any; with accumulation every block, because the update must
+  // take each block's gradients before the first micro-batch adds to them, and the old
+  // weights are released only by the last one (Note [Delayed update]).
+  if (cfg.optimizer_overlap == OptimizerOverlap::kDelayed && param_nvme)
+    park_pool = {static_cast<size_t>(cfg.grad_accum > 1 ? n : std::max(2, n / 3)), max_working_bytes,
+                 cfg.offload_param.pin_memory};
   if (param_nvme || optim_nvme) staging_bytes = StagingBytes(cfg.aio);
   scratch_bytes = static_cast<uint64_t>(grad_slots * (max_grad_flat + max_grad_reduced) + tied_numel) * 4;
   if (!host_device) {
@@ -242,7 +249,8 @@ void ShardPlan::PlanLedger() {
   }
   const int64_t tied_padded = tied_slot ? blocks[tied_owner].layout.padded : 0;
   ledger.Add(StateKind::kGatherBuffers, Residence::kDevice, (gather_slots * max_padded + tied_padded) * dsize);
-  ledger.Add(StateKind::kPinnedBuffers, Residence::kCpu, param_pool.region_bytes() + optim_pool.region_bytes());
+  ledger.Add(StateKind::kPinnedBuffers, Residence::kCpu,
+             param_pool.region_bytes() + optim_pool.region_bytes() + park_pool.region_bytes());
 }
 
 Residence ShardPlan::WorkingResidence(int b) const { return resident.at(b) ? Residence::kDevice : working_home; }

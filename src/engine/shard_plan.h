@@ -158,6 +158,9 @@ struct ShardPlan {
   std::vector<bool> speculative;
   PoolPlan param_pool;  // working-weight fetches and write-backs (NVMe), and resident blocks' updates
   PoolPlan optim_pool;  // NVMe optimizer-state sub-groups (offload_optimizer nvme)
+  // strata.optimizer_overlap "delayed": updated working weights parked until the next step has
+  // read the old ones (a third of the blocks, at least 2: ParkedWrites)
+  PoolPlan park_pool;
   uint64_t staging_bytes = 0;  // the NVMe tier's staging buffers (host)
   // Scratch on the compute device: per gradient slot the fp32 flat gradient of the largest
   // block and the reduced shard, the tied weight's pending fp32 gradient, and off the host

@@ -15,6 +15,7 @@ const char* OptimizerOverlapName(OptimizerOverlap o) {
     case OptimizerOverlap::kNone: return "none";
     case OptimizerOverlap::kForward: return "forward";
     case OptimizerOverlap::kSpeculative: return "speculative";
+    case OptimizerOverlap::kDelayed: return "delayed";
   }
   return "?";
 }
@@ -160,15 +161,17 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
     c->recompute = recompute == "auto" ? Recompute::kAuto : recompute == "always" ? Recompute::kAlways : Recompute::kNever;
   }
   std::string overlap = OptimizerOverlapName(c->optimizer_overlap);
-  STRATA_RETURN_IF_ERROR(s.Choice("optimizer_overlap", &overlap, {"none", "forward", "speculative"}));
-  c->optimizer_overlap = overlap == "none"      ? OptimizerOverlap::kNone
-                         : overlap == "forward" ? OptimizerOverlap::kForward
-                                                : OptimizerOverlap::kSpeculative;
+  STRATA_RETURN_IF_ERROR(s.Choice("optimizer_overlap", &overlap, {"none", "forward", "speculative", "delayed"}));
+  c->optimizer_overlap = overlap == "none"          ? OptimizerOverlap::kNone
+                         : overlap == "forward"     ? OptimizerOverlap::kForward
+                         : overlap == "speculative" ? OptimizerOverlap::kSpeculative
+                                                    : OptimizerOverlap::kDelayed;
   if (s.IsAuto("speculation_budget_mb")) {
     s.Touch("speculation_budget_mb");
   } else {
     STRATA_RETURN_IF_ERROR(s.Int("speculation_budget_mb", &c->speculation_budget_mb, 0, int64_t{1} << 40));
   }
+  STRATA_RETURN_IF_ERROR(s.Int("delayed_update_from", &c->delayed_update_from, 0, int64_t{1} << 62));
   STRATA_RETURN_IF_ERROR(s.Int("optimizer_threads", &c->optimizer_threads, 0, 4096));
   std::string adam_states = c->adam_states == DType::kBF16 ? "bf16" : "fp32";
   STRATA_RETURN_IF_ERROR(s.Choice("adam_states", &adam_states, {"fp32", "bf16"}));
@@ -336,6 +339,23 @@ Status ParseActivationCheckpointing(JsonReader& root, TrainConfig* c) {
 
 }  // namespace
 
+// The delayed update parks each block's new working weights until the next step has read
+// the old ones from NVMe: weights kept anywhere else would be overwritten under the compute.
+static Status CheckDelayedUpdate(const TrainConfig& c) {
+  if (c.optimizer_overlap != OptimizerOverlap::kDelayed) return Status();
+  if (c.offload_param.device != OffloadDevice::kNvme)
+    return InvalidArgument("strata.optimizer_overlap \"delayed\": needs zero_optimization.offload_param.device "
+                           "\"nvme\" (it is \"{}\"): the next step reads the old working weights from NVMe while "
+                           "the update makes the new ones", OffloadDeviceName(c.offload_param.device));
+  if (c.resident_blocks > 0)
+    return InvalidArgument("strata.optimizer_overlap \"delayed\": strata.resident_blocks must be 0 or \"auto\" (it is "
+                           "{}): a resident block's weights are updated in place", c.resident_blocks);
+  if (c.model.lora.r > 0)
+    return InvalidArgument("strata.optimizer_overlap \"delayed\": not with strata.lora (the adapters are updated in "
+                           "place in host memory)");
+  return Status();
+}
+
 StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::string& origin) {
   STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonText(text, origin));
   if (!j.is_object()) return InvalidArgument("{}: the top level must be a JSON object", origin);
@@ -350,6 +370,7 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
         ParseStrata})
     if (Status s = section(root, &c); !s.ok()) return s.WithContext(origin);
   if (c.schedule.total_num_steps == 0) c.schedule.total_num_steps = c.steps;
+  if (Status s = CheckDelayedUpdate(c); !s.ok()) return s.WithContext(origin);
   root.UnusedKeys(&c.warnings);
   for (AutoValue a : root.autos()) {
     if (a.path == "scheduler.params.warmup_max_lr") a.reason = "the optimizer's lr";

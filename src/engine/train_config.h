@@ -62,6 +62,10 @@ enum class OptimizerOverlap {
   // as kForward, and besides each block is updated during the backward as soon as its gradient
   // is final, assuming no clipping and no overflow; rolled back (and redone) when that was wrong
   kSpeculative,
+  // ZeRO-Offload's one-step delayed update (opt-in; changes the arithmetic): the update of step
+  // s runs during step s+1, whose forward and backward still use the weights from before it
+  // (Note [Delayed update], engine_delayed.cc). Needs the working weights on NVMe, no LoRA.
+  kDelayed,
 };
 const char* OptimizerOverlapName(OptimizerOverlap o);
 
@@ -129,6 +133,10 @@ struct TrainConfig {
   // roll-back restores); blocks are speculated from the last one down while they fit. -1
   // ("auto"): every block.
   int64_t speculation_budget_mb = -1;
+  // strata.delayed_update_from: with optimizer_overlap "delayed", the first step whose update
+  // is delayed; the updates of the steps before it run as with "forward" (exact), which
+  // ZeRO-Offload advises for the first steps of a run, where the weights change fastest.
+  int64_t delayed_update_from = 0;
   Recompute recompute = Recompute::kAuto;  // strata.recompute (activation_checkpointing present: kAlways)
   // What the engine does, settled by ResolveRecompute (kAuto: from the memory estimate);
   // false = recompute, the safe default of a config nobody resolved.

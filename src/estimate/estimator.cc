@@ -60,7 +60,7 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   e.runtime = kRuntimeBytes;
   e.creation = (plan.creation_draws + 1) * plan.max_padded * (4 + (cfg.compute_dtype == DType::kF32 ? 0 : plan.dsize));
   // Page-locked: the pinned pools, and the cpu tier's states when it is pinned (mlock).
-  for (const PoolPlan* pool : {&plan.param_pool, &plan.optim_pool})
+  for (const PoolPlan* pool : {&plan.param_pool, &plan.optim_pool, &plan.park_pool})
     if (pool->pin) e.pinned += pool->region_bytes();
   if (!device.host) e.pinned += e.grad_staging;  // cudaHostRegister'd on a GPU
   if (cfg.offload_optimizer.pin_memory)

@@ -112,6 +112,33 @@ TEST(Checkpoint, SavedWhileTheUpdateRunsResumesBitwise) {
   }
 }
 
+// Note [Delayed update]: a checkpoint waits for the update running beside the steps and
+// writes the latest weights, which the next step then uses, as the resumed run's first step
+// does: the run that saved and went on, and the run resumed from its checkpoint, are bitwise
+// the same; and (the comparison has teeth) not the run that never saved.
+TEST(Checkpoint, DelayedUpdateResumesAsTheRunThatSaved) {
+  TempDir dir;
+  TrainConfig cfg = ResumeConfig(dir.path());
+  cfg.optimizer_overlap = OptimizerOverlap::kDelayed;
+  const std::string ck = dir.path() + "/ckpt";
+  Params saved_and_went_on, resumed, straight;
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) -> Status {
+              STRATA_ASSIGN_OR_RETURN(auto data, data::TokenDataset::Open(cfg.data, cfg.model.vocab_size,
+                                                                          cfg.model.seq_len));
+              STRATA_ASSIGN_OR_RETURN(auto engine, Engine::Create(cfg, &c, nullptr, {}));
+              for (int64_t s = 0; s < 6; ++s) {
+                if (s == 3) STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(*engine, c, cfg, ck, 3));
+                STRATA_RETURN_IF_ERROR(engine->Step(s, *data).status());
+              }
+              return CollectMaster(*engine, r, &saved_and_went_on);
+            }),
+            "");
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 3, 6, ck, "", &resumed); }), "");
+  testing::ExpectBitwiseEqual(saved_and_went_on, resumed);
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 6, "", "", &straight); }), "");
+  EXPECT_FALSE(torch::equal(straight[1][2].second, resumed[1][2].second));
+}
+
 // Adam's moments kept in bf16 (strata.adam_states): saved as BF16 tensors, resumed bitwise;
 // a run with fp32 moments is refused that checkpoint, naming the key.
 TEST(Checkpoint, Bf16MomentsResumeBitwiseAndAMismatchIsRefused) {

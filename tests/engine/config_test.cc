@@ -373,5 +373,28 @@ TEST(Config, SecondFileAndSetOverridesCompose) {
   EXPECT_NE(missing.status().message().find("/nonexistent/ds.json"), std::string::npos);
 }
 
+// Note [Delayed update]: only with the working weights on NVMe, none resident, no LoRA; the
+// error names the key to change.
+TEST(Config, DelayedUpdateNeedsWorkingWeightsOnNvme) {
+  const std::string nvme = R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"}})";
+  auto ok = ParseTrainConfig("{" + nvme + R"(, "strata": {"optimizer_overlap": "delayed"}})", "d.json");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->optimizer_overlap, OptimizerOverlap::kDelayed);
+  auto cpu = ParseTrainConfig(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}},
+                                  "strata": {"optimizer_overlap": "delayed"}})", "d.json");
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_NE(cpu.status().message().find("zero_optimization.offload_param.device"), std::string::npos)
+      << cpu.status().message();
+  EXPECT_NE(cpu.status().message().find("d.json"), std::string::npos);
+  auto resident = ParseTrainConfig("{" + nvme + R"(, "strata": {"optimizer_overlap": "delayed", "resident_blocks": 2}})",
+                                   "d.json");
+  ASSERT_FALSE(resident.ok());
+  EXPECT_NE(resident.status().message().find("strata.resident_blocks"), std::string::npos);
+  auto lora = ParseTrainConfig("{" + nvme + R"(, "strata": {"optimizer_overlap": "delayed", "lora": {"r": 4}}})",
+                               "d.json");
+  ASSERT_FALSE(lora.ok());
+  EXPECT_NE(lora.status().message().find("strata.lora"), std::string::npos) << lora.status().message();
+}
+
 }  // namespace
 }  // namespace strata

@@ -153,5 +153,70 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<1>(info.param)) + "_" + DTypeName(std::get<2>(info.param));
     });
 
+// Note [Delayed update]: step s+1 is computed at the weights from before step s's update. So
+// the delayed run's step 1 is a plain run's whose step 0 was skipped (a planted overflow: the
+// same weights, the same batch), and its step 2 a plain run's whose step 1 was skipped (the
+// weights after one update, at Adam's step 1), bitwise. More blocks than parking buffers (the
+// update waits for the backward), gradient accumulation, and an asynchronous device with
+// injected delays give the same run bitwise; it learns.
+TEST(DelayedUpdate, EachStepSeesTheWeightsFromBeforeTheLastUpdate) {
+  TempDir dir;
+  TrainConfig c = TinyConfig(dir.path());
+  c.model.n_layer = 4;  // 6 blocks, 2 parking buffers
+  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.compute_dtype = DType::kBF16;
+  c.sub_group_size = 20000;
+  c.optimizer_overlap = OptimizerOverlap::kNone;
+  auto plain_skipping = [&](int step) {
+    TrainConfig p = c;
+    p.debug_overflow_step = step;
+    return RunEngine(p, 2, 3);
+  };
+  const auto skip0 = plain_skipping(0), skip1 = plain_skipping(1);
+  const auto plain = RunEngine(c, 2, 6);
+  ASSERT_EQ(skip0.stats.size(), 3u);
+  ASSERT_EQ(skip1.stats.size(), 3u);
+  EXPECT_TRUE(skip0.stats[0].skipped);
+  EXPECT_TRUE(skip1.stats[1].skipped);
+
+  c.optimizer_overlap = OptimizerOverlap::kDelayed;
+  const auto delayed = RunEngine(c, 2, 6);
+  ASSERT_EQ(delayed.stats.size(), 6u);
+  EXPECT_GT(delayed.ledger.Of(StateKind::kPinnedBuffers), plain.ledger.Of(StateKind::kPinnedBuffers))
+      << "the parking buffers are counted";
+  EXPECT_EQ(delayed.stats[0].loss, plain.stats[0].loss);
+  EXPECT_EQ(delayed.stats[1].loss, skip0.stats[1].loss);
+  EXPECT_EQ(delayed.stats[1].grad_norm, skip0.stats[1].grad_norm);
+  EXPECT_EQ(delayed.stats[2].loss, skip1.stats[2].loss);
+  EXPECT_EQ(delayed.stats[2].grad_norm, skip1.stats[2].grad_norm);
+  EXPECT_NE(delayed.stats[2].loss, plain.stats[2].loss);  // not the plain schedule
+  EXPECT_LT(delayed.stats[5].loss, delayed.stats[0].loss);
+
+  const FakeDeviceOptions fake{.seed = 5, .max_delay_us = 800};
+  const auto async = RunEngine(c, 2, 6, &fake);
+  ASSERT_EQ(async.stats.size(), 6u);
+  for (int s = 0; s < 6; ++s) EXPECT_EQ(async.stats[s].loss, delayed.stats[s].loss) << "step " << s;
+  EXPECT_TRUE(testing::BitwiseEqual(delayed, async));
+  EXPECT_TRUE(delayed.state == async.state) << "working weights, master, m or v differ";
+
+  // strata.delayed_update_from 2: the updates of steps 0 and 1 are the plain schedule's, so
+  // steps 0-2 are; step 3 is computed at the weights from before step 2's update.
+  c.delayed_update_from = 2;
+  const auto from2 = RunEngine(c, 2, 4);
+  ASSERT_EQ(from2.stats.size(), 4u);
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(from2.stats[s].loss, plain.stats[s].loss) << "step " << s;
+  EXPECT_NE(from2.stats[3].loss, plain.stats[3].loss);
+  c.delayed_update_from = 0;
+
+  // Two micro-batches: each one's gradients wait for the update; the same on the fake device.
+  c.grad_accum = 2;
+  const auto accumulated = RunEngine(c, 2, 4);
+  const auto accumulated_async = RunEngine(c, 2, 4, &fake);
+  ASSERT_EQ(accumulated.stats.size(), 4u);
+  EXPECT_TRUE(testing::BitwiseEqual(accumulated, accumulated_async));
+  EXPECT_TRUE(accumulated.state == accumulated_async.state);
+  EXPECT_LT(accumulated.stats[3].loss, accumulated.stats[0].loss);
+}
+
 }  // namespace
 }  // namespace strata
