@@ -46,7 +46,12 @@ Status MakeVariants(const StepBenchOptions& o, const TrainConfig& base, std::vec
     v.device = std::move(opened.device);
     out->push_back(std::move(v));
   } else if (o.optimizer_overlap) {
-    for (OptimizerOverlap mode : {OptimizerOverlap::kNone, OptimizerOverlap::kForward, OptimizerOverlap::kSpeculative}) {
+    for (OptimizerOverlap mode : {OptimizerOverlap::kNone, OptimizerOverlap::kForward, OptimizerOverlap::kSpeculative,
+                                  OptimizerOverlap::kDelayed}) {
+      // The delayed update (not the same arithmetic) where it applies: working weights on NVMe.
+      if (mode == OptimizerOverlap::kDelayed && (base.offload_param.device != OffloadDevice::kNvme ||
+                                                 base.resident_blocks > 0 || base.model.lora.r > 0))
+        continue;
       Variant v;
       v.name = mode == OptimizerOverlap::kNone ? "plain" : OptimizerOverlapName(mode);
       v.cfg = base;

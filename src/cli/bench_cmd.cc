@@ -107,7 +107,8 @@ void AddBenchStepCommand(CLI::App& bench, Action* action) {
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_flag("--optimizer-overlap", opts->optimizer_overlap, "compare the plain schedule (the optimizer after "
                 "the backward) with the optimizer overlapping the next forward (strata.optimizer_overlap \"forward\") "
-                "and also the backward (\"speculative\")");
+                "and also the backward (\"speculative\"); with the working weights on NVMe also the one-step delayed update "
+                "(\"delayed\", not the same arithmetic)");
   cmd->add_flag("--vs-libtorch", opts->vs_libtorch, "compare plain LibTorch training of the same model in memory "
                 "(one module, autograd's graph kept, torch::optim::AdamW; fp32) with Strata on this config");
   cmd->add_option("--peak-tflops", opts->peak_tflops, "the device's peak for MFU (default: its stated dense bf16/fp16 "
