@@ -122,10 +122,12 @@ Status Engine::Impl::LaunchUpdate(const AdamHyperParams& hp, Verdict verdict, in
   }
   run.share_pending.assign(n, !plan.weights_sharded && plan.optim_sharded && comm->world_size() > 1);
   run.parked.reset();
-  if (cfg.optimizer_overlap == OptimizerOverlap::kDelayed && step >= cfg.delayed_update_from)
-    run.parked = std::make_shared<ParkedWrites>(n, static_cast<int>(pools.park->buffer_count()), [this](int b, PinnedBuffer buf) {
+  if (cfg.optimizer_overlap == OptimizerOverlap::kDelayed && step >= cfg.delayed_update_from) {
+    auto publish = [this](int b, PinnedBuffer buf) {
       (void)store->WriteBack(model.blocks[b].working, std::move(buf));  // failures: WriteBackFailure()
-    });
+    };
+    run.parked = std::make_shared<ParkedWrites>(n, static_cast<int>(pools.park->buffer_count()), std::move(publish));
+  }
   // The early states go with the update: the compute thread never touches them while it runs.
   auto early = std::make_shared<std::unique_ptr<LoadedStates>>(std::move(optimizer.early_states));
   // This step's speculative updates go with it: the next step re-arms while it may still run.

@@ -412,7 +412,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
     }
     m.last_micro_batch = false;
   }
-  if (m.DelayedRun()) m.optimizer.run.parked->ReleaseAll();  // (blocks without a backward: LoRA's frozen ones)
+  if (m.DelayedRun()) m.optimizer.run.parked->ReleaseAll();  // (any block this step did not release)
   {  // every gradient shard accumulated before the optimizer reads the accumulators
     Tracer::Span span(m.dev->is_host() ? nullptr : m.tracer, Track::kWait, "wait gradients to host");
     STRATA_RETURN_IF_ERROR(m.dev->Synchronize());
