@@ -28,10 +28,7 @@
 namespace strata {
 
 Status Engine::Impl::AwaitGradientsFree(int b) {
-  if (!DelayedRun() || b >= static_cast<int>(optimizer.run.block_ready.size())) return Status();
-  const DeviceEvent& e = optimizer.run.block_ready[b];
-  Tracer::Span span(e.Ready() ? nullptr : tracer, Track::kOptimizerWait, "wait delayed update b" + std::to_string(b));
-  return e.HostWait().WithContext(fmt::format("the delayed update of block {}", b));
+  return DelayedRun() ? WaitForUpdate(b, "delayed update") : Status();
 }
 
 void Engine::Impl::ReleaseOldWeights(int b) {

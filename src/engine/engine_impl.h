@@ -16,9 +16,9 @@
 
 #include "src/data/data.h"
 #include "src/engine/compute_device.h"
-#include "src/engine/parked_writes.h"
 #include "src/engine/engine.h"
 #include "src/engine/loss_scaler.h"
+#include "src/engine/parked_writes.h"
 #include "src/engine/prefetch.h"
 #include "src/engine/work_queue.h"
 #include "src/engine/torch_call.h"
@@ -250,6 +250,7 @@ struct Engine::Impl {
   StatusOr<bool> OptimizerStep(int64_t step, StepStats* stats);
   Status LaunchUpdate(const AdamHyperParams& hp, Verdict verdict, int64_t step);
   Status AwaitBlock(int b);
+  Status WaitForUpdate(int b, const char* what);  // block b's part of the running update
   // strata.optimizer_overlap "delayed" (engine_delayed.cc): an update runs beside the next
   // step, whose compute does not wait for it (reads the old weights) but whose gradients of
   // block b wait for it to have read and zeroed b's accumulator.

@@ -151,16 +151,22 @@ bool Engine::Impl::BlockReady(int b) const {
 // update is not waited for: the step beside it reads the old weights.
 Status Engine::Impl::AwaitBlock(int b) {
   OptimizerRun& run = optimizer.run;
-  if (!DelayedRun() && b < static_cast<int>(run.block_ready.size())) {
-    const DeviceEvent& e = run.block_ready[b];
-    Tracer::Span span(e.Ready() ? nullptr : tracer, Track::kOptimizerWait, "wait optimizer b" + std::to_string(b));
-    STRATA_RETURN_IF_ERROR(e.HostWait().WithContext(fmt::format("the optimizer step of block {}", b)));
-  }
+  if (!DelayedRun()) STRATA_RETURN_IF_ERROR(WaitForUpdate(b, "optimizer step"));
   if (b < static_cast<int>(run.share_pending.size()) && run.share_pending[b]) {
     run.share_pending[b] = 0;
     STRATA_RETURN_IF_ERROR(ShareUpdatedWeights(b));
   }
   return Status();
+}
+
+// Block b's part of the running update is done (the wait traced when it blocks); `what`
+// names the update in the trace and in an error.
+Status Engine::Impl::WaitForUpdate(int b, const char* what) {
+  const auto& ready = optimizer.run.block_ready;
+  if (b >= static_cast<int>(ready.size())) return Status();
+  const DeviceEvent& e = ready[b];
+  Tracer::Span span(e.Ready() ? nullptr : tracer, Track::kOptimizerWait, fmt::format("wait {} b{}", what, b));
+  return e.HostWait().WithContext(fmt::format("the {} of block {}", what, b));
 }
 
 Status Engine::Impl::Quiesce() {

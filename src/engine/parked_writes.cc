@@ -21,19 +21,19 @@ void ParkedWrites::Park(int b, PinnedBuffer buffer) {
 }
 
 void ParkedWrites::WaitForRoom() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (true) {
-    PublishReleased(lock);
-    if (count_ < capacity_) return;
-    changed_.wait(lock, [&] { return !to_publish_.empty(); });
-  }
+  PublishUntil([this] { return count_ < capacity_; });
 }
 
 void ParkedWrites::Drain() {
+  PublishUntil([this] { return count_ == 0; });
+}
+
+// Only a release can make `done` true: each one queues a block to publish.
+void ParkedWrites::PublishUntil(const std::function<bool()>& done) {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     PublishReleased(lock);
-    if (count_ == 0) return;
+    if (done()) return;
     changed_.wait(lock, [&] { return !to_publish_.empty(); });
   }
 }
@@ -58,8 +58,7 @@ int ParkedWrites::parked() const {
 }
 
 // The writes start without the lock: the store may block for a buffer of its own.
-bool ParkedWrites::PublishReleased(std::unique_lock<std::mutex>& lock) {
-  bool any = false;
+void ParkedWrites::PublishReleased(std::unique_lock<std::mutex>& lock) {
   while (!to_publish_.empty()) {
     const int b = to_publish_.front();
     to_publish_.pop_front();
@@ -69,9 +68,7 @@ bool ParkedWrites::PublishReleased(std::unique_lock<std::mutex>& lock) {
     publish_(b, std::move(buffer));
     lock.lock();
     --count_;
-    any = true;
   }
-  return any;
 }
 
 }  // namespace strata

@@ -38,8 +38,10 @@ class ParkedWrites {
   int parked() const;
 
  private:
-  // Publishes the released blocks' buffers, the lock dropped meanwhile; true if it did any.
-  bool PublishReleased(std::unique_lock<std::mutex>& lock);
+  // Publishes the released blocks' buffers, the lock dropped meanwhile.
+  void PublishReleased(std::unique_lock<std::mutex>& lock);
+  // Publishes what is released until `done` (called under the lock) holds.
+  void PublishUntil(const std::function<bool()>& done);
   mutable std::mutex mu_;
   std::condition_variable changed_;
   const int capacity_;

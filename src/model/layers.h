@@ -302,7 +302,8 @@ inline torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
 // (seed, index) only, not on the global RNG nor on which blocks were made before.
 inline uint64_t BlockSeed(uint64_t seed, int index) { return seed * 1000003ULL + static_cast<uint64_t>(index); }
 
-// Fills every leaf of `block` in registration order from the block's own generator.
+// Fills every leaf of `block` in registration order from the block's own draws (the
+// adapters from a generator of their own).
 inline void InitialiseBlock(torch::nn::Module& block, uint64_t seed, int index) {
   torch::NoGradGuard no_grad;
   WeightDraws draws(BlockSeed(seed, index));
