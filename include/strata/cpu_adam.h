@@ -135,6 +135,16 @@ struct GradStats {
 GradStats GradSumSquares(std::span<const float> grad, const AdamOptions& options = {});
 GradStats GradSumSquares(std::span<const uint16_t> grad_bf16, const AdamOptions& options = {});
 
+// Adds one micro-batch's reduced gradient into a host accumulator, the pass before the
+// gradient pass: acc = scale * part + acc in one fused multiply-add (fp32), rounded to
+// nearest even for a bf16 accumulator (bits); `overwrite` (the step's first micro-batch):
+// acc = scale * part + 0, so the accumulators need no zeroing. Bitwise the same on every ISA
+// and thread count. Sizes must match (checked); part must not overlap acc.
+void AccumulateGradient(std::span<float> acc, std::span<const float> part, float scale, bool overwrite,
+                        const AdamOptions& options = {});
+void AccumulateGradient(std::span<uint16_t> acc_bf16, std::span<const float> part, float scale, bool overwrite,
+                        const AdamOptions& options = {});
+
 // DeepSpeed's and PyTorch's clip_grad_norm_ coefficient: max_norm / (norm + 1e-6) when the
 // global norm exceeds max_norm (> 0), else 1 (no clipping, not even by the epsilon).
 inline double ClipCoefficient(double grad_norm, double max_norm) {

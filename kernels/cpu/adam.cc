@@ -205,6 +205,32 @@ GradStats GradSumSquares(std::span<const uint16_t> grad_bf16, const AdamOptions&
   return SumSquaresParallel(grad_bf16.data(), grad_bf16.size(), options, kernel);
 }
 
+namespace {
+
+template <class Acc>
+void AccumulateParallel(std::span<Acc> acc, std::span<const float> part, float scale, bool overwrite,
+                        const AdamOptions& options) {
+  STRATA_CHECK(acc.size() == part.size()) << acc.size() << " vs " << part.size();
+  using Kernel = void (*)(Acc*, const float*, float, bool, size_t, size_t);
+  const Kernel kernel = ActiveIsa() == IsaLevel::kAvx512 ? Kernel{cpu::AccumulateAvx512}
+                        : ActiveIsa() == IsaLevel::kAvx2 ? Kernel{cpu::AccumulateAvx2}
+                                                         : Kernel{cpu::AccumulateScalar};
+  ParallelRanges(acc.data(), sizeof(Acc), acc.size(), ThreadsFor(acc.size(), options),
+                 [&](int, size_t b, size_t e) { kernel(acc.data(), part.data(), scale, overwrite, b, e); });
+}
+
+}  // namespace
+
+void AccumulateGradient(std::span<float> acc, std::span<const float> part, float scale, bool overwrite,
+                        const AdamOptions& options) {
+  AccumulateParallel(acc, part, scale, overwrite, options);
+}
+
+void AccumulateGradient(std::span<uint16_t> acc_bf16, std::span<const float> part, float scale, bool overwrite,
+                        const AdamOptions& options) {
+  AccumulateParallel(acc_bf16, part, scale, overwrite, options);
+}
+
 const char* AdamIsaDescription() {
   switch (ActiveIsa()) {
     case IsaLevel::kAvx512: return DetectCpuFeatures().avx512_bf16 ? "avx512+bf16" : "avx512";

@@ -106,4 +106,12 @@ double SumSquaresBf16Avx2(const uint16_t* x, size_t begin, size_t end) {
   return SumSquaresT<Avx2Ops, Narrow>(x, begin, end);
 }
 
+void AccumulateAvx2(float* acc, const float* part, float scale, bool overwrite, size_t begin, size_t end) {
+  AccumulateT<Avx2Ops, Narrow>(acc, part, scale, overwrite, begin, end);
+}
+
+void AccumulateAvx2(uint16_t* acc, const float* part, float scale, bool overwrite, size_t begin, size_t end) {
+  AccumulateT<Avx2Ops, Narrow>(acc, part, scale, overwrite, begin, end);
+}
+
 }  // namespace strata::cpu

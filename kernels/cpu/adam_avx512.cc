@@ -94,4 +94,12 @@ double SumSquaresBf16Avx512(const uint16_t* x, size_t begin, size_t end) {
   return SumSquaresT<Avx512Ops<false>, Narrow>(x, begin, end);
 }
 
+void AccumulateAvx512(float* acc, const float* part, float scale, bool overwrite, size_t begin, size_t end) {
+  AccumulateT<Avx512Ops<false>, Narrow>(acc, part, scale, overwrite, begin, end);
+}
+
+void AccumulateAvx512(uint16_t* acc, const float* part, float scale, bool overwrite, size_t begin, size_t end) {
+  AccumulateT<Avx512Ops<false>, Narrow>(acc, part, scale, overwrite, begin, end);
+}
+
 }  // namespace strata::cpu

@@ -18,4 +18,16 @@ double SumSquaresBf16Scalar(const uint16_t* x, size_t begin, size_t end) {
   return SumSquaresT<Scalar, Scalar>(x, begin, end);
 }
 
+// Fused as on the SIMD paths (std::fma; a library call without -mfma), so that a gradient
+// accumulates to the same bits on every ISA (Note [Gradient accumulation]).
+using FusedScalar = ScalarOps</*kHardwareFma=*/true>;
+
+void AccumulateScalar(float* acc, const float* part, float scale, bool overwrite, size_t begin, size_t end) {
+  AccumulateT<FusedScalar, FusedScalar>(acc, part, scale, overwrite, begin, end);
+}
+
+void AccumulateScalar(uint16_t* acc, const float* part, float scale, bool overwrite, size_t begin, size_t end) {
+  AccumulateT<FusedScalar, FusedScalar>(acc, part, scale, overwrite, begin, end);
+}
+
 }  // namespace strata::cpu

@@ -18,8 +18,8 @@ void AddBenchIoCommand(CLI::App& bench, Action* action);
 void AddBenchStepCommand(CLI::App& bench, Action* action);
 // Defined in bench_adam_cmd.cc (issue 3).
 void AddBenchAdamCommand(CLI::App& bench, Action* action);
-// Defined in bench_init_cmd.cc (issue 16).
-void AddBenchInitCommand(CLI::App& bench, Action* action);
+// Defined in bench_kernels_cmd.cc (issue 16): `bench init` and `bench accumulate`.
+void AddBenchKernelCommands(CLI::App& bench, Action* action);
 // `bench tune` (bench_tune_cmd.cc) and `bench links` (bench_links_cmd.cc), issue 18.
 void AddBenchTuneCommand(CLI::App& bench, Action* action);
 void AddBenchLinksCommand(CLI::App& bench, Action* action);

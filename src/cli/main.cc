@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   strata::cli::AddBenchIoCommand(*bench, &action);
   strata::cli::AddBenchAdamCommand(*bench, &action);
-  strata::cli::AddBenchInitCommand(*bench, &action);
+  strata::cli::AddBenchKernelCommands(*bench, &action);
   strata::cli::AddBenchStepCommand(*bench, &action);
   strata::cli::AddBenchTuneCommand(*bench, &action);
   strata::cli::AddBenchLinksCommand(*bench, &action);

@@ -29,10 +29,6 @@ StatusOr<std::byte*> HostArrays::Reserve(size_t bytes) {
   return p;
 }
 
-void HostArrays::ZeroAll() {
-  for (auto [p, bytes] : allocs_) std::memset(p, 0, bytes);
-}
-
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Engine::~Engine() {

@@ -107,7 +107,6 @@ class HostArrays {
   ~HostArrays();
   StatusOr<std::byte*> Allocate(size_t bytes);  // faulted now
   StatusOr<std::byte*> Reserve(size_t bytes);   // zero, faulted on first touch (ReserveHostMemory)
-  void ZeroAll();
 
  private:
   std::vector<std::pair<std::byte*, size_t>> allocs_;  // pointer, bytes
@@ -222,8 +221,10 @@ struct Engine::Impl {
   // engine_step.cc: one micro-batch
   std::vector<Visit> VisitPlan(int micro_batches, bool backward) const;
   std::unique_ptr<PrefetchScheduler> MakePrefetcher(const std::vector<Visit>& plan);
-  // Step's progress, for the gradient reductions: the last micro-batch of `step` is running.
+  // Step's progress, for the gradient reductions: the first (it writes the accumulators) or
+  // the last micro-batch of `step` is running.
   int64_t step_now = -1;
+  bool first_micro_batch = false;
   bool last_micro_batch = false;
   uint64_t sample_now = 0;  // the micro-batch's data index (this rank's), for LoRA dropout's seed
   // Arms LoRA dropout in *scope for block b of the current micro-batch (the same masks in its

@@ -58,8 +58,7 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   if (!finite) {
     DropEarlyStates();
     STRATA_RETURN_IF_ERROR(AbandonSpeculation());  // the updates made during the backward are undone
-    scaler.Update(/*overflow=*/true);
-    grads.ZeroAll();
+    scaler.Update(/*overflow=*/true);  // (the next step's first micro-batch overwrites the accumulators)
     LogWarn("step {}: gradient overflow (loss scale {}); step skipped, loss scale now {}", step, scale, scaler.scale());
     // Without a dynamic loss scale nothing changes from one step to the next: a run that
     // keeps skipping would "train" to the end and change nothing.
@@ -344,7 +343,8 @@ Status Engine::Impl::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   return Status();
 }
 
-// Block b is updated: its working weights to their home, its gradients zeroed for the next step.
+// Block b is updated: its working weights to their home. Its gradients stay: the next step's
+// first micro-batch overwrites them (Note [Gradient accumulation]).
 Status Engine::Impl::FinishBlock(int b, PinnedBuffer lease) {
   const BlockRuntime& br = model.blocks[b];
   if (plan.resident[b]) {
@@ -354,7 +354,6 @@ Status Engine::Impl::FinishBlock(int b, PinnedBuffer lease) {
   } else if (lease.valid()) {
     (void)store->WriteBack(br.working, std::move(lease));  // reads of it wait for the write
   }
-  std::memset(br.grad, 0, plan.blocks[b].grad.len * plan.gsize);
   return Status();
 }
 

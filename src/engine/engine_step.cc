@@ -7,8 +7,10 @@
 // gradients, reduce-scatters them, copies the shard out and accumulates it on the host
 // callback thread, each stage waiting for the events of the ones it depends on and for the
 // buffer it rewrites to be free. On the host every stage completes at once, in this order.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include <limits>
 
@@ -22,13 +24,24 @@ namespace strata {
 namespace {
 
 // Adds one micro-batch's reduced gradient, times `inv` (1 / (accumulation x world)), to a
-// block's accumulator (fp32 or bf16: added in fp32, rounded once); `plant`: then an Inf in
-// its first element (strata.debug_overflow_step).
-Status Accumulate(const torch::Tensor& acc, const torch::Tensor& part, double inv, bool plant) {
-  return TorchCall("accumulate gradients", [&] {
-    acc.add_(part, inv);
-    if (plant) acc[0].fill_(std::numeric_limits<float>::infinity());
-  });
+// block's accumulator (fp32 or bf16 bits: one fused multiply-add in fp32, rounded once; Note
+// [Gradient accumulation]); `first`, the step's first micro-batch, writes it instead, so the
+// accumulators are never zeroed; `plant`: then an Inf in its first element
+// (strata.debug_overflow_step). On LibTorch's thread count, as its add_ was.
+Status Accumulate(std::byte* acc, bool bf16, const torch::Tensor& part, double inv, bool first, bool plant) {
+  const auto n = static_cast<size_t>(part.numel());
+  const float* p = part.data_ptr<float>();
+  const AdamOptions threads{.num_threads = at::get_num_threads()};
+  if (bf16) {
+    const std::span<uint16_t> a(reinterpret_cast<uint16_t*>(acc), n);
+    AccumulateGradient(a, {p, n}, static_cast<float>(inv), first, threads);
+    if (plant && n > 0) a[0] = 0x7f80;  // +Inf
+  } else {
+    const std::span<float> a(reinterpret_cast<float*>(acc), n);
+    AccumulateGradient(a, {p, n}, static_cast<float>(inv), first, threads);
+    if (plant && n > 0) a[0] = std::numeric_limits<float>::infinity();
+  }
+  return Status();
 }
 
 // One micro-batch's loss as the step sums it: without a mask today's mean over B x T; with
@@ -214,38 +227,50 @@ Status Engine::Impl::ReduceGradients(int b) {
   STRATA_RETURN_IF_ERROR(ComputeAfter(g.flat_read, "wait gradient buffer"));
   STRATA_RETURN_IF_ERROR(TorchCall("flatten gradients", [&] {
     Tracer::Span span(tracer, Track::kCompute, "flatten grads g" + std::to_string(b));
-    flat.zero_();
-    for (size_t i = 0; i < br.params.size(); ++i) {
+    // Each gradient copied to its slot; only what no gradient covers (padding, parameters
+    // without one) is zeroed: a pass over the whole buffer costs as much as the copies.
+    std::vector<size_t> order(br.params.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return br.slots[x].offset < br.slots[y].offset; });
+    int64_t covered = 0;  // flat[0, covered) is written
+    for (size_t i : order) {
       const torch::Tensor& grad = br.params[i].grad();
-      if (grad.defined()) flat.narrow(0, br.slots[i].offset - from, br.slots[i].numel).copy_(grad.reshape(-1));
+      if (grad.defined()) {
+        const int64_t at = br.slots[i].offset - from;
+        if (at > covered) flat.narrow(0, covered, at - covered).zero_();
+        flat.narrow(0, at, br.slots[i].numel).copy_(grad.reshape(-1));
+        covered = std::max(covered, at + br.slots[i].numel);
+      }
       br.params[i].mutable_grad().reset();
     }
+    if (covered < flat.numel()) flat.narrow(0, covered, flat.numel() - covered).zero_();
     if (model.tie && b == model.tie->owner_block && !plan.lora) {
       flat.narrow(0, br.slots[br.tied_slot].offset, bufs.pending_tied.numel()).add_(bufs.pending_tied);
       bufs.pending_tied.zero_();
     }
   }));
   const double inv = 1.0 / (static_cast<double>(cfg.grad_accum) * comm->world_size());
-  torch::Tensor acc = torch::from_blob(br.grad, {bp.grad.len}, plan.gsize == 2 ? torch::kBFloat16 : torch::kFloat32);
   const DeviceEvent flattened = dev->RecordCompute();
-  const bool scatter = plan.grads_sharded && !plan.lora;
+  // Alone, the flat gradients are the reduced ones: no collective (a copy of them, before).
+  const bool alone = comm->world_size() == 1;
+  const bool scatter = plan.grads_sharded && !plan.lora && !alone;
   torch::Tensor out = scatter ? g.reduced.narrow(0, 0, bp.layout.shard) : flat;
-  DeviceEvent reduced;
-  {
+  DeviceEvent reduced = flattened;
+  if (!alone) {
     Tracer::Span span(dev->is_host() ? tracer : nullptr, Track::kComm,
                       (scatter ? "reduce-scatter g" : "all-reduce g") + std::to_string(b));
     reduced = scatter ? dev->ReduceScatter(flat.data_ptr(), out.data_ptr(), bp.layout.shard, DType::kF32,
                                            ReduceOp::kSum, {flattened, g.reduced_read})
                       : dev->AllReduce(flat.data_ptr(), flat.numel(), DType::kF32, ReduceOp::kSum, {flattened});
   }
-  const bool plant = PlantsOverflow(b);
+  const bool plant = PlantsOverflow(b), first = first_micro_batch, bf16 = plan.gsize == 2;
   STRATA_RETURN_IF_ERROR(AwaitGradientsFree(b));  // delayed: the update still reading the accumulator
   // The accumulator's range within `out` (with LoRA only the trainable end is accumulated).
   const int64_t acc_at = bp.grad.len == 0 ? 0 : bp.grad.begin - (scatter ? bp.layout.begin() : from);
   if (dev->is_host()) {
     STRATA_RETURN_IF_ERROR(reduced.HostWait());
     Tracer::Span span(tracer, Track::kCompute, "accumulate g" + std::to_string(b));
-    STRATA_RETURN_IF_ERROR(Accumulate(acc, out.narrow(0, acc_at, bp.grad.len), inv, plant));
+    STRATA_RETURN_IF_ERROR(Accumulate(br.grad, bf16, out.narrow(0, acc_at, bp.grad.len), inv, first, plant));
     Speculate(b, DeviceEvent());
     return Status();
   }
@@ -256,7 +281,9 @@ Status Engine::Impl::ReduceGradients(int b) {
   g.flat_read = scatter ? reduced : copied;
   g.reduced_read = copied;
   g.host_read = dev->OnHost(
-      [acc, part = host.narrow(0, acc_at, bp.grad.len), inv, plant] { return Accumulate(acc, part, inv, plant); },
+      [acc = br.grad, bf16, part = host.narrow(0, acc_at, bp.grad.len), inv, first, plant] {
+        return Accumulate(acc, bf16, part, inv, first, plant);
+      },
       {copied});
   Speculate(b, g.host_read);
   return Status();
@@ -391,6 +418,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
       const uint64_t index = static_cast<uint64_t>((step * m.cfg.grad_accum + mb) * world + rank);
       data::Batch batch = data.Get(data::Split::kTrain, index, m.cfg.micro_batch);
       m.sample_now = index;
+      m.first_micro_batch = mb == 0;
       m.last_micro_batch = mb + 1 == m.cfg.grad_accum;
       if (m.last_micro_batch) {
         m.ReadFirstStatesEarly();  // hidden behind this micro-batch
@@ -401,7 +429,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
       Status s = loss.ok() ? m.Backward(act, gather) : loss.status();
       if (s.ok()) loss_sum += *loss;
       if (!s.ok()) {
-        m.last_micro_batch = false;
+        m.first_micro_batch = m.last_micro_batch = false;
         if (m.DelayedRun()) m.optimizer.run.parked->ReleaseAll();
         m.dev->Synchronize().IgnoreError();
         if (prefetch) prefetch->Drain();
@@ -410,7 +438,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
         return s.WithContext(fmt::format("step {}", step));
       }
     }
-    m.last_micro_batch = false;
+    m.first_micro_batch = m.last_micro_batch = false;
   }
   if (m.DelayedRun()) m.optimizer.run.parked->ReleaseAll();  // (any block this step did not release)
   {  // every gradient shard accumulated before the optimizer reads the accumulators
