@@ -9,6 +9,7 @@
 #include "src/cli/train_config_cli.h"
 #include "src/estimate/estimator.h"
 #include "src/estimate/fit_advice.h"
+#include "src/estimate/host_states_fit.h"
 #include "src/estimate/largest_fit.h"
 #include "bench/bench_util.h"
 #include "src/engine/compute_device.h"
@@ -38,6 +39,24 @@ void PrintLargestFit(const TrainConfig& cfg, int nproc, DeviceTraits device, con
               HumanBytes(f.estimate.node_nvme_bytes(nproc)).c_str(), HumanBytes(m.nvme_free).c_str(),
               HumanBytes(m.host_available).c_str(), HumanBytes(m.nvme_free).c_str(), kStateBytesPerParameter,
               limit / 1e9, 100.0 * f.parameters / limit);
+}
+
+// With the optimizer states on NVMe, how many blocks' states host memory could keep instead
+// (strata.optimizer_host_blocks), as the estimate sees it.
+void PrintHostStatesRoom(const TrainConfig& cfg, int nproc, int64_t params, DeviceTraits device,
+                         const MachineCapacity& m) {
+  const HostStatesFit f = MostOptimizerHostBlocks(cfg, nproc, params, device, m, nproc);
+  if (f.blocks <= cfg.optimizer_host_blocks) {
+    std::printf("optimizer states in host memory (strata.optimizer_host_blocks): no room for more than %lld block(s)' "
+                "within %.0f%% of the available host memory\n", (long long)cfg.optimizer_host_blocks,
+                100 * kHostStatesFill);
+    return;
+  }
+  std::printf("optimizer states in host memory: room for %s (--set strata.optimizer_host_blocks=%lld; host memory "
+              "%s needed then, NVMe %s): their update skips the disk\n",
+              f.blocks == kAllBlocks ? "every block's" : fmt::format("the first {} blocks'", f.blocks).c_str(),
+              (long long)f.blocks, HumanBytes(f.estimate.node_host_bytes(nproc)).c_str(),
+              HumanBytes(f.estimate.node_nvme_bytes(nproc)).c_str());
 }
 
 struct EstimateArgs {
@@ -109,6 +128,8 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
       }
       const MachineCapacity& m = *machine;
       const bool planned = !a->host_memory.empty() || !a->disk_free.empty();
+      const bool states_nvme = cfg->offload_optimizer.device == OffloadDevice::kNvme;
+      const bool states_split = states_nvme && cfg->optimizer_host_blocks > 0;
       const MemoryEstimate e =
           EstimateResolvingRecompute(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc);
       if (gpu)
@@ -118,10 +139,12 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
                     : cfg->offload_param.device == OffloadDevice::kNone ? "all" : "no",
                     m.device_memory ? HumanBytes(m.device_memory).c_str() : "unknown (pass --device-memory)");
       std::printf("%.4g M parameters, %d rank(s), ZeRO stage %d, %s compute, micro-batch %lld x seq %lld; params on "
-                  "%s, optimizer states on %s; activations %s\n\n%s\n",
+                  "%s, optimizer states on %s%s; activations %s\n\n%s\n",
                   e.parameters / 1e6, a->nproc, cfg->zero_stage, DTypeName(cfg->compute_dtype),
                   (long long)cfg->micro_batch, (long long)cfg->model.seq_len, OffloadDeviceName(cfg->offload_param.device),
                   OffloadDeviceName(cfg->offload_optimizer.device),
+                  states_split ? fmt::format(" (the first {} blocks' in host memory)", cfg->optimizer_host_blocks).c_str()
+                               : "",
                   cfg->keep_activations ? "kept" : "recomputed per block", FormatEstimate(e).c_str());
       std::printf("%s (%d rank(s)): host memory %s needed, %s available; NVMe %s needed, %s free%s\n",
                   planned ? "the planned node" : "this node", a->nproc,
@@ -132,6 +155,7 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
       const Status fits = CheckFits(e, m, a->nproc);
       std::printf("fits %s: %s\n", planned ? "the planned machine" : "this machine",
                   fits.ok() ? "yes" : ("no\n" + fits.message() + FitAdvice(*cfg, a->nproc, {!gpu}, m, a->nproc)).c_str());
+      if (fits.ok() && states_nvme) PrintHostStatesRoom(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m);
       if (a->max) PrintLargestFit(*cfg, a->nproc, {!gpu}, m);
       return 0;
     };

@@ -264,7 +264,7 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
     const bool working = key.role == TensorRole::kWorking || key.role == TensorRole::kAdapter;
     const Residence home = key.role == TensorRole::kAdapter ? Residence::kCpu
                            : working                        ? plan.WorkingResidence(b)
-                                                            : plan.optimizer_home;
+                                                            : plan.OptimizerResidence(b);
     STRATA_ASSIGN_OR_RETURN(*h, store->Register(key.Name(), bytes, TierOf(home)));
     if (!init.empty()) st.writes.push_back(store->Write(*h, init));
     const StateKind kind = working                              ? StateKind::kWorking

@@ -277,7 +277,8 @@ struct Engine::Impl {
   Status FinishBlock(int b, PinnedBuffer lease);
   // This step's hyper-parameters (Adam's step: the next one), clip coefficient 1.
   AdamHyperParams NextHyperParams(int64_t step) const;
-  // Leases three optim-pool buffers for `sg`'s master, m and v (LoadStates: and reads them).
+  // Leases three optim-pool buffers for `sg`'s master, m and v (LoadStates: and reads them;
+  // null when they live in host memory, strata.optimizer_host_blocks).
   std::unique_ptr<LoadedStates> LeaseStates(const SubGroup& sg);
   std::unique_ptr<LoadedStates> LoadStates(const SubGroup& sg);
   void ReadFirstStatesEarly();  // best effort, never blocks

@@ -91,7 +91,7 @@ Status Engine::Impl::SpeculativeUpdate(int b, const AdamHyperParams& hp) {
 
 StatusOr<std::unique_ptr<LoadedStates>> Engine::Impl::RestoreStates(int b, const SubGroup& sg) {
   const int64_t at = sg.range.begin - plan.blocks[b].optimizer.begin;
-  if (!pools.optim) {
+  if (store->home(sg.master) != Tier::kNvme) {
     const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
     for (int k = 0; k < 3; ++k) std::memcpy(store->CpuMemory(hs[k]).data(), BackupOf(b, k, at), StateBytes(k, sg.range.len));
     return std::unique_ptr<LoadedStates>();

@@ -121,6 +121,8 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
   p.gsize = DTypeSize(cfg.grad_accum_dtype);
   p.working_home = ResidenceOf(cfg.offload_param.device);
   p.optimizer_home = ResidenceOf(cfg.offload_optimizer.device);
+  if (p.optimizer_home == Residence::kNvme)
+    p.optimizer_host_blocks = std::min<int64_t>(cfg.optimizer_host_blocks, static_cast<int64_t>(model.block_numels.size()));
   p.tied_owner = model.tied_owner;
   p.tied_numel = model.tied_numel;
   p.creation_draws = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, world), 1, 4);
@@ -195,7 +197,7 @@ void ShardPlan::PlanDevice(const TrainConfig& cfg) {
   // the device; the optimizer's 3 states x (the sub-group being updated + the next one being
   // read + the write-backs of two) on NVMe.
   const bool param_nvme = cfg.offload_param.device == OffloadDevice::kNvme;
-  const bool optim_nvme = cfg.offload_optimizer.device == OffloadDevice::kNvme;
+  const bool optim_nvme = cfg.offload_optimizer.device == OffloadDevice::kNvme && optimizer_host_blocks < n;
   if (param_nvme || count > 0)
     param_pool = {static_cast<size_t>(std::max<int64_t>(3, cfg.offload_param.buffer_count)), max_working_bytes,
                   cfg.offload_param.pin_memory};
@@ -240,8 +242,8 @@ void ShardPlan::PlanLedger() {
     for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV}) {
       const size_t size = k == StateKind::kMaster ? 4 : msize;
       const uint64_t full_bytes = b.sub_group_step * size, tail_bytes = (b.optimizer.len - full * b.sub_group_step) * size;
-      ledger.Add(k, optimizer_home, b.optimizer.len * size);
-      if (optimizer_home == Residence::kNvme)
+      ledger.Add(k, OptimizerResidence(i), b.optimizer.len * size);
+      if (OptimizerResidence(i) == Residence::kNvme)
         nvme_on_disk += full * RoundUp(full_bytes, kPage) + (n > full ? RoundUp(tail_bytes, kPage) : 0);
     }
     ledger.Add(StateKind::kGradAccum, Residence::kCpu, b.grad.len * gsize);
@@ -254,6 +256,10 @@ void ShardPlan::PlanLedger() {
 }
 
 Residence ShardPlan::WorkingResidence(int b) const { return resident.at(b) ? Residence::kDevice : working_home; }
+
+Residence ShardPlan::OptimizerResidence(int b) const {
+  return optimizer_home == Residence::kNvme && b < optimizer_host_blocks ? Residence::kCpu : optimizer_home;
+}
 
 std::vector<TensorKey> ShardPlan::Keys() const {
   std::vector<TensorKey> keys;

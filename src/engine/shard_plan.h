@@ -177,6 +177,10 @@ struct ShardPlan {
                         DeviceTraits device = {});
   // Where block b's working weights live: the device for resident blocks, else their home.
   Residence WorkingResidence(int b) const;
+  // Where block b's optimizer states live: optimizer_home, except the first
+  // optimizer_host_blocks blocks' when that is NVMe (strata.optimizer_host_blocks).
+  Residence OptimizerResidence(int b) const;
+  int64_t optimizer_host_blocks = 0;
   // Block b's speculation backup: its optimizer range's master, m and v before the update
   // and the update's working weights until the step is known to stand (compute dtype).
   uint64_t SpeculationBackupBytes(int b) const { return blocks[b].optimizer.len * (4 + 2 * msize + dsize); }

@@ -155,6 +155,7 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   } else {
     STRATA_RETURN_IF_ERROR(s.Int("resident_blocks", &c->resident_blocks, 0, 1 << 20));
   }
+  STRATA_RETURN_IF_ERROR(s.Int("optimizer_host_blocks", &c->optimizer_host_blocks, 0, 1 << 20));
   if (s.Has("recompute")) {  // else what activation_checkpointing (or the default, auto) said
     std::string recompute = "auto";
     STRATA_RETURN_IF_ERROR(s.Choice("recompute", &recompute, {"auto", "always", "never"}));
@@ -356,6 +357,15 @@ static Status CheckDelayedUpdate(const TrainConfig& c) {
   return Status();
 }
 
+// strata.optimizer_host_blocks moves states from NVMe to host memory; anywhere else it would
+// mean nothing, and a user who set it expects it to.
+static Status CheckOptimizerHostBlocks(const TrainConfig& c) {
+  if (c.optimizer_host_blocks == 0 || c.offload_optimizer.device == OffloadDevice::kNvme) return Status();
+  return InvalidArgument("strata.optimizer_host_blocks ({}) keeps the first blocks' optimizer states in host memory "
+                         "instead of NVMe: it needs zero_optimization.offload_optimizer.device \"nvme\" (it is \"{}\")",
+                         c.optimizer_host_blocks, OffloadDeviceName(c.offload_optimizer.device));
+}
+
 StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::string& origin) {
   STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonText(text, origin));
   if (!j.is_object()) return InvalidArgument("{}: the top level must be a JSON object", origin);
@@ -371,6 +381,7 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
     if (Status s = section(root, &c); !s.ok()) return s.WithContext(origin);
   if (c.schedule.total_num_steps == 0) c.schedule.total_num_steps = c.steps;
   if (Status s = CheckDelayedUpdate(c); !s.ok()) return s.WithContext(origin);
+  if (Status s = CheckOptimizerHostBlocks(c); !s.ok()) return s.WithContext(origin);
   root.UnusedKeys(&c.warnings);
   for (AutoValue a : root.autos()) {
     if (a.path == "scheduler.params.warmup_max_lr") a.reason = "the optimizer's lr";

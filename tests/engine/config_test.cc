@@ -396,5 +396,21 @@ TEST(Config, DelayedUpdateNeedsWorkingWeightsOnNvme) {
   EXPECT_NE(lora.status().message().find("strata.lora"), std::string::npos) << lora.status().message();
 }
 
+// strata.optimizer_host_blocks only with the optimizer states on NVMe; the error names both keys.
+TEST(Config, OptimizerHostBlocksNeedStatesOnNvme) {
+  auto ok = ParseTrainConfig(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path":
+                                 "/x"}}, "strata": {"optimizer_host_blocks": 5}})", "h.json");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->optimizer_host_blocks, 5);
+  auto cpu = ParseTrainConfig(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}},
+                                  "strata": {"optimizer_host_blocks": 5}})", "h.json");
+  ASSERT_FALSE(cpu.ok());
+  for (const char* part : {"strata.optimizer_host_blocks", "zero_optimization.offload_optimizer.device", "h.json"})
+    EXPECT_NE(cpu.status().message().find(part), std::string::npos) << cpu.status().message();
+  auto negative = ParseTrainConfig(R"({"strata": {"optimizer_host_blocks": -1}})", "h.json");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("optimizer_host_blocks"), std::string::npos) << negative.status().message();
+}
+
 }  // namespace
 }  // namespace strata

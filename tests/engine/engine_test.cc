@@ -35,6 +35,43 @@ TEST(Engine, OffloadNoneCpuNvmeAreBitwiseIdentical) {
   EXPECT_GT(runs[2].ledger.bytes[static_cast<int>(StateKind::kMaster)][static_cast<int>(Residence::kNvme)], 0u);
 }
 
+// strata.optimizer_host_blocks: the first blocks' optimizer states stay in host memory while
+// the rest are on NVMe. Every overlap mode trains bitwise as with all of them on NVMe (and
+// the ledger puts each block's states where the key says); more than the model has keeps all.
+TEST(Engine, OptimizerStatesSplitBetweenHostAndNvmeTrainAsAllOnNvme) {
+  TempDir dir;
+  TrainConfig c = TinyConfig(dir.path());
+  c.model.n_layer = 4;
+  c.compute_dtype = DType::kBF16;
+  c.sub_group_size = 20000;
+  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  auto master_at = [](const testing::RunResult& r, Residence where) {
+    return r.ledger.bytes[static_cast<int>(StateKind::kMaster)][static_cast<int>(where)];
+  };
+  for (OptimizerOverlap mode : {OptimizerOverlap::kNone, OptimizerOverlap::kForward, OptimizerOverlap::kSpeculative,
+                                OptimizerOverlap::kDelayed}) {
+    SCOPED_TRACE(::testing::Message() << "overlap mode " << static_cast<int>(mode));
+    c.optimizer_overlap = mode;
+    c.optimizer_host_blocks = 0;
+    const auto nvme = RunEngine(c, 2, 4);
+    c.optimizer_host_blocks = 3;
+    const auto split = RunEngine(c, 2, 4);
+    ASSERT_EQ(split.stats.size(), 4u);
+    for (int s = 0; s < 4; ++s) EXPECT_EQ(split.stats[s].loss, nvme.stats[s].loss) << "step " << s;
+    EXPECT_TRUE(testing::BitwiseEqual(nvme, split));
+    EXPECT_TRUE(nvme.state == split.state) << "working weights, master, m or v differ";
+    EXPECT_GT(master_at(split, Residence::kCpu), 0u);
+    EXPECT_GT(master_at(split, Residence::kNvme), 0u);
+    EXPECT_EQ(master_at(split, Residence::kCpu) + master_at(split, Residence::kNvme), master_at(nvme, Residence::kNvme));
+  }
+  c.optimizer_overlap = OptimizerOverlap::kForward;
+  c.optimizer_host_blocks = 1000;
+  const auto all = RunEngine(c, 2, 2);
+  ASSERT_EQ(all.stats.size(), 2u);
+  EXPECT_EQ(master_at(all, Residence::kNvme), 0u);
+  EXPECT_GT(master_at(all, Residence::kCpu), 0u);
+}
+
 // Tolerance: fp32 compute; the sums of gradients over ranks and micro-batches associate
 // differently (ring order vs one batch), so weights differ by rounding only: 2e-5 after 5
 // steps with lr 2e-3 (a wrong gradient or a missed rank differs by > 1e-3).

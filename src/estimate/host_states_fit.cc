@@ -1,0 +1,33 @@
+#include "src/estimate/host_states_fit.h"
+
+namespace strata {
+
+HostStatesFit MostOptimizerHostBlocks(const TrainConfig& cfg, int world, int64_t params_override, DeviceTraits device,
+                                      const MachineCapacity& m, int local_ranks) {
+  auto estimate = [&](int64_t blocks) {
+    TrainConfig c = cfg;
+    c.optimizer_host_blocks = blocks;
+    return EstimateMemory(c, world, params_override, device);
+  };
+  auto fits = [&](const MemoryEstimate& e) {
+    return CheckFits(e, m, local_ranks).ok() &&
+           static_cast<double>(e.node_host_bytes(local_ranks)) <= kHostStatesFill * static_cast<double>(m.host_available);
+  };
+  HostStatesFit best{cfg.optimizer_host_blocks, estimate(cfg.optimizer_host_blocks)};
+  if (!fits(best.estimate)) return best;
+  if (MemoryEstimate all = estimate(kAllBlocks); fits(all)) return {kAllBlocks, all};
+  int64_t lo = best.blocks, hi = kAllBlocks;  // fits(lo), !fits(hi); host bytes grow with the count
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    MemoryEstimate e = estimate(mid);
+    if (fits(e)) {
+      lo = mid;
+      best = {mid, e};
+    } else {
+      hi = mid;
+    }
+  }
+  return best;
+}
+
+}  // namespace strata
