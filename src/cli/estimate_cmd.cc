@@ -129,9 +129,11 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
       const MachineCapacity& m = *machine;
       const bool planned = !a->host_memory.empty() || !a->disk_free.empty();
       const bool states_nvme = cfg->offload_optimizer.device == OffloadDevice::kNvme;
-      const bool states_split = states_nvme && cfg->optimizer_host_blocks > 0;
-      const MemoryEstimate e =
+      MemoryEstimate e =
           EstimateResolvingRecompute(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc);
+      const bool host_blocks_auto =
+          ResolveOptimizerHostBlocks(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc, &e);
+      const bool states_split = states_nvme && cfg->optimizer_host_blocks > 0;
       if (gpu)
         std::printf("blocks on a GPU (%s): working weights of %s block(s) resident there; device memory %s\n",
                     cfg->device.c_str(),
@@ -143,8 +145,12 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
                   e.parameters / 1e6, a->nproc, cfg->zero_stage, DTypeName(cfg->compute_dtype),
                   (long long)cfg->micro_batch, (long long)cfg->model.seq_len, OffloadDeviceName(cfg->offload_param.device),
                   OffloadDeviceName(cfg->offload_optimizer.device),
-                  states_split ? fmt::format(" (the first {} blocks' in host memory)", cfg->optimizer_host_blocks).c_str()
-                               : "",
+                  !states_split ? ""
+                  : fmt::format(" ({} in host memory{})",
+                                cfg->optimizer_host_blocks == kAllBlocks
+                                    ? std::string("every block's")
+                                    : fmt::format("the first {} blocks'", cfg->optimizer_host_blocks),
+                                host_blocks_auto ? ": strata.optimizer_host_blocks auto" : "").c_str(),
                   cfg->keep_activations ? "kept" : "recomputed per block", FormatEstimate(e).c_str());
       std::printf("%s (%d rank(s)): host memory %s needed, %s available; NVMe %s needed, %s free%s\n",
                   planned ? "the planned node" : "this node", a->nproc,
@@ -155,7 +161,7 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
       const Status fits = CheckFits(e, m, a->nproc);
       std::printf("fits %s: %s\n", planned ? "the planned machine" : "this machine",
                   fits.ok() ? "yes" : ("no\n" + fits.message() + FitAdvice(*cfg, a->nproc, {!gpu}, m, a->nproc)).c_str());
-      if (fits.ok() && states_nvme) PrintHostStatesRoom(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m);
+      if (fits.ok() && states_nvme && !host_blocks_auto) PrintHostStatesRoom(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m);
       if (a->max) PrintLargestFit(*cfg, a->nproc, {!gpu}, m);
       return 0;
     };

@@ -122,7 +122,8 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
   p.working_home = ResidenceOf(cfg.offload_param.device);
   p.optimizer_home = ResidenceOf(cfg.offload_optimizer.device);
   if (p.optimizer_home == Residence::kNvme)
-    p.optimizer_host_blocks = std::min<int64_t>(cfg.optimizer_host_blocks, static_cast<int64_t>(model.block_numels.size()));
+    p.optimizer_host_blocks =  // ("auto" not yet settled: none)
+        std::clamp<int64_t>(cfg.optimizer_host_blocks, 0, static_cast<int64_t>(model.block_numels.size()));
   p.tied_owner = model.tied_owner;
   p.tied_numel = model.tied_numel;
   p.creation_draws = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, world), 1, 4);

@@ -155,7 +155,12 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   } else {
     STRATA_RETURN_IF_ERROR(s.Int("resident_blocks", &c->resident_blocks, 0, 1 << 20));
   }
-  STRATA_RETURN_IF_ERROR(s.Int("optimizer_host_blocks", &c->optimizer_host_blocks, 0, 1 << 20));
+  if (s.IsAuto("optimizer_host_blocks")) {
+    s.Touch("optimizer_host_blocks");
+    c->optimizer_host_blocks = -1;
+  } else {
+    STRATA_RETURN_IF_ERROR(s.Int("optimizer_host_blocks", &c->optimizer_host_blocks, 0, 1 << 20));
+  }
   if (s.Has("recompute")) {  // else what activation_checkpointing (or the default, auto) said
     std::string recompute = "auto";
     STRATA_RETURN_IF_ERROR(s.Choice("recompute", &recompute, {"auto", "always", "never"}));
@@ -360,7 +365,7 @@ static Status CheckDelayedUpdate(const TrainConfig& c) {
 // strata.optimizer_host_blocks moves states from NVMe to host memory; anywhere else it would
 // mean nothing, and a user who set it expects it to.
 static Status CheckOptimizerHostBlocks(const TrainConfig& c) {
-  if (c.optimizer_host_blocks == 0 || c.offload_optimizer.device == OffloadDevice::kNvme) return Status();
+  if (c.optimizer_host_blocks <= 0 || c.offload_optimizer.device == OffloadDevice::kNvme) return Status();  // (or auto)
   return InvalidArgument("strata.optimizer_host_blocks ({}) keeps the first blocks' optimizer states in host memory "
                          "instead of NVMe: it needs zero_optimization.offload_optimizer.device \"nvme\" (it is \"{}\")",
                          c.optimizer_host_blocks, OffloadDeviceName(c.offload_optimizer.device));

@@ -131,7 +131,8 @@ struct TrainConfig {
   // strata.optimizer_host_blocks: with offload_optimizer "nvme", how many blocks (from the
   // first) keep their optimizer states (master, m, v) in host memory instead: their update
   // neither reads nor writes the disk. Host memory beside the rest is the limit (`strata
-  // estimate` counts it).
+  // estimate` counts it). -1 ("auto"): as many as the estimate fits within 90% of the host's
+  // available memory (settled before the engine is built: ResolveOptimizerHostBlocks).
   int64_t optimizer_host_blocks = 0;
   OptimizerOverlap optimizer_overlap = OptimizerOverlap::kForward;  // strata.optimizer_overlap
   // strata.speculation_budget_mb: host memory for the speculative updates' backups (what a

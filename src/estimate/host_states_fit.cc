@@ -30,4 +30,15 @@ HostStatesFit MostOptimizerHostBlocks(const TrainConfig& cfg, int world, int64_t
   return best;
 }
 
+bool ResolveOptimizerHostBlocks(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
+                                const MachineCapacity& m, int local_ranks, MemoryEstimate* estimate) {
+  if (cfg->optimizer_host_blocks >= 0) return false;
+  cfg->optimizer_host_blocks = 0;
+  if (cfg->offload_optimizer.device != OffloadDevice::kNvme) return true;
+  HostStatesFit f = MostOptimizerHostBlocks(*cfg, world, params_override, device, m, local_ranks);
+  cfg->optimizer_host_blocks = f.blocks;
+  *estimate = f.estimate;
+  return true;
+}
+
 }  // namespace strata

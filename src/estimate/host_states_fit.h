@@ -25,4 +25,11 @@ inline constexpr int64_t kAllBlocks = int64_t{1} << 20;
 HostStatesFit MostOptimizerHostBlocks(const TrainConfig& cfg, int world, int64_t params_override, DeviceTraits device,
                                       const MachineCapacity& m, int local_ranks);
 
+// Settles strata.optimizer_host_blocks "auto" (-1): with the optimizer states on NVMe, the
+// most blocks MostOptimizerHostBlocks finds (kAllBlocks: every block), else 0; `estimate`
+// (the config's, before) becomes the one with that many. A set number stays. Returns whether
+// it was "auto".
+bool ResolveOptimizerHostBlocks(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
+                                const MachineCapacity& m, int local_ranks, MemoryEstimate* estimate);
+
 }  // namespace strata

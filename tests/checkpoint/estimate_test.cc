@@ -228,6 +228,21 @@ TEST(Estimate, OptimizerHostBlocksFillHostMemoryToTheMargin) {
   // A machine with room for everything: every block's.
   const MachineCapacity huge{1ull << 50, 1ull << 50, "/x", 0};
   EXPECT_EQ(MostOptimizerHostBlocks(cfg, 1, 0, {true}, huge, 1).blocks, kAllBlocks);
+
+  // "auto" (-1) settles on that count and its estimate; a set count stays; without NVMe states none.
+  TrainConfig automatic = cfg;
+  automatic.optimizer_host_blocks = -1;
+  MemoryEstimate e = none;
+  EXPECT_TRUE(ResolveOptimizerHostBlocks(&automatic, 1, 0, {true}, m, 1, &e));
+  EXPECT_EQ(automatic.optimizer_host_blocks, f.blocks);
+  EXPECT_EQ(e.node_host_bytes(1), f.estimate.node_host_bytes(1));
+  EXPECT_FALSE(ResolveOptimizerHostBlocks(&automatic, 1, 0, {true}, m, 1, &e));
+  EXPECT_EQ(automatic.optimizer_host_blocks, f.blocks);
+  TrainConfig on_cpu = cfg;
+  on_cpu.offload_optimizer.device = OffloadDevice::kCpu;
+  on_cpu.optimizer_host_blocks = -1;
+  EXPECT_TRUE(ResolveOptimizerHostBlocks(&on_cpu, 1, 0, {true}, m, 1, &e));
+  EXPECT_EQ(on_cpu.optimizer_host_blocks, 0);
 }
 
 }  // namespace

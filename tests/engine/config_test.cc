@@ -407,6 +407,10 @@ TEST(Config, OptimizerHostBlocksNeedStatesOnNvme) {
   ASSERT_FALSE(cpu.ok());
   for (const char* part : {"strata.optimizer_host_blocks", "zero_optimization.offload_optimizer.device", "h.json"})
     EXPECT_NE(cpu.status().message().find(part), std::string::npos) << cpu.status().message();
+  // "auto" is settled by the estimate (ResolveOptimizerHostBlocks); without NVMe states it means none.
+  auto automatic = ParseTrainConfig(R"({"strata": {"optimizer_host_blocks": "auto"}})", "h.json");
+  ASSERT_TRUE(automatic.ok()) << automatic.status().message();
+  EXPECT_EQ(automatic->optimizer_host_blocks, -1);
   auto negative = ParseTrainConfig(R"({"strata": {"optimizer_host_blocks": -1}})", "h.json");
   ASSERT_FALSE(negative.ok());
   EXPECT_NE(negative.status().message().find("optimizer_host_blocks"), std::string::npos) << negative.status().message();
