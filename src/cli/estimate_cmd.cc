@@ -9,7 +9,7 @@
 #include "src/cli/train_config_cli.h"
 #include "src/estimate/estimator.h"
 #include "src/estimate/fit_advice.h"
-#include "src/estimate/host_states_fit.h"
+#include "src/estimate/host_blocks_fit.h"
 #include "src/estimate/largest_fit.h"
 #include "bench/bench_util.h"
 #include "src/engine/compute_device.h"
@@ -41,20 +41,20 @@ void PrintLargestFit(const TrainConfig& cfg, int nproc, DeviceTraits device, con
               limit / 1e9, 100.0 * f.parameters / limit);
 }
 
-// With the optimizer states on NVMe, how many blocks' states host memory could keep instead
-// (strata.optimizer_host_blocks), as the estimate sees it.
-void PrintHostStatesRoom(const TrainConfig& cfg, int nproc, int64_t params, DeviceTraits device,
+// With the optimizer states on NVMe, how many blocks host memory could keep instead
+// (strata.host_blocks), as the estimate sees it.
+void PrintHostBlocksRoom(const TrainConfig& cfg, int nproc, int64_t params, DeviceTraits device,
                          const MachineCapacity& m) {
-  const HostStatesFit f = MostOptimizerHostBlocks(cfg, nproc, params, device, m, nproc);
-  if (f.blocks <= cfg.optimizer_host_blocks) {
-    std::printf("optimizer states in host memory (strata.optimizer_host_blocks): no room for more than %lld block(s)' "
-                "within %.0f%% of the available host memory\n", (long long)cfg.optimizer_host_blocks,
-                100 * kHostStatesFill);
+  const HostBlocksFit f = MostHostBlocks(cfg, nproc, params, device, m, nproc);
+  if (f.blocks <= cfg.host_blocks) {
+    std::printf("blocks kept in host memory (strata.host_blocks): no room for more than %lld within %.0f%% of the "
+                "available host memory\n", (long long)cfg.host_blocks,
+                100 * kHostBlocksFill);
     return;
   }
-  std::printf("optimizer states in host memory: room for %s (--set strata.optimizer_host_blocks=%lld; host memory "
-              "%s needed then, NVMe %s): their update skips the disk\n",
-              f.blocks == kAllBlocks ? "every block's" : fmt::format("the first {} blocks'", f.blocks).c_str(),
+  std::printf("blocks kept in host memory: room for %s (--set strata.host_blocks=%lld; host memory %s needed "
+              "then, NVMe %s): their step skips the disk\n",
+              f.blocks == kAllBlocks ? "every block" : fmt::format("the last {} blocks", f.blocks).c_str(),
               (long long)f.blocks, HumanBytes(f.estimate.node_host_bytes(nproc)).c_str(),
               HumanBytes(f.estimate.node_nvme_bytes(nproc)).c_str());
 }
@@ -132,8 +132,8 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
       MemoryEstimate e =
           EstimateResolvingRecompute(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc);
       const bool host_blocks_auto =
-          ResolveOptimizerHostBlocks(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc, &e);
-      const bool states_split = states_nvme && cfg->optimizer_host_blocks > 0;
+          ResolveHostBlocks(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc, &e);
+      const bool states_split = states_nvme && cfg->host_blocks > 0;
       if (gpu)
         std::printf("blocks on a GPU (%s): working weights of %s block(s) resident there; device memory %s\n",
                     cfg->device.c_str(),
@@ -147,10 +147,9 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
                   OffloadDeviceName(cfg->offload_optimizer.device),
                   !states_split ? ""
                   : fmt::format(" ({} in host memory{})",
-                                cfg->optimizer_host_blocks == kAllBlocks
-                                    ? std::string("every block's")
-                                    : fmt::format("the first {} blocks'", cfg->optimizer_host_blocks),
-                                host_blocks_auto ? ": strata.optimizer_host_blocks auto" : "").c_str(),
+                                cfg->host_blocks == kAllBlocks ? std::string("every block")
+                                                               : fmt::format("the last {} blocks", cfg->host_blocks),
+                                host_blocks_auto ? ": strata.host_blocks auto" : "").c_str(),
                   cfg->keep_activations ? "kept" : "recomputed per block", FormatEstimate(e).c_str());
       std::printf("%s (%d rank(s)): host memory %s needed, %s available; NVMe %s needed, %s free%s\n",
                   planned ? "the planned node" : "this node", a->nproc,
@@ -161,7 +160,7 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
       const Status fits = CheckFits(e, m, a->nproc);
       std::printf("fits %s: %s\n", planned ? "the planned machine" : "this machine",
                   fits.ok() ? "yes" : ("no\n" + fits.message() + FitAdvice(*cfg, a->nproc, {!gpu}, m, a->nproc)).c_str());
-      if (fits.ok() && states_nvme && !host_blocks_auto) PrintHostStatesRoom(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m);
+      if (fits.ok() && states_nvme && !host_blocks_auto) PrintHostBlocksRoom(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m);
       if (a->max) PrintLargestFit(*cfg, a->nproc, {!gpu}, m);
       return 0;
     };

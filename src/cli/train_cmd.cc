@@ -30,7 +30,7 @@
 #include "src/engine/train_config.h"
 #include "src/estimate/estimator.h"
 #include "src/estimate/fit_advice.h"
-#include "src/estimate/host_states_fit.h"
+#include "src/estimate/host_blocks_fit.h"
 #include "strata/log.h"
 
 namespace strata::cli {
@@ -157,12 +157,12 @@ Status TrainRun::Connect() {
   const MachineCapacity machine = ProbeMachine(cfg_, device_.device->MemoryBytes());
   const DeviceTraits traits{device_.device->is_host()};
   estimate_ = EstimateResolvingRecompute(&cfg_, env_.world_size, 0, traits, machine, local_ranks());
-  if (ResolveOptimizerHostBlocks(&cfg_, env_.world_size, 0, traits, machine, local_ranks(), &estimate_) && lead() &&
-      cfg_.optimizer_host_blocks > 0)
-    LogInfo("strata.optimizer_host_blocks auto: {} optimizer states in host memory (host memory {} estimated, "
+  if (ResolveHostBlocks(&cfg_, env_.world_size, 0, traits, machine, local_ranks(), &estimate_) && lead() &&
+      cfg_.host_blocks > 0)
+    LogInfo("strata.host_blocks auto: {} kept in host memory (host memory {} estimated, "
             "{} available), the rest on NVMe",
-            cfg_.optimizer_host_blocks == kAllBlocks ? std::string("every block's")
-                                                     : fmt::format("the first {} blocks'", cfg_.optimizer_host_blocks),
+            cfg_.host_blocks == kAllBlocks ? std::string("every block")
+                                           : fmt::format("the last {} blocks", cfg_.host_blocks),
             HumanBytes(estimate_.node_host_bytes(local_ranks())), HumanBytes(machine.host_available));
   if (Status fits = CheckFits(estimate_, machine, local_ranks()); !fits.ok() && !a_.no_fit_check)
     return Error(fits.code(), "{}{}", fits.message(), FitAdvice(cfg_, env_.world_size, traits, machine, local_ranks()));

@@ -278,7 +278,7 @@ struct Engine::Impl {
   // This step's hyper-parameters (Adam's step: the next one), clip coefficient 1.
   AdamHyperParams NextHyperParams(int64_t step) const;
   // Leases three optim-pool buffers for `sg`'s master, m and v (LoadStates: and reads them;
-  // null when they live in host memory, strata.optimizer_host_blocks).
+  // null when they live in host memory, strata.host_blocks).
   std::unique_ptr<LoadedStates> LeaseStates(const SubGroup& sg);
   std::unique_ptr<LoadedStates> LoadStates(const SubGroup& sg);
   void ReadFirstStatesEarly();  // best effort, never blocks

@@ -385,7 +385,7 @@ std::unique_ptr<LoadedStates> Engine::Impl::LeaseStates(const SubGroup& sg) {
 }
 
 std::unique_ptr<LoadedStates> Engine::Impl::LoadStates(const SubGroup& sg) {
-  if (store->home(sg.master) != Tier::kNvme) return nullptr;  // strata.optimizer_host_blocks: updated in place
+  if (store->home(sg.master) != Tier::kNvme) return nullptr;  // strata.host_blocks: updated in place
   std::unique_ptr<LoadedStates> l = LeaseStates(sg);
   const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
   for (int k = 0; k < 3; ++k) l->read[k] = store->Read(hs[k], {l->buf[k].data(), StateBytes(k, sg.range.len)});

@@ -122,8 +122,11 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
   p.working_home = ResidenceOf(cfg.offload_param.device);
   p.optimizer_home = ResidenceOf(cfg.offload_optimizer.device);
   if (p.optimizer_home == Residence::kNvme)
-    p.optimizer_host_blocks =  // ("auto" not yet settled: none)
-        std::clamp<int64_t>(cfg.optimizer_host_blocks, 0, static_cast<int64_t>(model.block_numels.size()));
+    p.host_blocks =  // ("auto" not yet settled: none)
+        std::clamp<int64_t>(cfg.host_blocks, 0, static_cast<int64_t>(model.block_numels.size()));
+  // The delayed update parks new working weights until the next step has read the old ones
+  // from NVMe (Note [Delayed update]): there a host block keeps only its optimizer states.
+  p.host_blocks_working = p.working_home == Residence::kNvme && cfg.optimizer_overlap != OptimizerOverlap::kDelayed;
   p.tied_owner = model.tied_owner;
   p.tied_numel = model.tied_numel;
   p.creation_draws = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, world), 1, 4);
@@ -198,7 +201,7 @@ void ShardPlan::PlanDevice(const TrainConfig& cfg) {
   // the device; the optimizer's 3 states x (the sub-group being updated + the next one being
   // read + the write-backs of two) on NVMe.
   const bool param_nvme = cfg.offload_param.device == OffloadDevice::kNvme;
-  const bool optim_nvme = cfg.offload_optimizer.device == OffloadDevice::kNvme && optimizer_host_blocks < n;
+  const bool optim_nvme = cfg.offload_optimizer.device == OffloadDevice::kNvme && host_blocks < n;
   if (param_nvme || count > 0)
     param_pool = {static_cast<size_t>(std::max<int64_t>(3, cfg.offload_param.buffer_count)), max_working_bytes,
                   cfg.offload_param.pin_memory};
@@ -256,10 +259,15 @@ void ShardPlan::PlanLedger() {
              param_pool.region_bytes() + optim_pool.region_bytes() + park_pool.region_bytes());
 }
 
-Residence ShardPlan::WorkingResidence(int b) const { return resident.at(b) ? Residence::kDevice : working_home; }
+Residence ShardPlan::WorkingResidence(int b) const {
+  if (resident.at(b)) return Residence::kDevice;
+  return HostBlock(b) && host_blocks_working ? Residence::kCpu : working_home;
+}
+
+bool ShardPlan::HostBlock(int b) const { return b >= static_cast<int>(blocks.size()) - host_blocks; }
 
 Residence ShardPlan::OptimizerResidence(int b) const {
-  return optimizer_home == Residence::kNvme && b < optimizer_host_blocks ? Residence::kCpu : optimizer_home;
+  return optimizer_home == Residence::kNvme && HostBlock(b) ? Residence::kCpu : optimizer_home;
 }
 
 std::vector<TensorKey> ShardPlan::Keys() const {

@@ -177,10 +177,16 @@ struct ShardPlan {
                         DeviceTraits device = {});
   // Where block b's working weights live: the device for resident blocks, else their home.
   Residence WorkingResidence(int b) const;
-  // Where block b's optimizer states live: optimizer_home, except the first
-  // optimizer_host_blocks blocks' when that is NVMe (strata.optimizer_host_blocks).
+  // strata.host_blocks (only with offload_optimizer "nvme"): the last host_blocks blocks keep
+  // their optimizer states in host memory, and their working weights too when those are on
+  // NVMe (host_blocks_working; not with the delayed update). The last: the update starts at
+  // block 0 (whose first states the last micro-batch reads early), and at the disk's pace
+  // the next forward finds each block's new weights still in their write-back.
+  int64_t host_blocks = 0;
+  bool host_blocks_working = false;
+  bool HostBlock(int b) const;
+  // Where block b's optimizer states live: optimizer_home, or host memory for a host block.
   Residence OptimizerResidence(int b) const;
-  int64_t optimizer_host_blocks = 0;
   // Block b's speculation backup: its optimizer range's master, m and v before the update
   // and the update's working weights until the step is known to stand (compute dtype).
   uint64_t SpeculationBackupBytes(int b) const { return blocks[b].optimizer.len * (4 + 2 * msize + dsize); }

@@ -155,11 +155,11 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   } else {
     STRATA_RETURN_IF_ERROR(s.Int("resident_blocks", &c->resident_blocks, 0, 1 << 20));
   }
-  if (s.IsAuto("optimizer_host_blocks")) {
-    s.Touch("optimizer_host_blocks");
-    c->optimizer_host_blocks = -1;
+  if (s.IsAuto("host_blocks")) {
+    s.Touch("host_blocks");
+    c->host_blocks = -1;
   } else {
-    STRATA_RETURN_IF_ERROR(s.Int("optimizer_host_blocks", &c->optimizer_host_blocks, 0, 1 << 20));
+    STRATA_RETURN_IF_ERROR(s.Int("host_blocks", &c->host_blocks, 0, 1 << 20));
   }
   if (s.Has("recompute")) {  // else what activation_checkpointing (or the default, auto) said
     std::string recompute = "auto";
@@ -362,13 +362,13 @@ static Status CheckDelayedUpdate(const TrainConfig& c) {
   return Status();
 }
 
-// strata.optimizer_host_blocks moves states from NVMe to host memory; anywhere else it would
-// mean nothing, and a user who set it expects it to.
+// strata.host_blocks moves blocks' state from NVMe to host memory; with the optimizer states
+// anywhere else it would mean nothing, and a user who set it expects it to.
 static Status CheckOptimizerHostBlocks(const TrainConfig& c) {
-  if (c.optimizer_host_blocks <= 0 || c.offload_optimizer.device == OffloadDevice::kNvme) return Status();  // (or auto)
-  return InvalidArgument("strata.optimizer_host_blocks ({}) keeps the first blocks' optimizer states in host memory "
+  if (c.host_blocks <= 0 || c.offload_optimizer.device == OffloadDevice::kNvme) return Status();  // (or auto)
+  return InvalidArgument("strata.host_blocks ({}) keeps the last blocks' state in host memory "
                          "instead of NVMe: it needs zero_optimization.offload_optimizer.device \"nvme\" (it is \"{}\")",
-                         c.optimizer_host_blocks, OffloadDeviceName(c.offload_optimizer.device));
+                         c.host_blocks, OffloadDeviceName(c.offload_optimizer.device));
 }
 
 StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::string& origin) {

@@ -128,12 +128,12 @@ struct TrainConfig {
   // strata.resident_blocks: off the host, how many blocks (from the first) keep their working
   // weights on the device; -1 ("auto"): all when offload_param is "none", else none.
   int64_t resident_blocks = -1;
-  // strata.optimizer_host_blocks: with offload_optimizer "nvme", how many blocks (from the
-  // first) keep their optimizer states (master, m, v) in host memory instead: their update
-  // neither reads nor writes the disk. Host memory beside the rest is the limit (`strata
-  // estimate` counts it). -1 ("auto"): as many as the estimate fits within 90% of the host's
-  // available memory (settled before the engine is built: ResolveOptimizerHostBlocks).
-  int64_t optimizer_host_blocks = 0;
+  // strata.host_blocks: with offload_optimizer "nvme", how many blocks (from the last) keep
+  // their state in host memory instead: optimizer states (master, m, v) and, with the working
+  // weights on NVMe, those too (not with the delayed update): their step moves nothing
+  // through the disk. -1 ("auto"): as many as the estimate fits within 90% of the host's
+  // available memory (settled before the engine is built: ResolveHostBlocks).
+  int64_t host_blocks = 0;
   OptimizerOverlap optimizer_overlap = OptimizerOverlap::kForward;  // strata.optimizer_overlap
   // strata.speculation_budget_mb: host memory for the speculative updates' backups (what a
   // roll-back restores); blocks are speculated from the last one down while they fit. -1

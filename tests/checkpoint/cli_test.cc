@@ -100,13 +100,13 @@ TEST(Cli, StartUpReportsItsPhase) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("evaluation: none"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("eval  step"), std::string::npos) << r.out;
-  // strata.optimizer_host_blocks auto: a tiny model's states all fit in host memory, and it says so.
+  // strata.host_blocks auto: a tiny model's blocks all fit in host memory, and it says so.
   r = RunStrata("train --steps 1 --set strata.eval_interval=0 --set strata.model.n_layer=1 --set "
-                "strata.model.d_model=32 --set strata.optimizer_host_blocks=auto --set "
+                "strata.model.d_model=32 --set strata.host_blocks=auto --set "
                 "zero_optimization.offload_param.nvme_path=" + dir.path() +
                 " --set zero_optimization.offload_optimizer.nvme_path=" + dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("strata.optimizer_host_blocks auto: every block's optimizer states in host memory"),
+  EXPECT_NE(r.out.find("strata.host_blocks auto: every block kept in host memory"),
             std::string::npos) << r.out;
 }
 
@@ -142,16 +142,16 @@ TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("fits the planned machine: no"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fits with --set strata.gradient_accumulator=bf16: host memory"), std::string::npos) << r.out;
-  // Optimizer states on NVMe: how many blocks' states host memory has room for, and "auto" takes them.
+  // Optimizer states on NVMe: how many blocks host memory has room for, and "auto" takes them.
   const std::string planned = "estimate --config " STRATA_SOURCE_DIR "/configs/llama_1b_nvme.json --set "
                               "strata.data.path= --set train_micro_batch_size_per_gpu=1 --set strata.model.seq_len=128 "
                               "--host-memory 12G --disk-free 1T";
   r = RunStrata(planned);
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("optimizer states in host memory: room for the first "), std::string::npos) << r.out;
-  r = RunStrata(planned + " --set strata.optimizer_host_blocks=auto");
+  EXPECT_NE(r.out.find("blocks kept in host memory: room for the last "), std::string::npos) << r.out;
+  r = RunStrata(planned + " --set strata.host_blocks=auto");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("blocks' in host memory: strata.optimizer_host_blocks auto)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("blocks in host memory: strata.host_blocks auto)"), std::string::npos) << r.out;
   r = RunStrata("estimate --host-memory lots");
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("--host-memory"), std::string::npos) << r.out;

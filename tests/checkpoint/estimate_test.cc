@@ -1,7 +1,7 @@
 // The estimator's per-rank bytes against what the engine allocates (Engine::ledger()), for
 // the shipped tiny config and variations of stage, offload, precision and architecture.
 #include "src/estimate/estimator.h"
-#include "src/estimate/host_states_fit.h"
+#include "src/estimate/host_blocks_fit.h"
 #include "src/estimate/largest_fit.h"
 
 #include <gtest/gtest.h>
@@ -99,8 +99,8 @@ TEST(Estimate, HalfPrecisionAndUntiedLlamaMatchTheEngineLedgerExactly) {
   llama.speculation_budget_mb = 1;
   ExpectEstimateMatchesLedger(llama, 2, "speculative within 1 MB");
   llama.optimizer_overlap = OptimizerOverlap::kForward;
-  llama.optimizer_host_blocks = 2;  // (the shipped config's states are on NVMe)
-  ExpectEstimateMatchesLedger(llama, 2, "the first 2 blocks' optimizer states in host memory");
+  llama.host_blocks = 2;  // (the shipped config's states are on NVMe)
+  ExpectEstimateMatchesLedger(llama, 2, "the last 2 blocks in host memory");
 }
 
 // LoRA: master weights, m, v and gradient accumulators for the adapters only; on a device
@@ -201,9 +201,10 @@ TEST(Estimate, LargestFitIsTheEdgeOfTheMachine) {
   EXPECT_LT(cpu_only.parameters, f.parameters);
 }
 
-// strata.optimizer_host_blocks: the most blocks whose states host memory keeps within 90% of
-// a made-up machine's; one more does not; each moves its states' bytes from NVMe to the host.
-TEST(Estimate, OptimizerHostBlocksFillHostMemoryToTheMargin) {
+// strata.host_blocks: the most blocks host memory keeps within 90% of a made-up machine's;
+// one more does not; each moves its state's bytes (optimizer states, working weights) from
+// NVMe to the host.
+TEST(Estimate, HostBlocksFillHostMemoryToTheMargin) {
   auto loaded = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/llama_1b_nvme.json");
   ASSERT_TRUE(loaded.ok());
   TrainConfig cfg = *loaded;
@@ -211,15 +212,15 @@ TEST(Estimate, OptimizerHostBlocksFillHostMemoryToTheMargin) {
   ASSERT_TRUE(ResolveBatch(&cfg, 1).ok());
   const MemoryEstimate none = EstimateMemory(cfg, 1);
   MachineCapacity m{none.node_host_bytes(1) + (4ull << 30), 80ull << 30, "/x", 0};
-  const HostStatesFit f = MostOptimizerHostBlocks(cfg, 1, 0, {true}, m, 1);
+  const HostBlocksFit f = MostHostBlocks(cfg, 1, 0, {true}, m, 1);
   ASSERT_GT(f.blocks, 0);
   ASSERT_LT(f.blocks, kAllBlocks);
-  EXPECT_LE(static_cast<double>(f.estimate.node_host_bytes(1)), kHostStatesFill * m.host_available);
+  EXPECT_LE(static_cast<double>(f.estimate.node_host_bytes(1)), kHostBlocksFill * m.host_available);
   TrainConfig more = cfg;
-  more.optimizer_host_blocks = f.blocks + 1;
-  EXPECT_GT(static_cast<double>(EstimateMemory(more, 1).node_host_bytes(1)), kHostStatesFill * m.host_available);
+  more.host_blocks = f.blocks + 1;
+  EXPECT_GT(static_cast<double>(EstimateMemory(more, 1).node_host_bytes(1)), kHostBlocksFill * m.host_available);
   uint64_t states_in_host = 0;
-  for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV})
+  for (StateKind k : {StateKind::kWorking, StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV})
     states_in_host += f.estimate.ledger.At(k, Residence::kCpu);
   EXPECT_EQ(f.estimate.node_host_bytes(1) - none.node_host_bytes(1), states_in_host);
   // The disk gives up as much (its extents are rounded up to pages).
@@ -227,22 +228,22 @@ TEST(Estimate, OptimizerHostBlocksFillHostMemoryToTheMargin) {
   EXPECT_LT(none.nvme_on_disk - f.estimate.nvme_on_disk, states_in_host + states_in_host / 1000);
   // A machine with room for everything: every block's.
   const MachineCapacity huge{1ull << 50, 1ull << 50, "/x", 0};
-  EXPECT_EQ(MostOptimizerHostBlocks(cfg, 1, 0, {true}, huge, 1).blocks, kAllBlocks);
+  EXPECT_EQ(MostHostBlocks(cfg, 1, 0, {true}, huge, 1).blocks, kAllBlocks);
 
   // "auto" (-1) settles on that count and its estimate; a set count stays; without NVMe states none.
   TrainConfig automatic = cfg;
-  automatic.optimizer_host_blocks = -1;
+  automatic.host_blocks = -1;
   MemoryEstimate e = none;
-  EXPECT_TRUE(ResolveOptimizerHostBlocks(&automatic, 1, 0, {true}, m, 1, &e));
-  EXPECT_EQ(automatic.optimizer_host_blocks, f.blocks);
+  EXPECT_TRUE(ResolveHostBlocks(&automatic, 1, 0, {true}, m, 1, &e));
+  EXPECT_EQ(automatic.host_blocks, f.blocks);
   EXPECT_EQ(e.node_host_bytes(1), f.estimate.node_host_bytes(1));
-  EXPECT_FALSE(ResolveOptimizerHostBlocks(&automatic, 1, 0, {true}, m, 1, &e));
-  EXPECT_EQ(automatic.optimizer_host_blocks, f.blocks);
+  EXPECT_FALSE(ResolveHostBlocks(&automatic, 1, 0, {true}, m, 1, &e));
+  EXPECT_EQ(automatic.host_blocks, f.blocks);
   TrainConfig on_cpu = cfg;
   on_cpu.offload_optimizer.device = OffloadDevice::kCpu;
-  on_cpu.optimizer_host_blocks = -1;
-  EXPECT_TRUE(ResolveOptimizerHostBlocks(&on_cpu, 1, 0, {true}, m, 1, &e));
-  EXPECT_EQ(on_cpu.optimizer_host_blocks, 0);
+  on_cpu.host_blocks = -1;
+  EXPECT_TRUE(ResolveHostBlocks(&on_cpu, 1, 0, {true}, m, 1, &e));
+  EXPECT_EQ(on_cpu.host_blocks, 0);
 }
 
 }  // namespace

@@ -396,24 +396,24 @@ TEST(Config, DelayedUpdateNeedsWorkingWeightsOnNvme) {
   EXPECT_NE(lora.status().message().find("strata.lora"), std::string::npos) << lora.status().message();
 }
 
-// strata.optimizer_host_blocks only with the optimizer states on NVMe; the error names both keys.
+// strata.host_blocks only with the optimizer states on NVMe; the error names both keys.
 TEST(Config, OptimizerHostBlocksNeedStatesOnNvme) {
   auto ok = ParseTrainConfig(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path":
-                                 "/x"}}, "strata": {"optimizer_host_blocks": 5}})", "h.json");
+                                 "/x"}}, "strata": {"host_blocks": 5}})", "h.json");
   ASSERT_TRUE(ok.ok()) << ok.status().message();
-  EXPECT_EQ(ok->optimizer_host_blocks, 5);
+  EXPECT_EQ(ok->host_blocks, 5);
   auto cpu = ParseTrainConfig(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}},
-                                  "strata": {"optimizer_host_blocks": 5}})", "h.json");
+                                  "strata": {"host_blocks": 5}})", "h.json");
   ASSERT_FALSE(cpu.ok());
-  for (const char* part : {"strata.optimizer_host_blocks", "zero_optimization.offload_optimizer.device", "h.json"})
+  for (const char* part : {"strata.host_blocks", "zero_optimization.offload_optimizer.device", "h.json"})
     EXPECT_NE(cpu.status().message().find(part), std::string::npos) << cpu.status().message();
-  // "auto" is settled by the estimate (ResolveOptimizerHostBlocks); without NVMe states it means none.
-  auto automatic = ParseTrainConfig(R"({"strata": {"optimizer_host_blocks": "auto"}})", "h.json");
+  // "auto" is settled by the estimate (ResolveHostBlocks); without NVMe states it means none.
+  auto automatic = ParseTrainConfig(R"({"strata": {"host_blocks": "auto"}})", "h.json");
   ASSERT_TRUE(automatic.ok()) << automatic.status().message();
-  EXPECT_EQ(automatic->optimizer_host_blocks, -1);
-  auto negative = ParseTrainConfig(R"({"strata": {"optimizer_host_blocks": -1}})", "h.json");
+  EXPECT_EQ(automatic->host_blocks, -1);
+  auto negative = ParseTrainConfig(R"({"strata": {"host_blocks": -1}})", "h.json");
   ASSERT_FALSE(negative.ok());
-  EXPECT_NE(negative.status().message().find("optimizer_host_blocks"), std::string::npos) << negative.status().message();
+  EXPECT_NE(negative.status().message().find("host_blocks"), std::string::npos) << negative.status().message();
 }
 
 }  // namespace

@@ -35,41 +35,44 @@ TEST(Engine, OffloadNoneCpuNvmeAreBitwiseIdentical) {
   EXPECT_GT(runs[2].ledger.bytes[static_cast<int>(StateKind::kMaster)][static_cast<int>(Residence::kNvme)], 0u);
 }
 
-// strata.optimizer_host_blocks: the first blocks' optimizer states stay in host memory while
-// the rest are on NVMe. Every overlap mode trains bitwise as with all of them on NVMe (and
-// the ledger puts each block's states where the key says); more than the model has keeps all.
-TEST(Engine, OptimizerStatesSplitBetweenHostAndNvmeTrainAsAllOnNvme) {
+// strata.host_blocks: the last blocks' state stays in host memory (optimizer states, and the
+// working weights except with the delayed update) while the rest is on NVMe. Every overlap
+// mode trains bitwise as with all of it on NVMe, and the ledger puts each block's state where
+// the key says; more than the model has keeps all.
+TEST(Engine, HostBlocksTrainAsAllOnNvme) {
   TempDir dir;
   TrainConfig c = TinyConfig(dir.path());
   c.model.n_layer = 4;
   c.compute_dtype = DType::kBF16;
   c.sub_group_size = 20000;
   c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
-  auto master_at = [](const testing::RunResult& r, Residence where) {
-    return r.ledger.bytes[static_cast<int>(StateKind::kMaster)][static_cast<int>(where)];
+  auto at = [](const testing::RunResult& r, StateKind k, Residence where) {
+    return r.ledger.bytes[static_cast<int>(k)][static_cast<int>(where)];
   };
   for (OptimizerOverlap mode : {OptimizerOverlap::kNone, OptimizerOverlap::kForward, OptimizerOverlap::kSpeculative,
                                 OptimizerOverlap::kDelayed}) {
     SCOPED_TRACE(::testing::Message() << "overlap mode " << static_cast<int>(mode));
     c.optimizer_overlap = mode;
-    c.optimizer_host_blocks = 0;
+    c.host_blocks = 0;
     const auto nvme = RunEngine(c, 2, 4);
-    c.optimizer_host_blocks = 3;
+    c.host_blocks = 3;
     const auto split = RunEngine(c, 2, 4);
     ASSERT_EQ(split.stats.size(), 4u);
     for (int s = 0; s < 4; ++s) EXPECT_EQ(split.stats[s].loss, nvme.stats[s].loss) << "step " << s;
     EXPECT_TRUE(testing::BitwiseEqual(nvme, split));
     EXPECT_TRUE(nvme.state == split.state) << "working weights, master, m or v differ";
-    EXPECT_GT(master_at(split, Residence::kCpu), 0u);
-    EXPECT_GT(master_at(split, Residence::kNvme), 0u);
-    EXPECT_EQ(master_at(split, Residence::kCpu) + master_at(split, Residence::kNvme), master_at(nvme, Residence::kNvme));
+    for (StateKind k : {StateKind::kMaster, StateKind::kWorking}) {
+      const bool moves = k == StateKind::kMaster || mode != OptimizerOverlap::kDelayed;
+      EXPECT_EQ(at(split, k, Residence::kCpu) > 0, moves) << (k == StateKind::kMaster ? "master" : "working");
+      EXPECT_GT(at(split, k, Residence::kNvme), 0u) << (k == StateKind::kMaster ? "master" : "working");
+      EXPECT_EQ(at(split, k, Residence::kCpu) + at(split, k, Residence::kNvme), at(nvme, k, Residence::kNvme));
+    }
   }
   c.optimizer_overlap = OptimizerOverlap::kForward;
-  c.optimizer_host_blocks = 1000;
+  c.host_blocks = 1000;
   const auto all = RunEngine(c, 2, 2);
   ASSERT_EQ(all.stats.size(), 2u);
-  EXPECT_EQ(master_at(all, Residence::kNvme), 0u);
-  EXPECT_GT(master_at(all, Residence::kCpu), 0u);
+  EXPECT_EQ(at(all, StateKind::kMaster, Residence::kNvme) + at(all, StateKind::kWorking, Residence::kNvme), 0u);
 }
 
 // Tolerance: fp32 compute; the sums of gradients over ranks and micro-batches associate

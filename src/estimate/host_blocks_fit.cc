@@ -1,19 +1,19 @@
-#include "src/estimate/host_states_fit.h"
+#include "src/estimate/host_blocks_fit.h"
 
 namespace strata {
 
-HostStatesFit MostOptimizerHostBlocks(const TrainConfig& cfg, int world, int64_t params_override, DeviceTraits device,
+HostBlocksFit MostHostBlocks(const TrainConfig& cfg, int world, int64_t params_override, DeviceTraits device,
                                       const MachineCapacity& m, int local_ranks) {
   auto estimate = [&](int64_t blocks) {
     TrainConfig c = cfg;
-    c.optimizer_host_blocks = blocks;
+    c.host_blocks = blocks;
     return EstimateMemory(c, world, params_override, device);
   };
   auto fits = [&](const MemoryEstimate& e) {
     return CheckFits(e, m, local_ranks).ok() &&
-           static_cast<double>(e.node_host_bytes(local_ranks)) <= kHostStatesFill * static_cast<double>(m.host_available);
+           static_cast<double>(e.node_host_bytes(local_ranks)) <= kHostBlocksFill * static_cast<double>(m.host_available);
   };
-  HostStatesFit best{cfg.optimizer_host_blocks, estimate(cfg.optimizer_host_blocks)};
+  HostBlocksFit best{cfg.host_blocks, estimate(cfg.host_blocks)};
   if (!fits(best.estimate)) return best;
   if (MemoryEstimate all = estimate(kAllBlocks); fits(all)) return {kAllBlocks, all};
   int64_t lo = best.blocks, hi = kAllBlocks;  // fits(lo), !fits(hi); host bytes grow with the count
@@ -30,13 +30,13 @@ HostStatesFit MostOptimizerHostBlocks(const TrainConfig& cfg, int world, int64_t
   return best;
 }
 
-bool ResolveOptimizerHostBlocks(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
+bool ResolveHostBlocks(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
                                 const MachineCapacity& m, int local_ranks, MemoryEstimate* estimate) {
-  if (cfg->optimizer_host_blocks >= 0) return false;
-  cfg->optimizer_host_blocks = 0;
+  if (cfg->host_blocks >= 0) return false;
+  cfg->host_blocks = 0;
   if (cfg->offload_optimizer.device != OffloadDevice::kNvme) return true;
-  HostStatesFit f = MostOptimizerHostBlocks(*cfg, world, params_override, device, m, local_ranks);
-  cfg->optimizer_host_blocks = f.blocks;
+  HostBlocksFit f = MostHostBlocks(*cfg, world, params_override, device, m, local_ranks);
+  cfg->host_blocks = f.blocks;
   *estimate = f.estimate;
   return true;
 }
