@@ -59,6 +59,15 @@ void PrintHostBlocksRoom(const TrainConfig& cfg, int nproc, int64_t params, Devi
               HumanBytes(f.estimate.node_nvme_bytes(nproc)).c_str());
 }
 
+// " (the last N blocks in host memory)" after "optimizer states on nvme", or nothing.
+std::string HostBlocksNote(const TrainConfig& cfg, bool resolved_auto) {
+  if (cfg.offload_optimizer.device != OffloadDevice::kNvme || cfg.host_blocks <= 0) return "";
+  return fmt::format(" ({} in host memory{})",
+                     cfg.host_blocks == kAllBlocks ? std::string("every block")
+                                                   : fmt::format("the last {} blocks", cfg.host_blocks),
+                     resolved_auto ? ": strata.host_blocks auto" : "");
+}
+
 struct EstimateArgs {
   std::string config, strata_file;
   std::vector<std::string> sets;
@@ -133,7 +142,6 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
           EstimateResolvingRecompute(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc);
       const bool host_blocks_auto =
           ResolveHostBlocks(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc, &e);
-      const bool states_split = states_nvme && cfg->host_blocks > 0;
       if (gpu)
         std::printf("blocks on a GPU (%s): working weights of %s block(s) resident there; device memory %s\n",
                     cfg->device.c_str(),
@@ -144,12 +152,7 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
                   "%s, optimizer states on %s%s; activations %s\n\n%s\n",
                   e.parameters / 1e6, a->nproc, cfg->zero_stage, DTypeName(cfg->compute_dtype),
                   (long long)cfg->micro_batch, (long long)cfg->model.seq_len, OffloadDeviceName(cfg->offload_param.device),
-                  OffloadDeviceName(cfg->offload_optimizer.device),
-                  !states_split ? ""
-                  : fmt::format(" ({} in host memory{})",
-                                cfg->host_blocks == kAllBlocks ? std::string("every block")
-                                                               : fmt::format("the last {} blocks", cfg->host_blocks),
-                                host_blocks_auto ? ": strata.host_blocks auto" : "").c_str(),
+                  OffloadDeviceName(cfg->offload_optimizer.device), HostBlocksNote(*cfg, host_blocks_auto).c_str(),
                   cfg->keep_activations ? "kept" : "recomputed per block", FormatEstimate(e).c_str());
       std::printf("%s (%d rank(s)): host memory %s needed, %s available; NVMe %s needed, %s free%s\n",
                   planned ? "the planned node" : "this node", a->nproc,
@@ -160,7 +163,8 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
       const Status fits = CheckFits(e, m, a->nproc);
       std::printf("fits %s: %s\n", planned ? "the planned machine" : "this machine",
                   fits.ok() ? "yes" : ("no\n" + fits.message() + FitAdvice(*cfg, a->nproc, {!gpu}, m, a->nproc)).c_str());
-      if (fits.ok() && states_nvme && !host_blocks_auto) PrintHostBlocksRoom(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m);
+      if (fits.ok() && states_nvme && !host_blocks_auto)
+        PrintHostBlocksRoom(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m);
       if (a->max) PrintLargestFit(*cfg, a->nproc, {!gpu}, m);
       return 0;
     };
