@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "bench/anchor_pairs.h"
 #include "bench/bench_util.h"
 #include "strata/cpu_adam.h"
 #include "strata/isa.h"
@@ -43,23 +44,16 @@ int RunAccumulateBench(const AccumulateBenchOptions& o) {
       rate[v].push_back(static_cast<double>(o.values) / (NowSeconds() - t0) / 1e9);
     }
   }
-  Summary sum[4];
-  for (int v = 0; v < 4; ++v) sum[v] = Summarize(rate[v]);
+  const AnchorPairs pairs{"accumulator", {"fp32", "bf16"}, "LibTorch add_", "AccumulateGradient",
+                          {"libtorch_fp32", "strata_fp32", "libtorch_bf16", "strata_bf16"}, {"ratio_fp32", "ratio_bf16"}};
   if (o.json) {
     nlohmann::json j = {{"values", o.values}, {"rounds", o.rounds}, {"threads", threads}, {"isa", IsaName(ActiveIsa())}};
-    const char* names[4] = {"libtorch_fp32", "strata_fp32", "libtorch_bf16", "strata_bf16"};
-    for (int v = 0; v < 4; ++v) j[names[v]] = {{"gvalues_per_s", sum[v].median}, {"min", sum[v].min}, {"max", sum[v].max}};
-    j["ratio_fp32"] = sum[1].median / sum[0].median;
-    j["ratio_bf16"] = sum[3].median / sum[2].median;
-    fmt::print("{}\n", j.dump());
+    PrintAnchorPairs(pairs, rate, &j);
     return 0;
   }
   fmt::print("bench accumulate: {} elements, acc += {} x fp32 part, {} interleaved rounds, {} threads, kernels use {}\n",
              o.values, scale, o.rounds, threads, IsaName(ActiveIsa()));
-  Table table({"accumulator", "LibTorch add_ G values/s", "AccumulateGradient G values/s", "ours / LibTorch"});
-  table.Row({"fp32", Format(sum[0]), Format(sum[1]), fmt::format("{:.2f}", sum[1].median / sum[0].median)});
-  table.Row({"bf16", Format(sum[2]), Format(sum[3]), fmt::format("{:.2f}", sum[3].median / sum[2].median)});
-  table.Print(stdout);
+  PrintAnchorPairs(pairs, rate, nullptr);
   fmt::print("median (min-max) over the rounds\n");
   return 0;
 #else

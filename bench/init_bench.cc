@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/anchor_pairs.h"
 #include "bench/bench_util.h"
 #include "strata/isa.h"
 #include "strata/normal.h"
@@ -53,24 +54,17 @@ int RunInitBench(const InitBenchOptions& o) {
       rate[v].push_back(static_cast<double>(o.values) * threads / s / 1e9);
     }
   }
-  Summary sum[4];
-  for (int v = 0; v < 4; ++v) sum[v] = Summarize(rate[v]);
+  const AnchorPairs pairs{"threads", {"1", std::to_string(cores)}, "LibTorch normal_", "FillNormal",
+                          {"libtorch_1", "fill_normal_1", "libtorch_all", "fill_normal_all"}, {"ratio_1", "ratio_all"}};
   if (o.json) {
     nlohmann::json j = {{"values_per_thread", o.values}, {"rounds", o.rounds}, {"threads", cores},
                         {"isa", IsaName(ActiveIsa())}};
-    const char* names[4] = {"libtorch_1", "fill_normal_1", "libtorch_all", "fill_normal_all"};
-    for (int v = 0; v < 4; ++v) j[names[v]] = {{"gvalues_per_s", sum[v].median}, {"min", sum[v].min}, {"max", sum[v].max}};
-    j["ratio_1"] = sum[1].median / sum[0].median;
-    j["ratio_all"] = sum[3].median / sum[2].median;
-    fmt::print("{}\n", j.dump());
+    PrintAnchorPairs(pairs, rate, &j);
     return 0;
   }
   fmt::print("bench init: {} fp32 values per thread, {} interleaved rounds, kernels use {}\n", o.values, o.rounds,
              IsaName(ActiveIsa()));
-  Table table({"threads", "LibTorch normal_ G values/s", "FillNormal G values/s", "FillNormal / LibTorch"});
-  table.Row({"1", Format(sum[0]), Format(sum[1]), fmt::format("{:.2f}", sum[1].median / sum[0].median)});
-  table.Row({std::to_string(cores), Format(sum[2]), Format(sum[3]), fmt::format("{:.2f}", sum[3].median / sum[2].median)});
-  table.Print(stdout);
+  PrintAnchorPairs(pairs, rate, nullptr);
   fmt::print("median (min-max); LibTorch: a generator per thread (its normal_ is serial mt19937); FillNormal: a "
              "stream per thread\n");
   return 0;
