@@ -47,8 +47,8 @@ void PrintHostBlocksRoom(const TrainConfig& cfg, int nproc, int64_t params, Devi
                          const MachineCapacity& m) {
   const HostBlocksFit f = MostHostBlocks(cfg, nproc, params, device, m, nproc);
   if (f.blocks <= cfg.host_blocks) {
-    std::printf("blocks kept in host memory (strata.host_blocks): no room for more than %lld within %.0f%% of the "
-                "available host memory\n", (long long)cfg.host_blocks,
+    std::printf("blocks kept in host memory (strata.host_blocks): %s within %.0f%% of the available host memory\n",
+                cfg.host_blocks == 0 ? "no room for any" : fmt::format("no room for more than {}", cfg.host_blocks).c_str(),
                 100 * kHostBlocksFill);
     return;
   }
