@@ -54,7 +54,9 @@ void PrintHostBlocksRoom(const TrainConfig& cfg, int nproc, int64_t params, Devi
   }
   std::printf("blocks kept in host memory: room for %s (--set strata.host_blocks=%lld; host memory %s needed "
               "then, NVMe %s): their step skips the disk\n",
-              f.blocks == kAllBlocks ? "every block" : fmt::format("the last {} blocks", f.blocks).c_str(),
+              f.blocks == kAllBlocks ? "every block"
+              : f.blocks == 1        ? "the last block"
+                                     : fmt::format("the last {} blocks", f.blocks).c_str(),
               (long long)f.blocks, HumanBytes(f.estimate.node_host_bytes(nproc)).c_str(),
               HumanBytes(f.estimate.node_nvme_bytes(nproc)).c_str());
 }
