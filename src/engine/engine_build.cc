@@ -1,7 +1,9 @@
 // The Engine's creation, after the plan: the pinned pools, the swap store, every block's
 // initial state written to its tiers (Note [Building blocks]) and the device buffers.
+#include <algorithm>
 #include <deque>
 #include <future>
+#include <numeric>
 #include <optional>
 #include <thread>
 
@@ -224,6 +226,10 @@ Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, con
   }));
   STRATA_CHECK(numel == bp.layout.numel) << "block " << b << " has " << numel << " parameters, the plan "
                                          << bp.layout.numel;
+  br.by_offset.resize(br.slots.size());
+  std::iota(br.by_offset.begin(), br.by_offset.end(), size_t{0});
+  std::sort(br.by_offset.begin(), br.by_offset.end(),
+            [&](size_t x, size_t y) { return br.slots[x].offset < br.slots[y].offset; });
   if (hooks.init_weights) {  // the base's weights; adapters keep their initialisation
     NamedTensors named;
     for (size_t i = 0; i < br.params.size(); ++i)

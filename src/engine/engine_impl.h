@@ -48,6 +48,7 @@ struct BlockRuntime {
   std::shared_ptr<model::Block> module;
   std::vector<torch::Tensor> params;  // the module's parameters, in flat order
   std::vector<ParamSlot> slots;
+  std::vector<size_t> by_offset;      // slot indices by flat offset (LoRA's adapters lie last, registered inside)
   int tied_slot = -1;                 // owner: index of the slot the head borrows
   TensorHandle working;
   TensorHandle adapter;               // LoRA, working weights on NVMe: plan.blocks[i].adapter (host memory)

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 
 #include <limits>
 
@@ -229,11 +228,8 @@ Status Engine::Impl::ReduceGradients(int b) {
     Tracer::Span span(tracer, Track::kCompute, "flatten grads g" + std::to_string(b));
     // Each gradient copied to its slot; only what no gradient covers (padding, parameters
     // without one) is zeroed: a pass over the whole buffer costs as much as the copies.
-    std::vector<size_t> order(br.params.size());
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return br.slots[x].offset < br.slots[y].offset; });
     int64_t covered = 0;  // flat[0, covered) is written
-    for (size_t i : order) {
+    for (size_t i : br.by_offset) {
       const torch::Tensor& grad = br.params[i].grad();
       if (grad.defined()) {
         const int64_t at = br.slots[i].offset - from;

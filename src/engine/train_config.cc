@@ -364,7 +364,7 @@ static Status CheckDelayedUpdate(const TrainConfig& c) {
 
 // strata.host_blocks moves blocks' state from NVMe to host memory; with the optimizer states
 // anywhere else it would mean nothing, and a user who set it expects it to.
-static Status CheckOptimizerHostBlocks(const TrainConfig& c) {
+static Status CheckHostBlocks(const TrainConfig& c) {
   if (c.host_blocks <= 0 || c.offload_optimizer.device == OffloadDevice::kNvme) return Status();  // (or auto)
   return InvalidArgument("strata.host_blocks ({}) keeps the last blocks' state in host memory "
                          "instead of NVMe: it needs zero_optimization.offload_optimizer.device \"nvme\" (it is \"{}\")",
@@ -386,7 +386,7 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
     if (Status s = section(root, &c); !s.ok()) return s.WithContext(origin);
   if (c.schedule.total_num_steps == 0) c.schedule.total_num_steps = c.steps;
   if (Status s = CheckDelayedUpdate(c); !s.ok()) return s.WithContext(origin);
-  if (Status s = CheckOptimizerHostBlocks(c); !s.ok()) return s.WithContext(origin);
+  if (Status s = CheckHostBlocks(c); !s.ok()) return s.WithContext(origin);
   root.UnusedKeys(&c.warnings);
   for (AutoValue a : root.autos()) {
     if (a.path == "scheduler.params.warmup_max_lr") a.reason = "the optimizer's lr";

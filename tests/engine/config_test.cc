@@ -397,7 +397,7 @@ TEST(Config, DelayedUpdateNeedsWorkingWeightsOnNvme) {
 }
 
 // strata.host_blocks only with the optimizer states on NVMe; the error names both keys.
-TEST(Config, OptimizerHostBlocksNeedStatesOnNvme) {
+TEST(Config, HostBlocksNeedOptimizerStatesOnNvme) {
   auto ok = ParseTrainConfig(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path":
                                  "/x"}}, "strata": {"host_blocks": 5}})", "h.json");
   ASSERT_TRUE(ok.ok()) << ok.status().message();
