@@ -67,7 +67,8 @@ StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOptions op
   return store;
 }
 
-StatusOr<TensorHandle> TieredStore::Register(const std::string& name, uint64_t bytes, Tier home) {
+StatusOr<TensorHandle> TieredStore::Register(const std::string& name, uint64_t bytes, Tier home,
+                                             HostPinning pinning) {
   State& st = *state_;
   std::lock_guard<std::mutex> lock(st.mu);
   if (st.by_name.count(name)) return Error(StatusCode::kAlreadyExists, "tensor '{}' is already registered", name);
@@ -84,7 +85,7 @@ StatusOr<TensorHandle> TieredStore::Register(const std::string& name, uint64_t b
   e.home = home;
   if (home == Tier::kCpu) {
     STRATA_ASSIGN_OR_RETURN(e.cpu, AllocateHostMemory(bytes));
-    if (options_.pin_cpu_tier) {
+    if (options_.pin_cpu_tier && pinning == HostPinning::kPageLocked) {
       Status pin = options_.cpu_pinner->Pin(e.cpu, bytes);
       e.pinned = pin.ok();
       if (!e.pinned)

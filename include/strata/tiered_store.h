@@ -2,8 +2,8 @@
 // working copy, ...) in its home tier, moves it between the caller's host memory and that
 // home asynchronously, and owns every write still in flight.
 //
-// Tiers: kCpu keeps the tensor in page-locked host memory owned by the store (a move is a
-// memcpy, done in the calling thread); kNvme keeps it in the rank's swap file (NvmeTier:
+// Tiers: kCpu keeps the tensor in host memory owned by the store, page-locked unless it is
+// registered kPageable (a move is a memcpy, done in the calling thread); kNvme keeps it in the rank's swap file (NvmeTier:
 // O_DIRECT, io_uring, checksummed). Each tier has a byte budget fixed at creation; a
 // registration that would exceed it fails with the numbers, before anything is allocated.
 // All memory of the kCpu tier is allocated at Register (start-up), never during a step.
@@ -43,6 +43,11 @@ namespace strata {
 enum class Tier { kCpu, kNvme };
 const char* TierName(Tier tier);
 
+// Whether a kCpu tensor's memory is page-locked (when the store pins its cpu tier at all).
+// Only memory a device copies from or to gains by it; locking costs a first touch of every
+// page at Register (0.5-2 s per GB on a VM) and, on a GPU, cudaHostRegister's time.
+enum class HostPinning { kPageLocked, kPageable };
+
 struct TieredStoreOptions {
   uint64_t cpu_budget_bytes = UINT64_MAX;   // bytes the kCpu tier may hold
   uint64_t nvme_budget_bytes = UINT64_MAX;  // bytes the kNvme tier may hold
@@ -70,8 +75,10 @@ class TieredStore {
   ~TieredStore();
 
   // Registers a tensor of `bytes` bytes whose home is `home`. Names must be unique.
-  // kResourceExhausted if the tier's budget (or the disk) cannot hold it.
-  StatusOr<TensorHandle> Register(const std::string& name, uint64_t bytes, Tier home);
+  // kResourceExhausted if the tier's budget (or the disk) cannot hold it. `pinning` matters
+  // only for kCpu.
+  StatusOr<TensorHandle> Register(const std::string& name, uint64_t bytes, Tier home,
+                                  HostPinning pinning = HostPinning::kPageLocked);
 
   // Copies src (exactly the tensor's bytes) to the tensor's home, after the tensor's
   // write-back in flight (if any). `src` must stay valid and unchanged until the ticket

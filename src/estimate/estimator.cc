@@ -59,13 +59,12 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   e.transients = plan.max_grad_flat * (plan.dsize + 4);  // a block's weight gradients, and in fp32 (LoRA: adapters')
   e.runtime = kRuntimeBytes;
   e.creation = (plan.creation_draws + 1) * plan.max_padded * (4 + (cfg.compute_dtype == DType::kF32 ? 0 : plan.dsize));
-  // Page-locked: the pinned pools, and the cpu tier's states when it is pinned (mlock).
+  // Page-locked: the pinned pools, and the cpu tier's working weights when it is pinned
+  // (mlock; the optimizer states there are pageable: no device copies them).
   for (const PoolPlan* pool : {&plan.param_pool, &plan.optim_pool, &plan.park_pool})
     if (pool->pin) e.pinned += pool->region_bytes();
   if (!device.host) e.pinned += e.grad_staging;  // cudaHostRegister'd on a GPU
-  if (cfg.offload_optimizer.pin_memory)
-    for (StateKind k : {StateKind::kWorking, StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV})
-      e.pinned += plan.ledger.At(k, Residence::kCpu);
+  if (cfg.offload_optimizer.pin_memory) e.pinned += plan.ledger.At(StateKind::kWorking, Residence::kCpu);
   return e;
 }
 

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "offload/test_util.h"
+#include "strata/host_pinner.h"
 #include "support/faulty_io_engine.h"
 #include "support/temp_dir.h"
 
@@ -55,6 +56,46 @@ TEST(TieredStore, BudgetsAreEnforcedWithTheNumbers) {
   EXPECT_NE(b.status().message().find("600 of its 1000"), std::string::npos) << b.status().message();
   EXPECT_TRUE(store->Register("c", 1 << 20, Tier::kNvme).ok());
   EXPECT_EQ(store->Register("d", 1, Tier::kNvme).status().code(), StatusCode::kResourceExhausted);
+}
+
+// Counts what it is asked to lock and unlock.
+class CountingPinner : public HostPinner {
+ public:
+  const char* name() const override { return "counting"; }
+  Status Pin(void*, size_t bytes) override {
+    pinned_ += bytes;
+    return Status();
+  }
+  void Unpin(void*, size_t bytes) override { unpinned_ += bytes; }
+  size_t pinned_ = 0, unpinned_ = 0;
+};
+
+TEST(TieredStore, OnlyPageLockedCpuTensorsArePinned) {
+  auto pinner = std::make_shared<CountingPinner>();
+  {
+    TieredStoreOptions o;
+    o.cpu_pinner = pinner;
+    auto store = TieredStore::Create(o);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE((*store)->Register("working", 4096, Tier::kCpu).ok());
+    auto master = (*store)->Register("master", 8192, Tier::kCpu, HostPinning::kPageable);
+    ASSERT_TRUE(master.ok());
+    EXPECT_EQ(pinner->pinned_, 4096u);
+    // Pageable memory is the tensor's all the same.
+    auto src = RandomBytes(8192, 3);
+    std::vector<std::byte> dst(src.size());
+    ASSERT_TRUE((*store)->Write(*master, src).Wait().ok());
+    ASSERT_TRUE((*store)->Read(*master, dst).Wait().ok());
+    EXPECT_EQ(src, dst);
+  }
+  EXPECT_EQ(pinner->unpinned_, 4096u);
+  TieredStoreOptions off;  // offload_*.pin_memory false: nothing is locked
+  off.pin_cpu_tier = false;
+  off.cpu_pinner = pinner;
+  auto store = TieredStore::Create(off);
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->Register("working", 4096, Tier::kCpu).ok());
+  EXPECT_EQ(pinner->pinned_, 4096u);
 }
 
 TEST(TieredStore, NamesAreUniqueAndFindable) {
