@@ -11,6 +11,7 @@
 #include "src/estimate/fit_advice.h"
 #include "src/estimate/host_blocks_fit.h"
 #include "src/estimate/largest_fit.h"
+#include "src/estimate/step_traffic.h"
 #include "bench/bench_util.h"
 #include "src/engine/compute_device.h"
 
@@ -68,6 +69,22 @@ std::string HostBlocksNote(const TrainConfig& cfg, bool resolved_auto) {
                      cfg.host_blocks == kAllBlocks ? std::string("every block")
                                                    : fmt::format("the last {} blocks", cfg.host_blocks),
                      resolved_auto ? ": strata.host_blocks auto" : "");
+}
+
+// What a step moves through the disk (per rank), and per parameter: the figure that bounds a
+// step when the disk is slower than the compute.
+void PrintStepTraffic(const TrainConfig& cfg, const MemoryEstimate& e) {
+  const StepTraffic t = EstimateStepTraffic(cfg, e.ledger);
+  if (t.written == 0 && t.read_at_most == 0) return;
+  const double per_param = static_cast<double>(e.parameters) / e.world;
+  std::printf("NVMe traffic per step (per rank): %s written (%.1f B/param), %s read (%.1f B/param)%s\n",
+              HumanBytes(t.written).c_str(), t.written / per_param, HumanBytes(t.read_at_most).c_str(),
+              t.read_at_most / per_param,
+              t.read_served == t.read_at_most
+                  ? ""
+                  : fmt::format(", or {} when the next forward finds the update's writes in flight, as when the "
+                                "disk is what the step waits for", HumanBytes(t.read_served))
+                        .c_str());
 }
 
 struct EstimateArgs {
@@ -162,6 +179,7 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
                   HumanBytes(e.node_nvme_bytes(a->nproc)).c_str(),
                   m.nvme_dir.empty() ? "-" : HumanBytes(m.nvme_free).c_str(),
                   m.nvme_dir.empty() ? "" : (" in " + m.nvme_dir).c_str());
+      PrintStepTraffic(*cfg, e);
       const Status fits = CheckFits(e, m, a->nproc);
       std::printf("fits %s: %s\n", planned ? "the planned machine" : "this machine",
                   fits.ok() ? "yes" : ("no\n" + fits.message() + FitAdvice(*cfg, a->nproc, {!gpu}, m, a->nproc)).c_str());

@@ -149,6 +149,9 @@ TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
   r = RunStrata(planned);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("blocks kept in host memory: room for the last "), std::string::npos) << r.out;
+  // What a step moves through the disk (tests/engine/step_traffic_test.cc checks the figures).
+  EXPECT_NE(r.out.find("NVMe traffic per step (per rank): "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("when the next forward finds the update's writes in flight"), std::string::npos) << r.out;
   r = RunStrata(planned + " --set strata.host_blocks=auto");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("blocks in host memory: strata.host_blocks auto)"), std::string::npos) << r.out;

@@ -1,0 +1,32 @@
+// NVMe bytes one rank moves per training step, from the ledger of its placement: the
+// arithmetic a trace of the step is checked against (tests/engine/step_traffic_test.cc).
+#pragma once
+
+#include <cstdint>
+
+#include "src/engine/shard_plan.h"
+#include "src/engine/train_config.h"
+
+namespace strata {
+
+// Per rank, per step from the third on (the first steps read no moments: zero until the first
+// update has written them, Note [Known zero]); no evaluation, no rolled-back speculation.
+struct StepTraffic {
+  // Every state on NVMe the step updates, written once: working weights (unless frozen,
+  // LoRA's base), fp32 master, m and v. A write still in flight when a step ends counts in
+  // the next, so single steps scatter around it.
+  uint64_t written = 0;
+  // At most: the optimizer states once, and the working weights once per forward and once
+  // per backward of every micro-batch. Less when a block's weights are still in memory (the
+  // last block turns from forward to backward), or when the optimizer overlaps the forward
+  // and the first forward of a block finds the write-back of its update still in flight
+  // (Note [Write-backs]): `read_served` then, as when the disk is what the step waits for.
+  uint64_t read_at_most = 0;
+  uint64_t read_served = 0;
+  uint64_t states = 0;   // of which master, m and v: read and written once
+  uint64_t working = 0;  // the working weights on NVMe
+};
+
+StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const MemoryLedger& ledger);
+
+}  // namespace strata
