@@ -164,7 +164,7 @@ int RunStepBench(const StepBenchOptions& o) {
   if (!base.ok()) return fail(base.status());
   ResolvePrecision(&*base, o.fake_device_gbps <= 0 && SpecNamesGpu(base->device));
   if (!base->precision_warning.empty()) LogWarn("{}", base->precision_warning);
-  EstimateResolvingRecompute(&*base, 1, 0, {true}, ProbeMachine(*base), 1);  // as train would, on one rank
+  EstimateResolvingAutos(&*base, 1, 0, {true}, ProbeMachine(*base), 1);  // as train would, on one rank
   auto data = data::TokenDataset::Open(base->data, base->model.vocab_size, base->model.seq_len);
   if (!data.ok()) return fail(data.status());
 

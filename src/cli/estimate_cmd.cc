@@ -158,7 +158,7 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
       const bool planned = !a->host_memory.empty() || !a->disk_free.empty();
       const bool states_nvme = cfg->offload_optimizer.device == OffloadDevice::kNvme;
       MemoryEstimate e =
-          EstimateResolvingRecompute(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc);
+          EstimateResolvingAutos(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc);
       const bool host_blocks_auto =
           ResolveHostBlocks(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc, &e);
       if (gpu)
@@ -168,11 +168,13 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
                     : cfg->offload_param.device == OffloadDevice::kNone ? "all" : "no",
                     m.device_memory ? HumanBytes(m.device_memory).c_str() : "unknown (pass --device-memory)");
       std::printf("%.4g M parameters, %d rank(s), ZeRO stage %d, %s compute, micro-batch %lld x seq %lld; params on "
-                  "%s, optimizer states on %s%s; activations %s\n\n%s\n",
+                  "%s, optimizer states on %s%s; activations %s%s\n\n%s\n",
                   e.parameters / 1e6, a->nproc, cfg->zero_stage, DTypeName(cfg->compute_dtype),
                   (long long)cfg->micro_batch, (long long)cfg->model.seq_len, OffloadDeviceName(cfg->offload_param.device),
                   OffloadDeviceName(cfg->offload_optimizer.device), HostBlocksNote(*cfg, host_blocks_auto).c_str(),
-                  cfg->keep_activations ? "kept" : "recomputed per block", FormatEstimate(e).c_str());
+                  cfg->keep_activations ? "kept" : "recomputed per block",
+                  cfg->accumulate_on_device ? "; gradients summed on the device, copied out once per step" : "",
+                  FormatEstimate(e).c_str());
       std::printf("%s (%d rank(s)): host memory %s needed, %s available; NVMe %s needed, %s free%s\n",
                   planned ? "the planned node" : "this node", a->nproc,
                   HumanBytes(e.node_host_bytes(a->nproc)).c_str(), HumanBytes(m.host_available).c_str(),

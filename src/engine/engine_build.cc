@@ -340,6 +340,13 @@ Status Engine::Impl::AllocateDeviceBuffers() {
         g.host = torch::empty({plan.lora ? plan.max_grad_flat : plan.grads_sharded ? plan.max_shard : plan.max_padded}, host);
     }
     if (model.tie) bufs.pending_tied = torch::zeros({plan.tied_numel}, on.dtype(torch::kFloat32));
+    if (plan.device_accum) {
+      bufs.accum_read.resize(plan.blocks.size());
+      for (const BlockPlan& bp : plan.blocks) {
+        bufs.accum.push_back(torch::empty({bp.grad.len}, on.dtype(torch::kFloat32)));
+        ledger.Add(StateKind::kGradAccum, Residence::kDevice, bp.grad.len * 4);
+      }
+    }
   }));
   return Status();
 }

@@ -86,6 +86,10 @@ struct DeviceBuffers {
   GatherSlot tied;                 // the tied owner while the head runs
   std::vector<GradSlot> grads;
   torch::Tensor pending_tied;      // fp32 gradient of the tied weight from the head
+  // plan.device_accum: per block, the fp32 sum of its micro-batches' reduced gradients (its
+  // accumulator range), and the copy to the host that last read it.
+  std::vector<torch::Tensor> accum;
+  std::vector<DeviceEvent> accum_read;
   std::vector<torch::Tensor> resident;       // per block: its working weights, when resident
   std::vector<DeviceEvent> resident_ready;   // per block: the copy that last wrote them
   size_t next_gather = 0, next_grad = 0;
@@ -243,6 +247,9 @@ struct Engine::Impl {
   // `mask`: the batch's loss mask, when it has one.
   Status BatchToDevice(const data::Batch& batch, torch::Tensor* inputs, torch::Tensor* targets,
                        torch::Tensor* mask) const;
+  // plan.device_accum: adds block b's reduced gradients (`part`, after `reduced`) into its
+  // device accumulator; the last micro-batch copies the sum to the host accumulator.
+  Status AccumulateOnDevice(int b, GradSlot& g, const torch::Tensor& part, const DeviceEvent& reduced, double inv);
   // Waits (compute-side) for `e`, recording the wait on the trace when it blocks.
   Status ComputeAfter(const DeviceEvent& e, const char* what);
 

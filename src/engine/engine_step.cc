@@ -260,9 +260,10 @@ Status Engine::Impl::ReduceGradients(int b) {
                       : dev->AllReduce(flat.data_ptr(), flat.numel(), DType::kF32, ReduceOp::kSum, {flattened});
   }
   const bool plant = PlantsOverflow(b), first = first_micro_batch, bf16 = plan.gsize == 2;
-  STRATA_RETURN_IF_ERROR(AwaitGradientsFree(b));  // delayed: the update still reading the accumulator
   // The accumulator's range within `out` (with LoRA only the trainable end is accumulated).
   const int64_t acc_at = bp.grad.len == 0 ? 0 : bp.grad.begin - (scatter ? bp.layout.begin() : from);
+  if (plan.device_accum) return AccumulateOnDevice(b, g, out.narrow(0, acc_at, bp.grad.len), reduced, inv);
+  STRATA_RETURN_IF_ERROR(AwaitGradientsFree(b));  // delayed: the update still reading the accumulator
   if (dev->is_host()) {
     STRATA_RETURN_IF_ERROR(reduced.HostWait());
     Tracer::Span span(tracer, Track::kCompute, "accumulate g" + std::to_string(b));
@@ -279,6 +280,40 @@ Status Engine::Impl::ReduceGradients(int b) {
   g.host_read = dev->OnHost(
       [acc = br.grad, bf16, part = host.narrow(0, acc_at, bp.grad.len), inv, first, plant] {
         return Accumulate(acc, bf16, part, inv, first, plant);
+      },
+      {copied});
+  Speculate(b, g.host_read);
+  return Status();
+}
+
+// Note [Device accumulation]: with accumulation off the host, each micro-batch's reduced
+// gradients are added on the device (fp32: acc = inv x part, then acc += inv x part, one
+// fused multiply-add each, as the host's AccumulateGradient), and only the last micro-batch
+// copies the sum out, written into the host accumulator (rounded once for bf16 ones). The
+// link and the host's memory carry one copy of the gradients per step instead of one per
+// micro-batch: for a 7 B model at 16 micro-batches, 27 GB instead of 431 GB per step.
+Status Engine::Impl::AccumulateOnDevice(int b, GradSlot& g, const torch::Tensor& part, const DeviceEvent& reduced,
+                                        double inv) {
+  torch::Tensor& acc = bufs.accum[b];
+  const bool first = first_micro_batch;
+  // The first micro-batch overwrites the sum the last step's copy read.
+  STRATA_RETURN_IF_ERROR(ComputeAfter(reduced, "wait gradient reduction"));
+  if (first) STRATA_RETURN_IF_ERROR(ComputeAfter(bufs.accum_read[b], "wait gradient copy"));
+  STRATA_RETURN_IF_ERROR(TorchCall("device accumulation", [&] {
+    Tracer::Span span(dev->is_host() ? tracer : nullptr, Track::kCompute, "accumulate g" + std::to_string(b));
+    if (first) at::mul_out(acc, part, at::Scalar(static_cast<float>(inv)));
+    else acc.add_(part, at::Scalar(static_cast<float>(inv)));
+  }));
+  const DeviceEvent summed = dev->RecordCompute();
+  g.flat_read = g.reduced_read = summed;
+  if (!last_micro_batch) return Status();
+  STRATA_RETURN_IF_ERROR(AwaitGradientsFree(b));  // delayed: the update still reading the host accumulator
+  torch::Tensor host = g.host.narrow(0, 0, acc.numel());
+  const DeviceEvent copied = dev->CopyOut(host.data_ptr(), acc, {summed, g.host_read});
+  bufs.accum_read[b] = copied;
+  g.host_read = dev->OnHost(
+      [acc = model.blocks[b].grad, bf16 = plan.gsize == 2, host, plant = PlantsOverflow(b)] {
+        return Accumulate(acc, bf16, host, 1.0, /*first=*/true, plant);
       },
       {copied});
   Speculate(b, g.host_read);

@@ -192,6 +192,7 @@ void ShardPlan::PlanDevice(const TrainConfig& cfg) {
   gather_slots = host_device ? 1 : (stage < 3 && count == n) ? 0 : 2;
   tied_slot = tied_owner >= 0 && !(stage < 3 && resident[tied_owner]);
   grad_slots = host_device ? 1 : 2;
+  device_accum = !host_device && cfg.accumulate_on_device && cfg.grad_accum > 1;
   for (const BlockPlan& b : blocks) lora = lora || b.trainable_begin > 0;
   for (int b = 0; b < n; ++b) max_grad_flat = std::max(max_grad_flat, GradFlatLen(b));
   max_grad_reduced = lora ? 0 : max_shard;
@@ -251,6 +252,7 @@ void ShardPlan::PlanLedger() {
         nvme_on_disk += full * RoundUp(full_bytes, kPage) + (n > full ? RoundUp(tail_bytes, kPage) : 0);
     }
     ledger.Add(StateKind::kGradAccum, Residence::kCpu, b.grad.len * gsize);
+    if (device_accum) ledger.Add(StateKind::kGradAccum, Residence::kDevice, b.grad.len * 4);
     if (speculative[i]) ledger.Add(StateKind::kSpeculationBackup, Residence::kCpu, SpeculationBackupBytes(i));
   }
   const int64_t tied_padded = tied_slot ? blocks[tied_owner].layout.padded : 0;

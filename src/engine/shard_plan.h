@@ -145,6 +145,9 @@ struct ShardPlan {
   int gather_slots = 1;       // gather buffers of the largest padded group (0: every block resident, stage < 3)
   bool tied_slot = false;     // a gather buffer for the tied owner during the head
   int grad_slots = 1;         // flat-gradient / reduced-shard buffer pairs
+  // strata.device_accumulation settled on (off the host, accumulation > 1): each block's
+  // gradient range also has an fp32 accumulator on the device.
+  bool device_accum = false;
   // LoRA (a block's trainable_begin > 0): only each block's trainable end is flattened, and it
   // is all-reduced in place (it lies on the last rank(s) of a sharded group, and is small).
   bool lora = false;

@@ -185,6 +185,13 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   std::string accumulator = c->grad_accum_dtype == DType::kBF16 ? "bf16" : "fp32";
   STRATA_RETURN_IF_ERROR(s.Choice("gradient_accumulator", &accumulator, {"fp32", "bf16"}));
   c->grad_accum_dtype = accumulator == "bf16" ? DType::kBF16 : DType::kF32;
+  if (s.IsAuto("device_accumulation")) {
+    s.Touch("device_accumulation");
+  } else if (s.Has("device_accumulation")) {
+    bool on = false;
+    STRATA_RETURN_IF_ERROR(s.Bool("device_accumulation", &on));
+    c->device_accumulation = on ? 1 : 0;
+  }
   int64_t device_memory = 0;
   if (s.IsAuto("device_memory")) {
     s.Touch("device_memory");
@@ -429,6 +436,18 @@ void ResolveRecompute(TrainConfig* c, bool fits) {
   c->autos.push_back({"strata.recompute", c->keep_activations ? "never" : "always",
                       c->keep_activations ? "every block's activations fit: kept, no recompute"
                                           : "kept activations would not fit this machine: each block recomputed"});
+}
+
+void ResolveDeviceAccumulation(TrainConfig* c, bool host_device, bool fits) {
+  const bool applies = !host_device && c->grad_accum > 1;
+  c->accumulate_on_device = applies && (c->device_accumulation == 1 || (c->device_accumulation < 0 && fits));
+  if (c->device_accumulation >= 0 || !applies) return;
+  std::erase_if(c->autos, [](const AutoValue& a) { return a.path == "strata.device_accumulation"; });
+  c->autos.push_back({"strata.device_accumulation", c->accumulate_on_device ? "true" : "false",
+                      c->accumulate_on_device
+                          ? "the device has room for fp32 gradient accumulators: gradients leave it once per step"
+                          : "fp32 gradient accumulators would not fit the device: every micro-batch's gradients "
+                            "are copied to the host"});
 }
 
 Status ResolveBatch(TrainConfig* c, int world) {

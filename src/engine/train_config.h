@@ -154,6 +154,15 @@ struct TrainConfig {
   // "bf16": 2 B/param instead of 4; each micro-batch's reduced gradient is added in fp32
   // and the sum rounded to bf16, nearest even, once per micro-batch).
   DType grad_accum_dtype = DType::kF32;
+  // strata.device_accumulation: off the host with gradient_accumulation_steps > 1, add each
+  // micro-batch's reduced gradients into fp32 accumulators on the device, and copy them to the
+  // host accumulators once per step, instead of copying every micro-batch's and adding them
+  // on the host: the link and the host's memory then carry 1/accumulation of the gradient
+  // traffic. 4 B/param (of this rank's range) of device memory. "auto" (-1): where the
+  // estimate fits the device's memory (known) with them; true (1) / false (0) as written.
+  int device_accumulation = -1;
+  // What the engine does, settled by ResolveDeviceAccumulation (false for a config nobody resolved).
+  bool accumulate_on_device = false;
   int optimizer_threads = 0;  // strata.optimizer_threads: the CPU Adam's OpenMP threads; 0 = the compute thread's
   // strata.device_memory: bytes of device memory for the fit check; 0 ("auto"): the device's own.
   uint64_t device_memory = 0;
@@ -176,6 +185,11 @@ void ResolvePrecision(TrainConfig* config, bool on_gpu);
 // Settles keep_activations: kNever keeps, kAlways recomputes, kAuto keeps when `fits` (the
 // estimate with kept activations fits this machine). Records what "auto" became and why.
 void ResolveRecompute(TrainConfig* config, bool fits);
+
+// Settles accumulate_on_device: off on the host device and with one micro-batch per step;
+// else as written, or for "auto" when `fits` (the estimate with device accumulators fits the
+// device and the host). Records what "auto" became and why.
+void ResolveDeviceAccumulation(TrainConfig* config, bool host_device, bool fits);
 
 // Derives the batch keys left unset for `world_size` ranks (DeepSpeed's rule above) and
 // checks their consistency; records what each "auto" became in config->autos. The error

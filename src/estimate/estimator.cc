@@ -102,8 +102,16 @@ std::string HumanBytes(uint64_t b) {
   return fmt::format("{} B", b);
 }
 
-MemoryEstimate EstimateResolvingRecompute(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
+MemoryEstimate EstimateResolvingAutos(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
                                           const MachineCapacity& m, int local_ranks) {
+  // Device accumulation first: with many micro-batches it saves a gradient copy over the link
+  // and a pass over host memory per micro-batch, kept activations a recompute per block.
+  // Only the device's memory decides (the host's is the same either way); unknown: no.
+  TrainConfig on_device = *cfg;
+  on_device.keep_activations = cfg->recompute == Recompute::kNever;
+  on_device.accumulate_on_device = true;
+  const uint64_t device_need = EstimateMemory(on_device, world, params_override, device).device_peak();
+  ResolveDeviceAccumulation(cfg, device.host, m.device_memory > 0 && device_need <= m.device_memory);
   TrainConfig keep = *cfg;
   keep.keep_activations = true;
   ResolveRecompute(cfg, CheckFits(EstimateMemory(keep, world, params_override, device), m, local_ranks).ok());

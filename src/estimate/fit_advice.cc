@@ -10,7 +10,7 @@ namespace strata {
 std::string FitAdvice(const TrainConfig& cfg, int world, DeviceTraits device, const MachineCapacity& m,
                       int local_ranks) {
   TrainConfig base = cfg;
-  if (CheckFits(EstimateResolvingRecompute(&base, world, 0, device, m, local_ranks), m, local_ranks).ok()) return "";
+  if (CheckFits(EstimateResolvingAutos(&base, world, 0, device, m, local_ranks), m, local_ranks).ok()) return "";
   struct Try {
     bool accumulator, moments;
   };
@@ -30,7 +30,7 @@ std::string FitAdvice(const TrainConfig& cfg, int world, DeviceTraits device, co
       set.push_back("strata.adam_states=bf16");
       cost.push_back("Adam's m and v stored in bf16");
     }
-    const MemoryEstimate e = EstimateResolvingRecompute(&c, world, 0, device, m, local_ranks);
+    const MemoryEstimate e = EstimateResolvingAutos(&c, world, 0, device, m, local_ranks);
     if (!CheckFits(e, m, local_ranks).ok()) continue;
     out += fmt::format("\n  fits with --set {}: host memory {}, NVMe {} ({})", fmt::join(set, " --set "),
                        HumanBytes(e.node_host_bytes(local_ranks)), HumanBytes(e.node_nvme_bytes(local_ranks)),

@@ -11,7 +11,7 @@ namespace {
 bool Fits(const TrainConfig& placed, int world, int64_t params, DeviceTraits device, const MachineCapacity& m,
           MemoryEstimate* e) {
   TrainConfig c = placed;
-  *e = EstimateResolvingRecompute(&c, world, params, device, m, world);
+  *e = EstimateResolvingAutos(&c, world, params, device, m, world);
   return CheckFits(*e, m, world).ok();
 }
 

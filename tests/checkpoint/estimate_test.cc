@@ -136,8 +136,44 @@ TEST(Estimate, TheDeviceTierMatchesTheEngineOnADeviceExactly) {
         if (stage < 3) c.offload_param.device = OffloadDevice::kNone;
         c.resident_blocks = resident;
         ExpectEstimateMatchesLedger(c, 2, file, /*on_device=*/true);
+        c.grad_accum = 2;  // and the gradient sums on the device (Note [Device accumulation])
+        c.accumulate_on_device = true;
+        ExpectEstimateMatchesLedger(c, 2, file, /*on_device=*/true);
       }
   }
+}
+
+// strata.device_accumulation "auto": the fp32 sums go on the device where it has room for
+// them, and stay on the host where it has not; never with one micro-batch or on the host.
+TEST(Estimate, DeviceAccumulationWhereTheDeviceHasRoom) {
+  auto cfg = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/llama_7b_gpu.json");
+  ASSERT_TRUE(cfg.ok());
+  ASSERT_GT(cfg->grad_accum, 1);
+  ASSERT_EQ(cfg->device_accumulation, -1);
+  TrainConfig want = *cfg;  // what it takes: the sums, each block recomputed
+  want.accumulate_on_device = true;
+  want.keep_activations = false;
+  MachineCapacity m{1ull << 50, 1ull << 50, "/x", EstimateMemory(want, 1, 0, {.host = false}).device_peak()};
+  TrainConfig roomy = *cfg;
+  const MemoryEstimate e = EstimateResolvingAutos(&roomy, 1, 0, {.host = false}, m, 1);
+  EXPECT_TRUE(roomy.accumulate_on_device);
+  EXPECT_FALSE(roomy.keep_activations);  // the sums came first
+  EXPECT_EQ(e.ledger.At(StateKind::kGradAccum, Residence::kDevice), 4 * static_cast<uint64_t>(e.parameters));
+  m.device_memory -= 1;  // one byte short
+  TrainConfig tight = *cfg;
+  EstimateResolvingAutos(&tight, 1, 0, {.host = false}, m, 1);
+  EXPECT_FALSE(tight.accumulate_on_device);
+  TrainConfig host = *cfg;
+  EstimateResolvingAutos(&host, 1, 0, {.host = true}, m, 1);
+  EXPECT_FALSE(host.accumulate_on_device);
+  TrainConfig single = *cfg;
+  single.grad_accum = 1;
+  EstimateResolvingAutos(&single, 1, 0, {.host = false}, MachineCapacity{1ull << 50, 1ull << 50, "/x", 80ull << 30}, 1);
+  EXPECT_FALSE(single.accumulate_on_device);
+  TrainConfig off = *cfg;  // as written wins
+  off.device_accumulation = 0;
+  EstimateResolvingAutos(&off, 1, 0, {.host = false}, MachineCapacity{1ull << 50, 1ull << 50, "/x", 80ull << 30}, 1);
+  EXPECT_FALSE(off.accumulate_on_device);
 }
 
 // The fit check compares the device tier with one GPU's memory (strata.device_memory).
@@ -193,7 +229,7 @@ TEST(Estimate, LargestFitIsTheEdgeOfTheMachine) {
   TrainConfig placed = cfg;
   placed.offload_param.device = f.params_on;
   placed.offload_optimizer.device = f.optimizer_on;
-  EXPECT_FALSE(CheckFits(EstimateResolvingRecompute(&placed, 1, f.parameters * 105 / 100, {true}, m, 1), m, 1).ok());
+  EXPECT_FALSE(CheckFits(EstimateResolvingAutos(&placed, 1, f.parameters * 105 / 100, {true}, m, 1), m, 1).ok());
   EXPECT_LT(f.parameters, (m.host_available + m.nvme_free) / kStateBytesPerParameter);
   m.nvme_free = 0;  // unknown: NVMe placements cannot be judged
   const LargestFit cpu_only = FindLargestFit(cfg, 1, {true}, m);

@@ -416,5 +416,33 @@ TEST(Config, HostBlocksNeedOptimizerStatesOnNvme) {
   EXPECT_NE(negative.status().message().find("host_blocks"), std::string::npos) << negative.status().message();
 }
 
+// strata.device_accumulation: "auto" (the default, settled by the estimate), true or false;
+// ResolveDeviceAccumulation turns it off on the host and with one micro-batch, and records
+// what "auto" became.
+TEST(Config, DeviceAccumulationIsAutoTrueOrFalse) {
+  auto absent = ParseTrainConfig(R"({"gradient_accumulation_steps": 4})", "d.json");
+  ASSERT_TRUE(absent.ok()) << absent.status().message();
+  EXPECT_EQ(absent->device_accumulation, -1);
+  EXPECT_FALSE(absent->accumulate_on_device);  // unresolved: the per-micro-batch path
+  auto on = ParseTrainConfig(R"({"gradient_accumulation_steps": 4, "strata": {"device_accumulation": true}})", "d.json");
+  ASSERT_TRUE(on.ok()) << on.status().message();
+  EXPECT_EQ(on->device_accumulation, 1);
+  ResolveDeviceAccumulation(&*on, /*host_device=*/true, true);
+  EXPECT_FALSE(on->accumulate_on_device);  // no device to sum on
+  ResolveDeviceAccumulation(&*on, /*host_device=*/false, false);
+  EXPECT_TRUE(on->accumulate_on_device);  // as written, fit or not (the fit check has the last word)
+  auto automatic = ParseTrainConfig(R"({"gradient_accumulation_steps": 4, "strata": {"device_accumulation": "auto"}})",
+                                    "d.json");
+  ASSERT_TRUE(automatic.ok()) << automatic.status().message();
+  ResolveDeviceAccumulation(&*automatic, /*host_device=*/false, true);
+  EXPECT_TRUE(automatic->accumulate_on_device);
+  bool recorded = false;
+  for (const AutoValue& a : automatic->autos) recorded = recorded || (a.path == "strata.device_accumulation" && a.value == "true");
+  EXPECT_TRUE(recorded);
+  auto bad = ParseTrainConfig(R"({"strata": {"device_accumulation": "yes"}})", "d.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("strata.device_accumulation"), std::string::npos) << bad.status().message();
+}
+
 }  // namespace
 }  // namespace strata

@@ -110,6 +110,25 @@ const Case kCases[] = {
        c.resident_blocks = 2;
      },
      1},
+    // Note [Device accumulation]: the sums on the device, one copy out per step, bitwise the
+    // host's per micro-batch accumulation (fp32 accumulators).
+    {"stage3_device_accum3_params_nvme",
+     [](TrainConfig& c) {
+       c.grad_accum = 3;
+       c.accumulate_on_device = true;
+       c.offload_param.device = OffloadDevice::kNvme;
+       c.offload_optimizer.device = OffloadDevice::kCpu;
+     },
+     2},
+    {"stage2_device_accum2_bf16_overflow",
+     [](TrainConfig& c) {
+       c.zero_stage = 2;
+       c.compute_dtype = DType::kBF16;
+       c.grad_accum = 2;
+       c.accumulate_on_device = true;
+       c.debug_overflow_step = 1;
+     },
+     2},
     {"stage1_host_weights_copied_in",
      [](TrainConfig& c) {
        c.zero_stage = 1;
@@ -139,6 +158,32 @@ TEST_P(FakeDeviceEngine, IsBitwiseTheHostPathUnderRandomDelays) {
     EXPECT_EQ(dev.stats[s].skipped, host.stats[s].skipped) << "step " << s;
   }
   EXPECT_TRUE(testing::BitwiseEqual(host, dev));
+}
+
+// With bf16 host accumulators the device's fp32 sum is rounded once per step instead of once
+// per micro-batch: not the host path's bits, but as close as one bf16 rounding of the sum.
+TEST(FakeDeviceEngine, DeviceAccumulationHoldsItsSumsOnTheDevice) {
+  TempDir dir;
+  TrainConfig c = TinyConfig(dir.path());
+  c.grad_accum = 4;
+  c.grad_accum_dtype = DType::kBF16;
+  c.offload_optimizer.device = OffloadDevice::kCpu;
+  const FakeDeviceOptions fake{.seed = 5, .max_delay_us = 1000};
+  const testing::RunResult per_micro_batch = RunEngine(c, 2, 3, &fake);
+  c.accumulate_on_device = true;
+  const testing::RunResult on_device = RunEngine(c, 2, 3, &fake);
+  EXPECT_EQ(per_micro_batch.ledger.At(StateKind::kGradAccum, Residence::kDevice), 0u);
+  EXPECT_EQ(on_device.ledger.At(StateKind::kGradAccum, Residence::kDevice),
+            on_device.ledger.At(StateKind::kGradAccum, Residence::kCpu) * 2);  // fp32 there, bf16 here
+  ASSERT_EQ(on_device.stats.size(), 3u);
+  EXPECT_EQ(on_device.stats[0].loss, per_micro_batch.stats[0].loss);  // the same first weights
+  EXPECT_GT(testing::MaxAbsDiff(per_micro_batch, on_device), 0);  // rounded once, not four times
+  // Adam moves a weight by about lr per step whatever its gradient's size: where the roundings
+  // differ on a gradient near zero the two runs may step apart by 2 lr, but the losses agree.
+  EXPECT_LT(testing::MaxAbsDiff(per_micro_batch, on_device), 2 * 3 * c.lr);
+  for (int s = 1; s < 3; ++s)
+    EXPECT_NEAR(on_device.stats[s].loss, per_micro_batch.stats[s].loss, 0.01 * per_micro_batch.stats[s].loss);
+  EXPECT_LT(on_device.stats[2].loss, on_device.stats[0].loss);
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, FakeDeviceEngine,
