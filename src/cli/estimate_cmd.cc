@@ -73,10 +73,16 @@ std::string HostBlocksNote(const TrainConfig& cfg, bool resolved_auto) {
 
 // What a step moves through the disk (per rank), and per parameter: the figure that bounds a
 // step when the disk is slower than the compute.
-void PrintStepTraffic(const TrainConfig& cfg, const MemoryEstimate& e) {
+void PrintStepTraffic(const TrainConfig& cfg, const MemoryEstimate& e, int64_t params, DeviceTraits device) {
+  const double per_param = static_cast<double>(e.parameters) / e.world;
+  if (!device.host) {
+    const LinkTraffic l =
+        EstimateLinkTraffic(cfg, ShardPlan::Make(cfg, ModelShape::Of(cfg.model, params), e.world, 0, device));
+    std::printf("device link per step (per rank): %s in (working weights), %s out (gradients); %.1f / %.1f B/param\n",
+                HumanBytes(l.in).c_str(), HumanBytes(l.out).c_str(), l.in / per_param, l.out / per_param);
+  }
   const StepTraffic t = EstimateStepTraffic(cfg, e.ledger);
   if (t.written == 0 && t.read_at_most == 0) return;
-  const double per_param = static_cast<double>(e.parameters) / e.world;
   std::printf("NVMe traffic per step (per rank): %s written (%.1f B/param), %s read (%.1f B/param)%s\n",
               HumanBytes(t.written).c_str(), t.written / per_param, HumanBytes(t.read_at_most).c_str(),
               t.read_at_most / per_param,
@@ -181,7 +187,7 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
                   HumanBytes(e.node_nvme_bytes(a->nproc)).c_str(),
                   m.nvme_dir.empty() ? "-" : HumanBytes(m.nvme_free).c_str(),
                   m.nvme_dir.empty() ? "" : (" in " + m.nvme_dir).c_str());
-      PrintStepTraffic(*cfg, e);
+      PrintStepTraffic(*cfg, e, static_cast<int64_t>(a->params), {!gpu});
       const Status fits = CheckFits(e, m, a->nproc);
       std::printf("fits %s: %s\n", planned ? "the planned machine" : "this machine",
                   fits.ok() ? "yes" : ("no\n" + fits.message() + FitAdvice(*cfg, a->nproc, {!gpu}, m, a->nproc)).c_str());

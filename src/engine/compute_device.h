@@ -27,6 +27,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -98,11 +99,16 @@ std::unique_ptr<ComputeDevice> MakeHostDevice(Communicator* comm);
 // does the work and completes its event. Compute runs on the caller's thread (ComputeAfter
 // waits on the host). Collectives use `comm` (borrowed; its own, not the engine's host
 // communicator, which another thread uses meanwhile).
+// Bytes the fake device's copies moved (tests compare them with EstimateLinkTraffic).
+struct LinkCounters {
+  std::atomic<uint64_t> in{0}, out{0};
+};
 struct FakeDeviceOptions {
   uint64_t seed = 1;              // random delays: uniform in [0, max_delay_us] per operation
   int max_delay_us = 0;
   double copy_gbps = 0;           // > 0: a copy also takes bytes / copy_gbps (a modelled link)
   bool poison = true;
+  std::shared_ptr<LinkCounters> counters;  // optional: added to as each copy is submitted
 };
 std::unique_ptr<ComputeDevice> MakeFakeAsyncDevice(Communicator* comm, FakeDeviceOptions options);
 

@@ -38,11 +38,13 @@ class FakeAsyncDevice final : public ComputeDevice {
   DeviceEvent CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) override {
     void* d = dst.data_ptr();
     const size_t n = dst.nbytes();
+    if (o_.counters) o_.counters->in += n;
     return in_.Submit({after, Poisoner(d, n), [=] { std::memcpy(d, src, n); return Status(); }, "h2d", n, {}});
   }
   DeviceEvent CopyOut(void* dst, const torch::Tensor& src, const EventList& after) override {
     const void* s = src.data_ptr();
     const size_t n = src.nbytes();
+    if (o_.counters) o_.counters->out += n;
     return out_.Submit({after, Poisoner(dst, n), [=] { std::memcpy(dst, s, n); return Status(); }, "d2h", n, {}});
   }
   DeviceEvent AllGather(const void* shard, void* full, size_t count, DType dtype, const EventList& after) override {

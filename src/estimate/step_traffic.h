@@ -29,4 +29,14 @@ struct StepTraffic {
 
 StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const MemoryLedger& ledger);
 
+// Per rank, per training step off the host (a GPU, the fake device): the bytes its copies
+// move over the host link. In: the working weights of every block that is not resident, at
+// each gather (forward and backward of each micro-batch; the head once), and the resident
+// blocks' updated ranges once. Out: the reduced gradients, of every micro-batch, or once per
+// step when they are summed on the device (Note [Device accumulation]). Zero on the host.
+struct LinkTraffic {
+  uint64_t in = 0, out = 0;
+};
+LinkTraffic EstimateLinkTraffic(const TrainConfig& cfg, const ShardPlan& plan);
+
 }  // namespace strata

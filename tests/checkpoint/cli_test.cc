@@ -155,6 +155,17 @@ TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
   r = RunStrata(planned + " --set strata.host_blocks=auto");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("blocks in host memory: strata.host_blocks auto)"), std::string::npos) << r.out;
+  // For a GPU: what a step copies over the link, gradients summed on the device ("auto") or not.
+  const std::string gpu = "estimate --config " STRATA_SOURCE_DIR "/configs/llama_7b_gpu.json --device cuda "
+                          "--device-memory 80G --host-memory 128G --disk-free 60G";
+  r = RunStrata(gpu);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("gradients summed on the device, copied out once per step"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("device link per step (per rank): 13.48 GB in (working weights), 26.95 GB out"),
+            std::string::npos) << r.out;
+  r = RunStrata(gpu + " --set strata.device_accumulation=false");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("431.26 GB out (gradients)"), std::string::npos) << r.out;  // 16 micro-batches' worth
   r = RunStrata("estimate --host-memory lots");
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("--host-memory"), std::string::npos) << r.out;

@@ -71,6 +71,66 @@ TEST(StepTraffic, IsTheLedgersArithmetic) {
   }
 }
 
+// Off the host, what a step copies over the link is EstimateLinkTraffic's figure, to the byte.
+TEST(StepTraffic, DeviceLinkBytesAreTheArithmetic) {
+  TempDir dir;
+  struct LinkCase {
+    const char* name;
+    void (*configure)(TrainConfig&);
+  };
+  const LinkCase cases[] = {
+      {"params nvme, accumulation 3", [](TrainConfig& c) {
+         c.offload_param.device = OffloadDevice::kNvme;
+         c.grad_accum = 3;
+       }},
+      {"the same, summed on the device", [](TrainConfig& c) {
+         c.offload_param.device = OffloadDevice::kNvme;
+         c.grad_accum = 3;
+         c.accumulate_on_device = true;
+       }},
+      {"2 blocks resident, bf16, params in host memory", [](TrainConfig& c) {
+         c.compute_dtype = DType::kBF16;
+         c.offload_param.device = OffloadDevice::kCpu;
+         c.resident_blocks = 2;
+       }},
+      {"all resident, stage 2, untied llama, summed on the device", [](TrainConfig& c) {
+         c.zero_stage = 2;
+         c.model.arch = model::Arch::kLlama;
+         c.model.tie_embeddings = false;
+         c.model.n_kv_head = 2;
+         c.grad_accum = 2;
+         c.accumulate_on_device = true;
+       }},
+  };
+  for (const LinkCase& k : cases) {
+    SCOPED_TRACE(k.name);
+    TrainConfig c = TinyConfig(dir.path());
+    c.offload_optimizer.device = OffloadDevice::kCpu;
+    c.optimizer_overlap = OptimizerOverlap::kNone;  // each step's copies end within it
+    c.eval_interval = 0;
+    k.configure(c);
+    auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
+    ASSERT_TRUE(data.ok()) << data.status().ToString();
+    auto comm = MakeSingleRankCommunicator();
+    auto device_comm = MakeSingleRankCommunicator();
+    FakeDeviceOptions fake{.seed = 3, .max_delay_us = 300};
+    fake.counters = std::make_shared<LinkCounters>();
+    auto device = MakeFakeAsyncDevice(device_comm.get(), fake);
+    auto engine = Engine::Create(c, comm.get(), nullptr, {}, device.get());
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    const LinkTraffic want =
+        EstimateLinkTraffic(c, ShardPlan::Make(c, ModelShape::Of(c.model), 1, 0, {.host = false}));
+    ASSERT_GT(want.in + want.out, 0u);
+    for (int s = 0; s < 3; ++s) {
+      const uint64_t in = fake.counters->in, out = fake.counters->out;
+      ASSERT_TRUE((*engine)->Step(s, **data).ok());
+      ASSERT_TRUE(device->Synchronize().ok());
+      EXPECT_EQ(fake.counters->in - in, want.in) << "step " << s;
+      EXPECT_EQ(fake.counters->out - out, want.out) << "step " << s;
+    }
+  }
+}
+
 TEST(StepTraffic, CountsEachWorkingReadOfTheSchedule) {
   TrainConfig c = TinyConfig("/unused");
   MemoryLedger l;
