@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # On the GPU machine, after scripts/gpu_prepare.sh here and with .device carried along:
-#   bash scripts/gpu_run.sh OUT_DIR [--peers SIZE]
+#   bash scripts/gpu_run.sh OUT_DIR [--peers SIZE | --stage3 STEPS]
 # unpacks the Debian packages into a private prefix, installs the wheels, configures a
 # CUDA build against the machine's own LibTorch (torch.utils.cmake_prefix_path), builds,
 # runs the gpu-labelled tests and the GPU benchmarks, and writes every result to OUT_DIR.
+# --stage3 STEPS: then the 7 B model of configs/llama_7b_gpu.json (issue 11, stage 3) for
+# STEPS steps on synthetic tokens, with its estimate for this machine and a trace.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu_run.sh OUT_DIR [--peers SIZE]}
 peers_size=""
+stage3_steps=""
 [ "${2:-}" = "--peers" ] && peers_size=${3:-7b}
+[ "${2:-}" = "--stage3" ] && stage3_steps=${3:-6}
 mkdir -p "$out"
 root=$PWD
 prefix=$root/.device/prefix
@@ -41,6 +45,17 @@ build-gpu/strata bench step --json > "$out/bench-step.json" 2>>"$out/run.log" ||
 # The default job on the GPU (blocks on cuda:0, every state on NVMe), its loss curve and memory line.
 build-gpu/strata train --set strata.device=cuda --trace "$out/trace.json" > "$out/train-tiny-gpu.log" 2>&1 || status=1
 tail -4 "$out/train-tiny-gpu.log" | tee -a "$out/run.log"
+
+# A model the GPU cannot hold: weights resident, optimizer states and gradient sums in host
+# memory; the estimate first (tiers, link and NVMe bytes per step), then the run.
+if [ -n "$stage3_steps" ]; then
+  build-gpu/strata estimate --config configs/llama_7b_gpu.json --device cuda > "$out/estimate-7b.txt" 2>&1
+  tail -6 "$out/estimate-7b.txt" | tee -a "$out/run.log"
+  build-gpu/strata train --config configs/llama_7b_gpu.json --steps "$stage3_steps" --set strata.data.path= \
+    --set strata.eval_interval=0 --set scheduler.params.warmup_num_steps=0 --set wall_clock_breakdown=true \
+    --trace "$out/trace-7b.json" > "$out/train-7b.log" 2>&1 || status=1
+  tail -8 "$out/train-7b.log" | tee -a "$out/run.log"
+fi
 
 # The peers on the same LLaMA shape: DeepSpeed ZeRO-Infinity (cpu, nvme) and FSDP2 CPU offload.
 if [ -n "$peers_size" ]; then
