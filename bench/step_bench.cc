@@ -63,14 +63,17 @@ Status MakeVariants(const StepBenchOptions& o, const TrainConfig& base, std::vec
       out->push_back(std::move(v));
     }
   } else if (o.fake_device_gbps > 0) {
-    for (bool overlapped : {false, true}) {
+    // With accumulation, also the overlapped schedule with the sums on the device (Note
+    // [Device accumulation]): one gradient copy per step instead of one per micro-batch.
+    for (int variant = 0; variant < (base.grad_accum > 1 ? 3 : 2); ++variant) {
       Variant v;
-      v.name = overlapped ? "overlapped" : "synchronous";
+      v.name = variant == 0 ? "synchronous" : variant == 1 ? "overlapped" : "device sums";
       v.cfg = base;
+      v.cfg.accumulate_on_device = variant == 2;
       v.comm = MakeSingleRankCommunicator();
       v.device_comm = MakeSingleRankCommunicator();
       auto fake = MakeFakeAsyncDevice(v.device_comm.get(), {.seed = 1, .max_delay_us = 0, .copy_gbps = o.fake_device_gbps});
-      v.device = overlapped ? std::move(fake) : MakeSynchronousDevice(std::move(fake));
+      v.device = variant > 0 ? std::move(fake) : MakeSynchronousDevice(std::move(fake));
       out->push_back(std::move(v));
     }
   } else {
