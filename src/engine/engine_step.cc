@@ -299,8 +299,7 @@ Status Engine::Impl::AccumulateOnDevice(int b, GradSlot& g, const torch::Tensor&
   // The first micro-batch overwrites the sum the last step's copy read.
   STRATA_RETURN_IF_ERROR(ComputeAfter(reduced, "wait gradient reduction"));
   if (first) STRATA_RETURN_IF_ERROR(ComputeAfter(bufs.accum_read[b], "wait gradient copy"));
-  STRATA_RETURN_IF_ERROR(TorchCall("device accumulation", [&] {
-    Tracer::Span span(dev->is_host() ? tracer : nullptr, Track::kCompute, "accumulate g" + std::to_string(b));
+  STRATA_RETURN_IF_ERROR(TorchCall("device accumulation", [&] {  // queued on the device: no host span
     if (first) at::mul_out(acc, part, at::Scalar(static_cast<float>(inv)));
     else acc.add_(part, at::Scalar(static_cast<float>(inv)));
   }));

@@ -103,7 +103,7 @@ std::string HumanBytes(uint64_t b) {
 }
 
 MemoryEstimate EstimateResolvingAutos(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
-                                          const MachineCapacity& m, int local_ranks) {
+                                      const MachineCapacity& m, int local_ranks) {
   // Device accumulation first: with many micro-batches it saves a gradient copy over the link
   // and a pass over host memory per micro-batch, kept activations a recompute per block.
   // Only the device's memory decides (the host's is the same either way); unknown: no.

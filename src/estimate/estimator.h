@@ -81,7 +81,7 @@ Status CheckFits(const MemoryEstimate& e, const MachineCapacity& m, int local_ra
 // and recompute, fits `m`), then strata.recompute ("auto": keep every block's activations
 // when the estimate with them fits), and returns the estimate of what will run.
 MemoryEstimate EstimateResolvingAutos(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
-                                          const MachineCapacity& m, int local_ranks);
+                                      const MachineCapacity& m, int local_ranks);
 
 // A table: rows = state kinds, columns = device / cpu (pinned where pinned) / nvme.
 std::string FormatEstimate(const MemoryEstimate& e);
