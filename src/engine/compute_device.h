@@ -108,7 +108,7 @@ struct FakeDeviceOptions {
   int max_delay_us = 0;
   double copy_gbps = 0;           // > 0: a copy also takes bytes / copy_gbps (a modelled link)
   bool poison = true;
-  std::shared_ptr<LinkCounters> counters;  // optional: added to as each copy is submitted
+  std::shared_ptr<LinkCounters> counters = nullptr;  // optional: added to as each copy is submitted
 };
 std::unique_ptr<ComputeDevice> MakeFakeAsyncDevice(Communicator* comm, FakeDeviceOptions options);
 
