@@ -238,7 +238,7 @@ void TrainRun::PrintStartup() {
   const model::ModelSpec spec(cfg_.model);
   progress_->Message(fmt::format(
       "strata train: {} model, {:.2f} M parameters, {} blocks; {} rank(s), ZeRO stage {}; params on {}, optimizer "
-      "states on {}; {} compute on {} ({}); activations {}; batch {} = {} x {} accumulation x {} rank(s); data: {}",
+      "states on {}; {} compute on {} ({}); activations {}; batch {} = {} x {} accumulation{} x {} rank(s); data: {}",
       !cfg_.model.hf_model_type.empty()          ? cfg_.model.hf_model_type
       : cfg_.model.arch == model::Arch::kGpt2 ? "GPT-2"
                                               : "LLaMA",
@@ -247,7 +247,8 @@ void TrainRun::PrintStartup() {
       OffloadDeviceName(cfg_.offload_optimizer.device), DTypeName(cfg_.compute_dtype),
       device_.device->Name(), cfg_.precision_reason,
       cfg_.keep_activations ? "kept (no recompute)" : "recomputed per block in backward", cfg_.train_batch,
-      cfg_.micro_batch, cfg_.grad_accum, env_.world_size, data_->description()));
+      cfg_.micro_batch, cfg_.grad_accum, cfg_.accumulate_on_device ? " (summed on the device)" : "", env_.world_size,
+      data_->description()));
   progress_->Message(cfg_.eval_interval == 0 || cfg_.eval_batches == 0
                          ? std::string("evaluation: none (strata.eval_interval 0)")
                          : fmt::format("evaluation: {} held-out batch(es) of {} x {} tokens per rank at the start, every "

@@ -189,7 +189,8 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
     s.Touch("device_accumulation");
   } else if (s.Has("device_accumulation")) {
     bool on = false;
-    STRATA_RETURN_IF_ERROR(s.Bool("device_accumulation", &on));
+    if (Status st = s.Bool("device_accumulation", &on); !st.ok())
+      return InvalidArgument("{} (or \"auto\", the default)", st.message());
     c->device_accumulation = on ? 1 : 0;
   }
   int64_t device_memory = 0;
