@@ -95,13 +95,6 @@ struct DeviceBuffers {
   size_t next_gather = 0, next_grad = 0;
 };
 
-// One visit of the step's plan: a block's weights gathered for forward, head or backward
-// (into the tied slot for the tied owner during the head).
-struct Visit {
-  int block = 0;
-  bool tied = false;
-};
-
 // Host arrays allocated once (the gradient accumulators; the speculation backups),
 // freed on destruction.
 class HostArrays {
@@ -224,7 +217,6 @@ struct Engine::Impl {
   const std::byte* HostWorking(int b);
 
   // engine_step.cc: one micro-batch
-  std::vector<Visit> VisitPlan(int micro_batches, bool backward) const;
   std::unique_ptr<PrefetchScheduler> MakePrefetcher(const std::vector<Visit>& plan);
   // Step's progress, for the gradient reductions: the first (it writes the accumulators) or
   // the last micro-batch of `step` is running.
@@ -279,7 +271,6 @@ struct Engine::Impl {
   // (the working range's start, or the adapter range's).
   StatusOr<std::byte*> BlockOutput(int b, PinnedBuffer* lease, int64_t* first);
   // Block b has no trainable parameter on any rank (LoRA's embedding and head): no gradients.
-  bool Frozen(int b) const { return plan.blocks[b].trainable_begin >= plan.blocks[b].layout.numel; }
   // `out`: where the sub-group's updated working weights go.
   Status UpdateSubGroup(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur, std::byte* out);
   Status FinishBlock(int b, PinnedBuffer lease);

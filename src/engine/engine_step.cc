@@ -54,23 +54,6 @@ torch::Tensor MicroBatchLoss(const torch::Tensor& logits, const torch::Tensor& t
 
 }  // namespace
 
-// The blocks whose working weights one micro-batch reads, in order: forward 0..N-2 (the
-// tied owner into its own slot, where the head finds it again: read once for both), the
-// head, then, when training, backward N-2..0.
-std::vector<Visit> Engine::Impl::VisitPlan(int micro_batches, bool backward) const {
-  const int n = num_blocks();
-  std::vector<Visit> order;
-  for (int mb = 0; mb < micro_batches; ++mb) {
-    for (int b = 0; b < n - 1; ++b) order.push_back({b, plan.tied_slot && b == plan.tied_owner});
-    if (model.tie && !plan.tied_slot) order.push_back({model.tie->owner_block, false});
-    order.push_back({n - 1, false});
-    if (backward)  // (LoRA: a frozen embedding needs no backward)
-      for (int b = n - 2; b >= 0; --b)
-        if (b > 0 || !Frozen(0)) order.push_back({b, false});
-  }
-  return order;
-}
-
 // Note [LoRA dropout]: the seed depends on the run's seed, the sample (the data index: a
 // sample gets the same masks on any rank count) and the block.
 void Engine::Impl::ArmLoraDropout(int b, std::optional<model::LoraDropoutScope>* scope) const {
@@ -216,7 +199,7 @@ void Engine::Impl::BindTiedHead() {
 // accumulation on the host callback thread.
 Status Engine::Impl::ReduceGradients(int b) {
   ReleaseOldWeights(b);  // delayed: this step's last read of b is done
-  if (Frozen(b)) return Status();  // no rank has a gradient of it (LoRA's head)
+  if (plan.Frozen(b)) return Status();  // no rank has a gradient of it (LoRA's head)
   BlockRuntime& br = model.blocks[b];
   const BlockPlan& bp = plan.blocks[b];
   GradSlot& g = bufs.grads[bufs.next_grad++ % bufs.grads.size()];
@@ -249,7 +232,7 @@ Status Engine::Impl::ReduceGradients(int b) {
   const DeviceEvent flattened = dev->RecordCompute();
   // Alone, the flat gradients are the reduced ones: no collective (a copy of them, before).
   const bool alone = comm->world_size() == 1;
-  const bool scatter = plan.grads_sharded && !plan.lora && !alone;
+  const bool scatter = plan.ScattersGradients();
   torch::Tensor out = scatter ? g.reduced.narrow(0, 0, bp.layout.shard) : flat;
   DeviceEvent reduced = flattened;
   if (!alone) {
@@ -397,7 +380,7 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_wei
 // graph saved the parameter tensors, whose data is re-bound to the new gather buffer.
 Status Engine::Impl::Backward(Activations& act, Gatherer& gather) {
   for (int b = num_blocks() - 2; b >= 0; --b) {
-    if (b == 0 && Frozen(0)) break;  // LoRA: nothing to learn in the embedding (not in the visit plan)
+    if (b == 0 && plan.Frozen(0)) break;  // LoRA: nothing to learn in the embedding (not in the visit plan)
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
     {
       Tracer::Span span(tracer, Track::kCompute, "backward b" + std::to_string(b));
@@ -438,7 +421,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
     STRATA_ASSIGN_OR_RETURN(weights, LossWeights(data, data::Split::kTrain, first, m.cfg.grad_accum, world, rank,
                                                  m.cfg.micro_batch, fmt::format("step {}", step)));
   }
-  const std::vector<Visit> visits = m.VisitPlan(static_cast<int>(m.cfg.grad_accum), /*backward=*/true);
+  const std::vector<Visit> visits = m.plan.Visits(static_cast<int>(m.cfg.grad_accum), /*backward=*/true);
   std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(visits);
   double loss_sum = 0;
   {
@@ -510,7 +493,7 @@ StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batche
   }
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    const std::vector<Visit> visits = m.VisitPlan(1, /*backward=*/false);
+    const std::vector<Visit> visits = m.plan.Visits(1, /*backward=*/false);
     std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(visits);
     data::Batch batch = data.Get(data::Split::kEval, static_cast<uint64_t>(i * world + rank), m.cfg.micro_batch);
     StatusOr<double> loss = 0.0;

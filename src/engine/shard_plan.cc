@@ -261,6 +261,20 @@ void ShardPlan::PlanLedger() {
              param_pool.region_bytes() + optim_pool.region_bytes() + park_pool.region_bytes());
 }
 
+std::vector<Visit> ShardPlan::Visits(int micro_batches, bool backward) const {
+  const int n = static_cast<int>(blocks.size());
+  std::vector<Visit> order;
+  for (int mb = 0; mb < micro_batches; ++mb) {
+    for (int b = 0; b < n - 1; ++b) order.push_back({b, tied_slot && b == tied_owner});
+    if (tied_owner >= 0 && !tied_slot) order.push_back({tied_owner, false});
+    order.push_back({n - 1, false});
+    if (backward)
+      for (int b = n - 2; b >= 0; --b)
+        if (b > 0 || !Frozen(0)) order.push_back({b, false});
+  }
+  return order;
+}
+
 Residence ShardPlan::WorkingResidence(int b) const {
   if (resident.at(b)) return Residence::kDevice;
   return HostBlock(b) && host_blocks_working ? Residence::kCpu : working_home;

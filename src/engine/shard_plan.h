@@ -121,6 +121,13 @@ struct DeviceTraits {
   bool host = true;
 };
 
+// One visit of the step's plan: a block's weights gathered for forward, head or backward
+// (into the tied slot for the tied owner during the head).
+struct Visit {
+  int block = 0;
+  bool tied = false;
+};
+
 struct ShardPlan {
   int world = 1, rank = 0, stage = 3;
   bool weights_sharded = true, grads_sharded = true, optim_sharded = true;
@@ -156,6 +163,15 @@ struct ShardPlan {
   // Where block b's flat gradient starts in its group, and its length (0: frozen, none).
   int64_t GradFlatBegin(int b) const { return lora ? std::min(blocks[b].trainable_begin, blocks[b].layout.padded) : 0; }
   int64_t GradFlatLen(int b) const { return blocks[b].layout.padded - GradFlatBegin(b); }
+  // No rank has a gradient of block b (LoRA: a block without adapters, e.g. the head).
+  bool Frozen(int b) const { return blocks[b].trainable_begin >= blocks[b].layout.numel; }
+  // Gradients are reduce-scattered (stages 2-3, several ranks, no LoRA), else all-reduced or,
+  // alone, kept as flattened.
+  bool ScattersGradients() const { return grads_sharded && !lora && world > 1; }
+  // The blocks whose working weights the micro-batches read, in order: forward 0..N-2 (the
+  // tied owner into its own slot, where the head finds it again: read once for both), the
+  // head, then, when training, backward N-2..0 (LoRA: a frozen embedding has none).
+  std::vector<Visit> Visits(int micro_batches, bool backward) const;
   // strata.optimizer_overlap "speculative": the blocks updated during the backward, from the
   // last one down while their backups fit strata.speculation_budget_mb (host memory).
   std::vector<bool> speculative;

@@ -19,25 +19,22 @@ StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const MemoryLedger& ledg
 
 LinkTraffic EstimateLinkTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
   LinkTraffic t;
-  const int n = static_cast<int>(plan.blocks.size());
-  if (plan.host_device || n == 0) return t;
-  auto frozen = [&](int b) { return plan.blocks[b].trainable_begin >= plan.blocks[b].layout.numel; };
-  auto gathered = [&](int b) -> uint64_t {  // one gather's copy in (Gatherer::Issue)
-    if (plan.resident[b]) return 0;
-    const ShardLayout& l = plan.blocks[b].layout;
-    return static_cast<uint64_t>(plan.weights_sharded ? l.shard : l.padded) * plan.dsize;
-  };
-  uint64_t per_micro_batch = gathered(n - 1);  // the head: forward and backward in one visit
-  for (int b = 0; b < n - 1; ++b) per_micro_batch += gathered(b) + (b > 0 || !frozen(0) ? gathered(b) : 0);
-  if (plan.tied_owner >= 0 && !plan.tied_slot) per_micro_batch += gathered(plan.tied_owner);  // again for the head
+  if (plan.host_device || plan.blocks.empty()) return t;
+  // Every gather of a block that is not resident copies its shard (or, unsharded, its whole
+  // group) in (Gatherer::Issue), once per visit of the engine's own plan.
+  for (const Visit& v : plan.Visits(static_cast<int>(cfg.grad_accum), /*backward=*/true)) {
+    if (plan.resident[v.block]) continue;
+    const ShardLayout& l = plan.blocks[v.block].layout;
+    t.in += static_cast<uint64_t>(plan.weights_sharded ? l.shard : l.padded) * plan.dsize;
+  }
   const auto micro_batches = static_cast<uint64_t>(cfg.grad_accum);
-  t.in = micro_batches * per_micro_batch;
-  const bool scatter = plan.grads_sharded && !plan.lora && plan.world > 1;
-  for (int b = 0; b < n; ++b) {
+  for (int b = 0; b < static_cast<int>(plan.blocks.size()); ++b) {
     const BlockPlan& bp = plan.blocks[b];
     if (plan.resident[b] && bp.optimizer.len > 0) t.in += static_cast<uint64_t>(bp.optimizer.len) * plan.dsize;
-    if (frozen(b)) continue;
-    const uint64_t copied = plan.device_accum ? bp.grad.len : scatter ? bp.layout.shard : plan.GradFlatLen(b);
+    if (plan.Frozen(b)) continue;
+    const uint64_t copied = plan.device_accum        ? bp.grad.len
+                            : plan.ScattersGradients() ? bp.layout.shard
+                                                       : plan.GradFlatLen(b);
     t.out += (plan.device_accum ? 1 : micro_batches) * copied * 4;
   }
   return t;
