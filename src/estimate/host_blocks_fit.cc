@@ -1,9 +1,11 @@
 #include "src/estimate/host_blocks_fit.h"
 
+#include <fmt/format.h>
+
 namespace strata {
 
 HostBlocksFit MostHostBlocks(const TrainConfig& cfg, int world, int64_t params_override, DeviceTraits device,
-                                      const MachineCapacity& m, int local_ranks) {
+                             const MachineCapacity& m, int local_ranks) {
   auto estimate = [&](int64_t blocks) {
     TrainConfig c = cfg;
     c.host_blocks = blocks;
@@ -31,7 +33,7 @@ HostBlocksFit MostHostBlocks(const TrainConfig& cfg, int world, int64_t params_o
 }
 
 bool ResolveHostBlocks(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
-                                const MachineCapacity& m, int local_ranks, MemoryEstimate* estimate) {
+                       const MachineCapacity& m, int local_ranks, MemoryEstimate* estimate) {
   if (cfg->host_blocks >= 0) return false;
   cfg->host_blocks = 0;
   if (cfg->offload_optimizer.device != OffloadDevice::kNvme) return true;
@@ -39,6 +41,11 @@ bool ResolveHostBlocks(TrainConfig* cfg, int world, int64_t params_override, Dev
   cfg->host_blocks = f.blocks;
   *estimate = f.estimate;
   return true;
+}
+
+std::string LastBlocksPhrase(int64_t blocks) {
+  if (blocks == kAllBlocks) return "every block";
+  return blocks == 1 ? "the last block" : fmt::format("the last {} blocks", blocks);
 }
 
 }  // namespace strata

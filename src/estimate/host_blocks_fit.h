@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "src/estimate/estimator.h"
 
@@ -20,17 +21,20 @@ struct HostBlocksFit {
 };
 inline constexpr int64_t kAllBlocks = int64_t{1} << 20;
 
+// How messages name `blocks` host blocks: "every block", "the last block", "the last N blocks".
+std::string LastBlocksPhrase(int64_t blocks);
+
 // The most blocks, at least cfg.host_blocks, whose estimate stays within
 // kHostBlocksFill of m.host_available and fits `m`; cfg.host_blocks itself (and its
 // estimate) when not even that does. Only meaningful with offload_optimizer "nvme".
 HostBlocksFit MostHostBlocks(const TrainConfig& cfg, int world, int64_t params_override, DeviceTraits device,
-                                      const MachineCapacity& m, int local_ranks);
+                             const MachineCapacity& m, int local_ranks);
 
 // Settles strata.host_blocks "auto" (-1): with the optimizer states on NVMe, the
 // most blocks MostHostBlocks finds (kAllBlocks: every block), else 0; `estimate`
 // (the config's, before) becomes the one with that many. A set number stays. Returns whether
 // it was "auto".
 bool ResolveHostBlocks(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
-                                const MachineCapacity& m, int local_ranks, MemoryEstimate* estimate);
+                       const MachineCapacity& m, int local_ranks, MemoryEstimate* estimate);
 
 }  // namespace strata
