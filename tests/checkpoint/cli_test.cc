@@ -145,7 +145,7 @@ TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
   // Optimizer states on NVMe: how many blocks host memory has room for, and "auto" takes them.
   const std::string planned = "estimate --config " STRATA_SOURCE_DIR "/configs/llama_1b_nvme.json --set "
                               "strata.data.path= --set train_micro_batch_size_per_gpu=1 --set strata.model.seq_len=128 "
-                              "--host-memory 12G --disk-free 1T";
+                              "--host-memory 12G --disk-free 1T --set bf16.enabled=true";  // (not the CPU's ISA)
   r = RunStrata(planned);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("blocks kept in host memory: room for the last "), std::string::npos) << r.out;
