@@ -24,6 +24,7 @@ namespace {
 constexpr double kAdamBytes = 28;      // fp32 p, g, m, v read; p, m, v written
 constexpr double kAdamBf16Bytes = 30;  // ... plus the 2-byte bf16 copy
 constexpr double kAdamBf16StatesBytes = 22;  // m, v in bf16 (read and written) with the bf16 copy
+constexpr double kAdamSplitMasterBytes = 20;  // ... and the master as the copy + its low half (r2 w2)
 constexpr double kTriadBytes = 12;     // STREAM's count: b, c read, a written
 constexpr double kCastBytes = 6;       // fp32 read, bf16 written
 constexpr double kNormBytes = 4;       // fp32 read
@@ -84,7 +85,7 @@ int RunAdamBench(const AdamBenchOptions& o) {
     LogError("bench adam: --params must be at least 1024");
     return 2;
   }
-  if (!o.json) std::printf("strata bench adam: allocating %s for Strata's arrays ...\n", HumanBytes(n * 26).c_str());
+  if (!o.json) std::printf("strata bench adam: allocating %s for Strata's arrays ...\n", HumanBytes(n * 28).c_str());
   std::fflush(stdout);
 
   // Strata's data: non-trivial weights and gradients, zero states (as at step 1).
@@ -93,6 +94,7 @@ int RunAdamBench(const AdamBenchOptions& o) {
   Array<float> scratch = AllocateTouched<float>(n, threads, 0);
   Array<uint16_t> half = AllocateTouched<uint16_t>(n, threads, 0);
   Array<uint16_t> m16 = AllocateTouched<uint16_t>(n, threads, 0), v16 = AllocateTouched<uint16_t>(n, threads, 0);
+  Array<int16_t> low = AllocateTouched<int16_t>(n, threads, 0);  // a split master's low halves
 #pragma omp parallel num_threads(threads)
   {
     std::mt19937 rng(1234 + omp_get_thread_num());
@@ -134,6 +136,9 @@ int RunAdamBench(const AdamBenchOptions& o) {
   spans_bf16_states.exp_avg = spans_bf16_states.exp_avg_sq = {};
   spans_bf16_states.exp_avg_bf16 = {m16.get(), n};
   spans_bf16_states.exp_avg_sq_bf16 = {v16.get(), n};
+  AdamSpans spans_split = spans_bf16_states;  // strata.master_weights "split" (its high halves: `half`)
+  spans_split.params = {};
+  spans_split.master_low = {low.get(), n};
   auto adam = [&](const AdamSpans& s) -> StatusOr<double> {
     ++hp.step;
     Timer t;
@@ -151,6 +156,8 @@ int RunAdamBench(const AdamBenchOptions& o) {
   vs.push_back({"strata_bf16", "Strata AdamW + fused bf16 copy", kAdamBf16Bytes, n, [&] { return adam(spans_bf16); }, {}});
   vs.push_back({"strata_bf16_states", "Strata AdamW, bf16 m and v, bf16 copy", kAdamBf16StatesBytes, n,
                 [&] { return adam(spans_bf16_states); }, {}});
+  vs.push_back({"strata_split_master", "Strata AdamW, bf16 m and v, split master", kAdamSplitMasterBytes, n,
+                [&] { return adam(spans_split); }, {}});
   vs.push_back({"roofline_fp32", "roofline: Adam pattern, no math (r4 w3)", kAdamBytes, n,
                 [&] { return timed([&] { RooflinePass(p.get(), g.get(), m.get(), v.get(), nullptr, n, threads); }); }, {}});
   vs.push_back({"roofline_bf16", "roofline + 2 B copy (r4 w4)", kAdamBf16Bytes, n,
@@ -207,6 +214,7 @@ int RunAdamBench(const AdamBenchOptions& o) {
     return Summarize(r);
   };
   const Variant &fp32 = *find("strata_fp32"), &bf16 = *find("strata_bf16"), &states16 = *find("strata_bf16_states");
+  const Variant& split = *find("strata_split_master");
   const Variant &roof32 = *find("roofline_fp32"), &roof16 = *find("roofline_bf16"), &triad = *find("triad");
   const Variant *torch = find("libtorch"), *ds = find("deepspeed"), *ds_copy = find("deepspeed_copy");
 
@@ -222,6 +230,8 @@ int RunAdamBench(const AdamBenchOptions& o) {
       {"speedup_vs_libtorch_bf16", "Strata + bf16 copy vs LibTorch AdamW", torch ? std::optional(PairedRatio(*torch, bf16)) : std::nullopt, 5},
       {"ratio_vs_deepspeed", "Strata fp32 vs DeepSpeed CPU Adam", ds ? std::optional(PairedRatio(*ds, fp32)) : std::nullopt, 1.0},
       {"ratio_vs_deepspeed_copy", "Strata fused bf16 vs DeepSpeed step + copy", ds_copy ? std::optional(PairedRatio(*ds_copy, bf16)) : std::nullopt, 1.10},
+      // 20 B/param instead of 22: the speed-up a memory-bound step should show.
+      {"split_master_vs_bf16_states", "split master vs fp32 master (bf16 m, v)", PairedRatio(states16, split), 1.0},
   };
 
   const double gb = 1e9;
@@ -246,6 +256,9 @@ int RunAdamBench(const AdamBenchOptions& o) {
     j["bf16_states"] = {{"bytes_per_param", kAdamBf16StatesBytes},
                         {"params_per_s", rate(states16).median},
                         {"gbps", rate(states16).median * kAdamBf16StatesBytes / gb}};
+    j["split_master"] = {{"bytes_per_param", kAdamSplitMasterBytes},
+                         {"params_per_s", rate(split).median},
+                         {"gbps", rate(split).median * kAdamSplitMasterBytes / gb}};
     for (const auto& r : ratios) j[r.key] = r.value ? nlohmann::json(r.value->median) : nlohmann::json(nullptr);
     nlohmann::json spread;
     for (const auto& r : ratios)

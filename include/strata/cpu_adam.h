@@ -87,7 +87,24 @@ struct AdamSpans {
   // into calls, threads or ranks. Unused with fp32 moments.
   uint64_t rounding_seed = 0;
   uint64_t rounding_index = 0;
+  // Or the fp32 master stored split (Note [Split master]): its high halves are the bf16
+  // working weights in half_out (read, then overwritten with the updated weights), its low
+  // halves here, updated in place. `params` is then empty and half_format kBf16.
+  std::span<int16_t> master_low;
 };
+
+// Note [Split master]
+// With bf16 compute the fp32 master p and the working copy w = bf16(p) (nearest even) share
+// their high 16 bits up to one carry, so storing both spends 2 B/param on what w already
+// holds. Stored split, p is w and the 16-bit difference low = bits(p) - (bits(w) << 16),
+// and is rebuilt as bits(p) = (bits(w) << 16) + low: 2 B/param less in memory and on disk,
+// and the update writes 2 B/param less. For every finite p the difference lies in
+// [-0x8000, 0x8000]; all but +0x8000 fit an int16. +0x8000 is a tie that rounded down to an
+// even w (low half exactly 0x8000): it is stored as 0x7fff, p one fp32 ulp nearer to zero,
+// which rounds to the same w (about one element in 2^17 per step; |change| 2^-24 of p).
+// Everything else is exact, so the working weights are those of an fp32 master and the
+// master differs from one only by those one-ulp steps. The split path rounds with integer
+// ops on every ISA (AVX512_BF16's instruction would flush subnormal masters to zero).
 
 // Note [Stochastic rounding of the moments]
 // With beta2 = 0.999, v moves by 0.1% of itself per step while g^2 stays near v: less than
@@ -120,6 +137,13 @@ struct AdamOptions {
 // that is GradSumSquares()'s job, before any sub-group is stepped.
 [[nodiscard]] Status AdamStep(const AdamHyperParams& hp, const AdamSpans& spans,
                               const AdamOptions& options = {});
+
+// A fp32 master split into working weights and low halves (Note [Split master]), and back.
+// Sizes must match (checked).
+void SplitMasterWeights(std::span<const float> master, std::span<uint16_t> working_bf16,
+                        std::span<int16_t> master_low);
+void JoinMasterWeights(std::span<const uint16_t> working_bf16, std::span<const int16_t> master_low,
+                       std::span<float> master);
 
 // Result of the gradient pass.
 struct GradStats {

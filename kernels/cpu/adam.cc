@@ -89,8 +89,15 @@ Status ValidateHyperParams(const AdamHyperParams& hp) {
   return Status::Ok();
 }
 
+// Elements of the sub-group: of the fp32 master, or of a split one's low halves.
+size_t Elements(const AdamSpans& s) { return s.master_low.empty() ? s.params.size() : s.master_low.size(); }
+
 Status ValidateSpans(const AdamSpans& s) {
-  const size_t n = s.params.size();
+  const size_t n = Elements(s);
+  if (!s.master_low.empty() && (!s.params.empty() || s.half_out.size() != n || s.half_format != HalfFormat::kBf16))
+    return InvalidArgument("Adam with a split master needs no params ({} given) and {} bf16 working weights in "
+                           "half_out ({} given{})", s.params.size(), n, s.half_out.size(),
+                           s.half_format == HalfFormat::kBf16 ? "" : ", as fp16");
   const bool bf16_moments = !s.exp_avg_bf16.empty() || !s.exp_avg_sq_bf16.empty();
   const size_t m = bf16_moments ? s.exp_avg_bf16.size() : s.exp_avg.size();
   const size_t v = bf16_moments ? s.exp_avg_sq_bf16.size() : s.exp_avg_sq.size();
@@ -114,6 +121,8 @@ Status ValidateSpans(const AdamSpans& s) {
 AdamArgs MakeArgs(const AdamHyperParams& hp, const AdamSpans& s) {
   AdamArgs a;
   a.p = s.params.data();
+  a.lo = s.master_low.data();
+  a.master_kind = s.master_low.empty() ? cpu::MasterKind::kFp32 : cpu::MasterKind::kSplit;
   a.m = s.exp_avg.data();
   a.v = s.exp_avg_sq.data();
   a.m16 = s.exp_avg_bf16.data();
@@ -176,11 +185,13 @@ GradStats SumSquaresParallel(const T* x, size_t n, const AdamOptions& options,
 Status AdamStep(const AdamHyperParams& hp, const AdamSpans& spans, const AdamOptions& options) {
   STRATA_RETURN_IF_ERROR(ValidateHyperParams(hp));
   STRATA_RETURN_IF_ERROR(ValidateSpans(spans));
-  const size_t n = spans.params.size();
+  const size_t n = Elements(spans);
   if (n == 0) return Status::Ok();
   const AdamArgs args = MakeArgs(hp, spans);
   const AdamRangeFn kernel = PickAdamKernel();
-  ParallelRanges(args.p, sizeof(float), n, ThreadsFor(n, options),
+  const bool split = args.master_kind == cpu::MasterKind::kSplit;
+  ParallelRanges(split ? static_cast<const void*>(args.lo) : args.p, split ? 2 : sizeof(float), n,
+                 ThreadsFor(n, options),
                  [&](int, size_t b, size_t e) { RunAdamRange(kernel, args, spans, b, e); });
   return Status::Ok();
 }
@@ -229,6 +240,22 @@ void AccumulateGradient(std::span<float> acc, std::span<const float> part, float
 void AccumulateGradient(std::span<uint16_t> acc_bf16, std::span<const float> part, float scale, bool overwrite,
                         const AdamOptions& options) {
   AccumulateParallel(acc_bf16, part, scale, overwrite, options);
+}
+
+void SplitMasterWeights(std::span<const float> master, std::span<uint16_t> working_bf16,
+                        std::span<int16_t> master_low) {
+  STRATA_CHECK(master.size() == working_bf16.size() && master.size() == master_low.size())
+      << master.size() << " vs " << working_bf16.size() << " vs " << master_low.size();
+  using Ops = cpu::ScalarOps</*kHardwareFma=*/false>;
+  for (size_t i = 0; i < master.size(); ++i) Ops::StoreSplit<false>(&working_bf16[i], &master_low[i], master[i]);
+}
+
+void JoinMasterWeights(std::span<const uint16_t> working_bf16, std::span<const int16_t> master_low,
+                       std::span<float> master) {
+  STRATA_CHECK(master.size() == working_bf16.size() && master.size() == master_low.size())
+      << master.size() << " vs " << working_bf16.size() << " vs " << master_low.size();
+  using Ops = cpu::ScalarOps</*kHardwareFma=*/false>;
+  for (size_t i = 0; i < master.size(); ++i) master[i] = Ops::LoadSplit(&working_bf16[i], &master_low[i]);
 }
 
 const char* AdamIsaDescription() {

@@ -8,14 +8,18 @@
 namespace strata::cpu {
 namespace {
 
-// fp32 -> bf16 bits (8 lanes, packed into the low 128 bits), nearest even, NaN kept quiet.
-inline __m128i RoundToBf16Bits(__m256 x) {
+// Nearest-even bf16 bits in the low half of each lane (before the pack), NaN kept quiet.
+inline __m256i RoundToBf16Lanes(__m256 x) {
   const __m256i u = _mm256_castps_si256(x);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+  const __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
   const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-  r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
-  r = _mm256_srli_epi32(r, 16);
+  return _mm256_srli_epi32(_mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan), 16);
+}
+
+// fp32 -> bf16 bits (8 lanes, packed into the low 128 bits), nearest even, NaN kept quiet.
+inline __m128i RoundToBf16Bits(__m256 x) {
+  const __m256i r = RoundToBf16Lanes(x);
   // packus works per 128-bit lane: [r0..3 r0..3 | r4..7 r4..7]; gather lanes 0 and 2.
   const __m256i packed = _mm256_packus_epi32(r, r);
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0b1000));
@@ -50,6 +54,23 @@ struct Avx2Ops {
   template <bool kStream>
   static void StoreFp16(uint16_t* x, F v) {
     StoreHalf<kStream>(x, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  // A split master (Note [Split master]): bits = (w << 16) + low; written back as w = the
+  // nearest-even bf16 and low = the difference, saturated to 16 bits.
+  static F LoadSplit(const uint16_t* w, const int16_t* lo) {
+    const __m256i hi = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))), 16);
+    const __m256i low = _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo)));
+    return _mm256_castsi256_ps(_mm256_add_epi32(hi, low));
+  }
+  template <bool kStream>
+  static void StoreSplit(uint16_t* w, int16_t* lo, F p) {
+    const __m256i h = RoundToBf16Lanes(p);
+    const __m256i d = _mm256_sub_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(h, 16));
+    // Packed as RoundToBf16Bits does, d with signed saturation.
+    const __m256i hp = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0b1000);
+    const __m256i dp = _mm256_permute4x64_epi64(_mm256_packs_epi32(d, d), 0b1000);
+    StoreHalf<kStream>(w, _mm256_castsi256_si128(hp));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(lo), _mm256_castsi256_si128(dp));
   }
   static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
   static F Div(F a, F b) { return _mm256_div_ps(a, b); }

@@ -40,6 +40,21 @@ struct Avx512Ops {
   static void StoreFp16(uint16_t* x, F v) {
     StoreHalf<kStream>(x, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
+  // A split master (Note [Split master]): bits = (w << 16) + low; written back as w = the
+  // nearest-even bf16 (integer ops on every CPU: AVX512_BF16's instruction flushes
+  // subnormals, which would change the stored master) and low = the difference, saturated.
+  static F LoadSplit(const uint16_t* w, const int16_t* lo) {
+    const __m512i hi = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))), 16);
+    const __m512i low = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo)));
+    return _mm512_castsi512_ps(_mm512_add_epi32(hi, low));
+  }
+  template <bool kStream>
+  static void StoreSplit(uint16_t* w, int16_t* lo, F p) {
+    const __m512i h = RoundToBf16Lanes(p);
+    const __m512i d = _mm512_sub_epi32(_mm512_castps_si512(p), _mm512_slli_epi32(h, 16));
+    StoreHalf<kStream>(w, _mm512_cvtepi32_epi16(h));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), _mm512_cvtsepi32_epi16(d));
+  }
   static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
   static F Div(F a, F b) { return _mm512_div_ps(a, b); }
   static F Sqrt(F a) { return _mm512_sqrt_ps(a); }

@@ -19,10 +19,12 @@ namespace strata::cpu {
 enum class GradKind { kFp32, kBf16 };
 enum class HalfKind { kNone, kBf16, kFp16 };
 enum class MomentKind { kFp32, kBf16 };  // how Adam's m and v are stored
+enum class MasterKind { kFp32, kSplit };  // fp32 master, or bf16 working weights + low half
 
 // One step's arguments with every per-step constant folded (computed once in adam.cc).
 struct AdamArgs {
   float* p = nullptr;
+  int16_t* lo = nullptr;  // MasterKind::kSplit: the master's low halves (high halves: `half`)
   float* m = nullptr;
   float* v = nullptr;
   uint16_t* m16 = nullptr;  // MomentKind::kBf16: m and v as bf16 bits
@@ -33,6 +35,7 @@ struct AdamArgs {
   GradKind grad_kind = GradKind::kFp32;
   HalfKind half_kind = HalfKind::kNone;
   MomentKind moment_kind = MomentKind::kFp32;
+  MasterKind master_kind = MasterKind::kFp32;
   float beta1 = 0, one_minus_beta1 = 0;  // m = beta1 * m + (1 - beta1) * g
   float beta2 = 0, one_minus_beta2 = 0;  // v = beta2 * v + (1 - beta2) * g^2
   float grad_scale = 1;                  // grad_unscale * clip_coef
@@ -105,6 +108,22 @@ struct ScalarOps {
   static void StoreBf16(uint16_t* x, F v) { *x = Fp32ToBf16(v); }
   template <bool kStream>
   static void StoreFp16(uint16_t* x, F v) { *x = Fp32ToFp16(v); }
+  // A split master (Note [Split master] in strata/cpu_adam.h): bits = (w << 16) + low.
+  static F LoadSplit(const uint16_t* w, const int16_t* lo) {
+    const uint32_t u = (static_cast<uint32_t>(*w) << 16) + static_cast<uint32_t>(static_cast<int32_t>(*lo));
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  template <bool kStream>
+  static void StoreSplit(uint16_t* w, int16_t* lo, F p) {
+    uint32_t u;
+    std::memcpy(&u, &p, 4);
+    const uint16_t h = Fp32ToBf16(p);
+    const int32_t d = static_cast<int32_t>(u - (static_cast<uint32_t>(h) << 16));
+    *w = h;
+    *lo = static_cast<int16_t>(d < -32768 ? -32768 : d > 32767 ? 32767 : d);
+  }
   static F Mul(F a, F b) { return a * b; }
   static F Div(F a, F b) { return a / b; }
   static F Sqrt(F a) { return std::sqrt(a); }
@@ -197,8 +216,12 @@ constexpr size_t kPrefetchBytes = 1024;
 // kStream: write the half copy with non-temporal stores (its destination is aligned).
 // kMoments kBf16: m and v are read from bf16 and rounded back to it (stochastically: the low
 // 16 random bits for m, the high 16 for v) in the same pass: the update itself is the fp32 one.
-template <class Ops, GradKind kGrad, MomentKind kMoments, HalfKind kHalf, bool kStream>
+// kMaster kSplit: the master is read from the working weights (`half`, bf16) and its low
+// halves, and written back to both: kHalf is then kBf16.
+template <class Ops, GradKind kGrad, MomentKind kMoments, HalfKind kHalf, bool kStream,
+          MasterKind kMaster = MasterKind::kFp32>
 inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
+  static_assert(kMaster == MasterKind::kFp32 || kHalf == HalfKind::kBf16);
   using F = typename Ops::F;
   const AdamConsts<Ops> c(a);
   const uint32_t counter = a.sr_base + a.sr_key;  // element i's counter + key: counter + i
@@ -207,7 +230,12 @@ inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
 #pragma GCC unroll 2
   for (size_t i = begin; i < end; i += Ops::kWidth) {
     // Addresses past the end are harmless: a prefetch never faults.
-    Ops::Prefetch(a.p + i + kAhead);
+    if constexpr (kMaster == MasterKind::kSplit) {
+      Ops::Prefetch(a.half + i + kAhead);
+      Ops::Prefetch(a.lo + i + kAhead);
+    } else {
+      Ops::Prefetch(a.p + i + kAhead);
+    }
     if constexpr (kBf16Moments) {
       Ops::Prefetch(a.m16 + i + kAhead);
       Ops::Prefetch(a.v16 + i + kAhead);
@@ -220,7 +248,9 @@ inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
     F g;
     if constexpr (kGrad == GradKind::kFp32) g = Ops::Load(a.g32 + i);
     else g = Ops::LoadBf16(a.g16 + i);
-    F p = Ops::Load(a.p + i), m, v;
+    F p, m, v;
+    if constexpr (kMaster == MasterKind::kSplit) p = Ops::LoadSplit(a.half + i, a.lo + i);
+    else p = Ops::Load(a.p + i);
     if constexpr (kBf16Moments) {
       m = Ops::LoadBf16(a.m16 + i);
       v = Ops::LoadBf16(a.v16 + i);
@@ -229,14 +259,15 @@ inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
       v = Ops::Load(a.v + i);
     }
     AdamUpdate<Ops>(c, g, p, m, v);
-    Ops::Store(a.p + i, p);
+    if constexpr (kMaster == MasterKind::kFp32) Ops::Store(a.p + i, p);
     if constexpr (kBf16Moments) {
       Ops::StoreMomentsBf16(a.m16 + i, m, a.v16 + i, v, RoundingBits<Ops>(counter + static_cast<uint32_t>(i)));
     } else {
       Ops::Store(a.m + i, m);
       Ops::Store(a.v + i, v);
     }
-    if constexpr (kHalf == HalfKind::kBf16) Ops::template StoreBf16<kStream>(a.half + i, p);
+    if constexpr (kMaster == MasterKind::kSplit) Ops::template StoreSplit<kStream>(a.half + i, a.lo + i, p);
+    else if constexpr (kHalf == HalfKind::kBf16) Ops::template StoreBf16<kStream>(a.half + i, p);
     if constexpr (kHalf == HalfKind::kFp16) Ops::template StoreFp16<kStream>(a.half + i, p);
   }
 }
@@ -244,25 +275,34 @@ inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
 // A range: a one-element head up to the first cache-line boundary of p (so the vector body
 // loads p, m, v... from aligned addresses when the arrays are co-aligned), the vector body,
 // a one-element tail. Wide and Narrow are the vector and single-element ops of one ISA.
-template <class Wide, class Narrow, GradKind kGrad, MomentKind kMoments, HalfKind kHalf>
+// (A split master aligns on its low halves' lines instead.)
+template <class Wide, class Narrow, GradKind kGrad, MomentKind kMoments, HalfKind kHalf,
+          MasterKind kMaster = MasterKind::kFp32>
 inline void AdamRangeT(const AdamArgs& a, size_t begin, size_t end) {
+  auto line_offset = [&](size_t i) {
+    return kMaster == MasterKind::kSplit ? reinterpret_cast<uintptr_t>(a.lo + i) % 64
+                                         : reinterpret_cast<uintptr_t>(a.p + i) % 64;
+  };
   size_t head = begin;
-  while (head < end && (reinterpret_cast<uintptr_t>(a.p + head) % 64) != 0) ++head;
+  while (head < end && line_offset(head) != 0) ++head;
   const size_t body_end = head + (end - head) / Wide::kWidth * Wide::kWidth;
-  AdamLoop<Narrow, kGrad, kMoments, kHalf, false>(a, begin, head);
-  const bool stream = kHalf != HalfKind::kNone &&
+  AdamLoop<Narrow, kGrad, kMoments, kHalf, false, kMaster>(a, begin, head);
+  // (A split master's working weights were just read: a streaming store would evict them.)
+  const bool stream = kHalf != HalfKind::kNone && kMaster == MasterKind::kFp32 &&
                       reinterpret_cast<uintptr_t>(a.half + head) % (2 * Wide::kWidth) == 0;
   if (stream) {
-    AdamLoop<Wide, kGrad, kMoments, kHalf, true>(a, head, body_end);
+    AdamLoop<Wide, kGrad, kMoments, kHalf, true, kMaster>(a, head, body_end);
     Wide::Fence();  // streaming stores are weakly ordered: publish them before returning
   } else {
-    AdamLoop<Wide, kGrad, kMoments, kHalf, false>(a, head, body_end);
+    AdamLoop<Wide, kGrad, kMoments, kHalf, false, kMaster>(a, head, body_end);
   }
-  AdamLoop<Narrow, kGrad, kMoments, kHalf, false>(a, body_end, end);
+  AdamLoop<Narrow, kGrad, kMoments, kHalf, false, kMaster>(a, body_end, end);
 }
 
 template <class Wide, class Narrow, GradKind kGrad, MomentKind kMoments>
 inline void AdamRangeHalf(const AdamArgs& a, size_t begin, size_t end) {
+  if (a.master_kind == MasterKind::kSplit)  // (always with a bf16 copy: its high halves)
+    return AdamRangeT<Wide, Narrow, kGrad, kMoments, HalfKind::kBf16, MasterKind::kSplit>(a, begin, end);
   switch (a.half_kind) {
     case HalfKind::kNone: return AdamRangeT<Wide, Narrow, kGrad, kMoments, HalfKind::kNone>(a, begin, end);
     case HalfKind::kBf16: return AdamRangeT<Wide, Narrow, kGrad, kMoments, HalfKind::kBf16>(a, begin, end);
@@ -270,7 +310,7 @@ inline void AdamRangeHalf(const AdamArgs& a, size_t begin, size_t end) {
   }
 }
 
-// The 2 x 2 x 3 (gradient, moments, half copy) matrix for one ISA, chosen once per range.
+// The 2 x 2 x (3 + 1) (gradient, moments, half copy or split master) matrix for one ISA, chosen once per range.
 template <class Wide, class Narrow>
 inline void AdamRangeDispatch(const AdamArgs& a, size_t begin, size_t end) {
   const bool bf16_moments = a.moment_kind == MomentKind::kBf16;

@@ -7,14 +7,18 @@
 
 namespace strata::cpu {
 
-inline __m256i RoundToBf16Bits(__m512 x) {
+// The bits in the low half of each 32-bit lane ...
+inline __m512i RoundToBf16Lanes(__m512 x) {
   const __m512i u = _mm512_castps_si512(x);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
   const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
   r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+  return _mm512_srli_epi32(r, 16);
 }
+
+// ... or packed to 16 bits.
+inline __m256i RoundToBf16Bits(__m512 x) { return _mm512_cvtepi32_epi16(RoundToBf16Lanes(x)); }
 
 // fp32 -> bf16 bits with stochastic rounding: `random` (16 bits per lane, in the low half)
 // added to the bit pattern, then truncated; NaN kept (quiet). Fp32ToBf16Stochastic's rule.
