@@ -144,6 +144,9 @@ void SplitMasterWeights(std::span<const float> master, std::span<uint16_t> worki
                         std::span<int16_t> master_low);
 void JoinMasterWeights(std::span<const uint16_t> working_bf16, std::span<const int16_t> master_low,
                        std::span<float> master);
+// SplitMasterWeights in place: the low halves of master[0, n) are written, as n int16s, over
+// its first 2n bytes (creation splits its staging this way, with no second buffer).
+void SplitMasterWeightsInPlace(float* master, size_t n, uint16_t* working_bf16);
 
 // Result of the gradient pass.
 struct GradStats {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "adam_impl.h"
 #include "strata/check.h"
@@ -246,16 +247,33 @@ void SplitMasterWeights(std::span<const float> master, std::span<uint16_t> worki
                         std::span<int16_t> master_low) {
   STRATA_CHECK(master.size() == working_bf16.size() && master.size() == master_low.size())
       << master.size() << " vs " << working_bf16.size() << " vs " << master_low.size();
-  using Ops = cpu::ScalarOps</*kHardwareFma=*/false>;
-  for (size_t i = 0; i < master.size(); ++i) Ops::StoreSplit<false>(&working_bf16[i], &master_low[i], master[i]);
+  auto kernel = ActiveIsa() == IsaLevel::kAvx512 ? cpu::SplitMasterAvx512
+                : ActiveIsa() == IsaLevel::kAvx2 ? cpu::SplitMasterAvx2
+                                                 : cpu::SplitMasterScalar;
+  kernel(master.data(), working_bf16.data(), master_low.data(), master.size());
+}
+
+void SplitMasterWeightsInPlace(float* master, size_t n, uint16_t* working_bf16) {
+  // In chunks: chunk [s, s + k)'s low halves go to bytes [2s, 2s + 2k), below the first
+  // element not yet read (byte 4(s + k)).
+  constexpr size_t kChunk = 4096;
+  int16_t low[kChunk];
+  auto* bytes = reinterpret_cast<std::byte*>(master);
+  for (size_t s = 0; s < n; s += kChunk) {
+    const size_t k = std::min(kChunk, n - s);
+    SplitMasterWeights({master + s, k}, {working_bf16 + s, k}, {low, k});
+    std::memcpy(bytes + 2 * s, low, 2 * k);
+  }
 }
 
 void JoinMasterWeights(std::span<const uint16_t> working_bf16, std::span<const int16_t> master_low,
                        std::span<float> master) {
   STRATA_CHECK(master.size() == working_bf16.size() && master.size() == master_low.size())
       << master.size() << " vs " << working_bf16.size() << " vs " << master_low.size();
-  using Ops = cpu::ScalarOps</*kHardwareFma=*/false>;
-  for (size_t i = 0; i < master.size(); ++i) master[i] = Ops::LoadSplit(&working_bf16[i], &master_low[i]);
+  auto kernel = ActiveIsa() == IsaLevel::kAvx512 ? cpu::JoinMasterAvx512
+                : ActiveIsa() == IsaLevel::kAvx2 ? cpu::JoinMasterAvx2
+                                                 : cpu::JoinMasterScalar;
+  kernel(working_bf16.data(), master_low.data(), master.data(), master.size());
 }
 
 const char* AdamIsaDescription() {

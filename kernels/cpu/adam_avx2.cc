@@ -135,4 +135,12 @@ void AccumulateAvx2(uint16_t* acc, const float* part, float scale, bool overwrit
   AccumulateT<Avx2Ops, Narrow>(acc, part, scale, overwrite, begin, end);
 }
 
+void SplitMasterAvx2(const float* p, uint16_t* w, int16_t* lo, size_t n) {
+  SplitMasterT<Avx2Ops, Narrow>(p, w, lo, n);
+}
+
+void JoinMasterAvx2(const uint16_t* w, const int16_t* lo, float* p, size_t n) {
+  JoinMasterT<Avx2Ops, Narrow>(w, lo, p, n);
+}
+
 }  // namespace strata::cpu

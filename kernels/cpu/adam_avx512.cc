@@ -117,4 +117,12 @@ void AccumulateAvx512(uint16_t* acc, const float* part, float scale, bool overwr
   AccumulateT<Avx512Ops<false>, Narrow>(acc, part, scale, overwrite, begin, end);
 }
 
+void SplitMasterAvx512(const float* p, uint16_t* w, int16_t* lo, size_t n) {
+  SplitMasterT<Avx512Ops<false>, Narrow>(p, w, lo, n);
+}
+
+void JoinMasterAvx512(const uint16_t* w, const int16_t* lo, float* p, size_t n) {
+  JoinMasterT<Avx512Ops<false>, Narrow>(w, lo, p, n);
+}
+
 }  // namespace strata::cpu

@@ -56,6 +56,14 @@ void AdamRangeAvx2(const AdamArgs& a, size_t begin, size_t end);
 void AdamRangeAvx512(const AdamArgs& a, size_t begin, size_t end);
 void AdamRangeAvx512Bf16(const AdamArgs& a, size_t begin, size_t end);
 
+// A split master (Note [Split master]): n fp32 values to working weights + low halves, and back.
+void SplitMasterScalar(const float* p, uint16_t* w, int16_t* lo, size_t n);
+void SplitMasterAvx2(const float* p, uint16_t* w, int16_t* lo, size_t n);
+void SplitMasterAvx512(const float* p, uint16_t* w, int16_t* lo, size_t n);
+void JoinMasterScalar(const uint16_t* w, const int16_t* lo, float* p, size_t n);
+void JoinMasterAvx2(const uint16_t* w, const int16_t* lo, float* p, size_t n);
+void JoinMasterAvx512(const uint16_t* w, const int16_t* lo, float* p, size_t n);
+
 // Sum of squares in double of x[begin, end) (fp32 or bf16 bits); NaN/Inf propagate.
 double SumSquaresScalar(const float* x, size_t begin, size_t end);
 double SumSquaresAvx2(const float* x, size_t begin, size_t end);
@@ -339,6 +347,21 @@ inline double SumSquaresT(const T* x, size_t begin, size_t end) {
     sum += e * e;
   }
   return sum;
+}
+
+// The split master's conversions, the vector body then one element at a time.
+template <class Wide, class Narrow>
+inline void SplitMasterT(const float* p, uint16_t* w, int16_t* lo, size_t n) {
+  size_t i = 0;
+  for (; i + Wide::kWidth <= n; i += Wide::kWidth) Wide::template StoreSplit<false>(w + i, lo + i, Wide::Load(p + i));
+  for (; i < n; ++i) Narrow::template StoreSplit<false>(w + i, lo + i, Narrow::Load(p + i));
+}
+
+template <class Wide, class Narrow>
+inline void JoinMasterT(const uint16_t* w, const int16_t* lo, float* p, size_t n) {
+  size_t i = 0;
+  for (; i + Wide::kWidth <= n; i += Wide::kWidth) Wide::Store(p + i, Wide::LoadSplit(w + i, lo + i));
+  for (; i < n; ++i) Narrow::Store(p + i, Narrow::LoadSplit(w + i, lo + i));
 }
 
 // Note [Gradient accumulation]

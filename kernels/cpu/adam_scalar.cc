@@ -30,4 +30,12 @@ void AccumulateScalar(uint16_t* acc, const float* part, float scale, bool overwr
   AccumulateT<FusedScalar, FusedScalar>(acc, part, scale, overwrite, begin, end);
 }
 
+void SplitMasterScalar(const float* p, uint16_t* w, int16_t* lo, size_t n) {
+  SplitMasterT<Scalar, Scalar>(p, w, lo, n);
+}
+
+void JoinMasterScalar(const uint16_t* w, const int16_t* lo, float* p, size_t n) {
+  JoinMasterT<Scalar, Scalar>(w, lo, p, n);
+}
+
 }  // namespace strata::cpu

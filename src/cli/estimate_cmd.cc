@@ -113,6 +113,13 @@ StatusOr<MachineCapacity> MachineFor(const EstimateArgs& a, const TrainConfig& c
   return m;
 }
 
+// strata.master_weights "split" as the engine would check it at its start; false (printed) if not.
+bool SplitMasterFitsPlan(const TrainConfig& cfg, int nproc, int64_t params, bool gpu) {
+  const Status s = ShardPlan::Make(cfg, ModelShape::Of(cfg.model, params), nproc, 0, {!gpu}).SplitMasterFits(cfg);
+  if (!s.ok()) std::fprintf(stderr, "error: %s\n", s.message().c_str());
+  return s.ok();
+}
+
 }  // namespace
 
 void AddEstimateCommand(CLI::App& app, Action* action) {
@@ -157,6 +164,7 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
         return 2;
       }
       const MachineCapacity& m = *machine;
+      if (!SplitMasterFitsPlan(*cfg, a->nproc, static_cast<int64_t>(a->params), gpu)) return 1;
       const bool planned = !a->host_memory.empty() || !a->disk_free.empty();
       const bool states_nvme = cfg->offload_optimizer.device == OffloadDevice::kNvme;
       MemoryEstimate e =

@@ -3,6 +3,7 @@
 // step is in engine_step.cc, the optimizer in engine_optimizer.cc.
 #include "src/engine/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -76,6 +77,7 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   model.spec = std::make_unique<model::ModelSpec>(cfg.model);
   model.tie = model.spec->tie();
   plan = ShardPlan::Make(cfg, ModelShape::Of(cfg.model), comm->world_size(), comm->rank(), {dev->is_host()});
+  STRATA_RETURN_IF_ERROR(plan.SplitMasterFits(cfg));
   optimizer.thread = std::make_unique<WorkQueue>(Track::kOptimizer, 0, 0, 0, &g_untraced);
   // Thread policy: on the host, the blocks' compute and the CPU Adam share the rank's cores
   // (LibTorch's pool; overlapping, they take turns). On a GPU the compute thread only issues
@@ -138,10 +140,14 @@ StatusOr<NamedTensors> Engine::MasterParameters(int block) {
   const BlockRuntime& br = m.model.blocks[block];
   const ShardLayout& layout = m.plan.blocks[block].layout;
   torch::Tensor full = torch::zeros({layout.padded}, torch::kFloat32);
+  std::vector<std::byte> working;  // a split master's high halves
+  if (m.plan.split_master) {
+    STRATA_ASSIGN_OR_RETURN(working, m.ReadWorking(block));
+  }
   for (const SubGroup& sg : br.subs) {
     torch::Tensor part = full.narrow(0, sg.range.begin, sg.range.len);
     auto dst = std::span<std::byte>(static_cast<std::byte*>(part.data_ptr()), sg.range.len * 4);
-    STRATA_RETURN_IF_ERROR(m.store->Read(sg.master, dst).Wait());
+    STRATA_RETURN_IF_ERROR(m.ReadMaster(block, sg, working, dst));
   }
   if (m.plan.optim_sharded && m.comm->world_size() > 1) {
     torch::Tensor shard = full.narrow(0, layout.begin(), layout.shard).clone();
@@ -161,8 +167,12 @@ Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::
     STRATA_RETURN_IF_ERROR(m.store->Read(h, buf).Wait());
     return visit(key, buf);
   };
+  std::vector<std::byte> working, master;  // a split master's high halves, and the master rebuilt
   for (int b = 0; b < m.num_blocks(); ++b) {
     const BlockRuntime& br = m.model.blocks[b];
+    if (m.plan.split_master) {
+      STRATA_ASSIGN_OR_RETURN(working, m.ReadWorking(b));
+    }
     if (m.plan.resident[b]) {  // on the device: copied out
       const torch::Tensor& t = m.bufs.resident[b];
       buf.resize(t.nbytes());
@@ -173,7 +183,13 @@ Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::
     }
     if (br.adapter.valid()) STRATA_RETURN_IF_ERROR(one({b, TensorRole::kAdapter, 0}, br.adapter));
     for (const SubGroup& sg : br.subs) {
-      STRATA_RETURN_IF_ERROR(one({b, TensorRole::kMaster, sg.range.begin}, sg.master));
+      if (m.plan.split_master) {  // visited as the fp32 master it stands for
+        master.resize(sg.range.len * 4);
+        STRATA_RETURN_IF_ERROR(m.ReadMaster(b, sg, working, master));
+        STRATA_RETURN_IF_ERROR(visit({b, TensorRole::kMaster, sg.range.begin}, master));
+      } else {
+        STRATA_RETURN_IF_ERROR(one({b, TensorRole::kMaster, sg.range.begin}, sg.master));
+      }
       STRATA_RETURN_IF_ERROR(one({b, TensorRole::kAdamM, sg.range.begin}, sg.m));
       STRATA_RETURN_IF_ERROR(one({b, TensorRole::kAdamV, sg.range.begin}, sg.v));
     }
@@ -203,6 +219,7 @@ Status Engine::RestoreState(const TensorKey& key, std::span<const std::byte> byt
         h = key.role == TensorRole::kMaster ? sg.master : key.role == TensorRole::kAdamM ? sg.m : sg.v;
   }
   if (!h) return Error(StatusCode::kNotFound, "no tensor '{}' in this run's state", key.Name());
+  if (key.role == TensorRole::kMaster && m.plan.split_master) return m.RestoreSplitMaster(key, *h, bytes);
   if (bytes.size() != m.store->bytes(*h))
     return Error(StatusCode::kInvalidArgument, "tensor '{}' has {} bytes, the checkpoint holds {}", key.Name(),
                  m.store->bytes(*h), bytes.size());

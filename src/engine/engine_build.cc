@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "src/engine/engine_impl.h"
+#include "strata/cpu_adam.h"
 #include "strata/check.h"
 
 namespace strata {
@@ -262,7 +263,8 @@ Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, con
 }
 
 // Registers block b's tensors (plan.Keys() names) and submits the writes of their initial
-// values: the working range in the compute dtype and the fp32 master weights; Adam's moments,
+// values: the working range in the compute dtype and the fp32 master weights (or their low
+// halves); Adam's moments,
 // zero, are only registered (Note [Building blocks]). The writes read `flat` and `st.working`
 // until st.writes complete.
 Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging& st) {
@@ -286,9 +288,19 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
     return Status();
   };
   torch::Tensor working;  // fp32: a view of the flat group; else converted into the staging
+  // A split master (strata.master_weights "split"): the working range's fp32 values become the
+  // working weights and, in place over their own staging, the low halves (Note [Split master]).
+  std::span<const std::byte> low_halves;
   STRATA_RETURN_IF_ERROR(TorchCall("initial state", [&] {
     working = flat.narrow(0, bp.working.begin, bp.working.len);
-    if (compute_scalar() != torch::kFloat32) working = st.working.narrow(0, 0, bp.working.len).copy_(working);
+    if (plan.split_master) {
+      float* values = working.data_ptr<float>();
+      working = st.working.narrow(0, 0, bp.working.len);
+      SplitMasterWeightsInPlace(values, bp.working.len, static_cast<uint16_t*>(working.data_ptr()));
+      low_halves = {reinterpret_cast<const std::byte*>(values), static_cast<size_t>(bp.working.len) * 2};
+    } else if (compute_scalar() != torch::kFloat32) {
+      working = st.working.narrow(0, 0, bp.working.len).copy_(working);
+    }
   }));
   if (plan.resident[b]) {  // its home is the device: no store tensor
     bufs.resident.resize(plan.blocks.size());
@@ -309,9 +321,16 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
     const ElementRange r = bp.sub_group(i);
     SubGroup sg{r, {}, {}, {}};
     const uint64_t moment_bytes = r.len * plan.msize;  // fp32 or bf16
-    torch::Tensor master;  // contiguous: a view of the flat group
-    STRATA_RETURN_IF_ERROR(TorchCall("initial state", [&] { master = flat.narrow(0, r.begin, r.len); }));
-    STRATA_RETURN_IF_ERROR(add({b, TensorRole::kMaster, r.begin}, BytesOf(master).size(), BytesOf(master), &sg.master));
+    std::span<const std::byte> master;  // a view of the flat group, or of the low halves
+    if (plan.split_master) {
+      STRATA_CHECK(r.begin >= bp.working.begin && r.end() <= bp.working.end()) << "block " << b;
+      master = low_halves.subspan((r.begin - bp.working.begin) * 2, r.len * 2);
+    } else {
+      torch::Tensor view;
+      STRATA_RETURN_IF_ERROR(TorchCall("initial state", [&] { view = flat.narrow(0, r.begin, r.len); }));
+      master = BytesOf(view);
+    }
+    STRATA_RETURN_IF_ERROR(add({b, TensorRole::kMaster, r.begin}, master.size(), master, &sg.master));
     STRATA_RETURN_IF_ERROR(add({b, TensorRole::kAdamM, r.begin}, moment_bytes, {}, &sg.m));
     STRATA_RETURN_IF_ERROR(add({b, TensorRole::kAdamV, r.begin}, moment_bytes, {}, &sg.v));
     br.subs.push_back(sg);

@@ -300,8 +300,15 @@ struct Engine::Impl {
   // Bytes of state k (0 master, 1 m, 2 v) of `len` elements.
   size_t StateBytes(int k, int64_t len) const {
     static constexpr TensorRole kRoles[3] = {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV};
-    return len * plan.ElementBytes(kRoles[k]);
+    return len * plan.StoredBytes(kRoles[k]);
   }
+  // strata.master_weights "split" (Note [Split master]): block b's working weights, whole; the
+  // fp32 master of its sub-group `sg` into `dst` (4 B per element: read, or rebuilt from
+  // `working` and the low halves); a checkpoint's fp32 master stored as low halves, with the
+  // working weights it rounds to written over its range.
+  StatusOr<std::vector<std::byte>> ReadWorking(int b);
+  Status ReadMaster(int b, const SubGroup& sg, std::span<const std::byte> working, std::span<std::byte> dst);
+  Status RestoreSplitMaster(const TensorKey& key, TensorHandle low, std::span<const std::byte> fp32);
   // A resident block's updated working weights (in `lease`) to the device, off the critical path.
   Status UpdateResident(int b, PinnedBuffer lease);
   // Stages 1-2: this rank's updated part of block b shared with the others (compute thread).

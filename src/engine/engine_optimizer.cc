@@ -30,6 +30,7 @@ namespace {
 
 std::span<float> AsFloats(std::span<std::byte> b) { return {reinterpret_cast<float*>(b.data()), b.size() / 4}; }
 std::span<uint16_t> AsHalves(std::span<std::byte> b) { return {reinterpret_cast<uint16_t*>(b.data()), b.size() / 2}; }
+std::span<int16_t> AsLowHalves(std::span<std::byte> b) { return {reinterpret_cast<int16_t*>(b.data()), b.size() / 2}; }
 
 }  // namespace
 
@@ -289,6 +290,11 @@ StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease, int64
   if (!got) got = pools.param->AcquireFor(std::chrono::minutes(5));  // held by copies to the device
   if (!got) return Status(StatusCode::kInternal, "no pinned buffer for the working weights in 5 minutes");
   *lease = std::move(*got);
+  if (plan.split_master) {  // the weights being replaced are the master's high halves
+    Tracer::Span s(tracer, Track::kOptimizer, "adam b" + std::to_string(b) + ": reading its working weights");
+    const std::span<std::byte> old = lease->span().subspan(0, store->bytes(br.working));
+    STRATA_RETURN_IF_ERROR(store->Read(br.working, old).Wait().WithContext(fmt::format("working weights of block {}", b)));
+  }
   return lease->data();
 }
 
@@ -311,7 +317,8 @@ Status Engine::Impl::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
                                     std::byte* out) {
   STRATA_ASSIGN_OR_RETURN(auto states, StateSpans(b, sg, cur));
   AdamSpans spans;
-  spans.params = AsFloats(states[0]);
+  if (plan.split_master) spans.master_low = AsLowHalves(states[0]);  // the high halves: `out`
+  else spans.params = AsFloats(states[0]);
   if (cfg.adam_states == DType::kBF16) {
     spans.exp_avg_bf16 = AsHalves(states[1]);
     spans.exp_avg_sq_bf16 = AsHalves(states[2]);
@@ -410,6 +417,46 @@ void Engine::Impl::DropEarlyStates() {
   if (!optimizer.early_states) return;
   for (Ticket& t : optimizer.early_states->read) t.Wait().IgnoreError();  // the buffers are being written into
   optimizer.early_states.reset();
+}
+
+StatusOr<std::vector<std::byte>> Engine::Impl::ReadWorking(int b) {
+  const TensorHandle h = model.blocks[b].working;
+  std::vector<std::byte> out(store->bytes(h));
+  STRATA_RETURN_IF_ERROR(store->Read(h, out).Wait());
+  return out;
+}
+
+Status Engine::Impl::ReadMaster(int b, const SubGroup& sg, std::span<const std::byte> working, std::span<std::byte> dst) {
+  STRATA_CHECK(dst.size() == static_cast<size_t>(sg.range.len) * 4) << dst.size();
+  if (!plan.split_master) return store->Read(sg.master, dst).Wait();
+  std::vector<int16_t> low(sg.range.len);
+  STRATA_RETURN_IF_ERROR(store->Read(sg.master, std::as_writable_bytes(std::span(low))).Wait());
+  const int64_t at = sg.range.begin - plan.blocks[b].working.begin;
+  STRATA_CHECK(at >= 0 && (at + sg.range.len) * 2 <= static_cast<int64_t>(working.size())) << "block " << b;
+  const auto* high = reinterpret_cast<const uint16_t*>(working.data()) + at;
+  JoinMasterWeights({high, low.size()}, low, {reinterpret_cast<float*>(dst.data()), low.size()});
+  return Status();
+}
+
+Status Engine::Impl::RestoreSplitMaster(const TensorKey& key, TensorHandle low_handle, std::span<const std::byte> fp32) {
+  const int b = key.block;
+  const int64_t len = static_cast<int64_t>(store->bytes(low_handle) / 2);
+  if (fp32.size() != static_cast<size_t>(len) * 4)
+    return Error(StatusCode::kInvalidArgument, "tensor '{}' has {} bytes, the checkpoint holds {}", key.Name(), len * 4,
+                 fp32.size());
+  std::vector<float> master(len);
+  std::memcpy(master.data(), fp32.data(), fp32.size());
+  std::vector<uint16_t> high(len);
+  std::vector<int16_t> low(len);
+  SplitMasterWeights(master, high, low);
+  // The working weights are what the master rounds to (a checkpoint written with an fp32 master
+  // holds those already; this keeps the pair consistent whatever it holds).
+  STRATA_ASSIGN_OR_RETURN(std::vector<std::byte> working, ReadWorking(b));
+  const int64_t at = key.offset - plan.blocks[b].working.begin;
+  STRATA_CHECK(at >= 0 && (at + len) * 2 <= static_cast<int64_t>(working.size())) << "block " << b;
+  std::memcpy(working.data() + at * 2, high.data(), len * 2);
+  STRATA_RETURN_IF_ERROR(store->Write(model.blocks[b].working, working).Wait());
+  return store->Write(low_handle, std::as_bytes(std::span(low))).Wait();
 }
 
 }  // namespace strata

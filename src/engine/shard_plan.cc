@@ -119,6 +119,7 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
   p.dsize = DTypeSize(cfg.compute_dtype);
   p.msize = DTypeSize(cfg.adam_states);
   p.gsize = DTypeSize(cfg.grad_accum_dtype);
+  p.split_master = cfg.split_master;
   p.working_home = ResidenceOf(cfg.offload_param.device);
   p.optimizer_home = ResidenceOf(cfg.offload_optimizer.device);
   if (p.optimizer_home == Residence::kNvme)
@@ -245,7 +246,7 @@ void ShardPlan::PlanLedger() {
     if (WorkingResidence(i) == Residence::kNvme) nvme_on_disk += RoundUp(working, kPage);
     const int64_t n = b.num_sub_groups(), full = b.optimizer.len / b.sub_group_step;
     for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV}) {
-      const size_t size = k == StateKind::kMaster ? 4 : msize;
+      const size_t size = k == StateKind::kMaster ? StoredBytes(TensorRole::kMaster) : msize;
       const uint64_t full_bytes = b.sub_group_step * size, tail_bytes = (b.optimizer.len - full * b.sub_group_step) * size;
       ledger.Add(k, OptimizerResidence(i), b.optimizer.len * size);
       if (OptimizerResidence(i) == Residence::kNvme)
@@ -273,6 +274,20 @@ std::vector<Visit> ShardPlan::Visits(int micro_batches, bool backward) const {
         if (b > 0 || !Frozen(0)) order.push_back({b, false});
   }
   return order;
+}
+
+Status ShardPlan::SplitMasterFits(const TrainConfig& c) const {
+  const bool any_resident = std::find(resident.begin(), resident.end(), true) != resident.end();
+  if (!c.split_master) return Status();
+  if (c.compute_dtype != DType::kBF16)
+    return InvalidArgument("strata.master_weights \"split\": needs bf16 compute (this run computes in {}: {}); the "
+                           "working weights are the master's high halves", DTypeName(c.compute_dtype),
+                           c.precision_reason.empty() ? "bf16.enabled" : c.precision_reason);
+  if (any_resident)
+    return InvalidArgument("strata.master_weights \"split\": this run keeps blocks' working weights on the device "
+                           "(zero_optimization.offload_param.device \"none\", or strata.resident_blocks), where the "
+                           "CPU update cannot read them; offload them to \"cpu\" or \"nvme\"");
+  return Status();
 }
 
 Residence ShardPlan::WorkingResidence(int b) const {

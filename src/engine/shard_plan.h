@@ -10,7 +10,8 @@
 //
 //   per block b, rank r of W:   flat group [0, padded) = W shards of `shard` elements
 //     working     stage 3: [r*shard, +shard)   else [0, padded)     compute dtype
-//     optimizer   stage>=1: [r*shard, +shard)  else [0, padded)     fp32 master, m, v,
+//     optimizer   stage>=1: [r*shard, +shard)  else [0, padded)     fp32 master (or its low
+//                                                                  halves: split_master), m, v,
 //                 split into sub-groups of sub_group_size elements (kShardAlign multiples)
 //     gradient    stage>=2: [r*shard, +shard)  else [0, padded)     fp32 accumulator (host)
 //   with LoRA the optimizer and gradient ranges are cut to the trainable tail [trainable_begin,
@@ -135,6 +136,7 @@ struct ShardPlan {
   size_t dsize = 4;  // bytes per working-weight element
   size_t msize = 4;  // bytes per element of Adam's m and of v (strata.adam_states)
   size_t gsize = 4;  // bytes per element of the gradient accumulators (strata.gradient_accumulator)
+  bool split_master = false;  // strata.master_weights "split": the store holds the master's low halves
   Residence working_home = Residence::kDevice, optimizer_home = Residence::kDevice;
   std::vector<BlockPlan> blocks;
   int tied_owner = -1;
@@ -194,6 +196,9 @@ struct ShardPlan {
   // and the aio settings.
   static ShardPlan Make(const TrainConfig& cfg, const ModelShape& model, int world, int rank,
                         DeviceTraits device = {});
+  // strata.master_weights "split" with what is known once the precision and the plan are: bf16
+  // compute, and no block's working weights resident on the device.
+  Status SplitMasterFits(const TrainConfig& cfg) const;
   // Where block b's working weights live: the device for resident blocks, else their home.
   Residence WorkingResidence(int b) const;
   // strata.host_blocks (only with offload_optimizer "nvme"): the last host_blocks blocks keep
@@ -225,9 +230,12 @@ struct ShardPlan {
   size_t NumKeys() const;  // Keys().size(), without listing them
   uint64_t TensorBytes(const TensorKey& key) const;
   // Bytes per element of a role: working (and adapter) dsize, master 4, m and v msize.
+  // (What checkpoints, VisitState and resharding see: a split master is visited as fp32.)
   size_t ElementBytes(TensorRole r) const {
     return r == TensorRole::kWorking || r == TensorRole::kAdapter ? dsize : r == TensorRole::kMaster ? 4 : msize;
   }
+  // Bytes per element the store holds: a split master's low halves are 2.
+  size_t StoredBytes(TensorRole r) const { return r == TensorRole::kMaster && split_master ? 2 : ElementBytes(r); }
   int64_t SubGroupLen(const TensorKey& key) const;  // elements of an optimizer state's sub-group
 };
 

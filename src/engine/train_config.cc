@@ -135,6 +135,20 @@ Status ParseStrataData(JsonReader& s, TrainConfig* c) {
   return Status();
 }
 
+// How the optimizer's state is stored: Adam's moments, the master, the gradient accumulators.
+Status ParseStateStorage(JsonReader& s, TrainConfig* c) {
+  std::string adam_states = c->adam_states == DType::kBF16 ? "bf16" : "fp32";
+  STRATA_RETURN_IF_ERROR(s.Choice("adam_states", &adam_states, {"fp32", "bf16"}));
+  c->adam_states = adam_states == "bf16" ? DType::kBF16 : DType::kF32;
+  std::string master = c->split_master ? "split" : "fp32";
+  STRATA_RETURN_IF_ERROR(s.Choice("master_weights", &master, {"fp32", "split"}));
+  c->split_master = master == "split";
+  std::string accumulator = c->grad_accum_dtype == DType::kBF16 ? "bf16" : "fp32";
+  STRATA_RETURN_IF_ERROR(s.Choice("gradient_accumulator", &accumulator, {"fp32", "bf16"}));
+  c->grad_accum_dtype = accumulator == "bf16" ? DType::kBF16 : DType::kF32;
+  return Status();
+}
+
 Status ParseStrata(JsonReader& root, TrainConfig* c) {
   STRATA_ASSIGN_OR_RETURN(JsonReader s, root.Child("strata"));
   STRATA_RETURN_IF_ERROR(s.Int("steps", &c->steps, 0, kMaxI));
@@ -179,12 +193,7 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   }
   STRATA_RETURN_IF_ERROR(s.Int("delayed_update_from", &c->delayed_update_from, 0, int64_t{1} << 62));
   STRATA_RETURN_IF_ERROR(s.Int("optimizer_threads", &c->optimizer_threads, 0, 4096));
-  std::string adam_states = c->adam_states == DType::kBF16 ? "bf16" : "fp32";
-  STRATA_RETURN_IF_ERROR(s.Choice("adam_states", &adam_states, {"fp32", "bf16"}));
-  c->adam_states = adam_states == "bf16" ? DType::kBF16 : DType::kF32;
-  std::string accumulator = c->grad_accum_dtype == DType::kBF16 ? "bf16" : "fp32";
-  STRATA_RETURN_IF_ERROR(s.Choice("gradient_accumulator", &accumulator, {"fp32", "bf16"}));
-  c->grad_accum_dtype = accumulator == "bf16" ? DType::kBF16 : DType::kF32;
+  STRATA_RETURN_IF_ERROR(ParseStateStorage(s, c));
   if (s.IsAuto("device_accumulation")) {
     s.Touch("device_accumulation");
   } else if (s.Has("device_accumulation")) {
@@ -379,6 +388,23 @@ static Status CheckHostBlocks(const TrainConfig& c) {
                          c.host_blocks, OffloadDeviceName(c.offload_optimizer.device));
 }
 
+// strata.master_weights "split" rebuilds the master from the working weights at every update:
+// the update must read the weights it replaces, from the store, before anything else does.
+static Status CheckSplitMaster(const TrainConfig& c) {
+  if (!c.split_master) return Status();
+  if (c.optimizer_overlap != OptimizerOverlap::kNone && c.optimizer_overlap != OptimizerOverlap::kForward)
+    return InvalidArgument("strata.master_weights \"split\": needs strata.optimizer_overlap \"forward\" or \"none\" "
+                           "(it is \"{}\"): the speculative and delayed updates keep two versions of the weights",
+                           OptimizerOverlapName(c.optimizer_overlap));
+  if (c.model.lora.r > 0)
+    return InvalidArgument("strata.master_weights \"split\": not with strata.lora (its adapters' master is small)");
+  if (c.resident_blocks > 0)
+    return InvalidArgument("strata.master_weights \"split\": strata.resident_blocks must be 0 (it is {}): a resident "
+                           "block's working weights are on the device, where the CPU update cannot read them",
+                           c.resident_blocks);
+  return Status();
+}
+
 StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::string& origin) {
   STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonText(text, origin));
   if (!j.is_object()) return InvalidArgument("{}: the top level must be a JSON object", origin);
@@ -395,6 +421,7 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   if (c.schedule.total_num_steps == 0) c.schedule.total_num_steps = c.steps;
   if (Status s = CheckDelayedUpdate(c); !s.ok()) return s.WithContext(origin);
   if (Status s = CheckHostBlocks(c); !s.ok()) return s.WithContext(origin);
+  if (Status s = CheckSplitMaster(c); !s.ok()) return s.WithContext(origin);
   root.UnusedKeys(&c.warnings);
   for (AutoValue a : root.autos()) {
     if (a.path == "scheduler.params.warmup_max_lr") a.reason = "the optimizer's lr";

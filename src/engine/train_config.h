@@ -150,6 +150,12 @@ struct TrainConfig {
   // strata.adam_states: how Adam's m and v are stored ("fp32", or "bf16": 4 B/param instead
   // of 8, in memory, on NVMe and in checkpoints; the update itself stays fp32).
   DType adam_states = DType::kF32;
+  // strata.master_weights: "fp32" (the default), or "split": the fp32 master kept as the bf16
+  // working weights + a 16-bit low half (Note [Split master], strata/cpu_adam.h): 2 B/param
+  // instead of 4 in host memory and on NVMe, 2 B/param less written per update. bf16 compute,
+  // working weights in the store (not resident on a device), optimizer_overlap "none" or
+  // "forward", no LoRA (CheckSplitMaster and SplitMasterFits).
+  bool split_master = false;
   // strata.gradient_accumulator: the dtype of the host gradient accumulators ("fp32", or
   // "bf16": 2 B/param instead of 4; each micro-batch's reduced gradient is added in fp32
   // and the sum rounded to bf16, nearest even, once per micro-batch).

@@ -33,6 +33,7 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   const ShardPlan plan = ShardPlan::Make(cfg, shape, world, /*rank=*/0, device);
   for (int64_t n : shape.block_numels) e.parameters += n;
   e.ledger = plan.ledger;
+  e.split_master = plan.split_master;
   e.scratch = plan.scratch_bytes;
   e.staging = plan.staging_bytes;
   e.grad_staging = plan.grad_staging_bytes;
@@ -158,7 +159,8 @@ std::string FormatEstimate(const MemoryEstimate& e) {
   for (int k = 0; k < kNumStateKinds; ++k) {
     if (k == static_cast<int>(StateKind::kSpeculationBackup) && e.ledger.Of(StateKind::kSpeculationBackup) == 0)
       continue;  // a row only for the mode that has them
-    out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", kNames[k], HumanBytes(e.ledger.bytes[k][0]),
+    const char* name = k == static_cast<int>(StateKind::kMaster) && e.split_master ? "master low halves (split)" : kNames[k];
+    out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", name, HumanBytes(e.ledger.bytes[k][0]),
                        HumanBytes(e.ledger.bytes[k][1]), HumanBytes(e.ledger.bytes[k][2]));
   }
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "gradient scratch", HumanBytes(e.scratch), "-", "-");

@@ -10,7 +10,9 @@ StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const MemoryLedger& ledg
   const bool frozen = cfg.model.lora.enabled();  // the base weights are never written
   const bool served = !frozen && (cfg.optimizer_overlap == OptimizerOverlap::kForward ||
                                    cfg.optimizer_overlap == OptimizerOverlap::kSpeculative);
-  const uint64_t working_reads = 2 * static_cast<uint64_t>(cfg.grad_accum);
+  // Forward and backward of each micro-batch; a split master's update reads the weights it
+  // replaces (their high halves) once more.
+  const uint64_t working_reads = 2 * static_cast<uint64_t>(cfg.grad_accum) + (cfg.split_master && !frozen ? 1 : 0);
   t.written = t.states + (frozen ? 0 : t.working);
   t.read_at_most = t.states + working_reads * t.working;
   t.read_served = t.read_at_most - (served ? t.working : 0);

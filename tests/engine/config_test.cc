@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
+
 #include "src/engine/lr_schedule.h"
 #include "src/engine/train_config.h"
 #include "strata/isa.h"
@@ -443,6 +445,25 @@ TEST(Config, DeviceAccumulationIsAutoTrueOrFalse) {
   ASSERT_FALSE(bad.ok());
   for (const char* part : {"strata.device_accumulation", "\"yes\"", "\"auto\""})
     EXPECT_NE(bad.status().message().find(part), std::string::npos) << bad.status().message();
+}
+
+TEST(Config, MasterWeightsAreFp32OrSplitWithAnUpdateThatReadsThem) {
+  auto absent = ParseTrainConfig("{}", "m.json");
+  ASSERT_TRUE(absent.ok()) << absent.status().message();
+  EXPECT_FALSE(absent->split_master);
+  auto split = ParseTrainConfig(R"({"strata": {"master_weights": "split"}})", "m.json");
+  ASSERT_TRUE(split.ok()) << split.status().message();
+  EXPECT_TRUE(split->split_master);
+  auto bad = ParseTrainConfig(R"({"strata": {"master_weights": "bf16"}})", "m.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("strata.master_weights"), std::string::npos) << bad.status().message();
+  for (const char* other : {R"("optimizer_overlap": "speculative")", R"("optimizer_overlap": "delayed")",
+                            R"("model": {"arch": "llama"}, "lora": {"r": 4})", R"("resident_blocks": 2)"}) {
+    auto no = ParseTrainConfig(fmt::format(R"({{"zero_optimization": {{"stage": 3, "offload_param": {{"device": "nvme"}}}},
+                                              "strata": {{"master_weights": "split", {}}}}})", other), "m.json");
+    ASSERT_FALSE(no.ok()) << other;
+    EXPECT_NE(no.status().message().find("strata.master_weights \"split\""), std::string::npos) << other << ": " << no.status().message();
+  }
 }
 
 }  // namespace

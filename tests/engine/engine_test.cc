@@ -6,6 +6,8 @@
 // plus every ZeRO stage's per-rank bytes against the arithmetic, and the prefetch budget.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "src/model/model.h"
 #include "strata/flat_group.h"
 #include "tests/engine/engine_test_util.h"
@@ -271,6 +273,142 @@ TEST(Engine, Bf16MomentsRoundAlikeWhateverTheSubGroups) {
     EXPECT_TRUE(moments(runs[0]) == moments(runs[i])) << i;
   }
   EXPECT_LT(runs[0].stats.back().loss, runs[0].stats.front().loss);
+}
+
+// strata.master_weights "split" (Note [Split master]): the master kept as the working weights
+// + low halves. Wherever the states live (host memory, NVMe, host blocks; one rank or two) the
+// run is bitwise the same; against an fp32 master it differs only by the even ties' one-ulp
+// steps, so its losses and weights stay within rounding of that run. The master takes half
+// the bytes, visited (checkpoints) as fp32.
+TEST(Engine, SplitMasterTrainsAsTheFp32Master) {
+  TempDir dir;
+  auto config = [&](OffloadDevice params, OffloadDevice states, int64_t host_blocks, bool split) {
+    TrainConfig c = TinyConfig(dir.path());
+    c.compute_dtype = DType::kBF16;
+    c.adam_states = DType::kBF16;
+    c.offload_param.device = params;
+    c.offload_optimizer.device = states;
+    c.host_blocks = host_blocks;
+    c.split_master = split;
+    return c;
+  };
+  const testing::RunResult fp32 = RunEngine(config(OffloadDevice::kNvme, OffloadDevice::kNvme, 0, false), 1, 4);
+  std::vector<testing::RunResult> split;
+  split.push_back(RunEngine(config(OffloadDevice::kNvme, OffloadDevice::kNvme, 0, true), 1, 4));
+  split.push_back(RunEngine(config(OffloadDevice::kCpu, OffloadDevice::kCpu, 0, true), 1, 4));
+  split.push_back(RunEngine(config(OffloadDevice::kNvme, OffloadDevice::kNvme, 2, true), 1, 4));
+  for (size_t i = 1; i < split.size(); ++i) {
+    EXPECT_TRUE(testing::BitwiseEqual(split[0], split[i])) << i << ": " << testing::MaxAbsDiff(split[0], split[i]);
+    ASSERT_EQ(split[i].stats.size(), split[0].stats.size());
+    for (size_t s = 0; s < split[0].stats.size(); ++s) EXPECT_EQ(split[i].stats[s].loss, split[0].stats[s].loss) << i;
+  }
+  ASSERT_EQ(split[0].stats.size(), fp32.stats.size());
+  EXPECT_EQ(split[0].stats[0].loss, fp32.stats[0].loss);  // the same initial weights
+  for (size_t s = 0; s < fp32.stats.size(); ++s)
+    EXPECT_NEAR(split[0].stats[s].loss, fp32.stats[s].loss, 1e-4 * fp32.stats[s].loss) << s;
+  EXPECT_LT(testing::MaxAbsDiff(split[0], fp32), 1e-5);
+  EXPECT_LT(split[0].stats.back().loss, split[0].stats.front().loss);
+  // Half the master's bytes, where they live; everything else as with an fp32 master.
+  EXPECT_EQ(2 * split[0].ledger.At(StateKind::kMaster, Residence::kNvme), fp32.ledger.At(StateKind::kMaster, Residence::kNvme));
+  EXPECT_EQ(split[0].ledger.Of(StateKind::kWorking), fp32.ledger.Of(StateKind::kWorking));
+  EXPECT_EQ(split[0].ledger.Of(StateKind::kAdamM), fp32.ledger.Of(StateKind::kAdamM));
+  // Visited as the fp32 master (what a checkpoint holds), of the fp32 master's size.
+  for (const auto& [name, bytes] : fp32.state) {
+    ASSERT_TRUE(split[0].state.count(name)) << name;
+    EXPECT_EQ(split[0].state.at(name).size(), bytes.size()) << name;
+  }
+}
+
+// Two ranks, stages 2 and 3: a rank's optimizer range is part of its working weights (stage 2:
+// all of them, shared after the update), and the split runs train as one rank's do.
+TEST(Engine, SplitMasterShardsLikeTheFp32Master) {
+  TempDir dir;
+  for (int stage : {2, 3}) {
+    SCOPED_TRACE(stage);
+    TrainConfig c = TinyConfig(dir.path());
+    c.zero_stage = stage;
+    c.compute_dtype = DType::kBF16;
+    c.offload_optimizer.device = OffloadDevice::kCpu;
+    if (stage == 3) c.offload_param.device = OffloadDevice::kNvme;
+    TrainConfig split = c;
+    split.split_master = true;
+    const testing::RunResult a = RunEngine(c, 2, 3), b = RunEngine(split, 2, 3);
+    ASSERT_EQ(a.stats.size(), b.stats.size());
+    for (size_t s = 0; s < a.stats.size(); ++s) EXPECT_NEAR(b.stats[s].loss, a.stats[s].loss, 1e-4 * a.stats[s].loss);
+    EXPECT_LT(testing::MaxAbsDiff(a, b), 1e-5);
+  }
+}
+
+// A split master's state restored from what VisitState gave (as a checkpoint does) continues
+// bitwise; restored into an fp32-master run, the same master goes on (and back).
+TEST(Engine, SplitMasterStateRestoresBothWays) {
+  TempDir dir;
+  TrainConfig c = TinyConfig(dir.path());
+  c.compute_dtype = DType::kBF16;
+  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.split_master = true;
+  auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
+  ASSERT_TRUE(data.ok());
+  auto comm = MakeSingleRankCommunicator();
+  auto make = [&](bool split) {
+    TrainConfig k = c;
+    k.split_master = split;
+    auto e = Engine::Create(k, comm.get(), nullptr);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return std::move(*e);
+  };
+  using State = std::map<std::string, std::vector<std::byte>>;
+  auto visit = [](Engine& e) {
+    State out;
+    EXPECT_TRUE(e.VisitState([&](const TensorKey& k, std::span<const std::byte> b) {
+                  out[k.Name()].assign(b.begin(), b.end());
+                  return Status();
+                }).ok());
+    return out;
+  };
+  auto restore = [](Engine& e, const State& st) {
+    for (const auto& [name, bytes] : st) ASSERT_TRUE(e.RestoreState(*TensorKey::Parse(name), bytes).ok()) << name;
+  };
+  std::unique_ptr<Engine> a = make(true);
+  for (int s = 0; s < 2; ++s) ASSERT_TRUE(a->Step(s, **data).ok());
+  const State saved = visit(*a);
+  for (bool split : {true, false}) {
+    SCOPED_TRACE(split ? "into a split master" : "into an fp32 master");
+    std::unique_ptr<Engine> b = make(split);
+    restore(*b, saved);
+    b->set_counters(a->counters());
+    EXPECT_TRUE(visit(*b) == saved);  // the master rebuilt from what was stored, bit for bit
+  }
+  std::unique_ptr<Engine> b = make(true);
+  restore(*b, saved);
+  b->set_counters(a->counters());
+  for (int s = 2; s < 4; ++s) {
+    auto x = a->Step(s, **data), y = b->Step(s, **data);
+    ASSERT_TRUE(x.ok() && y.ok());
+    EXPECT_EQ(x->loss, y->loss) << s;
+  }
+  EXPECT_TRUE(visit(*a) == visit(*b));
+}
+
+TEST(Engine, SplitMasterNeedsBf16WeightsTheUpdateCanRead) {
+  TempDir dir;
+  TrainConfig c = TinyConfig(dir.path());
+  c.split_master = true;  // TinyConfig computes in fp32
+  auto comm = MakeSingleRankCommunicator();
+  auto device_comm = MakeSingleRankCommunicator();
+  auto device = MakeFakeAsyncDevice(device_comm.get(), {});  // (outlives the engines)
+  auto e = Engine::Create(c, comm.get(), nullptr);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("strata.master_weights"), std::string::npos) << e.status().ToString();
+  EXPECT_NE(e.status().message().find("bf16 compute"), std::string::npos) << e.status().ToString();
+  // Working weights resident on a device: the CPU update cannot read them.
+  c.compute_dtype = DType::kBF16;
+  e = Engine::Create(c, comm.get(), nullptr, {}, device.get());  // offload_param none: all resident
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("on the device"), std::string::npos) << e.status().ToString();
+  c.offload_param.device = OffloadDevice::kCpu;
+  e = Engine::Create(c, comm.get(), nullptr, {}, device.get());
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
 }
 
 TEST(Engine, PrefetchStaysWithinItsBudget) {

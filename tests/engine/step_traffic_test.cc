@@ -19,6 +19,7 @@ struct Case {
   int64_t grad_accum;
   int64_t host_blocks;
   OffloadDevice params;
+  bool split_master = false;
 };
 
 void CheckTraffic(const TrainConfig& c) {
@@ -54,10 +55,14 @@ TEST(StepTraffic, IsTheLedgersArithmetic) {
       {OptimizerOverlap::kForward, 1, 0, OffloadDevice::kNvme}, {OptimizerOverlap::kForward, 2, 2, OffloadDevice::kNvme},
       {OptimizerOverlap::kDelayed, 1, 0, OffloadDevice::kNvme}, {OptimizerOverlap::kDelayed, 2, 1, OffloadDevice::kNvme},
       {OptimizerOverlap::kForward, 1, 0, OffloadDevice::kCpu},  {OptimizerOverlap::kNone, 2, 1, OffloadDevice::kCpu},
+      // strata.master_weights "split": 2 B/param less master; the update reads the working weights
+      {OptimizerOverlap::kForward, 1, 0, OffloadDevice::kNvme, true}, {OptimizerOverlap::kNone, 2, 1, OffloadDevice::kNvme, true},
+      {OptimizerOverlap::kForward, 1, 1, OffloadDevice::kCpu, true},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(::testing::Message() << OptimizerOverlapName(k.overlap) << " x" << k.grad_accum << " host blocks "
-                                      << k.host_blocks << " params " << OffloadDeviceName(k.params));
+                                      << k.host_blocks << " params " << OffloadDeviceName(k.params) << " split master "
+                                      << k.split_master);
     TrainConfig c = TinyConfig(dir.path());
     c.compute_dtype = DType::kBF16;
     c.adam_states = DType::kBF16;
@@ -66,6 +71,7 @@ TEST(StepTraffic, IsTheLedgersArithmetic) {
     c.optimizer_overlap = k.overlap;
     c.grad_accum = k.grad_accum;
     c.host_blocks = k.host_blocks;
+    c.split_master = k.split_master;
     c.eval_interval = 0;
     CheckTraffic(c);
   }
@@ -150,6 +156,12 @@ TEST(StepTraffic, CountsEachWorkingReadOfTheSchedule) {
   c.model.lora.r = 4;  // the base is frozen: read, never written
   t = EstimateStepTraffic(c, l);
   EXPECT_EQ(t.written, 400u);
+  EXPECT_EQ(t.read_served, 400u + 6 * 100u);
+  c.model.lora.r = 0;
+  c.optimizer_overlap = OptimizerOverlap::kForward;
+  c.split_master = true;  // the update reads the weights it replaces: their master's high halves
+  t = EstimateStepTraffic(c, l);
+  EXPECT_EQ(t.read_at_most, 400u + 7 * 100u);
   EXPECT_EQ(t.read_served, 400u + 6 * 100u);
 }
 
