@@ -269,7 +269,12 @@ struct Engine::Impl {
                       const std::vector<std::shared_ptr<HostEventState>>& ready);
   // Where block b's updated working weights go, as the address of flat element `*first`
   // (the working range's start, or the adapter range's).
-  StatusOr<std::byte*> BlockOutput(int b, PinnedBuffer* lease, int64_t* first);
+  // `ahead`: a buffer already holding (or receiving) block b's working weights, if any.
+  struct OutputAhead;
+  StatusOr<std::byte*> BlockOutput(int b, PinnedBuffer* lease, int64_t* first, OutputAhead* ahead = nullptr);
+  // strata.master_weights "split": block b's output buffer, with the working weights the update
+  // will replace read into it a block ahead (best effort: only when a pinned buffer is free).
+  void ReadOutputAhead(int b, OutputAhead* ahead);
   // Block b has no trainable parameter on any rank (LoRA's embedding and head): no gradients.
   // `out`: where the sub-group's updated working weights go.
   Status UpdateSubGroup(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur, std::byte* out);

@@ -34,6 +34,15 @@ std::span<int16_t> AsLowHalves(std::span<std::byte> b) { return {reinterpret_cas
 
 }  // namespace
 
+struct Engine::Impl::OutputAhead {
+  int block = -1;  // whose working weights `read` brings into `lease`; -1: none
+  PinnedBuffer lease;
+  Ticket read;
+  ~OutputAhead() {
+    if (block >= 0) read.Wait().IgnoreError();  // the buffer is being written into
+  }
+};
+
 StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   STRATA_RETURN_IF_ERROR(Quiesce());  // one update at a time (the last one is done by now)
   Tracer::Span span(tracer, Track::kOptimizer, "gradient norm");
@@ -244,6 +253,7 @@ Status Engine::Impl::UpdateBlocks(const AdamHyperParams& hp, const std::vector<i
 
   std::unique_ptr<LoadedStates> next;
   if (states_nvme && !order.empty()) next = load(*order[0].second);
+  OutputAhead ahead;  // (declared after `next`: its read is waited for first on the way out)
   // Blocks without sub-groups here (frozen, or an empty optimizer range) have nothing to wait for.
   for (int b : blocks)
     if (model.blocks[b].subs.empty()) ready[b]->Set(Status());
@@ -253,7 +263,10 @@ Status Engine::Impl::UpdateBlocks(const AdamHyperParams& hp, const std::vector<i
   for (size_t i = 0; i < order.size(); ++i) {
     const auto [b, sg] = order[i];
     if (i == 0 || order[i - 1].first != b) {
-      STRATA_ASSIGN_OR_RETURN(working_out, BlockOutput(b, &out_lease, &out_first));
+      STRATA_ASSIGN_OR_RETURN(working_out, BlockOutput(b, &out_lease, &out_first, &ahead));
+      size_t j = i;
+      while (j < order.size() && order[j].first == b) ++j;
+      if (j < order.size()) ReadOutputAhead(order[j].first, &ahead);
     }
     std::unique_ptr<LoadedStates> cur = std::move(next);
     if (states_nvme && i + 1 < order.size()) next = load(*order[i + 1].second);
@@ -270,7 +283,19 @@ Status Engine::Impl::UpdateBlocks(const AdamHyperParams& hp, const std::vector<i
 // Where block b's updated working weights go: in place in the cpu tier (the adapter tensor
 // of a LoRA block whose base is on NVMe), or a pinned buffer (`lease`) written to NVMe or
 // copied to the device once the block is done.
-StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease, int64_t* first) {
+void Engine::Impl::ReadOutputAhead(int b, OutputAhead* ahead) {
+  const BlockRuntime& br = model.blocks[b];
+  if (!plan.split_master || ahead->block >= 0 || plan.resident[b] || br.adapter.valid() || !br.working.valid() ||
+      store->home(br.working) != Tier::kNvme || optimizer.run.parked)
+    return;
+  std::optional<PinnedBuffer> got = pools.param->TryAcquire();  // never waits: the compute may need them
+  if (!got) return;
+  ahead->lease = std::move(*got);
+  ahead->read = store->Read(br.working, ahead->lease.span().subspan(0, store->bytes(br.working)));
+  ahead->block = b;
+}
+
+StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease, int64_t* first, OutputAhead* ahead) {
   const BlockRuntime& br = model.blocks[b];
   *first = plan.blocks[b].working.begin;
   if (br.adapter.valid()) {
@@ -284,6 +309,15 @@ StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease, int64
     if (!got) got = pools.park->AcquireFor(std::chrono::minutes(5));  // (a write retired as we looked)
     if (!got) return Status(StatusCode::kInternal, "no parking buffer for the working weights in 5 minutes");
     *lease = std::move(*got);
+    return lease->data();
+  }
+  if (ahead && ahead->block == b) {  // split: read into it since the block before started
+    std::optional<Tracer::Span> wait;
+    if (!ahead->read.Done()) wait.emplace(tracer, Track::kOptimizer, "adam b" + std::to_string(b) + ": waiting for its working weights");
+    Status read = ahead->read.Wait();
+    ahead->block = -1;
+    *lease = std::move(ahead->lease);
+    STRATA_RETURN_IF_ERROR(read.WithContext(fmt::format("working weights of block {}", b)));
     return lease->data();
   }
   std::optional<PinnedBuffer> got = store->AcquireBuffer(*pools.param);

@@ -129,6 +129,16 @@ const Case kCases[] = {
        c.debug_overflow_step = 1;
      },
      2},
+    // strata.master_weights "split": the update reads the weights it replaces from NVMe, a
+    // block ahead, while the next forward fetches the new ones.
+    {"stage3_split_master_nvme_bf16",
+     [](TrainConfig& c) {
+       c.compute_dtype = DType::kBF16;
+       c.split_master = true;
+       c.offload_param.device = OffloadDevice::kNvme;
+       c.offload_optimizer.device = OffloadDevice::kNvme;
+     },
+     2},
     {"stage1_host_weights_copied_in",
      [](TrainConfig& c) {
        c.zero_stage = 1;
