@@ -158,6 +158,36 @@ TEST(Checkpoint, Bf16MomentsResumeBitwiseAndAMismatchIsRefused) {
   EXPECT_NE(err.find("strata.adam_states"), std::string::npos) << err;
 }
 
+// A split master (strata.master_weights "split") is saved as the fp32 master it stands for:
+// resumed bitwise, and a checkpoint of either setting resumes with the other (the split one
+// then rebuilds the same master from the checkpoint's fp32 one).
+TEST(Checkpoint, SplitMasterSavesFp32AndResumesEitherWay) {
+  TempDir dir;
+  TrainConfig split = ResumeConfig(dir.path());
+  split.split_master = true;
+  const std::string ck = dir.path() + "/ckpt";
+  const Params straight = ExpectResumeIsBitwise(split, ck);
+  auto shard = ckpt::SafetensorsFile::Open(ck + "/step_00000003/rank0.safetensors");
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  int fp32_masters = 0;
+  for (const auto& t : shard->tensors()) fp32_masters += t.name.find(".master") != std::string::npos && t.dtype == "F32";
+  EXPECT_GT(fp32_masters, 0);
+  TrainConfig fp32 = split;
+  fp32.split_master = false;
+  Params from_split;  // the fp32-master run goes on from the split run's checkpoint
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(fp32, r, c, 3, 6, ck, "", &from_split); }), "");
+  double worst = 0;
+  for (size_t b = 0; b < straight.size(); ++b)
+    for (size_t i = 0; i < straight[b].size(); ++i)
+      worst = std::max(worst, (straight[b][i].second - from_split[b][i].second).abs().max().item<double>());
+  EXPECT_LT(worst, 1e-5);  // within the ties' one-ulp steps
+  const std::string ck32 = dir.path() + "/ckpt32";
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(fp32, r, c, 0, 3, "", ck32, nullptr); }), "");
+  Params resumed_split;  // and the split run from the fp32 master's
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(split, r, c, 3, 6, ck32, "", &resumed_split); }), "");
+  ASSERT_EQ(resumed_split.size(), straight.size());
+}
+
 TEST(Checkpoint, KeepsTheLastKAndPointsLatestAtTheNewest) {
   TempDir dir;
   const TrainConfig cfg = ResumeConfig(dir.path());
