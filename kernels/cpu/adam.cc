@@ -62,6 +62,12 @@ void ParallelRanges(const void* base, size_t elem_bytes, size_t n, int threads, 
   }
 }
 
+// The kernel of the active ISA among one function's three instantiations.
+template <class Fn>
+Fn ForActiveIsa(Fn avx512, Fn avx2, Fn scalar) {
+  return ActiveIsa() == IsaLevel::kAvx512 ? avx512 : ActiveIsa() == IsaLevel::kAvx2 ? avx2 : scalar;
+}
+
 using AdamRangeFn = void (*)(const AdamArgs&, size_t, size_t);
 
 AdamRangeFn PickAdamKernel() {
@@ -204,16 +210,12 @@ uint32_t AdamRoundingBits(uint64_t seed, uint64_t index) {
 uint64_t MixRoundingSeed(uint64_t a, uint64_t b) { return cpu::SplitMix64(cpu::SplitMix64(a) ^ b); }
 
 GradStats GradSumSquares(std::span<const float> grad, const AdamOptions& options) {
-  auto kernel = ActiveIsa() == IsaLevel::kAvx512 ? cpu::SumSquaresAvx512
-                : ActiveIsa() == IsaLevel::kAvx2 ? cpu::SumSquaresAvx2
-                                                 : cpu::SumSquaresScalar;
+  auto kernel = ForActiveIsa(cpu::SumSquaresAvx512, cpu::SumSquaresAvx2, cpu::SumSquaresScalar);
   return SumSquaresParallel(grad.data(), grad.size(), options, kernel);
 }
 
 GradStats GradSumSquares(std::span<const uint16_t> grad_bf16, const AdamOptions& options) {
-  auto kernel = ActiveIsa() == IsaLevel::kAvx512 ? cpu::SumSquaresBf16Avx512
-                : ActiveIsa() == IsaLevel::kAvx2 ? cpu::SumSquaresBf16Avx2
-                                                 : cpu::SumSquaresBf16Scalar;
+  auto kernel = ForActiveIsa(cpu::SumSquaresBf16Avx512, cpu::SumSquaresBf16Avx2, cpu::SumSquaresBf16Scalar);
   return SumSquaresParallel(grad_bf16.data(), grad_bf16.size(), options, kernel);
 }
 
@@ -224,9 +226,7 @@ void AccumulateParallel(std::span<Acc> acc, std::span<const float> part, float s
                         const AdamOptions& options) {
   STRATA_CHECK(acc.size() == part.size()) << acc.size() << " vs " << part.size();
   using Kernel = void (*)(Acc*, const float*, float, bool, size_t, size_t);
-  const Kernel kernel = ActiveIsa() == IsaLevel::kAvx512 ? Kernel{cpu::AccumulateAvx512}
-                        : ActiveIsa() == IsaLevel::kAvx2 ? Kernel{cpu::AccumulateAvx2}
-                                                         : Kernel{cpu::AccumulateScalar};
+  const Kernel kernel = ForActiveIsa<Kernel>(cpu::AccumulateAvx512, cpu::AccumulateAvx2, cpu::AccumulateScalar);
   ParallelRanges(acc.data(), sizeof(Acc), acc.size(), ThreadsFor(acc.size(), options),
                  [&](int, size_t b, size_t e) { kernel(acc.data(), part.data(), scale, overwrite, b, e); });
 }
@@ -247,9 +247,7 @@ void SplitMasterWeights(std::span<const float> master, std::span<uint16_t> worki
                         std::span<int16_t> master_low) {
   STRATA_CHECK(master.size() == working_bf16.size() && master.size() == master_low.size())
       << master.size() << " vs " << working_bf16.size() << " vs " << master_low.size();
-  auto kernel = ActiveIsa() == IsaLevel::kAvx512 ? cpu::SplitMasterAvx512
-                : ActiveIsa() == IsaLevel::kAvx2 ? cpu::SplitMasterAvx2
-                                                 : cpu::SplitMasterScalar;
+  auto kernel = ForActiveIsa(cpu::SplitMasterAvx512, cpu::SplitMasterAvx2, cpu::SplitMasterScalar);
   kernel(master.data(), working_bf16.data(), master_low.data(), master.size());
 }
 
@@ -270,9 +268,7 @@ void JoinMasterWeights(std::span<const uint16_t> working_bf16, std::span<const i
                        std::span<float> master) {
   STRATA_CHECK(master.size() == working_bf16.size() && master.size() == master_low.size())
       << master.size() << " vs " << working_bf16.size() << " vs " << master_low.size();
-  auto kernel = ActiveIsa() == IsaLevel::kAvx512 ? cpu::JoinMasterAvx512
-                : ActiveIsa() == IsaLevel::kAvx2 ? cpu::JoinMasterAvx2
-                                                 : cpu::JoinMasterScalar;
+  auto kernel = ForActiveIsa(cpu::JoinMasterAvx512, cpu::JoinMasterAvx2, cpu::JoinMasterScalar);
   kernel(working_bf16.data(), master_low.data(), master.data(), master.size());
 }
 

@@ -62,14 +62,13 @@ struct Avx2Ops {
     const __m256i low = _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo)));
     return _mm256_castsi256_ps(_mm256_add_epi32(hi, low));
   }
-  template <bool kStream>
   static void StoreSplit(uint16_t* w, int16_t* lo, F p) {
     const __m256i h = RoundToBf16Lanes(p);
     const __m256i d = _mm256_sub_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(h, 16));
     // Packed as RoundToBf16Bits does, d with signed saturation.
     const __m256i hp = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0b1000);
     const __m256i dp = _mm256_permute4x64_epi64(_mm256_packs_epi32(d, d), 0b1000);
-    StoreHalf<kStream>(w, _mm256_castsi256_si128(hp));
+    StoreHalf<false>(w, _mm256_castsi256_si128(hp));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(lo), _mm256_castsi256_si128(dp));
   }
   static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }

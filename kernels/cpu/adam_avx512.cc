@@ -48,11 +48,10 @@ struct Avx512Ops {
     const __m512i low = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo)));
     return _mm512_castsi512_ps(_mm512_add_epi32(hi, low));
   }
-  template <bool kStream>
   static void StoreSplit(uint16_t* w, int16_t* lo, F p) {
     const __m512i h = RoundToBf16Lanes(p);
     const __m512i d = _mm512_sub_epi32(_mm512_castps_si512(p), _mm512_slli_epi32(h, 16));
-    StoreHalf<kStream>(w, _mm512_cvtepi32_epi16(h));
+    StoreHalf<false>(w, _mm512_cvtepi32_epi16(h));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), _mm512_cvtsepi32_epi16(d));
   }
   static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }

@@ -123,7 +123,6 @@ struct ScalarOps {
     std::memcpy(&f, &u, 4);
     return f;
   }
-  template <bool kStream>
   static void StoreSplit(uint16_t* w, int16_t* lo, F p) {
     uint32_t u;
     std::memcpy(&u, &p, 4);
@@ -274,7 +273,7 @@ inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
       Ops::Store(a.m + i, m);
       Ops::Store(a.v + i, v);
     }
-    if constexpr (kMaster == MasterKind::kSplit) Ops::template StoreSplit<kStream>(a.half + i, a.lo + i, p);
+    if constexpr (kMaster == MasterKind::kSplit) Ops::StoreSplit(a.half + i, a.lo + i, p);  // (never streamed)
     else if constexpr (kHalf == HalfKind::kBf16) Ops::template StoreBf16<kStream>(a.half + i, p);
     if constexpr (kHalf == HalfKind::kFp16) Ops::template StoreFp16<kStream>(a.half + i, p);
   }
@@ -353,8 +352,8 @@ inline double SumSquaresT(const T* x, size_t begin, size_t end) {
 template <class Wide, class Narrow>
 inline void SplitMasterT(const float* p, uint16_t* w, int16_t* lo, size_t n) {
   size_t i = 0;
-  for (; i + Wide::kWidth <= n; i += Wide::kWidth) Wide::template StoreSplit<false>(w + i, lo + i, Wide::Load(p + i));
-  for (; i < n; ++i) Narrow::template StoreSplit<false>(w + i, lo + i, Narrow::Load(p + i));
+  for (; i + Wide::kWidth <= n; i += Wide::kWidth) Wide::StoreSplit(w + i, lo + i, Wide::Load(p + i));
+  for (; i < n; ++i) Narrow::StoreSplit(w + i, lo + i, Narrow::Load(p + i));
 }
 
 template <class Wide, class Narrow>

@@ -277,13 +277,12 @@ std::vector<Visit> ShardPlan::Visits(int micro_batches, bool backward) const {
 }
 
 Status ShardPlan::SplitMasterFits(const TrainConfig& c) const {
-  const bool any_resident = std::find(resident.begin(), resident.end(), true) != resident.end();
   if (!c.split_master) return Status();
   if (c.compute_dtype != DType::kBF16)
     return InvalidArgument("strata.master_weights \"split\": needs bf16 compute (this run computes in {}: {}); the "
                            "working weights are the master's high halves", DTypeName(c.compute_dtype),
                            c.precision_reason.empty() ? "bf16.enabled" : c.precision_reason);
-  if (any_resident)
+  if (std::find(resident.begin(), resident.end(), true) != resident.end())
     return InvalidArgument("strata.master_weights \"split\": this run keeps blocks' working weights on the device "
                            "(zero_optimization.offload_param.device \"none\", or strata.resident_blocks), where the "
                            "CPU update cannot read them; offload them to \"cpu\" or \"nvme\"");

@@ -3,6 +3,7 @@
 // against the same step over an fp32 master.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -14,17 +15,8 @@
 namespace strata {
 namespace {
 
-uint32_t BitsOf(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+uint32_t BitsOf(float f) { return std::bit_cast<uint32_t>(f); }
+float FromBits(uint32_t u) { return std::bit_cast<float>(u); }
 
 // The one value the split form cannot hold: a tie (low half 0x8000) under an even high half,
 // which rounds down to that half. It is stored one ulp nearer to zero.
