@@ -71,13 +71,13 @@ std::string HostBlocksNote(const TrainConfig& cfg, bool resolved_auto) {
 // step when the disk is slower than the compute.
 void PrintStepTraffic(const TrainConfig& cfg, const MemoryEstimate& e, int64_t params, DeviceTraits device) {
   const double per_param = static_cast<double>(e.parameters) / e.world;
+  const ShardPlan plan = ShardPlan::Make(cfg, ModelShape::Of(cfg.model, params), e.world, 0, device);
   if (!device.host) {
-    const LinkTraffic l =
-        EstimateLinkTraffic(cfg, ShardPlan::Make(cfg, ModelShape::Of(cfg.model, params), e.world, 0, device));
+    const LinkTraffic l = EstimateLinkTraffic(cfg, plan);
     std::printf("device link per step (per rank): %s in (working weights), %s out (gradients); %.1f / %.1f B/param\n",
                 HumanBytes(l.in).c_str(), HumanBytes(l.out).c_str(), l.in / per_param, l.out / per_param);
   }
-  const StepTraffic t = EstimateStepTraffic(cfg, e.ledger);
+  const StepTraffic t = EstimateStepTraffic(cfg, plan);
   if (t.written == 0 && t.read_at_most == 0) return;
   std::printf("NVMe traffic per step (per rank): %s written (%.1f B/param), %s read (%.1f B/param)%s\n",
               HumanBytes(t.written).c_str(), t.written / per_param, HumanBytes(t.read_at_most).c_str(),

@@ -140,8 +140,8 @@ StatusOr<NamedTensors> Engine::MasterParameters(int block) {
   const BlockRuntime& br = m.model.blocks[block];
   const ShardLayout& layout = m.plan.blocks[block].layout;
   torch::Tensor full = torch::zeros({layout.padded}, torch::kFloat32);
-  std::vector<std::byte> working;  // a split master's high halves
-  if (m.plan.split_master) {
+  std::vector<std::byte> working;  // a split master's high halves, or the master itself
+  if (m.plan.MasterFromWorking()) {
     STRATA_ASSIGN_OR_RETURN(working, m.ReadWorking(block));
   }
   for (const SubGroup& sg : br.subs) {
@@ -167,10 +167,10 @@ Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::
     STRATA_RETURN_IF_ERROR(m.store->Read(h, buf).Wait());
     return visit(key, buf);
   };
-  std::vector<std::byte> working, master;  // a split master's high halves, and the master rebuilt
+  std::vector<std::byte> working, master;  // what holds the master (all or its high halves), and the master
   for (int b = 0; b < m.num_blocks(); ++b) {
     const BlockRuntime& br = m.model.blocks[b];
-    if (m.plan.split_master) {
+    if (m.plan.MasterFromWorking()) {
       STRATA_ASSIGN_OR_RETURN(working, m.ReadWorking(b));
     }
     if (m.plan.resident[b]) {  // on the device: copied out
@@ -183,7 +183,7 @@ Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::
     }
     if (br.adapter.valid()) STRATA_RETURN_IF_ERROR(one({b, TensorRole::kAdapter, 0}, br.adapter));
     for (const SubGroup& sg : br.subs) {
-      if (m.plan.split_master) {  // visited as the fp32 master it stands for
+      if (m.plan.MasterFromWorking()) {  // visited as the fp32 master it stands for
         master.resize(sg.range.len * 4);
         STRATA_RETURN_IF_ERROR(m.ReadMaster(b, sg, working, master));
         STRATA_RETURN_IF_ERROR(visit({b, TensorRole::kMaster, sg.range.begin}, master));
@@ -210,16 +210,19 @@ Status Engine::RestoreState(const TensorKey& key, std::span<const std::byte> byt
     return m.bufs.resident_ready[key.block].HostWait();  // `bytes` is the caller's
   }
   std::optional<TensorHandle> h;
+  const SubGroup* sub = nullptr;  // an optimizer state's sub-group
   if (key.block >= 0 && key.block < m.num_blocks()) {
     const BlockRuntime& br = m.model.blocks[key.block];
     if (key.role == TensorRole::kWorking) h = br.working;
     if (key.role == TensorRole::kAdapter && br.adapter.valid()) h = br.adapter;
     for (const SubGroup& sg : br.subs)
-      if (key.role != TensorRole::kWorking && key.role != TensorRole::kAdapter && sg.range.begin == key.offset)
+      if (key.role != TensorRole::kWorking && key.role != TensorRole::kAdapter && sg.range.begin == key.offset) {
         h = key.role == TensorRole::kMaster ? sg.master : key.role == TensorRole::kAdamM ? sg.m : sg.v;
+        sub = &sg;
+      }
   }
   if (!h) return Error(StatusCode::kNotFound, "no tensor '{}' in this run's state", key.Name());
-  if (key.role == TensorRole::kMaster && m.plan.split_master) return m.RestoreSplitMaster(key, *h, bytes);
+  if (key.role == TensorRole::kMaster && m.plan.MasterFromWorking()) return m.RestoreMasterInWorking(key, *sub, bytes);
   if (bytes.size() != m.store->bytes(*h))
     return Error(StatusCode::kInvalidArgument, "tensor '{}' has {} bytes, the checkpoint holds {}", key.Name(),
                  m.store->bytes(*h), bytes.size());

@@ -321,16 +321,18 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
     const ElementRange r = bp.sub_group(i);
     SubGroup sg{r, {}, {}, {}};
     const uint64_t moment_bytes = r.len * plan.msize;  // fp32 or bf16
-    std::span<const std::byte> master;  // a view of the flat group, or of the low halves
+    // The master: the low halves (split), a view of the flat group, or none where the fp32
+    // working tensor holds it (plan.master_in_working).
+    const TensorKey master_key{b, TensorRole::kMaster, r.begin};
     if (plan.split_master) {
       STRATA_CHECK(r.begin >= bp.working.begin && r.end() <= bp.working.end()) << "block " << b;
-      master = low_halves.subspan((r.begin - bp.working.begin) * 2, r.len * 2);
-    } else {
+      const auto low = low_halves.subspan((r.begin - bp.working.begin) * 2, r.len * 2);
+      STRATA_RETURN_IF_ERROR(add(master_key, low.size(), low, &sg.master));
+    } else if (!plan.master_in_working) {
       torch::Tensor view;
       STRATA_RETURN_IF_ERROR(TorchCall("initial state", [&] { view = flat.narrow(0, r.begin, r.len); }));
-      master = BytesOf(view);
+      STRATA_RETURN_IF_ERROR(add(master_key, r.len * 4, BytesOf(view), &sg.master));
     }
-    STRATA_RETURN_IF_ERROR(add({b, TensorRole::kMaster, r.begin}, master.size(), master, &sg.master));
     STRATA_RETURN_IF_ERROR(add({b, TensorRole::kAdamM, r.begin}, moment_bytes, {}, &sg.m));
     STRATA_RETURN_IF_ERROR(add({b, TensorRole::kAdamV, r.begin}, moment_bytes, {}, &sg.v));
     br.subs.push_back(sg);

@@ -300,20 +300,24 @@ struct Engine::Impl {
   Status AbandonSpeculation();                            // a failed step: roll back, wait
   void DropStatesAhead();                                 // optimizer thread
   std::byte* BackupOf(int b, int k, int64_t at);
-  // The bytes of a sub-group's master, m and v: read from NVMe into `cur` (waited for), or the cpu tier.
+  // The bytes of a sub-group's master, m and v: read from NVMe into `cur` (waited for), or the cpu
+  // tier; the master's are empty where the working weights hold it.
   StatusOr<std::array<std::span<std::byte>, 3>> StateSpans(int b, const SubGroup& sg, LoadedStates* cur);
   // Bytes of state k (0 master, 1 m, 2 v) of `len` elements.
   size_t StateBytes(int k, int64_t len) const {
     static constexpr TensorRole kRoles[3] = {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV};
     return len * plan.StoredBytes(kRoles[k]);
   }
-  // strata.master_weights "split" (Note [Split master]): block b's working weights, whole; the
-  // fp32 master of its sub-group `sg` into `dst` (4 B per element: read, or rebuilt from
-  // `working` and the low halves); a checkpoint's fp32 master stored as low halves, with the
-  // working weights it rounds to written over its range.
+  // A master stored in the working weights (plan.MasterFromWorking(): split, Note [Split
+  // master], or fp32 compute's working weights themselves): block b's working weights, whole;
+  // the fp32 master of its sub-group `sg` into `dst` (4 B per element: read, copied from
+  // `working`, or rebuilt from it and the low halves); a checkpoint's fp32 master written over
+  // its range of the working weights (split: the weights it rounds to, and its low halves).
   StatusOr<std::vector<std::byte>> ReadWorking(int b);
   Status ReadMaster(int b, const SubGroup& sg, std::span<const std::byte> working, std::span<std::byte> dst);
-  Status RestoreSplitMaster(const TensorKey& key, TensorHandle low, std::span<const std::byte> fp32);
+  Status RestoreMasterInWorking(const TensorKey& key, const SubGroup& sg, std::span<const std::byte> fp32);
+  // Optimizer states stored per sub-group, from 0 (master, m, v) or 1 (m, v: no master tensor).
+  int FirstStoredState() const { return plan.master_in_working ? 1 : 0; }
   // A resident block's updated working weights (in `lease`) to the device, off the critical path.
   Status UpdateResident(int b, PinnedBuffer lease);
   // Stages 1-2: this rank's updated part of block b shared with the others (compute thread).

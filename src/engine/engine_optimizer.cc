@@ -285,7 +285,7 @@ Status Engine::Impl::UpdateBlocks(const AdamHyperParams& hp, const std::vector<i
 // copied to the device once the block is done.
 void Engine::Impl::ReadOutputAhead(int b, OutputAhead* ahead) {
   const BlockRuntime& br = model.blocks[b];
-  if (!plan.split_master || ahead->block >= 0 || plan.resident[b] || br.adapter.valid() || !br.working.valid() ||
+  if (!plan.MasterFromWorking() || ahead->block >= 0 || plan.resident[b] || br.adapter.valid() || !br.working.valid() ||
       store->home(br.working) != Tier::kNvme || optimizer.run.parked)
     return;
   std::optional<PinnedBuffer> got = pools.param->TryAcquire();  // never waits: the compute may need them
@@ -311,7 +311,7 @@ StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease, int64
     *lease = std::move(*got);
     return lease->data();
   }
-  if (ahead && ahead->block == b) {  // split: read into it since the block before started
+  if (ahead && ahead->block == b) {  // read into it since the block before started
     std::optional<Tracer::Span> wait;
     if (!ahead->read.Done()) wait.emplace(tracer, Track::kOptimizer, "adam b" + std::to_string(b) + ": waiting for its working weights");
     Status read = ahead->read.Wait();
@@ -324,7 +324,7 @@ StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease, int64
   if (!got) got = pools.param->AcquireFor(std::chrono::minutes(5));  // held by copies to the device
   if (!got) return Status(StatusCode::kInternal, "no pinned buffer for the working weights in 5 minutes");
   *lease = std::move(*got);
-  if (plan.split_master) {  // the weights being replaced are the master's high halves
+  if (plan.MasterFromWorking()) {  // the weights being replaced hold the master (or its high halves)
     Tracer::Span s(tracer, Track::kOptimizer, "adam b" + std::to_string(b) + ": reading its working weights");
     const std::span<std::byte> old = lease->span().subspan(0, store->bytes(br.working));
     STRATA_RETURN_IF_ERROR(store->Read(br.working, old).Wait().WithContext(fmt::format("working weights of block {}", b)));
@@ -334,7 +334,10 @@ StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease, int64
 
 StatusOr<std::array<std::span<std::byte>, 3>> Engine::Impl::StateSpans(int b, const SubGroup& sg,
                                                                         LoadedStates* cur) {
-  if (!cur) return std::array{store->CpuMemory(sg.master), store->CpuMemory(sg.m), store->CpuMemory(sg.v)};
+  if (!cur) {
+    const std::span<std::byte> master = sg.master.valid() ? store->CpuMemory(sg.master) : std::span<std::byte>();
+    return std::array{master, store->CpuMemory(sg.m), store->CpuMemory(sg.v)};
+  }
   for (Ticket& t : cur->read) {
     std::optional<Tracer::Span> wait;
     if (!t.Done()) wait.emplace(tracer, Track::kOptimizer, "adam b" + std::to_string(b) + ": waiting for its states");
@@ -352,6 +355,7 @@ Status Engine::Impl::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   STRATA_ASSIGN_OR_RETURN(auto states, StateSpans(b, sg, cur));
   AdamSpans spans;
   if (plan.split_master) spans.master_low = AsLowHalves(states[0]);  // the high halves: `out`
+  else if (plan.master_in_working) spans.params = {reinterpret_cast<float*>(out), static_cast<size_t>(sg.range.len)};
   else spans.params = AsFloats(states[0]);
   if (cfg.adam_states == DType::kBF16) {
     spans.exp_avg_bf16 = AsHalves(states[1]);
@@ -375,11 +379,11 @@ Status Engine::Impl::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   {
     Tracer::Span s(tracer, Track::kOptimizer, "adam b" + std::to_string(b));
     STRATA_RETURN_IF_ERROR(AdamStep(hp, spans, {.num_threads = optimizer.threads}));
-    if (cfg.compute_dtype == DType::kF32) std::memcpy(out, states[0].data(), sg.range.len * 4);
+    if (cfg.compute_dtype == DType::kF32 && !plan.master_in_working) std::memcpy(out, states[0].data(), sg.range.len * 4);
   }
   if (cur) {
     const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
-    for (int k = 0; k < 3; ++k) (void)store->WriteBack(hs[k], std::move(cur->buf[k]));
+    for (int k = FirstStoredState(); k < 3; ++k) (void)store->WriteBack(hs[k], std::move(cur->buf[k]));
   }
   return Status();
 }
@@ -416,20 +420,21 @@ Status Engine::Impl::UpdateResident(int b, PinnedBuffer lease) {
 
 std::unique_ptr<LoadedStates> Engine::Impl::LeaseStates(const SubGroup& sg) {
   auto l = std::make_unique<LoadedStates>();
-  for (PinnedBuffer& b : l->buf) {
+  for (int k = FirstStoredState(); k < 3; ++k) {
     std::optional<PinnedBuffer> lease = store->AcquireBuffer(*pools.optim);
     STRATA_CHECK(lease) << "optimizer pool exhausted with no write-back in flight";
-    b = std::move(*lease);
+    l->buf[k] = std::move(*lease);
   }
   l->sub = &sg;
   return l;
 }
 
 std::unique_ptr<LoadedStates> Engine::Impl::LoadStates(const SubGroup& sg) {
-  if (store->home(sg.master) != Tier::kNvme) return nullptr;  // strata.host_blocks: updated in place
+  if (store->home(sg.m) != Tier::kNvme) return nullptr;  // strata.host_blocks: updated in place
   std::unique_ptr<LoadedStates> l = LeaseStates(sg);
   const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
-  for (int k = 0; k < 3; ++k) l->read[k] = store->Read(hs[k], {l->buf[k].data(), StateBytes(k, sg.range.len)});
+  for (int k = FirstStoredState(); k < 3; ++k)
+    l->read[k] = store->Read(hs[k], {l->buf[k].data(), StateBytes(k, sg.range.len)});
   return l;
 }
 
@@ -442,8 +447,8 @@ void Engine::Impl::ReadFirstStatesEarly() {
     return;
   const SubGroup& sg = model.blocks[0].subs[0];
   for (TensorHandle h : {sg.master, sg.m, sg.v})
-    if (store->WriteInFlight(h)) return;
-  if (pools.optim->free_count() < 3) return;
+    if (h.valid() && store->WriteInFlight(h)) return;
+  if (pools.optim->free_count() < static_cast<size_t>(3 - FirstStoredState())) return;
   optimizer.early_states = LoadStates(sg);
 }
 
@@ -462,22 +467,33 @@ StatusOr<std::vector<std::byte>> Engine::Impl::ReadWorking(int b) {
 
 Status Engine::Impl::ReadMaster(int b, const SubGroup& sg, std::span<const std::byte> working, std::span<std::byte> dst) {
   STRATA_CHECK(dst.size() == static_cast<size_t>(sg.range.len) * 4) << dst.size();
-  if (!plan.split_master) return store->Read(sg.master, dst).Wait();
+  if (!plan.MasterFromWorking()) return store->Read(sg.master, dst).Wait();
+  const int64_t at = sg.range.begin - plan.blocks[b].working.begin;
+  STRATA_CHECK(at >= 0 && (at + sg.range.len) * plan.dsize <= working.size()) << "block " << b;
+  if (plan.master_in_working) {
+    std::memcpy(dst.data(), working.data() + at * 4, dst.size());
+    return Status();
+  }
   std::vector<int16_t> low(sg.range.len);
   STRATA_RETURN_IF_ERROR(store->Read(sg.master, std::as_writable_bytes(std::span(low))).Wait());
-  const int64_t at = sg.range.begin - plan.blocks[b].working.begin;
-  STRATA_CHECK(at >= 0 && (at + sg.range.len) * 2 <= static_cast<int64_t>(working.size())) << "block " << b;
   const auto* high = reinterpret_cast<const uint16_t*>(working.data()) + at;
   JoinMasterWeights({high, low.size()}, low, {reinterpret_cast<float*>(dst.data()), low.size()});
   return Status();
 }
 
-Status Engine::Impl::RestoreSplitMaster(const TensorKey& key, TensorHandle low_handle, std::span<const std::byte> fp32) {
+Status Engine::Impl::RestoreMasterInWorking(const TensorKey& key, const SubGroup& sg, std::span<const std::byte> fp32) {
   const int b = key.block;
-  const int64_t len = static_cast<int64_t>(store->bytes(low_handle) / 2);
+  const int64_t len = sg.range.len;
   if (fp32.size() != static_cast<size_t>(len) * 4)
     return Error(StatusCode::kInvalidArgument, "tensor '{}' has {} bytes, the checkpoint holds {}", key.Name(), len * 4,
                  fp32.size());
+  STRATA_ASSIGN_OR_RETURN(std::vector<std::byte> working, ReadWorking(b));
+  const int64_t at = sg.range.begin - plan.blocks[b].working.begin;
+  STRATA_CHECK(at >= 0 && (at + len) * plan.dsize <= working.size()) << "block " << b;
+  if (plan.master_in_working) {  // the master is what the working weights are
+    std::memcpy(working.data() + at * 4, fp32.data(), fp32.size());
+    return store->Write(model.blocks[b].working, working).Wait();
+  }
   std::vector<float> master(len);
   std::memcpy(master.data(), fp32.data(), fp32.size());
   std::vector<uint16_t> high(len);
@@ -485,12 +501,9 @@ Status Engine::Impl::RestoreSplitMaster(const TensorKey& key, TensorHandle low_h
   SplitMasterWeights(master, high, low);
   // The working weights are what the master rounds to (a checkpoint written with an fp32 master
   // holds those already; this keeps the pair consistent whatever it holds).
-  STRATA_ASSIGN_OR_RETURN(std::vector<std::byte> working, ReadWorking(b));
-  const int64_t at = key.offset - plan.blocks[b].working.begin;
-  STRATA_CHECK(at >= 0 && (at + len) * 2 <= static_cast<int64_t>(working.size())) << "block " << b;
   std::memcpy(working.data() + at * 2, high.data(), len * 2);
   STRATA_RETURN_IF_ERROR(store->Write(model.blocks[b].working, working).Wait());
-  return store->Write(low_handle, std::as_bytes(std::span(low))).Wait();
+  return store->Write(sg.master, std::as_bytes(std::span(low))).Wait();
 }
 
 }  // namespace strata

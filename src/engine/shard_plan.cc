@@ -136,6 +136,7 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
     p.AddBlock(numel, model.block_trainable.empty() ? numel : model.block_trainable[b], SubGroupStep(cfg.sub_group_size));
   }
   p.PlanDevice(cfg);
+  p.master_in_working = MasterInWorking(cfg) && std::find(p.resident.begin(), p.resident.end(), true) == p.resident.end();
   p.PlanAdapters();
   p.PlanSpeculation(cfg);
   p.PlanLedger();

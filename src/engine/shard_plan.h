@@ -11,7 +11,8 @@
 //   per block b, rank r of W:   flat group [0, padded) = W shards of `shard` elements
 //     working     stage 3: [r*shard, +shard)   else [0, padded)     compute dtype
 //     optimizer   stage>=1: [r*shard, +shard)  else [0, padded)     fp32 master (or its low
-//                                                                  halves: split_master), m, v,
+//                                                                  halves: split_master; none:
+//                                                                  master_in_working), m, v,
 //                 split into sub-groups of sub_group_size elements (kShardAlign multiples)
 //     gradient    stage>=2: [r*shard, +shard)  else [0, padded)     fp32 accumulator (host)
 //   with LoRA the optimizer and gradient ranges are cut to the trainable tail [trainable_begin,
@@ -137,6 +138,10 @@ struct ShardPlan {
   size_t msize = 4;  // bytes per element of Adam's m and of v (strata.adam_states)
   size_t gsize = 4;  // bytes per element of the gradient accumulators (strata.gradient_accumulator)
   bool split_master = false;  // strata.master_weights "split": the store holds the master's low halves
+  // fp32 compute: the working weights are the fp32 master, stored once (MasterInWorking).
+  bool master_in_working = false;
+  // The update rebuilds the master from the working weights it replaces (split, or in them).
+  bool MasterFromWorking() const { return split_master || master_in_working; }
   Residence working_home = Residence::kDevice, optimizer_home = Residence::kDevice;
   std::vector<BlockPlan> blocks;
   int tied_owner = -1;
@@ -234,8 +239,12 @@ struct ShardPlan {
   size_t ElementBytes(TensorRole r) const {
     return r == TensorRole::kWorking || r == TensorRole::kAdapter ? dsize : r == TensorRole::kMaster ? 4 : msize;
   }
-  // Bytes per element the store holds: a split master's low halves are 2.
-  size_t StoredBytes(TensorRole r) const { return r == TensorRole::kMaster && split_master ? 2 : ElementBytes(r); }
+  // Bytes per element the store holds: a split master's low halves are 2, a master that is the
+  // working weights 0.
+  size_t StoredBytes(TensorRole r) const {
+    if (r != TensorRole::kMaster) return ElementBytes(r);
+    return split_master ? 2 : master_in_working ? 0 : 4;
+  }
   int64_t SubGroupLen(const TensorKey& key) const;  // elements of an optimizer state's sub-group
 };
 

@@ -388,6 +388,11 @@ static Status CheckHostBlocks(const TrainConfig& c) {
                          c.host_blocks, OffloadDeviceName(c.offload_optimizer.device));
 }
 
+bool MasterInWorking(const TrainConfig& c) {
+  return c.compute_dtype == DType::kF32 && !c.split_master && !c.model.lora.enabled() && c.resident_blocks <= 0 &&
+         (c.optimizer_overlap == OptimizerOverlap::kNone || c.optimizer_overlap == OptimizerOverlap::kForward);
+}
+
 // strata.master_weights "split" rebuilds the master from the working weights at every update:
 // the update must read the weights it replaces, from the store, before anything else does.
 static Status CheckSplitMaster(const TrainConfig& c) {

@@ -156,6 +156,8 @@ struct TrainConfig {
   // working weights in the store (not resident on a device), optimizer_overlap "none" or
   // "forward", no LoRA (CheckSplitMaster and SplitMasterFits).
   bool split_master = false;
+  // (With fp32 compute the working weights are the fp32 master, and where MasterInWorking
+  // says so the store keeps them once: no key, nothing to choose, bitwise the same run.)
   // strata.gradient_accumulator: the dtype of the host gradient accumulators ("fp32", or
   // "bf16": 2 B/param instead of 4; each micro-batch's reduced gradient is added in fp32
   // and the sum rounded to bf16, nearest even, once per micro-batch).
@@ -180,6 +182,13 @@ struct TrainConfig {
   // forms, sections whose effect is built in); `config check` and `train` print them.
   std::vector<std::string> notes;
 };
+
+// Whether the fp32 master is stored as the working weights themselves, once: fp32 compute
+// (where they are the same numbers), an update that replaces them in one place (optimizer_overlap
+// "none" or "forward": the speculative and delayed updates keep two versions), no LoRA (the
+// base has no master), strata.resident_blocks 0 or "auto" (the plan then checks that no block
+// is resident on the device). Saves 4 B/param of state and of every update's writes.
+bool MasterInWorking(const TrainConfig& config);
 
 // Settles the compute dtype for blocks running on a GPU (`on_gpu`) or on this CPU:
 // bf16.enabled "auto" becomes bf16 on a GPU or where the CPU has native bf16 (AVX512-BF16,

@@ -34,6 +34,7 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   for (int64_t n : shape.block_numels) e.parameters += n;
   e.ledger = plan.ledger;
   e.split_master = plan.split_master;
+  e.master_in_working = plan.master_in_working;
   e.scratch = plan.scratch_bytes;
   e.staging = plan.staging_bytes;
   e.grad_staging = plan.grad_staging_bytes;
@@ -159,7 +160,10 @@ std::string FormatEstimate(const MemoryEstimate& e) {
   for (int k = 0; k < kNumStateKinds; ++k) {
     if (k == static_cast<int>(StateKind::kSpeculationBackup) && e.ledger.Of(StateKind::kSpeculationBackup) == 0)
       continue;  // a row only for the mode that has them
-    const char* name = k == static_cast<int>(StateKind::kMaster) && e.split_master ? "master low halves (split)" : kNames[k];
+    const bool master = k == static_cast<int>(StateKind::kMaster);
+    const char* name = master && e.split_master        ? "master low halves (split)"
+                       : master && e.master_in_working ? "fp32 master (= working)"
+                                                       : kNames[k];
     out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", name, HumanBytes(e.ledger.bytes[k][0]),
                        HumanBytes(e.ledger.bytes[k][1]), HumanBytes(e.ledger.bytes[k][2]));
   }

@@ -2,7 +2,8 @@
 
 namespace strata {
 
-StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const MemoryLedger& ledger) {
+StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
+  const MemoryLedger& ledger = plan.ledger;
   StepTraffic t;
   for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV})
     t.states += ledger.At(k, Residence::kNvme);
@@ -10,9 +11,9 @@ StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const MemoryLedger& ledg
   const bool frozen = cfg.model.lora.enabled();  // the base weights are never written
   const bool served = !frozen && (cfg.optimizer_overlap == OptimizerOverlap::kForward ||
                                    cfg.optimizer_overlap == OptimizerOverlap::kSpeculative);
-  // Forward and backward of each micro-batch; a split master's update reads the weights it
-  // replaces (their high halves) once more.
-  const uint64_t working_reads = 2 * static_cast<uint64_t>(cfg.grad_accum) + (cfg.split_master && !frozen ? 1 : 0);
+  // Forward and backward of each micro-batch; an update whose master the working weights hold
+  // (split: its high halves; fp32 compute: all of it) reads the weights it replaces once more.
+  const uint64_t working_reads = 2 * static_cast<uint64_t>(cfg.grad_accum) + (plan.MasterFromWorking() && !frozen ? 1 : 0);
   t.written = t.states + (frozen ? 0 : t.working);
   t.read_at_most = t.states + working_reads * t.working;
   t.read_served = t.read_at_most - (served ? t.working : 0);

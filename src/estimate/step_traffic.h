@@ -27,7 +27,8 @@ struct StepTraffic {
   uint64_t working = 0;  // the working weights on NVMe
 };
 
-StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const MemoryLedger& ledger);
+// From `plan`'s ledger (its NVMe bytes) and where it keeps the master.
+StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan);
 
 // Per rank, per training step off the host (a GPU, the fake device): the bytes its copies
 // move over the host link. In: the working weights of every block that is not resident, at

@@ -20,6 +20,7 @@ struct Case {
   int64_t host_blocks;
   OffloadDevice params;
   bool split_master = false;
+  DType compute = DType::kBF16;
 };
 
 void CheckTraffic(const TrainConfig& c) {
@@ -28,7 +29,8 @@ void CheckTraffic(const TrainConfig& c) {
   auto comm = MakeSingleRankCommunicator();
   auto engine = Engine::Create(c, comm.get(), nullptr);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
-  const StepTraffic want = EstimateStepTraffic(c, (*engine)->ledger());
+  ASSERT_TRUE((*engine)->ledger() == (*engine)->plan().ledger);
+  const StepTraffic want = EstimateStepTraffic(c, (*engine)->plan());
   ASSERT_GT(want.states, 0u);
   constexpr int kSteps = 7, kSteady = 2;
   NvmeTierStats first, last;
@@ -59,13 +61,17 @@ TEST(StepTraffic, IsTheLedgersArithmetic) {
       // strata.master_weights "split": 2 B/param less master; the update reads the working weights
       {OptimizerOverlap::kForward, 1, 0, OffloadDevice::kNvme, true}, {OptimizerOverlap::kNone, 2, 1, OffloadDevice::kNvme, true},
       {OptimizerOverlap::kForward, 1, 1, OffloadDevice::kCpu, true},
+      // fp32 compute: the working weights are the master (no master tensor); the update reads them
+      {OptimizerOverlap::kForward, 1, 0, OffloadDevice::kNvme, false, DType::kF32},
+      {OptimizerOverlap::kNone, 2, 1, OffloadDevice::kNvme, false, DType::kF32},
+      {OptimizerOverlap::kDelayed, 1, 0, OffloadDevice::kNvme, false, DType::kF32},  // (its own master)
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(::testing::Message() << OptimizerOverlapName(k.overlap) << " x" << k.grad_accum << " host blocks "
                                       << k.host_blocks << " params " << OffloadDeviceName(k.params) << " split master "
-                                      << k.split_master);
+                                      << k.split_master << " compute " << DTypeName(k.compute));
     TrainConfig c = TinyConfig(dir.path());
-    c.compute_dtype = DType::kBF16;
+    c.compute_dtype = k.compute;
     c.adam_states = DType::kBF16;
     c.offload_param.device = k.params;
     c.offload_optimizer.device = OffloadDevice::kNvme;
@@ -140,7 +146,8 @@ TEST(StepTraffic, DeviceLinkBytesAreTheArithmetic) {
 
 TEST(StepTraffic, CountsEachWorkingReadOfTheSchedule) {
   TrainConfig c = TinyConfig("/unused");
-  MemoryLedger l;
+  ShardPlan p;  // only its ledger and where it keeps the master are read
+  MemoryLedger& l = p.ledger;
   l.Add(StateKind::kWorking, Residence::kNvme, 100);
   l.Add(StateKind::kMaster, Residence::kNvme, 200);
   l.Add(StateKind::kAdamM, Residence::kNvme, 100);
@@ -148,22 +155,25 @@ TEST(StepTraffic, CountsEachWorkingReadOfTheSchedule) {
   l.Add(StateKind::kMaster, Residence::kCpu, 999);  // host blocks: no disk
   c.grad_accum = 3;
   c.optimizer_overlap = OptimizerOverlap::kForward;
-  StepTraffic t = EstimateStepTraffic(c, l);
+  StepTraffic t = EstimateStepTraffic(c, p);
   EXPECT_EQ(t.written, 500u);
   EXPECT_EQ(t.read_at_most, 400u + 6 * 100u);
   EXPECT_EQ(t.read_served, 400u + 5 * 100u);  // the first forward reads the update's write-back
   c.optimizer_overlap = OptimizerOverlap::kDelayed;  // the forward runs before the update
-  EXPECT_EQ(EstimateStepTraffic(c, l).read_served, 400u + 6 * 100u);
+  EXPECT_EQ(EstimateStepTraffic(c, p).read_served, 400u + 6 * 100u);
   c.model.lora.r = 4;  // the base is frozen: read, never written
-  t = EstimateStepTraffic(c, l);
+  t = EstimateStepTraffic(c, p);
   EXPECT_EQ(t.written, 400u);
   EXPECT_EQ(t.read_served, 400u + 6 * 100u);
   c.model.lora.r = 0;
   c.optimizer_overlap = OptimizerOverlap::kForward;
-  c.split_master = true;  // the update reads the weights it replaces: their master's high halves
-  t = EstimateStepTraffic(c, l);
-  EXPECT_EQ(t.read_at_most, 400u + 7 * 100u);
-  EXPECT_EQ(t.read_served, 400u + 6 * 100u);
+  for (bool split : {true, false}) {  // the update reads the weights it replaces: its master (or high halves)
+    p.split_master = split;
+    p.master_in_working = !split;
+    t = EstimateStepTraffic(c, p);
+    EXPECT_EQ(t.read_at_most, 400u + 7 * 100u);
+    EXPECT_EQ(t.read_served, 400u + 6 * 100u);
+  }
 }
 
 }  // namespace
