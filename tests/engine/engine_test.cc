@@ -373,37 +373,25 @@ TEST(Engine, SplitMasterStateRestoresBothWays) {
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     return std::move(*e);
   };
-  using State = std::map<std::string, std::vector<std::byte>>;
-  auto visit = [](Engine& e) {
-    State out;
-    EXPECT_TRUE(e.VisitState([&](const TensorKey& k, std::span<const std::byte> b) {
-                  out[k.Name()].assign(b.begin(), b.end());
-                  return Status();
-                }).ok());
-    return out;
-  };
-  auto restore = [](Engine& e, const State& st) {
-    for (const auto& [name, bytes] : st) ASSERT_TRUE(e.RestoreState(*TensorKey::Parse(name), bytes).ok()) << name;
-  };
   std::unique_ptr<Engine> a = make(true);
   for (int s = 0; s < 2; ++s) ASSERT_TRUE(a->Step(s, **data).ok());
-  const State saved = visit(*a);
+  const testing::StateBytes saved = testing::VisitAll(*a);
   for (bool split : {true, false}) {
     SCOPED_TRACE(split ? "into a split master" : "into an fp32 master");
     std::unique_ptr<Engine> b = make(split);
-    restore(*b, saved);
+    testing::RestoreAll(*b, saved);
     b->set_counters(a->counters());
-    EXPECT_TRUE(visit(*b) == saved);  // the master rebuilt from what was stored, bit for bit
+    EXPECT_TRUE(testing::VisitAll(*b) == saved);  // the master rebuilt from what was stored, bit for bit
   }
   std::unique_ptr<Engine> b = make(true);
-  restore(*b, saved);
+  testing::RestoreAll(*b, saved);
   b->set_counters(a->counters());
   for (int s = 2; s < 4; ++s) {
     auto x = a->Step(s, **data), y = b->Step(s, **data);
     ASSERT_TRUE(x.ok() && y.ok());
     EXPECT_EQ(x->loss, y->loss) << s;
   }
-  EXPECT_TRUE(visit(*a) == visit(*b));
+  EXPECT_TRUE(testing::VisitAll(*a) == testing::VisitAll(*b));
 }
 
 TEST(Engine, SplitMasterNeedsBf16WeightsTheUpdateCanRead) {

@@ -33,6 +33,24 @@ inline TrainConfig TinyConfig(const std::string& nvme_dir) {
   return *c;
 }
 
+// A rank's whole state by tensor name, as VisitState gives it (what a checkpoint holds), and
+// back into an engine of the same shape.
+using StateBytes = std::map<std::string, std::vector<std::byte>>;
+inline StateBytes VisitAll(Engine& e) {
+  StateBytes out;
+  EXPECT_TRUE(e.VisitState([&](const TensorKey& k, std::span<const std::byte> b) {
+                out[k.Name()].assign(b.begin(), b.end());
+                return Status();
+              }).ok());
+  return out;
+}
+inline void RestoreAll(Engine& e, const StateBytes& state) {
+  for (const auto& [name, bytes] : state) {
+    const Status s = e.RestoreState(*TensorKey::Parse(name), bytes);
+    ASSERT_TRUE(s.ok()) << name << ": " << s.ToString();
+  }
+}
+
 struct RunResult {
   std::vector<StepStats> stats;  // rank 0
   std::vector<std::vector<std::pair<std::string, torch::Tensor>>> master;  // [block] -> params
@@ -75,11 +93,7 @@ inline RunResult RunEngine(const TrainConfig& cfg, int world, int64_t steps, con
         if (r == 0) result.master.push_back(*p);
       }
       if (r == 0) {
-        Status v = (*engine)->VisitState([&](const TensorKey& k, std::span<const std::byte> bytes) {
-          result.state[k.Name()].assign(bytes.begin(), bytes.end());
-          return Status();
-        });
-        if (!v.ok()) return fail(v);
+        result.state = VisitAll(**engine);
         result.ledger = (*engine)->ledger();
         result.prefetch_high_water = (*engine)->prefetch_high_water_bytes();
         result.prefetch_budget = (*engine)->prefetch_budget_bytes();

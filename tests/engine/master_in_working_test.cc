@@ -4,8 +4,6 @@
 // exact), wherever the state lives and however it is sharded; checkpoints still see a master.
 #include <gtest/gtest.h>
 
-#include <map>
-
 #include "strata/communicator.h"
 #include "tests/engine/engine_test_util.h"
 
@@ -91,39 +89,27 @@ TEST(MasterInWorking, StateRestoresIntoEitherLayout) {
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     return std::move(*e);
   };
-  using State = std::map<std::string, std::vector<std::byte>>;
-  auto visit = [](Engine& e) {
-    State out;
-    EXPECT_TRUE(e.VisitState([&](const TensorKey& k, std::span<const std::byte> b) {
-                  out[k.Name()].assign(b.begin(), b.end());
-                  return Status();
-                }).ok());
-    return out;
-  };
-  auto restore = [](Engine& e, const State& st) {
-    for (const auto& [name, bytes] : st) ASSERT_TRUE(e.RestoreState(*TensorKey::Parse(name), bytes).ok()) << name;
-  };
   for (bool from_own : {false, true}) {
     SCOPED_TRACE(from_own ? "from a master of its own" : "from the master in the working weights");
     std::unique_ptr<Engine> a = make(from_own ? OwnMaster(c) : c);
     ASSERT_EQ(a->plan().master_in_working, !from_own);
     for (int s = 0; s < 2; ++s) ASSERT_TRUE(a->Step(s, **data).ok());
-    const State saved = visit(*a);
+    const testing::StateBytes saved = testing::VisitAll(*a);
     for (const TrainConfig& into : {c, OwnMaster(c)}) {
       std::unique_ptr<Engine> b = make(into);
-      restore(*b, saved);
+      testing::RestoreAll(*b, saved);
       b->set_counters(a->counters());
-      EXPECT_TRUE(visit(*b) == saved);
+      EXPECT_TRUE(testing::VisitAll(*b) == saved);
     }
     std::unique_ptr<Engine> b = make(from_own ? c : OwnMaster(c));
-    restore(*b, saved);
+    testing::RestoreAll(*b, saved);
     b->set_counters(a->counters());
     for (int s = 2; s < 4; ++s) {
       auto x = a->Step(s, **data), y = b->Step(s, **data);
       ASSERT_TRUE(x.ok() && y.ok());
       EXPECT_EQ(x->loss, y->loss) << s;
     }
-    EXPECT_TRUE(visit(*a) == visit(*b));
+    EXPECT_TRUE(testing::VisitAll(*a) == testing::VisitAll(*b));
   }
 }
 
