@@ -113,8 +113,15 @@ TEST(Cli, StartUpReportsItsPhase) {
 TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
   auto r = RunStrata("estimate --config " STRATA_SOURCE_DIR "/configs/tiny_cpu.json --nproc 2");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("fp32 master weights"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fits this machine: yes"), std::string::npos) << r.out;
+  // The master's row: its own tensor with bf16 compute, the working weights with fp32 compute
+  // (bf16.enabled "auto" picks either, by the CPU: each is asked for here).
+  for (const char* bf16 : {"true", "false"}) {
+    r = RunStrata(std::string("estimate --config " STRATA_SOURCE_DIR "/configs/tiny_cpu.json --set bf16.enabled=") + bf16);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find(bf16 == std::string("true") ? "fp32 master weights" : "fp32 master (= working)"),
+              std::string::npos) << r.out;
+  }
   r = RunStrata("estimate --params 1e15 --nproc 1");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("fits this machine: no"), std::string::npos) << r.out;
