@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <deque>
 #include <memory>
 #include <optional>
 
@@ -146,12 +147,16 @@ struct OptimizerRun {
   std::shared_ptr<ParkedWrites> parked;
 };
 
+// Sub-groups' states read before their update, in its order (Engine::Impl::ReadStatesEarly).
+using EarlyStates = std::deque<std::unique_ptr<LoadedStates>>;
+
 struct Optimizer {
   std::unique_ptr<WorkQueue> thread;  // runs one update at a time
   OptimizerRun run;
-  // The first sub-group's states, read during the last micro-batch so that the update does
-  // not start by waiting for NVMe; handed to the next update (or dropped).
-  std::unique_ptr<LoadedStates> early_states;
+  // The first sub-groups' states, read during the last micro-batch (as many as the optimizer
+  // pool has free buffers for) so that the update does not start by waiting for NVMe; handed
+  // to the next update (or dropped).
+  EarlyStates early_states;
   int threads = 1;  // OpenMP threads of the CPU Adam
 };
 
@@ -262,10 +267,10 @@ struct Engine::Impl {
   Status Quiesce();
   // The step's update of every block, in block order (speculated blocks: what `verdict` says).
   Status FinishStep(const AdamHyperParams& hp, Verdict verdict,
-                    const std::vector<std::optional<DeviceEvent>>& speculated, std::unique_ptr<LoadedStates> early,
+                    const std::vector<std::optional<DeviceEvent>>& speculated, EarlyStates early,
                     const std::vector<std::shared_ptr<HostEventState>>& ready);
   // AdamW over `blocks` (ascending), as one pipeline of their sub-groups.
-  Status UpdateBlocks(const AdamHyperParams& hp, const std::vector<int>& blocks, std::unique_ptr<LoadedStates>& early,
+  Status UpdateBlocks(const AdamHyperParams& hp, const std::vector<int>& blocks, EarlyStates& early,
                       const std::vector<std::shared_ptr<HostEventState>>& ready);
   // Where block b's updated working weights go, as the address of flat element `*first`
   // (the working range's start, or the adapter range's).
@@ -285,7 +290,10 @@ struct Engine::Impl {
   // null when they live in host memory, strata.host_blocks).
   std::unique_ptr<LoadedStates> LeaseStates(const SubGroup& sg);
   std::unique_ptr<LoadedStates> LoadStates(const SubGroup& sg);
-  void ReadFirstStatesEarly();  // best effort, never blocks
+  // Reads the states of the next sub-group in update order into free optim-pool buffers: once
+  // as the last micro-batch starts and once per block of its backward, so that they are spread
+  // among the backward's own reads. Best effort, never blocks.
+  void ReadStatesEarly();
   void DropEarlyStates();       // waits for its reads, returns its buffers
   // engine_speculation.cc: updates during the backward, and what the step's verdict does to them.
   Status AllocateSpeculation();

@@ -138,7 +138,7 @@ Status Engine::Impl::LaunchUpdate(const AdamHyperParams& hp, Verdict verdict, in
     run.parked = std::make_shared<ParkedWrites>(n, static_cast<int>(pools.park->buffer_count()), std::move(publish));
   }
   // The early states go with the update: the compute thread never touches them while it runs.
-  auto early = std::make_shared<std::unique_ptr<LoadedStates>>(std::move(optimizer.early_states));
+  auto early = std::make_shared<EarlyStates>(std::exchange(optimizer.early_states, {}));
   // This step's speculative updates go with it: the next step re-arms while it may still run.
   auto speculated = std::exchange(speculation.done, std::vector<std::optional<DeviceEvent>>(n));
   run.done = optimizer.thread->Submit({{}, nullptr, [this, hp, verdict, speculated, early, ready] {
@@ -210,7 +210,7 @@ Status Engine::Impl::ShareUpdatedWeights(int b) {
 // update stands, is redone or rolled back); the others are updated as one pipeline.
 Status Engine::Impl::FinishStep(const AdamHyperParams& hp, Verdict verdict,
                                 const std::vector<std::optional<DeviceEvent>>& speculated,
-                                std::unique_ptr<LoadedStates> early,
+                                EarlyStates early,
                                 const std::vector<std::shared_ptr<HostEventState>>& ready) {
   DropStatesAhead();  // read for a block that was not speculated after all (not expected)
   std::vector<int> pending;  // consecutive blocks not updated yet
@@ -229,8 +229,8 @@ Status Engine::Impl::FinishStep(const AdamHyperParams& hp, Verdict verdict,
       ready[b]->Set(Status());
     }
   }
-  if (early)  // not consumed (not expected): its reads must finish before its buffers go back
-    for (Ticket& t : early->read) t.Wait().IgnoreError();
+  for (const auto& l : early)  // not consumed (not expected): its reads finish before its buffers go back
+    for (Ticket& t : l->read) t.Wait().IgnoreError();
   if (optimizer.run.parked) optimizer.run.parked->Drain();  // delayed: written as the next step releases them
   return Status();
 }
@@ -241,11 +241,19 @@ Status Engine::Impl::FinishStep(const AdamHyperParams& hp, Verdict verdict,
 // The store owns the write-backs: each holds its buffer until written, and a full pool
 // waits for the oldest one (TieredStore::AcquireBuffer).
 Status Engine::Impl::UpdateBlocks(const AdamHyperParams& hp, const std::vector<int>& blocks,
-                                  std::unique_ptr<LoadedStates>& early,
+                                  EarlyStates& early,
                                   const std::vector<std::shared_ptr<HostEventState>>& ready) {
   const bool states_nvme = pools.optim != nullptr;
   auto load = [&](const SubGroup& sg) {  // the early read, when it is of this sub-group
-    return early && early->sub == &sg ? std::move(early) : LoadStates(sg);
+    if (!early.empty() && early.front()->sub != &sg) {  // (not expected: read in another order)
+      for (const auto& l : early)
+        for (Ticket& t : l->read) t.Wait().IgnoreError();
+      early.clear();  // their buffers back, for the reads of the pipeline
+    }
+    if (early.empty()) return LoadStates(sg);
+    std::unique_ptr<LoadedStates> l = std::move(early.front());
+    early.pop_front();
+    return l;
   };
   std::vector<std::pair<int, const SubGroup*>> order;  // every (block, sub-group) in update order
   for (int b : blocks)
@@ -438,24 +446,35 @@ std::unique_ptr<LoadedStates> Engine::Impl::LoadStates(const SubGroup& sg) {
   return l;
 }
 
-// The first sub-group's states, read during the last micro-batch. Never blocks: skipped
-// when last step's write-backs of them are still in flight or the pool has no free buffers.
-void Engine::Impl::ReadFirstStatesEarly() {
-  if (!optimizer.run.done.Ready() || !pools.optim || optimizer.early_states || model.blocks.empty() ||
-      model.blocks[0].subs.empty() || cfg.optimizer_overlap == OptimizerOverlap::kSpeculative ||  // (reads its own)
-      cfg.optimizer_overlap == OptimizerOverlap::kDelayed)  // (starts from the last block)
+void Engine::Impl::ReadStatesEarly() {
+  if (!optimizer.run.done.Ready() || !pools.optim || cfg.optimizer_overlap == OptimizerOverlap::kSpeculative ||
+      cfg.optimizer_overlap == OptimizerOverlap::kDelayed)  // (reads its own; starts from the last block)
     return;
-  const SubGroup& sg = model.blocks[0].subs[0];
-  for (TensorHandle h : {sg.master, sg.m, sg.v})
+  // The sub-group after the last one read early, in update order (block by block).
+  const SubGroup* last = optimizer.early_states.empty() ? nullptr : optimizer.early_states.back()->sub;
+  const SubGroup* next = nullptr;
+  bool past = last == nullptr;
+  for (const BlockRuntime& br : model.blocks) {
+    for (const SubGroup& sg : br.subs) {
+      if (past) {
+        next = &sg;
+        break;
+      }
+      past = &sg == last;
+    }
+    if (next) break;
+  }
+  if (!next || store->home(next->m) != Tier::kNvme) return;  // all read, or a host block's (the last ones)
+  for (TensorHandle h : {next->master, next->m, next->v})
     if (h.valid() && store->WriteInFlight(h)) return;
   if (pools.optim->free_count() < static_cast<size_t>(3 - FirstStoredState())) return;
-  optimizer.early_states = LoadStates(sg);
+  optimizer.early_states.push_back(LoadStates(*next));
 }
 
 void Engine::Impl::DropEarlyStates() {
-  if (!optimizer.early_states) return;
-  for (Ticket& t : optimizer.early_states->read) t.Wait().IgnoreError();  // the buffers are being written into
-  optimizer.early_states.reset();
+  for (const auto& l : optimizer.early_states)
+    for (Ticket& t : l->read) t.Wait().IgnoreError();  // the buffers are being written into
+  optimizer.early_states.clear();
 }
 
 StatusOr<std::vector<std::byte>> Engine::Impl::ReadWorking(int b) {

@@ -402,6 +402,7 @@ Status Engine::Impl::Backward(Activations& act, Gatherer& gather) {
     }
     gather.Release();
     STRATA_RETURN_IF_ERROR(ReduceGradients(b));
+    if (last_micro_batch) ReadStatesEarly();  // one sub-group per block: among the backward's reads
   }
   return Status();
 }
@@ -434,7 +435,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
       m.first_micro_batch = mb == 0;
       m.last_micro_batch = mb + 1 == m.cfg.grad_accum;
       if (m.last_micro_batch) {
-        m.ReadFirstStatesEarly();  // hidden behind this micro-batch
+        m.ReadStatesEarly();     // hidden behind this micro-batch (more during its backward)
         m.ArmSpeculation(step);    // blocks are updated as their gradients become final
       }
       Activations act;

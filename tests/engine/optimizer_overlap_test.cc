@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine_test_util.h"
+#include "strata/communicator.h"
+#include "strata/trace.h"
 
 namespace strata {
 namespace {
@@ -216,6 +218,40 @@ TEST(DelayedUpdate, EachStepSeesTheWeightsFromBeforeTheLastUpdate) {
   EXPECT_TRUE(testing::BitwiseEqual(accumulated, accumulated_async));
   EXPECT_TRUE(accumulated.state == accumulated_async.state);
   EXPECT_LT(accumulated.stats[3].loss, accumulated.stats[0].loss);
+}
+
+// The last micro-batch reads the first sub-groups' states for the update that follows it, one
+// more per block of its backward while the optimizer pool has free buffers: with the forward
+// overlapped, the previous update is often still running when the micro-batch starts.
+TEST(OptimizerOverlap, TheBackwardReadsTheUpdatesFirstStates) {
+  TempDir dir;
+  TrainConfig c = TinyConfig(dir.path());
+  c.model.n_layer = 4;
+  c.sub_group_size = 2000;  // many sub-groups: more than the optimizer pool holds
+  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
+  ASSERT_TRUE(data.ok());
+  for (OptimizerOverlap mode : {OptimizerOverlap::kForward, OptimizerOverlap::kNone}) {
+    SCOPED_TRACE(OptimizerOverlapName(mode));
+    c.optimizer_overlap = mode;
+    Tracer tracer;
+    auto comm = MakeSingleRankCommunicator();
+    auto engine = Engine::Create(c, comm.get(), &tracer);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    for (int s = 0; s < 3; ++s) ASSERT_TRUE((*engine)->Step(s, **data).ok());
+    ASSERT_TRUE((*engine)->Finish().ok());
+    // The last step: from its last forward block to its update's gradient norm.
+    double backward = 0, norm = 0;
+    for (const TraceEvent& e : tracer.Events()) {
+      if (e.track == Track::kCompute && e.name.starts_with("forward b")) backward = std::max(backward, e.end_s);
+      if (e.track == Track::kOptimizer && e.name == "gradient norm") norm = std::max(norm, e.start_s);
+    }
+    ASSERT_LT(backward, norm);
+    int early = 0;
+    for (const TraceEvent& e : tracer.Events())
+      early += e.track == Track::kNvmeRead && e.name.ends_with(".adam_m") && e.start_s > backward && e.start_s < norm;
+    EXPECT_GE(early, 3);
+  }
 }
 
 }  // namespace
