@@ -55,15 +55,15 @@ void PrintHostBlocksRoom(const TrainConfig& cfg, int nproc, int64_t params, Devi
   }
   std::printf("blocks kept in host memory: room for %s (--set strata.host_blocks=%lld; host memory %s needed "
               "then, NVMe %s): their step skips the disk\n",
-              LastBlocksPhrase(f.blocks).c_str(),
+              HostBlocksPhrase(f.blocks).c_str(),
               (long long)f.blocks, HumanBytes(f.estimate.node_host_bytes(nproc)).c_str(),
               HumanBytes(f.estimate.node_nvme_bytes(nproc)).c_str());
 }
 
-// " (the last N blocks in host memory)" after "optimizer states on nvme", or nothing.
+// " (the first N blocks in host memory)" after "optimizer states on nvme", or nothing.
 std::string HostBlocksNote(const TrainConfig& cfg, bool resolved_auto) {
   if (cfg.offload_optimizer.device != OffloadDevice::kNvme || cfg.host_blocks <= 0) return "";
-  return fmt::format(" ({} in host memory{})", LastBlocksPhrase(cfg.host_blocks),
+  return fmt::format(" ({} in host memory{})", HostBlocksPhrase(cfg.host_blocks),
                      resolved_auto ? ": strata.host_blocks auto" : "");
 }
 

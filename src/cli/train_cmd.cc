@@ -161,7 +161,7 @@ Status TrainRun::Connect() {
       cfg_.host_blocks > 0)
     LogInfo("strata.host_blocks auto: {} kept in host memory (host memory {} estimated, "
             "{} available), the rest on NVMe",
-            LastBlocksPhrase(cfg_.host_blocks),
+            HostBlocksPhrase(cfg_.host_blocks),
             HumanBytes(estimate_.node_host_bytes(local_ranks())), HumanBytes(machine.host_available));
   if (Status fits = CheckFits(estimate_, machine, local_ranks()); !fits.ok() && !a_.no_fit_check)
     return Error(fits.code(), "{}{}", fits.message(), FitAdvice(cfg_, env_.world_size, traits, machine, local_ranks()));

@@ -244,7 +244,8 @@ Status Engine::Impl::UpdateBlocks(const AdamHyperParams& hp, const std::vector<i
                                   EarlyStates& early,
                                   const std::vector<std::shared_ptr<HostEventState>>& ready) {
   const bool states_nvme = pools.optim != nullptr;
-  auto load = [&](const SubGroup& sg) {  // the early read, when it is of this sub-group
+  auto load = [&](const SubGroup& sg) -> std::unique_ptr<LoadedStates> {  // the early read, when it is of sg
+    if (store->home(sg.m) != Tier::kNvme) return nullptr;  // strata.host_blocks: updated in place
     if (!early.empty() && early.front()->sub != &sg) {  // (not expected: read in another order)
       for (const auto& l : early)
         for (Ticket& t : l->read) t.Wait().IgnoreError();
@@ -450,21 +451,22 @@ void Engine::Impl::ReadStatesEarly() {
   if (!optimizer.run.done.Ready() || !pools.optim || cfg.optimizer_overlap == OptimizerOverlap::kSpeculative ||
       cfg.optimizer_overlap == OptimizerOverlap::kDelayed)  // (reads its own; starts from the last block)
     return;
-  // The sub-group after the last one read early, in update order (block by block).
+  // The NVMe sub-group after the last one read early, in update order (block by block; host
+  // blocks' states are updated in place).
   const SubGroup* last = optimizer.early_states.empty() ? nullptr : optimizer.early_states.back()->sub;
   const SubGroup* next = nullptr;
   bool past = last == nullptr;
   for (const BlockRuntime& br : model.blocks) {
     for (const SubGroup& sg : br.subs) {
-      if (past) {
+      if (past && store->home(sg.m) == Tier::kNvme) {
         next = &sg;
         break;
       }
-      past = &sg == last;
+      past = past || &sg == last;
     }
     if (next) break;
   }
-  if (!next || store->home(next->m) != Tier::kNvme) return;  // all read, or a host block's (the last ones)
+  if (!next) return;  // all read
   for (TensorHandle h : {next->master, next->m, next->v})
     if (h.valid() && store->WriteInFlight(h)) return;
   if (pools.optim->free_count() < static_cast<size_t>(3 - FirstStoredState())) return;

@@ -295,7 +295,7 @@ Residence ShardPlan::WorkingResidence(int b) const {
   return HostBlock(b) && host_blocks_working ? Residence::kCpu : working_home;
 }
 
-bool ShardPlan::HostBlock(int b) const { return b >= static_cast<int>(blocks.size()) - host_blocks; }
+bool ShardPlan::HostBlock(int b) const { return b < host_blocks; }
 
 Residence ShardPlan::OptimizerResidence(int b) const {
   return optimizer_home == Residence::kNvme && HostBlock(b) ? Residence::kCpu : optimizer_home;

@@ -206,11 +206,12 @@ struct ShardPlan {
   Status SplitMasterFits(const TrainConfig& cfg) const;
   // Where block b's working weights live: the device for resident blocks, else their home.
   Residence WorkingResidence(int b) const;
-  // strata.host_blocks (only with offload_optimizer "nvme"): the last host_blocks blocks keep
+  // strata.host_blocks (only with offload_optimizer "nvme"): the first host_blocks blocks keep
   // their optimizer states in host memory, and their working weights too when those are on
-  // NVMe (host_blocks_working; not with the delayed update). The last: the update starts at
-  // block 0 (whose first states the last micro-batch reads early), and at the disk's pace
-  // the next forward finds each block's new weights still in their write-back.
+  // NVMe (host_blocks_working; not with the delayed update). The first: the update starts at
+  // block 0, so theirs are done at once (no disk) and the next forward runs them while the
+  // update of the blocks on NVMe goes on at the disk's pace; and the backward ends with them,
+  // leaving the disk to the early reads of the update's first states.
   int64_t host_blocks = 0;
   bool host_blocks_working = false;
   bool HostBlock(int b) const;

@@ -383,7 +383,7 @@ static Status CheckDelayedUpdate(const TrainConfig& c) {
 // anywhere else it would mean nothing, and a user who set it expects it to.
 static Status CheckHostBlocks(const TrainConfig& c) {
   if (c.host_blocks <= 0 || c.offload_optimizer.device == OffloadDevice::kNvme) return Status();  // (or auto)
-  return InvalidArgument("strata.host_blocks ({}) keeps the last blocks' state in host memory "
+  return InvalidArgument("strata.host_blocks ({}) keeps the first blocks' state in host memory "
                          "instead of NVMe: it needs zero_optimization.offload_optimizer.device \"nvme\" (it is \"{}\")",
                          c.host_blocks, OffloadDeviceName(c.offload_optimizer.device));
 }

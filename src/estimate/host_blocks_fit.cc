@@ -43,9 +43,9 @@ bool ResolveHostBlocks(TrainConfig* cfg, int world, int64_t params_override, Dev
   return true;
 }
 
-std::string LastBlocksPhrase(int64_t blocks) {
+std::string HostBlocksPhrase(int64_t blocks) {
   if (blocks == kAllBlocks) return "every block";
-  return blocks == 1 ? "the last block" : fmt::format("the last {} blocks", blocks);
+  return blocks == 1 ? "the first block" : fmt::format("the first {} blocks", blocks);
 }
 
 }  // namespace strata

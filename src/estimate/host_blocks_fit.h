@@ -21,8 +21,8 @@ struct HostBlocksFit {
 };
 inline constexpr int64_t kAllBlocks = int64_t{1} << 20;
 
-// How messages name `blocks` host blocks: "every block", "the last block", "the last N blocks".
-std::string LastBlocksPhrase(int64_t blocks);
+// How messages name `blocks` host blocks: "every block", "the first block", "the first N blocks".
+std::string HostBlocksPhrase(int64_t blocks);
 
 // The most blocks, at least cfg.host_blocks, whose estimate stays within
 // kHostBlocksFill of m.host_available and fits `m`; cfg.host_blocks itself (and its

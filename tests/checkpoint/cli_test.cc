@@ -155,7 +155,7 @@ TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
                               "--host-memory 12G --disk-free 1T --set bf16.enabled=true";  // (not the CPU's ISA)
   r = RunStrata(planned);
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("blocks kept in host memory: room for the last "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("blocks kept in host memory: room for the first "), std::string::npos) << r.out;
   // What a step moves through the disk (tests/engine/step_traffic_test.cc checks the figures).
   EXPECT_NE(r.out.find("NVMe traffic per step (per rank): "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("when the next forward finds the update's writes in flight"), std::string::npos) << r.out;

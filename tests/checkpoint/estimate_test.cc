@@ -100,7 +100,7 @@ TEST(Estimate, HalfPrecisionAndUntiedLlamaMatchTheEngineLedgerExactly) {
   ExpectEstimateMatchesLedger(llama, 2, "speculative within 1 MB");
   llama.optimizer_overlap = OptimizerOverlap::kForward;
   llama.host_blocks = 2;  // (the shipped config's states are on NVMe)
-  ExpectEstimateMatchesLedger(llama, 2, "the last 2 blocks in host memory");
+  ExpectEstimateMatchesLedger(llama, 2, "the first 2 blocks in host memory");
 }
 
 // LoRA: master weights, m, v and gradient accumulators for the adapters only; on a device

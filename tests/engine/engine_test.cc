@@ -38,7 +38,7 @@ TEST(Engine, OffloadNoneCpuNvmeAreBitwiseIdentical) {
   EXPECT_GT(runs[2].ledger.bytes[static_cast<int>(StateKind::kMaster)][static_cast<int>(Residence::kNvme)], 0u);
 }
 
-// strata.host_blocks: the last blocks' state stays in host memory (optimizer states, and the
+// strata.host_blocks: the first blocks' state stays in host memory (optimizer states, and the
 // working weights except with the delayed update) while the rest is on NVMe. Every overlap
 // mode trains bitwise as with all of it on NVMe, and the ledger puts each block's state where
 // the key says; more than the model has keeps all.
