@@ -280,6 +280,7 @@ struct Engine::Impl {
   // strata.master_weights "split": block b's output buffer, with the working weights the update
   // will replace read into it a block ahead (best effort: only when a pinned buffer is free).
   void ReadOutputAhead(int b, OutputAhead* ahead);
+  Ticket ReadWorkingInto(int b, const PinnedBuffer& buf);  // block b's working weights, whole
   // Block b has no trainable parameter on any rank (LoRA's embedding and head): no gradients.
   // `out`: where the sub-group's updated working weights go.
   Status UpdateSubGroup(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur, std::byte* out);

@@ -32,6 +32,13 @@ std::span<float> AsFloats(std::span<std::byte> b) { return {reinterpret_cast<flo
 std::span<uint16_t> AsHalves(std::span<std::byte> b) { return {reinterpret_cast<uint16_t*>(b.data()), b.size() / 2}; }
 std::span<int16_t> AsLowHalves(std::span<std::byte> b) { return {reinterpret_cast<int16_t*>(b.data()), b.size() / 2}; }
 
+// Early reads dropped: each read finishes before its buffers go back to the pool.
+void Drop(EarlyStates& early) {
+  for (const auto& l : early)
+    for (Ticket& t : l->read) t.Wait().IgnoreError();
+  early.clear();
+}
+
 }  // namespace
 
 struct Engine::Impl::OutputAhead {
@@ -229,8 +236,7 @@ Status Engine::Impl::FinishStep(const AdamHyperParams& hp, Verdict verdict,
       ready[b]->Set(Status());
     }
   }
-  for (const auto& l : early)  // not consumed (not expected): its reads finish before its buffers go back
-    for (Ticket& t : l->read) t.Wait().IgnoreError();
+  Drop(early);  // not consumed (not expected)
   if (optimizer.run.parked) optimizer.run.parked->Drain();  // delayed: written as the next step releases them
   return Status();
 }
@@ -246,11 +252,7 @@ Status Engine::Impl::UpdateBlocks(const AdamHyperParams& hp, const std::vector<i
   const bool states_nvme = pools.optim != nullptr;
   auto load = [&](const SubGroup& sg) -> std::unique_ptr<LoadedStates> {  // the early read, when it is of sg
     if (store->home(sg.m) != Tier::kNvme) return nullptr;  // strata.host_blocks: updated in place
-    if (!early.empty() && early.front()->sub != &sg) {  // (not expected: read in another order)
-      for (const auto& l : early)
-        for (Ticket& t : l->read) t.Wait().IgnoreError();
-      early.clear();  // their buffers back, for the reads of the pipeline
-    }
+    if (!early.empty() && early.front()->sub != &sg) Drop(early);  // (not expected: read in another order)
     if (early.empty()) return LoadStates(sg);
     std::unique_ptr<LoadedStates> l = std::move(early.front());
     early.pop_front();
@@ -300,8 +302,13 @@ void Engine::Impl::ReadOutputAhead(int b, OutputAhead* ahead) {
   std::optional<PinnedBuffer> got = pools.param->TryAcquire();  // never waits: the compute may need them
   if (!got) return;
   ahead->lease = std::move(*got);
-  ahead->read = store->Read(br.working, ahead->lease.span().subspan(0, store->bytes(br.working)));
+  ahead->read = ReadWorkingInto(b, ahead->lease);
   ahead->block = b;
+}
+
+Ticket Engine::Impl::ReadWorkingInto(int b, const PinnedBuffer& buf) {
+  const TensorHandle h = model.blocks[b].working;
+  return store->Read(h, buf.span().subspan(0, store->bytes(h)));
 }
 
 StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease, int64_t* first, OutputAhead* ahead) {
@@ -335,8 +342,7 @@ StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease, int64
   *lease = std::move(*got);
   if (plan.MasterFromWorking()) {  // the weights being replaced hold the master (or its high halves)
     Tracer::Span s(tracer, Track::kOptimizer, "adam b" + std::to_string(b) + ": reading its working weights");
-    const std::span<std::byte> old = lease->span().subspan(0, store->bytes(br.working));
-    STRATA_RETURN_IF_ERROR(store->Read(br.working, old).Wait().WithContext(fmt::format("working weights of block {}", b)));
+    STRATA_RETURN_IF_ERROR(ReadWorkingInto(b, *lease).Wait().WithContext(fmt::format("working weights of block {}", b)));
   }
   return lease->data();
 }
@@ -473,11 +479,7 @@ void Engine::Impl::ReadStatesEarly() {
   optimizer.early_states.push_back(LoadStates(*next));
 }
 
-void Engine::Impl::DropEarlyStates() {
-  for (const auto& l : optimizer.early_states)
-    for (Ticket& t : l->read) t.Wait().IgnoreError();  // the buffers are being written into
-  optimizer.early_states.clear();
-}
+void Engine::Impl::DropEarlyStates() { Drop(optimizer.early_states); }
 
 StatusOr<std::vector<std::byte>> Engine::Impl::ReadWorking(int b) {
   const TensorHandle h = model.blocks[b].working;
