@@ -178,6 +178,8 @@ Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::
       buf.resize(t.nbytes());
       STRATA_RETURN_IF_ERROR(m.dev->CopyOut(buf.data(), t, {m.bufs.resident_ready[b]}).HostWait());
       STRATA_RETURN_IF_ERROR(visit({b, TensorRole::kWorking, 0}, buf));
+    } else if (m.plan.MasterFromWorking()) {  // read once for both
+      STRATA_RETURN_IF_ERROR(visit({b, TensorRole::kWorking, 0}, working));
     } else {
       STRATA_RETURN_IF_ERROR(one({b, TensorRole::kWorking, 0}, br.working));
     }
