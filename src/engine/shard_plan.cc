@@ -136,7 +136,7 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
     p.AddBlock(numel, model.block_trainable.empty() ? numel : model.block_trainable[b], SubGroupStep(cfg.sub_group_size));
   }
   p.PlanDevice(cfg);
-  p.master_in_working = MasterInWorking(cfg) && std::find(p.resident.begin(), p.resident.end(), true) == p.resident.end();
+  p.master_in_working = MasterInWorking(cfg) && !p.AnyResident();
   p.PlanAdapters();
   p.PlanSpeculation(cfg);
   p.PlanLedger();
@@ -283,7 +283,7 @@ Status ShardPlan::SplitMasterFits(const TrainConfig& c) const {
     return InvalidArgument("strata.master_weights \"split\": needs bf16 compute (this run computes in {}: {}); the "
                            "working weights are the master's high halves", DTypeName(c.compute_dtype),
                            c.precision_reason.empty() ? "bf16.enabled" : c.precision_reason);
-  if (std::find(resident.begin(), resident.end(), true) != resident.end())
+  if (AnyResident())
     return InvalidArgument("strata.master_weights \"split\": this run keeps blocks' working weights on the device "
                            "(zero_optimization.offload_param.device \"none\", or strata.resident_blocks), where the "
                            "CPU update cannot read them; offload them to \"cpu\" or \"nvme\"");

@@ -156,6 +156,7 @@ struct ShardPlan {
   // Blocks whose working weights live on the device (strata.resident_blocks; non-host
   // devices only): no store home, no copy per use; updated by one copy per step.
   std::vector<bool> resident;
+  bool AnyResident() const { return std::find(resident.begin(), resident.end(), true) != resident.end(); }
   int gather_slots = 1;       // gather buffers of the largest padded group (0: every block resident, stage < 3)
   bool tied_slot = false;     // a gather buffer for the tied owner during the head
   int grad_slots = 1;         // flat-gradient / reduced-shard buffer pairs
