@@ -87,6 +87,11 @@ struct AdamSpans {
   // into calls, threads or ranks. Unused with fp32 moments.
   uint64_t rounding_seed = 0;
   uint64_t rounding_index = 0;
+  // Or m and v in 8 bits per element, blockwise (Note [8-bit moments]): each a blob of
+  // Moment8BitBytes(n) bytes, read and written in the same pass, rounded stochastically with
+  // the bits the bf16 moments take (rounding_seed, rounding_index). The blocks count from
+  // element 0 of the span.
+  std::span<uint8_t> exp_avg_8bit, exp_avg_sq_8bit;
   // Or the fp32 master stored split (Note [Split master]): its high halves are the bf16
   // working weights in half_out (read, then overwritten with the updated weights), its low
   // halves here, updated in place. `params` is then empty and half_format kBf16.
@@ -116,6 +121,29 @@ struct AdamSpans {
 // of (seed, element index) (AdamRoundingBits: the low 16 bits round m, the high 16 bits
 // v), not a generator's stream: no state to carry or checkpoint, and the same bits on every
 // ISA path and thread count, for a redone update and after a resume.
+
+// Note [8-bit moments]
+// strata.adam_states "8bit": m and v in 1 byte per element plus one fp32 scale (the largest
+// |value|) per block of 256 elements, 1.016 B instead of 4 (fp32) or 2 (bf16); bitsandbytes'
+// blockwise 8-bit Adam (Dettmers et al., 2022) is the idea, the code format is this one. A
+// code is a small float relative to the block's scale: m a sign, 4 mantissa bits and 7
+// octaves, then evenly spaced steps of 2^-10 down to 0; v 4 mantissa bits and 15 octaves (7.5
+// for sqrt(v), what the update divides by), then steps of 2^-18. Rounding is stochastic (Note
+// [Stochastic rounding of the moments]): a relative step of 1/16 is far coarser than v's
+// 0.1% per step, which rounding to nearest would freeze. The update decodes a block into fp32
+// on the stack, runs the fp32 AdamW over it and encodes it back, so it is the fp32 update on
+// the decoded values and memory sees each array once. A v that decodes to 0 (below its range)
+// is taken as m^2, so that an element whose m did not underflow is not updated by m / eps.
+// The codes are integer and exact float operations: every ISA and thread count gives the same.
+
+// Bytes of one 8-bit moment of n elements: n codes, padded to 64 bytes, then n / 256 scales.
+size_t Moment8BitBytes(size_t n);
+// One moment to and from its 8-bit blob (m: signed; v: `is_v`): rounded stochastically as
+// AdamStep would with (seed, index), or to the nearest code (what a restore from fp32 values
+// does: encoding what DecodeMoment8Bit gave then returns the same blob).
+void EncodeMoment8Bit(bool is_v, std::span<const float> x, std::span<uint8_t> blob, uint64_t seed, uint64_t index);
+void EncodeMoment8BitNearest(bool is_v, std::span<const float> x, std::span<uint8_t> blob);
+void DecodeMoment8Bit(bool is_v, std::span<const uint8_t> blob, std::span<float> x);
 
 // The 32 random bits of element `index` under `seed`: lowbias32 of (the index's low half +
 // a key mixed (splitmix64) from the seed and the index's high half). What AdamStep uses;

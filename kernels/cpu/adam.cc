@@ -106,12 +106,22 @@ Status ValidateSpans(const AdamSpans& s) {
                            "half_out ({} given{})", s.params.size(), n, s.half_out.size(),
                            s.half_format == HalfFormat::kBf16 ? "" : ", as fp16");
   const bool bf16_moments = !s.exp_avg_bf16.empty() || !s.exp_avg_sq_bf16.empty();
-  const size_t m = bf16_moments ? s.exp_avg_bf16.size() : s.exp_avg.size();
-  const size_t v = bf16_moments ? s.exp_avg_sq_bf16.size() : s.exp_avg_sq.size();
-  if (m != n || v != n || (bf16_moments && (!s.exp_avg.empty() || !s.exp_avg_sq.empty())))
-    return InvalidArgument("Adam spans differ in length or kind: params {}, exp_avg {}, exp_avg_sq {}, exp_avg_bf16 "
-                           "{}, exp_avg_sq_bf16 {}", n, s.exp_avg.size(), s.exp_avg_sq.size(), s.exp_avg_bf16.size(),
-                           s.exp_avg_sq_bf16.size());
+  const bool moments_8bit = !s.exp_avg_8bit.empty() || !s.exp_avg_sq_8bit.empty();
+  const bool fp32_moments = !s.exp_avg.empty() || !s.exp_avg_sq.empty();
+  if (moments_8bit) {
+    if (bf16_moments || fp32_moments || s.exp_avg_8bit.size() != Moment8BitBytes(n) ||
+        s.exp_avg_sq_8bit.size() != Moment8BitBytes(n))
+      return InvalidArgument("Adam with 8-bit moments needs exactly two blobs of {} bytes for {} elements (given {} "
+                             "and {}) and no other moments", Moment8BitBytes(n), n, s.exp_avg_8bit.size(),
+                             s.exp_avg_sq_8bit.size());
+  } else {
+    const size_t m = bf16_moments ? s.exp_avg_bf16.size() : s.exp_avg.size();
+    const size_t v = bf16_moments ? s.exp_avg_sq_bf16.size() : s.exp_avg_sq.size();
+    if (m != n || v != n || (bf16_moments && fp32_moments))
+      return InvalidArgument("Adam spans differ in length or kind: params {}, exp_avg {}, exp_avg_sq {}, "
+                             "exp_avg_bf16 {}, exp_avg_sq_bf16 {}", n, s.exp_avg.size(), s.exp_avg_sq.size(),
+                             s.exp_avg_bf16.size(), s.exp_avg_sq_bf16.size());
+  }
   if (n == 0) return Status::Ok();
   const bool fp32 = s.grad.size() == n && s.grad_bf16.empty();
   const bool bf16 = s.grad_bf16.size() == n && s.grad.empty();
@@ -120,7 +130,7 @@ Status ValidateSpans(const AdamSpans& s) {
                            s.grad.size(), s.grad_bf16.size());
   if (!s.half_out.empty() && s.half_out.size() != n)
     return InvalidArgument("Adam half_out has {} elements, params {}", s.half_out.size(), n);
-  if (bf16_moments && s.rounding_index > UINT64_MAX - n)
+  if ((bf16_moments || moments_8bit) && s.rounding_index > UINT64_MAX - n)
     return InvalidArgument("Adam rounding_index {} + {} elements overflows 64 bits", s.rounding_index, n);
   return Status::Ok();
 }
@@ -134,7 +144,16 @@ AdamArgs MakeArgs(const AdamHyperParams& hp, const AdamSpans& s) {
   a.v = s.exp_avg_sq.data();
   a.m16 = s.exp_avg_bf16.data();
   a.v16 = s.exp_avg_sq_bf16.data();
-  a.moment_kind = s.exp_avg_bf16.empty() ? cpu::MomentKind::kFp32 : cpu::MomentKind::kBf16;
+  a.moment_kind = !s.exp_avg_bf16.empty()   ? cpu::MomentKind::kBf16
+                  : !s.exp_avg_8bit.empty() ? cpu::MomentKind::k8Bit
+                                            : cpu::MomentKind::kFp32;
+  if (a.moment_kind == cpu::MomentKind::k8Bit) {
+    const size_t n = Elements(s), codes = cpu::Codes8BitBytes(n);
+    a.m8 = s.exp_avg_8bit.data();
+    a.v8 = s.exp_avg_sq_8bit.data();
+    a.m8_scale = reinterpret_cast<float*>(s.exp_avg_8bit.data() + codes);
+    a.v8_scale = reinterpret_cast<float*>(s.exp_avg_sq_8bit.data() + codes);
+  }
   a.grad_kind = s.grad.empty() ? cpu::GradKind::kBf16 : cpu::GradKind::kFp32;
   a.g32 = s.grad.data();
   a.g16 = s.grad_bf16.data();
@@ -162,14 +181,18 @@ AdamArgs MakeArgs(const AdamHyperParams& hp, const AdamSpans& s) {
 // Runs the kernel over [begin, end) of one thread. The kernel counts elements in 32 bits
 // (cheap in SIMD): a range whose global indices (rounding_index + i) cross a multiple of 2^32
 // runs in pieces, each with the key of its indices' high half.
+// 8-bit moments: pieces end on a block boundary (the first at or after the index's), and a
+// block that crosses one keeps the key of its first element.
 void RunAdamRange(AdamRangeFn kernel, const AdamArgs& args, const AdamSpans& s, size_t begin, size_t end) {
-  if (args.moment_kind != cpu::MomentKind::kBf16) return kernel(args, begin, end);
+  if (args.moment_kind == cpu::MomentKind::kFp32) return kernel(args, begin, end);
+  const size_t unit = args.moment_kind == cpu::MomentKind::k8Bit ? cpu::kBlock8Bit : 1;
   AdamArgs a = args;
   a.sr_base = static_cast<uint32_t>(s.rounding_index);
   while (begin < end) {
     const uint64_t index = s.rounding_index + begin;
     const uint64_t to_boundary = (uint64_t{1} << 32) - (index & 0xffffffffu);
-    const size_t piece_end = static_cast<size_t>(std::min<uint64_t>(end, begin + to_boundary));
+    const uint64_t piece = (to_boundary + unit - 1) / unit * unit;
+    const size_t piece_end = static_cast<size_t>(std::min<uint64_t>(end, begin + piece));
     a.sr_key = cpu::RoundingKey(s.rounding_seed, index >> 32);
     kernel(a, begin, piece_end);
     begin = piece_end;
@@ -197,10 +220,57 @@ Status AdamStep(const AdamHyperParams& hp, const AdamSpans& spans, const AdamOpt
   const AdamArgs args = MakeArgs(hp, spans);
   const AdamRangeFn kernel = PickAdamKernel();
   const bool split = args.master_kind == cpu::MasterKind::kSplit;
+  if (args.moment_kind == cpu::MomentKind::k8Bit) {  // whole blocks per thread
+    const size_t blocks = (n + cpu::kBlock8Bit - 1) / cpu::kBlock8Bit;
+    ParallelRanges(nullptr, 1, blocks, ThreadsFor(n, options), [&](int, size_t b, size_t e) {
+      RunAdamRange(kernel, args, spans, b * cpu::kBlock8Bit, std::min(n, e * cpu::kBlock8Bit));
+    });
+    return Status::Ok();
+  }
   ParallelRanges(split ? static_cast<const void*>(args.lo) : args.p, split ? 2 : sizeof(float), n,
                  ThreadsFor(n, options),
                  [&](int, size_t b, size_t e) { RunAdamRange(kernel, args, spans, b, e); });
   return Status::Ok();
+}
+
+size_t Moment8BitBytes(size_t n) { return cpu::Blob8BitBytes(n); }
+
+namespace {
+
+void Encode8Bit(bool is_v, std::span<const float> x, std::span<uint8_t> blob, uint64_t seed, uint64_t index,
+                bool nearest) {
+  const size_t n = x.size();
+  STRATA_CHECK(blob.size() == Moment8BitBytes(n)) << blob.size() << " bytes for " << n << " elements";
+  auto* scales = reinterpret_cast<float*>(blob.data() + cpu::Codes8BitBytes(n));
+  for (size_t i = 0; i < n; i += cpu::kBlock8Bit) {  // as RunAdamRange keys them
+    const uint64_t first = index + i;
+    const uint32_t counter = static_cast<uint32_t>(first) + cpu::RoundingKey(seed, first >> 32);
+    const size_t k = std::min(cpu::kBlock8Bit, n - i);
+    float* scale = scales + i / cpu::kBlock8Bit;
+    if (is_v) cpu::Encode8BitBlock<cpu::FormatV, false>(x.data() + i, k, blob.data() + i, scale, counter, 16, nearest);
+    else cpu::Encode8BitBlock<cpu::FormatM, true>(x.data() + i, k, blob.data() + i, scale, counter, 0, nearest);
+  }
+}
+
+}  // namespace
+
+void EncodeMoment8Bit(bool is_v, std::span<const float> x, std::span<uint8_t> blob, uint64_t seed, uint64_t index) {
+  Encode8Bit(is_v, x, blob, seed, index, /*nearest=*/false);
+}
+
+void EncodeMoment8BitNearest(bool is_v, std::span<const float> x, std::span<uint8_t> blob) {
+  Encode8Bit(is_v, x, blob, 0, 0, /*nearest=*/true);
+}
+
+void DecodeMoment8Bit(bool is_v, std::span<const uint8_t> blob, std::span<float> x) {
+  const size_t n = x.size();
+  STRATA_CHECK(blob.size() == Moment8BitBytes(n)) << blob.size() << " bytes for " << n << " elements";
+  const auto* scales = reinterpret_cast<const float*>(blob.data() + cpu::Codes8BitBytes(n));
+  for (size_t i = 0; i < n; i += cpu::kBlock8Bit) {
+    const size_t k = std::min(cpu::kBlock8Bit, n - i);
+    if (is_v) cpu::Decode8BitBlock<cpu::FormatV, false>(blob.data() + i, scales[i / cpu::kBlock8Bit], k, x.data() + i);
+    else cpu::Decode8BitBlock<cpu::FormatM, true>(blob.data() + i, scales[i / cpu::kBlock8Bit], k, x.data() + i);
+  }
 }
 
 uint32_t AdamRoundingBits(uint64_t seed, uint64_t index) {

@@ -12,13 +12,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "moments_8bit_impl.h"
 #include "strata/cast.h"
 
 namespace strata::cpu {
 
 enum class GradKind { kFp32, kBf16 };
 enum class HalfKind { kNone, kBf16, kFp16 };
-enum class MomentKind { kFp32, kBf16 };  // how Adam's m and v are stored
+enum class MomentKind { kFp32, kBf16, k8Bit };  // how Adam's m and v are stored
 enum class MasterKind { kFp32, kSplit };  // fp32 master, or bf16 working weights + low half
 
 // One step's arguments with every per-step constant folded (computed once in adam.cc).
@@ -29,6 +30,10 @@ struct AdamArgs {
   float* v = nullptr;
   uint16_t* m16 = nullptr;  // MomentKind::kBf16: m and v as bf16 bits
   uint16_t* v16 = nullptr;
+  uint8_t* m8 = nullptr;  // MomentKind::k8Bit: codes, and one scale per kBlock8Bit elements
+  uint8_t* v8 = nullptr;
+  float* m8_scale = nullptr;
+  float* v8_scale = nullptr;
   const float* g32 = nullptr;
   const uint16_t* g16 = nullptr;
   uint16_t* half = nullptr;
@@ -43,7 +48,7 @@ struct AdamArgs {
   float neg_step_size = 0;               // -lr / (1 - beta1^t)
   float inv_sqrt_bc2 = 1;                // 1 / sqrt(1 - beta2^t)
   float eps = 0;
-  // MomentKind::kBf16: the stochastic rounding's key and the 32-bit counter of element 0;
+  // MomentKind::kBf16 and k8Bit: the stochastic rounding's key and the 32-bit counter of element 0;
   // element i's counter is sr_base + i (mod 2^32). See RoundingBits.
   uint32_t sr_key = 0;
   uint32_t sr_base = 0;
@@ -317,9 +322,42 @@ inline void AdamRangeHalf(const AdamArgs& a, size_t begin, size_t end) {
   }
 }
 
-// The 2 x 2 x (3 + 1) (gradient, moments, half copy or split master) matrix for one ISA, chosen once per range.
+// 8-bit moments (Note [8-bit moments] in strata/cpu_adam.h), one block at a time: m and v
+// decoded into fp32 on the stack, the fp32 update over the block, m and v encoded back. So the
+// update is the fp32 one and memory sees each array once. `begin` starts a block.
+template <class Wide, class Narrow, GradKind kGrad>
+inline void Adam8BitRangeT(const AdamArgs& a, size_t begin, size_t end) {
+  alignas(64) float m[kBlock8Bit], v[kBlock8Bit];
+  const uint32_t counter = a.sr_base + a.sr_key;
+  AdamArgs block = a;
+  block.moment_kind = MomentKind::kFp32;
+  block.m = m;
+  block.v = v;
+  auto at = [](auto* p, size_t i) { return p ? p + i : p; };
+  for (size_t i = begin; i < end; i += kBlock8Bit) {
+    const size_t n = std::min(kBlock8Bit, end - i), q = i / kBlock8Bit;
+    Decode8BitBlock<FormatM, true>(a.m8 + i, a.m8_scale[q], n, m);
+    Decode8BitBlock<FormatV, false>(a.v8 + i, a.v8_scale[q], n, v);
+    // A v below the format's range reads as 0; with m not 0 the update would be m / eps.
+    // Such an element gets v = m^2 instead (|m| / sqrt(v) <= 1, as Adam's own elements).
+    for (size_t j = 0; j < n; ++j) v[j] = a.v8[i + j] == 0 ? m[j] * m[j] : v[j];
+    block.p = at(a.p, i);
+    block.lo = at(a.lo, i);
+    block.g32 = at(a.g32, i);
+    block.g16 = at(a.g16, i);
+    block.half = at(a.half, i);
+    AdamRangeHalf<Wide, Narrow, kGrad, MomentKind::kFp32>(block, 0, n);
+    Encode8BitBlock<FormatM, true>(m, n, a.m8 + i, a.m8_scale + q, counter + static_cast<uint32_t>(i), 0);
+    Encode8BitBlock<FormatV, false>(v, n, a.v8 + i, a.v8_scale + q, counter + static_cast<uint32_t>(i), 16);
+  }
+}
+
+// The 2 x 3 x (3 + 1) (gradient, moments, half copy or split master) matrix for one ISA, chosen once per range.
 template <class Wide, class Narrow>
 inline void AdamRangeDispatch(const AdamArgs& a, size_t begin, size_t end) {
+  if (a.moment_kind == MomentKind::k8Bit)
+    return a.grad_kind == GradKind::kBf16 ? Adam8BitRangeT<Wide, Narrow, GradKind::kBf16>(a, begin, end)
+                                          : Adam8BitRangeT<Wide, Narrow, GradKind::kFp32>(a, begin, end);
   const bool bf16_moments = a.moment_kind == MomentKind::kBf16;
   if (a.grad_kind == GradKind::kBf16)
     return bf16_moments ? AdamRangeHalf<Wide, Narrow, GradKind::kBf16, MomentKind::kBf16>(a, begin, end)

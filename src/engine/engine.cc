@@ -161,11 +161,15 @@ StatusOr<NamedTensors> Engine::MasterParameters(int block) {
 Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::span<const std::byte> bytes)>& visit) {
   Impl& m = *impl_;
   STRATA_RETURN_IF_ERROR(m.Quiesce());  // a checkpoint taken mid-overlap waits for the step to finish
-  std::vector<std::byte> buf;
+  std::vector<std::byte> buf, decoded;
   auto one = [&](const TensorKey& key, TensorHandle h) -> Status {
     buf.resize(m.store->bytes(h));
     STRATA_RETURN_IF_ERROR(m.store->Read(h, buf).Wait());
-    return visit(key, buf);
+    if (!m.Moment8Bit(key.role)) return visit(key, buf);
+    decoded.resize(static_cast<size_t>(m.plan.SubGroupLen(key)) * 4);  // visited as the fp32 values they hold
+    DecodeMoment8Bit(key.role == TensorRole::kAdamV, {reinterpret_cast<const uint8_t*>(buf.data()), buf.size()},
+                     {reinterpret_cast<float*>(decoded.data()), decoded.size() / 4});
+    return visit(key, decoded);
   };
   std::vector<std::byte> working, master;  // what holds the master (all or its high halves), and the master
   for (int b = 0; b < m.num_blocks(); ++b) {
@@ -225,6 +229,16 @@ Status Engine::RestoreState(const TensorKey& key, std::span<const std::byte> byt
   }
   if (!h) return Error(StatusCode::kNotFound, "no tensor '{}' in this run's state", key.Name());
   if (key.role == TensorRole::kMaster && m.plan.MasterFromWorking()) return m.RestoreMasterInWorking(key, *sub, bytes);
+  if (m.Moment8Bit(key.role)) {  // fp32 values, to the nearest codes (what VisitState decoded: the same blob)
+    if (bytes.size() != static_cast<size_t>(sub->range.len) * 4)
+      return Error(StatusCode::kInvalidArgument, "tensor '{}' has {} fp32 values, the checkpoint holds {} bytes",
+                   key.Name(), sub->range.len, bytes.size());
+    std::vector<std::byte> blob(m.store->bytes(*h));
+    EncodeMoment8BitNearest(key.role == TensorRole::kAdamV,
+                            {reinterpret_cast<const float*>(bytes.data()), bytes.size() / 4},
+                            {reinterpret_cast<uint8_t*>(blob.data()), blob.size()});
+    return m.store->Write(*h, blob).Wait();
+  }
   if (bytes.size() != m.store->bytes(*h))
     return Error(StatusCode::kInvalidArgument, "tensor '{}' has {} bytes, the checkpoint holds {}", key.Name(),
                  m.store->bytes(*h), bytes.size());

@@ -320,7 +320,7 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
   for (int64_t i = 0; i < bp.num_sub_groups(); ++i) {
     const ElementRange r = bp.sub_group(i);
     SubGroup sg{r, {}, {}, {}};
-    const uint64_t moment_bytes = r.len * plan.msize;  // fp32 or bf16
+    const uint64_t moment_bytes = plan.StoredStateBytes(TensorRole::kAdamM, r.len);  // fp32, bf16 or 8-bit
     // The master: the low halves (split), a view of the flat group, or none where the fp32
     // working tensor holds it (plan.master_in_working).
     const TensorKey master_key{b, TensorRole::kMaster, r.begin};

@@ -312,10 +312,14 @@ struct Engine::Impl {
   // The bytes of a sub-group's master, m and v: read from NVMe into `cur` (waited for), or the cpu
   // tier; the master's are empty where the working weights hold it.
   StatusOr<std::array<std::span<std::byte>, 3>> StateSpans(int b, const SubGroup& sg, LoadedStates* cur);
+  // A role the store holds as 8-bit blobs (strata.adam_states "8bit": m and v).
+  bool Moment8Bit(TensorRole r) const {
+    return plan.moments_8bit && (r == TensorRole::kAdamM || r == TensorRole::kAdamV);
+  }
   // Bytes of state k (0 master, 1 m, 2 v) of `len` elements.
   size_t StateBytes(int k, int64_t len) const {
     static constexpr TensorRole kRoles[3] = {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV};
-    return len * plan.StoredBytes(kRoles[k]);
+    return plan.StoredStateBytes(kRoles[k], len);
   }
   // A master stored in the working weights (plan.MasterFromWorking(): split, Note [Split
   // master], or fp32 compute's working weights themselves): block b's working weights, whole;

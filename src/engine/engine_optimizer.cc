@@ -30,6 +30,7 @@ namespace {
 
 std::span<float> AsFloats(std::span<std::byte> b) { return {reinterpret_cast<float*>(b.data()), b.size() / 4}; }
 std::span<uint16_t> AsHalves(std::span<std::byte> b) { return {reinterpret_cast<uint16_t*>(b.data()), b.size() / 2}; }
+std::span<uint8_t> AsBytes(std::span<std::byte> b) { return {reinterpret_cast<uint8_t*>(b.data()), b.size()}; }
 std::span<int16_t> AsLowHalves(std::span<std::byte> b) { return {reinterpret_cast<int16_t*>(b.data()), b.size() / 2}; }
 
 // Early reads dropped: each read finishes before its buffers go back to the pool.
@@ -372,9 +373,14 @@ Status Engine::Impl::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   if (plan.split_master) spans.master_low = AsLowHalves(states[0]);  // the high halves: `out`
   else if (plan.master_in_working) spans.params = {reinterpret_cast<float*>(out), static_cast<size_t>(sg.range.len)};
   else spans.params = AsFloats(states[0]);
-  if (cfg.adam_states == DType::kBF16) {
-    spans.exp_avg_bf16 = AsHalves(states[1]);
-    spans.exp_avg_sq_bf16 = AsHalves(states[2]);
+  if (cfg.adam_states == DType::kBF16 || plan.moments_8bit) {
+    if (plan.moments_8bit) {
+      spans.exp_avg_8bit = AsBytes(states[1]);
+      spans.exp_avg_sq_8bit = AsBytes(states[2]);
+    } else {
+      spans.exp_avg_bf16 = AsHalves(states[1]);
+      spans.exp_avg_sq_bf16 = AsHalves(states[2]);
+    }
     // Stochastic rounding's bits from what the update is, never from who runs it: the run's
     // seed, Adam's step, the block and the flat-group position (global, not rank-relative).
     // So ranks, stages, sub-groups, overlap modes, a speculative redo and a resume all give

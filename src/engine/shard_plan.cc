@@ -1,11 +1,14 @@
 #include "src/engine/shard_plan.h"
 
+#include "strata/cpu_adam.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <thread>
 
 #include "strata/check.h"
+#include "strata/cpu_adam.h"
 #include "strata/pinned_pool.h"
 
 namespace strata {
@@ -118,6 +121,7 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
   p.compute = cfg.compute_dtype;
   p.dsize = DTypeSize(cfg.compute_dtype);
   p.msize = DTypeSize(cfg.adam_states);
+  p.moments_8bit = cfg.moments_8bit;
   p.gsize = DTypeSize(cfg.grad_accum_dtype);
   p.split_master = cfg.split_master;
   p.working_home = ResidenceOf(cfg.offload_param.device);
@@ -246,10 +250,11 @@ void ShardPlan::PlanLedger() {
     ledger.Add(StateKind::kWorking, Residence::kCpu, b.adapter.len * dsize);
     if (WorkingResidence(i) == Residence::kNvme) nvme_on_disk += RoundUp(working, kPage);
     const int64_t n = b.num_sub_groups(), full = b.optimizer.len / b.sub_group_step;
-    for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV}) {
-      const size_t size = k == StateKind::kMaster ? StoredBytes(TensorRole::kMaster) : msize;
-      const uint64_t full_bytes = b.sub_group_step * size, tail_bytes = (b.optimizer.len - full * b.sub_group_step) * size;
-      ledger.Add(k, OptimizerResidence(i), b.optimizer.len * size);
+    for (auto [k, role] : {std::pair{StateKind::kMaster, TensorRole::kMaster}, std::pair{StateKind::kAdamM, TensorRole::kAdamM},
+                           std::pair{StateKind::kAdamV, TensorRole::kAdamV}}) {
+      const uint64_t full_bytes = StoredStateBytes(role, b.sub_group_step),
+                     tail_bytes = StoredStateBytes(role, b.optimizer.len - full * b.sub_group_step);
+      ledger.Add(k, OptimizerResidence(i), full * full_bytes + tail_bytes);
       if (OptimizerResidence(i) == Residence::kNvme)
         nvme_on_disk += full * RoundUp(full_bytes, kPage) + (n > full ? RoundUp(tail_bytes, kPage) : 0);
     }
@@ -326,6 +331,11 @@ int64_t ShardPlan::SubGroupLen(const TensorKey& key) const {
   STRATA_CHECK(rel >= 0 && rel < b.optimizer.len && rel % b.sub_group_step == 0)
       << "no optimizer sub-group of block " << key.block << " starts at " << key.offset;
   return b.sub_group(rel / b.sub_group_step).len;
+}
+
+uint64_t ShardPlan::StoredStateBytes(TensorRole r, int64_t len) const {
+  if (moments_8bit && (r == TensorRole::kAdamM || r == TensorRole::kAdamV)) return Moment8BitBytes(len);
+  return static_cast<uint64_t>(len) * StoredBytes(r);
 }
 
 uint64_t ShardPlan::TensorBytes(const TensorKey& key) const {

@@ -135,7 +135,8 @@ struct ShardPlan {
   bool weights_sharded = true, grads_sharded = true, optim_sharded = true;
   DType compute = DType::kF32;
   size_t dsize = 4;  // bytes per working-weight element
-  size_t msize = 4;  // bytes per element of Adam's m and of v (strata.adam_states)
+  size_t msize = 4;  // bytes per element of Adam's m and of v as visited (strata.adam_states)
+  bool moments_8bit = false;  // strata.adam_states "8bit": the store holds them as 8-bit blobs
   size_t gsize = 4;  // bytes per element of the gradient accumulators (strata.gradient_accumulator)
   bool split_master = false;  // strata.master_weights "split": the store holds the master's low halves
   // fp32 compute: the working weights are the fp32 master, stored once (MasterInWorking).
@@ -247,6 +248,8 @@ struct ShardPlan {
     if (r != TensorRole::kMaster) return ElementBytes(r);
     return split_master ? 2 : master_in_working ? 0 : 4;
   }
+  // Bytes the store holds for `len` elements of a role (8-bit moments: Moment8BitBytes).
+  uint64_t StoredStateBytes(TensorRole r, int64_t len) const;
   int64_t SubGroupLen(const TensorKey& key) const;  // elements of an optimizer state's sub-group
 };
 

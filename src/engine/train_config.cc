@@ -137,9 +137,10 @@ Status ParseStrataData(JsonReader& s, TrainConfig* c) {
 
 // How the optimizer's state is stored: Adam's moments, the master, the gradient accumulators.
 Status ParseStateStorage(JsonReader& s, TrainConfig* c) {
-  std::string adam_states = c->adam_states == DType::kBF16 ? "bf16" : "fp32";
-  STRATA_RETURN_IF_ERROR(s.Choice("adam_states", &adam_states, {"fp32", "bf16"}));
+  std::string adam_states = c->moments_8bit ? "8bit" : c->adam_states == DType::kBF16 ? "bf16" : "fp32";
+  STRATA_RETURN_IF_ERROR(s.Choice("adam_states", &adam_states, {"fp32", "bf16", "8bit"}));
   c->adam_states = adam_states == "bf16" ? DType::kBF16 : DType::kF32;
+  c->moments_8bit = adam_states == "8bit";
   std::string master = c->split_master ? "split" : "fp32";
   STRATA_RETURN_IF_ERROR(s.Choice("master_weights", &master, {"fp32", "split"}));
   c->split_master = master == "split";
@@ -393,6 +394,14 @@ bool MasterInWorking(const TrainConfig& c) {
          (c.optimizer_overlap == OptimizerOverlap::kNone || c.optimizer_overlap == OptimizerOverlap::kForward);
 }
 
+// 8-bit moments have no fixed bytes per element, which the speculative update's backups index by.
+static Status CheckMoments8Bit(const TrainConfig& c) {
+  if (c.moments_8bit && c.optimizer_overlap == OptimizerOverlap::kSpeculative)
+    return InvalidArgument("strata.adam_states \"8bit\": not with strata.optimizer_overlap \"speculative\" (its "
+                           "backups hold fp32 or bf16 moments); use \"forward\", \"none\" or \"delayed\"");
+  return Status();
+}
+
 // strata.master_weights "split" rebuilds the master from the working weights at every update:
 // the update must read the weights it replaces, from the store, before anything else does.
 static Status CheckSplitMaster(const TrainConfig& c) {
@@ -427,6 +436,7 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   if (Status s = CheckDelayedUpdate(c); !s.ok()) return s.WithContext(origin);
   if (Status s = CheckHostBlocks(c); !s.ok()) return s.WithContext(origin);
   if (Status s = CheckSplitMaster(c); !s.ok()) return s.WithContext(origin);
+  if (Status s = CheckMoments8Bit(c); !s.ok()) return s.WithContext(origin);
   root.UnusedKeys(&c.warnings);
   for (AutoValue a : root.autos()) {
     if (a.path == "scheduler.params.warmup_max_lr") a.reason = "the optimizer's lr";

@@ -21,6 +21,7 @@ struct Case {
   OffloadDevice params;
   bool split_master = false;
   DType compute = DType::kBF16;
+  bool moments_8bit = false;
 };
 
 void CheckTraffic(const TrainConfig& c) {
@@ -65,11 +66,16 @@ TEST(StepTraffic, IsTheLedgersArithmetic) {
       {OptimizerOverlap::kForward, 1, 0, OffloadDevice::kNvme, false, DType::kF32},
       {OptimizerOverlap::kNone, 2, 1, OffloadDevice::kNvme, false, DType::kF32},
       {OptimizerOverlap::kDelayed, 1, 0, OffloadDevice::kNvme, false, DType::kF32},  // (its own master)
+      // 8-bit m and v (1 B + a scale per 256 each)
+      {OptimizerOverlap::kForward, 1, 0, OffloadDevice::kNvme, false, DType::kF32, true},
+      {OptimizerOverlap::kForward, 2, 1, OffloadDevice::kNvme, true, DType::kBF16, true},
+      {OptimizerOverlap::kDelayed, 1, 0, OffloadDevice::kNvme, false, DType::kBF16, true},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(::testing::Message() << OptimizerOverlapName(k.overlap) << " x" << k.grad_accum << " host blocks "
                                       << k.host_blocks << " params " << OffloadDeviceName(k.params) << " split master "
-                                      << k.split_master << " compute " << DTypeName(k.compute));
+                                      << k.split_master << " compute " << DTypeName(k.compute) << " 8-bit moments "
+                                      << k.moments_8bit);
     TrainConfig c = TinyConfig(dir.path());
     c.compute_dtype = k.compute;
     c.adam_states = DType::kBF16;
@@ -79,6 +85,7 @@ TEST(StepTraffic, IsTheLedgersArithmetic) {
     c.grad_accum = k.grad_accum;
     c.host_blocks = k.host_blocks;
     c.split_master = k.split_master;
+    c.moments_8bit = k.moments_8bit;
     c.eval_interval = 0;
     CheckTraffic(c);
   }

@@ -1,0 +1,112 @@
+// Folder-private: Adam's m and v in 8 bits per element, blockwise (Note [8-bit moments] in
+// strata/cpu_adam.h). Plain loops over one block of at most kBlock8Bit elements: integer
+// and exact float ops only, so that every ISA file (each compiles them with its own -m
+// flags and vectorizes them) gives the same codes, and block-local, so that the update's
+// extra passes run over L1, not over memory.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace strata::cpu {
+
+inline constexpr size_t kBlock8Bit = 256;
+
+// A code: (sign bit for m) and an unsigned magnitude q. q >= 2^kMant is a normal value
+// 2^e * (1 + f / 2^kMant), e in [kMinExp, 0], relative to the block's absolute maximum; q below
+// it is q * 2^(kMinExp - kMant) (evenly spaced down to zero).
+template <int kMant, int kMinExp, bool kSigned>
+struct Format8Bit {
+  static constexpr uint32_t kNormal = 1u << kMant;                       // smallest normal q
+  static constexpr uint32_t kDrop = 23 - kMant;                          // fp32 mantissa bits dropped
+  static constexpr uint32_t kBias = static_cast<uint32_t>(126 + kMinExp) << kMant;  // q = (bits >> kDrop) - kBias
+  static constexpr uint32_t kMaxQ = static_cast<uint32_t>(1 - kMinExp) << kMant;   // q of 1.0
+  static_assert(kMaxQ <= (kSigned ? 127u : 255u), "the format does not fit its bits");
+  static constexpr float kSubStep = static_cast<float>(1.0 / (1ull << (kMant - kMinExp)));  // 2^(kMinExp - kMant)
+  static constexpr float kSubScale = static_cast<float>(1ull << (kMant - kMinExp));
+  static constexpr float kMinNormal = static_cast<float>(1.0 / (1ull << -kMinExp));
+};
+// m: sign, 4 mantissa bits, 7 octaves below the maximum (subnormal steps of 2^-10 of it).
+using FormatM = Format8Bit<4, -6, true>;
+// v (>= 0): 4 mantissa bits, 15 octaves (sqrt(v), what the update divides by: 7.5).
+using FormatV = Format8Bit<4, -14, false>;
+
+namespace {
+
+inline uint32_t BitsOf(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float FloatOf(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// lowbias32 of a counter (the same hash as RoundingBits in adam_impl.h, written as a plain
+// function so that the encode loop vectorizes).
+inline uint32_t Hash8Bit(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  return x ^ (x >> 16);
+}
+
+// x[0, n) (n <= kBlock8Bit) to codes and the block's scale (its largest |x|, whose code is
+// exactly 1), rounded stochastically: element j's 16 random bits are Hash8Bit(counter + j) >>
+// shift (0: low half, m; 16: high half, v), as the bf16 moments take theirs; or, `nearest`,
+// to the nearest code (then decoded values encode back to their own codes: x / scale is
+// within an ulp or two of a code, and the largest is exactly 1 again).
+template <class Fmt, bool kSigned>
+inline void Encode8BitBlock(const float* x, size_t n, uint8_t* code, float* scale, uint32_t counter, int shift,
+                            bool nearest = false) {
+  uint32_t max_bits = 0;  // |x| as bits: the integer order of non-negative floats is theirs
+  for (size_t j = 0; j < n; ++j) max_bits = std::max(max_bits, BitsOf(x[j]) & 0x7fffffffu);
+  const float amax = FloatOf(max_bits);
+  *scale = amax;
+  if (max_bits == 0) {
+    std::memset(code, 0, n);
+    return;
+  }
+  const float inv = 1.0f / amax;
+  for (size_t j = 0; j < n; ++j) {
+    const uint32_t bits = BitsOf(x[j]);
+    float r = FloatOf(bits & 0x7fffffffu) * inv;
+    r = r < 1.0f && (bits & 0x7fffffffu) != max_bits ? r : 1.0f;  // (|x| * (1 / amax) may round either way of 1)
+    const uint32_t rnd = nearest ? 0x8000u : (Hash8Bit(counter + static_cast<uint32_t>(j)) >> shift) & 0xffffu;
+    // Below the smallest normal: evenly spaced, r * 2^(kMant - kMinExp) + u truncated (the
+    // product is exact, so a fused multiply-add gives the same sum).
+    const auto sub = static_cast<uint32_t>(static_cast<int32_t>(r * Fmt::kSubScale + static_cast<float>(rnd) * (1.0f / 65536.0f)));
+    // Normal: random bits added below the kept mantissa bits, then truncated (a carry moves
+    // the exponent, as rounding up should).
+    const uint32_t rounded = (BitsOf(r) + (rnd << (Fmt::kDrop - 16))) >> Fmt::kDrop;
+    uint32_t q = r < Fmt::kMinNormal ? sub : rounded - Fmt::kBias;
+    if constexpr (kSigned) q |= (bits >> 31) << 7;
+    code[j] = static_cast<uint8_t>(q);
+  }
+}
+
+template <class Fmt, bool kSigned>
+inline void Decode8BitBlock(const uint8_t* code, float scale, size_t n, float* x) {
+  for (size_t j = 0; j < n; ++j) {
+    const uint32_t c = code[j];
+    const uint32_t q = kSigned ? c & 0x7fu : c;
+    const float sub = static_cast<float>(static_cast<int32_t>(q)) * Fmt::kSubStep;
+    const float normal = FloatOf((q + Fmt::kBias) << Fmt::kDrop);
+    uint32_t out = BitsOf((q < Fmt::kNormal ? sub : normal) * scale);
+    if constexpr (kSigned) out |= (c >> 7) << 31;
+    x[j] = FloatOf(out);
+  }
+}
+
+}  // namespace
+
+// A blob of n elements: n codes, padded to 64 bytes, then one fp32 scale per block.
+inline size_t Codes8BitBytes(size_t n) { return (n + 63) / 64 * 64; }
+inline size_t Blob8BitBytes(size_t n) { return Codes8BitBytes(n) + (n + kBlock8Bit - 1) / kBlock8Bit * 4; }
+
+}  // namespace strata::cpu
