@@ -25,6 +25,7 @@ constexpr double kAdamBytes = 28;      // fp32 p, g, m, v read; p, m, v written
 constexpr double kAdamBf16Bytes = 30;  // ... plus the 2-byte bf16 copy
 constexpr double kAdamBf16StatesBytes = 22;  // m, v in bf16 (read and written) with the bf16 copy
 constexpr double kAdamSplitMasterBytes = 20;  // ... and the master as the copy + its low half (r2 w2)
+constexpr double kAdam8BitStatesBytes = 18.1;  // m, v in 8 bits + a scale per 256 (r2.03 w2.03) with the bf16 copy
 constexpr double kTriadBytes = 12;     // STREAM's count: b, c read, a written
 constexpr double kCastBytes = 6;       // fp32 read, bf16 written
 constexpr double kNormBytes = 4;       // fp32 read
@@ -95,6 +96,8 @@ int RunAdamBench(const AdamBenchOptions& o) {
   Array<uint16_t> half = AllocateTouched<uint16_t>(n, threads, 0);
   Array<uint16_t> m16 = AllocateTouched<uint16_t>(n, threads, 0), v16 = AllocateTouched<uint16_t>(n, threads, 0);
   Array<int16_t> low = AllocateTouched<int16_t>(n, threads, 0);  // a split master's low halves
+  Array<uint8_t> m8 = AllocateTouched<uint8_t>(Moment8BitBytes(n), threads, 0);  // 8-bit m and v (zero: scale 0)
+  Array<uint8_t> v8 = AllocateTouched<uint8_t>(Moment8BitBytes(n), threads, 0);
 #pragma omp parallel num_threads(threads)
   {
     std::mt19937 rng(1234 + omp_get_thread_num());
@@ -139,6 +142,10 @@ int RunAdamBench(const AdamBenchOptions& o) {
   AdamSpans spans_split = spans_bf16_states;  // strata.master_weights "split" (its high halves: `half`)
   spans_split.params = {};
   spans_split.master_low = {low.get(), n};
+  AdamSpans spans_8bit_states = spans_bf16_states;  // strata.adam_states "8bit"
+  spans_8bit_states.exp_avg_bf16 = spans_8bit_states.exp_avg_sq_bf16 = {};
+  spans_8bit_states.exp_avg_8bit = {m8.get(), Moment8BitBytes(n)};
+  spans_8bit_states.exp_avg_sq_8bit = {v8.get(), Moment8BitBytes(n)};
   auto adam = [&](const AdamSpans& s) -> StatusOr<double> {
     ++hp.step;
     Timer t;
@@ -158,6 +165,8 @@ int RunAdamBench(const AdamBenchOptions& o) {
                 [&] { return adam(spans_bf16_states); }, {}});
   vs.push_back({"strata_split_master", "Strata AdamW, bf16 m and v, split master", kAdamSplitMasterBytes, n,
                 [&] { return adam(spans_split); }, {}});
+  vs.push_back({"strata_8bit_states", "Strata AdamW, 8-bit m and v, bf16 copy", kAdam8BitStatesBytes, n,
+                [&] { return adam(spans_8bit_states); }, {}});
   vs.push_back({"roofline_fp32", "roofline: Adam pattern, no math (r4 w3)", kAdamBytes, n,
                 [&] { return timed([&] { RooflinePass(p.get(), g.get(), m.get(), v.get(), nullptr, n, threads); }); }, {}});
   vs.push_back({"roofline_bf16", "roofline + 2 B copy (r4 w4)", kAdamBf16Bytes, n,
@@ -215,6 +224,7 @@ int RunAdamBench(const AdamBenchOptions& o) {
   };
   const Variant &fp32 = *find("strata_fp32"), &bf16 = *find("strata_bf16"), &states16 = *find("strata_bf16_states");
   const Variant& split = *find("strata_split_master");
+  const Variant& states8 = *find("strata_8bit_states");
   const Variant &roof32 = *find("roofline_fp32"), &roof16 = *find("roofline_bf16"), &triad = *find("triad");
   const Variant *torch = find("libtorch"), *ds = find("deepspeed"), *ds_copy = find("deepspeed_copy");
 
@@ -232,6 +242,9 @@ int RunAdamBench(const AdamBenchOptions& o) {
       {"ratio_vs_deepspeed_copy", "Strata fused bf16 vs DeepSpeed step + copy", ds_copy ? std::optional(PairedRatio(*ds_copy, bf16)) : std::nullopt, 1.10},
       // 20 B/param instead of 22: the speed-up a memory-bound step should show.
       {"split_master_vs_bf16_states", "split master vs fp32 master (bf16 m, v)", PairedRatio(states16, split), 1.0},
+      // 18 B/param instead of 22, but an encode per moment (an absmax, a hash, a rounding):
+      // whether the step is still memory-bound.
+      {"states_8bit_vs_bf16", "8-bit m, v vs bf16 m, v (time ratio)", PairedRatio(states16, states8), 1.0},
   };
 
   const double gb = 1e9;
@@ -259,6 +272,9 @@ int RunAdamBench(const AdamBenchOptions& o) {
     j["split_master"] = {{"bytes_per_param", kAdamSplitMasterBytes},
                          {"params_per_s", rate(split).median},
                          {"gbps", rate(split).median * kAdamSplitMasterBytes / gb}};
+    j["states_8bit"] = {{"bytes_per_param", kAdam8BitStatesBytes},
+                        {"params_per_s", rate(states8).median},
+                        {"gbps", rate(states8).median * kAdam8BitStatesBytes / gb}};
     for (const auto& r : ratios) j[r.key] = r.value ? nlohmann::json(r.value->median) : nlohmann::json(nullptr);
     nlohmann::json spread;
     for (const auto& r : ratios)

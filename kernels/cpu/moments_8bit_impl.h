@@ -75,8 +75,10 @@ inline void Encode8BitBlock(const float* x, size_t n, uint8_t* code, float* scal
   const float inv = 1.0f / amax;
   for (size_t j = 0; j < n; ++j) {
     const uint32_t bits = BitsOf(x[j]);
-    float r = FloatOf(bits & 0x7fffffffu) * inv;
-    r = r < 1.0f && (bits & 0x7fffffffu) != max_bits ? r : 1.0f;  // (|x| * (1 / amax) may round either way of 1)
+    const float scaled = FloatOf(bits & 0x7fffffffu) * inv;
+    // (|x| * (1 / amax) may round either way of 1.) Selects by masks: the loop stays branch-free and vectorizes.
+    const uint32_t below_one = 0u - static_cast<uint32_t>((scaled < 1.0f) & ((bits & 0x7fffffffu) != max_bits));
+    const float r = FloatOf((BitsOf(scaled) & below_one) | (0x3f800000u & ~below_one));
     const uint32_t rnd = nearest ? 0x8000u : (Hash8Bit(counter + static_cast<uint32_t>(j)) >> shift) & 0xffffu;
     // Below the smallest normal: evenly spaced, r * 2^(kMant - kMinExp) + u truncated (the
     // product is exact, so a fused multiply-add gives the same sum).
@@ -84,7 +86,8 @@ inline void Encode8BitBlock(const float* x, size_t n, uint8_t* code, float* scal
     // Normal: random bits added below the kept mantissa bits, then truncated (a carry moves
     // the exponent, as rounding up should).
     const uint32_t rounded = (BitsOf(r) + (rnd << (Fmt::kDrop - 16))) >> Fmt::kDrop;
-    uint32_t q = r < Fmt::kMinNormal ? sub : rounded - Fmt::kBias;
+    const uint32_t small = 0u - static_cast<uint32_t>(r < Fmt::kMinNormal);
+    uint32_t q = (sub & small) | ((rounded - Fmt::kBias) & ~small);
     if constexpr (kSigned) q |= (bits >> 31) << 7;
     code[j] = static_cast<uint8_t>(q);
   }
@@ -97,7 +100,8 @@ inline void Decode8BitBlock(const uint8_t* code, float scale, size_t n, float* x
     const uint32_t q = kSigned ? c & 0x7fu : c;
     const float sub = static_cast<float>(static_cast<int32_t>(q)) * Fmt::kSubStep;
     const float normal = FloatOf((q + Fmt::kBias) << Fmt::kDrop);
-    uint32_t out = BitsOf((q < Fmt::kNormal ? sub : normal) * scale);
+    const uint32_t small = 0u - static_cast<uint32_t>(q < Fmt::kNormal);
+    uint32_t out = BitsOf(FloatOf((BitsOf(sub) & small) | (BitsOf(normal) & ~small)) * scale);
     if constexpr (kSigned) out |= (c >> 7) << 31;
     x[j] = FloatOf(out);
   }
