@@ -394,14 +394,6 @@ bool MasterInWorking(const TrainConfig& c) {
          (c.optimizer_overlap == OptimizerOverlap::kNone || c.optimizer_overlap == OptimizerOverlap::kForward);
 }
 
-// 8-bit moments have no fixed bytes per element, which the speculative update's backups index by.
-static Status CheckMoments8Bit(const TrainConfig& c) {
-  if (c.moments_8bit && c.optimizer_overlap == OptimizerOverlap::kSpeculative)
-    return InvalidArgument("strata.adam_states \"8bit\": not with strata.optimizer_overlap \"speculative\" (its "
-                           "backups hold fp32 or bf16 moments); use \"forward\", \"none\" or \"delayed\"");
-  return Status();
-}
-
 // strata.master_weights "split" rebuilds the master from the working weights at every update:
 // the update must read the weights it replaces, from the store, before anything else does.
 static Status CheckSplitMaster(const TrainConfig& c) {
@@ -436,7 +428,9 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   if (Status s = CheckDelayedUpdate(c); !s.ok()) return s.WithContext(origin);
   if (Status s = CheckHostBlocks(c); !s.ok()) return s.WithContext(origin);
   if (Status s = CheckSplitMaster(c); !s.ok()) return s.WithContext(origin);
-  if (Status s = CheckMoments8Bit(c); !s.ok()) return s.WithContext(origin);
+  if (c.moments_8bit && c.optimizer_overlap == OptimizerOverlap::kSpeculative)  // (its backups index fixed bytes)
+    return InvalidArgument("strata.adam_states \"8bit\": not with strata.optimizer_overlap \"speculative\" (its "
+                           "backups hold fp32 or bf16 moments); use \"forward\", \"none\" or \"delayed\"").WithContext(origin);
   root.UnusedKeys(&c.warnings);
   for (AutoValue a : root.autos()) {
     if (a.path == "scheduler.params.warmup_max_lr") a.reason = "the optimizer's lr";
