@@ -141,10 +141,22 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
   }
   p.PlanDevice(cfg);
   p.master_in_working = MasterInWorking(cfg) && !p.AnyResident();
+  p.PlanOptimizerPool(cfg);
   p.PlanAdapters();
   p.PlanSpeculation(cfg);
   p.PlanLedger();
   return p;
+}
+
+// Each buffer holds one stored state of the largest sub-group: 4 B/element where an fp32
+// master or fp32 moments are stored, a quarter of that for 8-bit moments beside a master kept
+// in the working weights (the host memory saved goes to host blocks).
+void ShardPlan::PlanOptimizerPool(const TrainConfig& cfg) {
+  const bool optim_nvme = cfg.offload_optimizer.device == OffloadDevice::kNvme && host_blocks < static_cast<int64_t>(blocks.size());
+  uint64_t widest_state = 0;
+  for (TensorRole r : {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV})
+    widest_state = std::max(widest_state, StoredStateBytes(r, max_sub_group));
+  if (optim_nvme && max_sub_group > 0) optim_pool = {12, RoundUp(widest_state, kPage), cfg.offload_optimizer.pin_memory};
 }
 
 void ShardPlan::PlanSpeculation(const TrainConfig& cfg) {
@@ -205,14 +217,13 @@ void ShardPlan::PlanDevice(const TrainConfig& cfg) {
 
   // Pinned pools: working-weight fetches from NVMe (at least 3 buffers: one computing, one
   // arriving, one being written back) and resident blocks' updated weights on their way to
-  // the device; the optimizer's 3 states x (the sub-group being updated + the next one being
+  // the device; (PlanOptimizerPool) the optimizer's 3 states x (the sub-group being updated + the next one being
   // read + the write-backs of two) on NVMe.
   const bool param_nvme = cfg.offload_param.device == OffloadDevice::kNvme;
   const bool optim_nvme = cfg.offload_optimizer.device == OffloadDevice::kNvme && host_blocks < n;
   if (param_nvme || count > 0)
     param_pool = {static_cast<size_t>(std::max<int64_t>(3, cfg.offload_param.buffer_count)), max_working_bytes,
                   cfg.offload_param.pin_memory};
-  if (optim_nvme && max_sub_group > 0) optim_pool = {12, static_cast<size_t>(max_sub_group) * 4, cfg.offload_optimizer.pin_memory};
   // Delayed update: a third of the blocks (at least 2) leaves the update ~n/3 blocks of slack
   // before the backward releases any; with accumulation every block, because the update must
   // take each block's gradients before the first micro-batch adds to them, and the old

@@ -227,6 +227,7 @@ struct ShardPlan {
   void AddBlock(int64_t numel, int64_t trainable, int64_t sub_group_step);
   void PlanAdapters();
   void PlanDevice(const TrainConfig& cfg);
+  void PlanOptimizerPool(const TrainConfig& cfg);
   void PlanSpeculation(const TrainConfig& cfg);
   void PlanLedger();
 

@@ -106,6 +106,28 @@ TEST(Moments8Bit, VisitAsFp32AndRestoreToTheSameBlobs) {
   EXPECT_FALSE(back->RestoreState(*TensorKey::Parse(saved.rbegin()->first), std::vector<std::byte>(12)).ok());
 }
 
+// The optimizer pool's buffers hold the widest stored state of a sub-group: with the master in
+// the (fp32) working weights and 8-bit moments that is a blob, a quarter of an fp32 state.
+TEST(Moments8Bit, ShrinkTheOptimizerPoolsBuffers) {
+  TempDir dir;
+  auto comm = MakeSingleRankCommunicator();
+  auto buffer = [&](bool eight, bool own_master) {
+    TrainConfig c = EightBit(dir.path());
+    c.moments_8bit = eight;
+    c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+    if (own_master) c.optimizer_overlap = OptimizerOverlap::kDelayed;  // (keeps a master of its own)
+    auto e = Engine::Create(c, comm.get(), nullptr);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_EQ((*e)->plan().master_in_working, !own_master);
+    return (*e)->plan().optim_pool.buffer_bytes;
+  };
+  const size_t sub_group = 5120;
+  EXPECT_EQ(buffer(true, false), 8192u);  // Moment8BitBytes(5120) = 5200, to a page
+  EXPECT_GE(Moment8BitBytes(sub_group), 5120u);
+  EXPECT_EQ(buffer(false, false), sub_group * 4);  // fp32 moments
+  EXPECT_EQ(buffer(true, true), sub_group * 4);    // an fp32 master of its own
+}
+
 // The speculative update backs states up by fixed bytes per element: refused, naming the keys.
 TEST(Moments8Bit, AreRefusedWithTheSpeculativeUpdate) {
   auto c = ParseTrainConfig(R"({"train_micro_batch_size_per_gpu": 1,
