@@ -64,6 +64,11 @@ TEST(Moments8Bit, TrainAlikeWhereverTheStatesLive) {
   for (size_t s = 0; s < reference.stats.size(); ++s)
     EXPECT_NEAR(runs[0].stats[s].loss, reference.stats[s].loss, 0.02 * reference.stats[s].loss) << "step " << s;
   EXPECT_LT(runs[0].stats.back().loss, runs[0].stats.front().loss);
+  // Two ranks (each encodes its own range's blocks): the same learning.
+  const testing::RunResult two = testing::RunEngine(EightBit(dir.path()), 2, 6);
+  const testing::RunResult two_fp32 = testing::RunEngine(fp32, 2, 6);
+  for (size_t s = 0; s < two_fp32.stats.size(); ++s)
+    EXPECT_NEAR(two.stats[s].loss, two_fp32.stats[s].loss, 0.02 * two_fp32.stats[s].loss) << "2 ranks, step " << s;
 }
 
 // Visited as fp32 values and restored from them: a restored engine holds the same blobs
