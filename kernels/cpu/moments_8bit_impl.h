@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "bits_impl.h"
+
 namespace strata::cpu {
 
 inline constexpr size_t kBlock8Bit = 256;
@@ -35,29 +37,8 @@ using FormatV = Format8Bit<4, -14, false>;
 
 namespace {
 
-inline uint32_t BitsOf(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float FloatOf(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// lowbias32 of a counter (the same hash as RoundingBits in adam_impl.h, written as a plain
-// function so that the encode loop vectorizes).
-inline uint32_t Hash8Bit(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352dU;
-  x ^= x >> 15;
-  x *= 0x846ca68bU;
-  return x ^ (x >> 16);
-}
-
 // x[0, n) (n <= kBlock8Bit) to codes and the block's scale (its largest |x|, whose code is
-// exactly 1), rounded stochastically: element j's 16 random bits are Hash8Bit(counter + j) >>
+// exactly 1), rounded stochastically: element j's 16 random bits are Lowbias32(counter + j) >>
 // shift (0: low half, m; 16: high half, v), as the bf16 moments take theirs; or, `nearest`,
 // to the nearest code (then decoded values encode back to their own codes: x / scale is
 // within an ulp or two of a code, and the largest is exactly 1 again).
@@ -65,8 +46,8 @@ template <class Fmt, bool kSigned>
 inline void Encode8BitBlock(const float* x, size_t n, uint8_t* code, float* scale, uint32_t counter, int shift,
                             bool nearest = false) {
   uint32_t max_bits = 0;  // |x| as bits: the integer order of non-negative floats is theirs
-  for (size_t j = 0; j < n; ++j) max_bits = std::max(max_bits, BitsOf(x[j]) & 0x7fffffffu);
-  const float amax = FloatOf(max_bits);
+  for (size_t j = 0; j < n; ++j) max_bits = std::max(max_bits, BitsOfFloat(x[j]) & 0x7fffffffu);
+  const float amax = FloatOfBits(max_bits);
   *scale = amax;
   if (max_bits == 0) {
     std::memset(code, 0, n);
@@ -74,18 +55,18 @@ inline void Encode8BitBlock(const float* x, size_t n, uint8_t* code, float* scal
   }
   const float inv = 1.0f / amax;
   for (size_t j = 0; j < n; ++j) {
-    const uint32_t bits = BitsOf(x[j]);
-    const float scaled = FloatOf(bits & 0x7fffffffu) * inv;
+    const uint32_t bits = BitsOfFloat(x[j]);
+    const float scaled = FloatOfBits(bits & 0x7fffffffu) * inv;
     // (|x| * (1 / amax) may round either way of 1.) Selects by masks: the loop stays branch-free and vectorizes.
     const uint32_t below_one = 0u - static_cast<uint32_t>((scaled < 1.0f) & ((bits & 0x7fffffffu) != max_bits));
-    const float r = FloatOf((BitsOf(scaled) & below_one) | (0x3f800000u & ~below_one));
-    const uint32_t rnd = nearest ? 0x8000u : (Hash8Bit(counter + static_cast<uint32_t>(j)) >> shift) & 0xffffu;
+    const float r = FloatOfBits((BitsOfFloat(scaled) & below_one) | (0x3f800000u & ~below_one));
+    const uint32_t rnd = nearest ? 0x8000u : (Lowbias32(counter + static_cast<uint32_t>(j)) >> shift) & 0xffffu;
     // Below the smallest normal: evenly spaced, r * 2^(kMant - kMinExp) + u truncated (the
     // product is exact, so a fused multiply-add gives the same sum).
     const auto sub = static_cast<uint32_t>(static_cast<int32_t>(r * Fmt::kSubScale + static_cast<float>(rnd) * (1.0f / 65536.0f)));
     // Normal: random bits added below the kept mantissa bits, then truncated (a carry moves
     // the exponent, as rounding up should).
-    const uint32_t rounded = (BitsOf(r) + (rnd << (Fmt::kDrop - 16))) >> Fmt::kDrop;
+    const uint32_t rounded = (BitsOfFloat(r) + (rnd << (Fmt::kDrop - 16))) >> Fmt::kDrop;
     const uint32_t small = 0u - static_cast<uint32_t>(r < Fmt::kMinNormal);
     uint32_t q = (sub & small) | ((rounded - Fmt::kBias) & ~small);
     if constexpr (kSigned) q |= (bits >> 31) << 7;
@@ -99,11 +80,11 @@ inline void Decode8BitBlock(const uint8_t* code, float scale, size_t n, float* x
     const uint32_t c = code[j];
     const uint32_t q = kSigned ? c & 0x7fu : c;
     const float sub = static_cast<float>(static_cast<int32_t>(q)) * Fmt::kSubStep;
-    const float normal = FloatOf((q + Fmt::kBias) << Fmt::kDrop);
+    const float normal = FloatOfBits((q + Fmt::kBias) << Fmt::kDrop);
     const uint32_t small = 0u - static_cast<uint32_t>(q < Fmt::kNormal);
-    uint32_t out = BitsOf(FloatOf((BitsOf(sub) & small) | (BitsOf(normal) & ~small)) * scale);
+    uint32_t out = BitsOfFloat(FloatOfBits((BitsOfFloat(sub) & small) | (BitsOfFloat(normal) & ~small)) * scale);
     if constexpr (kSigned) out |= (c >> 7) << 31;
-    x[j] = FloatOf(out);
+    x[j] = FloatOfBits(out);
   }
 }
 

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "bits_impl.h"
+
 // Note [Normal draws]
 // Pair p of a stream (p = 16 x chunk + j) is a Box-Muller transform of two 32-bit words,
 // each a keyed hash of p: two rounds of lowbias32 (C. Wellons' hash-prospector) with a key
@@ -24,26 +26,6 @@ namespace strata::cpu {
 namespace {
 
 constexpr int kNormalPairs = 16;  // per chunk: 16 cosines, then the 16 sines
-
-inline uint32_t Lowbias32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352dU;
-  x ^= x >> 15;
-  x *= 0x846ca68bU;
-  return x ^ (x >> 16);
-}
-
-inline float FloatOfBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-inline uint32_t BitsOfFloat(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 // Chunk `chunk` of the stream keyed by k[0..3], scaled: out[0..32).
 inline void NormalChunk(const uint32_t k[4], uint32_t chunk, float mean, float std, float* out) {

@@ -51,6 +51,13 @@ inline void RestoreAll(Engine& e, const StateBytes& state) {
   }
 }
 
+// One rank's engine for `cfg` on `comm` (a failure to build fails the test: null).
+inline std::unique_ptr<Engine> MakeEngine(const TrainConfig& cfg, Communicator* comm) {
+  auto e = Engine::Create(cfg, comm, nullptr);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
 struct RunResult {
   std::vector<StepStats> stats;  // rank 0
   std::vector<std::vector<std::pair<std::string, torch::Tensor>>> master;  // [block] -> params

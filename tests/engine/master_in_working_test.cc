@@ -84,11 +84,7 @@ TEST(MasterInWorking, StateRestoresIntoEitherLayout) {
   auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
   ASSERT_TRUE(data.ok());
   auto comm = MakeSingleRankCommunicator();
-  auto make = [&](const TrainConfig& k) {
-    auto e = Engine::Create(k, comm.get(), nullptr);
-    EXPECT_TRUE(e.ok()) << e.status().ToString();
-    return std::move(*e);
-  };
+  auto make = [&](const TrainConfig& k) { return testing::MakeEngine(k, comm.get()); };
   for (bool from_own : {false, true}) {
     SCOPED_TRACE(from_own ? "from a master of its own" : "from the master in the working weights");
     std::unique_ptr<Engine> a = make(from_own ? OwnMaster(c) : c);

@@ -81,11 +81,7 @@ TEST(Moments8Bit, VisitAsFp32AndRestoreToTheSameBlobs) {
   auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
   ASSERT_TRUE(data.ok());
   auto comm = MakeSingleRankCommunicator();
-  auto make = [&](const TrainConfig& k) {
-    auto e = Engine::Create(k, comm.get(), nullptr);
-    EXPECT_TRUE(e.ok()) << e.status().ToString();
-    return std::move(*e);
-  };
+  auto make = [&](const TrainConfig& k) { return testing::MakeEngine(k, comm.get()); };
   std::unique_ptr<Engine> a = make(c);
   for (int s = 0; s < 3; ++s) ASSERT_TRUE(a->Step(s, **data).ok());
   const testing::StateBytes saved = testing::VisitAll(*a);
@@ -121,14 +117,12 @@ TEST(Moments8Bit, ShrinkTheOptimizerPoolsBuffers) {
     c.moments_8bit = eight;
     c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
     if (own_master) c.optimizer_overlap = OptimizerOverlap::kDelayed;  // (keeps a master of its own)
-    auto e = Engine::Create(c, comm.get(), nullptr);
-    EXPECT_TRUE(e.ok()) << e.status().ToString();
-    EXPECT_EQ((*e)->plan().master_in_working, !own_master);
-    return (*e)->plan().optim_pool.buffer_bytes;
+    const std::unique_ptr<Engine> e = testing::MakeEngine(c, comm.get());
+    EXPECT_EQ(e->plan().master_in_working, !own_master);
+    return e->plan().optim_pool.buffer_bytes;
   };
   const size_t sub_group = 5120;
   EXPECT_EQ(buffer(true, false), 8192u);  // Moment8BitBytes(5120) = 5200, to a page
-  EXPECT_GE(Moment8BitBytes(sub_group), 5120u);
   EXPECT_EQ(buffer(false, false), sub_group * 4);  // fp32 moments
   EXPECT_EQ(buffer(true, true), sub_group * 4);    // an fp32 master of its own
 }

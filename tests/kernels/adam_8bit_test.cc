@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "strata/cpu_adam.h"
+#include "kernels/forced_isa_test.h"
 #include "strata/isa.h"
 
 namespace strata {
@@ -85,14 +86,7 @@ TEST(Moments8Bit, RoundingIsUnbiased) {
   }
 }
 
-class Adam8BitIsaTest : public ::testing::TestWithParam<IsaLevel> {
- protected:
-  void SetUp() override {
-    if (static_cast<int>(GetParam()) > static_cast<int>(DetectedIsa())) GTEST_SKIP() << "CPU lacks this ISA";
-    SetForcedIsa(GetParam());
-  }
-  void TearDown() override { ClearForcedIsa(); }
-};
+class Adam8BitIsaTest : public ForcedIsaTest {};
 
 struct State8Bit {
   State8Bit(size_t n, uint32_t seed) : n(n), p(n), g(n), half(n), m(Moment8BitBytes(n)), v(Moment8BitBytes(n)) {

@@ -11,6 +11,7 @@
 
 #include "strata/cast.h"
 #include "strata/cpu_adam.h"
+#include "kernels/forced_isa_test.h"
 #include "strata/isa.h"
 
 namespace strata {
@@ -93,14 +94,7 @@ TEST(StochasticRounding, BitsAreAFunctionOfSeedAndIndexWithIndependentHalves) {
   EXPECT_NEAR(both, k / 16.0, 6 * sd16);
 }
 
-class AdamRoundingIsaTest : public ::testing::TestWithParam<IsaLevel> {
- protected:
-  void SetUp() override {
-    if (static_cast<int>(GetParam()) > static_cast<int>(DetectedIsa())) GTEST_SKIP() << "CPU lacks this ISA";
-    SetForcedIsa(GetParam());
-  }
-  void TearDown() override { ClearForcedIsa(); }
-};
+class AdamRoundingIsaTest : public ForcedIsaTest {};
 
 // One sub-group's state with bf16 moments, offset by `shift` elements from its allocation
 // (misaligned starts; no two arrays co-aligned).

@@ -10,6 +10,7 @@
 
 #include "strata/cast.h"
 #include "strata/cpu_adam.h"
+#include "kernels/forced_isa_test.h"
 #include "strata/isa.h"
 
 namespace strata {
@@ -50,14 +51,7 @@ TEST(SplitMaster, RebuildsEveryLowHalfExceptTheEvenTie) {
   EXPECT_EQ(Rebuilt(0x3f818000u), 0x3f818000u);  // the tie above an odd half rounds up: exact
 }
 
-class SplitMasterIsaTest : public ::testing::TestWithParam<IsaLevel> {
- protected:
-  void SetUp() override {
-    if (static_cast<int>(GetParam()) > static_cast<int>(DetectedIsa())) GTEST_SKIP() << "CPU lacks this ISA";
-    SetForcedIsa(GetParam());
-  }
-  void TearDown() override { ClearForcedIsa(); }
-};
+class SplitMasterIsaTest : public ForcedIsaTest {};
 
 // Every ISA's conversions (the vector body and the tail): random bit patterns, subnormals,
 // Inf and all, round trip but for the even ties, and the working weights are Fp32ToBf16's.

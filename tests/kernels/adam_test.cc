@@ -10,6 +10,7 @@
 
 #include "strata/cast.h"
 #include "strata/cpu_adam.h"
+#include "kernels/forced_isa_test.h"
 #include "strata/isa.h"
 
 namespace strata {
@@ -63,14 +64,8 @@ void ReferenceStep(const AdamHyperParams& hp, const double* g, double* p, double
   }
 }
 
-class AdamIsaTest : public ::testing::TestWithParam<IsaLevel> {
+class AdamIsaTest : public ForcedIsaTest {
  protected:
-  void SetUp() override {
-    if (static_cast<int>(GetParam()) > static_cast<int>(DetectedIsa())) GTEST_SKIP() << "CPU lacks this ISA";
-    SetForcedIsa(GetParam());
-  }
-  void TearDown() override { ClearForcedIsa(); }
-
   void RunCase(const Case& c) {
     SCOPED_TRACE(testing::Message() << "n=" << c.n << " wd=" << c.weight_decay << " bf16_grad=" << c.bf16_grad
                                     << " half=" << c.half << " threads=" << c.threads << " isa=" << AdamIsaDescription());
