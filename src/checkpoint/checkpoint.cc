@@ -188,8 +188,9 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
     // Checkpoints from before strata.adam_states hold fp32 moments.
     if (m.value("adam_states", std::string("fp32")) != DTypeName(cfg.adam_states))
       return Error(StatusCode::kFailedPrecondition, "'{}' holds Adam m and v in {}; this run has strata.adam_states "
-                   "\"{}\" (set it to match to resume)", where, m.value("adam_states", std::string("fp32")),
-                   DTypeName(cfg.adam_states));
+                   "\"{}\" (set it to match to resume{})", where, m.value("adam_states", std::string("fp32")),
+                   cfg.moments_8bit ? "8bit" : DTypeName(cfg.adam_states),
+                   cfg.moments_8bit ? ", or to \"8bit\" from fp32 ones" : "");
     const nlohmann::json model = ModelConfigJson(cfg.model), &saved = m["model"];
     // Both ways: keys written only when not default (head_dim, qk_norm, ...) may be on either side.
     for (const nlohmann::json* side : {&model, &saved})

@@ -158,6 +158,27 @@ TEST(Checkpoint, Bf16MomentsResumeBitwiseAndAMismatchIsRefused) {
   EXPECT_NE(err.find("strata.adam_states"), std::string::npos) << err;
 }
 
+// 8-bit moments (strata.adam_states "8bit") are saved as the fp32 values they hold and resumed
+// bitwise (to the same codes); a bf16-moment checkpoint is refused, the message naming "8bit".
+TEST(Checkpoint, EightBitMomentsSaveFp32AndResumeBitwise) {
+  TempDir dir;
+  TrainConfig cfg = ResumeConfig(dir.path());
+  cfg.moments_8bit = true;
+  const std::string ck = dir.path() + "/ckpt";
+  ExpectResumeIsBitwise(cfg, ck);
+  auto shard = ckpt::SafetensorsFile::Open(ck + "/step_00000003/rank0.safetensors");
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  int fp32_moments = 0;
+  for (const auto& t : shard->tensors()) fp32_moments += t.name.find(".adam_") != std::string::npos && t.dtype == "F32";
+  EXPECT_GT(fp32_moments, 0);
+  TrainConfig bf16 = ResumeConfig(dir.path());
+  bf16.adam_states = DType::kBF16;
+  const std::string ck16 = dir.path() + "/ckpt16";
+  ExpectResumeIsBitwise(bf16, ck16);
+  const std::string err = RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 3, 6, ck16, "", nullptr); });
+  EXPECT_NE(err.find("strata.adam_states \"8bit\""), std::string::npos) << err;
+}
+
 // A split master (strata.master_weights "split") is saved as the fp32 master it stands for:
 // resumed bitwise, and a checkpoint of either setting resumes with the other (the split one
 // then rebuilds the same master from the checkpoint's fp32 one).
