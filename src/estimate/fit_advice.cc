@@ -11,12 +11,19 @@ std::string FitAdvice(const TrainConfig& cfg, int world, DeviceTraits device, co
                       int local_ranks) {
   TrainConfig base = cfg;
   if (CheckFits(EstimateResolvingAutos(&base, world, 0, device, m, local_ranks), m, local_ranks).ok()) return "";
+  enum class Moments { kAsGiven, kBf16, k8Bit };
   struct Try {
-    bool accumulator, moments;
+    bool accumulator;
+    Moments moments;
   };
+  const bool moments_bf16 = cfg.adam_states == DType::kBF16 || cfg.moments_8bit;  // (as small or smaller)
+  // 8-bit moments are refused with the speculative update (train_config.cc).
+  const bool may_8bit = !cfg.moments_8bit && cfg.optimizer_overlap != OptimizerOverlap::kSpeculative;
   std::string out;
-  for (const Try t : {Try{true, false}, Try{false, true}, Try{true, true}}) {
-    if ((t.accumulator && cfg.grad_accum_dtype == DType::kBF16) || (t.moments && cfg.adam_states == DType::kBF16))
+  for (const Try t : {Try{true, Moments::kAsGiven}, Try{false, Moments::kBf16}, Try{true, Moments::kBf16},
+                      Try{false, Moments::k8Bit}, Try{true, Moments::k8Bit}}) {
+    if ((t.accumulator && cfg.grad_accum_dtype == DType::kBF16) || (t.moments == Moments::kBf16 && moments_bf16) ||
+        (t.moments == Moments::k8Bit && !may_8bit))
       continue;
     TrainConfig c = cfg;
     std::vector<std::string> set, cost;
@@ -25,17 +32,22 @@ std::string FitAdvice(const TrainConfig& cfg, int world, DeviceTraits device, co
       set.push_back("strata.gradient_accumulator=bf16");
       cost.push_back("gradients summed in fp32 and rounded to bf16 once per micro-batch");
     }
-    if (t.moments) {
+    if (t.moments == Moments::kBf16) {
       c.adam_states = DType::kBF16;
       set.push_back("strata.adam_states=bf16");
       cost.push_back("Adam's m and v stored in bf16");
+    } else if (t.moments == Moments::k8Bit) {
+      c.adam_states = DType::kF32;
+      c.moments_8bit = true;
+      set.push_back("strata.adam_states=8bit");
+      cost.push_back("Adam's m and v stored in 8 bits per 256-element block");
     }
     const MemoryEstimate e = EstimateResolvingAutos(&c, world, 0, device, m, local_ranks);
     if (!CheckFits(e, m, local_ranks).ok()) continue;
     out += fmt::format("\n  fits with --set {}: host memory {}, NVMe {} ({})", fmt::join(set, " --set "),
                        HumanBytes(e.node_host_bytes(local_ranks)), HumanBytes(e.node_nvme_bytes(local_ranks)),
                        fmt::join(cost, "; "));
-    if (!t.accumulator || !t.moments) break;  // the smallest change that fits
+    break;  // the least lossy change that fits
   }
   return out;
 }

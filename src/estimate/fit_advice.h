@@ -1,7 +1,7 @@
 // What to change when a config does not fit: the opt-in compressions of the state that live
-// in host memory (strata.gradient_accumulator and strata.adam_states "bf16"), tried alone and
-// together with the config's tiers, so that `estimate` and `train` can name the one that fits
-// instead of only saying no.
+// in host memory or on NVMe (strata.gradient_accumulator "bf16", strata.adam_states "bf16" then
+// "8bit"), tried alone and together with the config's tiers, least lossy first, so that
+// `estimate` and `train` can name the one that fits instead of only saying no.
 #pragma once
 
 #include <string>
@@ -10,8 +10,8 @@
 
 namespace strata {
 
-// "" when `cfg` fits or no compression makes it fit; else one line per setting that fits,
-// with the bytes it needs and what it costs in precision.
+// "" when `cfg` fits or no compression makes it fit; else a line for the first setting that
+// fits, with the bytes it needs and what it costs in precision.
 std::string FitAdvice(const TrainConfig& cfg, int world, DeviceTraits device, const MachineCapacity& m,
                       int local_ranks);
 

@@ -149,6 +149,12 @@ TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("fits the planned machine: no"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fits with --set strata.gradient_accumulator=bf16: host memory"), std::string::npos) << r.out;
+  // A disk too small for bf16 m and v (69 GB of state as given, 49 GB with bf16 moments) but not for 8-bit ones (40 GB).
+  r = RunStrata("estimate --config " STRATA_SOURCE_DIR "/configs/llama_1b_nvme.json --set strata.data.path= "
+                "--set strata.model.n_layer=80 --set train_micro_batch_size_per_gpu=1 --set strata.model.seq_len=512 "
+                "--set bf16.enabled=true --host-memory 64G --disk-free 45G");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("fits with --set strata.adam_states=8bit: host memory"), std::string::npos) << r.out;
   // Optimizer states on NVMe: how many blocks host memory has room for, and "auto" takes them.
   const std::string planned = "estimate --config " STRATA_SOURCE_DIR "/configs/llama_1b_nvme.json --set "
                               "strata.data.path= --set train_micro_batch_size_per_gpu=1 --set strata.model.seq_len=128 "
