@@ -148,11 +148,11 @@ AdamArgs MakeArgs(const AdamHyperParams& hp, const AdamSpans& s) {
                   : !s.exp_avg_8bit.empty() ? cpu::MomentKind::k8Bit
                                             : cpu::MomentKind::kFp32;
   if (a.moment_kind == cpu::MomentKind::k8Bit) {
-    const size_t n = Elements(s), codes = cpu::Codes8BitBytes(n);
+    const size_t n = Elements(s);
     a.m8 = s.exp_avg_8bit.data();
     a.v8 = s.exp_avg_sq_8bit.data();
-    a.m8_scale = reinterpret_cast<float*>(s.exp_avg_8bit.data() + codes);
-    a.v8_scale = reinterpret_cast<float*>(s.exp_avg_sq_8bit.data() + codes);
+    a.m8_scale = cpu::Scales8Bit(a.m8, n);
+    a.v8_scale = cpu::Scales8Bit(a.v8, n);
   }
   a.grad_kind = s.grad.empty() ? cpu::GradKind::kBf16 : cpu::GradKind::kFp32;
   a.g32 = s.grad.data();
@@ -241,7 +241,7 @@ void Encode8Bit(bool is_v, std::span<const float> x, std::span<uint8_t> blob, ui
                 bool nearest) {
   const size_t n = x.size();
   STRATA_CHECK(blob.size() == Moment8BitBytes(n)) << blob.size() << " bytes for " << n << " elements";
-  auto* scales = reinterpret_cast<float*>(blob.data() + cpu::Codes8BitBytes(n));
+  float* scales = cpu::Scales8Bit(blob.data(), n);
   for (size_t i = 0; i < n; i += cpu::kBlock8Bit) {  // as RunAdamRange keys them
     const uint64_t first = index + i;
     const uint32_t counter = static_cast<uint32_t>(first) + cpu::RoundingKey(seed, first >> 32);
@@ -265,7 +265,7 @@ void EncodeMoment8BitNearest(bool is_v, std::span<const float> x, std::span<uint
 void DecodeMoment8Bit(bool is_v, std::span<const uint8_t> blob, std::span<float> x) {
   const size_t n = x.size();
   STRATA_CHECK(blob.size() == Moment8BitBytes(n)) << blob.size() << " bytes for " << n << " elements";
-  const auto* scales = reinterpret_cast<const float*>(blob.data() + cpu::Codes8BitBytes(n));
+  const float* scales = cpu::Scales8Bit(blob.data(), n);
   for (size_t i = 0; i < n; i += cpu::kBlock8Bit) {
     const size_t k = std::min(cpu::kBlock8Bit, n - i);
     if (is_v) cpu::Decode8BitBlock<cpu::FormatV, false>(blob.data() + i, scales[i / cpu::kBlock8Bit], k, x.data() + i);

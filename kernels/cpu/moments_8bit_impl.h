@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "bits_impl.h"
 
@@ -93,5 +94,10 @@ inline void Decode8BitBlock(const uint8_t* code, float scale, size_t n, float* x
 // A blob of n elements: n codes, padded to 64 bytes, then one fp32 scale per block.
 inline size_t Codes8BitBytes(size_t n) { return (n + 63) / 64 * 64; }
 inline size_t Blob8BitBytes(size_t n) { return Codes8BitBytes(n) + (n + kBlock8Bit - 1) / kBlock8Bit * 4; }
+template <class Byte>  // uint8_t or const uint8_t
+inline auto Scales8Bit(Byte* blob, size_t n) {
+  using Scale = std::conditional_t<std::is_const_v<Byte>, const float, float>;
+  return reinterpret_cast<Scale*>(blob + Codes8BitBytes(n));
+}
 
 }  // namespace strata::cpu

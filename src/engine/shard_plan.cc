@@ -1,7 +1,5 @@
 #include "src/engine/shard_plan.h"
 
-#include "strata/cpu_adam.h"
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -152,11 +150,16 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
 // master or fp32 moments are stored, a quarter of that for 8-bit moments beside a master kept
 // in the working weights (the host memory saved goes to host blocks).
 void ShardPlan::PlanOptimizerPool(const TrainConfig& cfg) {
-  const bool optim_nvme = cfg.offload_optimizer.device == OffloadDevice::kNvme && host_blocks < static_cast<int64_t>(blocks.size());
+  if (!StatesOnNvme(cfg) || max_sub_group == 0) return;
   uint64_t widest_state = 0;
   for (TensorRole r : {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV})
     widest_state = std::max(widest_state, StoredStateBytes(r, max_sub_group));
-  if (optim_nvme && max_sub_group > 0) optim_pool = {12, RoundUp(widest_state, kPage), cfg.offload_optimizer.pin_memory};
+  optim_pool = {12, RoundUp(widest_state, kPage), cfg.offload_optimizer.pin_memory};
+}
+
+// Some block's optimizer states live on NVMe (not every block is a host block).
+bool ShardPlan::StatesOnNvme(const TrainConfig& cfg) const {
+  return cfg.offload_optimizer.device == OffloadDevice::kNvme && host_blocks < static_cast<int64_t>(blocks.size());
 }
 
 void ShardPlan::PlanSpeculation(const TrainConfig& cfg) {
@@ -217,10 +220,10 @@ void ShardPlan::PlanDevice(const TrainConfig& cfg) {
 
   // Pinned pools: working-weight fetches from NVMe (at least 3 buffers: one computing, one
   // arriving, one being written back) and resident blocks' updated weights on their way to
-  // the device; (PlanOptimizerPool) the optimizer's 3 states x (the sub-group being updated + the next one being
-  // read + the write-backs of two) on NVMe.
+  // the device. (The optimizer's pool, 3 states x (the sub-group being updated + the next one
+  // being read + the write-backs of two), waits for the master's placement: PlanOptimizerPool.)
   const bool param_nvme = cfg.offload_param.device == OffloadDevice::kNvme;
-  const bool optim_nvme = cfg.offload_optimizer.device == OffloadDevice::kNvme && host_blocks < n;
+  const bool optim_nvme = StatesOnNvme(cfg);
   if (param_nvme || count > 0)
     param_pool = {static_cast<size_t>(std::max<int64_t>(3, cfg.offload_param.buffer_count)), max_working_bytes,
                   cfg.offload_param.pin_memory};

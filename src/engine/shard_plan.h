@@ -228,6 +228,7 @@ struct ShardPlan {
   void PlanAdapters();
   void PlanDevice(const TrainConfig& cfg);
   void PlanOptimizerPool(const TrainConfig& cfg);
+  bool StatesOnNvme(const TrainConfig& cfg) const;
   void PlanSpeculation(const TrainConfig& cfg);
   void PlanLedger();
 
