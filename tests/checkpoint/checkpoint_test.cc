@@ -64,6 +64,17 @@ Params ExpectResumeIsBitwise(const TrainConfig& cfg, const std::string& ck) {
   return straight;
 }
 
+// Tensors of rank 0's shard at step 3 (as ExpectResumeIsBitwise saves it) whose name contains
+// `part` and whose dtype is `dtype`.
+int CountShardTensors(const std::string& ck, const std::string& part, const std::string& dtype) {
+  auto shard = ckpt::SafetensorsFile::Open(ck + "/step_00000003/rank0.safetensors");
+  EXPECT_TRUE(shard.ok()) << shard.status().ToString();
+  if (!shard.ok()) return 0;
+  int count = 0;
+  for (const auto& t : shard->tensors()) count += t.name.find(part) != std::string::npos && t.dtype == dtype;
+  return count;
+}
+
 TEST(Checkpoint, ResumeAfterNStepsEqualsUninterruptedTrainingBitwise) {
   TempDir dir;
   const TrainConfig cfg = ResumeConfig(dir.path());
@@ -147,11 +158,7 @@ TEST(Checkpoint, Bf16MomentsResumeBitwiseAndAMismatchIsRefused) {
   cfg.adam_states = DType::kBF16;
   const std::string ck = dir.path() + "/ckpt";
   ExpectResumeIsBitwise(cfg, ck);
-  auto shard = ckpt::SafetensorsFile::Open(ck + "/step_00000003/rank0.safetensors");
-  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
-  int bf16_moments = 0;
-  for (const auto& t : shard->tensors()) bf16_moments += t.name.find(".adam_") != std::string::npos && t.dtype == "BF16";
-  EXPECT_GT(bf16_moments, 0);
+  EXPECT_GT(CountShardTensors(ck, ".adam_", "BF16"), 0);
   TrainConfig fp32 = cfg;
   fp32.adam_states = DType::kF32;
   const std::string err = RunRanks(2, [&](int r, Communicator& c) { return Train(fp32, r, c, 3, 6, ck, "", nullptr); });
@@ -166,11 +173,7 @@ TEST(Checkpoint, EightBitMomentsSaveFp32AndResumeBitwise) {
   cfg.moments_8bit = true;
   const std::string ck = dir.path() + "/ckpt";
   ExpectResumeIsBitwise(cfg, ck);
-  auto shard = ckpt::SafetensorsFile::Open(ck + "/step_00000003/rank0.safetensors");
-  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
-  int fp32_moments = 0;
-  for (const auto& t : shard->tensors()) fp32_moments += t.name.find(".adam_") != std::string::npos && t.dtype == "F32";
-  EXPECT_GT(fp32_moments, 0);
+  EXPECT_GT(CountShardTensors(ck, ".adam_", "F32"), 0);
   TrainConfig bf16 = ResumeConfig(dir.path());
   bf16.adam_states = DType::kBF16;
   const std::string ck16 = dir.path() + "/ckpt16";
@@ -188,11 +191,7 @@ TEST(Checkpoint, SplitMasterSavesFp32AndResumesEitherWay) {
   split.split_master = true;
   const std::string ck = dir.path() + "/ckpt";
   const Params straight = ExpectResumeIsBitwise(split, ck);
-  auto shard = ckpt::SafetensorsFile::Open(ck + "/step_00000003/rank0.safetensors");
-  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
-  int fp32_masters = 0;
-  for (const auto& t : shard->tensors()) fp32_masters += t.name.find(".master") != std::string::npos && t.dtype == "F32";
-  EXPECT_GT(fp32_masters, 0);
+  EXPECT_GT(CountShardTensors(ck, ".master", "F32"), 0);
   TrainConfig fp32 = split;
   fp32.split_master = false;
   Params from_split;  // the fp32-master run goes on from the split run's checkpoint
