@@ -39,11 +39,17 @@ constexpr const char* kLockName = "owner.lock";
 
 // True when nobody holds the folder's lock: its owner is gone. A folder appears only with
 // its lock held and leaves view before its lock goes, so one without a lock file is not
-// judged (it is being removed right now).
+// judged (it is being removed right now). Nor is one whose lock we took only after it left
+// view: opened just before its owner renamed it away, locked just after the owner let go.
+// Taken while the same lock file is still in view, the lock was let go without the rename:
+// the owner died.
 bool IsStale(const fs::path& folder) {
-  int fd = open((folder / kLockName).c_str(), O_RDONLY | O_CLOEXEC);
+  const fs::path lock = folder / kLockName;
+  int fd = open(lock.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
-  bool stale = flock(fd, LOCK_EX | LOCK_NB) == 0;
+  struct stat held {}, in_view {};
+  const bool stale = flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &held) == 0 && stat(lock.c_str(), &in_view) == 0 &&
+                     held.st_dev == in_view.st_dev && held.st_ino == in_view.st_ino;
   close(fd);
   return stale;
 }
