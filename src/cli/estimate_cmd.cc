@@ -1,5 +1,6 @@
 // `strata estimate`: per-rank bytes on the compute device, (pinned) CPU memory and NVMe for
 // a config, and whether it fits this machine, without allocating.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <tuple>
@@ -28,18 +29,34 @@ void PrintLargestFit(const TrainConfig& cfg, int nproc, DeviceTraits device, con
     std::printf("none (not even 1 M parameters)\n");
     return;
   }
+  std::string placement;
+  if (f.host_blocks != 0)
+    placement += fmt::format(" (those of {} in host memory: strata.host_blocks auto)", HostBlocksPhrase(f.host_blocks));
+  if (f.accumulator != cfg.grad_accum_dtype)
+    placement += fmt::format(", with strata.gradient_accumulator {} (the config's {} accumulators, 4 B/param in host "
+                             "memory, fit less)", DTypeName(f.accumulator), DTypeName(cfg.grad_accum_dtype));
   std::printf("%.3g B parameters, params on %s, optimizer states on %s%s (host %s of %s, NVMe %s of %s); the "
               "physical limit, (MemAvailable %s + free NVMe %s) / %.0f B per parameter, is %.3g B: %.0f%% of it\n",
-              f.parameters / 1e9, OffloadDeviceName(f.params_on), OffloadDeviceName(f.optimizer_on),
-              f.accumulator == cfg.grad_accum_dtype
-                  ? ""
-                  : fmt::format(", with strata.gradient_accumulator {} (the config's {} accumulators, 4 B/param in "
-                                "host memory, fit less)", DTypeName(f.accumulator), DTypeName(cfg.grad_accum_dtype))
-                        .c_str(),
+              f.parameters / 1e9, OffloadDeviceName(f.params_on), OffloadDeviceName(f.optimizer_on), placement.c_str(),
               HumanBytes(f.estimate.node_host_bytes(nproc)).c_str(), HumanBytes(m.host_available).c_str(),
               HumanBytes(f.estimate.node_nvme_bytes(nproc)).c_str(), HumanBytes(m.nvme_free).c_str(),
               HumanBytes(m.host_available).c_str(), HumanBytes(m.nvme_free).c_str(), kStateBytesPerParameter,
               limit / 1e9, 100.0 * f.parameters / limit);
+  // Compressed moments are opt-in (they round m and v): told beside, never chosen.
+  if (cfg.adam_states != DType::kF32 || cfg.moments_8bit) return;
+  TrainConfig bf16 = cfg, eight = cfg;
+  bf16.adam_states = DType::kBF16;
+  eight.moments_8bit = true;
+  const int64_t with_bf16 = FindLargestFit(bf16, nproc, device, m).parameters;
+  const int64_t with_8bit =
+      cfg.optimizer_overlap == OptimizerOverlap::kSpeculative ? 0 : FindLargestFit(eight, nproc, device, m).parameters;
+  if (std::max(with_bf16, with_8bit) <= f.parameters * 1.01) {
+    std::printf("compressed Adam moments (opt-in) fit no larger model here: m and v are not what bounds it\n");
+    return;
+  }
+  std::string with = fmt::format("{:.3g} B with --set strata.adam_states=bf16", with_bf16 / 1e9);
+  if (with_8bit > 0) with += fmt::format(", {:.3g} B with 8bit", with_8bit / 1e9);
+  std::printf("with compressed Adam moments (opt-in, they round m and v): %s\n", with.c_str());
 }
 
 // With the optimizer states on NVMe, how many blocks host memory could keep instead
@@ -194,7 +211,7 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
       PrintStepTraffic(*cfg, e, static_cast<int64_t>(a->params), {!gpu});
       const Status fits = CheckFits(e, m, a->nproc);
       std::printf("fits %s: %s\n", planned ? "the planned machine" : "this machine",
-                  fits.ok() ? "yes" : ("no\n" + fits.message() + FitAdvice(*cfg, a->nproc, {!gpu}, m, a->nproc)).c_str());
+                  fits.ok() ? "yes" : ("no\n" + fits.message() + FitAdvice(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc)).c_str());
       if (fits.ok() && states_nvme && !host_blocks_auto)
         PrintHostBlocksRoom(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m);
       if (a->max) PrintLargestFit(*cfg, a->nproc, {!gpu}, m);

@@ -164,7 +164,7 @@ Status TrainRun::Connect() {
             HostBlocksPhrase(cfg_.host_blocks),
             HumanBytes(estimate_.node_host_bytes(local_ranks())), HumanBytes(machine.host_available));
   if (Status fits = CheckFits(estimate_, machine, local_ranks()); !fits.ok() && !a_.no_fit_check)
-    return Error(fits.code(), "{}{}", fits.message(), FitAdvice(cfg_, env_.world_size, traits, machine, local_ranks()));
+    return Error(fits.code(), "{}{}", fits.message(), FitAdvice(cfg_, env_.world_size, 0, traits, machine, local_ranks()));
   return Status();
 }
 

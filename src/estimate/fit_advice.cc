@@ -5,12 +5,14 @@
 
 #include <vector>
 
+#include "src/estimate/host_blocks_fit.h"
+
 namespace strata {
 
-std::string FitAdvice(const TrainConfig& cfg, int world, DeviceTraits device, const MachineCapacity& m,
-                      int local_ranks) {
+std::string FitAdvice(const TrainConfig& cfg, int world, int64_t params_override, DeviceTraits device,
+                      const MachineCapacity& m, int local_ranks) {
   TrainConfig base = cfg;
-  if (CheckFits(EstimateResolvingAutos(&base, world, 0, device, m, local_ranks), m, local_ranks).ok()) return "";
+  if (CheckFits(EstimateResolvingAutos(&base, world, params_override, device, m, local_ranks), m, local_ranks).ok()) return "";
   enum class Moments { kAsGiven, kBf16, k8Bit };
   struct Try {
     bool accumulator;
@@ -20,12 +22,16 @@ std::string FitAdvice(const TrainConfig& cfg, int world, DeviceTraits device, co
   // 8-bit moments are refused with the speculative update (train_config.cc).
   const bool may_8bit = !cfg.moments_8bit && cfg.optimizer_overlap != OptimizerOverlap::kSpeculative;
   std::string out;
-  for (const Try t : {Try{true, Moments::kAsGiven}, Try{false, Moments::kBf16}, Try{true, Moments::kBf16},
-                      Try{false, Moments::k8Bit}, Try{true, Moments::k8Bit}}) {
+  // With the states on NVMe, every try keeps as many blocks' states in host memory as it has
+  // room for (lossless: the first try is that alone), named when it is more than the config's.
+  const bool host_blocks = cfg.offload_optimizer.device == OffloadDevice::kNvme && cfg.host_blocks >= 0;
+  for (const Try t : {Try{false, Moments::kAsGiven}, Try{true, Moments::kAsGiven}, Try{false, Moments::kBf16},
+                      Try{true, Moments::kBf16}, Try{false, Moments::k8Bit}, Try{true, Moments::k8Bit}}) {
     if ((t.accumulator && cfg.grad_accum_dtype == DType::kBF16) || (t.moments == Moments::kBf16 && moments_bf16) ||
-        (t.moments == Moments::k8Bit && !may_8bit))
+        (t.moments == Moments::k8Bit && !may_8bit) || (!t.accumulator && t.moments == Moments::kAsGiven && !host_blocks))
       continue;
     TrainConfig c = cfg;
+    if (host_blocks) c.host_blocks = -1;
     std::vector<std::string> set, cost;
     if (t.accumulator) {
       c.grad_accum_dtype = DType::kBF16;
@@ -42,8 +48,16 @@ std::string FitAdvice(const TrainConfig& cfg, int world, DeviceTraits device, co
       set.push_back("strata.adam_states=8bit");
       cost.push_back("Adam's m and v stored in 8 bits per 256-element block");
     }
-    const MemoryEstimate e = EstimateResolvingAutos(&c, world, 0, device, m, local_ranks);
+    MemoryEstimate e = EstimateResolvingAutos(&c, world, params_override, device, m, local_ranks);
+    ResolveHostBlocks(&c, world, params_override, device, m, local_ranks, &e);
     if (!CheckFits(e, m, local_ranks).ok()) continue;
+    if (c.host_blocks > cfg.host_blocks) {
+      set.insert(set.begin(), "strata.host_blocks=auto");
+      cost.insert(cost.begin(), fmt::format("the states of {} in host memory, not on the disk: lossless",
+                                            HostBlocksPhrase(c.host_blocks)));
+    } else if (set.empty()) {
+      continue;  // host blocks alone: none more
+    }
     out += fmt::format("\n  fits with --set {}: host memory {}, NVMe {} ({})", fmt::join(set, " --set "),
                        HumanBytes(e.node_host_bytes(local_ranks)), HumanBytes(e.node_nvme_bytes(local_ranks)),
                        fmt::join(cost, "; "));

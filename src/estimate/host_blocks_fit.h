@@ -25,8 +25,10 @@ inline constexpr int64_t kAllBlocks = int64_t{1} << 20;
 std::string HostBlocksPhrase(int64_t blocks);
 
 // The most blocks, at least cfg.host_blocks, whose estimate stays within
-// kHostBlocksFill of m.host_available and fits `m`; cfg.host_blocks itself (and its
-// estimate) when not even that does. Only meaningful with offload_optimizer "nvme".
+// kHostBlocksFill of m.host_available; cfg.host_blocks itself (and its estimate) when not
+// even that does. NVMe and the device are not judged: the caller's CheckFits does (a disk
+// too small for the states as given may hold what the host blocks leave it). Only
+// meaningful with offload_optimizer "nvme".
 HostBlocksFit MostHostBlocks(const TrainConfig& cfg, int world, int64_t params_override, DeviceTraits device,
                              const MachineCapacity& m, int local_ranks);
 

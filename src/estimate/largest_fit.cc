@@ -7,11 +7,14 @@
 namespace strata {
 namespace {
 
-// Whether `params` parameters fit with this placement; the estimate of what would run.
+// Whether `params` parameters fit with this placement; the estimate of what would run and the
+// host blocks "auto" settled on, as `train` would settle them.
 bool Fits(const TrainConfig& placed, int world, int64_t params, DeviceTraits device, const MachineCapacity& m,
-          MemoryEstimate* e) {
+          MemoryEstimate* e, int64_t* host_blocks) {
   TrainConfig c = placed;
   *e = EstimateResolvingAutos(&c, world, params, device, m, world);
+  ResolveHostBlocks(&c, world, params, device, m, world, e);
+  *host_blocks = c.host_blocks;
   return CheckFits(*e, m, world).ok();
 }
 
@@ -34,14 +37,19 @@ LargestFit FindLargestFit(const TrainConfig& cfg, int world, DeviceTraits device
     placed.offload_param.device = params_on;
     placed.offload_optimizer.device = optimizer_on;
     placed.grad_accum_dtype = accumulator;
+    // States on NVMe: host memory keeps as many blocks' as it has room for ("auto"); bitwise
+    // the same run, and a disk smaller than the states then holds a larger model.
+    placed.host_blocks = optimizer_on == D::kNvme ? -1 : 0;
     MemoryEstimate fits, e;  // `fits`: the estimate at lo, the largest count known to fit
+    int64_t host_blocks = 0, blocks = 0;
     double lo = std::log(1e6), hi = std::log(1e15);  // bisect on log(parameters)
-    if (!Fits(placed, world, static_cast<int64_t>(std::exp(lo)), device, m, &fits)) continue;
+    if (!Fits(placed, world, static_cast<int64_t>(std::exp(lo)), device, m, &fits, &host_blocks)) continue;
     for (int i = 0; i < 48; ++i) {
       const double mid = (lo + hi) / 2;
-      if (Fits(placed, world, static_cast<int64_t>(std::exp(mid)), device, m, &e)) {
+      if (Fits(placed, world, static_cast<int64_t>(std::exp(mid)), device, m, &e, &blocks)) {
         lo = mid;
         fits = e;
+        host_blocks = blocks;
       } else {
         hi = mid;
       }
@@ -49,7 +57,7 @@ LargestFit FindLargestFit(const TrainConfig& cfg, int world, DeviceTraits device
     // A bf16 accumulator is taken only when it fits a larger model (5% more: not for noise).
     const double margin = accumulator == cfg.grad_accum_dtype ? 1.0 : 1.05;
     if (fits.parameters > best.parameters * margin)
-      best = {static_cast<int64_t>(fits.parameters), params_on, optimizer_on, accumulator, fits};
+      best = {static_cast<int64_t>(fits.parameters), params_on, optimizer_on, accumulator, host_blocks, fits};
   }
   return best;
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "src/estimate/estimator.h"
+#include "src/estimate/host_blocks_fit.h"
 
 namespace strata {
 
@@ -12,6 +13,7 @@ struct LargestFit {
   int64_t parameters = 0;  // 0: not even 1 M parameters fit
   OffloadDevice params_on = OffloadDevice::kNone, optimizer_on = OffloadDevice::kNone;
   DType accumulator = DType::kF32;  // strata.gradient_accumulator of that fit
+  int64_t host_blocks = 0;  // strata.host_blocks "auto" of that fit (states on NVMe; kAllBlocks: every block)
   MemoryEstimate estimate;  // of that model, placed so
 };
 
@@ -19,7 +21,9 @@ struct LargestFit {
 // for each placement of (parameters, optimizer states): (cpu, cpu), (cpu, nvme), (nvme, nvme)
 // at stage 3, (none, cpu), (none, nvme) below; NVMe placements only when `m` knows the free
 // space, each with the config's gradient accumulator dtype and with bf16 (taken when it fits
-// 5% more). Activations as strata.recompute "auto" would choose. Fits are monotone in the count.
+// 5% more); states on NVMe with strata.host_blocks "auto" (the config's own setting is not
+// kept: the most blocks host memory has room for). Activations as strata.recompute "auto"
+// would choose. Fits are monotone in the count.
 LargestFit FindLargestFit(const TrainConfig& cfg, int world, DeviceTraits device, const MachineCapacity& m);
 
 // Bytes of training state per parameter with Adam: bf16 working 2 + fp32 master 4 + m 4 + v 4

@@ -142,6 +142,7 @@ TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
   EXPECT_NE(r.out.find("fits the planned machine: no"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("with strata.gradient_accumulator bf16"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("free NVMe 1099.51 GB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("compressed Adam moments (opt-in) fit no larger model here"), std::string::npos) << r.out;
   // What does not fit as given but would with bf16 gradient accumulators is told so.
   r = RunStrata("estimate --config " STRATA_SOURCE_DIR "/configs/llama_1b_nvme.json --set strata.data.path= "
                 "--set strata.model.n_layer=80 --set train_micro_batch_size_per_gpu=1 --set strata.model.seq_len=512 "
@@ -149,10 +150,20 @@ TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("fits the planned machine: no"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fits with --set strata.gradient_accumulator=bf16: host memory"), std::string::npos) << r.out;
-  // A disk too small for bf16 m and v (69 GB of state as given, 49 GB with bf16 moments) but not for 8-bit ones (40 GB).
-  r = RunStrata("estimate --config " STRATA_SOURCE_DIR "/configs/llama_1b_nvme.json --set strata.data.path= "
-                "--set strata.model.n_layer=80 --set train_micro_batch_size_per_gpu=1 --set strata.model.seq_len=512 "
-                "--set bf16.enabled=true --host-memory 64G --disk-free 45G");
+  // A disk too small for the states (69 GB as given, 48 GB free) beside ample host memory: host
+  // blocks (lossless) are the advice, and --max keeps some blocks' states in host memory too,
+  // telling what compressed moments would hold beside it.
+  const std::string small_disk = "estimate --config " STRATA_SOURCE_DIR "/configs/llama_1b_nvme.json --set "
+                                 "strata.data.path= --set strata.model.n_layer=80 --set train_micro_batch_size_per_gpu=1 "
+                                 "--set strata.model.seq_len=512 --set bf16.enabled=true --disk-free 45G ";
+  r = RunStrata(small_disk + "--host-memory 64G --max");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("fits with --set strata.host_blocks=auto: host memory"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("in host memory: strata.host_blocks auto)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("with compressed Adam moments (opt-in, they round m and v): "), std::string::npos) << r.out;
+  // States in host memory too small for fp32 or bf16 m and v beside bf16 accumulators, not for 8-bit ones.
+  r = RunStrata(small_disk + "--host-memory 44G --set zero_optimization.offload_optimizer.device=cpu "
+                "--set strata.gradient_accumulator=bf16");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("fits with --set strata.adam_states=8bit: host memory"), std::string::npos) << r.out;
   // Optimizer states on NVMe: how many blocks host memory has room for, and "auto" takes them.

@@ -226,11 +226,28 @@ TEST(Estimate, LargestFitIsTheEdgeOfTheMachine) {
   ASSERT_GT(f.parameters, 1'000'000'000);
   EXPECT_EQ(f.optimizer_on, OffloadDevice::kNvme);
   EXPECT_TRUE(CheckFits(f.estimate, m, 1).ok());
-  TrainConfig placed = cfg;
-  placed.offload_param.device = f.params_on;
-  placed.offload_optimizer.device = f.optimizer_on;
-  EXPECT_FALSE(CheckFits(EstimateResolvingAutos(&placed, 1, f.parameters * 105 / 100, {true}, m, 1), m, 1).ok());
+  auto fits_placed = [&](const LargestFit& f, int64_t params) {  // as --max places it, host blocks "auto"
+    TrainConfig placed = cfg;
+    placed.offload_param.device = f.params_on;
+    placed.offload_optimizer.device = f.optimizer_on;
+    placed.grad_accum_dtype = f.accumulator;
+    placed.host_blocks = -1;
+    MemoryEstimate e = EstimateResolvingAutos(&placed, 1, params, {true}, m, 1);
+    ResolveHostBlocks(&placed, 1, params, {true}, m, 1, &e);
+    return CheckFits(e, m, 1).ok();
+  };
+  EXPECT_FALSE(fits_placed(f, f.parameters * 105 / 100));
   EXPECT_LT(f.parameters, (m.host_available + m.nvme_free) / kStateBytesPerParameter);
+  // A disk smaller than the optimizer states beside ample host memory: host memory keeps some
+  // blocks' states (strata.host_blocks auto), and the model outgrows what the disk alone holds.
+  MachineCapacity small_disk = m;
+  small_disk.host_available = 64ull << 30;
+  small_disk.nvme_free = 20ull << 30;
+  const LargestFit mixed = FindLargestFit(cfg, 1, {true}, small_disk);
+  EXPECT_EQ(mixed.optimizer_on, OffloadDevice::kNvme);
+  EXPECT_GT(mixed.host_blocks, 0);
+  EXPECT_GT(mixed.parameters * 12.0, static_cast<double>(small_disk.nvme_free));  // (master, m, v: 12 B/param)
+  EXPECT_TRUE(CheckFits(mixed.estimate, small_disk, 1).ok());
   m.nvme_free = 0;  // unknown: NVMe placements cannot be judged
   const LargestFit cpu_only = FindLargestFit(cfg, 1, {true}, m);
   EXPECT_EQ(cpu_only.optimizer_on, OffloadDevice::kCpu);
