@@ -108,6 +108,8 @@ Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, co
       {"world_size", world},
       {"compute_dtype", DTypeName(cfg.compute_dtype)},
       {"adam_states", DTypeName(cfg.adam_states)},
+      // How the run kept m and v ("8bit" is saved as its fp32 values: adam_states "fp32").
+      {"run_adam_states", cfg.moments_8bit ? "8bit" : DTypeName(cfg.adam_states)},
       {"seed", cfg.seed},
       {"sub_group_size", cfg.sub_group_size},
       {"zero_stage", cfg.zero_stage},
@@ -199,6 +201,12 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
           return Error(StatusCode::kFailedPrecondition, "'{}': strata.model.{} is {} there, {} in this run", where,
                        it.key(), saved.value(it.key(), nlohmann::json()).dump(),
                        model.value(it.key(), nlohmann::json()).dump());
+    // Switching between 8-bit and fp32 moments is allowed; say so, since the run changes.
+    const std::string saved_run = m.value("run_adam_states", std::string()), this_run = cfg.moments_8bit ? "8bit" : "fp32";
+    if (comm.rank() == 0 && !saved_run.empty() && saved_run != this_run && (saved_run == "8bit" || cfg.moments_8bit))
+      LogInfo("'{}' was written by a run whose Adam m and v were {}; this run keeps them {} (strata.adam_states)", where,
+              saved_run == "8bit" ? "8-bit (it holds their fp32 values)" : saved_run,
+              cfg.moments_8bit ? "in 8 bits, from those fp32 values" : "in fp32 from here on");
     if (m.value("seed", cfg.seed) != cfg.seed)
       LogWarn("resuming '{}' (seed {}) with seed {}: the data order after the checkpoint differs from the original run",
               step_dir, m["seed"].dump(), cfg.seed);

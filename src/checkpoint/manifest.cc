@@ -43,6 +43,9 @@ std::string ManifestProblem(const nlohmann::json& j) {
     return "\"compute_dtype\", \"model\" or \"counters\" has the wrong type";
   if (j.contains("adam_states") && j["adam_states"] != "fp32" && j["adam_states"] != "bf16")
     return "\"adam_states\" is neither \"fp32\" nor \"bf16\"";
+  if (j.contains("run_adam_states") && j["run_adam_states"] != "fp32" && j["run_adam_states"] != "bf16" &&
+      j["run_adam_states"] != "8bit")
+    return "\"run_adam_states\" is none of \"fp32\", \"bf16\", \"8bit\"";
   for (const char* k : {"zero_stage", "sub_group_size", "seed"})
     if (j.contains(k) && !j[k].is_number_integer()) return fmt::format("\"{}\" is not an integer", k);
   for (const char* k : {"adam_steps", "clean_steps", "hysteresis_left", "loss_scale"})

@@ -180,6 +180,14 @@ TEST(Checkpoint, EightBitMomentsSaveFp32AndResumeBitwise) {
   ExpectResumeIsBitwise(bf16, ck16);
   const std::string err = RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 3, 6, ck16, "", nullptr); });
   EXPECT_NE(err.find("strata.adam_states \"8bit\""), std::string::npos) << err;
+  // An fp32-state run may go on from the 8-bit run's checkpoint: the log says the moments change.
+  TrainConfig fp32 = ResumeConfig(dir.path());
+  ::testing::internal::CaptureStderr();
+  const std::string resumed = RunRanks(2, [&](int r, Communicator& c) { return Train(fp32, r, c, 3, 4, ck, "", nullptr); });
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(resumed, "");
+  EXPECT_NE(log.find("Adam m and v were 8-bit (it holds their fp32 values); this run keeps them in fp32"),
+            std::string::npos) << log;
 }
 
 // A split master (strata.master_weights "split") is saved as the fp32 master it stands for:
