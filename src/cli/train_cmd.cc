@@ -160,9 +160,10 @@ Status TrainRun::Connect() {
   if (ResolveHostBlocks(&cfg_, env_.world_size, 0, traits, machine, local_ranks(), &estimate_) && lead() &&
       cfg_.host_blocks > 0)
     LogInfo("strata.host_blocks auto: {} kept in host memory (host memory {} estimated, "
-            "{} available), the rest on NVMe",
+            "{} available), {}",
             HostBlocksPhrase(cfg_.host_blocks),
-            HumanBytes(estimate_.node_host_bytes(local_ranks())), HumanBytes(machine.host_available));
+            HumanBytes(estimate_.node_host_bytes(local_ranks())), HumanBytes(machine.host_available),
+            estimate_.node_nvme_bytes(local_ranks()) == 0 ? "nothing on NVMe" : "the rest on NVMe");
   if (Status fits = CheckFits(estimate_, machine, local_ranks()); !fits.ok() && !a_.no_fit_check)
     return Error(fits.code(), "{}{}", fits.message(), FitAdvice(cfg_, env_.world_size, 0, traits, machine, local_ranks()));
   return Status();
