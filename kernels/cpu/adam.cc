@@ -242,13 +242,16 @@ void Encode8Bit(bool is_v, std::span<const float> x, std::span<uint8_t> blob, ui
   const size_t n = x.size();
   STRATA_CHECK(blob.size() == Moment8BitBytes(n)) << blob.size() << " bytes for " << n << " elements";
   float* scales = cpu::Scales8Bit(blob.data(), n);
+  uint32_t hash[cpu::kBlock8Bit];
   for (size_t i = 0; i < n; i += cpu::kBlock8Bit) {  // as RunAdamRange keys them
     const uint64_t first = index + i;
     const uint32_t counter = static_cast<uint32_t>(first) + cpu::RoundingKey(seed, first >> 32);
     const size_t k = std::min(cpu::kBlock8Bit, n - i);
     float* scale = scales + i / cpu::kBlock8Bit;
-    if (is_v) cpu::Encode8BitBlock<cpu::FormatV, false>(x.data() + i, k, blob.data() + i, scale, counter, 16, nearest);
-    else cpu::Encode8BitBlock<cpu::FormatM, true>(x.data() + i, k, blob.data() + i, scale, counter, 0, nearest);
+    if (!nearest) cpu::Hashes8BitBlock(counter, k, hash);
+    const uint32_t* bits = nearest ? nullptr : hash;
+    if (is_v) cpu::Encode8BitBlock<cpu::FormatV, false>(x.data() + i, k, blob.data() + i, scale, bits, 16);
+    else cpu::Encode8BitBlock<cpu::FormatM, true>(x.data() + i, k, blob.data() + i, scale, bits, 0);
   }
 }
 

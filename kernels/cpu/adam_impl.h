@@ -328,6 +328,7 @@ inline void AdamRangeHalf(const AdamArgs& a, size_t begin, size_t end) {
 template <class Wide, class Narrow, GradKind kGrad>
 inline void Adam8BitRangeT(const AdamArgs& a, size_t begin, size_t end) {
   alignas(64) float m[kBlock8Bit], v[kBlock8Bit];
+  alignas(64) uint32_t hash[kBlock8Bit];
   const uint32_t counter = a.sr_base + a.sr_key;
   AdamArgs block = a;
   block.moment_kind = MomentKind::kFp32;
@@ -347,8 +348,9 @@ inline void Adam8BitRangeT(const AdamArgs& a, size_t begin, size_t end) {
     block.g16 = at(a.g16, i);
     block.half = at(a.half, i);
     AdamRangeHalf<Wide, Narrow, kGrad, MomentKind::kFp32>(block, 0, n);
-    Encode8BitBlock<FormatM, true>(m, n, a.m8 + i, a.m8_scale + q, counter + static_cast<uint32_t>(i), 0);
-    Encode8BitBlock<FormatV, false>(v, n, a.v8 + i, a.v8_scale + q, counter + static_cast<uint32_t>(i), 16);
+    Hashes8BitBlock(counter + static_cast<uint32_t>(i), n, hash);
+    Encode8BitBlock<FormatM, true>(m, n, a.m8 + i, a.m8_scale + q, hash, 0);
+    Encode8BitBlock<FormatV, false>(v, n, a.v8 + i, a.v8_scale + q, hash, 16);
   }
 }
 

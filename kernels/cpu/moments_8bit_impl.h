@@ -38,14 +38,20 @@ using FormatV = Format8Bit<4, -14, false>;
 
 namespace {
 
+// hash[j] = Lowbias32(counter + j), j < n: the random bits of a block's elements, drawn once
+// for m (their low half) and v (their high half), as the bf16 moments take theirs.
+inline void Hashes8BitBlock(uint32_t counter, size_t n, uint32_t* hash) {
+  for (size_t j = 0; j < n; ++j) hash[j] = Lowbias32(counter + static_cast<uint32_t>(j));
+}
+
 // x[0, n) (n <= kBlock8Bit) to codes and the block's scale (its largest |x|, whose code is
-// exactly 1), rounded stochastically: element j's 16 random bits are Lowbias32(counter + j) >>
-// shift (0: low half, m; 16: high half, v), as the bf16 moments take theirs; or, `nearest`,
-// to the nearest code (then decoded values encode back to their own codes: x / scale is
-// within an ulp or two of a code, and the largest is exactly 1 again).
+// exactly 1), rounded stochastically: element j's 16 random bits are hash[j] >> shift (0: low
+// half, m; 16: high half, v); or, with no `hash`, to the nearest code (then decoded values
+// encode back to their own codes: x / scale is within an ulp or two of a code, and the
+// largest is exactly 1 again).
 template <class Fmt, bool kSigned>
-inline void Encode8BitBlock(const float* x, size_t n, uint8_t* code, float* scale, uint32_t counter, int shift,
-                            bool nearest = false) {
+inline void Encode8BitBlock(const float* x, size_t n, uint8_t* code, float* scale, const uint32_t* hash, int shift) {
+  const bool nearest = hash == nullptr;
   uint32_t max_bits = 0;  // |x| as bits: the integer order of non-negative floats is theirs
   for (size_t j = 0; j < n; ++j) max_bits = std::max(max_bits, BitsOfFloat(x[j]) & 0x7fffffffu);
   const float amax = FloatOfBits(max_bits);
@@ -61,7 +67,7 @@ inline void Encode8BitBlock(const float* x, size_t n, uint8_t* code, float* scal
     // (|x| * (1 / amax) may round either way of 1.) Selects by masks: the loop stays branch-free and vectorizes.
     const uint32_t below_one = 0u - static_cast<uint32_t>((scaled < 1.0f) & ((bits & 0x7fffffffu) != max_bits));
     const float r = FloatOfBits((BitsOfFloat(scaled) & below_one) | (0x3f800000u & ~below_one));
-    const uint32_t rnd = nearest ? 0x8000u : (Lowbias32(counter + static_cast<uint32_t>(j)) >> shift) & 0xffffu;
+    const uint32_t rnd = nearest ? 0x8000u : (hash[j] >> shift) & 0xffffu;
     // Below the smallest normal: evenly spaced, r * 2^(kMant - kMinExp) + u truncated (the
     // product is exact, so a fused multiply-add gives the same sum).
     const auto sub = static_cast<uint32_t>(static_cast<int32_t>(r * Fmt::kSubScale + static_cast<float>(rnd) * (1.0f / 65536.0f)));
