@@ -202,7 +202,8 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
                        it.key(), saved.value(it.key(), nlohmann::json()).dump(),
                        model.value(it.key(), nlohmann::json()).dump());
     // Switching between 8-bit and fp32 moments is allowed; say so, since the run changes.
-    const std::string saved_run = m.value("run_adam_states", std::string()), this_run = cfg.moments_8bit ? "8bit" : "fp32";
+    const std::string saved_run = m.value("run_adam_states", std::string());
+    const std::string this_run = cfg.moments_8bit ? "8bit" : "fp32";
     if (comm.rank() == 0 && !saved_run.empty() && saved_run != this_run && (saved_run == "8bit" || cfg.moments_8bit))
       LogInfo("'{}' was written by a run whose Adam m and v were {}; this run keeps them {} (strata.adam_states)", where,
               saved_run == "8bit" ? "8-bit (it holds their fp32 values)" : saved_run,

@@ -210,8 +210,11 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
                   m.nvme_dir.empty() ? "" : (" in " + m.nvme_dir).c_str());
       PrintStepTraffic(*cfg, e, static_cast<int64_t>(a->params), {!gpu});
       const Status fits = CheckFits(e, m, a->nproc);
-      std::printf("fits %s: %s\n", planned ? "the planned machine" : "this machine",
-                  fits.ok() ? "yes" : ("no\n" + fits.message() + FitAdvice(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc)).c_str());
+      const std::string verdict =
+          fits.ok() ? "yes"
+                    : "no\n" + fits.message() +
+                          FitAdvice(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc);
+      std::printf("fits %s: %s\n", planned ? "the planned machine" : "this machine", verdict.c_str());
       if (fits.ok() && states_nvme && !host_blocks_auto)
         PrintHostBlocksRoom(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m);
       if (a->max) PrintLargestFit(*cfg, a->nproc, {!gpu}, m);

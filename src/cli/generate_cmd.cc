@@ -7,7 +7,10 @@
 //
 // Tokens: byte-level for vocab-256 models (the built-in tokenizer: text in, text out);
 // other models take --prompt-tokens "ID ID ..." and print token ids (tokenize with the
-// folder's tokenizer elsewhere; Strata has no BPE tokenizer of its own).
+// folder's tokenizer elsewhere; Strata has no BPE tokenizer of its own). Generation stops
+// after an end-of-sequence token: the folder's eos_token_id (generation_config.json, else
+// config.json; a Strata checkpoint's export copies the first from the model it was
+// fine-tuned from), or --stop-token; --ignore-eos turns the folder's off.
 #include <ATen/CPUGeneratorImpl.h>
 #include <unistd.h>
 
@@ -15,9 +18,11 @@
 #include <filesystem>
 #include <sstream>
 
+#include "src/checkpoint/durable_file.h"
 #include "src/checkpoint/export.h"
 #include "src/checkpoint/hf_loader.h"
 #include "src/cli/commands.h"
+#include "src/engine/json_reader.h"
 #include "src/model/generate.h"
 #include "src/model/hf_config.h"
 
@@ -32,6 +37,8 @@ struct Args {
   int64_t max_new_tokens = 100;
   double temperature = 0, top_p = 1;
   uint64_t seed = 0;
+  std::vector<int64_t> stop_tokens;
+  bool ignore_eos = false;
 };
 
 // Removes a temporary export folder on every path out.
@@ -59,6 +66,28 @@ StatusOr<std::string> ModelFolder(const std::string& model, TempDir& tmp) {
     return InvalidArgument("--model '{}': neither a model folder (no config.json) nor a readable checkpoint: {}", model,
                            r.status().ToString());
   return out;
+}
+
+// The folder's end-of-sequence ids: eos_token_id (an id or a list) of generation_config.json,
+// else of config.json; none when neither says. A file that says it wrongly is an error.
+StatusOr<std::vector<int64_t>> EosTokens(const std::string& folder, int64_t vocab) {
+  for (const char* name : {"generation_config.json", "config.json"}) {
+    const std::string path = (fs::path(folder) / name).string();
+    std::error_code ec;
+    if (!fs::exists(path, ec)) continue;
+    STRATA_ASSIGN_OR_RETURN(std::string text, ckpt::ReadTextFile(path));
+    STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonText(text, "'" + path + "'"));
+    if (!j.is_object() || !j.contains("eos_token_id") || j["eos_token_id"].is_null()) continue;
+    const nlohmann::json& e = j["eos_token_id"];
+    std::vector<int64_t> ids;
+    for (const nlohmann::json& id : e.is_array() ? e : nlohmann::json::array({e})) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab)
+        return InvalidArgument("'{}': eos_token_id {} is not a token id in [0, {})", path, e.dump(), vocab);
+      ids.push_back(id.get<int64_t>());
+    }
+    return ids;
+  }
+  return std::vector<int64_t>();
 }
 
 StatusOr<std::vector<int64_t>> PromptTokens(const Args& a, int64_t vocab) {
@@ -102,6 +131,15 @@ int Run(const Args& a) {
   if (!config.ok()) return fail(config.status());
   StatusOr<std::vector<int64_t>> prompt = PromptTokens(a, config->vocab_size);
   if (!prompt.ok()) return fail(prompt.status());
+  std::vector<int64_t> stop = a.stop_tokens;
+  for (int64_t t : stop)
+    if (t < 0 || t >= config->vocab_size)
+      return fail(InvalidArgument("--stop-token {}: not a token id in [0, {})", t, config->vocab_size));
+  if (!a.ignore_eos) {
+    StatusOr<std::vector<int64_t>> eos = EosTokens(*folder, config->vocab_size);
+    if (!eos.ok()) return fail(eos.status());
+    stop.insert(stop.end(), eos->begin(), eos->end());
+  }
   const int64_t max_positions = model::MaxPositions(*config);
   if (static_cast<int64_t>(prompt->size()) > max_positions)
     return fail(InvalidArgument("the prompt has {} tokens, more than the model's {} positions", prompt->size(),
@@ -130,8 +168,11 @@ int Run(const Args& a) {
   }().c_str());
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(a.seed);
   model::GenerateResult r =
-      model::Generate(net, max_positions, *prompt, a.max_new_tokens, {a.temperature, a.top_p}, gen, print);
+      model::Generate(net, max_positions, *prompt, a.max_new_tokens, {a.temperature, a.top_p}, gen, print, stop);
   std::printf("\n");
+  if (r.reached_stop_token)
+    std::fprintf(stderr, "note: stopped after %zu new tokens at the end-of-sequence token %lld (--ignore-eos goes on)\n",
+                 r.tokens.size(), static_cast<long long>(r.tokens.back()));
   if (r.reached_max_positions)
     std::fprintf(stderr, "note: stopped after %zu new tokens at the model's %lld positions (seq_len)\n",
                  r.tokens.size(), static_cast<long long>(max_positions));
@@ -145,7 +186,8 @@ void AddGenerateCommand(CLI::App& app, Action* action) {
   auto* cmd = app.add_subcommand(
       "generate",
       "continue a prompt with a trained model (greedy or temperature/top-p sampling, KV cache) to check a small "
-      "fine-tune; runs on the CPU with the whole model in host memory; stops at --max-new-tokens or the model's seq_len");
+      "fine-tune; runs on the CPU with the whole model in host memory; stops at --max-new-tokens, the model's seq_len "
+      "or an end-of-sequence token");
   cmd->add_option("--model", a->model, "a Hugging Face model folder (config.json + safetensors) or a Strata checkpoint "
                                        "(a --save folder or one step folder)")->required();
   auto* text = cmd->add_option("--prompt", a->prompt, "prompt text, byte-tokenized (vocab-256 models such as the "
@@ -158,6 +200,9 @@ void AddGenerateCommand(CLI::App& app, Action* action) {
   cmd->add_option("--top-p", a->top_p, "sample only from the most likely tokens whose probability reaches P "
                                        "(default 1: all)");
   cmd->add_option("--seed", a->seed, "sampling seed (default 0)");
+  cmd->add_option("--stop-token", a->stop_tokens, "stop after this token id too (repeatable)");
+  cmd->add_flag("--ignore-eos", a->ignore_eos, "do not stop at the model's eos_token_id (generation_config.json or "
+                                               "config.json)");
   cmd->add_option("--dtype", a->dtype, "fp32 (default) or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->callback([=] {
     *action = [=] { return Run(*a); };

@@ -165,7 +165,8 @@ Status TrainRun::Connect() {
             HumanBytes(estimate_.node_host_bytes(local_ranks())), HumanBytes(machine.host_available),
             estimate_.node_nvme_bytes(local_ranks()) == 0 ? "nothing on NVMe" : "the rest on NVMe");
   if (Status fits = CheckFits(estimate_, machine, local_ranks()); !fits.ok() && !a_.no_fit_check)
-    return Error(fits.code(), "{}{}", fits.message(), FitAdvice(cfg_, env_.world_size, 0, traits, machine, local_ranks()));
+    return Error(fits.code(), "{}{}", fits.message(),
+                 FitAdvice(cfg_, env_.world_size, 0, traits, machine, local_ranks()));
   return Status();
 }
 

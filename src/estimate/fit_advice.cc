@@ -12,7 +12,8 @@ namespace strata {
 std::string FitAdvice(const TrainConfig& cfg, int world, int64_t params_override, DeviceTraits device,
                       const MachineCapacity& m, int local_ranks) {
   TrainConfig base = cfg;
-  if (CheckFits(EstimateResolvingAutos(&base, world, params_override, device, m, local_ranks), m, local_ranks).ok()) return "";
+  if (CheckFits(EstimateResolvingAutos(&base, world, params_override, device, m, local_ranks), m, local_ranks).ok())
+    return "";
   enum class Moments { kAsGiven, kBf16, k8Bit };
   struct Try {
     bool accumulator;
@@ -28,7 +29,8 @@ std::string FitAdvice(const TrainConfig& cfg, int world, int64_t params_override
   for (const Try t : {Try{false, Moments::kAsGiven}, Try{true, Moments::kAsGiven}, Try{false, Moments::kBf16},
                       Try{true, Moments::kBf16}, Try{false, Moments::k8Bit}, Try{true, Moments::k8Bit}}) {
     if ((t.accumulator && cfg.grad_accum_dtype == DType::kBF16) || (t.moments == Moments::kBf16 && moments_bf16) ||
-        (t.moments == Moments::k8Bit && !may_8bit) || (!t.accumulator && t.moments == Moments::kAsGiven && !host_blocks))
+        (t.moments == Moments::k8Bit && !may_8bit) ||
+        (!t.accumulator && t.moments == Moments::kAsGiven && !host_blocks))
       continue;
     TrainConfig c = cfg;
     if (host_blocks) c.host_blocks = -1;

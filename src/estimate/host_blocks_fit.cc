@@ -14,7 +14,8 @@ HostBlocksFit MostHostBlocks(const TrainConfig& cfg, int world, int64_t params_o
   // Host memory only: each block kept there takes its bytes off the disk, so a disk too small
   // for the states as given may be just what host blocks need (the caller checks the rest).
   auto fits = [&](const MemoryEstimate& e) {
-    return static_cast<double>(e.node_host_bytes(local_ranks)) <= kHostBlocksFill * static_cast<double>(m.host_available);
+    return static_cast<double>(e.node_host_bytes(local_ranks)) <=
+           kHostBlocksFill * static_cast<double>(m.host_available);
   };
   HostBlocksFit best{cfg.host_blocks, estimate(cfg.host_blocks)};
   if (!fits(best.estimate)) return best;

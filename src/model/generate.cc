@@ -1,6 +1,8 @@
 // Incremental decoding and sampling (generate.h).
 #include "src/model/generate.h"
 
+#include <algorithm>
+
 #include "strata/check.h"
 
 namespace strata::model {
@@ -35,7 +37,7 @@ int64_t NextToken(const torch::Tensor& logits, const SamplingOptions& o, at::Gen
 
 GenerateResult Generate(FullModel& model, int64_t max_positions, const std::vector<int64_t>& prompt,
                         int64_t max_new_tokens, const SamplingOptions& options, at::Generator& gen,
-                        const std::function<void(int64_t)>& on_token) {
+                        const std::function<void(int64_t)>& on_token, const std::vector<int64_t>& stop_tokens) {
   STRATA_CHECK(!prompt.empty()) << "empty prompt";
   STRATA_CHECK(static_cast<int64_t>(prompt.size()) <= max_positions)
       << "prompt of " << prompt.size() << " tokens exceeds the model's " << max_positions << " positions";
@@ -51,6 +53,10 @@ GenerateResult Generate(FullModel& model, int64_t max_positions, const std::vect
     const int64_t token = NextToken(logits[0][-1], options, gen);
     result.tokens.push_back(token);
     if (on_token) on_token(token);
+    if (std::find(stop_tokens.begin(), stop_tokens.end(), token) != stop_tokens.end()) {
+      result.reached_stop_token = true;
+      break;
+    }
     next = torch::tensor({token}, torch::kLong).unsqueeze(0);
   }
   return result;

@@ -45,13 +45,16 @@ int64_t NextToken(const torch::Tensor& logits, const SamplingOptions& options, a
 struct GenerateResult {
   std::vector<int64_t> tokens;  // the new ones, without the prompt
   bool reached_max_positions = false;  // stopped at the model's sequence length
+  bool reached_stop_token = false;     // the last token is one of the stop tokens
 };
 
 // Continues `prompt` (not empty) by up to `max_new_tokens`, stopping earlier when the
-// sequence reaches `max_positions` (GPT-2's position table / the config's seq_len).
-// `on_token` sees each new token as soon as it is chosen.
+// sequence reaches `max_positions` (GPT-2's position table / the config's seq_len) or right
+// after a token of `stop_tokens` (the model's end-of-sequence ids; it is kept, as
+// transformers keeps it). `on_token` sees each new token as soon as it is chosen.
 GenerateResult Generate(FullModel& model, int64_t max_positions, const std::vector<int64_t>& prompt,
                         int64_t max_new_tokens, const SamplingOptions& options, at::Generator& gen,
-                        const std::function<void(int64_t)>& on_token = {});
+                        const std::function<void(int64_t)>& on_token = {},
+                        const std::vector<int64_t>& stop_tokens = {});
 
 }  // namespace strata::model

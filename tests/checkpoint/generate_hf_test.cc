@@ -1,10 +1,13 @@
 // `strata generate` against transformers' generate (needs the Python peers, as hf_test.cc;
 // skipped with the reason otherwise): for a tiny random GPT-2, LLaMA (3.1 rope scaling),
 // Qwen2 (q/k/v biases) and Qwen3 (q/k norms) written by transformers' save_pretrained, 20
-// greedy tokens through the KV cache equal transformers' model.generate(do_sample=False).
+// greedy tokens through the KV cache equal transformers' model.generate(do_sample=False)
+// (both told to ignore the end-of-sequence id).
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "cli_run.h"
@@ -36,7 +39,7 @@ TEST_P(GenerateVsTransformers, GreedyTwentyTokensEqualTransformersGenerate) {
   want = want.substr(want.rfind('\n', want.size() - 2) + 1);  // the last line: the ids
   while (!want.empty() && want.back() == '\n') want.pop_back();
   testing::CliRun r = testing::RunStrata("generate --model " + hf + " --prompt-tokens \"" + kPrompt +
-                                         "\" --max-new-tokens 20");
+                                         "\" --max-new-tokens 20 --ignore-eos");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   std::printf("[ %s ] strata:       %s\n[ %s ] transformers: %s\n", GetParam().c_str(), GeneratedIds(r.out).c_str(),
               GetParam().c_str(), want.c_str());
@@ -48,6 +51,14 @@ INSTANTIATE_TEST_SUITE_P(Models, GenerateVsTransformers, ::testing::Values("gpt2
 // Without the peers: the errors name the bad flag or file.
 TEST(GenerateCli, BadModelAndPromptAreNamed) {
   testing::TempDir dir;
+  {  // an eos_token_id that is no token of the model
+    std::ofstream(dir.path() + "/config.json") << R"({"model_type": "gpt2", "vocab_size": 256, "n_positions": 16,
+      "n_embd": 8, "n_layer": 1, "n_head": 2, "eos_token_id": [1, 300]})";
+    testing::CliRun r = testing::RunStrata("generate --model " + dir.path() + " --prompt hi");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.out.find("eos_token_id [1,300] is not a token id"), std::string::npos) << r.out;
+    std::filesystem::remove(dir.path() + "/config.json");
+  }
   testing::CliRun r = testing::RunStrata("generate --model " + dir.path() + "/nope --prompt hi");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find("--model"), std::string::npos) << r.out;

@@ -306,6 +306,15 @@ TEST(LoraExport, CommandLine) {
 
   r = testing::RunStrata("generate --model " + ck + " --prompt ab --max-new-tokens 4");
   EXPECT_EQ(r.exit_code, 0) << r.out;
+  // --stop-token: the continuation ends right after the first token it names.
+  const size_t at = r.out.find("ab");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const int first = static_cast<unsigned char>(r.out[at + 2]);
+  r = testing::RunStrata("generate --model " + ck + " --prompt ab --max-new-tokens 4 --stop-token " +
+                         std::to_string(first));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("note: stopped after 1 new tokens at the end-of-sequence token " + std::to_string(first)),
+            std::string::npos) << r.out;
 }
 
 }  // namespace

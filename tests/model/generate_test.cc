@@ -2,6 +2,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "model_test_util.h"
 #include "src/model/generate.h"
 
@@ -85,6 +87,21 @@ TEST(GenerateTest, StopsAtTheModelsPositions) {
   GenerateResult r = Generate(m, config.seq_len, {1, 2, 3, 4}, 100, {}, gen);
   EXPECT_TRUE(r.reached_max_positions);
   EXPECT_EQ(r.tokens.size(), 13u);  // the last one comes from the logits at position 15
+}
+
+// A stop token ends the continuation right after it (kept, as transformers keeps its eos).
+TEST(GenerateTest, StopsRightAfterAStopToken) {
+  ModelConfig config = Tiny(Arch::kLlama);
+  FullModel m{ModelSpec(config)};
+  Perturb(m);
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
+  const GenerateResult all = Generate(m, config.seq_len, {1, 2, 3}, 8, {}, gen);
+  ASSERT_EQ(all.tokens.size(), 8u);
+  const GenerateResult cut = Generate(m, config.seq_len, {1, 2, 3}, 8, {}, gen, {}, {all.tokens[2]});
+  const auto first = std::find(all.tokens.begin(), all.tokens.end(), all.tokens[2]);
+  EXPECT_EQ(cut.tokens, std::vector<int64_t>(all.tokens.begin(), first + 1));
+  EXPECT_TRUE(cut.reached_stop_token);
+  EXPECT_FALSE(all.reached_stop_token);
 }
 
 TEST(GenerateTest, SamplingWithASeedIsReproducible) {
