@@ -137,6 +137,17 @@ bool SplitMasterFitsPlan(const TrainConfig& cfg, int nproc, int64_t params, bool
   return s.ok();
 }
 
+// "fits this machine: yes", or no with what would make it fit; then, where host blocks were
+// not settled by "auto", how many host memory has room for.
+void PrintVerdict(const TrainConfig& cfg, int nproc, int64_t params, DeviceTraits device, const MachineCapacity& m,
+                  const MemoryEstimate& e, bool planned, bool host_blocks_room) {
+  const Status fits = CheckFits(e, m, nproc);
+  const std::string verdict =
+      fits.ok() ? "yes" : "no\n" + fits.message() + FitAdvice(cfg, nproc, params, device, m, nproc);
+  std::printf("fits %s: %s\n", planned ? "the planned machine" : "this machine", verdict.c_str());
+  if (fits.ok() && host_blocks_room) PrintHostBlocksRoom(cfg, nproc, params, device, m);
+}
+
 }  // namespace
 
 void AddEstimateCommand(CLI::App& app, Action* action) {
@@ -209,14 +220,8 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
                   m.nvme_dir.empty() ? "-" : HumanBytes(m.nvme_free).c_str(),
                   m.nvme_dir.empty() ? "" : (" in " + m.nvme_dir).c_str());
       PrintStepTraffic(*cfg, e, static_cast<int64_t>(a->params), {!gpu});
-      const Status fits = CheckFits(e, m, a->nproc);
-      const std::string verdict =
-          fits.ok() ? "yes"
-                    : "no\n" + fits.message() +
-                          FitAdvice(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc);
-      std::printf("fits %s: %s\n", planned ? "the planned machine" : "this machine", verdict.c_str());
-      if (fits.ok() && states_nvme && !host_blocks_auto)
-        PrintHostBlocksRoom(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m);
+      PrintVerdict(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, e, planned,
+                   states_nvme && !host_blocks_auto);
       if (a->max) PrintLargestFit(*cfg, a->nproc, {!gpu}, m);
       return 0;
     };
