@@ -1,4 +1,5 @@
-// `strata bench io`: sequential write then read of the NVMe tier's own path (O_DIRECT,
+// `strata bench io`: sequential write, read, and both at once (a reader and a writer, as a
+// step with its states on NVMe) of the NVMe tier's own path (O_DIRECT,
 // io_uring, block-sized requests at the given queue depth) against fio's io_uring engine on
 // the same folder, file size, block size and queue depth, interleaved in one run; plus the
 // pinned-memory memcpy bandwidth on one and on all threads, the checksum (xxh3) alone on one

@@ -104,6 +104,74 @@ StatusOr<double> IoPoint::RunFio(IoDirection direction, uint32_t block, unsigned
       "--rw={} --numjobs=1 --group_reporting --output-format=json 2>&1",
       fio_file_, bytes(), block, queue_depth, fixed_buffers ? "--fixedbufs --registerfiles " : "",
       write ? "write" : "read");
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json j, RunFioJson(cmd));
+  try {
+    return j["jobs"][0][write ? "write" : "read"]["bw_bytes"].get<double>() / 1e9;
+  } catch (const std::exception& e) {
+    return Error(StatusCode::kInternal, "cannot parse fio's JSON: {}", e.what());
+  }
+}
+
+StatusOr<double> IoPoint::StoreMixedPass() {
+  const size_t half = extents_.size() / 2;
+  if (half == 0) return InvalidArgument("a reader and a writer at once need at least two tensors");
+  const size_t count =
+      std::min(pool_->buffer_count(), StoreBuffersFor(settings_.block, settings_.queue_depth, settings_.tensor_bytes));
+  std::vector<PinnedBuffer> buffers;
+  for (size_t i = 0; i < count; ++i) buffers.push_back(pool_->Acquire());
+  std::vector<Ticket> last(buffers.size());
+  Status first;
+  const double t0 = NowSeconds();
+  for (size_t i = 0; i < 2 * half; ++i) {  // read extent i/2, write extent half + i/2, alternately
+    const size_t b = i % buffers.size();
+    if (Status s = last[b].Wait(); !s.ok() && first.ok()) first = std::move(s);
+    std::span<std::byte> mem(buffers[b].data(), settings_.tensor_bytes);
+    last[b] = i % 2 == 0 ? tier_->Read(extents_[i / 2], mem) : tier_->Write(extents_[half + i / 2], mem);
+  }
+  for (auto& t : last)
+    if (Status s = t.Wait(); !s.ok() && first.ok()) first = std::move(s);
+  const double dt = NowSeconds() - t0;
+  if (!first.ok()) return first;
+  return static_cast<double>(2 * half * settings_.tensor_bytes) / dt / 1e9;
+}
+
+StatusOr<double> IoPoint::FioMixedPass() {
+  const uint64_t half = bytes() / 2 / 4096 * 4096;
+  const std::string cmd = fmt::format(
+      "exec fio --filename='{}' --size={} --bs={} --iodepth={} --ioengine=io_uring --direct=1 --fixedbufs "
+      "--registerfiles --output-format=json --name=reader --rw=read --offset=0 --name=writer --rw=write --offset={} "
+      "2>&1",
+      fio_file_, half, settings_.block, settings_.queue_depth, half);
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json j, RunFioJson(cmd));
+  try {
+    // Each job's bytes over its own runtime; they start together, and the slower sets the pass.
+    double seconds = 0, moved = 0;
+    for (const auto& [job, kind] : {std::pair{0, "read"}, std::pair{1, "write"}}) {
+      const auto& r = j["jobs"][job][kind];
+      moved += r["io_bytes"].get<double>();
+      seconds = std::max(seconds, r["runtime"].get<double>() / 1e3);
+    }
+    if (seconds <= 0) return Error(StatusCode::kInternal, "fio reported no runtime");
+    return moved / seconds / 1e9;
+  } catch (const std::exception& e) {
+    return Error(StatusCode::kInternal, "cannot parse fio's JSON: {}", e.what());
+  }
+}
+
+Status IoPoint::MixedRound(int round, bool fio, IoSamples* out) {
+  for (int k = 0; k < (fio ? 2 : 1); ++k) {
+    if ((round % 2 == 0) == (k == 0)) {
+      STRATA_ASSIGN_OR_RETURN(double v, StoreMixedPass());
+      out->store.push_back(v);
+    } else {
+      STRATA_ASSIGN_OR_RETURN(double v, FioMixedPass());
+      out->fio.push_back(v);
+    }
+  }
+  return Status();
+}
+
+StatusOr<nlohmann::json> IoPoint::RunFioJson(const std::string& cmd) {
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return ErrnoError(errno, "cannot run fio");
   std::string out;
@@ -115,8 +183,7 @@ StatusOr<double> IoPoint::RunFio(IoDirection direction, uint32_t block, unsigned
   if (rc != 0 || brace == std::string::npos)
     return Error(StatusCode::kInternal, "fio failed (exit {}): {}", rc, out.substr(0, 500));
   try {
-    auto j = nlohmann::json::parse(out.substr(brace));
-    return j["jobs"][0][write ? "write" : "read"]["bw_bytes"].get<double>() / 1e9;
+    return nlohmann::json::parse(out.substr(brace));
   } catch (const std::exception& e) {
     return Error(StatusCode::kInternal, "cannot parse fio's JSON: {}", e.what());
   }

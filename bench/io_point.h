@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "bench/io_results.h"
 #include "strata/nvme_tier.h"
 #include "strata/pinned_pool.h"
@@ -73,6 +75,15 @@ class IoPoint {
   StatusOr<double> StorePass(IoDirection direction);
   // One fio run on the same bytes, block and depth. Returns GB/s (fio's bw_bytes).
   StatusOr<double> FioPass(IoDirection direction, FioFlavour flavour);
+  // A reader and a writer at once, as a step whose optimizer states live on NVMe reads some
+  // sub-groups' states while it writes others back: the store reads the first half of the
+  // extents while writing the second half, request for request; fio (registered buffers and
+  // file, its strongest io_uring setting, as the store's) runs a reader and a writer job on
+  // the two halves of its file. GB/s of both together.
+  StatusOr<double> StoreMixedPass();
+  StatusOr<double> FioMixedPass();
+  // One round of those two, the order reversed on odd rounds; appends to out->store and out->fio.
+  Status MixedRound(int round, bool fio, IoSamples* out);
   // One interleaved round: the store and each of `fio` (none when empty), the order reversed
   // every other round (the VM's host caches recent writes, which must favour neither side).
   // Appends one sample per side to `out`.
@@ -86,6 +97,8 @@ class IoPoint {
   IoPoint(IoPointSettings settings, PinnedPool* pool, std::unique_ptr<NvmeTier> tier, std::vector<ExtentId> extents);
   // fio's run on this point's file and bytes with the given request size and depth; GB/s.
   StatusOr<double> RunFio(IoDirection direction, uint32_t block, unsigned queue_depth, bool fixed_buffers);
+  // Runs `cmd` (fio with --output-format=json) and returns its parsed report.
+  StatusOr<nlohmann::json> RunFioJson(const std::string& cmd);
   IoPointSettings settings_;
   PinnedPool* pool_;
   std::unique_ptr<NvmeTier> tier_;

@@ -80,6 +80,19 @@ TEST(Cli, BenchStepAgainstPlainLibTorch) {
   EXPECT_NE(r.out.find("the LibTorch reference trains in fp32"), std::string::npos) << r.out;
 }
 
+// bench io: the store's write, read, and both at once, beside fio's (null when fio is absent).
+TEST(Cli, BenchIoReportsReadsAndWritesAtOnce) {
+  testing::TempDir dir;
+  auto r = RunStrata("bench io --json --size 256M --rounds 1 --dir " + dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const char* key : {"\"write_gbps\"", "\"read_gbps\"", "\"read_write_at_once_gbps\"",
+                          "\"fio_fixed_read_write_at_once_gbps\"", "\"read_write_at_once_ratio_vs_fio_fixed\""})
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << "\n" << r.out;
+  r = RunStrata("bench io --size 128M --rounds 1 --no-fio --dir " + dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("read + write at once"), std::string::npos) << r.out;
+}
+
 // A slow start-up says what it is doing (here made to report at once).
 TEST(Cli, StartUpReportsItsPhase) {
   testing::TempDir dir;
