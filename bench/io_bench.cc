@@ -38,8 +38,8 @@ Status MeasureRounds(IoPoint& point, const IoBenchOptions& o, bool fio, IoBenchF
     if (!o.json)
       std::fprintf(stderr, "  round %d: store write %.2f read %.2f both %.2f GB/s%s\n", round + 1, w.store.back(),
                    r.store.back(), both.store.back(),
-                   fio ? fmt::format("; fio write {:.2f} read {:.2f}, both (+fixedbufs) {:.2f} GB/s", w.fio.back(), r.fio.back(),
-                                     both.fio.back())
+                   fio ? fmt::format("; fio write {:.2f} read {:.2f}, both (+fixedbufs) {:.2f} GB/s", w.fio.back(),
+                                     r.fio.back(), both.fio.back())
                              .c_str()
                        : "");
   }

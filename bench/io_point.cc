@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <random>
 
 #include "bench/bench_util.h"
@@ -64,8 +65,8 @@ IoPoint::~IoPoint() {
   std::filesystem::remove(fio_file_, ec);
 }
 
-StatusOr<double> IoPoint::StorePass(IoDirection direction) {
-  const bool write = direction == IoDirection::kWrite;
+StatusOr<double> IoPoint::RingPass(size_t requests,
+                                   const std::function<Ticket(size_t, std::span<std::byte>)>& issue) {
   const size_t count =
       std::min(pool_->buffer_count(), StoreBuffersFor(settings_.block, settings_.queue_depth, settings_.tensor_bytes));
   std::vector<PinnedBuffer> buffers;
@@ -76,15 +77,22 @@ StatusOr<double> IoPoint::StorePass(IoDirection direction) {
     if (!s.ok() && first.ok()) first = std::move(s);
   };
   const double t0 = NowSeconds();
-  for (size_t i = 0; i < extents_.size(); ++i) {
+  for (size_t i = 0; i < requests; ++i) {
     const size_t b = i % buffers.size();
     keep_first(last[b].Wait());
-    std::span<std::byte> mem(buffers[b].data(), settings_.tensor_bytes);
-    last[b] = write ? tier_->Write(extents_[i], mem) : tier_->Read(extents_[i], mem);
+    last[b] = issue(i, std::span<std::byte>(buffers[b].data(), settings_.tensor_bytes));
   }
   for (auto& t : last) keep_first(t.Wait());
   const double dt = NowSeconds() - t0;
   if (!first.ok()) return first;
+  return dt;
+}
+
+StatusOr<double> IoPoint::StorePass(IoDirection direction) {
+  const bool write = direction == IoDirection::kWrite;
+  STRATA_ASSIGN_OR_RETURN(double dt, RingPass(extents_.size(), [&](size_t i, std::span<std::byte> mem) {
+                            return write ? tier_->Write(extents_[i], mem) : tier_->Read(extents_[i], mem);
+                          }));
   return static_cast<double>(bytes()) / dt / 1e9;
 }
 
@@ -115,23 +123,11 @@ StatusOr<double> IoPoint::RunFio(IoDirection direction, uint32_t block, unsigned
 StatusOr<double> IoPoint::StoreMixedPass() {
   const size_t half = extents_.size() / 2;
   if (half == 0) return InvalidArgument("a reader and a writer at once need at least two tensors");
-  const size_t count =
-      std::min(pool_->buffer_count(), StoreBuffersFor(settings_.block, settings_.queue_depth, settings_.tensor_bytes));
-  std::vector<PinnedBuffer> buffers;
-  for (size_t i = 0; i < count; ++i) buffers.push_back(pool_->Acquire());
-  std::vector<Ticket> last(buffers.size());
-  Status first;
-  const double t0 = NowSeconds();
-  for (size_t i = 0; i < 2 * half; ++i) {  // read extent i/2, write extent half + i/2, alternately
-    const size_t b = i % buffers.size();
-    if (Status s = last[b].Wait(); !s.ok() && first.ok()) first = std::move(s);
-    std::span<std::byte> mem(buffers[b].data(), settings_.tensor_bytes);
-    last[b] = i % 2 == 0 ? tier_->Read(extents_[i / 2], mem) : tier_->Write(extents_[half + i / 2], mem);
-  }
-  for (auto& t : last)
-    if (Status s = t.Wait(); !s.ok() && first.ok()) first = std::move(s);
-  const double dt = NowSeconds() - t0;
-  if (!first.ok()) return first;
+  // Request i reads extent i/2 (even i) or writes extent half + i/2 (odd i).
+  STRATA_ASSIGN_OR_RETURN(double dt, RingPass(2 * half, [&](size_t i, std::span<std::byte> mem) {
+                            return i % 2 == 0 ? tier_->Read(extents_[i / 2], mem)
+                                              : tier_->Write(extents_[half + i / 2], mem);
+                          }));
   return static_cast<double>(2 * half * settings_.tensor_bytes) / dt / 1e9;
 }
 
@@ -160,7 +156,7 @@ StatusOr<double> IoPoint::FioMixedPass() {
 
 Status IoPoint::MixedRound(int round, bool fio, IoSamples* out) {
   for (int k = 0; k < (fio ? 2 : 1); ++k) {
-    if ((round % 2 == 0) == (k == 0)) {
+    if (!fio || (round % 2 == 0) == (k == 0)) {  // the store first on even rounds
       STRATA_ASSIGN_OR_RETURN(double v, StoreMixedPass());
       out->store.push_back(v);
     } else {
