@@ -109,7 +109,7 @@ Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, co
       {"compute_dtype", DTypeName(cfg.compute_dtype)},
       {"adam_states", DTypeName(cfg.adam_states)},
       // How the run kept m and v ("8bit" is saved as its fp32 values: adam_states "fp32").
-      {"run_adam_states", cfg.moments_8bit ? "8bit" : DTypeName(cfg.adam_states)},
+      {"run_adam_states", AdamStatesName(cfg)},
       {"seed", cfg.seed},
       {"sub_group_size", cfg.sub_group_size},
       {"zero_stage", cfg.zero_stage},
@@ -191,8 +191,7 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
     if (m.value("adam_states", std::string("fp32")) != DTypeName(cfg.adam_states))
       return Error(StatusCode::kFailedPrecondition, "'{}' holds Adam m and v in {}; this run has strata.adam_states "
                    "\"{}\" (set it to match to resume{})", where, m.value("adam_states", std::string("fp32")),
-                   cfg.moments_8bit ? "8bit" : DTypeName(cfg.adam_states),
-                   cfg.moments_8bit ? ", or to \"8bit\" from fp32 ones" : "");
+                   AdamStatesName(cfg), cfg.moments_8bit ? ", or to \"8bit\" from fp32 ones" : "");
     const nlohmann::json model = ModelConfigJson(cfg.model), &saved = m["model"];
     // Both ways: keys written only when not default (head_dim, qk_norm, ...) may be on either side.
     for (const nlohmann::json* side : {&model, &saved})
@@ -203,8 +202,8 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
                        model.value(it.key(), nlohmann::json()).dump());
     // Switching between 8-bit and fp32 moments is allowed; say so, since the run changes.
     const std::string saved_run = m.value("run_adam_states", std::string());
-    const std::string this_run = cfg.moments_8bit ? "8bit" : "fp32";
-    if (comm.rank() == 0 && !saved_run.empty() && saved_run != this_run && (saved_run == "8bit" || cfg.moments_8bit))
+    if (comm.rank() == 0 && !saved_run.empty() && saved_run != AdamStatesName(cfg) &&
+        (saved_run == "8bit" || cfg.moments_8bit))
       LogInfo("'{}' was written by a run whose Adam m and v were {}; this run keeps them {} (strata.adam_states)", where,
               saved_run == "8bit" ? "8-bit (it holds their fp32 values)" : saved_run,
               cfg.moments_8bit ? "in 8 bits, from those fp32 values" : "in fp32 from here on");

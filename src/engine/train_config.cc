@@ -137,7 +137,7 @@ Status ParseStrataData(JsonReader& s, TrainConfig* c) {
 
 // How the optimizer's state is stored: Adam's moments, the master, the gradient accumulators.
 Status ParseStateStorage(JsonReader& s, TrainConfig* c) {
-  std::string adam_states = c->moments_8bit ? "8bit" : c->adam_states == DType::kBF16 ? "bf16" : "fp32";
+  std::string adam_states = AdamStatesName(*c);
   STRATA_RETURN_IF_ERROR(s.Choice("adam_states", &adam_states, {"fp32", "bf16", "8bit"}));
   c->adam_states = adam_states == "bf16" ? DType::kBF16 : DType::kF32;
   c->moments_8bit = adam_states == "8bit";

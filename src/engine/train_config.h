@@ -193,6 +193,11 @@ struct TrainConfig {
 // is resident on the device). Saves 4 B/param of state and of every update's writes.
 bool MasterInWorking(const TrainConfig& config);
 
+// strata.adam_states as written: "fp32", "bf16" or "8bit" (checkpoints record it as the run's).
+inline std::string AdamStatesName(const TrainConfig& config) {
+  return config.moments_8bit ? "8bit" : DTypeName(config.adam_states);
+}
+
 // Settles the compute dtype for blocks running on a GPU (`on_gpu`) or on this CPU:
 // bf16.enabled "auto" becomes bf16 on a GPU or where the CPU has native bf16 (AVX512-BF16,
 // AMX; see CpuHasNativeBf16), fp32 otherwise, recorded in config->autos; bf16 forced on a
