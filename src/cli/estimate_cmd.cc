@@ -195,10 +195,9 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
       if (!SplitMasterFitsPlan(*cfg, a->nproc, static_cast<int64_t>(a->params), gpu)) return 1;
       const bool planned = !a->host_memory.empty() || !a->disk_free.empty();
       const bool states_nvme = cfg->offload_optimizer.device == OffloadDevice::kNvme;
-      MemoryEstimate e =
-          EstimateResolvingAutos(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc);
-      const bool host_blocks_auto =
-          ResolveHostBlocks(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, a->nproc, &e);
+      bool host_blocks_auto = false;
+      const MemoryEstimate e = EstimateSettlingAutos(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m,
+                                                     a->nproc, &host_blocks_auto);
       if (gpu)
         std::printf("blocks on a GPU (%s): working weights of %s block(s) resident there; device memory %s\n",
                     cfg->device.c_str(),

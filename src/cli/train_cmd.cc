@@ -156,9 +156,9 @@ Status TrainRun::Connect() {
   // GPU's own memory.
   const MachineCapacity machine = ProbeMachine(cfg_, device_.device->MemoryBytes());
   const DeviceTraits traits{device_.device->is_host()};
-  estimate_ = EstimateResolvingAutos(&cfg_, env_.world_size, 0, traits, machine, local_ranks());
-  if (ResolveHostBlocks(&cfg_, env_.world_size, 0, traits, machine, local_ranks(), &estimate_) && lead() &&
-      cfg_.host_blocks > 0)
+  bool host_blocks_auto = false;
+  estimate_ = EstimateSettlingAutos(&cfg_, env_.world_size, 0, traits, machine, local_ranks(), &host_blocks_auto);
+  if (host_blocks_auto && lead() && cfg_.host_blocks > 0)
     LogInfo("strata.host_blocks auto: {} kept in host memory (host memory {} estimated, "
             "{} available), {}",
             HostBlocksPhrase(cfg_.host_blocks),

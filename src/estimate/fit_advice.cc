@@ -50,8 +50,7 @@ std::string FitAdvice(const TrainConfig& cfg, int world, int64_t params_override
       set.push_back("strata.adam_states=8bit");
       cost.push_back("Adam's m and v stored in 8 bits per 256-element block");
     }
-    MemoryEstimate e = EstimateResolvingAutos(&c, world, params_override, device, m, local_ranks);
-    ResolveHostBlocks(&c, world, params_override, device, m, local_ranks, &e);
+    const MemoryEstimate e = EstimateSettlingAutos(&c, world, params_override, device, m, local_ranks);
     if (!CheckFits(e, m, local_ranks).ok()) continue;
     if (c.host_blocks > cfg.host_blocks) {
       set.insert(set.begin(), "strata.host_blocks=auto");

@@ -39,4 +39,10 @@ HostBlocksFit MostHostBlocks(const TrainConfig& cfg, int world, int64_t params_o
 bool ResolveHostBlocks(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
                        const MachineCapacity& m, int local_ranks, MemoryEstimate* estimate);
 
+// What `train` acts on: the autos EstimateResolvingAutos settles, then host blocks "auto"
+// (ResolveHostBlocks, which needs them), and the estimate with all of them settled.
+// *host_blocks_auto, when given: whether strata.host_blocks was "auto".
+MemoryEstimate EstimateSettlingAutos(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
+                                     const MachineCapacity& m, int local_ranks, bool* host_blocks_auto = nullptr);
+
 }  // namespace strata

@@ -12,8 +12,7 @@ namespace {
 bool Fits(const TrainConfig& placed, int world, int64_t params, DeviceTraits device, const MachineCapacity& m,
           MemoryEstimate* e, int64_t* host_blocks) {
   TrainConfig c = placed;
-  *e = EstimateResolvingAutos(&c, world, params, device, m, world);
-  ResolveHostBlocks(&c, world, params, device, m, world, e);
+  *e = EstimateSettlingAutos(&c, world, params, device, m, world);
   *host_blocks = c.host_blocks;
   return CheckFits(*e, m, world).ok();
 }

@@ -232,9 +232,7 @@ TEST(Estimate, LargestFitIsTheEdgeOfTheMachine) {
     placed.offload_optimizer.device = f.optimizer_on;
     placed.grad_accum_dtype = f.accumulator;
     placed.host_blocks = -1;
-    MemoryEstimate e = EstimateResolvingAutos(&placed, 1, params, {true}, m, 1);
-    ResolveHostBlocks(&placed, 1, params, {true}, m, 1, &e);
-    return CheckFits(e, m, 1).ok();
+    return CheckFits(EstimateSettlingAutos(&placed, 1, params, {true}, m, 1), m, 1).ok();
   };
   EXPECT_FALSE(fits_placed(f, f.parameters * 105 / 100));
   EXPECT_LT(f.parameters, (m.host_available + m.nvme_free) / kStateBytesPerParameter);
