@@ -1,71 +1,157 @@
 #!/usr/bin/env bash
 # On the GPU machine, after scripts/gpu_prepare.sh here and with .device carried along:
-#   bash scripts/gpu_run.sh OUT_DIR [--peers SIZE | --stage3 STEPS]
-# unpacks the Debian packages into a private prefix, installs the wheels, configures a
-# CUDA build against the machine's own LibTorch (torch.utils.cmake_prefix_path), builds,
-# runs the gpu-labelled tests and the GPU benchmarks, and writes every result to OUT_DIR.
-# --stage3 STEPS: then the 7 B model of configs/llama_7b_gpu.json (issue 11, stage 3) for
-# STEPS steps on synthetic tokens, with its estimate for this machine and a trace.
+#   bash scripts/gpu_run.sh OUT_DIR [STAGE ...]        (default: up 7b links)
+# Stages (issue 11), run in the order given, each under a time limit; every result is packed
+# into OUT_DIR/results.tar.xz (run.log beside it):
+#   up         nvidia-smi, doctor, the gpu-labelled tests, pinned H2D/D2H, bench step, the
+#              default job on strata.device=cuda with a trace
+#   7b[=N]     configs/llama_7b_gpu.json: its estimate for this machine, then N steps (6) on
+#              synthetic tokens with a trace
+#   links      bench links (pinned copies vs raw cudaMemcpyAsync, NVMe vs fio) and bench adam
+#              on every core (vs the memory ceiling, LibTorch's and DeepSpeed's CPU Adam)
+#   peers[=S]  DeepSpeed ZeRO-Infinity (cpu, nvme) and FSDP2 CPU offload at size S (7b)
+# The binaries come from .device/bin when they run here (built by gpu_prepare.sh against the
+# same LibTorch); otherwise they are built here (minutes of the lease). STRATA_GPU_BUDGET_S
+# (default 570) bounds the whole run: a stage gets what is left, and one that cannot start
+# with a minute left is skipped and named in run.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: scripts/gpu_run.sh OUT_DIR [--peers SIZE]}
-peers_size=""
-stage3_steps=""
-[ "${2:-}" = "--peers" ] && peers_size=${3:-7b}
-[ "${2:-}" = "--stage3" ] && stage3_steps=${3:-6}
-mkdir -p "$out"
+out=${1:?usage: scripts/gpu_run.sh OUT_DIR [up] [7b[=STEPS]] [links] [peers[=SIZE]]}
+shift
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(up 7b links)
+# The device tool brings back at most 8 files: every result goes to OUT_DIR/all/, packed at the
+# end (also on a time-out's TERM) into OUT_DIR/results.tar.xz beside a copy of run.log.
+mkdir -p "$out/all"
+top=$(cd "$out" && pwd)
+out=$top/all  # absolute: the peers run from bench/peers
+pack() {
+  cp "$out/run.log" "$top/run.log" 2>/dev/null
+  tar -C "$top" -cJf "$top/results.tar.xz" all && rm -rf "$out"
+}
+trap pack EXIT
+trap 'exit 143' TERM
 root=$PWD
 prefix=$root/.device/prefix
-log() { printf '[gpu_run] %s\n' "$*" | tee -a "$out/run.log" >&2; }
+budget=${STRATA_GPU_BUDGET_S:-570}
+log() { printf '[gpu_run %4ds] %s\n' "$SECONDS" "$*" | tee -a "$out/run.log" >&2; }
+left() { echo $((budget - SECONDS)); }
+# run LIMIT_S LOG CMD...: CMD under the smaller of LIMIT_S and the time left, output to OUT/LOG.
+run() {
+  local limit=$1 file=$2; shift 2
+  local t; t=$(left)
+  [ "$limit" -lt "$t" ] && t=$limit
+  if [ "$t" -lt 20 ]; then log "skipped (no time left): $*"; return 1; fi
+  timeout -k 10 "$t" "$@" > "$out/$file" 2>&1
+  local rc=$?
+  [ $rc -eq 124 ] && log "timed out after ${t}s: $*"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && log "exit $rc: $* (see $file)"
+  return $rc
+}
 
+# --- libraries and binaries -------------------------------------------------------------
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
 mkdir -p "$prefix"
 for f in .device/debs/*.deb; do dpkg -x "$f" "$prefix"; done
-python3 -m venv --system-site-packages .device/venv
-.device/venv/bin/pip install -q --no-index --find-links .device/wheels cmake ninja 2>&1 | tail -2
-export PATH=$root/.device/venv/bin:/usr/local/cuda/bin:$PATH
-export PKG_CONFIG_SYSROOT_DIR=$prefix PKG_CONFIG_PATH=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig:$prefix/usr/share/pkgconfig
-export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-log "torch $(python3 -c 'import torch; print(torch.__version__, torch.version.cuda)') at $torch_prefix"
+export PATH=$prefix/usr/bin:/usr/local/cuda/bin:$PATH
+torch_version=$(python3 -c 'import torch; print(torch.__version__)')
+# LibTorch's folder, then every pip-installed NVIDIA library folder (NCCL, cudart, ...), the
+# CUDA toolkit's, and the Debian packages' (liburing, oneDNN, xxhash).
+torch_libs=$(python3 -c 'import glob, os, torch
+d = os.path.dirname(torch.__file__); sp = os.path.dirname(d)
+print(":".join([d + "/lib"] + sorted(glob.glob(sp + "/nvidia/*/lib"))))')
+export LD_LIBRARY_PATH=$torch_libs:/usr/local/cuda/lib64:$prefix/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+log "torch $torch_version; budget ${budget}s"
 
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_PYTHON="$(command -v python3)" \
-  -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix" -DCMAKE_INCLUDE_PATH="$prefix/usr/include" \
-  -DCMAKE_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu" > "$out/configure.log" 2>&1 || { log "configure failed"; exit 1; }
-cmake --build build-gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { log "build failed (see build.log)"; exit 1; }
-log "built"
+bins=(strata strata-cuda-bench cuda_tests engine_gpu_tests)
+prebuilt_runs() {
+  [ -f .device/bin/BUILT_FROM ] || { log "no prebuilt binaries"; return 1; }
+  grep -qx "torch $torch_version" .device/bin/BUILT_FROM || { log "prebuilt for another torch: $(tail -1 .device/bin/BUILT_FROM)"; return 1; }
+  local b missing=0
+  for b in "${bins[@]}"; do
+    ldd ".device/bin/$b" > "$out/ldd-$b.txt" 2>&1
+    grep -q "not found" "$out/ldd-$b.txt" && { log "$b: $(grep 'not found' "$out/ldd-$b.txt" | tr -s ' \t' ' ' | head -3)"; missing=1; }
+  done
+  [ $missing = 0 ] && .device/bin/strata doctor > "$out/doctor.txt" 2>&1
+}
+mkdir -p build-gpu/tests
+if prebuilt_runs; then
+  cp .device/bin/strata .device/bin/strata-cuda-bench build-gpu/
+  cp .device/bin/cuda_tests .device/bin/engine_gpu_tests build-gpu/tests/
+  log "prebuilt binaries: $(head -1 .device/bin/BUILT_FROM)"
+else
+  log "building here"
+  torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  export PKG_CONFIG_SYSROOT_DIR=$prefix PKG_CONFIG_PATH=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig:$prefix/usr/share/pkgconfig
+  [ -f build-gpu/build.ninja ] || cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON \
+    -DSTRATA_PYTHON="$(command -v python3)" -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix" \
+    -DCMAKE_INCLUDE_PATH="$prefix/usr/include" -DCMAKE_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu" \
+    > "$out/configure.log" 2>&1 || { log "configure failed (configure.log)"; exit 1; }
+  run 420 build.log cmake --build build-gpu -j "$(nproc)" --target "${bins[@]}" || { log "build failed (build.log)"; exit 1; }
+  log "built"
+  build-gpu/strata doctor > "$out/doctor.txt" 2>&1
+fi
+S=build-gpu/strata
 
+# --- stages -----------------------------------------------------------------------------
 status=0
-ctest --test-dir build-gpu -L gpu --output-on-failure > "$out/ctest-gpu.log" 2>&1 || status=1
-tail -3 "$out/ctest-gpu.log" | tee -a "$out/run.log"
-build-gpu/strata-cuda-bench $((4 << 30)) $((64 << 20)) 7 > "$out/h2d.json" 2>>"$out/run.log" || status=1
-cat "$out/h2d.json" | tee -a "$out/run.log"
-build-gpu/strata doctor > "$out/doctor.txt" 2>&1
-build-gpu/strata bench step --json > "$out/bench-step.json" 2>>"$out/run.log" || status=1
-# The default job on the GPU (blocks on cuda:0, every state on NVMe), its loss curve and memory line.
-build-gpu/strata train --set strata.device=cuda --trace "$out/trace.json" > "$out/train-tiny-gpu.log" 2>&1 || status=1
-tail -4 "$out/train-tiny-gpu.log" | tee -a "$out/run.log"
-
-# A model the GPU cannot hold: weights resident, optimizer states and gradient sums in host
-# memory; the estimate first (tiers, link and NVMe bytes per step), then the run.
-if [ -n "$stage3_steps" ]; then
-  build-gpu/strata estimate --config configs/llama_7b_gpu.json --device cuda > "$out/estimate-7b.txt" 2>&1
-  tail -6 "$out/estimate-7b.txt" | tee -a "$out/run.log"
-  build-gpu/strata train --config configs/llama_7b_gpu.json --steps "$stage3_steps" --set strata.data.path= \
+stage_up() {
+  local t
+  for t in cuda_tests engine_gpu_tests; do
+    run 240 "test-$t.log" build-gpu/tests/$t || status=1
+    log "$t: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ test' "$out/test-$t.log" | tr '\n' ' ')"
+  done
+  run 90 h2d.json build-gpu/strata-cuda-bench $((4 << 30)) $((64 << 20)) 7 || status=1
+  run 120 bench-step.json $S bench step --json || status=1
+  # The default job on the GPU (blocks on cuda:0, every state on NVMe): loss curve, memory line.
+  run 240 train-tiny-gpu.log $S train --set strata.device=cuda --trace "$out/trace.json" || status=1
+  tail -3 "$out/train-tiny-gpu.log" | tee -a "$out/run.log"
+}
+stage_7b() {  # a model the GPU cannot hold: weights on the GPU, states and gradient sums in host memory
+  run 60 estimate-7b.txt $S estimate --config configs/llama_7b_gpu.json --device cuda
+  tail -4 "$out/estimate-7b.txt" | tee -a "$out/run.log"
+  run 480 train-7b.log $S train --config configs/llama_7b_gpu.json --steps "${1:-6}" --set strata.data.path= \
     --set strata.eval_interval=0 --set scheduler.params.warmup_num_steps=0 --set wall_clock_breakdown=true \
-    --trace "$out/trace-7b.json" > "$out/train-7b.log" 2>&1 || status=1
+    --trace "$out/trace-7b.json" || status=1
   tail -8 "$out/train-7b.log" | tee -a "$out/run.log"
-fi
-
-# The peers on the same LLaMA shape: DeepSpeed ZeRO-Infinity (cpu, nvme) and FSDP2 CPU offload.
-if [ -n "$peers_size" ]; then
-  .device/venv/bin/pip install -q --no-index --find-links .device/wheels deepspeed >> "$out/run.log" 2>&1
+}
+install_deepspeed() {
+  [ -d .device/wheels ] || { log "no .device/wheels: DeepSpeed not installed"; return 1; }
+  # Only the wheels whose distribution the machine lacks: the others would shadow its own.
+  local lacking
+  lacking=$(python3 -c 'import glob, importlib.metadata as md, os
+for w in sorted(glob.glob(".device/wheels/*.whl")):
+    try: md.distribution(os.path.basename(w).split("-")[0])
+    except md.PackageNotFoundError: print(w)')
+  [ -n "$lacking" ] && python3 -m pip install -q --no-index --no-deps --target /tmp/ds-site $lacking >> "$out/run.log" 2>&1
+  export PYTHONPATH=/tmp/ds-site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/ds-site/bin:$PATH
+}
+stage_links() {
+  run 150 links.json $S bench links --json --nvme-size 2G --copy-size 1G || status=1
+  install_deepspeed
+  run 200 adam.json $S bench adam --json --threads "$(nproc)" --params 200000000 --rounds 5 --python python3 || status=1
+}
+stage_peers() {
+  install_deepspeed || return
+  local size=${1:-7b} off
   mkdir -p /tmp/peers-nvme
-  (cd bench/peers &&
-   torchrun --nproc_per_node 1 fsdp2_offload.py --size "$peers_size" > "$out/fsdp2-$peers_size.log" 2>&1;
-   for off in cpu nvme; do
-     deepspeed --num_gpus 1 ds_zero_infinity.py --size "$peers_size" --offload $off > "$out/ds-$off-$peers_size.log" 2>&1
-   done)
+  (cd bench/peers && run 300 "fsdp2-$size.log" torchrun --nproc_per_node 1 fsdp2_offload.py --size "$size")
+  for off in cpu nvme; do
+    (cd bench/peers && run 300 "ds-$off-$size.log" deepspeed --num_gpus 1 ds_zero_infinity.py --size "$size" --offload $off)
+  done
   grep -h '^{' "$out"/fsdp2-*.log "$out"/ds-*.log | tee "$out/peers.jsonl"
-fi
+}
+for s in "${stages[@]}"; do
+  name=${s%%=*}; arg=""; [ "$name" != "$s" ] && arg=${s#*=}
+  if [ "$(left)" -lt 60 ]; then log "stage $name skipped: $(left)s left"; status=1; continue; fi
+  log "stage $name"
+  case "$name" in
+    up) stage_up ;;
+    7b) stage_7b "$arg" ;;
+    links) stage_links ;;
+    peers) stage_peers "$arg" ;;
+    *) log "unknown stage '$s' (up, 7b[=STEPS], links, peers[=SIZE])"; status=1 ;;
+  esac
+done
+log "done, exit $status"
 exit $status
