@@ -170,6 +170,7 @@ int Run(const Args& a) {
   model::GenerateResult r =
       model::Generate(net, max_positions, *prompt, a.max_new_tokens, {a.temperature, a.top_p}, gen, print, stop);
   std::printf("\n");
+  std::fflush(stdout);  // the notes below go to stderr: after the ids' line, also through a pipe
   if (r.reached_stop_token)
     std::fprintf(stderr, "note: stopped after %zu new tokens at the end-of-sequence token %lld (--ignore-eos goes on)\n",
                  r.tokens.size(), static_cast<long long>(r.tokens.back()));

@@ -2,13 +2,17 @@
 // skipped with the reason otherwise): for a tiny random GPT-2, LLaMA (3.1 rope scaling),
 // Qwen2 (q/k/v biases) and Qwen3 (q/k norms) written by transformers' save_pretrained, 20
 // greedy tokens through the KV cache equal transformers' model.generate(do_sample=False)
-// (both told to ignore the end-of-sequence id).
+// (both told to ignore the end-of-sequence id); then, with the folder's end-of-sequence id set
+// to a token of that continuation, both stop right after it.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "cli_run.h"
 #include "hf_peers.h"
@@ -44,6 +48,28 @@ TEST_P(GenerateVsTransformers, GreedyTwentyTokensEqualTransformersGenerate) {
   std::printf("[ %s ] strata:       %s\n[ %s ] transformers: %s\n", GetParam().c_str(), GeneratedIds(r.out).c_str(),
               GetParam().c_str(), want.c_str());
   EXPECT_EQ(GeneratedIds(r.out), want);
+
+  // With the folder's eos_token_id set to the fifth token of that continuation (config.json
+  // and generation_config.json), both stop right after its first occurrence, eos included.
+  std::istringstream words(want);
+  std::vector<std::string> ids{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+  ASSERT_EQ(ids.size(), 20u) << want;
+  const std::string eos = ids[4];
+  std::string through_eos;
+  for (const std::string& id : ids) {
+    through_eos += (through_eos.empty() ? "" : " ") + id;
+    if (id == eos) break;
+  }
+  std::string out;
+  ASSERT_EQ(testing::RunHfModels("set-eos " + hf + " " + eos, &out), 0) << out;
+  std::string want_eos;
+  ASSERT_EQ(testing::RunHfModels("generate " + hf + " 20 --stop-at-eos " + kPrompt, &want_eos), 0) << want_eos;
+  want_eos = want_eos.substr(want_eos.rfind('\n', want_eos.size() - 2) + 1);
+  while (!want_eos.empty() && want_eos.back() == '\n') want_eos.pop_back();
+  EXPECT_EQ(want_eos, through_eos) << "transformers, eos " << eos;
+  r = testing::RunStrata("generate --model " + hf + " --prompt-tokens \"" + kPrompt + "\" --max-new-tokens 20");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(GeneratedIds(r.out), through_eos) << "eos " << eos << "\n" << r.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GenerateVsTransformers, ::testing::Values("gpt2", "llama", "qwen2", "qwen3"));

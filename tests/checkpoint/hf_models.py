@@ -119,15 +119,28 @@ def logits(d, weights):
 
 
 def generate(d, n, ids):
+    """n greedy tokens; with --stop-at-eos first, up to the folder's eos_token_id (included)."""
     import torch
     from transformers import AutoModelForCausalLM
+    stop_at_eos = ids[:1] == ["--stop-at-eos"]
+    ids = ids[1:] if stop_at_eos else ids
     model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
     model.eval()
     prompt = torch.tensor([[int(i) for i in ids]])
-    with torch.no_grad():  # no eos: exactly n tokens, as strata generate
-        out = model.generate(prompt, do_sample=False, max_new_tokens=n, min_new_tokens=n,
+    with torch.no_grad():  # without eos: exactly n tokens, as strata generate --ignore-eos
+        out = model.generate(prompt, do_sample=False, max_new_tokens=n, min_new_tokens=None if stop_at_eos else n,
                              attention_mask=torch.ones_like(prompt), pad_token_id=0)
     print(" ".join(str(t) for t in out[0, prompt.shape[1]:].tolist()))
+
+
+def set_eos(d, eos):
+    """eos_token_id = eos in the folder's config.json and generation_config.json."""
+    for name in ("config.json", "generation_config.json"):
+        path = os.path.join(d, name)
+        if os.path.exists(path) or name == "generation_config.json":
+            cfg = json.load(open(path)) if os.path.exists(path) else {}
+            cfg["eos_token_id"] = int(eos)
+            json.dump(cfg, open(path, "w"), indent=2)
 
 
 def peft_logits(d, adapter, strata_logits, merged):
@@ -171,6 +184,8 @@ def main():
         logits(sys.argv[2], sys.argv[3])
     elif cmd == "generate":
         generate(sys.argv[2], int(sys.argv[3]), sys.argv[4:])
+    elif cmd == "set-eos":
+        set_eos(sys.argv[2], sys.argv[3])
     elif cmd == "peft":
         peft_logits(*sys.argv[2:6])
 
