@@ -156,6 +156,15 @@ Status JsonReader::Choice(const std::string& key, std::string* out, const std::v
   return InvalidArgument("{}: \"{}\" is not one of {}", PathOf(key), s, list);
 }
 
+Status JsonReader::Ignored(const std::string& key, bool boolean, const char* why, std::vector<std::string>* notes) {
+  if (!Has(key)) return Status();
+  bool b = false;
+  int64_t i = 0;
+  STRATA_RETURN_IF_ERROR(boolean ? Bool(key, &b) : Int(key, &i, 0, int64_t{1} << 50));
+  notes->push_back(fmt::format("{}: accepted, not used: {}", PathOf(key), why));
+  return Status();
+}
+
 void JsonReader::UnusedKeys(std::vector<std::string>* out) const {
   if (!obj_ || !obj_->is_object()) return;
   for (auto it = obj_->begin(); it != obj_->end(); ++it)

@@ -52,6 +52,9 @@ class JsonReader {
   Status Choice(const std::string& key, std::string* out, const std::vector<std::string>& allowed);
   // Marks a key as known without reading it (e.g. "auto" handled elsewhere).
   void Touch(const std::string& key) { used_.insert(key); }
+  // A DeepSpeed key accepted without acting on it: its type is still checked (a bool, or an
+  // integer >= 0), and a note says why it has no effect here.
+  Status Ignored(const std::string& key, bool boolean, const char* why, std::vector<std::string>* notes);
   const nlohmann::json* Raw(const std::string& key) {
     used_.insert(key);
     return Has(key) ? &(*obj_)[key] : nullptr;

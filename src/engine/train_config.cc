@@ -6,6 +6,7 @@
 
 #include "src/engine/json_reader.h"
 #include "src/engine/model_section.h"
+#include "src/engine/offload_section.h"
 #include "strata/isa.h"
 
 namespace strata {
@@ -27,73 +28,6 @@ const char* OffloadDeviceName(OffloadDevice d) {
 namespace {
 
 constexpr int64_t kMaxI = int64_t{1} << 50;
-
-// A DeepSpeed key Strata accepts without acting on it: its type is still checked, and a
-// note says why it has no effect here.
-Status AcceptIgnored(JsonReader& r, const std::string& key, bool boolean, const char* why,
-                     std::vector<std::string>* notes) {
-  if (!r.Has(key)) return Status();
-  bool b = false;
-  int64_t i = 0;
-  STRATA_RETURN_IF_ERROR(boolean ? r.Bool(key, &b) : r.Int(key, &i, 0, kMaxI));
-  notes->push_back(fmt::format("{}: accepted, not used: {}", r.PathOf(key), why));
-  return Status();
-}
-
-Status ParseOffload(JsonReader& zero, const std::string& key, OffloadConfig* o, std::vector<std::string>* warn,
-                    std::vector<std::string>* notes) {
-  STRATA_ASSIGN_OR_RETURN(JsonReader r, zero.Child(key));
-  std::string device = OffloadDeviceName(o->device);
-  STRATA_RETURN_IF_ERROR(r.Choice("device", &device, {"none", "cpu", "nvme"}));
-  o->device = device == "none" ? OffloadDevice::kNone : device == "cpu" ? OffloadDevice::kCpu : OffloadDevice::kNvme;
-  STRATA_RETURN_IF_ERROR(r.String("nvme_path", &o->nvme_path));
-  STRATA_RETURN_IF_ERROR(r.Bool("pin_memory", &o->pin_memory));
-  STRATA_RETURN_IF_ERROR(r.Int("buffer_count", &o->buffer_count, 1, 1024));
-  STRATA_RETURN_IF_ERROR(AcceptIgnored(r, "buffer_size", false, "pinned buffers are sized by the largest block", notes));
-  r.Touch("max_in_cpu");
-  r.Touch("fast_init");
-  r.Touch("ratio");
-  r.UnusedKeys(warn);
-  if (o->device == OffloadDevice::kNvme && o->nvme_path.empty())
-    return InvalidArgument("zero_optimization.{}.nvme_path: required when device is \"nvme\"", key);
-  return Status();
-}
-
-// DeepSpeed's deprecated flat keys, with the meaning DeepSpeed still gives them:
-// cpu_offload -> offload_optimizer.device "cpu", cpu_offload_params (or _param, as its
-// pydantic model names it) -> offload_param.device "cpu", cpu_offload_use_pin_memory ->
-// pin_memory of both. Each, and its use together with
-// the section that replaced it, is named.
-Status ParseLegacyOffload(JsonReader& zero, TrainConfig* c) {
-  struct Legacy {
-    const char* key;
-    const char* section;
-    OffloadConfig* target;
-  };
-  for (const Legacy& l : {Legacy{"cpu_offload", "offload_optimizer", &c->offload_optimizer},
-                          Legacy{"cpu_offload_params", "offload_param", &c->offload_param},
-                          Legacy{"cpu_offload_param", "offload_param", &c->offload_param}}) {
-    if (!zero.Has(l.key)) continue;
-    bool on = false;
-    STRATA_RETURN_IF_ERROR(zero.Bool(l.key, &on));
-    if (!on) continue;
-    if (zero.Has(l.section))
-      return InvalidArgument("{} and {} are both set: {} is DeepSpeed's deprecated form of {}; keep only {}",
-                             zero.PathOf(l.key), zero.PathOf(l.section), zero.PathOf(l.key), zero.PathOf(l.section),
-                             zero.PathOf(l.section));
-    l.target->device = OffloadDevice::kCpu;
-    c->notes.push_back(fmt::format("{}: true read as {}.device = \"cpu\" (deprecated in DeepSpeed; write {} instead)",
-                                   zero.PathOf(l.key), zero.PathOf(l.section), zero.PathOf(l.section)));
-  }
-  if (zero.Has("cpu_offload_use_pin_memory")) {
-    bool pin = true;
-    STRATA_RETURN_IF_ERROR(zero.Bool("cpu_offload_use_pin_memory", &pin));
-    c->offload_optimizer.pin_memory = c->offload_param.pin_memory = pin;
-    c->notes.push_back(fmt::format("{}: {} read as pin_memory = {} for both offload sections (deprecated in DeepSpeed)",
-                                   zero.PathOf("cpu_offload_use_pin_memory"), pin, pin));
-  }
-  return Status();
-}
 
 Status ParseScheduler(JsonReader& root, TrainConfig* c) {
   STRATA_ASSIGN_OR_RETURN(JsonReader s, root.Child("scheduler"));
@@ -306,12 +240,10 @@ Status ParseOptimizer(JsonReader& root, TrainConfig* c) {
 Status ParseZero(JsonReader& root, TrainConfig* c) {
   STRATA_ASSIGN_OR_RETURN(JsonReader zero, root.Child("zero_optimization"));
   STRATA_RETURN_IF_ERROR(zero.Int("stage", &c->zero_stage, 0, 3));
-  STRATA_RETURN_IF_ERROR(ParseOffload(zero, "offload_param", &c->offload_param, &c->warnings, &c->notes));
-  STRATA_RETURN_IF_ERROR(ParseOffload(zero, "offload_optimizer", &c->offload_optimizer, &c->warnings, &c->notes));
-  STRATA_RETURN_IF_ERROR(ParseLegacyOffload(zero, c));
+  STRATA_RETURN_IF_ERROR(ParseOffloadSections(zero, c));
   STRATA_RETURN_IF_ERROR(zero.Int("sub_group_size", &c->sub_group_size, 1, kMaxI));
   STRATA_RETURN_IF_ERROR(zero.Int("stage3_prefetch_bucket_size", &c->prefetch_bucket_size, 0, kMaxI));
-  STRATA_RETURN_IF_ERROR(AcceptIgnored(zero, "stage3_max_live_parameters", false,
+  STRATA_RETURN_IF_ERROR(zero.Ignored("stage3_max_live_parameters", false,
                                        "one block is gathered at a time (two with a tied embedding)", &c->notes));
   for (const char* k : {"stage3_max_reuse_distance", "overlap_comm", "contiguous_gradients",
                         "reduce_bucket_size", "allgather_bucket_size", "reduce_scatter", "allgather_partitions",
@@ -337,7 +269,7 @@ Status ParseAio(JsonReader& root, TrainConfig* c) {
       {"thread_count", false, "one I/O thread per rank drives io_uring; aio.queue_depth sets the requests in flight"},
       {"single_submit", true, "requests are always submitted in batches"},
       {"overlap_events", true, "submission and completion always overlap"}};
-  for (const auto& k : kIgnored) STRATA_RETURN_IF_ERROR(AcceptIgnored(aio, k.key, k.boolean, k.why, &c->notes));
+  for (const auto& k : kIgnored) STRATA_RETURN_IF_ERROR(aio.Ignored(k.key, k.boolean, k.why, &c->notes));
   aio.UnusedKeys(&c->warnings);
   return Status();
 }

@@ -203,7 +203,8 @@ TEST(Config, DeepSpeedStyleConfigIsAccepted) {
     "optimizer": {"type": "Adam", "params": {"lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}},
     "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-4, "warmup_num_steps": 100}},
     "zero_optimization": {"stage": 3, "contiguous_gradients": true, "overlap_comm": true,
-      "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true, "buffer_count": 4},
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true, "buffer_count": 4,
+                            "ratio": 0.3, "pipeline_read": false, "pipeline_write": false, "fast_init": false},
       "offload_param": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true, "buffer_count": 5,
                         "buffer_size": 1e8, "max_in_cpu": 1e9},
       "stage3_max_live_parameters": 1e9, "stage3_prefetch_bucket_size": 5e8, "sub_group_size": 1e9},
@@ -213,8 +214,10 @@ TEST(Config, DeepSpeedStyleConfigIsAccepted) {
   EXPECT_TRUE(c->warnings.empty()) << c->warnings[0];
   EXPECT_EQ(c->compute_dtype, DType::kF16);
   // Keys with no effect here are accepted, each with a note saying why.
-  for (const char* key : {"zero_optimization.offload_param.buffer_size", "zero_optimization.stage3_max_live_parameters",
-                          "aio.thread_count", "aio.single_submit", "aio.overlap_events"}) {
+  for (const char* key : {"zero_optimization.offload_param.buffer_size", "zero_optimization.offload_param.max_in_cpu",
+                          "zero_optimization.offload_optimizer.buffer_count", "zero_optimization.offload_optimizer.ratio",
+                          "zero_optimization.stage3_max_live_parameters", "aio.thread_count", "aio.single_submit",
+                          "aio.overlap_events"}) {
     bool noted = false;
     for (const std::string& n : c->notes) noted |= n.rfind(std::string(key) + ": accepted, not used: ", 0) == 0;
     EXPECT_TRUE(noted) << key;
