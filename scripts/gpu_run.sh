@@ -7,6 +7,8 @@
 #              default job on strata.device=cuda with a trace
 #   7b[=N]     configs/llama_7b_gpu.json: its estimate for this machine, then N steps (6) on
 #              synthetic tokens with a trace
+#   max[=N]    configs/llama_10b_gpu.json (the largest model --max finds for this machine: params in
+#              host memory, states on NVMe with host_blocks auto): its estimate, then N steps (3)
 #   links      bench links (pinned copies vs raw cudaMemcpyAsync, NVMe vs fio) and bench adam
 #              on every core (vs the memory ceiling, LibTorch's and DeepSpeed's CPU Adam)
 #   peers[=S]  DeepSpeed ZeRO-Infinity (cpu, nvme) and FSDP2 CPU offload at size S (7b)
@@ -16,7 +18,7 @@
 # with a minute left is skipped and named in run.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: scripts/gpu_run.sh OUT_DIR [up] [7b[=STEPS]] [links] [peers[=SIZE]]}
+out=${1:?usage: scripts/gpu_run.sh OUT_DIR [up] [7b[=STEPS]] [max[=STEPS]] [links] [peers[=SIZE]]}
 shift
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(up 7b links)
@@ -115,6 +117,13 @@ stage_7b() {  # a model the GPU cannot hold: weights on the GPU, states and grad
     --trace "$out/trace-7b.json" || status=1
   tail -8 "$out/train-7b.log" | tee -a "$out/run.log"
 }
+stage_max() {  # the largest model: params in host memory, states on NVMe (host_blocks auto)
+  run 60 estimate-10b.txt $S estimate --config configs/llama_10b_gpu.json --set strata.data.path= --device cuda
+  tail -4 "$out/estimate-10b.txt" | tee -a "$out/run.log"
+  run 540 train-10b.log $S train --config configs/llama_10b_gpu.json --steps "${1:-3}" --set strata.data.path= \
+    --set strata.eval_interval=0 --set scheduler.params.warmup_num_steps=0 --trace "$out/trace-10b.json" || status=1
+  tail -8 "$out/train-10b.log" | tee -a "$out/run.log"
+}
 install_deepspeed() {
   [ -d .device/wheels ] || { log "no .device/wheels: DeepSpeed not installed"; return 1; }
   # Only the wheels whose distribution the machine lacks: the others would shadow its own.
@@ -148,9 +157,10 @@ for s in "${stages[@]}"; do
   case "$name" in
     up) stage_up ;;
     7b) stage_7b "$arg" ;;
+    max) stage_max "$arg" ;;
     links) stage_links ;;
     peers) stage_peers "$arg" ;;
-    *) log "unknown stage '$s' (up, 7b[=STEPS], links, peers[=SIZE])"; status=1 ;;
+    *) log "unknown stage '$s' (up, 7b[=STEPS], max[=STEPS], links, peers[=SIZE])"; status=1 ;;
   esac
 done
 log "done, exit $status"
