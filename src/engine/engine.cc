@@ -205,7 +205,11 @@ Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::
 
 Status Engine::RestoreState(const TensorKey& key, std::span<const std::byte> bytes) {
   Impl& m = *impl_;
-  STRATA_RETURN_IF_ERROR(m.Quiesce());
+  // Masters kept in a block's working weights are patched into them in memory, and the block's
+  // weights written once, when the restore moves to another block (RestoreMasterInWorking).
+  // While that is under way the engine is quiesced already (by the restore's first call; a
+  // Step or Quiesce writes them).
+  if (m.restoring.block < 0) STRATA_RETURN_IF_ERROR(m.Quiesce());
   if (key.role == TensorRole::kWorking && key.block >= 0 && key.block < m.num_blocks() && m.plan.resident[key.block]) {
     const torch::Tensor& t = m.bufs.resident[key.block];
     if (bytes.size() != t.nbytes())
@@ -228,6 +232,12 @@ Status Engine::RestoreState(const TensorKey& key, std::span<const std::byte> byt
       }
   }
   if (!h) return Error(StatusCode::kNotFound, "no tensor '{}' in this run's state", key.Name());
+  if (key.role == TensorRole::kWorking && m.plan.MasterFromWorking() && bytes.size() == m.store->bytes(*h)) {
+    if (m.restoring.block != key.block) STRATA_RETURN_IF_ERROR(m.FlushRestoringWorking());
+    m.restoring.block = key.block;  // its masters, before or after, are patched into these
+    m.restoring.bytes.assign(bytes.begin(), bytes.end());
+    return Status();
+  }
   if (key.role == TensorRole::kMaster && m.plan.MasterFromWorking()) return m.RestoreMasterInWorking(key, *sub, bytes);
   if (m.Moment8Bit(key.role)) {  // fp32 values, to the nearest codes (what VisitState decoded: the same blob)
     if (bytes.size() != static_cast<size_t>(sub->range.len) * 4)

@@ -108,7 +108,10 @@ class Engine {
   // This rank's shard of the training state, tensor by tensor, in plan().Keys() order.
   // Waits for writes in flight first. Not collective.
   Status VisitState(const std::function<Status(const TensorKey& key, std::span<const std::byte> bytes)>& visit);
-  // Overwrites one tensor visited by VisitState (same key, same byte count).
+  // Overwrites one tensor visited by VisitState (same key, same byte count). Where the master
+  // is kept in the working weights, one block's weights are held in memory while its masters
+  // are restored, and written when the restore moves to another block or by the next Step,
+  // EvalLoss, VisitState, MasterParameters or Finish.
   Status RestoreState(const TensorKey& key, std::span<const std::byte> bytes);
   EngineCounters counters() const;
   void set_counters(const EngineCounters& c);

@@ -329,6 +329,14 @@ struct Engine::Impl {
   StatusOr<std::vector<std::byte>> ReadWorking(int b);
   Status ReadMaster(int b, const SubGroup& sg, std::span<const std::byte> working, std::span<std::byte> dst);
   Status RestoreMasterInWorking(const TensorKey& key, const SubGroup& sg, std::span<const std::byte> fp32);
+  // The working weights of the block whose masters a restore is writing, held until the
+  // restore moves to another tensor or ends, so that a block of many sub-groups is read and
+  // written once (not once per sub-group). Quiesce() and Step() flush it.
+  struct RestoringWorking {
+    int block = -1;
+    std::vector<std::byte> bytes;
+  } restoring;
+  Status FlushRestoringWorking();
   // Optimizer states stored per sub-group, from 0 (master, m, v) or 1 (m, v: no master tensor).
   int FirstStoredState() const { return plan.master_in_working ? 1 : 0; }
   // A resident block's updated working weights (in `lease`) to the device, off the critical path.

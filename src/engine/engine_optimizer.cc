@@ -193,6 +193,7 @@ Status Engine::Impl::Quiesce() {
   }
   for (int b = 0; b < static_cast<int>(optimizer.run.block_ready.size()); ++b) STRATA_RETURN_IF_ERROR(AwaitBlock(b));
   STRATA_RETURN_IF_ERROR(optimizer.run.done.HostWait());
+  STRATA_RETURN_IF_ERROR(FlushRestoringWorking());
   // A state whose write-back failed is lost (its buffer went back to the pool): the run
   // cannot go on from it, and no checkpoint may be taken of it.
   return store ? store->WriteBackFailure() : Status();
@@ -516,12 +517,17 @@ Status Engine::Impl::RestoreMasterInWorking(const TensorKey& key, const SubGroup
   if (fp32.size() != static_cast<size_t>(len) * 4)
     return Error(StatusCode::kInvalidArgument, "tensor '{}' has {} bytes, the checkpoint holds {}", key.Name(), len * 4,
                  fp32.size());
-  STRATA_ASSIGN_OR_RETURN(std::vector<std::byte> working, ReadWorking(b));
+  if (restoring.block != b) {
+    STRATA_RETURN_IF_ERROR(FlushRestoringWorking());
+    STRATA_ASSIGN_OR_RETURN(restoring.bytes, ReadWorking(b));
+    restoring.block = b;
+  }
+  std::vector<std::byte>& working = restoring.bytes;
   const int64_t at = sg.range.begin - plan.blocks[b].working.begin;
   STRATA_CHECK(at >= 0 && (at + len) * plan.dsize <= working.size()) << "block " << b;
   if (plan.master_in_working) {  // the master is what the working weights are
     std::memcpy(working.data() + at * 4, fp32.data(), fp32.size());
-    return store->Write(model.blocks[b].working, working).Wait();
+    return Status();
   }
   std::vector<float> master(len);
   std::memcpy(master.data(), fp32.data(), fp32.size());
@@ -531,8 +537,15 @@ Status Engine::Impl::RestoreMasterInWorking(const TensorKey& key, const SubGroup
   // The working weights are what the master rounds to (a checkpoint written with an fp32 master
   // holds those already; this keeps the pair consistent whatever it holds).
   std::memcpy(working.data() + at * 2, high.data(), len * 2);
-  STRATA_RETURN_IF_ERROR(store->Write(model.blocks[b].working, working).Wait());
   return store->Write(sg.master, std::as_bytes(std::span(low))).Wait();
+}
+
+Status Engine::Impl::FlushRestoringWorking() {
+  if (restoring.block < 0) return Status();
+  const int b = restoring.block;
+  restoring.block = -1;
+  const std::vector<std::byte> bytes = std::move(restoring.bytes);
+  return store->Write(model.blocks[b].working, bytes).Wait();
 }
 
 }  // namespace strata

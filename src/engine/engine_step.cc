@@ -415,6 +415,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   const auto wall0 = std::chrono::steady_clock::now();
   const int world = m.comm->world_size(), rank = m.comm->rank();
   m.DropEarlyStates();  // left by a step that failed before its optimizer ran
+  STRATA_RETURN_IF_ERROR(m.FlushRestoringWorking());  // a checkpoint's last masters (RestoreState)
 
   std::vector<double> weights(m.cfg.grad_accum, 1.0);  // Note [Loss mask]
   if (data.has_loss_mask()) {
@@ -486,6 +487,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
 StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batches) {
   Impl& m = *impl_;
   if (m.DelayedRun()) STRATA_RETURN_IF_ERROR(m.Quiesce());  // the latest weights (Note [Delayed update])
+  STRATA_RETURN_IF_ERROR(m.FlushRestoringWorking());         // a checkpoint's last masters (RestoreState)
   const int world = m.comm->world_size(), rank = m.comm->rank();
   std::vector<double> weights(batches, 1.0);  // Note [Loss mask]
   if (data.has_loss_mask()) {

@@ -109,6 +109,41 @@ TEST(MasterInWorking, StateRestoresIntoEitherLayout) {
   }
 }
 
+// Restoring a block of many sub-groups writes its working weights once, not once per sub-group
+// (the masters are patched into them in memory), and the state is the checkpoint's.
+TEST(MasterInWorking, RestoreWritesEachBlocksWeightsOnce) {
+  TempDir dir;
+  TrainConfig c = TinyConfig(dir.path());
+  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.sub_group_size = 3000;
+  auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
+  ASSERT_TRUE(data.ok());
+  auto comm = MakeSingleRankCommunicator();
+  std::unique_ptr<Engine> a = testing::MakeEngine(c, comm.get());
+  ASSERT_TRUE(a->Step(0, **data).ok());
+  const testing::StateBytes saved = testing::VisitAll(*a);
+  uint64_t stored = 0;  // what the store holds: every tensor but the masters (they are the weights)
+  int masters = 0;
+  for (const auto& [name, bytes] : saved) {
+    const std::optional<TensorKey> key = TensorKey::Parse(name);
+    ASSERT_TRUE(key) << name;
+    if (key->role == TensorRole::kMaster) ++masters;
+    else stored += bytes.size();
+  }
+  ASSERT_GT(masters, 2 * static_cast<int>(a->plan().blocks.size()));  // several sub-groups per block
+  Tracer tracer;
+  auto b = Engine::Create(c, comm.get(), &tracer);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  const double t0 = tracer.Now();
+  testing::RestoreAll(**b, saved);
+  (*b)->set_counters(a->counters());
+  EXPECT_TRUE(testing::VisitAll(**b) == saved);  // (flushes the last block's weights first)
+  EXPECT_EQ(tracer.Bytes(Track::kNvmeWrite, t0), stored);
+  auto x = a->Step(1, **data), y = (*b)->Step(1, **data);
+  ASSERT_TRUE(x.ok() && y.ok());
+  EXPECT_EQ(x->loss, y->loss);
+}
+
 // Only where the working weights are the master and one update replaces them in one place.
 TEST(MasterInWorking, OnlyWhereTheUpdateReplacesFp32WeightsInPlace) {
   TempDir dir;
