@@ -52,13 +52,16 @@ class CudaDevice final : public ComputeDevice {
 
   DeviceEvent CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) override {
     return On(copy_in_, after, "host -> device copy", [&] {
-      // Pinned (cudaHostRegister'd) source: an asynchronous copy on this stream.
+      // Pinned (cudaHostRegister'd) source: an asynchronous copy on this stream. The caching
+      // allocator must not hand dst's memory to another stream's tensor before it lands.
       dst.copy_(torch::from_blob(const_cast<void*>(src), dst.sizes(), dst.options().device(torch::kCPU)), true);
+      dst.record_stream(copy_in_);
     });
   }
   DeviceEvent CopyOut(void* dst, const torch::Tensor& src, const EventList& after) override {
     return On(copy_out_, after, "device -> host copy", [&] {
       torch::from_blob(dst, src.sizes(), src.options().device(torch::kCPU)).copy_(src, true);
+      src.record_stream(copy_out_);  // src may be freed by its owner while this copy reads it
     });
   }
   DeviceEvent AllGather(const void* shard, void* full, size_t count, DType dtype, const EventList& after) override {
