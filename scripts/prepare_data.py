@@ -17,7 +17,14 @@ Outputs (src/data/token_file.h, src/data/loss_mask.h):
   OUT.u16.mask: one byte per token, 1 where the loss counts (the token is a target the
           model learns to predict), 0 where it is context only (a prompt, a user turn). The
           EOS after an example is trained when the example's last token is.
-Strata finds the mask next to the token file (strata.data.loss_mask "auto").
+Strata finds the mask next to the token file (strata.data.loss_mask "auto"). Both are
+written under temporary names in OUT's folder and renamed into place only when complete, so
+a run that fails or is stopped (SIGINT, SIGTERM, SIGHUP) leaves earlier outputs as they were.
+
+Inputs are checked and parsed before the tokenizer loads. Errors (an input that is missing
+or not a regular file, bytes that are not UTF-8, a JSONL line that is not a JSON object of
+the shapes above, or that nests deeper than 100 levels or is longer than 64 MiB) are one line
+on stderr naming the file and line, with exit status 1; a stop exits with 128 + the signal.
 
 Packing and boundaries: Strata draws each training sequence at any offset of the stream, so
 a sequence holds the end of one example and the start of the next, separated by EOS. Its
@@ -29,10 +36,18 @@ for the eval loss, so put held-out examples last or pass --shuffle.
 """
 import argparse
 import array
+import contextlib
 import json
 import os
 import random
+import re
+import secrets
+import signal
+import stat
 import sys
+
+MAX_LINE_BYTES = 64 << 20  # a JSONL line (one example) longer than this is refused
+MAX_DEPTH = 100  # deeper JSON is refused before json.loads, which recurses (RecursionError)
 
 
 def parse_args(argv):
@@ -51,45 +66,205 @@ class InputError(Exception):
     pass
 
 
-def read_examples(path):
-    """Yields (where, example) with example a dict: text | prompt+completion | messages."""
-    if not path.endswith(".jsonl"):
-        with open(path, encoding="utf-8") as f:
-            yield path, {"text": f.read()}
-        return
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{where}: not JSON ({e})") from None
-            if not isinstance(obj, dict):
-                raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-            yield where, obj
+class Interrupted(BaseException):
+    """A stopping signal. A BaseException, so that no `except Exception` swallows it."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
 
 
-def segments(tok, where, obj):
-    """An example as its text and the (begin, end) character spans the loss trains on, plus
-    whether the tokenizer should add its special tokens (BOS) around the text."""
+class Signals:
+    """SIGINT, SIGTERM and SIGHUP raise Interrupted at once, except while temporary outputs
+    exist: then they are held until the next check(), so that the stop unwinds through code
+    that removes the temporaries rather than through the middle of creating or renaming them."""
+
+    def __init__(self):
+        self.deferred, self.pending = False, None
+
+    def install(self):
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) != signal.SIG_IGN:  # a signal ignored by the caller (nohup) stays so
+                signal.signal(signum, self.handle)
+
+    def handle(self, signum, frame):
+        if not self.deferred:
+            raise Interrupted(signum)
+        self.pending = signum
+
+    def check(self):
+        if self.pending is not None:
+            raise Interrupted(self.pending)
+
+    def defer(self, on):
+        self.deferred = on
+        if not on:
+            self.check()
+
+
+SIGNALS = Signals()
+
+
+def one_line(e):
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def file_kind(mode):
+    """None for a regular file, else what it is: reading a FIFO or a device could block forever."""
+    if stat.S_ISREG(mode):
+        return None
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def check_input(path):
+    """Fails fast, before the tokenizer loads, on an input that cannot be read."""
+    try:
+        kind = file_kind(os.stat(path).st_mode)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror})") from None
+    if kind:
+        raise InputError(f"{path}: {kind}, not a regular file")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{path}: cannot read (permission denied)")
+
+
+def open_input(path):
+    """The file opened for reading. O_NONBLOCK keeps a FIFO put in its place since check_input
+    from blocking the open; fstat then refuses it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        kind = file_kind(os.fstat(fd).st_mode)
+        if kind:
+            raise InputError(f"{path}: {kind}, not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def decode_utf8(path, data, first_line=1):
+    """data as text; an error names the line and the column (in bytes) of the first bad byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = first_line + data.count(b"\n", 0, e.start)
+        column = e.start - data.rfind(b"\n", 0, e.start)
+        raise InputError(f"{path}:{line}: not UTF-8 (byte 0x{data[e.start]:02x} at column {column})") from None
+
+
+# A JSON string, or an unterminated one up to the end: always matching where it starts keeps
+# the substitution linear (a failed match retried at each later quote would be quadratic).
+STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
+BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def json_depth(line):
+    """How deep the arrays and objects of a JSON line nest (brackets inside strings are text)."""
+    depth = deepest = 0
+    for m in BRACKETS.finditer(STRINGS.sub("", line)):
+        depth += 1 if m.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def has_lone_surrogate(obj):
+    """Whether a string holds half of a surrogate pair (a JSON escape such as \\ud800 alone),
+    which is no character: the tokenizer cannot encode it."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True
+
+
+def parse_json(where, line):
+    opening = line.count("[") + line.count("{")  # fast: too few brackets to nest too deep
+    if opening > MAX_DEPTH and json_depth(line) > MAX_DEPTH:
+        raise InputError(f"{where}: JSON nested deeper than {MAX_DEPTH} levels")
+    try:
+        obj = json.loads(line)
+    except RecursionError:
+        raise InputError(f"{where}: JSON nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError, or an integer of more digits than Python converts
+        raise InputError(f"{where}: not JSON ({one_line(e)})") from None
+    if "\\u" in line and has_lone_surrogate(obj):  # decoded UTF-8 holds none: only an escape makes one
+        raise InputError(f"{where}: a string holds a lone surrogate escape (\\ud800-\\udfff), which is not text")
+    return obj
+
+
+def check_example(where, obj):
+    """Refuses, while reading, an example of another shape than segments() takes."""
+    if not isinstance(obj, dict):
+        raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     keys = set(obj)
     if keys == {"text"} and isinstance(obj["text"], str):
-        return obj["text"], [(0, len(obj["text"]))], True
+        return
     if keys == {"prompt", "completion"} and all(isinstance(obj[k], str) for k in keys):
-        text = obj["prompt"] + obj["completion"]
-        return text, [(len(obj["prompt"]), len(text))], True
+        return
     if keys == {"messages"} and isinstance(obj["messages"], list):
-        return chat_segments(tok, where, obj["messages"])
+        for m in obj["messages"]:
+            if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+                raise InputError(f'{where}: every message needs a string "role" and "content"')
+        return
     raise InputError(f'{where}: expected {{"text"}}, {{"prompt", "completion"}} or {{"messages"}} (strings), '
                      f"got keys {sorted(keys)}")
 
 
-def render(tok, messages, generation_prompt):
+def read_jsonl(path, f):
+    examples = []
+    n = 0
+    while raw := f.readline(MAX_LINE_BYTES + 1):
+        n += 1
+        where = f"{path}:{n}"
+        if len(raw) > MAX_LINE_BYTES:
+            raise InputError(f"{where}: a line longer than {MAX_LINE_BYTES >> 20} MiB")
+        line = decode_utf8(path, raw, n)
+        if not line.strip():
+            continue
+        obj = parse_json(where, line)
+        check_example(where, obj)
+        examples.append((where, obj))
+    return examples
+
+
+def read_examples(path):
+    """[(where, example)] with example a dict: text | prompt+completion | messages."""
+    try:
+        with open_input(path) as f:
+            if path.endswith(".jsonl"):
+                return read_jsonl(path, f)
+            text = decode_utf8(path, f.read())
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or one_line(e)})") from None
+    return [(path, {"text": text.replace("\r\n", "\n").replace("\r", "\n")})]  # newlines as text mode read them
+
+
+def segments(tok, where, obj):
+    """An example (checked by check_example) as its text and the (begin, end) character spans
+    the loss trains on, plus whether the tokenizer should add its special tokens (BOS) around
+    the text."""
+    if "text" in obj:
+        return obj["text"], [(0, len(obj["text"]))], True
+    if "prompt" in obj:
+        text = obj["prompt"] + obj["completion"]
+        return text, [(len(obj["prompt"]), len(text))], True
+    return chat_segments(tok, where, obj["messages"])
+
+
+def render(tok, where, messages, generation_prompt):
     if not messages and not generation_prompt:
         return ""
-    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+    try:
+        return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+    except Exception as e:  # a template's own checks, e.g. raise_exception("roles must alternate")
+        raise InputError(f"{where}: the chat template refuses this conversation ({one_line(e)})") from None
 
 
 def chat_segments(tok, where, messages):
@@ -98,16 +273,13 @@ def chat_segments(tok, where, messages):
     context) to the end of the conversation with it (its end-of-turn marker is trained)."""
     if not getattr(tok, "chat_template", None):
         raise InputError(f"{where}: a chat example, but the tokenizer has no chat template")
-    for m in messages:
-        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
-            raise InputError(f'{where}: every message needs a string "role" and "content"')
-    text = render(tok, messages, False)
+    text = render(tok, where, messages, False)
     spans = []
     for i, m in enumerate(messages):
         if m["role"] != "assistant":
             continue
-        before = render(tok, messages[:i], True)
-        upto = render(tok, messages[: i + 1], False)
+        before = render(tok, where, messages[:i], True)
+        upto = render(tok, where, messages[: i + 1], False)
         if not (text.startswith(upto) and upto.startswith(before)):
             raise InputError(f"{where}: the chat template does not render this conversation turn by turn "
                              "(an earlier turn changes when later ones are added), so its assistant turns "
@@ -125,15 +297,74 @@ def encode(tok, text, spans, special):
     return ids, mask
 
 
+class Outputs:
+    """Files written under temporary names next to their final ones (so a rename moves them
+    there), renamed into place by commit() in the order they were created; discard() removes
+    what commit() has not renamed. Callers hold signals (Signals.defer) meanwhile."""
+
+    def __init__(self):
+        self.files = []  # (temporary path, final path, open file), not yet renamed
+
+    def create(self, final):
+        folder, name = os.path.split(os.path.abspath(final))
+        while True:
+            temp = os.path.join(folder, f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+            try:
+                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)  # umask applies
+                break
+            except FileExistsError:
+                continue
+        f = os.fdopen(fd, "wb")
+        self.files.append((temp, final, f))
+        with contextlib.suppress(FileNotFoundError):
+            os.fchmod(fd, stat.S_IMODE(os.stat(final).st_mode))  # a replaced output keeps its mode
+        return f
+
+    def commit(self):
+        for _, _, f in self.files:
+            f.flush()
+            os.fsync(f.fileno())  # the data is on disk before a name points at it
+        SIGNALS.check()  # the last point at which a stop leaves the earlier outputs as they were
+        folders = {os.path.dirname(final) for _, final, _ in self.files}
+        while self.files:
+            temp, final, f = self.files[0]
+            f.close()
+            os.replace(temp, final)
+            self.files.pop(0)
+        for folder in folders:
+            fsync_folder(folder)
+
+    def discard(self):
+        for temp, _, f in self.files:
+            with contextlib.suppress(OSError):
+                f.close()
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+        self.files = []
+
+
+def fsync_folder(folder):
+    """Makes the renames durable; best effort, as some file systems cannot sync a folder."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 class Writer:
     """Appends examples to the token file and the mask, counting what it wrote."""
 
-    def __init__(self, path, vocab, eos):
+    def __init__(self, outputs, path, vocab, eos):
         self.tokens_path, self.mask_path = path, path + ".mask"
         self.code = "I" if path.endswith((".u32", ".uint32")) else "H"
         self.vocab, self.eos = vocab, eos
-        self.tokens_file = open(self.tokens_path, "wb")
-        self.mask_file = open(self.mask_path, "wb")
+        # The mask first, so that it is renamed into place first: a run killed between the two
+        # renames then leaves the old token file with a new mask, which Strata refuses when the
+        # lengths differ, rather than a new token file without its mask, trained on in full.
+        self.mask_file = outputs.create(self.mask_path)
+        self.tokens_file = outputs.create(self.tokens_path)
         self.examples = self.tokens = self.trained = self.longest = 0
         self.lengths = []
 
@@ -150,10 +381,6 @@ class Writer:
         self.trained += sum(mask)
         self.lengths.append(len(ids))
 
-    def close(self):
-        self.tokens_file.close()
-        self.mask_file.close()
-
 
 def output_path(out, vocab):
     if out.endswith((".u16", ".uint16", ".bin")):
@@ -165,12 +392,54 @@ def output_path(out, vocab):
     return out + (".u16" if vocab <= 65536 else ".u32")
 
 
+def check_output(path):
+    """Refuses, before encoding, outputs that a rename could not replace."""
+    for p in (path, path + ".mask"):
+        if os.path.lexists(p) and not os.path.isfile(p):
+            raise InputError(f"{p}: exists and is not a regular file")
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise InputError(f"--out {path}: {folder} is not a folder")
+
+
+def write_outputs(path, examples, tok, vocab):
+    """Encodes the examples into the token file and the mask at path, replacing earlier ones
+    only once both are complete. A signal during the renames is raised after them."""
+    outputs = Outputs()
+    SIGNALS.defer(True)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        w = Writer(outputs, path, vocab, tok.eos_token_id)
+        for where, obj in examples:
+            SIGNALS.check()
+            w.add(*encode(tok, *segments(tok, where, obj)))
+        outputs.commit()
+        return w
+    except OSError as e:
+        raise InputError(f"{path}: cannot write ({e.strerror or one_line(e)})") from None
+    finally:
+        outputs.discard()
+        SIGNALS.defer(False)
+
+
+def check_tokenizer_folder(folder):
+    if not os.path.exists(folder):
+        raise InputError(f"--tokenizer {folder}: no such folder")
+    if not os.path.isdir(folder):
+        raise InputError(f"--tokenizer {folder}: not a folder")
+    if not os.access(folder, os.R_OK | os.X_OK):
+        raise InputError(f"--tokenizer {folder}: cannot read (permission denied)")
+
+
 def load_tokenizer(folder):
     try:
         from transformers import AutoTokenizer
     except ImportError as e:
         raise InputError(f"needs transformers and tokenizers ({e}); pip install transformers tokenizers") from None
-    tok = AutoTokenizer.from_pretrained(folder)
+    try:
+        tok = AutoTokenizer.from_pretrained(folder)
+    except Exception as e:  # OSError for missing files, ValueError or tokenizers' own errors for bad ones
+        raise InputError(f"--tokenizer {folder}: cannot load a tokenizer ({one_line(e)})") from None
     if not getattr(tok, "is_fast", False):
         raise InputError(f"{folder}: a fast tokenizer (tokenizer.json) is needed for character offsets")
     if tok.eos_token_id is None:
@@ -180,21 +449,20 @@ def load_tokenizer(folder):
 
 def main(argv):
     args = parse_args(argv)
-    tok = load_tokenizer(args.tokenizer)
-    vocab = len(tok)
-    path = output_path(args.out, vocab)
+    SIGNALS.install()
+    for p in args.inputs:
+        check_input(p)
+    check_tokenizer_folder(args.tokenizer)
     examples = [e for p in args.inputs for e in read_examples(p)]
     if not examples:
         raise InputError("no examples in " + ", ".join(args.inputs))
+    tok = load_tokenizer(args.tokenizer)
+    vocab = len(tok)
+    path = output_path(args.out, vocab)
+    check_output(path)
     if args.shuffle is not None:
         random.Random(args.shuffle).shuffle(examples)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    w = Writer(path, vocab, tok.eos_token_id)
-    try:
-        for where, obj in examples:
-            w.add(*encode(tok, *segments(tok, where, obj)))
-    finally:
-        w.close()
+    w = write_outputs(path, examples, tok, vocab)
     report(w, vocab, args.seq_len)
     return 0
 
@@ -216,3 +484,6 @@ if __name__ == "__main__":
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
+    except Interrupted as e:
+        print(f"error: stopped by {signal.Signals(e.signum).name}", file=sys.stderr)
+        sys.exit(128 + e.signum)

@@ -30,7 +30,8 @@ except ImportError as e:
 SPECIALS = ["<unk>", "<bos>", "<eos>", "<|user|>", "<|assistant|>", "<|end|>"]
 WORDS = ("what is two plus three five the sky blue why because light scatters tell me a story once upon "
          "time there was cat sat on mat hello hi how are you fine thanks").split()
-CHAT_TEMPLATE = ("{% for m in messages %}{{ '<|' + m['role'] + '|> ' + m['content'] + ' <|end|> ' }}{% endfor %}"
+CHAT_TEMPLATE = ("{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tool turns') }}{% endif %}"
+                 "{{ '<|' + m['role'] + '|> ' + m['content'] + ' <|end|> ' }}{% endfor %}"
                  "{% if add_generation_prompt %}{{ '<|assistant|> ' }}{% endif %}")
 
 
@@ -60,6 +61,15 @@ def read(path):
     with open(path + ".mask", "rb") as f:
         mask = list(f.read())
     return list(tokens), mask
+
+
+def files(folder):
+    """name -> bytes of every file in the folder."""
+    contents = {}
+    for name in os.listdir(folder):
+        with open(os.path.join(folder, name), "rb") as f:
+            contents[name] = f.read()
+    return contents
 
 
 class PrepareData(unittest.TestCase):
@@ -132,9 +142,32 @@ class PrepareData(unittest.TestCase):
             r = run("--tokenizer", self.tok_dir, "--out", os.path.join(self.dir, "x"), data)
             self.assertEqual(r.returncode, 1)
             self.assertIn(needle, r.stderr)
+            self.assertNotIn("Traceback", r.stderr)
         r = run("--help")
         self.assertEqual(r.returncode, 0)
         self.assertIn("prompt", r.stdout)
+
+    def test_a_failed_run_leaves_the_earlier_outputs(self):
+        path, _ = self.prepare(self.write_jsonl("good.jsonl", [{"text": "hello how are you"}]))
+        folder = os.path.dirname(path)
+        before = files(folder)
+        # The template refuses the last example, once the others have been written.
+        rows = [{"text": "the cat sat on the mat"}] * 20 + [{"messages": [{"role": "tool", "content": "hi"}]}]
+        data = self.write_jsonl("tool.jsonl", rows)
+        r = run("--tokenizer", self.tok_dir, "--out", path, data)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"{data}:21: the chat template refuses this conversation (no tool turns)", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+        self.assertEqual(files(folder), before)  # and no temporary file beside them
+
+    def test_a_broken_tokenizer_is_an_error(self):
+        with open(os.path.join(self.tok_dir, "tokenizer.json"), "w") as f:
+            f.write("{not json")
+        r = run("--tokenizer", self.tok_dir, "--out", os.path.join(self.dir, "x"),
+                self.write_jsonl("t.jsonl", [{"text": "hi"}]))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"error: --tokenizer {self.tok_dir}: cannot load a tokenizer", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
 
     @unittest.skipUnless(BINARY, "no strata binary given")
     def test_a_tiny_model_fine_tunes_on_the_output(self):
