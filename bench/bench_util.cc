@@ -6,7 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
+
+#include "src/checkpoint/durable_file.h"
 
 namespace strata::bench {
 
@@ -88,12 +89,7 @@ StatusOr<uint64_t> ParseBytes(const std::string& text, const std::string& flag) 
 }
 
 Status WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) return ErrnoError(errno, "cannot open {} for writing", path);
-  f.write(text.data(), static_cast<std::streamsize>(text.size()));
-  f.close();
-  if (!f) return ErrnoError(errno, "cannot write {}", path);
-  return Status();
+  return ckpt::WriteFileAtomically(path, text);  // under a temporary name until complete
 }
 
 }  // namespace strata::bench

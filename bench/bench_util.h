@@ -40,7 +40,8 @@ std::string HumanBytes(uint64_t bytes);  // "2.00 GiB"
 // Error names the flag.
 StatusOr<uint64_t> ParseBytes(const std::string& text, const std::string& flag);
 
-// Writes `text` to `path` (created or truncated). Errors name the file and errno.
+// Writes `text` to `path` atomically (a temporary beside it, renamed when complete; an existing
+// file keeps its mode). Errors name the file and errno.
 Status WriteFile(const std::string& path, const std::string& text);
 
 }  // namespace strata::bench

@@ -128,11 +128,12 @@ int RunIoTune(const TuneOptions& o) {
     if (Status s = WriteSweepFiles(*table, "bench tune under " + o.sweep.dir, o.out_dir, "io_tune"); !s.ok())
       return fail(s);
   if (!o.write) return 0;
-  auto keys = WriteTunedConfig(o.config_path, {pick->block, pick->queue_depth, count});
-  if (!keys.ok()) return fail(keys.status());
+  auto written = WriteTunedConfig(o.config_path, {pick->block, pick->queue_depth, count});
+  if (!written.ok()) return fail(written.status());
   std::string set;
-  for (const std::string& k : *keys) set += (set.empty() ? "" : ", ") + k;
-  std::printf("wrote %s (%s; the original kept as %s.bak)\n", o.config_path.c_str(), set.c_str(),
+  for (const std::string& k : written->keys) set += (set.empty() ? "" : ", ") + k;
+  std::printf("wrote %s (%s; %s %s.bak)\n", o.config_path.c_str(), set.c_str(),
+              written->backup_written ? "the original kept as" : "the backup of an earlier --write kept as it was in",
               o.config_path.c_str());
   return 0;
 }

@@ -1,6 +1,10 @@
 #include "bench/tune_config.h"
 
+#include <filesystem>
+
 #include "bench/bench_util.h"
+#include "src/base/input_file.h"
+#include "src/base/json_text.h"
 #include "src/checkpoint/durable_file.h"
 
 namespace strata::bench {
@@ -24,18 +28,19 @@ StatusOr<std::vector<std::string>> ApplyTuning(nlohmann::ordered_json* config, c
   return keys;
 }
 
-StatusOr<std::vector<std::string>> WriteTunedConfig(const std::string& path, const TunedSettings& s) {
-  STRATA_ASSIGN_OR_RETURN(std::string original, ckpt::ReadTextFile(path));
-  nlohmann::ordered_json config;
-  try {
-    config = nlohmann::ordered_json::parse(original);
-  } catch (const std::exception& e) {
-    return InvalidArgument("{} is not valid JSON: {}", path, e.what());
+StatusOr<TunedWrite> WriteTunedConfig(const std::string& path, const TunedSettings& s) {
+  STRATA_ASSIGN_OR_RETURN(std::string original, ReadInputFile(path, kMaxConfigFileBytes, "a config file"));
+  STRATA_ASSIGN_OR_RETURN(nlohmann::ordered_json config, ParseOrderedJsonText(original, "'" + path + "'"));
+  TunedWrite w;
+  STRATA_ASSIGN_OR_RETURN(w.keys, ApplyTuning(&config, s));
+  const std::string bak = path + ".bak";
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(bak, ec))) {
+    STRATA_RETURN_IF_ERROR(ckpt::WriteFileAtomically(bak, original, /*mode_of=*/path));
+    w.backup_written = true;
   }
-  STRATA_ASSIGN_OR_RETURN(std::vector<std::string> keys, ApplyTuning(&config, s));
-  STRATA_RETURN_IF_ERROR(WriteFile(path + ".bak", original));
   STRATA_RETURN_IF_ERROR(ckpt::WriteFileAtomically(path, config.dump(2) + "\n"));
-  return keys;
+  return w;
 }
 
 }  // namespace strata::bench

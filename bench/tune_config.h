@@ -24,9 +24,16 @@ struct TunedSettings {
 // config is not an object or "aio" / offload_param are not objects.
 StatusOr<std::vector<std::string>> ApplyTuning(nlohmann::ordered_json* config, const TunedSettings& settings);
 
-// Reads the JSON file `path`, applies the settings, copies the original bytes to `path`.bak,
-// then writes a temporary file in the same folder, fsyncs it and renames it over `path` (so a
-// crash leaves either the old or the new file, never half of one). Returns ApplyTuning's keys.
-StatusOr<std::vector<std::string>> WriteTunedConfig(const std::string& path, const TunedSettings& settings);
+struct TunedWrite {
+  std::vector<std::string> keys;  // ApplyTuning's
+  bool backup_written = false;    // false: `path`.bak existed and was left as it was
+};
+
+// Reads the JSON file `path`, applies the settings, keeps the original bytes as `path`.bak
+// unless that file exists (an earlier --write's backup of the pristine config, or a file of
+// the user's: never replaced), then writes the new config through a temporary file in the
+// same folder, fsynced and renamed over `path` (so a crash leaves either the old or the new
+// file, never half of one, and a failure leaves no temporary). Both keep `path`'s mode.
+StatusOr<TunedWrite> WriteTunedConfig(const std::string& path, const TunedSettings& settings);
 
 }  // namespace strata::bench

@@ -82,7 +82,7 @@ fi
 if [ $want_asan = 1 ]; then
   configure build-asan -DSTRATA_SANITIZE=ON -DSTRATA_WITH_TORCH=OFF -DSTRATA_CUDA_COMPILE=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo
-  log "building build-asan/ (store, kernel and bench-report tests)"
-  cmake --build build-asan -j "$jobs" --target offload_tests kernels_tests bench_tests
+  log "building build-asan/ (base, store, kernel and bench-report tests)"
+  cmake --build build-asan -j "$jobs" --target base_tests offload_tests kernels_tests bench_tests
 fi
 log "building took $((SECONDS - installed_at))s"

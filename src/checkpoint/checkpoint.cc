@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "src/base/temporaries.h"
 #include "src/checkpoint/durable_file.h"
 #include "src/checkpoint/manifest.h"
 #include "src/checkpoint/reshard.h"
@@ -147,6 +148,22 @@ Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, co
 
 nlohmann::json ModelConfigJson(const model::ModelConfig& m) { return strata::ModelConfigJson(m); }
 
+Status CheckSaveFolder(const std::string& save, const std::string& resume, bool overwrite) {
+  std::error_code ec;
+  const auto steps = ListSteps(save);
+  if (overwrite || (steps.empty() && !fs::exists(fs::path(save) / "latest", ec))) return Status();
+  if (!resume.empty()) {  // resuming from this very folder (or one of its steps) goes on saving there
+    const fs::path r = fs::weakly_canonical(fs::absolute(resume), ec);
+    const fs::path root = fs::exists(r / "manifest.json", ec) ? r.parent_path() : r;
+    if (root == fs::weakly_canonical(fs::absolute(save), ec)) return Status();
+  }
+  const std::string newest = steps.empty() ? "a 'latest' file" : fs::path(steps.back().second).filename().string();
+  return Error(StatusCode::kAlreadyExists,
+               "--save '{}' holds the checkpoints of another run ({} step folder(s), the newest {}): this run would "
+               "prune or overwrite them. Continue that run with --resume {}, give this run its own --save folder, or "
+               "pass --overwrite to replace them", save, steps.size(), newest, save);
+}
+
 Status SaveCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg, const std::string& dir, int64_t step,
                       const SaveOptions& opt) {
   const int rank = comm.rank(), world = comm.world_size();
@@ -159,6 +176,7 @@ Status SaveCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg
     if (s.ok()) s = RemoveAll(tmp);  // a crashed earlier save of this step
     if (s.ok() && !fs::create_directory(tmp, ec))
       s = Error(StatusCode::kIoError, "cannot create '{}': {}", tmp, ec.message());
+    if (s.ok()) RegisterTemporary(tmp);  // a stop (SIGINT, SIGTERM) mid-save removes it
   }
   STRATA_RETURN_IF_ERROR(Agree(comm, s, "checkpoint: preparing the folder"));
 
@@ -175,6 +193,7 @@ Status SaveCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg
   if (!s.ok() && rank == 0 && RemoveAll(tmp).ok())
     s = Status(s.code(), fmt::format("{} (the incomplete '{}' was removed; earlier checkpoints in '{}' are intact)",
                                      s.message(), tmp, dir));
+  if (rank == 0) ForgetTemporary(tmp);  // renamed into place, or removed
   return s;
 }
 
@@ -192,7 +211,11 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
       return Error(StatusCode::kFailedPrecondition, "'{}' holds Adam m and v in {}; this run has strata.adam_states "
                    "\"{}\" (set it to match to resume{})", where, m.value("adam_states", std::string("fp32")),
                    AdamStatesName(cfg), cfg.moments_8bit ? ", or to \"8bit\" from fp32 ones" : "");
-    const nlohmann::json model = ModelConfigJson(cfg.model), &saved = m["model"];
+    // Compared with every default spelled out: ffn_hidden 0 and its value are one model.
+    StatusOr<model::ModelConfig> saved_model = ParseModelConfigJson(m["model"], "'" + where + "'");
+    if (!saved_model.ok()) return Status(StatusCode::kDataLoss, saved_model.status().message());
+    const nlohmann::json model = ModelConfigJson(model::Canonical(cfg.model)),
+                         saved = ModelConfigJson(model::Canonical(*saved_model));
     // Both ways: keys written only when not default (head_dim, qk_norm, ...) may be on either side.
     for (const nlohmann::json* side : {&model, &saved})
       for (auto it = side->begin(); it != side->end(); ++it)

@@ -31,6 +31,12 @@ struct SaveOptions {
   std::function<void(const std::string& point)> crash_hook;
 };
 
+// Whether a run may save into `save` (before it saves anything): a folder holding no
+// checkpoint, or the one the run resumes from (`resume`, the folder or one of its step
+// folders), or any with `overwrite` (train --overwrite: its steps are then pruned or replaced
+// as the run saves). Otherwise the error names the folder, its latest step and the ways on.
+Status CheckSaveFolder(const std::string& save, const std::string& resume, bool overwrite);
+
 // Writes the state after `step` optimizer steps (the next step to run is `step`).
 Status SaveCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg, const std::string& dir,
                       int64_t step, const SaveOptions& options = {});

@@ -10,6 +10,9 @@
 #include <cerrno>
 #include <filesystem>
 
+#include "src/base/input_file.h"
+#include "src/base/temporaries.h"
+
 namespace strata::ckpt {
 
 StatusOr<DurableWriter> DurableWriter::Create(const std::string& path) {
@@ -78,14 +81,26 @@ Status FsyncDir(const std::string& dir) {
   return Status();
 }
 
-Status WriteFileAtomically(const std::string& path, std::string_view text) {
-  const std::string tmp = path + ".tmp";
-  STRATA_ASSIGN_OR_RETURN(DurableWriter w, DurableWriter::Create(tmp));
+Status WriteFileAtomically(const std::string& path, std::string_view text, const std::string& mode_of) {
+  TempPath tmp(TemporaryNameFor(path));
+  STRATA_ASSIGN_OR_RETURN(DurableWriter w, DurableWriter::Create(tmp.path()));
   STRATA_RETURN_IF_ERROR(w.Write(std::as_bytes(std::span(text.data(), text.size()))));
+  // A rewritten file keeps its mode (a 0600 config stays private).
+  const std::string& model = mode_of.empty() ? path : mode_of;
+  struct stat st {};
+  if (::stat(model.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::chmod(tmp.path().c_str(), st.st_mode & 07777) != 0)
+    return ErrnoError(errno, "cannot give '{}' the mode of '{}'", tmp.path(), model);
   STRATA_RETURN_IF_ERROR(w.Close());
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError(errno, "rename '{}' to '{}'", tmp, path);
+  if (::rename(tmp.path().c_str(), path.c_str()) != 0) return ErrnoError(errno, "rename '{}' to '{}'", tmp.path(), path);
+  tmp.Release();
   const std::string dir = std::filesystem::path(path).parent_path().string();
   return FsyncDir(dir.empty() ? "." : dir);
+}
+
+Status WriteDurably(const std::string& path, std::string_view bytes) {
+  STRATA_ASSIGN_OR_RETURN(DurableWriter w, DurableWriter::Create(path));
+  STRATA_RETURN_IF_ERROR(w.Write(std::as_bytes(std::span(bytes.data(), bytes.size()))));
+  return w.Close();
 }
 
 StatusOr<std::string> ReadTextFile(const std::string& path) {
@@ -95,8 +110,7 @@ StatusOr<std::string> ReadTextFile(const std::string& path) {
 }
 
 StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(errno, "cannot open '{}'", path);
+  STRATA_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path));  // a FIFO would block, a device never end
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;

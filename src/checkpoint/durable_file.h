@@ -57,11 +57,17 @@ class FolderLock {
 
 // fsync of a folder: makes a rename or a new entry in it durable.
 Status FsyncDir(const std::string& dir);
-// Writes `text` to `path` through `path`.tmp + fsync + rename + fsync of the folder.
-Status WriteFileAtomically(const std::string& path, std::string_view text);
+// Writes `text` to `path` through a temporary beside it (TemporaryNameFor; removed on any
+// failure or signal) + fsync + rename + fsync of the folder. The file gets the mode of
+// `mode_of` when that exists (default: `path` itself, so a replaced file keeps its mode).
+Status WriteFileAtomically(const std::string& path, std::string_view text, const std::string& mode_of = "");
+// Writes `bytes` to `path` (created or truncated) and fsyncs it; for files inside a temporary
+// folder whose publication fsyncs the folder.
+Status WriteDurably(const std::string& path, std::string_view bytes);
 StatusOr<std::string> ReadTextFile(const std::string& path);
 
-// A whole file mapped read-only (empty files map to an empty span). Move-only.
+// A whole regular file mapped read-only (empty files map to an empty span; a FIFO, a device
+// or a folder is refused). Move-only.
 class MappedFile {
  public:
   static StatusOr<MappedFile> Open(const std::string& path);

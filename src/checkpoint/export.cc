@@ -4,13 +4,17 @@
 #include <filesystem>
 
 #include "src/checkpoint/consolidate.h"
+#include "src/checkpoint/export_target.h"
 #include "src/checkpoint/lora_export.h"
 
 namespace strata::ckpt {
 namespace {
 
-StatusOr<ExportReport> Export(const std::string& checkpoint, const std::string& out, ExportDType dtype, bool merge_lora) {
+StatusOr<ExportReport> Export(const std::string& checkpoint, const std::string& out, ExportDType dtype, bool merge_lora,
+                              bool overwrite) {
   STRATA_ASSIGN_OR_RETURN(Consolidator c, Consolidator::Open(checkpoint));
+  STRATA_RETURN_IF_ERROR(CheckOutsideCheckpoint(out, checkpoint, c.step_dir()));
+  STRATA_ASSIGN_OR_RETURN(OutFile f, OutFile::Make(out, overwrite));  // before the work: a refusal comes at once
   STRATA_RETURN_IF_ERROR(CheckLoraMerge(c, merge_lora, /*single_file=*/true));
   ExportReport rep;
   rep.step_dir = c.step_dir();
@@ -27,20 +31,17 @@ StatusOr<ExportReport> Export(const std::string& checkpoint, const std::string& 
   std::vector<TensorView> views;
   for (const ExportedTensor& t : all) views.push_back(t.view);
   rep.tensors = static_cast<int64_t>(views.size());
-  const std::string tmp = out + ".tmp";
-  STRATA_RETURN_IF_ERROR(WriteSafetensors(tmp, views, {{"format", "pt"}}, &rep.bytes));
-  if (::rename(tmp.c_str(), out.c_str()) != 0) return ErrnoError(errno, "rename '{}' to '{}'", tmp, out);
-  const std::string parent = std::filesystem::path(out).parent_path().string();
-  STRATA_RETURN_IF_ERROR(FsyncDir(parent.empty() ? "." : parent));
+  STRATA_RETURN_IF_ERROR(WriteSafetensors(f.tmp(), views, ExportMetadata(), &rep.bytes));
+  STRATA_RETURN_IF_ERROR(f.Publish());  // on any error above, f's destructor removes the temporary
   return rep;
 }
 
 }  // namespace
 
 StatusOr<ExportReport> ExportCheckpoint(const std::string& checkpoint, const std::string& out, ExportDType dtype,
-                                        bool merge_lora) {
+                                        bool merge_lora, bool overwrite) {
   try {  // ReadManifest checks what export reads; a model section is read by key here
-    return Export(checkpoint, out, dtype, merge_lora);
+    return Export(checkpoint, out, dtype, merge_lora, overwrite);
   } catch (const nlohmann::json::exception& e) {
     return Error(StatusCode::kDataLoss, "checkpoint '{}': malformed manifest ({})", checkpoint, e.what());
   }

@@ -33,13 +33,19 @@ struct ExportReport {
   std::vector<std::string> details;
 };
 
+// Where every export writes (export_target.h): never inside the checkpoint it reads (nor over
+// a folder holding it); an existing output is replaced only when an earlier export wrote it
+// and nothing else was added since, or with `overwrite` (--overwrite); the output is written
+// under a temporary name beside it (removed on any failure or signal), fsynced, and renamed
+// into place when complete.
+//
 // `checkpoint`: a checkpoint folder (its `latest`) or a step folder. Every rank file is
-// verified against the manifest first. The output is written to `out`.tmp, fsynced and
-// renamed. kF16: a weight beyond fp16's range is an error naming the tensor (export fp32 or
-// bf16 instead); nothing is written then. A LoRA checkpoint needs merge_lora (the file then
-// holds the merged model's weights); merge_lora has no effect on other checkpoints.
+// verified against the manifest first. kF16: a weight beyond fp16's range is an error naming
+// the tensor (export fp32 or bf16 instead); nothing is written then. A LoRA checkpoint needs
+// merge_lora (the file then holds the merged model's weights); merge_lora has no effect on
+// other checkpoints.
 StatusOr<ExportReport> ExportCheckpoint(const std::string& checkpoint, const std::string& out, ExportDType dtype,
-                                        bool merge_lora = false);
+                                        bool merge_lora = false, bool overwrite = false);
 
 struct HfFolderOptions {
   ExportDType dtype = ExportDType::kF32;
@@ -50,6 +56,7 @@ struct HfFolderOptions {
   std::string source;
   // A LoRA checkpoint is exported as its merged model (required for one; no effect on others).
   bool merge_lora = false;
+  bool overwrite = false;  // replace `out` even if strata export did not write it
 };
 
 // Writes a Hugging Face model folder `out`:
@@ -60,10 +67,9 @@ struct HfFolderOptions {
 //                                       tensor gets a shard of its own)
 //   model.safetensors.index.json        {"metadata": {"total_size"}, "weight_map"}
 //   tokenizer files, generation_config.json    copied from the source folder
-// Everything is written into `out`.tmp (fsynced), which then replaces `out` by rename: a
-// killed export leaves `out` as it was (absent, or the previous export). An existing `out`
-// is replaced only if it is empty or holds a config.json. One block's tensors and one shard
-// are in memory at a time.
+//   .strata-export.json                 what this export wrote (so a later export may replace it)
+// A killed export leaves `out` as it was (absent, or the previous export). One block's
+// tensors and one shard are in memory at a time.
 StatusOr<ExportReport> ExportHfFolder(const std::string& checkpoint, const std::string& out,
                                       const HfFolderOptions& options);
 
@@ -76,6 +82,7 @@ struct PeftOptions {
   // The base model's folder named in adapter_config.json (base_model_name_or_path); "" = the
   // checkpoint's recorded hf_source, if any (else null).
   std::string source;
+  bool overwrite = false;  // replace `out` even if strata export did not write it
 };
 
 // Writes the adapters of a LoRA checkpoint as a PEFT adapter folder `out` that
@@ -84,8 +91,8 @@ struct PeftOptions {
 //                                lora_dropout, target_modules, base_model_name_or_path, ...
 //   adapter_model.safetensors    base_model.model.model.layers.<i>.<module>.lora_A.weight [r, in]
 //                                and .lora_B.weight [out, r], from the fp32 masters, in dtype
-// Written into `out`.tmp and renamed, as ExportHfFolder; an existing `out` is replaced only if
-// it is empty or holds an adapter_config.json. Reads only the masters of the rank files.
+// Written as ExportHfFolder writes (a model folder is not replaced by an adapter folder, nor
+// the reverse). Reads only the masters of the rank files.
 StatusOr<ExportReport> ExportPeftAdapter(const std::string& checkpoint, const std::string& out,
                                          const PeftOptions& options);
 

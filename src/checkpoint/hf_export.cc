@@ -2,10 +2,13 @@
 // as its merged model).
 #include <filesystem>
 
+#include "src/base/input_file.h"
+#include "src/base/json_text.h"
+
 #include "src/checkpoint/consolidate.h"
 #include "src/checkpoint/durable_file.h"
 #include "src/checkpoint/export.h"
-#include "src/checkpoint/folder_out.h"
+#include "src/checkpoint/export_target.h"
 #include "src/checkpoint/lora_export.h"
 #include "src/model/hf_config.h"
 
@@ -20,6 +23,9 @@ constexpr const char* kSideFiles[] = {"tokenizer.json",     "tokenizer_config.js
                                       "vocab.txt",          "added_tokens.json",     "chat_template.jinja",
                                       "chat_template.json", "generation_config.json"};
 
+// Tokenizer files run to tens of megabytes (large vocabularies); a FIFO or a device is refused.
+constexpr uint64_t kMaxSideFileBytes = 1ull << 30;
+
 // config.json keys that Strata writes itself; a source's own spelling of them goes (rope
 // settings have two spellings, transformers 4's and 5's, that must not both appear).
 constexpr const char* kReplacedKeys[] = {"rope_parameters", "rope_scaling", "rope_theta", "dtype", "torch_dtype"};
@@ -28,24 +34,23 @@ const char* TorchDTypeName(ExportDType d) {
   return d == ExportDType::kF32 ? "float32" : d == ExportDType::kBF16 ? "bfloat16" : "float16";
 }
 
-Status WriteConfig(const Consolidator& c, const std::string& source, const std::string& tmp, ExportDType dtype) {
+Status WriteConfig(const Consolidator& c, const std::string& source, OutFolder& out, ExportDType dtype) {
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
   const std::string src_config = (fs::path(source) / "config.json").string();
   std::error_code ec;
   if (!source.empty() && fs::exists(src_config, ec)) {
-    STRATA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(src_config));
-    config = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (config.is_discarded() || !config.is_object())
-      return InvalidArgument("'{}': not a JSON object", src_config);
+    STRATA_ASSIGN_OR_RETURN(std::string text, ReadInputFile(src_config, kMaxConfigFileBytes, "a config.json"));
+    STRATA_ASSIGN_OR_RETURN(config, ParseOrderedJsonText(text, "'" + src_config + "'"));
+    if (!config.is_object()) return InvalidArgument("'{}': not a JSON object", src_config);
     for (const char* k : kReplacedKeys) config.erase(k);
   }
   config.update(model::HfConfigJson(c.model(), TorchDTypeName(dtype)));
-  return WriteDurably((fs::path(tmp) / "config.json").string(), config.dump(2) + "\n");
+  return out.Write("config.json", config.dump(2) + "\n");
 }
 
 // The weights: shards planned from the manifest (so every name knows M), then filled block
 // by block and written as each one completes.
-Status WriteShards(const Consolidator& c, const HfFolderOptions& o, const std::string& tmp, ExportReport* rep) {
+Status WriteShards(const Consolidator& c, const HfFolderOptions& o, OutFolder& out, ExportReport* rep) {
   const std::vector<PlannedTensor> plan = c.Plan(o.dtype);
   std::vector<int> shard_of(plan.size());
   uint64_t in_shard = 0, total = 0;
@@ -74,7 +79,7 @@ Status WriteShards(const Consolidator& c, const HfFolderOptions& o, const std::s
       std::vector<TensorView> views;
       for (const ExportedTensor& p : pending) views.push_back(p.view);
       uint64_t bytes = 0;
-      STRATA_RETURN_IF_ERROR(WriteSafetensors((fs::path(tmp) / name(s)).string(), views, {{"format", "pt"}}, &bytes));
+      STRATA_RETURN_IF_ERROR(WriteSafetensors(out.Path(name(s)), views, ExportMetadata(), &bytes));
       rep->bytes += bytes;
       rep->tensors += static_cast<int64_t>(views.size());
       pending.clear();
@@ -82,16 +87,16 @@ Status WriteShards(const Consolidator& c, const HfFolderOptions& o, const std::s
   }
   rep->shards = shards;
   const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  return WriteDurably((fs::path(tmp) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+  return out.Write("model.safetensors.index.json", index.dump(2) + "\n");
 }
 
-Status CopySideFiles(const std::string& source, const std::string& tmp, ExportReport* rep) {
+Status CopySideFiles(const std::string& source, OutFolder& out, ExportReport* rep) {
   std::error_code ec;
   for (const char* f : kSideFiles) {
     const std::string from = (fs::path(source) / f).string();
     if (!fs::is_regular_file(from, ec)) continue;
-    STRATA_ASSIGN_OR_RETURN(std::string bytes, ReadTextFile(from));
-    STRATA_RETURN_IF_ERROR(WriteDurably((fs::path(tmp) / f).string(), bytes));
+    STRATA_ASSIGN_OR_RETURN(std::string bytes, ReadInputFile(from, kMaxSideFileBytes, "a tokenizer file"));
+    STRATA_RETURN_IF_ERROR(out.Write(f, bytes));
     rep->copied.push_back(f);
   }
   return Status();
@@ -100,22 +105,18 @@ Status CopySideFiles(const std::string& source, const std::string& tmp, ExportRe
 StatusOr<ExportReport> Export(const std::string& checkpoint, const std::string& out, const HfFolderOptions& o) {
   if (o.max_shard_bytes == 0) return InvalidArgument("the maximum shard size must be positive");
   STRATA_ASSIGN_OR_RETURN(Consolidator c, Consolidator::Open(checkpoint));
+  STRATA_RETURN_IF_ERROR(CheckOutsideCheckpoint(out, checkpoint, c.step_dir()));
   STRATA_RETURN_IF_ERROR(CheckLoraMerge(c, o.merge_lora, /*single_file=*/false));
   ExportReport rep;
   rep.step_dir = c.step_dir();
   rep.step = c.manifest()["step"].get<int64_t>();
   STRATA_ASSIGN_OR_RETURN(rep.source, SourceFolder(c.manifest(), o.source, "no tokenizer files copied", &rep.notes));
   if (c.lora()) DescribeMerge(c, &rep);
-  STRATA_ASSIGN_OR_RETURN(OutFolder f, MakeOutFolder(out));
-  Status s = WriteConfig(c, rep.source, f.tmp, o.dtype);
-  if (s.ok()) s = WriteShards(c, o, f.tmp, &rep);
-  if (s.ok() && !rep.source.empty()) s = CopySideFiles(rep.source, f.tmp, &rep);
-  if (s.ok()) s = Publish(f, "config.json", "a model folder");
-  if (!s.ok()) {
-    std::error_code ec;
-    fs::remove_all(f.tmp, ec);
-    return s;
-  }
+  STRATA_ASSIGN_OR_RETURN(OutFolder f, OutFolder::Make(out, "a model folder", o.overwrite));
+  STRATA_RETURN_IF_ERROR(WriteConfig(c, rep.source, f, o.dtype));
+  STRATA_RETURN_IF_ERROR(WriteShards(c, o, f, &rep));
+  if (!rep.source.empty()) STRATA_RETURN_IF_ERROR(CopySideFiles(rep.source, f, &rep));
+  STRATA_RETURN_IF_ERROR(f.Publish());  // on any error above, f's destructor removes the temporary
   return rep;
 }
 

@@ -2,7 +2,9 @@
 
 #include <filesystem>
 
+#include "src/base/input_file.h"
 #include "src/checkpoint/durable_file.h"
+#include "src/checkpoint/hf_index.h"
 #include "src/checkpoint/hf_names.h"
 #include "src/checkpoint/safetensors.h"
 #include "src/engine/json_reader.h"
@@ -43,18 +45,8 @@ Status HfWeights::OpenFolder() {
       return Error(StatusCode::kNotFound, "'{}' holds neither {} nor model.safetensors", path_, kIndexName);
     return AddFile(single, nullptr);
   }
-  STRATA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(index));
-  STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonText(text, "'" + index + "'"));
-  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-    return InvalidArgument("'{}': no \"weight_map\" object (tensor name -> file)", index);
-  std::map<std::string, std::set<std::string>> by_file;
-  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-    if (!it->is_string()) return InvalidArgument("'{}': weight_map[\"{}\"] is not a file name", index, it.key());
-    const std::string file = it->get<std::string>();
-    if (file.empty() || file.find('/') != std::string::npos || file == "..")
-      return InvalidArgument("'{}': weight_map[\"{}\"] = \"{}\" is not a file of the folder", index, it.key(), file);
-    by_file[file].insert(it.key());
-  }
+  STRATA_ASSIGN_OR_RETURN(std::string text, ReadInputFile(index, kMaxIndexFileBytes, "a safetensors index"));
+  STRATA_ASSIGN_OR_RETURN(auto by_file, ParseSafetensorsIndex(text, "'" + index + "'"));
   for (const auto& [file, names] : by_file) STRATA_RETURN_IF_ERROR(AddFile((fs::path(path_) / file).string(), &names));
   return Status();
 }
@@ -175,6 +167,39 @@ Status LoadIntoModel(HfWeights& weights, model::FullModel& model) {
     STRATA_RETURN_IF_ERROR(weights.FillBlock(static_cast<int>(b), params));
   }
   return weights.CheckAllUsed();
+}
+
+model::ModelConfig ModelOf(const Consolidator& c) {
+  model::ModelConfig m = c.model();
+  m.lora = model::LoraConfig{};  // merged into the base
+  return m;
+}
+
+Status LoadCheckpointIntoModel(const Consolidator& c, model::FullModel& model) {
+  const model::ModelConfig& config = c.model();
+  const bool gpt2 = config.arch == model::Arch::kGpt2;
+  const auto& blocks = model.blocks();
+  if (static_cast<int>(blocks.size()) != c.num_blocks())
+    return InvalidArgument("'{}' holds {} blocks, the model {}", c.step_dir(), c.num_blocks(), blocks.size());
+  torch::NoGradGuard no_grad;
+  for (int b = 0; b < c.num_blocks(); ++b) {
+    STRATA_ASSIGN_OR_RETURN(std::vector<ExportedTensor> tensors, c.Block(b, ExportDType::kF32));
+    std::map<std::string, const ExportedTensor*> by_name;
+    for (const ExportedTensor& t : tensors) by_name[t.view.name] = &t;
+    for (const auto& item : blocks[b]->named_parameters(true)) {
+      const HfName hf = ToHfName(gpt2, static_cast<int>(config.n_layer), b, item.key());
+      auto it = by_name.find(hf.name);
+      std::vector<int64_t> want = item.value().sizes().vec();
+      if (hf.transpose) std::swap(want[0], want[1]);
+      if (it == by_name.end() || it->second->view.shape != want)
+        return Error(StatusCode::kDataLoss, "'{}': block {} has no tensor '{}' of shape {}", c.step_dir(), b, hf.name,
+                     Shape(want));
+      torch::Tensor src = torch::from_blob(const_cast<std::byte*>(it->second->view.bytes.data()), want,
+                                           torch::TensorOptions().dtype(torch::kFloat32));
+      item.value().detach().copy_(hf.transpose ? src.t() : src);
+    }
+  }
+  return Status();
 }
 
 }  // namespace strata::ckpt

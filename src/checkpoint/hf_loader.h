@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "src/checkpoint/consolidate.h"
 #include "src/engine/engine.h"
 #include "src/model/model.h"
 #include "strata/status.h"
@@ -69,5 +70,11 @@ EngineHooks MakeInitFromHooks(std::shared_ptr<HfWeights> weights, int num_blocks
 
 // Loads the weights into a plain FullModel (tests compare its logits with transformers').
 Status LoadIntoModel(HfWeights& weights, model::FullModel& model);
+
+// The model a Strata checkpoint holds, as export would write it (a LoRA checkpoint with its
+// adapters merged), for a plain FullModel: its config, and its weights read straight from the
+// rank files one block at a time (no copy on disk). `model` must be built from ModelOf(c).
+model::ModelConfig ModelOf(const Consolidator& c);
+Status LoadCheckpointIntoModel(const Consolidator& c, model::FullModel& model);
 
 }  // namespace strata::ckpt

@@ -7,7 +7,7 @@
 
 #include <fmt/ranges.h>
 
-#include "src/checkpoint/folder_out.h"
+#include "src/checkpoint/export_target.h"
 #include "src/checkpoint/hf_names.h"
 #include "src/checkpoint/manifest.h"
 #include "src/engine/train_config.h"
@@ -80,6 +80,7 @@ Status AdapterTensors(const Consolidator& c, ExportDType dtype, std::vector<Expo
 
 StatusOr<ExportReport> Peft(const std::string& checkpoint, const std::string& out, const PeftOptions& o) {
   STRATA_ASSIGN_OR_RETURN(Consolidator c, Consolidator::Open(checkpoint));
+  STRATA_RETURN_IF_ERROR(CheckOutsideCheckpoint(out, checkpoint, c.step_dir()));
   if (!c.lora())
     return Error(StatusCode::kFailedPrecondition, "'{}' has no LoRA adapters (its run had no strata.lora): export it as "
                  "a model folder or a .safetensors file", c.step_dir());
@@ -105,22 +106,16 @@ StatusOr<ExportReport> Peft(const std::string& checkpoint, const std::string& ou
   }
   rep.tensors = static_cast<int64_t>(views.size());
   const nlohmann::ordered_json config = AdapterConfig(c.model().lora, rep.source);
-  STRATA_ASSIGN_OR_RETURN(OutFolder f, MakeOutFolder(out));
-  Status s = WriteDurably((fs::path(f.tmp) / "adapter_config.json").string(), config.dump(2) + "\n");
-  if (s.ok()) s = WriteSafetensors((fs::path(f.tmp) / "adapter_model.safetensors").string(), views, {{"format", "pt"}},
-                                   &rep.bytes);
-  if (s.ok()) s = Publish(f, "adapter_config.json", "a PEFT adapter folder");
-  if (!s.ok()) {
-    std::error_code ec;
-    fs::remove_all(f.tmp, ec);
-    return s;
-  }
+  STRATA_ASSIGN_OR_RETURN(OutFolder f, OutFolder::Make(out, "a PEFT adapter folder", o.overwrite));
+  STRATA_RETURN_IF_ERROR(f.Write("adapter_config.json", config.dump(2) + "\n"));
+  STRATA_RETURN_IF_ERROR(WriteSafetensors(f.Path("adapter_model.safetensors"), views, ExportMetadata(), &rep.bytes));
+  STRATA_RETURN_IF_ERROR(f.Publish());  // on any error above, f's destructor removes the temporary
   rep.details.push_back(fmt::format("adapter_config.json: LORA, {}, base_model_name_or_path {}", Summary(c.model().lora),
                                     config["base_model_name_or_path"].dump()));
   rep.details.push_back(fmt::format("adapter_model.safetensors: lora_A [r, in] and lora_B [out, r] of {} projections",
                                     rep.tensors / 2));
   rep.details.push_back(fmt::format("load: peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({}), "
-                                    "\"{}\")", rep.source.empty() ? "BASE" : nlohmann::json(rep.source).dump(), f.target));
+                                    "\"{}\")", rep.source.empty() ? "BASE" : nlohmann::json(rep.source).dump(), f.target()));
   return rep;
 }
 

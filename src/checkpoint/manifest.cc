@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "src/base/input_file.h"
+#include "src/base/json_text.h"
 #include "src/checkpoint/durable_file.h"
 #include "src/engine/json_reader.h"
 
 namespace strata::ckpt {
 namespace fs = std::filesystem;
+
+constexpr uint64_t kMaxLatestBytes = 4096;
 
 std::string StepDirName(int64_t step) { return fmt::format("step_{:08d}", step); }
 std::string RankFileName(int rank) { return fmt::format("rank{}.safetensors", rank); }
@@ -20,10 +24,11 @@ StatusOr<std::string> ResolveStepDir(const std::string& path) {
     if (!fs::exists(path, ec)) return Error(StatusCode::kNotFound, "checkpoint folder '{}' does not exist", path);
     return Error(StatusCode::kNotFound, "'{}' holds no checkpoint (neither 'latest' nor 'manifest.json')", path);
   }
-  STRATA_ASSIGN_OR_RETURN(std::string name, ReadTextFile(latest));
+  // It names one step folder ("step_00000100\n"); anything longer is not Strata's.
+  STRATA_ASSIGN_OR_RETURN(std::string name, ReadInputFile(latest, kMaxLatestBytes, "a 'latest' file"));
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  if (name.empty() || name.find('/') != std::string::npos)
-    return Error(StatusCode::kDataLoss, "'{}' does not name a step folder: \"{}\"", latest, name);
+  if (name.empty() || name.find('/') != std::string::npos || name == "..")
+    return Error(StatusCode::kDataLoss, "'{}' does not name a step folder: {}", latest, QuoteForError(name));
   return (fs::path(path) / name).string();
 }
 
@@ -81,8 +86,7 @@ std::string ManifestProblem(const nlohmann::json& j) {
 
 StatusOr<nlohmann::json> ReadManifest(const std::string& step_dir) {
   const std::string path = (fs::path(step_dir) / "manifest.json").string();
-  STRATA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
-  STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonText(text, "'" + path + "'", StatusCode::kDataLoss));
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ReadJsonFile(path, kMaxIndexFileBytes, StatusCode::kDataLoss));
   if (!j.is_object() || !j.contains("format") || j["format"] != kManifestFormat)
     return Error(StatusCode::kDataLoss, "'{}' is not a Strata checkpoint manifest (format \"{}\" expected)", path,
                  kManifestFormat);

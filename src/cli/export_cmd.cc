@@ -8,6 +8,7 @@
 
 #include "src/checkpoint/export.h"
 #include "src/cli/commands.h"
+#include "src/cli/stop_on_signal.h"
 
 namespace strata::cli {
 namespace {
@@ -36,7 +37,7 @@ StatusOr<uint64_t> ParseSize(const std::string& s) {
 void AddExportCommand(CLI::App& app, Action* action) {
   struct Args {
     std::string checkpoint, out, dtype = "fp32", max_shard_size = "5GB", hf_source;
-    bool merge_lora = false;
+    bool merge_lora = false, overwrite = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("export", "consolidate a checkpoint's shards into a Hugging Face model folder (or one "
@@ -54,8 +55,12 @@ void AddExportCommand(CLI::App& app, Action* action) {
                                                "strata.model.from / --init-from DIR)");
   cmd->add_flag("--merge-lora", a->merge_lora, "LoRA checkpoint: write the merged model (W + alpha/r * B @ A, the base "
                                                "in the run's compute dtype) instead of a PEFT adapter folder");
+  cmd->add_flag("--overwrite", a->overwrite, "replace --out even if strata export did not write it (by default an "
+                                             "existing output is replaced only when it is an earlier export's, with "
+                                             "nothing added since)");
   cmd->callback([=] {
     *action = [=] {
+      StopOnSignals();  // a stopped export removes its temporary output
       const ckpt::ExportDType dtype = a->dtype == "bf16"   ? ckpt::ExportDType::kBF16
                                       : a->dtype == "fp16" ? ckpt::ExportDType::kF16
                                                            : ckpt::ExportDType::kF32;
@@ -66,13 +71,13 @@ void AddExportCommand(CLI::App& app, Action* action) {
         if (a->merge_lora && !lora)
           return InvalidArgument("--merge-lora: '{}' has no LoRA adapters (its run had no strata.lora); drop the flag",
                                  a->checkpoint);
-        if (file) return ckpt::ExportCheckpoint(a->checkpoint, a->out, dtype, a->merge_lora);
+        if (file) return ckpt::ExportCheckpoint(a->checkpoint, a->out, dtype, a->merge_lora, a->overwrite);
         if (lora && !a->merge_lora) {
           peft = true;
-          return ckpt::ExportPeftAdapter(a->checkpoint, a->out, {dtype, a->hf_source});
+          return ckpt::ExportPeftAdapter(a->checkpoint, a->out, {dtype, a->hf_source, a->overwrite});
         }
         STRATA_ASSIGN_OR_RETURN(uint64_t size, ParseSize(a->max_shard_size));
-        return ckpt::ExportHfFolder(a->checkpoint, a->out, {dtype, size, a->hf_source, a->merge_lora});
+        return ckpt::ExportHfFolder(a->checkpoint, a->out, {dtype, size, a->hf_source, a->merge_lora, a->overwrite});
       };
       StatusOr<ckpt::ExportReport> r = run();
       if (!r.ok()) {

@@ -1,25 +1,27 @@
 // `strata generate --model DIR_OR_CKPT --prompt TEXT`: continues a prompt with a trained
 // model, to look at a fine-tune without leaving Strata. The model is a Hugging Face folder
-// (config.json + safetensors) or a Strata checkpoint, which is first exported to a temporary
-// folder by the export code (so it accepts what `strata export` accepts; a LoRA checkpoint
-// with its adapters merged). The whole model is
-// loaded into host memory and run on the CPU: this is for small models.
+// (config.json + safetensors) or a Strata checkpoint, whose rank files are read block by block
+// as `strata export` reads them (a LoRA checkpoint with its adapters merged; nothing is copied
+// to disk). The whole model is loaded into host memory and run on the CPU: this is for small
+// models.
 //
 // Tokens: byte-level for vocab-256 models (the built-in tokenizer: text in, text out);
 // other models take --prompt-tokens "ID ID ..." and print token ids (tokenize with the
 // folder's tokenizer elsewhere; Strata has no BPE tokenizer of its own). Generation stops
 // after an end-of-sequence token: the folder's eos_token_id (generation_config.json, else
-// config.json; a Strata checkpoint's export copies the first from the model it was
-// fine-tuned from), or --stop-token; --ignore-eos turns the folder's off.
+// config.json; for a Strata checkpoint, of the folder it was fine-tuned from), or
+// --stop-token; --ignore-eos turns the folder's off.
 #include <ATen/CPUGeneratorImpl.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <sstream>
 
-#include "src/checkpoint/durable_file.h"
-#include "src/checkpoint/export.h"
+#include "src/base/input_file.h"
+#include "src/checkpoint/export_target.h"
 #include "src/checkpoint/hf_loader.h"
 #include "src/cli/commands.h"
 #include "src/engine/json_reader.h"
@@ -41,31 +43,35 @@ struct Args {
   bool ignore_eos = false;
 };
 
-// Removes a temporary export folder on every path out.
-struct TempDir {
-  std::string path;
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) fs::remove_all(path, ec);
-  }
+// A model to run: a Hugging Face folder's, or a Strata checkpoint's (read from its rank
+// files directly, as export reads them: nothing is copied to disk).
+struct LoadedModel {
+  model::ModelConfig config;
+  std::string eos_folder;  // where eos_token_id is looked up ("" = nowhere)
+  std::function<Status(model::FullModel&)> load;
 };
 
-// The HF folder to load: `model` itself, or `model` (a checkpoint) exported into `tmp`.
-StatusOr<std::string> ModelFolder(const std::string& model, TempDir& tmp) {
+StatusOr<LoadedModel> OpenModel(const std::string& model) {
   std::error_code ec;
-  if (fs::exists(fs::path(model) / "config.json", ec)) return model;
+  if (fs::exists(fs::path(model) / "config.json", ec)) {
+    STRATA_ASSIGN_OR_RETURN(model::ModelConfig config, model::ReadHfModelConfig(model));
+    return LoadedModel{config, model, [model, config](model::FullModel& net) -> Status {
+                         STRATA_ASSIGN_OR_RETURN(std::shared_ptr<ckpt::HfWeights> w, ckpt::HfWeights::Open(model, config));
+                         return ckpt::LoadIntoModel(*w, net);
+                       }};
+  }
   if (!fs::is_directory(model, ec))
     return InvalidArgument("--model '{}': not a folder (a Hugging Face model folder or a checkpoint)", model);
-  std::string pattern = (fs::temp_directory_path() / "strata-generate-XXXXXX").string();
-  if (!::mkdtemp(pattern.data())) return InvalidArgument("--model '{}': cannot make a temporary folder", model);
-  tmp.path = pattern;
-  const std::string out = tmp.path + "/model";
-  StatusOr<ckpt::ExportReport> r =
-      ckpt::ExportHfFolder(model, out, {ckpt::ExportDType::kF32, UINT64_MAX, "", /*merge_lora=*/true});
-  if (!r.ok())
+  StatusOr<ckpt::Consolidator> c = ckpt::Consolidator::Open(model);
+  if (!c.ok())
     return InvalidArgument("--model '{}': neither a model folder (no config.json) nor a readable checkpoint: {}", model,
-                           r.status().ToString());
-  return out;
+                           c.status().ToString());
+  // The end-of-sequence ids of the folder the run was fine-tuned from, as its export would copy them.
+  std::vector<std::string> notes;
+  STRATA_ASSIGN_OR_RETURN(std::string source, ckpt::SourceFolder(c->manifest(), "", "", &notes));
+  auto shared = std::make_shared<ckpt::Consolidator>(std::move(c).value());
+  return LoadedModel{ckpt::ModelOf(*shared), source,
+                     [shared](model::FullModel& net) { return ckpt::LoadCheckpointIntoModel(*shared, net); }};
 }
 
 // The folder's end-of-sequence ids: eos_token_id (an id or a list) of generation_config.json,
@@ -75,7 +81,7 @@ StatusOr<std::vector<int64_t>> EosTokens(const std::string& folder, int64_t voca
     const std::string path = (fs::path(folder) / name).string();
     std::error_code ec;
     if (!fs::exists(path, ec)) continue;
-    STRATA_ASSIGN_OR_RETURN(std::string text, ckpt::ReadTextFile(path));
+    STRATA_ASSIGN_OR_RETURN(std::string text, ReadInputFile(path, kMaxConfigFileBytes, "a model folder's JSON file"));
     STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonText(text, "'" + path + "'"));
     if (!j.is_object() || !j.contains("eos_token_id") || j["eos_token_id"].is_null()) continue;
     const nlohmann::json& e = j["eos_token_id"];
@@ -122,21 +128,20 @@ int Run(const Args& a) {
     std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
     return 1;
   };
-  if (a.temperature < 0) return fail(InvalidArgument("--temperature {}: must be >= 0 (0 = greedy)", a.temperature));
+  if (!(std::isfinite(a.temperature) && a.temperature >= 0))
+    return fail(InvalidArgument("--temperature {}: must be a finite number >= 0 (0 = greedy)", a.temperature));
   if (!(a.top_p > 0 && a.top_p <= 1)) return fail(InvalidArgument("--top-p {}: must be in (0, 1]", a.top_p));
-  TempDir tmp;
-  StatusOr<std::string> folder = ModelFolder(a.model, tmp);
-  if (!folder.ok()) return fail(folder.status());
-  StatusOr<model::ModelConfig> config = model::ReadHfModelConfig(*folder);
-  if (!config.ok()) return fail(config.status());
+  StatusOr<LoadedModel> loaded = OpenModel(a.model);
+  if (!loaded.ok()) return fail(loaded.status());
+  const model::ModelConfig* config = &loaded->config;
   StatusOr<std::vector<int64_t>> prompt = PromptTokens(a, config->vocab_size);
   if (!prompt.ok()) return fail(prompt.status());
   std::vector<int64_t> stop = a.stop_tokens;
   for (int64_t t : stop)
     if (t < 0 || t >= config->vocab_size)
       return fail(InvalidArgument("--stop-token {}: not a token id in [0, {})", t, config->vocab_size));
-  if (!a.ignore_eos) {
-    StatusOr<std::vector<int64_t>> eos = EosTokens(*folder, config->vocab_size);
+  if (!a.ignore_eos && !loaded->eos_folder.empty()) {
+    StatusOr<std::vector<int64_t>> eos = EosTokens(loaded->eos_folder, config->vocab_size);
     if (!eos.ok()) return fail(eos.status());
     stop.insert(stop.end(), eos->begin(), eos->end());
   }
@@ -146,11 +151,7 @@ int Run(const Args& a) {
                                 max_positions));
 
   model::FullModel net{model::ModelSpec(*config)};
-  {
-    StatusOr<std::shared_ptr<ckpt::HfWeights>> weights = ckpt::HfWeights::Open(*folder, *config);
-    if (!weights.ok()) return fail(weights.status());
-    if (Status s = ckpt::LoadIntoModel(**weights, net); !s.ok()) return fail(s);
-  }
+  if (Status s = loaded->load(net); !s.ok()) return fail(s);
   if (a.dtype == "bf16") net.to(torch::kBFloat16);
   net.eval();
 
@@ -171,6 +172,9 @@ int Run(const Args& a) {
       model::Generate(net, max_positions, *prompt, a.max_new_tokens, {a.temperature, a.top_p}, gen, print, stop);
   std::printf("\n");
   std::fflush(stdout);  // the notes below go to stderr: after the ids' line, also through a pipe
+  if (r.nonfinite_logits)
+    return fail(Error(StatusCode::kDataLoss, "the model's logits hold NaN or Inf after {} new tokens: its weights are "
+                      "not finite (a diverged run?)", r.tokens.size()));
   if (r.reached_stop_token)
     std::fprintf(stderr, "note: stopped after %zu new tokens at the end-of-sequence token %lld (--ignore-eos goes on)\n",
                  r.tokens.size(), static_cast<long long>(r.tokens.back()));

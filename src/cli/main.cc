@@ -1,6 +1,7 @@
 // build/strata: the composition root. Parses the command line and runs one subcommand.
 #include <cstdio>
 
+#include "src/base/temporaries.h"
 #include "src/cli/commands.h"
 #include "src/comm/launcher.h"
 
@@ -44,7 +45,17 @@ int main(int argc, char** argv) {
       std::printf("strata: no subcommand given; running the default job: the tiny GPT-2 on 2 local ranks with "
                 "parameters and optimizer states on NVMe (strata train --nproc 2; see strata --help)\n");
     std::fflush(stdout);
-    return strata::cli::RunDefaultTraining();
+    action = strata::cli::RunDefaultTraining;
   }
-  return action();
+  // Errors are Statuses; an exception reaching here is a bug or a library's refusal (LibTorch,
+  // the standard library): it is reported, and the outputs in progress are removed.
+  try {
+    return action();
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    for (const std::string& path : strata::RemoveTemporaries())
+      std::fprintf(stderr, "removed the unfinished '%s'\n", path.c_str());
+    return 1;
+  }
 }

@@ -2,8 +2,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
+#include <cstring>
+
+#include "strata/log.h"
 
 namespace strata::cli {
 namespace {
@@ -19,14 +26,35 @@ std::string Duration(double s) {
 }  // namespace
 
 Progress::~Progress() {
-  if (metrics_) std::fclose(metrics_);
+  if (metrics_fd_ >= 0) ::close(metrics_fd_);
 }
 
 Status Progress::Open() {
   if (o_.metrics_path.empty()) return Status();
-  metrics_ = std::fopen(o_.metrics_path.c_str(), "w");
-  if (!metrics_) return ErrnoError(errno, "cannot create metrics file '{}'", o_.metrics_path);
+  metrics_fd_ = ::open(o_.metrics_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (metrics_fd_ < 0) return ErrnoError(errno, "cannot open metrics file '{}'", o_.metrics_path);
+  struct stat st {};
+  if (::fstat(metrics_fd_, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+    Message(fmt::format("metrics: appending to '{}' ({} bytes of earlier lines kept)", o_.metrics_path, st.st_size));
   return Status();
+}
+
+void Progress::WriteMetrics(const std::string& line) {
+  ++metrics_lines_;
+  const std::string text = line + "\n";
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(metrics_fd_, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  if (done == text.size()) return;
+  if (metrics_lost_++ == 0) {
+    metrics_errno_ = errno;
+    LogWarn("metrics file '{}': cannot write ({}); this and later lost lines are counted in the summary",
+            o_.metrics_path, std::strerror(metrics_errno_));
+  }
 }
 
 void Progress::ClearBar() {
@@ -70,7 +98,7 @@ void Progress::OnStep(const StepStats& st) {
     sum_flops_ += st.tokens * o_.flops_per_token;
     ++measured_;
   }
-  if (metrics_) {
+  if (metrics_fd_ >= 0) {
     nlohmann::json j = {{"step", st.step},           {"loss", st.loss},
                         {"lr", st.lr},               {"grad_norm", std::isfinite(st.grad_norm) ? nlohmann::json(st.grad_norm) : nlohmann::json(nullptr)},
                         {"loss_scale", st.loss_scale}, {"skipped", st.skipped},
@@ -85,8 +113,7 @@ void Progress::OnStep(const StepStats& st) {
       j["speculated_blocks"] = st.speculated_blocks;
       j["redone_blocks"] = st.redone_blocks;
     }
-    std::fprintf(metrics_, "%s\n", j.dump().c_str());
-    std::fflush(metrics_);
+    WriteMetrics(j.dump());
   }
   if (st.step % o_.steps_per_print == 0 || st.step + 1 == o_.total_steps) {
     std::string line = fmt::format(
@@ -112,11 +139,7 @@ void Progress::OnStep(const StepStats& st) {
 
 void Progress::OnEval(int64_t step, double loss, int64_t batches) {
   Message(fmt::format("eval  step {:5d}  loss {:.4f} (held-out, {} batches)", step, loss, batches));
-  if (metrics_) {
-    const nlohmann::json j = {{"step", step}, {"eval_loss", loss}, {"eval_batches", batches}};
-    std::fprintf(metrics_, "%s\n", j.dump().c_str());
-    std::fflush(metrics_);
-  }
+  if (metrics_fd_ >= 0) WriteMetrics(nlohmann::json({{"step", step}, {"eval_loss", loss}, {"eval_batches", batches}}).dump());
 }
 
 void Progress::OnSave(int64_t step, const std::string& dir, double seconds) {
@@ -149,6 +172,9 @@ void Progress::Finish() {
       std::printf("summary: %lld speculative block update(s) redone because their step clipped\n", (long long)redone_);
   }
   std::fflush(stdout);
+  if (metrics_lost_ > 0)
+    LogWarn("metrics file '{}': {} of {} lines were not written ({})", o_.metrics_path, metrics_lost_, metrics_lines_,
+            std::strerror(metrics_errno_));
 }
 
 }  // namespace strata::cli

@@ -25,7 +25,8 @@ class Progress {
  public:
   explicit Progress(ProgressOptions o) : o_(std::move(o)) {}
   ~Progress();
-  Status Open();  // creates the metrics file
+  // Opens the metrics file: created, or appended to (an earlier run's lines are kept).
+  Status Open();
   void OnStep(const StepStats& st);
   void OnEval(int64_t step, double loss, int64_t batches);
   void OnSave(int64_t step, const std::string& dir, double seconds);
@@ -35,8 +36,13 @@ class Progress {
  private:
   void ClearBar();
   void DrawBar(const StepStats& st);
+  // One line to the metrics file; a line that cannot be written is counted, and the first
+  // failure is said at once (a full disk must not lose the run's telemetry silently).
+  void WriteMetrics(const std::string& line);
   ProgressOptions o_;
-  FILE* metrics_ = nullptr;
+  int metrics_fd_ = -1;
+  int64_t metrics_lines_ = 0, metrics_lost_ = 0;
+  int metrics_errno_ = 0;
   bool bar_drawn_ = false;
   int64_t done_ = 0, measured_ = 0, tokens_ = 0, skipped_ = 0, redone_ = 0;
   double sum_optimizer_wait_ = 0;

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "src/base/temporaries.h"
 #include "strata/log.h"
 #include "strata/nvme_tier.h"
 
@@ -60,6 +61,7 @@ bool StopChildren() {
     for (const std::string& path : removed) std::filesystem::remove_all(path, ec);
   }
   for (const std::string& path : removed) LogInfo("removed swap folder '{}'", path);
+  for (const std::string& path : RemoveTemporaries()) LogInfo("removed the unfinished '{}'", path);
   std::fflush(stdout);
   std::fflush(stderr);
   _exit(128 + sig);  // no destructors: other threads may be mid-step; files are closed by the kernel
@@ -68,7 +70,8 @@ bool StopChildren() {
 }  // namespace
 
 void StopOnSignals() {
-  if (g_wake[0] >= 0 || pipe2(g_wake, O_CLOEXEC | O_NONBLOCK) != 0) return;
+  if (g_wake[0] >= 0) return;  // installed already
+  if (pipe2(g_wake, O_CLOEXEC | O_NONBLOCK) != 0) return;
   // The watcher blocks on the read end: make only the write end non-blocking.
   fcntl(g_wake[0], F_SETFL, 0);
   std::thread(Watch).detach();

@@ -48,6 +48,7 @@ struct TrainArgs {
   int64_t save_interval = -1;
   bool no_fit_check = false;
   bool memory_only = false;
+  bool overwrite = false;  // --save may replace another run's checkpoints
 };
 
 // This process's resident memory (now and peak) from /proc/self/status, beside the ledger.
@@ -98,7 +99,7 @@ class TrainRun {
 int TrainRun::Run() {
   for (Status (TrainRun::*step)() : {&TrainRun::Configure, &TrainRun::Connect, &TrainRun::CreateEngine}) {
     if (Status s = (this->*step)(); !s.ok()) {
-      LogError("{}", s.ToString());
+      if (!s.message().empty()) LogError("{}", s.ToString());  // empty: another rank reports it
       return 1;
     }
   }
@@ -125,6 +126,10 @@ Status TrainRun::Configure() {
   if (!a_.init_from.empty() && std::filesystem::is_directory(a_.init_from, ec))
     sets.push_back("strata.model.from=" + nlohmann::json(a_.init_from).dump());
   STRATA_ASSIGN_OR_RETURN(cfg_, ResolveTrainConfig(a_.config, a_.strata_file, sets, env_.world_size));
+  // Before any rank connects: every rank sees the same folder and stops; rank 0 says why.
+  if (!a_.save.empty())
+    if (Status s = ckpt::CheckSaveFolder(a_.save, a_.resume, a_.overwrite); !s.ok())
+      return lead() ? s : Status(s.code(), "");
   if (lead()) {
     for (const auto& w : cfg_.warnings) LogWarn("config key '{}' is not used by Strata; ignored", w);
     for (const auto& n : cfg_.notes) LogInfo("config: {}", n);
@@ -390,6 +395,8 @@ void AddTrainCommand(CLI::App& app, Action* action) {
   cmd->add_option("--save-interval", a->save_interval, "steps between checkpoints (overrides strata.save_interval)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
   cmd->add_option("--resume", a->resume, "continue from a checkpoint folder (its latest step) or a step folder");
+  cmd->add_flag("--overwrite", a->overwrite, "let --save replace the checkpoints another run left in that folder "
+                                             "(without it, a folder holding checkpoints is used only by --resume)");
   cmd->add_option("--init-from", a->init_from, "initial weights from a Hugging Face model folder (its config.json sets "
                                                "the architecture: GPT-2, LLaMA, Mistral, Qwen2, Qwen3) or a safetensors "
                                                "file (architecture from strata.model)");

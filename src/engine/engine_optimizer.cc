@@ -80,6 +80,12 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
     LogWarn("step {}: gradient overflow (loss scale {}); step skipped, loss scale now {}", step, scale, scaler.scale());
     // Without a dynamic loss scale nothing changes from one step to the next: a run that
     // keeps skipping would "train" to the end and change nothing.
+    if (scaler.at_floor())
+      return Status(StatusCode::kFailedPrecondition,
+                    fmt::format("step {}: the gradients overflowed at the minimum loss scale (fp16.min_loss_scale {}) "
+                                "after {} skipped step(s) in a row: there is nothing left to adjust and the run would "
+                                "train nothing; stopping. The weights or the data may hold NaN or Inf, or the learning "
+                                "rate is too high; bf16 needs no loss scale", step, scale, scaler.overflow_streak()));
     if (!scaler.dynamic() && cfg.max_skipped_steps > 0 && scaler.overflow_streak() >= cfg.max_skipped_steps)
       return Status(StatusCode::kFailedPrecondition,
                     fmt::format("step {}: the gradients were not finite in {} steps in a row with no loss scaling to "

@@ -6,53 +6,6 @@
 
 namespace strata {
 
-namespace {
-
-// The byte offset where nesting first exceeds `max_depth`, or npos. Brackets inside strings
-// (escapes included) do not count.
-size_t DeepNestingOffset(std::string_view text, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char ch = text[i];
-    if (in_string) {
-      if (ch == '\\') ++i;
-      else if (ch == '"') in_string = false;
-    } else if (ch == '"') {
-      in_string = true;
-    } else if (ch == '[' || ch == '{') {
-      if (++depth > max_depth) return i;
-    } else if (ch == ']' || ch == '}') {
-      --depth;
-    }
-  }
-  return std::string_view::npos;
-}
-
-}  // namespace
-
-StatusOr<nlohmann::json> ParseJsonText(std::string_view text, const std::string& what, StatusCode code) {
-  if (const size_t at = DeepNestingOffset(text, kMaxJsonDepth); at != std::string_view::npos)
-    return Status(code, fmt::format("{}: nested deeper than {} levels at byte {}", what, kMaxJsonDepth, at));
-  std::vector<std::string> keys;  // keys[d - 1]: the key being read at depth d
-  auto track = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::key && depth >= 1) {
-      keys.resize(static_cast<size_t>(depth) - 1);
-      keys.push_back(parsed.get<std::string>());
-    }
-    return true;
-  };
-  try {
-    return nlohmann::json::parse(text, track);
-  } catch (const nlohmann::json::parse_error& e) {
-    return Status(code, fmt::format("{}: not valid JSON: {}", what, e.what()));
-  } catch (const nlohmann::json::exception& e) {  // e.g. 406: a number overflowing a double
-    std::string path;
-    for (const std::string& k : keys) path += (path.empty() ? "" : ".") + k;
-    return Status(code, fmt::format("{}: {}{}", what, path.empty() ? "" : path + ": ", e.what()));
-  }
-}
-
 const nlohmann::json* JsonReader::Get(const std::string& key) {
   used_.insert(key);
   if (!Has(key)) return nullptr;

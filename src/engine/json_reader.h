@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "src/base/json_text.h"
 #include "strata/status.h"
 
 namespace strata {
@@ -22,14 +23,6 @@ struct AutoValue {
   std::string value;
   std::string reason;
 };
-
-// JSON from a file nobody vouches for (configs, manifests, safetensors headers): every
-// failure is a Status with `code`, prefixed by `what`, never a crash or an abort. Nesting
-// deeper than kMaxJsonDepth is refused naming its byte offset (a parser recursing on it would
-// overflow the stack); a number outside double's range names its key path.
-inline constexpr int kMaxJsonDepth = 64;
-StatusOr<nlohmann::json> ParseJsonText(std::string_view text, const std::string& what,
-                                       StatusCode code = StatusCode::kInvalidArgument);
 
 class JsonReader {
  public:

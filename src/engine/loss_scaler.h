@@ -1,7 +1,9 @@
 // Dynamic loss scaling for fp16 (DeepSpeed's semantics): start at 2^initial_scale_power;
 // on an overflowing step skip the update and, once `hysteresis` overflows have been seen,
 // halve the scale (not below min_loss_scale); after `window` clean steps double it. A static
-// loss_scale > 0 never changes. bf16 and fp32 use a scale of 1.
+// loss_scale > 0 never changes. bf16 and fp32 use a scale of 1. An overflow that would halve
+// a scale already at min_loss_scale leaves the run nothing to adjust: at_floor() says so, and
+// the engine stops there (DeepSpeed raises at the minimum scale too).
 #pragma once
 
 #include <algorithm>
@@ -23,14 +25,18 @@ class LossScaler {
 
   // Overflowing (skipped) steps in a row, whether or not the scale can react to them.
   int64_t overflow_streak() const { return streak_; }
+  // The last Update would have halved a scale already at its minimum.
+  bool at_floor() const { return at_floor_; }
 
   // Call once per optimizer step with whether the gradients overflowed.
   void Update(bool overflow) {
     streak_ = overflow ? streak_ + 1 : 0;
+    at_floor_ = false;
     if (!dynamic()) return;
     if (overflow) {
       clean_steps_ = 0;
       if (--hysteresis_left_ <= 0) {
+        at_floor_ = scale_ <= c_.min_scale;
         scale_ = std::max(c_.min_scale, scale_ / 2);
         hysteresis_left_ = c_.hysteresis;
       }
@@ -63,6 +69,7 @@ class LossScaler {
   int64_t clean_steps_ = 0;
   int hysteresis_left_;
   int64_t streak_ = 0;
+  bool at_floor_ = false;
 };
 
 }  // namespace strata

@@ -17,33 +17,34 @@ namespace {
 
 // The strata.model keys into *mc (each absent key keeps *mc's value).
 Status ParseModelKeys(JsonReader& m, model::ModelConfig* mc, std::vector<std::string>* warnings) {
+  using L = model::ModelLimits;  // the bounds Validate applies to every source
   std::string arch = mc->arch == model::Arch::kGpt2 ? "gpt2" : "llama";
   STRATA_RETURN_IF_ERROR(m.Choice("arch", &arch, {"gpt2", "llama"}));
   mc->arch = arch == "gpt2" ? model::Arch::kGpt2 : model::Arch::kLlama;
-  STRATA_RETURN_IF_ERROR(m.Int("vocab_size", &mc->vocab_size, 2, 1 << 24));
-  STRATA_RETURN_IF_ERROR(m.Int("seq_len", &mc->seq_len, 1, 1 << 20));
-  STRATA_RETURN_IF_ERROR(m.Int("n_layer", &mc->n_layer, 1, 10000));
-  STRATA_RETURN_IF_ERROR(m.Int("d_model", &mc->d_model, 1, 1 << 20));
-  STRATA_RETURN_IF_ERROR(m.Int("n_head", &mc->n_head, 1, 4096));
-  STRATA_RETURN_IF_ERROR(m.Int("n_kv_head", &mc->n_kv_head, 0, 4096));
-  STRATA_RETURN_IF_ERROR(m.Int("ffn_hidden", &mc->ffn_hidden, 0, 1 << 22));
+  STRATA_RETURN_IF_ERROR(m.Int("vocab_size", &mc->vocab_size, 2, L::kVocab));
+  STRATA_RETURN_IF_ERROR(m.Int("seq_len", &mc->seq_len, 1, L::kSeqLen));
+  STRATA_RETURN_IF_ERROR(m.Int("n_layer", &mc->n_layer, 1, L::kLayers));
+  STRATA_RETURN_IF_ERROR(m.Int("d_model", &mc->d_model, 1, L::kDModel));
+  STRATA_RETURN_IF_ERROR(m.Int("n_head", &mc->n_head, 1, L::kHeads));
+  STRATA_RETURN_IF_ERROR(m.Int("n_kv_head", &mc->n_kv_head, 0, L::kHeads));
+  STRATA_RETURN_IF_ERROR(m.Int("ffn_hidden", &mc->ffn_hidden, 0, L::kFfnHidden));
   STRATA_RETURN_IF_ERROR(m.Bool("tie_embeddings", &mc->tie_embeddings));
   STRATA_RETURN_IF_ERROR(m.Double("norm_eps", &mc->norm_eps, 0, 1));
   STRATA_RETURN_IF_ERROR(m.Double("rope_theta", &mc->rope_theta, 1, 1e9));
   STRATA_RETURN_IF_ERROR(m.Double("init_std", &mc->init_std, 0, 10));
   // The LLaMA-family extensions (Mistral, Qwen2, Qwen3; model_config.h).
-  STRATA_RETURN_IF_ERROR(m.Int("head_dim", &mc->head_dim, 0, 1 << 16));
+  STRATA_RETURN_IF_ERROR(m.Int("head_dim", &mc->head_dim, 0, L::kHeadDim));
   STRATA_RETURN_IF_ERROR(m.Bool("qkv_bias", &mc->qkv_bias));
   STRATA_RETURN_IF_ERROR(m.Bool("qk_norm", &mc->qk_norm));
-  STRATA_RETURN_IF_ERROR(m.Int("max_positions", &mc->max_positions, 0, 1 << 24));
-  STRATA_RETURN_IF_ERROR(m.Int("sliding_window", &mc->sliding_window, 0, 1 << 24));
+  STRATA_RETURN_IF_ERROR(m.Int("max_positions", &mc->max_positions, 0, L::kPositions));
+  STRATA_RETURN_IF_ERROR(m.Int("sliding_window", &mc->sliding_window, 0, L::kPositions));
   STRATA_RETURN_IF_ERROR(m.Choice("hf_model_type", &mc->hf_model_type, {"", "gpt2", "llama", "mistral", "qwen2", "qwen3"}));
   STRATA_ASSIGN_OR_RETURN(JsonReader r, m.Child("rope_scaling"));
   model::RopeScaling& rs = mc->rope_scaling;
   STRATA_RETURN_IF_ERROR(r.Double("factor", &rs.factor, 0, 1e6));
   STRATA_RETURN_IF_ERROR(r.Double("low_freq_factor", &rs.low_freq_factor, 0, 1e6));
   STRATA_RETURN_IF_ERROR(r.Double("high_freq_factor", &rs.high_freq_factor, 0, 1e6));
-  STRATA_RETURN_IF_ERROR(r.Int("original_max_positions", &rs.original_max_positions, 1, 1 << 24));
+  STRATA_RETURN_IF_ERROR(r.Int("original_max_positions", &rs.original_max_positions, 1, L::kPositions));
   r.UnusedKeys(warnings);
   if (m.Has("lora")) {  // checkpoint manifests; users write strata.lora
     STRATA_ASSIGN_OR_RETURN(JsonReader l, m.Child("lora"));

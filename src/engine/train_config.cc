@@ -1,9 +1,8 @@
 #include "src/engine/train_config.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "src/base/input_file.h"
 #include "src/engine/json_reader.h"
 #include "src/engine/model_section.h"
 #include "src/engine/offload_section.h"
@@ -461,11 +460,9 @@ StatusOr<std::string> ComposeConfigText(const std::string& path, const std::stri
                                         const std::string& strata_file, const std::vector<std::string>& sets,
                                         std::string* origin) {
   auto read = [](const std::string& p) -> StatusOr<std::string> {
-    std::ifstream in(p);
-    if (!in) return ErrnoError(errno, "cannot open config file '{}'", p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    StatusOr<std::string> text = ReadInputFile(p, kMaxConfigFileBytes, "a config file");
+    if (!text.ok()) return text.status().WithContext("config file");
+    return text;
   };
   auto parse = [](const std::string& text, const std::string& name) { return ParseJsonText(text, name); };
   std::string text = default_text;

@@ -19,7 +19,10 @@ torch::Tensor Decoder::Feed(const torch::Tensor& tokens) {
 
 torch::Tensor SamplingDistribution(const torch::Tensor& logits, const SamplingOptions& o) {
   STRATA_CHECK(o.temperature > 0) << "temperature " << o.temperature;
-  torch::Tensor probs = torch::softmax(logits.to(torch::kFloat32) / o.temperature, -1);
+  // Shifted by the largest logit first, so that a tiny temperature gives the greedy choice
+  // rather than inf / inf = NaN (softmax is unchanged by the shift).
+  const torch::Tensor l = logits.to(torch::kFloat32);
+  torch::Tensor probs = torch::softmax((l - l.max()) / o.temperature, -1);
   if (o.top_p >= 1) return probs;
   auto [sorted, order] = probs.sort(/*dim=*/-1, /*descending=*/true);
   // A token stays if the more likely ones before it have not yet reached top_p: the most
@@ -31,6 +34,7 @@ torch::Tensor SamplingDistribution(const torch::Tensor& logits, const SamplingOp
 }
 
 int64_t NextToken(const torch::Tensor& logits, const SamplingOptions& o, at::Generator& gen) {
+  if (!torch::isfinite(logits).all().item<bool>()) return -1;  // NaN or Inf weights: nothing to choose from
   if (o.temperature <= 0) return logits.argmax().item<int64_t>();
   return torch::multinomial(SamplingDistribution(logits, o), 1, /*replacement=*/false, gen).item<int64_t>();
 }
@@ -51,6 +55,10 @@ GenerateResult Generate(FullModel& model, int64_t max_positions, const std::vect
     }
     torch::Tensor logits = decoder.Feed(next);  // [1, T, V]
     const int64_t token = NextToken(logits[0][-1], options, gen);
+    if (token < 0) {
+      result.nonfinite_logits = true;
+      break;
+    }
     result.tokens.push_back(token);
     if (on_token) on_token(token);
     if (std::find(stop_tokens.begin(), stop_tokens.end(), token) != stop_tokens.end()) {

@@ -39,13 +39,15 @@ struct SamplingOptions {
 torch::Tensor SamplingDistribution(const torch::Tensor& logits, const SamplingOptions& options);
 
 // The next token from `logits` [V]: the argmax at temperature 0 (the first on ties, as
-// torch.argmax), else a draw from SamplingDistribution with `gen`.
+// torch.argmax), else a draw from SamplingDistribution with `gen`; -1 when the logits are
+// not all finite (there is no distribution to draw from).
 int64_t NextToken(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& gen);
 
 struct GenerateResult {
   std::vector<int64_t> tokens;  // the new ones, without the prompt
   bool reached_max_positions = false;  // stopped at the model's sequence length
   bool reached_stop_token = false;     // the last token is one of the stop tokens
+  bool nonfinite_logits = false;       // stopped: the logits held NaN or Inf (the weights do)
 };
 
 // Continues `prompt` (not empty) by up to `max_new_tokens`, stopping earlier when the

@@ -4,8 +4,9 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+
+#include "src/base/input_file.h"
+#include "src/base/json_text.h"
 
 namespace strata::model {
 namespace {
@@ -216,17 +217,13 @@ StatusOr<ModelConfig> ModelConfigFromHf(const nlohmann::json& j, const std::stri
 
 StatusOr<ModelConfig> ReadHfModelConfig(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
-  std::ifstream in(path);
-  if (!in) {
-    std::error_code ec;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
     if (!std::filesystem::is_directory(dir, ec))
       return Error(StatusCode::kNotFound, "'{}' is not a Hugging Face model folder (no such folder)", dir);
     return Error(StatusCode::kNotFound, "'{}' is not a Hugging Face model folder: it has no config.json", dir);
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument("'{}': not valid JSON", path);
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ReadJsonFile(path, kMaxConfigFileBytes));
   return ModelConfigFromHf(j, "'" + path + "'");
 }
 

@@ -11,6 +11,26 @@ Status Positive(const char* field, int64_t value) {
   return InvalidArgument("model config: {} = {} must be positive", field, value);
 }
 
+Status AtMost(const char* field, int64_t value, int64_t limit) {
+  if (value <= limit) return Status::Ok();
+  return InvalidArgument("model config: {} = {} exceeds the largest Strata accepts, {}", field, value, limit);
+}
+
+Status WithinLimits(const ModelConfig& c) {
+  using L = ModelLimits;
+  STRATA_RETURN_IF_ERROR(AtMost("vocab_size", c.vocab_size, L::kVocab));
+  STRATA_RETURN_IF_ERROR(AtMost("seq_len", c.seq_len, L::kSeqLen));
+  STRATA_RETURN_IF_ERROR(AtMost("n_layer", c.n_layer, L::kLayers));
+  STRATA_RETURN_IF_ERROR(AtMost("d_model", c.d_model, L::kDModel));
+  STRATA_RETURN_IF_ERROR(AtMost("n_head", c.n_head, L::kHeads));
+  STRATA_RETURN_IF_ERROR(AtMost("n_kv_head", c.n_kv_head, L::kHeads));
+  STRATA_RETURN_IF_ERROR(AtMost("ffn_hidden", c.ffn_hidden, L::kFfnHidden));
+  STRATA_RETURN_IF_ERROR(AtMost("head_dim", c.head_dim, L::kHeadDim));
+  STRATA_RETURN_IF_ERROR(AtMost("max_positions", c.max_positions, L::kPositions));
+  STRATA_RETURN_IF_ERROR(AtMost("sliding_window", c.sliding_window, L::kPositions));
+  return AtMost("rope_scaling.original_max_positions", c.rope_scaling.original_max_positions, L::kPositions);
+}
+
 int64_t KvHeads(const ModelConfig& c) { return c.n_kv_head > 0 ? c.n_kv_head : c.n_head; }
 
 // Elements in the block's own parameters (a tied head has no lm_head); the blocks' layouts
@@ -61,6 +81,7 @@ bool LoraConfig::Targets(const std::string& projection) const {
 }
 
 Status Validate(const ModelConfig& c) {
+  STRATA_RETURN_IF_ERROR(WithinLimits(c));
   STRATA_RETURN_IF_ERROR(Positive("vocab_size", c.vocab_size));
   STRATA_RETURN_IF_ERROR(Positive("seq_len", c.seq_len));
   STRATA_RETURN_IF_ERROR(Positive("n_layer", c.n_layer));
@@ -143,6 +164,15 @@ int64_t FfnHidden(const ModelConfig& c) {
   if (c.arch == Arch::kGpt2) return 4 * c.d_model;
   const int64_t third = (8 * c.d_model + 2) / 3;  // ceil(8C / 3)
   return (third + 63) / 64 * 64;
+}
+
+ModelConfig Canonical(const ModelConfig& c) {
+  ModelConfig out = c;
+  out.ffn_hidden = FfnHidden(c);
+  out.n_kv_head = KvHeads(c);
+  out.max_positions = MaxPositions(c);
+  if (c.head_dim * c.n_head == c.d_model) out.head_dim = 0;
+  return out;
 }
 
 ModelSpec::ModelSpec(ModelConfig config) : config_(std::move(config)) {

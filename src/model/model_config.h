@@ -78,10 +78,30 @@ int64_t HeadDim(const ModelConfig& config);
 // Rows of the position table (GPT-2) / the longest sequence the model was made for.
 int64_t MaxPositions(const ModelConfig& config);
 
-// Checks sizes (positive, d_model divisible by n_head unless head_dim is set, n_head divisible
-// by n_kv_head, even head dim for RoPE, seq_len within max_positions and sliding_window, the
-// LLaMA-only flags off for GPT-2); the error names the field and the allowed range.
+// The largest sizes a model config may hold, whatever its source (strata.model, a Hugging
+// Face config.json, a checkpoint's manifest): far beyond today's models, and small enough
+// that no product of them overflows the arithmetic of parameter and byte counts.
+struct ModelLimits {
+  static constexpr int64_t kVocab = int64_t{1} << 24;
+  static constexpr int64_t kSeqLen = int64_t{1} << 20;
+  static constexpr int64_t kLayers = 10000;
+  static constexpr int64_t kDModel = int64_t{1} << 20;
+  static constexpr int64_t kHeads = 4096;
+  static constexpr int64_t kFfnHidden = int64_t{1} << 22;
+  static constexpr int64_t kHeadDim = int64_t{1} << 16;
+  static constexpr int64_t kPositions = int64_t{1} << 24;  // max_positions, sliding_window
+};
+
+// Checks sizes (within ModelLimits; positive, d_model divisible by n_head unless head_dim is
+// set, n_head divisible by n_kv_head, even head dim for RoPE, seq_len within max_positions and
+// sliding_window, the LLaMA-only flags off for GPT-2); the error names the field and the
+// allowed range.
 Status Validate(const ModelConfig& config);
+
+// The same model with every default spelled out (ffn_hidden, n_kv_head, max_positions as
+// the sizes they stand for; head_dim 0 when it is d_model / n_head): two configs describe the
+// same model exactly when their canonical forms are equal. For `config` that passed Validate.
+ModelConfig Canonical(const ModelConfig& config);
 
 enum class BlockKind { kEmbedding, kLayer, kHead };
 

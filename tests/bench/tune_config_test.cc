@@ -1,6 +1,7 @@
 // bench tune --write: the aio keys and buffer_count set, every other key and the key order
 // kept, the original kept as .bak, and a config that cannot take the settings left untouched.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -36,10 +37,11 @@ TEST(TuneConfig, RewritesOnlyTheTunedKeys) {
   strata::testing::TempDir dir;
   const std::string path = dir.path() + "/ds_config.json";
   WriteText(path, kConfig);
-  auto keys = WriteTunedConfig(path, {4 << 20, 8, 5});
-  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
-  EXPECT_EQ(*keys, (std::vector<std::string>{"aio.block_size", "aio.queue_depth",
-                                             "zero_optimization.offload_param.buffer_count"}));
+  auto written = WriteTunedConfig(path, {4 << 20, 8, 5});
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  EXPECT_EQ(written->keys, (std::vector<std::string>{"aio.block_size", "aio.queue_depth",
+                                                     "zero_optimization.offload_param.buffer_count"}));
+  EXPECT_TRUE(written->backup_written);
   EXPECT_EQ(ReadText(path + ".bak"), kConfig);
   auto now = nlohmann::ordered_json::parse(ReadText(path));
   auto before = nlohmann::ordered_json::parse(std::string(kConfig));
@@ -59,6 +61,27 @@ TEST(TuneConfig, RewritesOnlyTheTunedKeys) {
   int files = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++files;
   EXPECT_EQ(files, 2);
+}
+
+// A private config stays private, and a .bak that exists (the pristine config an earlier
+// --write kept, or a file of the user's) is never replaced.
+TEST(TuneConfig, KeepsTheModeAndNeverReplacesAnExistingBackup) {
+  strata::testing::TempDir dir;
+  const std::string path = dir.path() + "/ds_config.json";
+  WriteText(path, kConfig);
+  ::chmod(path.c_str(), 0600);
+  auto first = WriteTunedConfig(path, {4 << 20, 8, 5});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  ASSERT_EQ(::stat((path + ".bak").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  auto second = WriteTunedConfig(path, {1 << 20, 16, 3});
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(second->backup_written);
+  EXPECT_EQ(ReadText(path + ".bak"), kConfig);  // still the original, not the first rewrite
+  EXPECT_EQ(nlohmann::ordered_json::parse(ReadText(path))["aio"]["queue_depth"], 16);
 }
 
 TEST(TuneConfig, AddsAioAndLeavesAnAbsentOffloadParamAbsent) {

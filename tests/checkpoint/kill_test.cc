@@ -3,7 +3,6 @@
 // strata.debug_crash_in_save) at a point of the next save; a third run resumes from what
 // `latest` names and must land on step 2.
 #include <gtest/gtest.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <fcntl.h>
@@ -17,6 +16,7 @@
 #include "cli_run.h"
 
 #include "src/checkpoint/manifest.h"
+#include "support/small_disk.h"
 #include "support/temp_dir.h"
 
 namespace strata {
@@ -81,17 +81,10 @@ TEST(FullDisk, ASaveThatRunsOutOfSpaceLeavesTheEarlierCheckpointsLoadable) {
   auto probe = RunStrata(base + " --steps 1 --save " + dir.path() + "/probe");
   ASSERT_EQ(probe.exit_code, 0) << probe.out;
   const uint64_t one = AllocatedBytes(dir.path() + "/probe/step_00000001");
-  const std::string disk = dir.path() + "/disk";
-  std::filesystem::create_directory(disk);
-  const std::string size = fmt::format("size={}", (one * 5 / 2 + 4095) / 4096 * 4096);
-  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, size.c_str()) != 0)
-    GTEST_SKIP() << "cannot mount a small tmpfs here (errno " << errno << "); needs root";
-  struct Unmount {
-    std::string path;
-    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
-  } unmount{disk};
+  testing::SmallDisk disk(dir.path() + "/disk", one * 5 / 2);
+  if (!disk.mounted()) GTEST_SKIP() << disk.why_not();
 
-  const std::string ck = disk + "/ckpt";
+  const std::string ck = disk.path() + "/ckpt";
   auto full = RunStrata(base + " --steps 3 --save " + ck);  // steps 1 and 2 fit, 3 does not
   EXPECT_EQ(full.exit_code, 1) << full.out;
   EXPECT_NE(full.out.find("No space left on device"), std::string::npos) << full.out;
@@ -111,14 +104,9 @@ TEST(FullDisk, ASaveThatRunsOutOfSpaceLeavesTheEarlierCheckpointsLoadable) {
 // to the last byte after step 2; the run finishes with the losses of a run on a roomy disk.
 TEST(FullDisk, FillingTheSwapDiskDuringTrainingFailsNoStep) {
   testing::TempDir dir;
-  const std::string disk = dir.path() + "/disk";
-  std::filesystem::create_directory(disk);
-  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=64m") != 0)
-    GTEST_SKIP() << "cannot mount a small tmpfs here (errno " << errno << "); needs root";
-  struct Unmount {
-    std::string path;
-    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
-  } unmount{disk};
+  testing::SmallDisk small(dir.path() + "/disk", 64 << 20);
+  if (!small.mounted()) GTEST_SKIP() << small.why_not();
+  const std::string& disk = small.path();
   auto args = [](const std::string& swap) {
     return "train --steps 12 --set strata.model.n_layer=2 --set strata.model.d_model=64 --set strata.eval_interval=0 "
            "--set steps_per_print=1 --set zero_optimization.offload_param.nvme_path=" + swap +

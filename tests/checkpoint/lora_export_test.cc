@@ -242,7 +242,6 @@ TEST(LoraExport, MisuseNamesTheFlagAndNothingIsWritten) {
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().ToString().find("--merge-lora"), std::string::npos) << f.status().ToString();
   EXPECT_FALSE(fs::exists(file));
-  EXPECT_FALSE(fs::exists(file + ".tmp"));
   auto d = ckpt::ExportHfFolder(ck, folder, {});
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().ToString().find("--merge-lora"), std::string::npos) << d.status().ToString();
@@ -257,10 +256,12 @@ TEST(LoraExport, MisuseNamesTheFlagAndNothingIsWritten) {
   ASSERT_TRUE(ckpt::ExportHfFolder(plain, model_dir, {}).ok());
   auto over = ckpt::ExportPeftAdapter(ck, model_dir, {});
   ASSERT_FALSE(over.ok());
-  EXPECT_NE(over.status().ToString().find("is not a PEFT adapter folder"), std::string::npos) << over.status().ToString();
+  EXPECT_NE(over.status().ToString().find("is a model folder written by strata export, not a PEFT adapter folder"),
+            std::string::npos) << over.status().ToString();
   EXPECT_TRUE(fs::exists(model_dir + "/config.json"));
   EXPECT_FALSE(fs::exists(model_dir + "/adapter_config.json"));
-  EXPECT_FALSE(fs::exists(model_dir + ".tmp"));
+  for (const auto& e : fs::directory_iterator(dir.path()))  // no temporary left
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
   ASSERT_TRUE(ckpt::ExportPeftAdapter(ck, folder, {}).ok());
   ASSERT_TRUE(ckpt::ExportPeftAdapter(ck, folder, {ckpt::ExportDType::kBF16, ""}).ok());
   auto st = ckpt::SafetensorsFile::Open(folder + "/adapter_model.safetensors");

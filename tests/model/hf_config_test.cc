@@ -3,9 +3,14 @@
 // same ModelConfig; and the block parameter arithmetic of the new variants (what the
 // estimator and the shard plan use) equal to the blocks actually built.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "src/model/hf_config.h"
 #include "src/model/model.h"
+#include "support/temp_dir.h"
 
 namespace strata::model {
 namespace {
@@ -125,6 +130,44 @@ TEST(HfConfig, ErrorsNameTheKey) {
 }
 
 // Mistral's window: the default seq_len stays inside it; a longer one is refused by name.
+// The bounds strata.model.* has apply to config.json too: a size beyond 2^31 (or any size
+// beyond ModelLimits) is refused naming the key, not carried into the arithmetic.
+TEST(HfConfig, SizesBeyondTheLimitsAreRefusedAsInStrataModel) {
+  for (const auto& [key, field] : std::vector<std::pair<std::string, std::string>>{
+           {"vocab_size", "vocab_size"}, {"hidden_size", "d_model"}, {"intermediate_size", "ffn_hidden"},
+           {"num_hidden_layers", "n_layer"}, {"max_position_embeddings", "max_positions"}}) {
+    nlohmann::json j = Llama();
+    j[key] = int64_t{3} << 31;
+    EXPECT_ERROR_HAS(j, "model config: " + field + " = 6442450944 exceeds the largest Strata accepts");
+  }
+  nlohmann::json heads = Llama();
+  heads["num_attention_heads"] = 8192;
+  EXPECT_ERROR_HAS(heads, "n_head = 8192 exceeds the largest Strata accepts, 4096");
+}
+
+// A config.json nobody vouches for: a FIFO is refused at once (a plain open would wait for a
+// writer), deep nesting is an error naming the byte (a recursive copy or dump of it would
+// overflow the stack later, in export or generate).
+TEST(HfConfig, FolderFilesThatCannotBeReadSafelyAreRefused) {
+  testing::TempDir dir;
+  const std::string folder = dir.path() + "/model";
+  std::filesystem::create_directories(folder);
+  ASSERT_EQ(::mkfifo((folder + "/config.json").c_str(), 0600), 0);
+  auto fifo = ReadHfModelConfig(folder);
+  ASSERT_FALSE(fifo.ok());
+  EXPECT_NE(fifo.status().message().find("is a FIFO (named pipe), not a regular file"), std::string::npos)
+      << fifo.status().ToString();
+  std::filesystem::remove(folder + "/config.json");
+  nlohmann::json j = Llama();
+  std::string text = j.dump();
+  text.insert(1, "\"notes\": " + std::string(100000, '[') + std::string(100000, ']') + ", ");
+  std::ofstream(folder + "/config.json") << text;
+  auto deep = ReadHfModelConfig(folder);
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().message().find("config.json': nested deeper than 64 levels"), std::string::npos)
+      << deep.status().ToString();
+}
+
 TEST(HfConfig, SlidingWindowBoundsTheSequence) {
   nlohmann::json m = Llama();
   m["model_type"] = "mistral";

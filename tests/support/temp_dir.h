@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace strata::testing {
 
@@ -17,6 +18,10 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// The names in `dir` (not below it), sorted: what a test expects a folder to hold, with no
+// temporary left beside it.
+std::vector<std::string> EntryNames(const std::string& dir);
 
 // A tmpfs folder (/dev/shm) for the fallback-engine tests, or "" if there is none.
 std::string TmpfsDir();
