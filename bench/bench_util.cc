@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "src/checkpoint/durable_file.h"
+#include "src/base/durable_file.h"
 
 namespace strata::bench {
 
@@ -89,7 +89,7 @@ StatusOr<uint64_t> ParseBytes(const std::string& text, const std::string& flag) 
 }
 
 Status WriteFile(const std::string& path, const std::string& text) {
-  return ckpt::WriteFileAtomically(path, text);  // under a temporary name until complete
+  return WriteFileAtomically(path, text);  // under a temporary name until complete
 }
 
 }  // namespace strata::bench

@@ -66,12 +66,12 @@ IoPoint::~IoPoint() {
 }
 
 StatusOr<double> IoPoint::RingPass(size_t requests,
-                                   const std::function<Ticket(size_t, std::span<std::byte>)>& issue) {
+                                   const std::function<Event(size_t, std::span<std::byte>)>& issue) {
   const size_t count =
       std::min(pool_->buffer_count(), StoreBuffersFor(settings_.block, settings_.queue_depth, settings_.tensor_bytes));
   std::vector<PinnedBuffer> buffers;
   for (size_t i = 0; i < count; ++i) buffers.push_back(pool_->Acquire());
-  std::vector<Ticket> last(buffers.size());
+  std::vector<Event> last(buffers.size());
   Status first;
   auto keep_first = [&first](Status s) {
     if (!s.ok() && first.ok()) first = std::move(s);

@@ -72,7 +72,7 @@ class IoPoint {
   // next at 1.0).
   Status Prepare();
   // One sequential pass of the store over every extent; a buffer is reused only after the
-  // ticket that last used it completed (the store's normal pattern). Returns GB/s.
+  // event that last used it completed (the store's normal pattern). Returns GB/s.
   StatusOr<double> StorePass(IoDirection direction);
   // One fio run on the same bytes, block and depth. Returns GB/s (fio's bw_bytes).
   StatusOr<double> FioPass(IoDirection direction, FioFlavour flavour);
@@ -97,9 +97,9 @@ class IoPoint {
  private:
   IoPoint(IoPointSettings settings, PinnedPool* pool, std::unique_ptr<NvmeTier> tier, std::vector<ExtentId> extents);
   // `requests` requests, request i issued by issue(i, buffer) through a ring of the pool's
-  // buffers, each reused only after the ticket that last used it completed (the store's normal
+  // buffers, each reused only after the event that last used it completed (the store's normal
   // pattern). Returns the seconds they took, or the first failure.
-  StatusOr<double> RingPass(size_t requests, const std::function<Ticket(size_t, std::span<std::byte>)>& issue);
+  StatusOr<double> RingPass(size_t requests, const std::function<Event(size_t, std::span<std::byte>)>& issue);
   // fio's run on this point's file and bytes with the given request size and depth; GB/s.
   StatusOr<double> RunFio(IoDirection direction, uint32_t block, unsigned queue_depth, bool fixed_buffers);
   // Runs `cmd` (fio with --output-format=json) and returns its parsed report.

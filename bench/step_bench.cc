@@ -5,7 +5,7 @@
 #include "bench/bench_util.h"
 #include "bench/libtorch_reference.h"
 #include "src/data/data.h"
-#include "src/engine/compute_device.h"
+#include "src/device/compute_device.h"
 #include "src/engine/engine.h"
 #include "src/engine/train_config.h"
 #include "src/estimate/estimator.h"

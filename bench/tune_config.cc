@@ -5,7 +5,7 @@
 #include "bench/bench_util.h"
 #include "src/base/input_file.h"
 #include "src/base/json_text.h"
-#include "src/checkpoint/durable_file.h"
+#include "src/base/durable_file.h"
 
 namespace strata::bench {
 
@@ -36,10 +36,10 @@ StatusOr<TunedWrite> WriteTunedConfig(const std::string& path, const TunedSettin
   const std::string bak = path + ".bak";
   std::error_code ec;
   if (!std::filesystem::exists(std::filesystem::symlink_status(bak, ec))) {
-    STRATA_RETURN_IF_ERROR(ckpt::WriteFileAtomically(bak, original, /*mode_of=*/path));
+    STRATA_RETURN_IF_ERROR(WriteFileAtomically(bak, original, /*mode_of=*/path));
     w.backup_written = true;
   }
-  STRATA_RETURN_IF_ERROR(ckpt::WriteFileAtomically(path, config.dump(2) + "\n"));
+  STRATA_RETURN_IF_ERROR(WriteFileAtomically(path, config.dump(2) + "\n"));
   return w;
 }
 

@@ -222,7 +222,7 @@ Status NvmeTier::RegisterBuffers(std::span<const std::span<std::byte>> regions) 
   });
 }
 
-Ticket NvmeTier::Write(ExtentId id, std::span<const std::byte> src) {
+Event NvmeTier::Write(ExtentId id, std::span<const std::byte> src) {
   Impl& m = *impl_;
   IoJob job;
   {
@@ -239,9 +239,9 @@ Ticket NvmeTier::Write(ExtentId id, std::span<const std::byte> src) {
   // Hash in the caller's thread, before the bytes leave: the pump thread stays on I/O.
   std::shared_ptr<const std::vector<uint64_t>> sums;
   if (m.options.verify_checksums) sums = std::make_shared<const std::vector<uint64_t>>(PieceSums(src, m.options.block_size));
-  auto ticket = std::make_shared<TicketState>(1);
+  auto event = std::make_shared<PartsEventState>(1);
   const auto start = std::chrono::steady_clock::now();
-  job.on_done = [&m, id, sums = std::move(sums), ticket, start](const Status& s) mutable {
+  job.on_done = [&m, id, sums = std::move(sums), event, start](const Status& s) mutable {
     std::string name;
     uint64_t bytes;
     {
@@ -253,19 +253,19 @@ Ticket NvmeTier::Write(ExtentId id, std::span<const std::byte> src) {
       bytes = e.bytes;
     }
     if (m.options.on_io) m.options.on_io(IoOp::kWrite, name, bytes, start, std::chrono::steady_clock::now());
-    ticket->CompletePart(s);
+    event->CompletePart(s);
   };
   m.pump->Enqueue(std::move(job));
-  return Ticket(ticket);
+  return Event(event);
 }
 
 // Note [Verifying reads]: a read's pieces are hashed as they land, by the hash workers, while
-// the rest of the read (and the reads queued behind it) are still on the wire; its ticket
+// the rest of the read (and the reads queued behind it) are still on the wire; its event
 // completes when the I/O and every piece's check are done. Hashing in the waiting thread
 // after the whole tensor had arrived made the hash a tail after the I/O: with a pass's
 // requests all in flight at once (8 MiB x 64 over 256 MiB here) the reads ran at 0.7x of
 // fio's. The pump thread never hashes, so a queue of depth 1 is refilled at once.
-Ticket NvmeTier::Read(ExtentId id, std::span<std::byte> dst) {
+Event NvmeTier::Read(ExtentId id, std::span<std::byte> dst) {
   Impl& m = *impl_;
   IoJob job;
   std::shared_ptr<const std::vector<uint64_t>> sums;
@@ -277,7 +277,7 @@ Ticket NvmeTier::Read(ExtentId id, std::span<std::byte> dst) {
                                         << e.bytes << " bytes";
     STRATA_CHECK(e.state != ExtentState::kWriting) << "tensor '" << e.name << "' read while a write of it is in flight";
     if (e.state != ExtentState::kValid)
-      return Ticket::Failed(Error(StatusCode::kFailedPrecondition, "tensor '{}' holds no valid data in '{}' ({})", e.name,
+      return Event::Failed(Error(StatusCode::kFailedPrecondition, "tensor '{}' holds no valid data in '{}' ({})", e.name,
                                   m.file_path, e.state == ExtentState::kFailed ? "its last write failed" : "never written"));
     e.readers++;
     m.NoteMemory(dst.data(), dst.size());
@@ -287,34 +287,34 @@ Ticket NvmeTier::Read(ExtentId id, std::span<std::byte> dst) {
   }
   const int pieces = sums ? static_cast<int>(sums->size()) : 0;
   // One part for the I/O, one per piece's check.
-  auto ticket = std::make_shared<TicketState>(1 + pieces);
+  auto event = std::make_shared<PartsEventState>(1 + pieces);
   auto posted = std::make_shared<int>(0);  // pieces handed to the hashers (pump thread only)
   if (sums) {
     const uint64_t block = m.options.block_size;
     const uint64_t file_offset = job.file_offset;
-    job.on_piece = [&m, dst, sums, ticket, posted, name, block, file_offset](uint64_t at, uint32_t len) {
+    job.on_piece = [&m, dst, sums, event, posted, name, block, file_offset](uint64_t at, uint32_t len) {
       ++*posted;
-      m.hashers->Post([&m, dst, sums, ticket, name, block, file_offset, at, len] {
-        if (XXH3_64bits(dst.data() + at, len) == (*sums)[at / block]) return ticket->CompletePart(Status());
-        ticket->CompletePart(Error(StatusCode::kDataLoss, "checksum mismatch reading tensor '{}' ({} bytes) from swap "
+      m.hashers->Post([&m, dst, sums, event, name, block, file_offset, at, len] {
+        if (XXH3_64bits(dst.data() + at, len) == (*sums)[at / block]) return event->CompletePart(Status());
+        event->CompletePart(Error(StatusCode::kDataLoss, "checksum mismatch reading tensor '{}' ({} bytes) from swap "
                                    "file '{}' at offset {} ({} bytes): the file was modified or truncated behind the "
                                    "store's back", name, dst.size(), m.file_path, file_offset + at, len));
       });
     };
   }
   const auto start = std::chrono::steady_clock::now();
-  job.on_done = [&m, id, ticket, posted, pieces, start, name, bytes = job.bytes](const Status& s) {
+  job.on_done = [&m, id, event, posted, pieces, start, name, bytes = job.bytes](const Status& s) {
     {
       std::lock_guard<std::mutex> lock(m.mu);
       m.extents[id].readers--;
     }
     if (m.options.on_io) m.options.on_io(IoOp::kRead, name, bytes, start, std::chrono::steady_clock::now());
     // Pieces that never arrived (the read failed) have nothing to check.
-    for (int i = *posted; i < pieces; ++i) ticket->CompletePart(Status());
-    ticket->CompletePart(s);
+    for (int i = *posted; i < pieces; ++i) event->CompletePart(Status());
+    event->CompletePart(s);
   };
   m.pump->Enqueue(std::move(job));
-  return Ticket(ticket);
+  return Event(event);
 }
 
 const std::string& NvmeTier::name(ExtentId id) const {

@@ -21,7 +21,7 @@ enum class Residency { kZero, kResident, kFailed };
 // A write in flight that holds the pinned buffer its bytes come from.
 struct TieredStore::WriteBackRecord {
   uint32_t tensor = 0;
-  Ticket ticket;
+  Event event;
   PinnedBuffer lease;
   int copying = 0;  // reads served from the lease right now: it is not released (retired) meanwhile
 };
@@ -130,9 +130,9 @@ const TieredStore::Entry& TieredStore::Get(TensorHandle t) const {
 // an engine's initial state with fp32 moments) and no reads at the first step. The kCpu
 // tier's memory is zero-filled anonymous memory, so CpuMemory of such a tensor is zeros too
 // (and from then on the memory is the tensor, whatever the caller writes there).
-void TieredStore::Retire(WriteBackRecord& w) {  // with state_->mu held, w.ticket done
+void TieredStore::Retire(WriteBackRecord& w) {  // with state_->mu held, w.event done
   Entry& e = state_->entries[w.tensor];
-  if (Status s = w.ticket.Wait(); !s.ok()) {
+  if (Status s = w.event.Wait(); !s.ok()) {
     e.residency = Residency::kFailed;
     LogError("write-back of tensor '{}' failed; it will be refused on read: {}", e.name, s.message());
     if (state_->first_failure.ok())
@@ -146,7 +146,7 @@ void TieredStore::RetireFinished() {
   std::lock_guard<std::mutex> lock(state_->mu);
   auto& writes = state_->writes;
   for (auto it = writes.begin(); it != writes.end();) {
-    if ((*it)->ticket.Done() && (*it)->copying == 0) {
+    if ((*it)->event.Ready() && (*it)->copying == 0) {
       Retire(**it);
       it = writes.erase(it);
     } else {
@@ -162,15 +162,15 @@ void TieredStore::WaitForWriteBack(TensorHandle t) {
     STRATA_CHECK(t.index < state_->entries.size()) << "unknown tensor handle " << t.index;
     w = state_->entries[t.index].pending;
   }
-  if (w && !w->ticket.Done()) {
+  if (w && !w->event.Ready()) {
     const auto start = std::chrono::steady_clock::now();
-    w->ticket.Wait().IgnoreError();  // its outcome is recorded when retired, below
+    w->event.Wait().IgnoreError();  // its outcome is recorded when retired, below
     if (options_.on_wait) options_.on_wait("write-back " + name(t), start, std::chrono::steady_clock::now());
   }
   if (w) RetireFinished();
 }
 
-Ticket TieredStore::Write(TensorHandle t, std::span<const std::byte> src) {
+Event TieredStore::Write(TensorHandle t, std::span<const std::byte> src) {
   WaitForWriteBack(t);
   Entry& e = Get(t);
   STRATA_CHECK(src.size() == e.bytes) << "write of " << src.size() << " bytes to tensor '" << e.name << "' of "
@@ -181,12 +181,12 @@ Ticket TieredStore::Write(TensorHandle t, std::span<const std::byte> src) {
   }
   if (e.home == Tier::kCpu) {
     std::memcpy(e.cpu, src.data(), e.bytes);
-    return Ticket();
+    return Event();
   }
   return nvme_->Write(e.extent, src);
 }
 
-Ticket TieredStore::WriteBack(TensorHandle t, PinnedBuffer lease) {
+Event TieredStore::WriteBack(TensorHandle t, PinnedBuffer lease) {
   WaitForWriteBack(t);
   Entry& e = Get(t);
   STRATA_CHECK(lease.valid() && lease.size() >= e.bytes)
@@ -195,21 +195,21 @@ Ticket TieredStore::WriteBack(TensorHandle t, PinnedBuffer lease) {
     std::memcpy(e.cpu, lease.data(), e.bytes);
     std::lock_guard<std::mutex> lock(state_->mu);
     e.residency = Residency::kResident;
-    return Ticket();  // the lease goes back now
+    return Event();  // the lease goes back now
   }
   auto w = std::make_shared<WriteBackRecord>();
   w->tensor = t.index;
-  w->ticket = nvme_->Write(e.extent, {lease.data(), e.bytes});
+  w->event = nvme_->Write(e.extent, {lease.data(), e.bytes});
   w->lease = std::move(lease);
   std::lock_guard<std::mutex> lock(state_->mu);
   e.residency = Residency::kResident;
   e.pending = w;
   state_->writes.push_back(w);
-  return w->ticket;
+  return w->event;
 }
 
-Ticket TieredStore::Read(TensorHandle t, std::span<std::byte> dst) {
-  if (ReadFromWriteBack(t, dst)) return Ticket();
+Event TieredStore::Read(TensorHandle t, std::span<std::byte> dst) {
+  if (ReadFromWriteBack(t, dst)) return Event();
   WaitForWriteBack(t);
   Entry& e = Get(t);
   STRATA_CHECK(dst.size() == e.bytes) << "read of " << dst.size() << " bytes from tensor '" << e.name << "' of "
@@ -217,16 +217,16 @@ Ticket TieredStore::Read(TensorHandle t, std::span<std::byte> dst) {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (e.residency == Residency::kFailed)
-      return Ticket::Failed(Error(StatusCode::kDataLoss, "tensor '{}' holds no valid data: its last write failed",
+      return Event::Failed(Error(StatusCode::kDataLoss, "tensor '{}' holds no valid data: its last write failed",
                                   e.name));
     if (e.residency == Residency::kZero) {  // Note [Known zero]
       std::memset(dst.data(), 0, e.bytes);
-      return Ticket();
+      return Event();
     }
   }
   if (e.home == Tier::kCpu) {
     std::memcpy(dst.data(), e.cpu, e.bytes);
-    return Ticket();
+    return Event();
   }
   return nvme_->Read(e.extent, dst);
 }
@@ -237,7 +237,7 @@ bool TieredStore::ReadFromWriteBack(TensorHandle t, std::span<std::byte> dst) {
     std::lock_guard<std::mutex> lock(state_->mu);
     STRATA_CHECK(t.index < state_->entries.size()) << "unknown tensor handle " << t.index;
     const Entry& e = state_->entries[t.index];
-    if (!e.pending || e.pending->ticket.Done()) return false;  // done: read it back as usual
+    if (!e.pending || e.pending->event.Ready()) return false;  // done: read it back as usual
     STRATA_CHECK(dst.size() == e.bytes) << "read of " << dst.size() << " bytes from tensor '" << e.name << "' of "
                                         << e.bytes;
     w = e.pending;
@@ -266,12 +266,12 @@ std::optional<PinnedBuffer> TieredStore::AcquireBuffer(PinnedPool& pool) {
         }
     }
     if (!oldest) return std::nullopt;
-    if (oldest->ticket.Done()) {  // written, but a read still copies from it: a moment
+    if (oldest->event.Ready()) {  // written, but a read still copies from it: a moment
       std::this_thread::yield();
       continue;
     }
     const auto start = std::chrono::steady_clock::now();
-    oldest->ticket.Wait().IgnoreError();  // recorded when retired
+    oldest->event.Wait().IgnoreError();  // recorded when retired
     if (options_.on_wait)
       options_.on_wait("write-back " + name(TensorHandle{oldest->tensor}) + " (buffers)", start,
                        std::chrono::steady_clock::now());
@@ -282,7 +282,7 @@ bool TieredStore::WriteInFlight(TensorHandle t) {
   std::lock_guard<std::mutex> lock(state_->mu);
   STRATA_CHECK(t.index < state_->entries.size()) << "unknown tensor handle " << t.index;
   const auto& w = state_->entries[t.index].pending;
-  return w && !w->ticket.Done();
+  return w && !w->event.Ready();
 }
 
 Status TieredStore::FlushWrites() {
@@ -291,7 +291,7 @@ Status TieredStore::FlushWrites() {
     std::lock_guard<std::mutex> lock(state_->mu);
     all.assign(state_->writes.begin(), state_->writes.end());
   }
-  for (const auto& w : all) w->ticket.Wait().IgnoreError();  // Retire records the first failure
+  for (const auto& w : all) w->event.Wait().IgnoreError();  // Retire records the first failure
   RetireFinished();
   return WriteBackFailure();
 }

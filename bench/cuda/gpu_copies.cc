@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "bench/gpu_links.h"
+#include "bench/cuda/transfer.h"
 #include "strata/cuda/cuda.h"
 #include "strata/pinned_pool.h"
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
+#include "bench/cuda/transfer.h"
 #include "strata/cuda/cuda.h"
 #include "strata/pinned_pool.h"
 #include "strata/log.h"

@@ -35,7 +35,7 @@
 
 #include "strata/io_engine.h"
 #include "strata/status.h"
-#include "strata/ticket.h"
+#include "strata/event.h"
 
 namespace strata {
 
@@ -103,11 +103,11 @@ class NvmeTier {
   Status RegisterBuffers(std::span<const std::span<std::byte>> regions);
 
   // Writes src (exactly the extent's bytes) to the extent. `src` must stay valid until the
-  // ticket completes.
-  Ticket Write(ExtentId id, std::span<const std::byte> src);
+  // event completes.
+  Event Write(ExtentId id, std::span<const std::byte> src);
   // Reads the extent into dst (exactly its bytes). Refused if the extent holds no valid
   // data (never written, or its last write failed).
-  Ticket Read(ExtentId id, std::span<std::byte> dst);
+  Event Read(ExtentId id, std::span<std::byte> dst);
 
   const std::string& name(ExtentId id) const;
   uint64_t bytes(ExtentId id) const;

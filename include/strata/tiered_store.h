@@ -20,7 +20,7 @@
 // oldest write-back holding one of its buffers. Finished write-backs are retired (leases
 // released, failures recorded) whenever the store is called.
 //
-// Threading: all methods are thread-safe; many tickets may be in flight at once, for
+// Threading: all methods are thread-safe; many operations may be in flight at once, for
 // different tensors.
 #pragma once
 
@@ -36,7 +36,7 @@
 #include "strata/nvme_tier.h"
 #include "strata/pinned_pool.h"
 #include "strata/status.h"
-#include "strata/ticket.h"
+#include "strata/event.h"
 
 namespace strata {
 
@@ -81,17 +81,17 @@ class TieredStore {
                                   HostPinning pinning = HostPinning::kPageLocked);
 
   // Copies src (exactly the tensor's bytes) to the tensor's home, after the tensor's
-  // write-back in flight (if any). `src` must stay valid and unchanged until the ticket
+  // write-back in flight (if any). `src` must stay valid and unchanged until the event
   // completes.
-  Ticket Write(TensorHandle t, std::span<const std::byte> src);
+  Event Write(TensorHandle t, std::span<const std::byte> src);
   // Writes the first bytes(t) bytes of `lease` to the tensor's home and keeps the lease
-  // until the write has completed (Note [Write-backs]). The returned ticket may be dropped.
-  Ticket WriteBack(TensorHandle t, PinnedBuffer lease);
+  // until the write has completed (Note [Write-backs]). The returned event may be dropped.
+  Event WriteBack(TensorHandle t, PinnedBuffer lease);
   // Copies the tensor from its home into dst (exactly its bytes); while a write-back of it
   // is in flight, from that write-back's buffer instead (no wait, no disk read). A tensor
-  // never written reads as zeros, with no I/O (the ticket is done on return). Refused for
+  // never written reads as zeros, with no I/O (the event is done on return). Refused for
   // a tensor whose last write failed.
-  Ticket Read(TensorHandle t, std::span<std::byte> dst);
+  Event Read(TensorHandle t, std::span<std::byte> dst);
 
   // A buffer of `pool`: a free one, else (blocking) the one the oldest write-back holding
   // a buffer of `pool` releases. nullopt when none is free and no write-back holds one.

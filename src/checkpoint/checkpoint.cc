@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "src/base/temporaries.h"
-#include "src/checkpoint/durable_file.h"
+#include "src/base/durable_file.h"
 #include "src/checkpoint/manifest.h"
 #include "src/checkpoint/reshard.h"
 #include "src/checkpoint/safetensors.h"

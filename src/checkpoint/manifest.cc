@@ -5,7 +5,7 @@
 
 #include "src/base/input_file.h"
 #include "src/base/json_text.h"
-#include "src/checkpoint/durable_file.h"
+#include "src/base/durable_file.h"
 #include "src/engine/json_reader.h"
 
 namespace strata::ckpt {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "src/checkpoint/durable_file.h"
+#include "src/base/durable_file.h"
 #include "strata/status.h"
 
 namespace strata::ckpt {

@@ -66,7 +66,7 @@ int RunDoctor(const std::string& dir) {
 #else
   std::printf("LibTorch:         not built in (STRATA_WITH_TORCH=OFF)\n");
 #endif
-  std::printf("CUDA build:       %s\n", STRATA_CUDA_BUILD ? "on" : "off (CPU build; kernels/cuda compiled only)");
+  std::printf("CUDA build:       %s\n", STRATA_CUDA_BUILD ? "on" : "off (CPU build; the CUDA sources compiled only)");
   return 0;
 }
 

@@ -14,7 +14,7 @@
 #include "src/estimate/largest_fit.h"
 #include "src/estimate/step_traffic.h"
 #include "bench/bench_util.h"
-#include "src/engine/compute_device.h"
+#include "src/device/compute_device.h"
 
 namespace strata::cli {
 

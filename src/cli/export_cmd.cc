@@ -6,7 +6,7 @@
 // either form.
 #include <cstdio>
 
-#include "src/checkpoint/export.h"
+#include "src/hf/export.h"
 #include "src/cli/commands.h"
 #include "src/cli/stop_on_signal.h"
 

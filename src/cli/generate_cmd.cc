@@ -21,8 +21,8 @@
 #include <sstream>
 
 #include "src/base/input_file.h"
-#include "src/checkpoint/export_target.h"
-#include "src/checkpoint/hf_loader.h"
+#include "src/hf/export_target.h"
+#include "src/hf/hf_loader.h"
 #include "src/cli/commands.h"
 #include "src/engine/json_reader.h"
 #include "src/model/generate.h"

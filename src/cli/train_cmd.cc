@@ -15,8 +15,8 @@
 #include <fmt/ranges.h>
 
 #include "src/checkpoint/checkpoint.h"
-#include "src/checkpoint/durable_file.h"
-#include "src/checkpoint/hf_loader.h"
+#include "src/base/durable_file.h"
+#include "src/hf/hf_loader.h"
 #include "src/cli/commands.h"
 #include "src/cli/default_config.h"
 #include "src/cli/progress.h"
@@ -25,7 +25,7 @@
 #include "src/cli/train_config_cli.h"
 #include "src/comm/launcher.h"
 #include "src/data/data.h"
-#include "src/engine/compute_device.h"
+#include "src/device/compute_device.h"
 #include "src/engine/engine.h"
 #include "src/engine/train_config.h"
 #include "src/estimate/estimator.h"
@@ -90,7 +90,7 @@ class TrainRun {
   std::unique_ptr<Tracer> tracer_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Progress> progress_;
-  std::unique_ptr<ckpt::FolderLock> save_lock_;  // rank 0's claim on --save
+  std::unique_ptr<FolderLock> save_lock_;  // rank 0's claim on --save
   std::unique_ptr<StartupProgress> startup_;      // from the data to the first step
   uint64_t rss_before_engine_ = 0, file_before_engine_ = 0;
   int64_t start_ = 0, last_saved_ = 0;
@@ -155,7 +155,7 @@ Status TrainRun::Connect() {
   if (!device.ok()) return device.status().WithContext(fmt::format("rank {}", env_.rank));
   device_ = std::move(device).value();
   if (lead() && !a_.save.empty()) {  // before any step: a second run on it stops here
-    STRATA_ASSIGN_OR_RETURN(save_lock_, ckpt::FolderLock::Take(a_.save));
+    STRATA_ASSIGN_OR_RETURN(save_lock_, FolderLock::Take(a_.save));
   }
   // Refuse a config that cannot fit before allocating any state: host memory, NVMe, and a
   // GPU's own memory.

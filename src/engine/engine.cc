@@ -180,7 +180,7 @@ Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::
     if (m.plan.resident[b]) {  // on the device: copied out
       const torch::Tensor& t = m.bufs.resident[b];
       buf.resize(t.nbytes());
-      STRATA_RETURN_IF_ERROR(m.dev->CopyOut(buf.data(), t, {m.bufs.resident_ready[b]}).HostWait());
+      STRATA_RETURN_IF_ERROR(m.dev->CopyOut(buf.data(), t, {m.bufs.resident_ready[b]}).Wait());
       STRATA_RETURN_IF_ERROR(visit({b, TensorRole::kWorking, 0}, buf));
     } else if (m.plan.MasterFromWorking()) {  // read once for both
       STRATA_RETURN_IF_ERROR(visit({b, TensorRole::kWorking, 0}, working));
@@ -217,7 +217,7 @@ Status Engine::RestoreState(const TensorKey& key, std::span<const std::byte> byt
                    t.nbytes(), bytes.size());
     STRATA_RETURN_IF_ERROR(m.dev->Synchronize());  // nothing still reads the old weights
     m.bufs.resident_ready[key.block] = m.dev->CopyIn(t, bytes.data(), {});
-    return m.bufs.resident_ready[key.block].HostWait();  // `bytes` is the caller's
+    return m.bufs.resident_ready[key.block].Wait();  // `bytes` is the caller's
   }
   std::optional<TensorHandle> h;
   const SubGroup* sub = nullptr;  // an optimizer state's sub-group

@@ -131,10 +131,10 @@ Status Engine::Impl::OpenStore(const EngineHooks& hooks) {
 struct Engine::Impl::Staging {
   torch::Tensor flat;          // fp32 [max padded]: the block's parameters, in flat order
   torch::Tensor working;       // compute dtype [max working range] (unused in fp32)
-  std::vector<Ticket> writes;  // in flight from this set
+  std::vector<Event> writes;  // in flight from this set
   Status WaitWrites() {
     Status first;
-    for (Ticket& t : writes)
+    for (Event& t : writes)
       if (Status s = t.Wait(); !s.ok() && first.ok()) first = s;
     writes.clear();
     return first;
@@ -308,7 +308,7 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
     STRATA_RETURN_IF_ERROR(TorchCall("resident weights", [&] {
       bufs.resident[b] = torch::empty({bp.working.len}, torch::TensorOptions().device(dev->device()).dtype(compute_scalar()));
     }));
-    STRATA_RETURN_IF_ERROR(dev->CopyIn(bufs.resident[b], working.data_ptr(), {}).HostWait());
+    STRATA_RETURN_IF_ERROR(dev->CopyIn(bufs.resident[b], working.data_ptr(), {}).Wait());
     ledger.Add(StateKind::kWorking, Residence::kDevice, BytesOf(working).size());
   } else {  // with an adapter range (LoRA, base on NVMe) the working range's end goes apart
     const auto bytes = BytesOf(working);

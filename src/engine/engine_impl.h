@@ -16,13 +16,13 @@
 #include <optional>
 
 #include "src/data/data.h"
-#include "src/engine/compute_device.h"
+#include "src/device/compute_device.h"
 #include "src/engine/engine.h"
 #include "src/engine/loss_scaler.h"
 #include "src/engine/parked_writes.h"
 #include "src/engine/prefetch.h"
-#include "src/engine/work_queue.h"
-#include "src/engine/torch_call.h"
+#include "src/device/work_queue.h"
+#include "src/device/torch_call.h"
 #include "src/model/model.h"
 #include "strata/cpu_adam.h"
 #include "strata/pinned_pool.h"
@@ -68,8 +68,8 @@ struct ModelBlocks {
 struct GatherSlot {
   torch::Tensor full;      // compute dtype, the largest padded group
   torch::Tensor shard_in;  // off the host: the working shard on its way to the all-gather
-  DeviceEvent released;    // the compute that read `full` has completed: it may be rewritten
-  DeviceEvent shard_read;  // the all-gather that read `shard_in` has completed
+  Event released;    // the compute that read `full` has completed: it may be rewritten
+  Event shard_read;  // the all-gather that read `shard_in` has completed
 };
 
 // One gradient reduction's buffers (two on a device, so one reduces while the next fills).
@@ -77,7 +77,7 @@ struct GradSlot {
   torch::Tensor flat;     // fp32, the largest padded group: a block's flattened gradients
   torch::Tensor reduced;  // fp32, the largest shard: the reduce-scatter's output
   torch::Tensor host;     // off the host: pinned host copy of the reduced gradients
-  DeviceEvent flat_read, reduced_read, host_read;  // when each may be rewritten
+  Event flat_read, reduced_read, host_read;  // when each may be rewritten
 };
 
 // Buffers on the compute device, allocated once (ShardPlan: gather_slots, tied_slot,
@@ -90,9 +90,9 @@ struct DeviceBuffers {
   // plan.device_accum: per block, the fp32 sum of its micro-batches' reduced gradients (its
   // accumulator range), and the copy to the host that last read it.
   std::vector<torch::Tensor> accum;
-  std::vector<DeviceEvent> accum_read;
+  std::vector<Event> accum_read;
   std::vector<torch::Tensor> resident;       // per block: its working weights, when resident
-  std::vector<DeviceEvent> resident_ready;   // per block: the copy that last wrote them
+  std::vector<Event> resident_ready;   // per block: the copy that last wrote them
   size_t next_gather = 0, next_grad = 0;
 };
 
@@ -121,7 +121,7 @@ struct Pools {
 struct LoadedStates {
   const SubGroup* sub = nullptr;
   PinnedBuffer buf[3];
-  Ticket read[3];
+  Event read[3];
 };
 
 // What one micro-batch's forward leaves for its backward: each block's input (the
@@ -137,11 +137,11 @@ enum class Pass { kTrain, kEval };
 // The optimizer step of a training step, possibly still running on the optimizer thread
 // while the next forward goes on (strata.optimizer_overlap "forward").
 struct OptimizerRun {
-  std::vector<DeviceEvent> block_ready;  // per block: its working weights are final, its gradients zeroed
+  std::vector<Event> block_ready;  // per block: its working weights are final, its gradients zeroed
   // Per block (stages 1-2): its updated shards are still to be shared with the other ranks,
   // by the compute thread, before its weights are used (collectives stay on one thread).
   std::vector<char> share_pending;
-  DeviceEvent done;  // the whole update, with its Status
+  Event done;  // the whole update, with its Status
   // strata.optimizer_overlap "delayed": this update's new working weights, parked until the
   // step running beside it has read the old ones (null for the other modes).
   std::shared_ptr<ParkedWrites> parked;
@@ -171,7 +171,7 @@ struct Speculation {
   std::vector<std::byte*> backup;  // per block: plan.SpeculationBackupBytes(b), or null (not speculated)
   AdamHyperParams hp;              // what the updates assume: this step's, with no clipping
   // Per block: its speculative update this step (its event carries the update's Status), if any.
-  std::vector<std::optional<DeviceEvent>> done;
+  std::vector<std::optional<Event>> done;
   // Optimizer thread: the states of the next block to be speculated (the one below), read
   // from NVMe while its backward still runs.
   std::unique_ptr<LoadedStates> ahead;
@@ -246,9 +246,9 @@ struct Engine::Impl {
                        torch::Tensor* mask) const;
   // plan.device_accum: adds block b's reduced gradients (`part`, after `reduced`) into its
   // device accumulator; the last micro-batch copies the sum to the host accumulator.
-  Status AccumulateOnDevice(int b, GradSlot& g, const torch::Tensor& part, const DeviceEvent& reduced, double inv);
+  Status AccumulateOnDevice(int b, GradSlot& g, const torch::Tensor& part, const Event& reduced, double inv);
   // Waits (compute-side) for `e`, recording the wait on the trace when it blocks.
-  Status ComputeAfter(const DeviceEvent& e, const char* what);
+  Status ComputeAfter(const Event& e, const char* what);
 
   // engine_optimizer.cc. On the compute thread: the norm, the skip decision, the launch of
   // the update; AwaitBlock before a block's weights are used, Quiesce before anything reads
@@ -267,7 +267,7 @@ struct Engine::Impl {
   Status Quiesce();
   // The step's update of every block, in block order (speculated blocks: what `verdict` says).
   Status FinishStep(const AdamHyperParams& hp, Verdict verdict,
-                    const std::vector<std::optional<DeviceEvent>>& speculated, EarlyStates early,
+                    const std::vector<std::optional<Event>>& speculated, EarlyStates early,
                     const std::vector<std::shared_ptr<HostEventState>>& ready);
   // AdamW over `blocks` (ascending), as one pipeline of their sub-groups.
   Status UpdateBlocks(const AdamHyperParams& hp, const std::vector<int>& blocks, EarlyStates& early,
@@ -280,7 +280,7 @@ struct Engine::Impl {
   // strata.master_weights "split": block b's output buffer, with the working weights the update
   // will replace read into it a block ahead (best effort: only when a pinned buffer is free).
   void ReadOutputAhead(int b, OutputAhead* ahead);
-  Ticket ReadWorkingInto(int b, const PinnedBuffer& buf);  // block b's working weights, whole
+  Event ReadWorkingInto(int b, const PinnedBuffer& buf);  // block b's working weights, whole
   // Block b has no trainable parameter on any rank (LoRA's embedding and head): no gradients.
   // `out`: where the sub-group's updated working weights go.
   Status UpdateSubGroup(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur, std::byte* out);
@@ -299,10 +299,10 @@ struct Engine::Impl {
   // engine_speculation.cc: updates during the backward, and what the step's verdict does to them.
   Status AllocateSpeculation();
   void ArmSpeculation(int64_t step);                      // compute thread, before the last micro-batch
-  void Speculate(int b, const DeviceEvent& grad_final);   // compute thread, once b's gradient is reduced
+  void Speculate(int b, const Event& grad_final);   // compute thread, once b's gradient is reduced
   Status SpeculativeUpdate(int b, const AdamHyperParams& hp);  // optimizer thread
   // Optimizer thread: what `verdict` says of block b's speculative update (`updated`).
-  Status Conclude(int b, Verdict verdict, const AdamHyperParams& hp, const DeviceEvent& updated);
+  Status Conclude(int b, Verdict verdict, const AdamHyperParams& hp, const Event& updated);
   // Sub-group `sg` of block b as it was before its speculative update: back in the cpu tier
   // (returns null), or in optim-pool buffers (NVMe states).
   StatusOr<std::unique_ptr<LoadedStates>> RestoreStates(int b, const SubGroup& sg);
@@ -344,7 +344,7 @@ struct Engine::Impl {
   // Stages 1-2: this rank's updated part of block b shared with the others (compute thread).
   Status ShareUpdatedWeights(int b);
   // Returns `lease` to its pool once `after` happened (a copy finished reading it).
-  void ReleaseAfter(PinnedBuffer lease, const DeviceEvent& after);
+  void ReleaseAfter(PinnedBuffer lease, const Event& after);
 };
 
 // Gathers the blocks of a plan of visits, one ahead of the compute on a device (the next
@@ -363,7 +363,7 @@ class Gatherer {
  private:
   struct Gathered {
     torch::Tensor full;
-    DeviceEvent ready;
+    Event ready;
     GatherSlot* slot = nullptr;  // null: a resident block bound in place
   };
   Status Issue(const Visit& v);

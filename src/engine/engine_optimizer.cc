@@ -36,7 +36,7 @@ std::span<int16_t> AsLowHalves(std::span<std::byte> b) { return {reinterpret_cas
 // Early reads dropped: each read finishes before its buffers go back to the pool.
 void Drop(EarlyStates& early) {
   for (const auto& l : early)
-    for (Ticket& t : l->read) t.Wait().IgnoreError();
+    for (Event& t : l->read) t.Wait().IgnoreError();
   early.clear();
 }
 
@@ -45,7 +45,7 @@ void Drop(EarlyStates& early) {
 struct Engine::Impl::OutputAhead {
   int block = -1;  // whose working weights `read` brings into `lease`; -1: none
   PinnedBuffer lease;
-  Ticket read;
+  Event read;
   ~OutputAhead() {
     if (block >= 0) read.Wait().IgnoreError();  // the buffer is being written into
   }
@@ -138,10 +138,10 @@ Status Engine::Impl::LaunchUpdate(const AdamHyperParams& hp, Verdict verdict, in
   const int n = num_blocks();
   std::vector<std::shared_ptr<HostEventState>> ready(n);
   OptimizerRun& run = optimizer.run;
-  run.block_ready.assign(n, DeviceEvent());
+  run.block_ready.assign(n, Event());
   for (int b = 0; b < n; ++b) {
     ready[b] = std::make_shared<HostEventState>();
-    run.block_ready[b] = DeviceEvent(ready[b]);
+    run.block_ready[b] = Event(ready[b]);
   }
   run.share_pending.assign(n, !plan.weights_sharded && plan.optim_sharded && comm->world_size() > 1);
   run.parked.reset();
@@ -154,7 +154,7 @@ Status Engine::Impl::LaunchUpdate(const AdamHyperParams& hp, Verdict verdict, in
   // The early states go with the update: the compute thread never touches them while it runs.
   auto early = std::make_shared<EarlyStates>(std::exchange(optimizer.early_states, {}));
   // This step's speculative updates go with it: the next step re-arms while it may still run.
-  auto speculated = std::exchange(speculation.done, std::vector<std::optional<DeviceEvent>>(n));
+  auto speculated = std::exchange(speculation.done, std::vector<std::optional<Event>>(n));
   run.done = optimizer.thread->Submit({{}, nullptr, [this, hp, verdict, speculated, early, ready] {
                                          Status s = FinishStep(hp, verdict, speculated, std::move(*early), ready);
                                          for (const auto& r : ready)
@@ -187,9 +187,9 @@ Status Engine::Impl::AwaitBlock(int b) {
 Status Engine::Impl::WaitForUpdate(int b, const char* what) {
   const auto& ready = optimizer.run.block_ready;
   if (b >= static_cast<int>(ready.size())) return Status();
-  const DeviceEvent& e = ready[b];
+  const Event& e = ready[b];
   Tracer::Span span(e.Ready() ? nullptr : tracer, Track::kOptimizerWait, fmt::format("wait {} b{}", what, b));
-  return e.HostWait().WithContext(fmt::format("the {} of block {}", what, b));
+  return e.Wait().WithContext(fmt::format("the {} of block {}", what, b));
 }
 
 Status Engine::Impl::Quiesce() {
@@ -198,7 +198,7 @@ Status Engine::Impl::Quiesce() {
     for (int b = 0; b < num_blocks(); ++b) STRATA_RETURN_IF_ERROR(AwaitGradientsFree(b));
   }
   for (int b = 0; b < static_cast<int>(optimizer.run.block_ready.size()); ++b) STRATA_RETURN_IF_ERROR(AwaitBlock(b));
-  STRATA_RETURN_IF_ERROR(optimizer.run.done.HostWait());
+  STRATA_RETURN_IF_ERROR(optimizer.run.done.Wait());
   STRATA_RETURN_IF_ERROR(FlushRestoringWorking());
   // A state whose write-back failed is lost (its buffer went back to the pool): the run
   // cannot go on from it, and no checkpoint may be taken of it.
@@ -224,7 +224,7 @@ Status Engine::Impl::ShareUpdatedWeights(int b) {
 // The step's update, in block order: a block updated during the backward concludes (its
 // update stands, is redone or rolled back); the others are updated as one pipeline.
 Status Engine::Impl::FinishStep(const AdamHyperParams& hp, Verdict verdict,
-                                const std::vector<std::optional<DeviceEvent>>& speculated,
+                                const std::vector<std::optional<Event>>& speculated,
                                 EarlyStates early,
                                 const std::vector<std::shared_ptr<HostEventState>>& ready) {
   DropStatesAhead();  // read for a block that was not speculated after all (not expected)
@@ -314,7 +314,7 @@ void Engine::Impl::ReadOutputAhead(int b, OutputAhead* ahead) {
   ahead->block = b;
 }
 
-Ticket Engine::Impl::ReadWorkingInto(int b, const PinnedBuffer& buf) {
+Event Engine::Impl::ReadWorkingInto(int b, const PinnedBuffer& buf) {
   const TensorHandle h = model.blocks[b].working;
   return store->Read(h, buf.span().subspan(0, store->bytes(h)));
 }
@@ -337,7 +337,7 @@ StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease, int64
   }
   if (ahead && ahead->block == b) {  // read into it since the block before started
     std::optional<Tracer::Span> wait;
-    if (!ahead->read.Done()) wait.emplace(tracer, Track::kOptimizer, "adam b" + std::to_string(b) + ": waiting for its working weights");
+    if (!ahead->read.Ready()) wait.emplace(tracer, Track::kOptimizer, "adam b" + std::to_string(b) + ": waiting for its working weights");
     Status read = ahead->read.Wait();
     ahead->block = -1;
     *lease = std::move(ahead->lease);
@@ -361,9 +361,9 @@ StatusOr<std::array<std::span<std::byte>, 3>> Engine::Impl::StateSpans(int b, co
     const std::span<std::byte> master = sg.master.valid() ? store->CpuMemory(sg.master) : std::span<std::byte>();
     return std::array{master, store->CpuMemory(sg.m), store->CpuMemory(sg.v)};
   }
-  for (Ticket& t : cur->read) {
+  for (Event& t : cur->read) {
     std::optional<Tracer::Span> wait;
-    if (!t.Done()) wait.emplace(tracer, Track::kOptimizer, "adam b" + std::to_string(b) + ": waiting for its states");
+    if (!t.Ready()) wait.emplace(tracer, Track::kOptimizer, "adam b" + std::to_string(b) + ": waiting for its states");
     if (Status s = t.Wait(); !s.ok()) return s.WithContext(fmt::format("optimizer state of block {}", b));
   }
   std::array<std::span<std::byte>, 3> spans;
@@ -440,7 +440,7 @@ Status Engine::Impl::UpdateResident(int b, PinnedBuffer lease) {
   torch::Tensor part;
   STRATA_RETURN_IF_ERROR(TorchCall("resident update", [&] { part = weights.narrow(0, lo, bp.optimizer.len); }));
   // After the step's Synchronize nothing reads the old weights; the next copy in waits for this one.
-  const DeviceEvent copied = dev->CopyIn(part, lease.data() + lo * plan.dsize, {bufs.resident_ready[b]});
+  const Event copied = dev->CopyIn(part, lease.data() + lo * plan.dsize, {bufs.resident_ready[b]});
   ReleaseAfter(std::move(lease), copied);
   bufs.resident_ready[b] = copied;  // read by the compute thread once block b is ready
   return Status();

@@ -50,7 +50,7 @@ void Engine::Impl::ArmSpeculation(int64_t step) {
   speculation.hp.clip_coef = 1.0;
 }
 
-void Engine::Impl::Speculate(int b, const DeviceEvent& grad_final) {
+void Engine::Impl::Speculate(int b, const Event& grad_final) {
   // Only in the last micro-batch is a reduced gradient final; only speculated blocks have a backup.
   if (!last_micro_batch || !speculation.backup[b]) return;
   // The hyper-parameters go by value: the next step re-arms while this update may still run.
@@ -101,8 +101,8 @@ StatusOr<std::unique_ptr<LoadedStates>> Engine::Impl::RestoreStates(int b, const
   return l;
 }
 
-Status Engine::Impl::Conclude(int b, Verdict verdict, const AdamHyperParams& hp, const DeviceEvent& updated) {
-  STRATA_RETURN_IF_ERROR(updated.HostWait().WithContext(fmt::format("the speculative update of block {}", b)));
+Status Engine::Impl::Conclude(int b, Verdict verdict, const AdamHyperParams& hp, const Event& updated) {
+  STRATA_RETURN_IF_ERROR(updated.Wait().WithContext(fmt::format("the speculative update of block {}", b)));
   const BlockPlan& bp = plan.blocks[b];
   const std::vector<SubGroup>& subs = model.blocks[b].subs;
   if (verdict == Verdict::kRollBack) {
@@ -133,14 +133,14 @@ Status Engine::Impl::Conclude(int b, Verdict verdict, const AdamHyperParams& hp,
 
 void Engine::Impl::DropStatesAhead() {
   if (!speculation.ahead) return;
-  for (Ticket& t : speculation.ahead->read) t.Wait().IgnoreError();  // the buffers are being written into
+  for (Event& t : speculation.ahead->read) t.Wait().IgnoreError();  // the buffers are being written into
   speculation.ahead.reset();
 }
 
 Status Engine::Impl::AbandonSpeculation() {
-  auto done = std::exchange(speculation.done, std::vector<std::optional<DeviceEvent>>(num_blocks()));
+  auto done = std::exchange(speculation.done, std::vector<std::optional<Event>>(num_blocks()));
   if (std::none_of(done.begin(), done.end(), [](const auto& d) { return d.has_value(); })) return Status();
-  const DeviceEvent rolled_back = optimizer.thread->Submit({{}, nullptr, [this, done] {
+  const Event rolled_back = optimizer.thread->Submit({{}, nullptr, [this, done] {
                                                               Status first;
                                                               DropStatesAhead();
                                                               for (int b = 0; b < num_blocks(); ++b) {
@@ -151,7 +151,7 @@ Status Engine::Impl::AbandonSpeculation() {
                                                               return first;
                                                             },
                                                             "roll back speculation", 0, {}});
-  return rolled_back.HostWait().WithContext("rolling back the speculative updates");
+  return rolled_back.Wait().WithContext("rolling back the speculative updates");
 }
 
 }  // namespace strata

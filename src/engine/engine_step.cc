@@ -70,7 +70,7 @@ std::unique_ptr<PrefetchScheduler> Engine::Impl::MakePrefetcher(const std::vecto
   for (const Visit& v : order)
     if (model.blocks[v.block].working.valid() && store->home(model.blocks[v.block].working) == Tier::kNvme)
       items.push_back({v.block, model.blocks[v.block].working,
-                       !DelayedRun() && v.block < static_cast<int>(ready.size()) ? ready[v.block] : DeviceEvent()});
+                       !DelayedRun() && v.block < static_cast<int>(ready.size()) ? ready[v.block] : Event()});
   if (items.empty()) return nullptr;
   const uint64_t budget = std::max<uint64_t>(1, cfg.prefetch_bucket_size * DTypeSize(cfg.compute_dtype));
   return std::make_unique<PrefetchScheduler>(std::move(items), store.get(), pools.param.get(), budget, tracer);
@@ -85,12 +85,12 @@ Status Engine::Impl::BatchToDevice(const data::Batch& batch, torch::Tensor* inpu
   });
 }
 
-Status Engine::Impl::ComputeAfter(const DeviceEvent& e, const char* what) {
+Status Engine::Impl::ComputeAfter(const Event& e, const char* what) {
   Tracer::Span span(e.Ready() ? nullptr : tracer, Track::kWait, what);
   return dev->ComputeAfter(e);
 }
 
-void Engine::Impl::ReleaseAfter(PinnedBuffer lease, const DeviceEvent& after) {
+void Engine::Impl::ReleaseAfter(PinnedBuffer lease, const Event& after) {
   if (after.Ready()) return;  // the lease goes back now
   auto held = std::make_shared<PinnedBuffer>(std::move(lease));
   (void)dev->OnHost([held] {
@@ -104,7 +104,7 @@ Gatherer::Gatherer(Engine::Impl& m, std::vector<Visit> plan, PrefetchScheduler* 
 
 Gatherer::~Gatherer() {
   // Gathers issued but never used (an error ended the pass): their copies read leases.
-  for (size_t v = acquired_; v < gathered_.size(); ++v) gathered_[v].ready.HostWait().IgnoreError();
+  for (size_t v = acquired_; v < gathered_.size(); ++v) gathered_[v].ready.Wait().IgnoreError();
 }
 
 // Starts visit v: the block's shard copied in (from the cpu tier or a prefetched NVMe
@@ -121,7 +121,7 @@ Status Gatherer::Issue(const Visit& v) {
   }
   GatherSlot& slot = v.tied ? m_.bufs.tied : m_.bufs.gather[m_.bufs.next_gather++ % m_.bufs.gather.size()];
   torch::Tensor full = slot.full.narrow(0, 0, layout.padded);
-  DeviceEvent ready;
+  Event ready;
   if (plan.resident[b]) {  // stage 3: the shard is on the device
     ready = m_.dev->AllGather(m_.bufs.resident[b].data_ptr(), full.data_ptr(), layout.shard, plan.compute,
                               {slot.released, m_.bufs.resident_ready[b]});
@@ -137,7 +137,7 @@ Status Gatherer::Issue(const Visit& v) {
         std::memcpy(lease.data() + plan.blocks[b].working_tensor_len() * plan.dsize, adapter.data(), adapter.size());
       }
     }
-    DeviceEvent src_read;  // after it, the host source may be reused
+    Event src_read;  // after it, the host source may be reused
     if (!plan.weights_sharded) {  // every rank holds the full group in host memory
       ready = src_read = m_.dev->CopyIn(full, src, {slot.released});
     } else if (m_.dev->is_host()) {
@@ -173,7 +173,7 @@ Status Gatherer::Acquire(int block) {
 
 void Gatherer::Release() {
   if (in_use_.empty()) return;
-  const DeviceEvent done = m_.dev->RecordCompute();
+  const Event done = m_.dev->RecordCompute();
   for (GatherSlot* s : in_use_) s->released = done;
   in_use_.clear();
 }
@@ -229,12 +229,12 @@ Status Engine::Impl::ReduceGradients(int b) {
     }
   }));
   const double inv = 1.0 / (static_cast<double>(cfg.grad_accum) * comm->world_size());
-  const DeviceEvent flattened = dev->RecordCompute();
+  const Event flattened = dev->RecordCompute();
   // Alone, the flat gradients are the reduced ones: no collective (a copy of them, before).
   const bool alone = comm->world_size() == 1;
   const bool scatter = plan.ScattersGradients();
   torch::Tensor out = scatter ? g.reduced.narrow(0, 0, bp.layout.shard) : flat;
-  DeviceEvent reduced = flattened;
+  Event reduced = flattened;
   if (!alone) {
     Tracer::Span span(dev->is_host() ? tracer : nullptr, Track::kComm,
                       (scatter ? "reduce-scatter g" : "all-reduce g") + std::to_string(b));
@@ -248,16 +248,16 @@ Status Engine::Impl::ReduceGradients(int b) {
   if (plan.device_accum) return AccumulateOnDevice(b, g, out.narrow(0, acc_at, bp.grad.len), reduced, inv);
   STRATA_RETURN_IF_ERROR(AwaitGradientsFree(b));  // delayed: the update still reading the accumulator
   if (dev->is_host()) {
-    STRATA_RETURN_IF_ERROR(reduced.HostWait());
+    STRATA_RETURN_IF_ERROR(reduced.Wait());
     Tracer::Span span(tracer, Track::kCompute, "accumulate g" + std::to_string(b));
     STRATA_RETURN_IF_ERROR(Accumulate(br.grad, bf16, out.narrow(0, acc_at, bp.grad.len), inv, first, plant));
-    Speculate(b, DeviceEvent());
+    Speculate(b, Event());
     return Status();
   }
   // Off the host: the shard leaves the device as soon as its collective is done and is
   // added to the accumulator on the host callback thread, while compute goes on.
   torch::Tensor host = g.host.narrow(0, 0, out.numel());
-  const DeviceEvent copied = dev->CopyOut(host.data_ptr(), out, {reduced, g.host_read});
+  const Event copied = dev->CopyOut(host.data_ptr(), out, {reduced, g.host_read});
   g.flat_read = scatter ? reduced : copied;
   g.reduced_read = copied;
   g.host_read = dev->OnHost(
@@ -275,7 +275,7 @@ Status Engine::Impl::ReduceGradients(int b) {
 // copies the sum out, written into the host accumulator (rounded once for bf16 ones). The
 // link and the host's memory carry one copy of the gradients per step instead of one per
 // micro-batch: for a 7 B model at 16 micro-batches, 27 GB instead of 431 GB per step.
-Status Engine::Impl::AccumulateOnDevice(int b, GradSlot& g, const torch::Tensor& part, const DeviceEvent& reduced,
+Status Engine::Impl::AccumulateOnDevice(int b, GradSlot& g, const torch::Tensor& part, const Event& reduced,
                                         double inv) {
   torch::Tensor& acc = bufs.accum[b];
   const bool first = first_micro_batch;
@@ -286,12 +286,12 @@ Status Engine::Impl::AccumulateOnDevice(int b, GradSlot& g, const torch::Tensor&
     if (first) at::mul_out(acc, part, at::Scalar(static_cast<float>(inv)));
     else acc.add_(part, at::Scalar(static_cast<float>(inv)));
   }));
-  const DeviceEvent summed = dev->RecordCompute();
+  const Event summed = dev->RecordCompute();
   g.flat_read = g.reduced_read = summed;
   if (!last_micro_batch) return Status();
   STRATA_RETURN_IF_ERROR(AwaitGradientsFree(b));  // delayed: the update still reading the host accumulator
   torch::Tensor host = g.host.narrow(0, 0, acc.numel());
-  const DeviceEvent copied = dev->CopyOut(host.data_ptr(), acc, {summed, g.host_read});
+  const Event copied = dev->CopyOut(host.data_ptr(), acc, {summed, g.host_read});
   bufs.accum_read[b] = copied;
   g.host_read = dev->OnHost(
       [acc = model.blocks[b].grad, bf16 = plan.gsize == 2, host, plant = PlantsOverflow(b)] {

@@ -30,7 +30,7 @@ void PrefetchScheduler::IssueMore() {
     }
     STRATA_CHECK(bytes <= buf->size()) << "block " << item.block << " needs " << bytes << " bytes, buffers have "
                                        << buf->size();
-    Ticket t = store_->Read(item.tensor, {buf->data(), bytes});
+    Event t = store_->Read(item.tensor, {buf->data(), bytes});
     in_flight_.push_back({item.block, std::move(*buf), std::move(t), bytes});
     in_flight_bytes_ += bytes;
     high_water_ = std::max(high_water_, in_flight_bytes_);
@@ -45,18 +45,18 @@ StatusOr<PinnedBuffer> PrefetchScheduler::Take(int block) {
   IssueMore();
   if (in_flight_.empty()) {  // its block's update is not done yet
     Tracer::Span wait(tracer_, Track::kOptimizerWait, "wait optimizer (read) b" + std::to_string(block));
-    STRATA_RETURN_IF_ERROR(plan_[next_take_].ready.HostWait());
+    STRATA_RETURN_IF_ERROR(plan_[next_take_].ready.Wait());
     IssueMore();
   }
   STRATA_CHECK(!in_flight_.empty() && in_flight_.front().block == block) << "prefetch lost block " << block;
   InFlight f = std::move(in_flight_.front());
   in_flight_.pop_front();
   Status s;
-  if (!f.ticket.Done()) {
+  if (!f.event.Ready()) {
     Tracer::Span wait(tracer_, Track::kWait, "wait params g" + std::to_string(block));
-    s = f.ticket.Wait();
+    s = f.event.Wait();
   } else {
-    s = f.ticket.Wait();
+    s = f.event.Wait();
   }
   in_flight_bytes_ -= f.bytes;
   ++next_take_;
@@ -66,7 +66,7 @@ StatusOr<PinnedBuffer> PrefetchScheduler::Take(int block) {
 }
 
 void PrefetchScheduler::Drain() {
-  for (auto& f : in_flight_) f.ticket.Wait().IgnoreError();
+  for (auto& f : in_flight_) f.event.Wait().IgnoreError();
   in_flight_.clear();
   in_flight_bytes_ = 0;
 }

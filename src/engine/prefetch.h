@@ -21,10 +21,10 @@
 #include <deque>
 #include <vector>
 
-#include "src/engine/device_event.h"
+#include "strata/event.h"
 #include "strata/pinned_pool.h"
 #include "strata/status.h"
-#include "strata/ticket.h"
+#include "strata/event.h"
 #include "strata/tiered_store.h"
 #include "strata/trace.h"
 
@@ -35,7 +35,7 @@ class PrefetchScheduler {
   struct Item {
     int block = 0;        // what Take() is asked for
     TensorHandle tensor;  // what is read: the block's working weights in the store
-    DeviceEvent ready;    // the read may start once this happened (the block's optimizer update)
+    Event ready;    // the read may start once this happened (the block's optimizer update)
   };
 
   // `store`, `pool` and `tracer` (may be null) are borrowed.
@@ -55,7 +55,7 @@ class PrefetchScheduler {
   struct InFlight {
     int block;
     PinnedBuffer buffer;
-    Ticket ticket;
+    Event event;
     uint64_t bytes;
   };
   void IssueMore();

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "src/base/temporaries.h"
-#include "src/checkpoint/durable_file.h"
+#include "src/base/durable_file.h"
 #include "support/small_disk.h"
 #include "support/temp_dir.h"
 
@@ -71,10 +71,10 @@ TEST(AtomicWrite, AReplacedFileKeepsItsModeAndNoTemporaryStays) {
   const std::string path = dir.path() + "/ds_config.json";
   std::ofstream(path) << "{}";
   ::chmod(path.c_str(), 0600);
-  ASSERT_TRUE(ckpt::WriteFileAtomically(path, "{\"a\": 1}").ok());
+  ASSERT_TRUE(WriteFileAtomically(path, "{\"a\": 1}").ok());
   EXPECT_EQ(Read(path), "{\"a\": 1}");
   EXPECT_EQ(Mode(path), 0600u);
-  ASSERT_TRUE(ckpt::WriteFileAtomically(path + ".bak", "{}", /*mode_of=*/path).ok());
+  ASSERT_TRUE(WriteFileAtomically(path + ".bak", "{}", /*mode_of=*/path).ok());
   EXPECT_EQ(Mode(path + ".bak"), 0600u);
   EXPECT_EQ(testing::EntryNames(dir.path()), (std::vector<std::string>{"ds_config.json", "ds_config.json.bak"}));
 }
@@ -85,7 +85,7 @@ TEST(AtomicWrite, AFullDiskLeavesTheOldFileAndNoTemporary) {
   if (!disk.mounted()) GTEST_SKIP() << disk.why_not();
   const std::string path = disk.path() + "/ds_config.json";
   std::ofstream(path) << "{\"old\": true}";
-  const Status s = ckpt::WriteFileAtomically(path, std::string(1 << 20, ' '));
+  const Status s = WriteFileAtomically(path, std::string(1 << 20, ' '));
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
   EXPECT_EQ(Read(path), "{\"old\": true}");
@@ -96,7 +96,7 @@ TEST(AtomicWrite, MappedFileRefusesAFifo) {
   testing::TempDir dir;
   const std::string fifo = dir.path() + "/model.safetensors";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  auto m = ckpt::MappedFile::Open(fifo);
+  auto m = MappedFile::Open(fifo);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("FIFO"), std::string::npos) << m.status().ToString();
 }

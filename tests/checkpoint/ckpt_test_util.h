@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "src/data/data.h"
-#include "src/engine/compute_device.h"
+#include "src/device/compute_device.h"
 #include "src/engine/engine.h"
 #include "strata/communicator.h"
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "src/checkpoint/export_target.h"
+#include "src/hf/export_target.h"
 #include "src/checkpoint/manifest.h"
 #include "src/checkpoint/safetensors.h"
 #include "support/temp_dir.h"

@@ -12,8 +12,8 @@
 #include "../engine/engine_test_util.h"
 #include "ckpt_test_util.h"
 #include "src/checkpoint/checkpoint.h"
-#include "src/checkpoint/export.h"
-#include "src/checkpoint/hf_loader.h"
+#include "src/hf/export.h"
+#include "src/hf/hf_loader.h"
 #include "src/checkpoint/safetensors.h"
 #include "support/temp_dir.h"
 

@@ -18,7 +18,7 @@
 #include "cli_run.h"
 #include "hf_peers.h"
 #include "src/checkpoint/checkpoint.h"
-#include "src/checkpoint/hf_loader.h"
+#include "src/hf/hf_loader.h"
 #include "src/checkpoint/safetensors.h"
 #include "support/temp_dir.h"
 

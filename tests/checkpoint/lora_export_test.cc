@@ -16,7 +16,7 @@
 #include "ckpt_test_util.h"
 #include "cli_run.h"
 #include "src/checkpoint/checkpoint.h"
-#include "src/checkpoint/export.h"
+#include "src/hf/export.h"
 #include "src/checkpoint/manifest.h"
 #include "src/checkpoint/safetensors.h"
 

@@ -10,9 +10,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "src/checkpoint/durable_file.h"
-#include "src/checkpoint/export.h"
-#include "src/checkpoint/hf_names.h"
+#include "src/base/durable_file.h"
+#include "src/hf/export.h"
+#include "src/hf/hf_names.h"
 #include "support/temp_dir.h"
 
 namespace strata::ckpt {

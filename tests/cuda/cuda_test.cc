@@ -6,8 +6,9 @@
 #include <random>
 
 #include "cuda/require_gpu.h"
-#include "kernels/cuda/cast.h"
+#include "bench/cuda/cast.h"
 #include "strata/cast.h"
+#include "bench/cuda/transfer.h"
 #include "strata/cuda/cuda.h"
 #include "strata/pinned_pool.h"
 

@@ -27,7 +27,7 @@ TEST(FakeDevice, ACopyWaitsForItsEventsAndPoisonsItsDestinationWhileInFlight) {
   std::vector<float> src(1024, 1.5f);  // 4 KiB at 0.1 MB/s: 40 ms in flight
   torch::Tensor dst = torch::zeros({1024});
   auto gate = Pending();
-  const DeviceEvent copied = dev->CopyIn(dst, src.data(), {DeviceEvent(gate)});
+  const Event copied = dev->CopyIn(dst, src.data(), {Event(gate)});
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_FALSE(copied.Ready());
   EXPECT_EQ(dst[0].item<float>(), 0.0f);  // not started: its `after` has not happened
@@ -35,7 +35,7 @@ TEST(FakeDevice, ACopyWaitsForItsEventsAndPoisonsItsDestinationWhileInFlight) {
   std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_FALSE(copied.Ready());
   EXPECT_TRUE(std::isnan(dst[7].item<float>()));  // in flight: garbage
-  ASSERT_TRUE(copied.HostWait().ok());
+  ASSERT_TRUE(copied.Wait().ok());
   EXPECT_TRUE(torch::equal(dst, torch::full({1024}, 1.5f)));
   ASSERT_TRUE(dev->Synchronize().ok());
 }
@@ -45,10 +45,10 @@ TEST(FakeDevice, AFailureReachesWhatDependsOnItAndSynchronize) {
   auto dev = MakeFakeAsyncDevice(comm.get(), {.seed = 2, .max_delay_us = 100});
   std::vector<float> host(16, 2.0f);
   torch::Tensor t = torch::zeros({16});
-  const DeviceEvent failed = DeviceEvent::Failed(Status(StatusCode::kIoError, "copy engine fault"));
-  const DeviceEvent in = dev->CopyIn(t, host.data(), {failed});
-  const DeviceEvent out = dev->CopyOut(host.data(), t, {in});
-  EXPECT_EQ(out.HostWait().code(), StatusCode::kIoError);
+  const Event failed = Event::Failed(Status(StatusCode::kIoError, "copy engine fault"));
+  const Event in = dev->CopyIn(t, host.data(), {failed});
+  const Event out = dev->CopyOut(host.data(), t, {in});
+  EXPECT_EQ(out.Wait().code(), StatusCode::kIoError);
   EXPECT_EQ(host[0], 2.0f);  // never ran
   const Status s = dev->Synchronize();
   EXPECT_NE(s.message().find("copy engine fault"), std::string::npos) << s.ToString();
@@ -60,14 +60,14 @@ TEST(FakeDevice, EachQueueRunsInOrderAndHostCallbacksAfterTheirEvents) {
   std::vector<float> a(64, 1.0f), b(64, 2.0f), out(64, 0.0f);
   torch::Tensor t = torch::zeros({64});
   (void)dev->CopyIn(t, a.data(), {});
-  const DeviceEvent second = dev->CopyIn(t, b.data(), {});
-  const DeviceEvent copied = dev->CopyOut(out.data(), t, {second});
+  const Event second = dev->CopyIn(t, b.data(), {});
+  const Event copied = dev->CopyOut(out.data(), t, {second});
   float seen = -1;
-  const DeviceEvent cb = dev->OnHost([&] {
+  const Event cb = dev->OnHost([&] {
     seen = out[63];
     return Status();
   }, {copied});
-  ASSERT_TRUE(cb.HostWait().ok());
+  ASSERT_TRUE(cb.Wait().ok());
   EXPECT_EQ(seen, 2.0f);
 }
 

@@ -10,7 +10,7 @@
 #include <torch/torch.h>
 
 #include "src/data/data.h"
-#include "src/engine/compute_device.h"
+#include "src/device/compute_device.h"
 #include "src/engine/engine.h"
 #include "src/engine/train_config.h"
 #include "support/temp_dir.h"

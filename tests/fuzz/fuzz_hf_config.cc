@@ -8,7 +8,7 @@
 #include <string>
 
 #include "src/base/json_text.h"
-#include "src/checkpoint/hf_index.h"
+#include "src/hf/hf_index.h"
 #include "src/model/hf_config.h"
 
 namespace {

@@ -1,5 +1,5 @@
 // Round trips through the NVMe tier: sizes from 1 byte to 256 MiB, host memory at offsets
-// that are not multiples of the block size (or of 4 KiB), many tickets in flight, the
+// that are not multiples of the block size (or of 4 KiB), many operations in flight, the
 // pread fallback engine, and tampering with the swap file behind the tier's back.
 #include "strata/nvme_tier.h"
 
@@ -76,7 +76,7 @@ TEST(NvmeTier, UsesIoUringWithODirectOnARealDisk) {
             std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
 }
 
-TEST(NvmeTier, HundredsOfConcurrentTicketsFromPinnedBuffers) {
+TEST(NvmeTier, HundredsOfConcurrentOperationsFromPinnedBuffers) {
   TempDir dir;
   constexpr int kTensors = 400;
   constexpr size_t kBytes = 96 * 1024 + 123;  // small blocks: many requests per tensor
@@ -88,7 +88,7 @@ TEST(NvmeTier, HundredsOfConcurrentTicketsFromPinnedBuffers) {
   ASSERT_TRUE(tier.ok()) << tier.status().ToString();
   std::vector<PinnedBuffer> bufs;
   std::vector<ExtentId> ids;
-  std::vector<Ticket> tickets;
+  std::vector<Event> events;
   for (int i = 0; i < kTensors; ++i) {
     bufs.push_back((*pool)->Acquire());
     auto data = RandomBytes(kBytes, 1000 + i);
@@ -97,13 +97,13 @@ TEST(NvmeTier, HundredsOfConcurrentTicketsFromPinnedBuffers) {
     ASSERT_TRUE(id.ok());
     ids.push_back(*id);
   }
-  for (int i = 0; i < kTensors; ++i) tickets.push_back((*tier)->Write(ids[i], {bufs[i].data(), kBytes}));
-  for (auto& t : tickets) ASSERT_TRUE(t.Wait().ok());
+  for (int i = 0; i < kTensors; ++i) events.push_back((*tier)->Write(ids[i], {bufs[i].data(), kBytes}));
+  for (auto& t : events) ASSERT_TRUE(t.Wait().ok());
   for (auto& b : bufs) std::memset(b.data(), 0, kBytes);
-  tickets.clear();
+  events.clear();
   // Reads in reverse order, all in flight together.
-  for (int i = kTensors - 1; i >= 0; --i) tickets.push_back((*tier)->Read(ids[i], {bufs[i].data(), kBytes}));
-  for (auto& t : tickets) ASSERT_TRUE(t.Wait().ok());
+  for (int i = kTensors - 1; i >= 0; --i) events.push_back((*tier)->Read(ids[i], {bufs[i].data(), kBytes}));
+  for (auto& t : events) ASSERT_TRUE(t.Wait().ok());
   for (int i = 0; i < kTensors; ++i) {
     auto want = RandomBytes(kBytes, 1000 + i);
     ASSERT_EQ(0, std::memcmp(bufs[i].data(), want.data(), kBytes)) << "tensor " << i;
@@ -309,7 +309,7 @@ TEST(NvmeTier, BuffersRegisteredLaterGoThroughThePumpThread) {
   ASSERT_TRUE(pool.ok());
   auto src = RandomBytes(kBytes, 5);
   std::vector<ExtentId> ids;
-  std::vector<Ticket> writes;
+  std::vector<Event> writes;
   for (int i = 0; i < 3; ++i) {
     ids.push_back(*(*tier)->Allocate("t" + std::to_string(i), kBytes));
     writes.push_back((*tier)->Write(ids[i], src));  // from unregistered memory, in flight

@@ -129,8 +129,8 @@ TEST(TieredStore, ANeverWrittenTensorReadsAsZerosWithoutIo) {
     auto h = store->Register(std::string("m.") + TierName(tier), n, tier);
     ASSERT_TRUE(h.ok()) << h.status().ToString();
     std::vector<std::byte> dst(n, std::byte{0x5a});
-    Ticket t = store->Read(*h, dst);
-    EXPECT_TRUE(t.Done());  // nothing to wait for
+    Event t = store->Read(*h, dst);
+    EXPECT_TRUE(t.Ready());  // nothing to wait for
     ASSERT_TRUE(t.Wait().ok());
     EXPECT_EQ(dst, std::vector<std::byte>(n));
     // Written: it reads back what was written, from then on.
@@ -159,7 +159,7 @@ TEST(TieredStore, CpuMemoryOfANeverWrittenTensorIsZerosAndThenTheTensor) {
   EXPECT_EQ(dst[17], std::byte{3});
 }
 
-TEST(TieredStore, ManyThreadsManyTickets) {
+TEST(TieredStore, ManyThreadsManyOperations) {
   TempDir dir;
   auto store = MakeStore(dir.path());
   constexpr int kPerThread = 60, kThreads = 4;
@@ -169,23 +169,23 @@ TEST(TieredStore, ManyThreadsManyTickets) {
     threads.emplace_back([&, t] {
       std::vector<std::vector<std::byte>> data;
       std::vector<TensorHandle> hs;
-      std::vector<Ticket> tickets;
+      std::vector<Event> events;
       for (int i = 0; i < kPerThread; ++i) {
         data.push_back(RandomBytes(30000 + 977 * i, t * 1000 + i));
         auto h = store->Register(fmt::format("t{}.{}", t, i), data.back().size(), i % 3 ? Tier::kNvme : Tier::kCpu);
         if (!h.ok()) { failures++; return; }
         hs.push_back(*h);
-        tickets.push_back(store->Write(*h, data.back()));
+        events.push_back(store->Write(*h, data.back()));
       }
-      for (auto& tk : tickets) if (!tk.Wait().ok()) failures++;
-      tickets.clear();
+      for (auto& tk : events) if (!tk.Wait().ok()) failures++;
+      events.clear();
       std::vector<std::vector<std::byte>> out(kPerThread);
       for (int i = 0; i < kPerThread; ++i) {
         out[i].resize(data[i].size());
-        tickets.push_back(store->Read(hs[i], out[i]));
+        events.push_back(store->Read(hs[i], out[i]));
       }
       for (int i = 0; i < kPerThread; ++i)
-        if (!tickets[i].Wait().ok() || out[i] != data[i]) failures++;
+        if (!events[i].Wait().ok() || out[i] != data[i]) failures++;
     });
   }
   for (auto& th : threads) th.join();
@@ -253,12 +253,12 @@ TEST(TieredStore, AReadDuringAWriteBackCopiesItsBuffer) {
   PinnedBuffer b = (*pool)->Acquire();
   auto fresh = RandomBytes(65536, 9);
   std::memcpy(b.data(), fresh.data(), fresh.size());
-  const Ticket written = store->WriteBack(h, std::move(b));  // request 1: 300 ms late
+  const Event written = store->WriteBack(h, std::move(b));  // request 1: 300 ms late
   const uint64_t read_before = store->nvme()->stats().bytes_read;
   std::vector<std::byte> dst(65536);
   ASSERT_TRUE(store->Read(h, dst).Wait().ok());
   EXPECT_EQ(dst, fresh);
-  EXPECT_FALSE(written.Done());  // served without waiting for the slow write
+  EXPECT_FALSE(written.Ready());  // served without waiting for the slow write
   EXPECT_EQ(store->nvme()->stats().bytes_read, read_before);
   EXPECT_FALSE((*pool)->TryAcquire().has_value());  // the write still holds the buffer
   ASSERT_TRUE(store->FlushWrites().ok());
@@ -280,12 +280,12 @@ TEST(TieredStore, AReadDuringTheFirstWriteBackOfAZeroTensorSeesTheWrite) {
   PinnedBuffer b = (*pool)->Acquire();
   auto fresh = RandomBytes(65536, 5);
   std::memcpy(b.data(), fresh.data(), fresh.size());
-  const Ticket written = store->WriteBack(h, std::move(b));
+  const Event written = store->WriteBack(h, std::move(b));
   std::vector<std::byte> dst(65536);
   std::thread reader([&] { EXPECT_TRUE(store->Read(h, dst).Wait().ok()); });
   reader.join();
   EXPECT_EQ(dst, fresh);
-  EXPECT_FALSE(written.Done());
+  EXPECT_FALSE(written.Ready());
   ASSERT_TRUE(store->FlushWrites().ok());
   std::fill(dst.begin(), dst.end(), std::byte{0});
   ASSERT_TRUE(store->Read(h, dst).Wait().ok());

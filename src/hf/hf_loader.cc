@@ -1,11 +1,11 @@
-#include "src/checkpoint/hf_loader.h"
+#include "src/hf/hf_loader.h"
 
 #include <filesystem>
 
 #include "src/base/input_file.h"
-#include "src/checkpoint/durable_file.h"
-#include "src/checkpoint/hf_index.h"
-#include "src/checkpoint/hf_names.h"
+#include "src/base/durable_file.h"
+#include "src/hf/hf_index.h"
+#include "src/hf/hf_names.h"
 #include "src/checkpoint/safetensors.h"
 #include "src/engine/json_reader.h"
 

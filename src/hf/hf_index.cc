@@ -1,4 +1,4 @@
-#include "src/checkpoint/hf_index.h"
+#include "src/hf/hf_index.h"
 
 #include "src/base/json_text.h"
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <thread>
 
-#include "src/engine/compute_device.h"
+#include "src/device/compute_device.h"
 
 namespace strata {
 
@@ -46,9 +46,9 @@ class WorkQueue {
     thread_.join();
   }
 
-  DeviceEvent Submit(Work w) {
+  Event Submit(Work w) {
     w.done = std::make_shared<HostEventState>();
-    DeviceEvent e(w.done);
+    Event e(w.done);
     {
       std::lock_guard<std::mutex> lock(mu_);
       last_ = e;
@@ -57,7 +57,7 @@ class WorkQueue {
     cv_.notify_all();
     return e;
   }
-  DeviceEvent last() {
+  Event last() {
     std::lock_guard<std::mutex> lock(mu_);
     return last_;
   }
@@ -78,8 +78,8 @@ class WorkQueue {
         queue_.pop_front();
       }
       Status s;
-      for (const DeviceEvent& e : w.after)
-        if (Status a = e.HostWait(); !a.ok() && s.ok()) s = a;
+      for (const Event& e : w.after)
+        if (Status a = e.Wait(); !a.ok() && s.ok()) s = a;
       const double t0 = *tracer_ ? (*tracer_)->Now() : 0;
       if (s.ok()) {
         if (w.poison) w.poison();
@@ -109,7 +109,7 @@ class WorkQueue {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Work> queue_;
-  DeviceEvent last_;
+  Event last_;
   Status first_error_;
   bool stop_ = false;
   std::thread thread_;  // last: starts once the members above exist

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "src/checkpoint/consolidate.h"
+#include "src/hf/consolidate.h"
 #include "src/engine/engine.h"
 #include "src/model/model.h"
 #include "strata/status.h"

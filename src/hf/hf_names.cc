@@ -1,4 +1,4 @@
-#include "src/checkpoint/hf_names.h"
+#include "src/hf/hf_names.h"
 
 #include <fmt/format.h>
 

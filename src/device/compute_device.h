@@ -7,7 +7,7 @@
 //   collectives all-gather / reduce-scatter / all-reduce on device buffers
 // and a host-callback thread for host work that consumes a copy (accumulating a gradient
 // shard into the fp32 accumulator), off the compute thread. Every operation returns a
-// DeviceEvent that happens when it has completed, and takes the events it must wait for
+// Event that happens when it has completed, and takes the events it must wait for
 // (`after`): the ordering between queues is stated by the engine, never implied.
 //
 // Semantics the engine relies on (each is a race a test on the fake device catches):
@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "src/engine/device_event.h"
+#include "strata/event.h"
 #include "strata/communicator.h"
 #include "strata/dtype.h"
 #include "strata/host_pinner.h"
@@ -65,21 +65,21 @@ class ComputeDevice {
   virtual Communicator* collectives() const = 0;
 
   // dst.nbytes() bytes from host `src` into device tensor `dst`, after `after`.
-  virtual DeviceEvent CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) = 0;
+  virtual Event CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) = 0;
   // src.nbytes() bytes from device tensor `src` into host `dst`, after `after`.
-  virtual DeviceEvent CopyOut(void* dst, const torch::Tensor& src, const EventList& after) = 0;
+  virtual Event CopyOut(void* dst, const torch::Tensor& src, const EventList& after) = 0;
   // Collectives on device buffers (communicator.h's semantics), after `after`.
-  virtual DeviceEvent AllGather(const void* shard, void* full, size_t count, DType dtype, const EventList& after) = 0;
-  virtual DeviceEvent ReduceScatter(const void* full, void* shard, size_t count, DType dtype, ReduceOp op,
+  virtual Event AllGather(const void* shard, void* full, size_t count, DType dtype, const EventList& after) = 0;
+  virtual Event ReduceScatter(const void* full, void* shard, size_t count, DType dtype, ReduceOp op,
                                     const EventList& after) = 0;
-  virtual DeviceEvent AllReduce(void* data, size_t count, DType dtype, ReduceOp op, const EventList& after) = 0;
+  virtual Event AllReduce(void* data, size_t count, DType dtype, ReduceOp op, const EventList& after) = 0;
   // Compute issued from now on runs after `e` (its error, if it failed, is returned).
-  virtual Status ComputeAfter(const DeviceEvent& e) = 0;
+  virtual Status ComputeAfter(const Event& e) = 0;
   // Happens when the compute issued so far has completed.
-  virtual DeviceEvent RecordCompute() = 0;
+  virtual Event RecordCompute() = 0;
   // Runs `fn` on the host-callback thread after `after`, in submission order; the event
   // carries fn's Status.
-  virtual DeviceEvent OnHost(std::function<Status()> fn, const EventList& after) = 0;
+  virtual Event OnHost(std::function<Status()> fn, const EventList& after) = 0;
   // Waits for everything queued so far; the first error of any of it.
   virtual Status Synchronize() = 0;
 

@@ -1,4 +1,4 @@
-#include "src/checkpoint/lora_export.h"
+#include "src/hf/lora_export.h"
 
 #include <cmath>
 #include <filesystem>
@@ -7,8 +7,8 @@
 
 #include <fmt/ranges.h>
 
-#include "src/checkpoint/export_target.h"
-#include "src/checkpoint/hf_names.h"
+#include "src/hf/export_target.h"
+#include "src/hf/hf_names.h"
 #include "src/checkpoint/manifest.h"
 #include "src/engine/train_config.h"
 

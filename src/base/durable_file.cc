@@ -1,4 +1,4 @@
-#include "src/checkpoint/durable_file.h"
+#include "src/base/durable_file.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -13,7 +13,7 @@
 #include "src/base/input_file.h"
 #include "src/base/temporaries.h"
 
-namespace strata::ckpt {
+namespace strata {
 
 StatusOr<DurableWriter> DurableWriter::Create(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -186,4 +186,4 @@ StatusOr<std::unique_ptr<FolderLock>> FolderLock::Take(const std::string& dir) {
 
 FolderLock::~FolderLock() { close(fd_); }
 
-}  // namespace strata::ckpt
+}  // namespace strata

@@ -5,11 +5,11 @@
 #include "src/base/input_file.h"
 #include "src/base/json_text.h"
 
-#include "src/checkpoint/consolidate.h"
-#include "src/checkpoint/durable_file.h"
-#include "src/checkpoint/export.h"
-#include "src/checkpoint/export_target.h"
-#include "src/checkpoint/lora_export.h"
+#include "src/hf/consolidate.h"
+#include "src/base/durable_file.h"
+#include "src/hf/export.h"
+#include "src/hf/export_target.h"
+#include "src/hf/lora_export.h"
 #include "src/model/hf_config.h"
 
 namespace strata::ckpt {

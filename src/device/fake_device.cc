@@ -5,8 +5,8 @@
 // comparing with the host path fails, here, instead of a race on a GPU.
 #include <cstring>
 
-#include "src/engine/compute_device.h"
-#include "src/engine/work_queue.h"
+#include "src/device/compute_device.h"
+#include "src/device/work_queue.h"
 #include "strata/log.h"
 
 namespace strata {
@@ -35,19 +35,19 @@ class FakeAsyncDevice final : public ComputeDevice {
   }
   Communicator* collectives() const override { return comm_; }
 
-  DeviceEvent CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) override {
+  Event CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) override {
     void* d = dst.data_ptr();
     const size_t n = dst.nbytes();
     if (o_.counters) o_.counters->in += n;
     return in_.Submit({after, Poisoner(d, n), [=] { std::memcpy(d, src, n); return Status(); }, "h2d", n, {}});
   }
-  DeviceEvent CopyOut(void* dst, const torch::Tensor& src, const EventList& after) override {
+  Event CopyOut(void* dst, const torch::Tensor& src, const EventList& after) override {
     const void* s = src.data_ptr();
     const size_t n = src.nbytes();
     if (o_.counters) o_.counters->out += n;
     return out_.Submit({after, Poisoner(dst, n), [=] { std::memcpy(dst, s, n); return Status(); }, "d2h", n, {}});
   }
-  DeviceEvent AllGather(const void* shard, void* full, size_t count, DType dtype, const EventList& after) override {
+  Event AllGather(const void* shard, void* full, size_t count, DType dtype, const EventList& after) override {
     const size_t n = count * DTypeSize(dtype) * comm_->world_size();
     // A shard that aliases its slot in `full` must not be poisoned before it is read.
     const bool aliased = static_cast<const std::byte*>(shard) >= static_cast<std::byte*>(full) &&
@@ -55,24 +55,24 @@ class FakeAsyncDevice final : public ComputeDevice {
     return coll_.Submit({after, aliased ? nullptr : Poisoner(full, n),
                          [=] { return comm_->AllGather(shard, full, count, dtype); }, "all-gather", n, {}});
   }
-  DeviceEvent ReduceScatter(const void* full, void* shard, size_t count, DType dtype, ReduceOp op,
+  Event ReduceScatter(const void* full, void* shard, size_t count, DType dtype, ReduceOp op,
                             const EventList& after) override {
     const size_t n = count * DTypeSize(dtype);
     return coll_.Submit({after, Poisoner(shard, n),
                          [=] { return comm_->ReduceScatter(full, shard, count, dtype, op); }, "reduce-scatter", n, {}});
   }
-  DeviceEvent AllReduce(void* data, size_t count, DType dtype, ReduceOp op, const EventList& after) override {
+  Event AllReduce(void* data, size_t count, DType dtype, ReduceOp op, const EventList& after) override {
     return coll_.Submit({after, nullptr, [=] { return comm_->AllReduce(data, count, dtype, op); }, "all-reduce",
                          count * DTypeSize(dtype), {}});
   }
-  Status ComputeAfter(const DeviceEvent& e) override { return e.HostWait(); }
-  DeviceEvent RecordCompute() override { return DeviceEvent(); }  // compute ran on the caller: done
-  DeviceEvent OnHost(std::function<Status()> fn, const EventList& after) override {
+  Status ComputeAfter(const Event& e) override { return e.Wait(); }
+  Event RecordCompute() override { return Event(); }  // compute ran on the caller: done
+  Event OnHost(std::function<Status()> fn, const EventList& after) override {
     return host_.Submit({after, nullptr, std::move(fn), "host callback", 0, {}});
   }
   Status Synchronize() override {
     Status first;
-    for (WorkQueue* q : {&in_, &out_, &coll_, &host_}) q->last().HostWait().IgnoreError();
+    for (WorkQueue* q : {&in_, &out_, &coll_, &host_}) q->last().Wait().IgnoreError();
     for (WorkQueue* q : {&in_, &out_, &coll_, &host_})
       if (Status s = q->first_error(); !s.ok() && first.ok()) first = s;
     return first;

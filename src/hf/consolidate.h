@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "src/checkpoint/export.h"
+#include "src/hf/export.h"
 #include "src/checkpoint/safetensors.h"
 #include "src/engine/shard_plan.h"
 #include "src/model/model_config.h"

@@ -1,10 +1,10 @@
-#include "src/checkpoint/consolidate.h"
+#include "src/hf/consolidate.h"
 
 #include <cmath>
 #include <cstring>
 
-#include "src/checkpoint/hf_names.h"
-#include "src/checkpoint/lora_export.h"
+#include "src/hf/hf_names.h"
+#include "src/hf/lora_export.h"
 #include "src/checkpoint/manifest.h"
 #include "src/engine/shard_plan.h"
 #include "src/engine/train_config.h"

@@ -12,8 +12,8 @@
 
 #include <string>
 
-#include "src/checkpoint/consolidate.h"
-#include "src/checkpoint/export.h"
+#include "src/hf/consolidate.h"
+#include "src/hf/export.h"
 #include "strata/status.h"
 
 namespace strata::ckpt {

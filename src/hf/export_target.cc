@@ -1,11 +1,11 @@
-#include "src/checkpoint/export_target.h"
+#include "src/hf/export_target.h"
 
 #include <filesystem>
 #include <set>
 
 #include "src/base/input_file.h"
 #include "src/base/json_text.h"
-#include "src/checkpoint/durable_file.h"
+#include "src/base/durable_file.h"
 #include "src/checkpoint/safetensors.h"
 
 namespace strata::ckpt {

@@ -9,9 +9,9 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
-#include "src/engine/compute_device.h"
-#include "src/engine/torch_call.h"
-#include "src/engine/work_queue.h"
+#include "src/device/compute_device.h"
+#include "src/device/torch_call.h"
+#include "src/device/work_queue.h"
 #include "strata/cuda/cuda.h"
 
 namespace strata {
@@ -50,7 +50,7 @@ class CudaDevice final : public ComputeDevice {
   std::unique_ptr<HostPinner> MakeHostPinner() const override { return cuda::MakeCudaHostPinner(); }
   Communicator* collectives() const override { return blocking_; }
 
-  DeviceEvent CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) override {
+  Event CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) override {
     return On(copy_in_, after, "host -> device copy", [&] {
       // Pinned (cudaHostRegister'd) source: an asynchronous copy on this stream. The caching
       // allocator must not hand dst's memory to another stream's tensor before it lands.
@@ -58,33 +58,33 @@ class CudaDevice final : public ComputeDevice {
       dst.record_stream(copy_in_);
     });
   }
-  DeviceEvent CopyOut(void* dst, const torch::Tensor& src, const EventList& after) override {
+  Event CopyOut(void* dst, const torch::Tensor& src, const EventList& after) override {
     return On(copy_out_, after, "device -> host copy", [&] {
       torch::from_blob(dst, src.sizes(), src.options().device(torch::kCPU)).copy_(src, true);
       src.record_stream(copy_out_);  // src may be freed by its owner while this copy reads it
     });
   }
-  DeviceEvent AllGather(const void* shard, void* full, size_t count, DType dtype, const EventList& after) override {
+  Event AllGather(const void* shard, void* full, size_t count, DType dtype, const EventList& after) override {
     return Collective(after, "all-gather", [&](void* s) { return streams_->AllGatherOn(s, shard, full, count, dtype); });
   }
-  DeviceEvent ReduceScatter(const void* full, void* shard, size_t count, DType dtype, ReduceOp op,
+  Event ReduceScatter(const void* full, void* shard, size_t count, DType dtype, ReduceOp op,
                             const EventList& after) override {
     return Collective(after, "reduce-scatter",
                       [&](void* s) { return streams_->ReduceScatterOn(s, full, shard, count, dtype, op); });
   }
-  DeviceEvent AllReduce(void* data, size_t count, DType dtype, ReduceOp op, const EventList& after) override {
+  Event AllReduce(void* data, size_t count, DType dtype, ReduceOp op, const EventList& after) override {
     return Collective(after, "all-reduce", [&](void* s) { return streams_->AllReduceOn(s, data, count, dtype, op); });
   }
-  Status ComputeAfter(const DeviceEvent& e) override { return Order(guard_.getStream(device_), {e}); }
-  DeviceEvent RecordCompute() override { return Record(guard_.getStream(device_)); }
-  DeviceEvent OnHost(std::function<Status()> fn, const EventList& after) override {
+  Status ComputeAfter(const Event& e) override { return Order(guard_.getStream(device_), {e}); }
+  Event RecordCompute() override { return Record(guard_.getStream(device_)); }
+  Event OnHost(std::function<Status()> fn, const EventList& after) override {
     return host_.Submit({after, nullptr, std::move(fn), "host callback", 0, {}});
   }
   Status Synchronize() override {
     Status s = CudaCall("synchronising", [&] {
       for (const c10::Stream& st : {guard_.getStream(device_), copy_in_, copy_out_, coll_}) st.synchronize();
     });
-    if (Status h = host_.last().HostWait(); s.ok()) s = h;
+    if (Status h = host_.last().Wait(); s.ok()) s = h;
     if (s.ok()) s = host_.first_error();
     if (s.ok()) s = streams_->AsyncError();
     return s;
@@ -93,34 +93,34 @@ class CudaDevice final : public ComputeDevice {
  private:
   // Makes `stream` wait for `after`: on the device for CUDA events, on the host for the rest.
   Status Order(const c10::Stream& stream, const EventList& after) {
-    for (const DeviceEvent& e : after) {
+    for (const Event& e : after) {
       if (!e.state()) continue;
       if (auto* c = dynamic_cast<CudaEventState*>(e.state().get())) {
         STRATA_RETURN_IF_ERROR(CudaCall("ordering streams", [&] { c->event().block(stream); }));
       } else {
-        STRATA_RETURN_IF_ERROR(e.HostWait());
+        STRATA_RETURN_IF_ERROR(e.Wait());
       }
     }
     return Status();
   }
-  DeviceEvent Record(const c10::Stream& stream) {
+  Event Record(const c10::Stream& stream) {
     std::shared_ptr<EventState> s;
     Status st = CudaCall("recording an event", [&] { s = std::make_shared<CudaEventState>(stream); });
-    return st.ok() ? DeviceEvent(std::move(s)) : DeviceEvent::Failed(st);
+    return st.ok() ? Event(std::move(s)) : Event::Failed(st);
   }
   template <typename F>
-  DeviceEvent On(const c10::Stream& stream, const EventList& after, const char* what, F&& f) {
-    if (Status s = Order(stream, after); !s.ok()) return DeviceEvent::Failed(s);
+  Event On(const c10::Stream& stream, const EventList& after, const char* what, F&& f) {
+    if (Status s = Order(stream, after); !s.ok()) return Event::Failed(s);
     Status s = CudaCall(what, [&] {
       c10::StreamGuard g(stream);
       f();
     });
-    return s.ok() ? Record(stream) : DeviceEvent::Failed(s);
+    return s.ok() ? Record(stream) : Event::Failed(s);
   }
   template <typename F>
-  DeviceEvent Collective(const EventList& after, const char* what, F&& f) {
-    if (Status s = Order(coll_, after); !s.ok()) return DeviceEvent::Failed(s);
-    if (Status s = f(coll_.native_handle()); !s.ok()) return DeviceEvent::Failed(s.WithContext(what));
+  Event Collective(const EventList& after, const char* what, F&& f) {
+    if (Status s = Order(coll_, after); !s.ok()) return Event::Failed(s);
+    if (Status s = f(coll_.native_handle()); !s.ok()) return Event::Failed(s.WithContext(what));
     return Record(coll_);
   }
 

@@ -11,7 +11,7 @@
 
 #include "strata/status.h"
 
-namespace strata::ckpt {
+namespace strata {
 
 // A file being written: bytes go out in order; the xxh3-64 of everything written is kept.
 // Close() fsyncs and closes; the destructor of an unclosed file closes it without fsync
@@ -88,4 +88,4 @@ class MappedFile {
 uint64_t Xxh3(std::span<const std::byte> bytes);
 std::string HexU64(uint64_t v);  // 16 lower-case hex digits
 
-}  // namespace strata::ckpt
+}  // namespace strata

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "strata/check.h"
-#include "strata/cuda/cuda.h"
+#include "bench/cuda/transfer.h"
 
 namespace strata::cuda {
 namespace {

@@ -1,11 +1,11 @@
-#include "src/checkpoint/export.h"
+#include "src/hf/export.h"
 
 #include <cstdio>
 #include <filesystem>
 
-#include "src/checkpoint/consolidate.h"
-#include "src/checkpoint/export_target.h"
-#include "src/checkpoint/lora_export.h"
+#include "src/hf/consolidate.h"
+#include "src/hf/export_target.h"
+#include "src/hf/lora_export.h"
 
 namespace strata::ckpt {
 namespace {
