@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "src/data/data.h"
-#include "src/engine/train_config.h"
+#include "src/config/train_config.h"
 #include "strata/status.h"
 
 namespace strata::bench {

@@ -7,8 +7,9 @@
 #include "src/data/data.h"
 #include "src/device/compute_device.h"
 #include "src/engine/engine.h"
-#include "src/engine/train_config.h"
+#include "src/config/train_config.h"
 #include "src/estimate/estimator.h"
+#include "src/settle/settle.h"
 #include "src/model/model.h"
 #include "strata/check.h"
 #include "strata/log.h"
@@ -19,7 +20,7 @@ namespace {
 // One configuration of the comparison, with its own engine, device and trace.
 struct Variant {
   std::string name;
-  TrainConfig cfg;
+  TrainConfig cfg;  // as written: settled for its device when its engine is made
   std::unique_ptr<Communicator> comm, device_comm;
   std::unique_ptr<ComputeDevice> device;
   std::unique_ptr<Tracer> tracer = std::make_unique<Tracer>();
@@ -30,12 +31,14 @@ struct Variant {
 
 // The offload modes on the configured device, or (--fake-device) the synchronous and the
 // overlapped schedule on the fake device with copies modelled at `fake_gbps`.
-Status MakeVariants(const StepBenchOptions& o, const TrainConfig& base, std::vector<Variant>* out) {
+// `base` as written (each variant settles its own); `settled`: base settled, for the reference.
+Status MakeVariants(const StepBenchOptions& o, const TrainConfig& base, const TrainConfig& settled,
+                    const MachineCapacity& machine, std::vector<Variant>* out) {
   if (o.vs_libtorch) {
     Variant ref;
     ref.name = "libtorch";
     ref.cfg = base;
-    STRATA_ASSIGN_OR_RETURN(ref.reference, LibTorchReference::Create(base));
+    STRATA_ASSIGN_OR_RETURN(ref.reference, LibTorchReference::Create(settled));
     out->push_back(std::move(ref));
     Variant v;
     v.name = "strata";
@@ -69,7 +72,7 @@ Status MakeVariants(const StepBenchOptions& o, const TrainConfig& base, std::vec
       Variant v;
       v.name = variant == 0 ? "synchronous" : variant == 1 ? "overlapped" : "device sums";
       v.cfg = base;
-      v.cfg.accumulate_on_device = variant == 2;
+      v.cfg.device_accumulation = variant == 2 ? 1 : 0;
       v.comm = MakeSingleRankCommunicator();
       v.device_comm = MakeSingleRankCommunicator();
       auto fake = MakeFakeAsyncDevice(v.device_comm.get(), {.seed = 1, .max_delay_us = 0, .copy_gbps = o.fake_device_gbps});
@@ -92,7 +95,11 @@ Status MakeVariants(const StepBenchOptions& o, const TrainConfig& base, std::vec
   }
   for (Variant& v : *out) {
     if (v.reference) continue;
-    auto e = Engine::Create(v.cfg, v.comm.get(), v.tracer.get(), {}, v.device.get());
+    // Each variant's "auto"s settled as train would settle them on this machine, one rank.
+    const bool host = v.device->is_host();
+    auto settled = SettleRunConfig(v.cfg, {1, 1, !host && o.fake_device_gbps <= 0, {host}, &machine});
+    if (!settled.ok()) return settled.status().WithContext(v.name);
+    auto e = Engine::Create(settled->config, v.comm.get(), v.tracer.get(), {}, v.device.get());
     if (!e.ok()) return e.status().WithContext(v.name);
     v.engine = std::move(e).value();
   }
@@ -163,16 +170,19 @@ int RunStepBench(const StepBenchOptions& o) {
   std::string origin = "built-in tiny config";
   auto text = ComposeConfigText(o.config_path, o.default_config_json, "", o.sets, &origin);
   if (!text.ok()) return fail(text.status());
-  auto base = ParseTrainConfig(*text, origin);
-  if (!base.ok()) return fail(base.status());
-  ResolvePrecision(&*base, o.fake_device_gbps <= 0 && SpecNamesGpu(base->device));
+  auto written = ParseTrainConfig(*text, origin);
+  if (!written.ok()) return fail(written.status());
+  const MachineCapacity machine = ProbeMachine(*written);
+  const bool on_gpu = o.fake_device_gbps <= 0 && SpecNamesGpu(written->device);
+  auto settled = SettleRunConfig(*written, {1, 1, on_gpu, {!on_gpu}, &machine});  // as train would, on one rank
+  if (!settled.ok()) return fail(settled.status().WithContext(origin));
+  const TrainConfig* base = &*settled->config;  // what the table describes
   if (!base->precision_warning.empty()) LogWarn("{}", base->precision_warning);
-  EstimateResolvingAutos(&*base, 1, 0, {true}, ProbeMachine(*base), 1);  // as train would, on one rank
   auto data = data::TokenDataset::Open(base->data, base->model.vocab_size, base->model.seq_len);
   if (!data.ok()) return fail(data.status());
 
   std::vector<Variant> vs;
-  if (Status s = MakeVariants(o, *base, &vs); !s.ok()) return fail(s);
+  if (Status s = MakeVariants(o, *written, *base, machine, &vs); !s.ok()) return fail(s);
   // Phases of kPhase steps per variant, interleaved (the machine drifts). Work a variant
   // leaves running in the background (its optimizer, its device queues) is finished inside
   // its own phase and counted there: otherwise it would run during another variant's steps.

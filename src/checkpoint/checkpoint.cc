@@ -7,7 +7,7 @@
 #include "src/checkpoint/manifest.h"
 #include "src/checkpoint/reshard.h"
 #include "src/checkpoint/safetensors.h"
-#include "src/engine/json_reader.h"
+#include "src/config/json_reader.h"
 #include "strata/flat_group.h"
 #include "strata/log.h"
 

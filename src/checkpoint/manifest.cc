@@ -6,7 +6,7 @@
 #include "src/base/input_file.h"
 #include "src/base/json_text.h"
 #include "src/base/durable_file.h"
-#include "src/engine/json_reader.h"
+#include "src/config/json_reader.h"
 
 namespace strata::ckpt {
 namespace fs = std::filesystem;

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "src/engine/engine.h"
-#include "src/engine/train_config.h"
+#include "src/config/train_config.h"
 #include "strata/status.h"
 
 namespace strata::ckpt {

@@ -1,5 +1,5 @@
 #include "src/checkpoint/safetensors.h"
-#include "src/engine/json_reader.h"
+#include "src/config/json_reader.h"
 
 #include "strata/check.h"
 

@@ -22,7 +22,8 @@ struct TuneArgs {
 // What the engine would do with this config: the folder it swaps to, its parameter pool's
 // buffer size and its prefetch byte budget (the engine's own ShardPlan, for rank 0 of nproc).
 Status DescribeConfig(const TuneArgs& a, bench::TuneOptions* o) {
-  STRATA_ASSIGN_OR_RETURN(TrainConfig cfg, ResolveTrainConfig(a.config, "", {}, a.nproc));
+  STRATA_ASSIGN_OR_RETURN(RunConfig run, ReadSettledConfig(a.config, "", {}, a.nproc));
+  const TrainConfig& cfg = *run;
   const bool param_nvme = cfg.offload_param.device == OffloadDevice::kNvme;
   const bool optim_nvme = cfg.offload_optimizer.device == OffloadDevice::kNvme;
   o->sweep.dir = !a.dir.empty() ? a.dir

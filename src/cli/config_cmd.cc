@@ -73,11 +73,12 @@ nlohmann::ordered_json Resolved(const TrainConfig& c) {
 }
 
 int RunCheck(const ConfigArgs& a) {
-  auto cfg = ResolveTrainConfig(a.file, a.strata_file, a.sets, a.nproc);
-  if (!cfg.ok()) {
-    std::fprintf(stderr, "error: %s\n", cfg.status().message().c_str());
+  auto run = ReadSettledConfig(a.file, a.strata_file, a.sets, a.nproc);
+  if (!run.ok()) {
+    std::fprintf(stderr, "error: %s\n", run.status().message().c_str());
     return 1;
   }
+  const TrainConfig* cfg = &**run;
   std::printf("%s: OK for %d rank(s)\n\nresolved configuration:\n%s\n", a.file.c_str(), a.nproc,
               Resolved(*cfg).dump(2).c_str());
   std::printf("\n\"auto\" and derived values:\n");

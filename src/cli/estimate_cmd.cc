@@ -13,6 +13,7 @@
 #include "src/estimate/host_blocks_fit.h"
 #include "src/estimate/largest_fit.h"
 #include "src/estimate/step_traffic.h"
+#include "src/settle/settle.h"
 #include "bench/bench_util.h"
 #include "src/device/compute_device.h"
 
@@ -130,13 +131,6 @@ StatusOr<MachineCapacity> MachineFor(const EstimateArgs& a, const TrainConfig& c
   return m;
 }
 
-// strata.master_weights "split" as the engine would check it at its start; false (printed) if not.
-bool SplitMasterFitsPlan(const TrainConfig& cfg, int nproc, int64_t params, bool gpu) {
-  const Status s = ShardPlan::Make(cfg, ModelShape::Of(cfg.model, params), nproc, 0, {!gpu}).SplitMasterFits(cfg);
-  if (!s.ok()) std::fprintf(stderr, "error: %s\n", s.message().c_str());
-  return s.ok();
-}
-
 // "fits this machine: yes", or no with what would make it fit; then, where host blocks were
 // not settled by "auto", how many host memory has room for.
 void PrintVerdict(const TrainConfig& cfg, int nproc, int64_t params, DeviceTraits device, const MachineCapacity& m,
@@ -149,6 +143,67 @@ void PrintVerdict(const TrainConfig& cfg, int nproc, int64_t params, DeviceTrait
 }
 
 }  // namespace
+
+int RunEstimate(const EstimateArgs& a) {
+  std::vector<std::string> sets = a.sets;
+  if (!a.device.empty()) sets.push_back("strata.device=" + a.device);
+  if (!a.device_memory.empty()) {
+    auto bytes = bench::ParseBytes(a.device_memory, "--device-memory");
+    if (!bytes.ok()) {
+      std::fprintf(stderr, "error: %s\n", bytes.status().message().c_str());
+      return 2;
+    }
+    sets.push_back(fmt::format("strata.device_memory={}", *bytes));
+  }
+  std::string origin;
+  auto written = ReadTrainConfig(a.config, a.strata_file, sets, &origin);
+  if (!written.ok()) {
+    std::fprintf(stderr, "error: %s\n", written.status().message().c_str());
+    return 1;
+  }
+  const bool gpu = SpecNamesGpu(written->device);
+  auto machine = MachineFor(a, *written);
+  if (!machine.ok()) {
+    std::fprintf(stderr, "error: %s\n", machine.status().message().c_str());
+    return 2;
+  }
+  const MachineCapacity& m = *machine;
+  const bool planned = !a.host_memory.empty() || !a.disk_free.empty();
+  const bool states_nvme = written->offload_optimizer.device == OffloadDevice::kNvme;
+  auto settled = SettleRunConfig(*written, {a.nproc, a.nproc, gpu, {!gpu}, &m, static_cast<int64_t>(a.params)});
+  if (!settled.ok()) {
+    std::fprintf(stderr, "error: %s\n", settled.status().WithContext(origin).message().c_str());
+    return 1;
+  }
+  const TrainConfig* cfg = &*settled->config;
+  const bool host_blocks_auto = settled->host_blocks_auto;
+  const MemoryEstimate& e = settled->estimate;
+  if (gpu)
+    std::printf("blocks on a GPU (%s): working weights of %s block(s) resident there; device memory %s\n",
+                cfg->device.c_str(),
+                cfg->resident_blocks >= 0 ? std::to_string(cfg->resident_blocks).c_str()
+                : cfg->offload_param.device == OffloadDevice::kNone ? "all" : "no",
+                m.device_memory ? HumanBytes(m.device_memory).c_str() : "unknown (pass --device-memory)");
+  std::printf("%.4g M parameters, %d rank(s), ZeRO stage %d, %s compute, micro-batch %lld x seq %lld; params on "
+              "%s, optimizer states on %s%s; activations %s%s\n\n%s\n",
+              e.parameters / 1e6, a.nproc, cfg->zero_stage, DTypeName(cfg->compute_dtype),
+              (long long)cfg->micro_batch, (long long)cfg->model.seq_len, OffloadDeviceName(cfg->offload_param.device),
+              OffloadDeviceName(cfg->offload_optimizer.device), HostBlocksNote(*cfg, host_blocks_auto).c_str(),
+              cfg->keep_activations ? "kept" : "recomputed per block",
+              cfg->accumulate_on_device ? "; gradients summed on the device, copied out once per step" : "",
+              FormatEstimate(e).c_str());
+  std::printf("%s (%d rank(s)): host memory %s needed, %s available; NVMe %s needed, %s free%s\n",
+              planned ? "the planned node" : "this node", a.nproc,
+              HumanBytes(e.node_host_bytes(a.nproc)).c_str(), HumanBytes(m.host_available).c_str(),
+              HumanBytes(e.node_nvme_bytes(a.nproc)).c_str(),
+              m.nvme_dir.empty() ? "-" : HumanBytes(m.nvme_free).c_str(),
+              m.nvme_dir.empty() ? "" : (" in " + m.nvme_dir).c_str());
+  PrintStepTraffic(*cfg, e, static_cast<int64_t>(a.params), {!gpu});
+  PrintVerdict(*cfg, a.nproc, static_cast<int64_t>(a.params), {!gpu}, m, e, planned,
+               states_nvme && !host_blocks_auto);
+  if (a.max) PrintLargestFit(*cfg, a.nproc, {!gpu}, m);
+  return 0;
+}
 
 void AddEstimateCommand(CLI::App& app, Action* action) {
   auto a = std::make_shared<EstimateArgs>();
@@ -168,63 +223,7 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
                                                    "instead of this one's MemAvailable");
   cmd->add_option("--disk-free", a->disk_free, "plan for another machine: the free space of its swap folder "
                                                "(e.g. 60G) instead of this one's");
-  cmd->callback([=] {
-    *action = [=] {
-      std::vector<std::string> sets = a->sets;
-      if (!a->device.empty()) sets.push_back("strata.device=" + a->device);
-      if (!a->device_memory.empty()) {
-        auto bytes = bench::ParseBytes(a->device_memory, "--device-memory");
-        if (!bytes.ok()) {
-          std::fprintf(stderr, "error: %s\n", bytes.status().message().c_str());
-          return 2;
-        }
-        sets.push_back(fmt::format("strata.device_memory={}", *bytes));
-      }
-      auto cfg = ResolveTrainConfig(a->config, a->strata_file, sets, a->nproc);
-      if (!cfg.ok()) {
-        std::fprintf(stderr, "error: %s\n", cfg.status().message().c_str());
-        return 1;
-      }
-      const bool gpu = SpecNamesGpu(cfg->device);
-      auto machine = MachineFor(*a, *cfg);
-      if (!machine.ok()) {
-        std::fprintf(stderr, "error: %s\n", machine.status().message().c_str());
-        return 2;
-      }
-      const MachineCapacity& m = *machine;
-      if (!SplitMasterFitsPlan(*cfg, a->nproc, static_cast<int64_t>(a->params), gpu)) return 1;
-      const bool planned = !a->host_memory.empty() || !a->disk_free.empty();
-      const bool states_nvme = cfg->offload_optimizer.device == OffloadDevice::kNvme;
-      bool host_blocks_auto = false;
-      const MemoryEstimate e = EstimateSettlingAutos(&*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m,
-                                                     a->nproc, &host_blocks_auto);
-      if (gpu)
-        std::printf("blocks on a GPU (%s): working weights of %s block(s) resident there; device memory %s\n",
-                    cfg->device.c_str(),
-                    cfg->resident_blocks >= 0 ? std::to_string(cfg->resident_blocks).c_str()
-                    : cfg->offload_param.device == OffloadDevice::kNone ? "all" : "no",
-                    m.device_memory ? HumanBytes(m.device_memory).c_str() : "unknown (pass --device-memory)");
-      std::printf("%.4g M parameters, %d rank(s), ZeRO stage %d, %s compute, micro-batch %lld x seq %lld; params on "
-                  "%s, optimizer states on %s%s; activations %s%s\n\n%s\n",
-                  e.parameters / 1e6, a->nproc, cfg->zero_stage, DTypeName(cfg->compute_dtype),
-                  (long long)cfg->micro_batch, (long long)cfg->model.seq_len, OffloadDeviceName(cfg->offload_param.device),
-                  OffloadDeviceName(cfg->offload_optimizer.device), HostBlocksNote(*cfg, host_blocks_auto).c_str(),
-                  cfg->keep_activations ? "kept" : "recomputed per block",
-                  cfg->accumulate_on_device ? "; gradients summed on the device, copied out once per step" : "",
-                  FormatEstimate(e).c_str());
-      std::printf("%s (%d rank(s)): host memory %s needed, %s available; NVMe %s needed, %s free%s\n",
-                  planned ? "the planned node" : "this node", a->nproc,
-                  HumanBytes(e.node_host_bytes(a->nproc)).c_str(), HumanBytes(m.host_available).c_str(),
-                  HumanBytes(e.node_nvme_bytes(a->nproc)).c_str(),
-                  m.nvme_dir.empty() ? "-" : HumanBytes(m.nvme_free).c_str(),
-                  m.nvme_dir.empty() ? "" : (" in " + m.nvme_dir).c_str());
-      PrintStepTraffic(*cfg, e, static_cast<int64_t>(a->params), {!gpu});
-      PrintVerdict(*cfg, a->nproc, static_cast<int64_t>(a->params), {!gpu}, m, e, planned,
-                   states_nvme && !host_blocks_auto);
-      if (a->max) PrintLargestFit(*cfg, a->nproc, {!gpu}, m);
-      return 0;
-    };
-  });
+  cmd->callback([=] { *action = [=] { return RunEstimate(*a); }; });
 }
 
 }  // namespace strata::cli

@@ -24,7 +24,7 @@
 #include "src/hf/export_target.h"
 #include "src/hf/hf_loader.h"
 #include "src/cli/commands.h"
-#include "src/engine/json_reader.h"
+#include "src/config/json_reader.h"
 #include "src/model/generate.h"
 #include "src/model/hf_config.h"
 

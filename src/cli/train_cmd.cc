@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include <fmt/ranges.h>
@@ -27,10 +28,11 @@
 #include "src/data/data.h"
 #include "src/device/compute_device.h"
 #include "src/engine/engine.h"
-#include "src/engine/train_config.h"
+#include "src/config/train_config.h"
 #include "src/estimate/estimator.h"
 #include "src/estimate/fit_advice.h"
 #include "src/estimate/host_blocks_fit.h"
+#include "src/settle/settle.h"
 #include "strata/log.h"
 
 namespace strata::cli {
@@ -82,7 +84,9 @@ class TrainRun {
 
   const TrainArgs& a_;
   LaunchEnv env_;
-  TrainConfig cfg_;
+  std::string origin_;           // the config's files, for messages
+  TrainConfig cfg_;              // as written, then (from Connect on) as settled: *run_
+  std::optional<RunConfig> run_;  // settled for this run (Connect)
   MemoryEstimate estimate_;
   std::unique_ptr<Communicator> comm_;
   OpenedDevice device_;
@@ -125,7 +129,7 @@ Status TrainRun::Configure() {
   std::error_code ec;
   if (!a_.init_from.empty() && std::filesystem::is_directory(a_.init_from, ec))
     sets.push_back("strata.model.from=" + nlohmann::json(a_.init_from).dump());
-  STRATA_ASSIGN_OR_RETURN(cfg_, ResolveTrainConfig(a_.config, a_.strata_file, sets, env_.world_size));
+  STRATA_ASSIGN_OR_RETURN(cfg_, ReadTrainConfig(a_.config, a_.strata_file, sets, &origin_));
   // Before any rank connects: every rank sees the same folder and stops; rank 0 says why.
   if (!a_.save.empty())
     if (Status s = ckpt::CheckSaveFolder(a_.save, a_.resume, a_.overwrite); !s.ok())
@@ -133,7 +137,6 @@ Status TrainRun::Configure() {
   if (lead()) {
     for (const auto& w : cfg_.warnings) LogWarn("config key '{}' is not used by Strata; ignored", w);
     for (const auto& n : cfg_.notes) LogInfo("config: {}", n);
-    if (!cfg_.precision_warning.empty()) LogWarn("{}", cfg_.precision_warning);
   }
   // Share the cores between the local ranks: LibTorch's and OpenMP's pools alike.
   const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_ranks());
@@ -157,13 +160,17 @@ Status TrainRun::Connect() {
   if (lead() && !a_.save.empty()) {  // before any step: a second run on it stops here
     STRATA_ASSIGN_OR_RETURN(save_lock_, FolderLock::Take(a_.save));
   }
-  // Refuse a config that cannot fit before allocating any state: host memory, NVMe, and a
-  // GPU's own memory.
+  // The config settled for this run on this machine; refused before any state is allocated
+  // when it cannot fit: host memory, NVMe, and a GPU's own memory.
   const MachineCapacity machine = ProbeMachine(cfg_, device_.device->MemoryBytes());
   const DeviceTraits traits{device_.device->is_host()};
-  bool host_blocks_auto = false;
-  estimate_ = EstimateSettlingAutos(&cfg_, env_.world_size, 0, traits, machine, local_ranks(), &host_blocks_auto);
-  if (host_blocks_auto && lead() && cfg_.host_blocks > 0)
+  auto settled = SettleRunConfig(cfg_, {env_.world_size, local_ranks(), SpecNamesGpu(cfg_.device), traits, &machine});
+  if (!settled.ok()) return settled.status().WithContext(origin_);
+  run_.emplace(settled->config);
+  cfg_ = **run_;
+  estimate_ = settled->estimate;
+  if (lead() && !cfg_.precision_warning.empty()) LogWarn("{}", cfg_.precision_warning);
+  if (settled->host_blocks_auto && lead() && cfg_.host_blocks > 0)
     LogInfo("strata.host_blocks auto: {} kept in host memory (host memory {} estimated, "
             "{} available), {}",
             HostBlocksPhrase(cfg_.host_blocks),
@@ -190,7 +197,7 @@ Status TrainRun::CreateEngine() {
   tracer_ = std::make_unique<Tracer>(env_.rank);
   rss_before_engine_ = ProcStatusBytes("VmRSS:");
   file_before_engine_ = ProcStatusBytes("RssFile:");
-  auto engine = Engine::Create(cfg_, comm_.get(), tracer_.get(), std::move(hooks), device_.device.get());
+  auto engine = Engine::Create(*run_, comm_.get(), tracer_.get(), std::move(hooks), device_.device.get());
   if (!engine.ok()) return engine.status().WithContext(fmt::format("rank {}", env_.rank));
   engine_ = std::move(engine).value();
   if (lead()) PrintLedger();
@@ -369,14 +376,21 @@ int RunTrain(const TrainArgs& a) {
 
 }  // namespace
 
-StatusOr<TrainConfig> ResolveTrainConfig(const std::string& config, const std::string& strata_file,
-                                         std::vector<std::string> sets, int world_size) {
-  std::string origin = "built-in tiny config (configs/tiny_cpu.json)";
-  STRATA_ASSIGN_OR_RETURN(std::string text, ComposeConfigText(config, kDefaultConfigJson, strata_file, sets, &origin));
-  STRATA_ASSIGN_OR_RETURN(TrainConfig cfg, ParseTrainConfig(text, origin));
-  if (Status s = ResolveBatch(&cfg, world_size); !s.ok()) return s.WithContext(origin);
-  ResolvePrecision(&cfg, SpecNamesGpu(cfg.device));
-  return cfg;
+StatusOr<TrainConfig> ReadTrainConfig(const std::string& config, const std::string& strata_file,
+                                      std::vector<std::string> sets, std::string* origin) {
+  *origin = "built-in tiny config (configs/tiny_cpu.json)";
+  STRATA_ASSIGN_OR_RETURN(std::string text, ComposeConfigText(config, kDefaultConfigJson, strata_file, sets, origin));
+  return ParseTrainConfig(text, *origin);
+}
+
+StatusOr<RunConfig> ReadSettledConfig(const std::string& config, const std::string& strata_file,
+                                      std::vector<std::string> sets, int world) {
+  std::string origin;
+  STRATA_ASSIGN_OR_RETURN(TrainConfig written, ReadTrainConfig(config, strata_file, std::move(sets), &origin));
+  const bool on_gpu = SpecNamesGpu(written.device);
+  auto settled = SettleRunConfig(std::move(written), {world, world, on_gpu, {!on_gpu}});
+  if (!settled.ok()) return settled.status().WithContext(origin);
+  return settled->config;
 }
 
 void AddTrainCommand(CLI::App& app, Action* action) {

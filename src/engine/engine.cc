@@ -44,10 +44,10 @@ Engine::~Engine() {
   }
 }
 
-StatusOr<std::unique_ptr<Engine>> Engine::Create(const TrainConfig& config, Communicator* comm, Tracer* tracer,
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const RunConfig& config, Communicator* comm, Tracer* tracer,
                                                 EngineHooks hooks, ComputeDevice* device) {
   auto impl = std::make_unique<Impl>();
-  impl->cfg = config;
+  impl->cfg = *config;
   impl->comm = comm;
   if (!device) {
     impl->own_device = MakeHostDevice(comm);

@@ -29,7 +29,8 @@
 
 #include "src/engine/shard_plan.h"
 #include "src/engine/step_stats.h"
-#include "src/engine/train_config.h"
+#include "src/config/run_config.h"
+#include "src/config/train_config.h"
 #include "strata/communicator.h"
 #include "strata/io_engine.h"
 #include "strata/nvme_tier.h"
@@ -83,10 +84,11 @@ struct EngineCounters {
 
 class Engine {
  public:
-  // `comm`: the host communicator (host buffers). `device`: where blocks run, with its
-  // queues and its communicator for device buffers; null = the host, collectives on `comm`.
-  // Both borrowed; the device must outlive the engine.
-  static StatusOr<std::unique_ptr<Engine>> Create(const TrainConfig& config, Communicator* comm, Tracer* tracer,
+  // `config`: settled for this run (SettleRunConfig). `comm`: the host communicator (host
+  // buffers). `device`: where blocks run, with its queues and its communicator for device
+  // buffers; null = the host, collectives on `comm`. Both borrowed; the device must outlive
+  // the engine.
+  static StatusOr<std::unique_ptr<Engine>> Create(const RunConfig& config, Communicator* comm, Tracer* tracer,
                                                   EngineHooks hooks = {}, ComputeDevice* device = nullptr);
   ~Engine();
 

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "src/engine/train_config.h"
+#include "src/config/train_config.h"
 
 namespace strata {
 

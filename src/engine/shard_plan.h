@@ -27,7 +27,7 @@
 #include <string_view>
 #include <vector>
 
-#include "src/engine/train_config.h"
+#include "src/config/train_config.h"
 #include "strata/flat_group.h"
 
 namespace strata {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "src/engine/shard_plan.h"
-#include "src/engine/train_config.h"
+#include "src/config/train_config.h"
 
 namespace strata {
 

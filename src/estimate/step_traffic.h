@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "src/engine/shard_plan.h"
-#include "src/engine/train_config.h"
+#include "src/config/train_config.h"
 
 namespace strata {
 

@@ -7,7 +7,7 @@
 #include "src/hf/lora_export.h"
 #include "src/checkpoint/manifest.h"
 #include "src/engine/shard_plan.h"
-#include "src/engine/train_config.h"
+#include "src/config/train_config.h"
 #include "strata/cast.h"
 
 namespace strata::ckpt {

@@ -7,7 +7,7 @@
 #include "src/hf/hf_index.h"
 #include "src/hf/hf_names.h"
 #include "src/checkpoint/safetensors.h"
-#include "src/engine/json_reader.h"
+#include "src/config/json_reader.h"
 
 namespace strata::ckpt {
 namespace fs = std::filesystem;

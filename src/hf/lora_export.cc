@@ -10,7 +10,7 @@
 #include "src/hf/export_target.h"
 #include "src/hf/hf_names.h"
 #include "src/checkpoint/manifest.h"
-#include "src/engine/train_config.h"
+#include "src/config/train_config.h"
 
 namespace strata::ckpt {
 namespace fs = std::filesystem;

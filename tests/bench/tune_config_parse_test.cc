@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "bench/tune_config.h"
-#include "src/engine/train_config.h"
+#include "src/config/train_config.h"
 #include "support/temp_dir.h"
 
 namespace strata::bench {

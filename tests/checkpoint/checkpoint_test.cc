@@ -17,6 +17,7 @@
 #include "src/checkpoint/safetensors.h"
 #include "strata/cast.h"
 #include "support/faulty_io_engine.h"
+#include "support/settled.h"
 
 namespace strata {
 namespace {
@@ -43,7 +44,8 @@ TrainConfig ResumeConfig(const std::string& dir) {
 Status Train(const TrainConfig& cfg, int rank, Communicator& comm, int64_t from, int64_t to, const std::string& resume,
              const std::string& save, Params* out, EngineHooks hooks = {}) {
   STRATA_ASSIGN_OR_RETURN(auto data, data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len));
-  STRATA_ASSIGN_OR_RETURN(auto engine, Engine::Create(cfg, &comm, nullptr, std::move(hooks)));
+  STRATA_ASSIGN_OR_RETURN(const RunConfig settled, testing::TrySettle(cfg, comm.world_size()));
+  STRATA_ASSIGN_OR_RETURN(auto engine, Engine::Create(settled, &comm, nullptr, std::move(hooks)));
   if (!resume.empty()) {
     STRATA_ASSIGN_OR_RETURN(int64_t step, ckpt::LoadCheckpoint(*engine, comm, cfg, resume));
     if (step != from) return Error(StatusCode::kInternal, "resumed at step {}, expected {}", step, from);
@@ -111,7 +113,8 @@ TEST(Checkpoint, SavedWhileTheUpdateRunsResumesBitwise) {
                 };
                 STRATA_ASSIGN_OR_RETURN(auto data, data::TokenDataset::Open(cfg.data, cfg.model.vocab_size,
                                                                             cfg.model.seq_len));
-                STRATA_ASSIGN_OR_RETURN(auto engine, Engine::Create(cfg, &c, nullptr, std::move(hooks)));
+                STRATA_ASSIGN_OR_RETURN(const RunConfig settled, testing::TrySettle(cfg, c.world_size()));
+                STRATA_ASSIGN_OR_RETURN(auto engine, Engine::Create(settled, &c, nullptr, std::move(hooks)));
                 for (int64_t s = 0; s < 3; ++s) STRATA_RETURN_IF_ERROR(engine->Step(s, *data).status());
                 saved_mid_update += engine->UpdateInFlight();
                 return ckpt::SaveCheckpoint(*engine, c, cfg, ck, 3);
@@ -136,7 +139,8 @@ TEST(Checkpoint, DelayedUpdateResumesAsTheRunThatSaved) {
   ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) -> Status {
               STRATA_ASSIGN_OR_RETURN(auto data, data::TokenDataset::Open(cfg.data, cfg.model.vocab_size,
                                                                           cfg.model.seq_len));
-              STRATA_ASSIGN_OR_RETURN(auto engine, Engine::Create(cfg, &c, nullptr, {}));
+              STRATA_ASSIGN_OR_RETURN(const RunConfig settled, testing::TrySettle(cfg, c.world_size()));
+              STRATA_ASSIGN_OR_RETURN(auto engine, Engine::Create(settled, &c, nullptr, {}));
               for (int64_t s = 0; s < 6; ++s) {
                 if (s == 3) STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(*engine, c, cfg, ck, 3));
                 STRATA_RETURN_IF_ERROR(engine->Step(s, *data).status());
@@ -221,7 +225,8 @@ TEST(Checkpoint, KeepsTheLastKAndPointsLatestAtTheNewest) {
   const TrainConfig cfg = ResumeConfig(dir.path());
   const std::string ck = dir.path() + "/ckpt";
   ASSERT_EQ(RunRanks(1, [&](int r, Communicator& c) -> Status {
-              STRATA_ASSIGN_OR_RETURN(auto e, Engine::Create(cfg, &c, nullptr));
+              STRATA_ASSIGN_OR_RETURN(const RunConfig settled, testing::TrySettle(cfg, c.world_size()));
+              STRATA_ASSIGN_OR_RETURN(auto e, Engine::Create(settled, &c, nullptr));
               ckpt::SaveOptions o;
               o.keep = 2;
               for (int64_t s : {1, 2, 3}) STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(*e, c, cfg, ck, s, o));
@@ -508,7 +513,7 @@ TEST(Checkpoint, AnIoErrorInTheOptimizerPipelineEndsTheRunAndTheCheckpointResume
       return e;
     };
     auto comm = MakeSingleRankCommunicator();
-    auto e = Engine::Create(cfg, comm.get(), nullptr, std::move(h));
+    auto e = Engine::Create(testing::Settled(cfg, comm->world_size()), comm.get(), nullptr, std::move(h));
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     for (int64_t s = 0; s < 3; ++s) ASSERT_TRUE((*e)->Step(s, **data).ok());
     ASSERT_TRUE((*e)->Finish().ok());
@@ -527,7 +532,8 @@ TEST(Checkpoint, AnIoErrorInTheOptimizerPipelineEndsTheRunAndTheCheckpointResume
       return std::make_unique<testing::FaultyIoEngine>(
           std::move(inner), std::vector<testing::Fault>{{IoOp::kWrite, (before + after) / 2, testing::FaultKind::kError, EIO}});
     };
-    STRATA_ASSIGN_OR_RETURN(auto e, Engine::Create(cfg, &c, nullptr, std::move(h)));
+    STRATA_ASSIGN_OR_RETURN(const RunConfig settled, testing::TrySettle(cfg, c.world_size()));
+    STRATA_ASSIGN_OR_RETURN(auto e, Engine::Create(settled, &c, nullptr, std::move(h)));
     for (int64_t s = 0; s < 3; ++s) STRATA_RETURN_IF_ERROR(e->Step(s, **data).status());
     STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(*e, c, cfg, ck, 3));
     STRATA_RETURN_IF_ERROR(e->Step(3, **data).status());
@@ -563,7 +569,8 @@ TEST(Checkpoint, ASwapFileTruncatedOrDeletedUnderTraining) {
     const std::string ck = dir.path() + (truncate ? "/ck_t" : "/ck_d");
     Params after;
     const std::string err = RunRanks(1, [&](int r, Communicator& c) -> Status {
-      STRATA_ASSIGN_OR_RETURN(auto e, Engine::Create(cfg, &c, nullptr));
+      STRATA_ASSIGN_OR_RETURN(const RunConfig settled, testing::TrySettle(cfg, c.world_size()));
+      STRATA_ASSIGN_OR_RETURN(auto e, Engine::Create(settled, &c, nullptr));
       for (int64_t s = 0; s < 3; ++s) STRATA_RETURN_IF_ERROR(e->Step(s, **data).status());
       STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(*e, c, cfg, ck, 3));
       STRATA_RETURN_IF_ERROR(e->Finish());

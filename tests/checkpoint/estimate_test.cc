@@ -8,6 +8,7 @@
 
 #include "ckpt_test_util.h"
 #include "support/temp_dir.h"
+#include "support/settled.h"
 
 namespace strata {
 namespace {
@@ -21,14 +22,15 @@ void ExpectEstimateMatchesLedger(const TrainConfig& cfg, int world, const std::s
                            cfg.zero_stage, OffloadDeviceName(cfg.offload_param.device),
                            OffloadDeviceName(cfg.offload_optimizer.device), DTypeName(cfg.compute_dtype),
                            on_device ? "device" : "host", cfg.resident_blocks));
-  const MemoryEstimate e = EstimateMemory(cfg, world, 0, {!on_device});
+  const RunConfig run = testing::Settled(cfg, world, !on_device);  // what the engine is given
+  const MemoryEstimate e = EstimateMemory(*run, world, 0, {!on_device});
   MemoryLedger measured;
   auto device_comms = MakeLocalCommunicators(world);
   ASSERT_EQ(testing::RunRanks(world,
                               [&](int r, Communicator& c) -> Status {
                                 std::unique_ptr<ComputeDevice> dev =
                                     on_device ? MakeFakeAsyncDevice(device_comms[r].get(), {}) : MakeHostDevice(&c);
-                                STRATA_ASSIGN_OR_RETURN(auto eng, Engine::Create(cfg, &c, nullptr, {}, dev.get()));
+                                STRATA_ASSIGN_OR_RETURN(auto eng, Engine::Create(run, &c, nullptr, {}, dev.get()));
                                 if (r == 0) measured = eng->ledger();
                                 return Status();
                               }),
@@ -137,7 +139,7 @@ TEST(Estimate, TheDeviceTierMatchesTheEngineOnADeviceExactly) {
         c.resident_blocks = resident;
         ExpectEstimateMatchesLedger(c, 2, file, /*on_device=*/true);
         c.grad_accum = 2;  // and the gradient sums on the device (Note [Device accumulation])
-        c.accumulate_on_device = true;
+        c.device_accumulation = 1;
         ExpectEstimateMatchesLedger(c, 2, file, /*on_device=*/true);
       }
   }

@@ -16,6 +16,7 @@
 #include "src/hf/hf_loader.h"
 #include "src/checkpoint/safetensors.h"
 #include "support/temp_dir.h"
+#include "support/settled.h"
 
 namespace strata {
 namespace {
@@ -43,7 +44,8 @@ TrainConfig Qwen3Config(const std::string& nvme) {
 Status TrainAndCollect(const TrainConfig& cfg, int rank, Communicator& comm, int steps, const std::string& save,
                        Params* out, EngineHooks hooks = {}) {
   STRATA_ASSIGN_OR_RETURN(auto data, data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len));
-  STRATA_ASSIGN_OR_RETURN(auto engine, Engine::Create(cfg, &comm, nullptr, std::move(hooks)));
+  STRATA_ASSIGN_OR_RETURN(const RunConfig settled, testing::TrySettle(cfg, comm.world_size()));
+  STRATA_ASSIGN_OR_RETURN(auto engine, Engine::Create(settled, &comm, nullptr, std::move(hooks)));
   for (int64_t s = 0; s < steps; ++s) STRATA_RETURN_IF_ERROR(engine->Step(s, *data).status());
   if (!save.empty()) STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(*engine, comm, cfg, save, steps));
   return out ? testing::CollectMaster(*engine, rank, out) : Status();

@@ -21,6 +21,7 @@
 #include "src/hf/hf_loader.h"
 #include "src/checkpoint/safetensors.h"
 #include "support/temp_dir.h"
+#include "support/settled.h"
 
 namespace strata {
 namespace {
@@ -63,7 +64,8 @@ TEST_P(PeftVsStrata, AdapterAndMergedFolderGiveStrataLogits) {
                                 STRATA_ASSIGN_OR_RETURN(auto data, data::TokenDataset::Open(cfg.data, cfg.model.vocab_size,
                                                                                             cfg.model.seq_len));
                                 EngineHooks hooks = ckpt::MakeInitFromHooks(*w, spec.num_blocks());
-                                STRATA_ASSIGN_OR_RETURN(auto e, Engine::Create(cfg, &c, nullptr, std::move(hooks)));
+                                STRATA_ASSIGN_OR_RETURN(const RunConfig settled, testing::TrySettle(cfg, c.world_size()));
+                                STRATA_ASSIGN_OR_RETURN(auto e, Engine::Create(settled, &c, nullptr, std::move(hooks)));
                                 for (int64_t s = 0; s < 5; ++s) STRATA_RETURN_IF_ERROR(e->Step(s, *data).status());
                                 STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(*e, c, cfg, ck, 5));
                                 return testing::CollectMaster(*e, rank, &master);

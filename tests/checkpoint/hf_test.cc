@@ -27,6 +27,7 @@
 #include "src/checkpoint/safetensors.h"
 #include "hf_peers.h"
 #include "support/temp_dir.h"
+#include "support/settled.h"
 
 namespace strata {
 namespace {
@@ -109,7 +110,8 @@ TEST_P(HuggingFace, FolderInMatchesTransformersLogitsAndFolderOutLoadsBack) {
   const std::string ck = dir.path() + "/ckpt", exported = dir.path() + "/export";
   ASSERT_EQ(testing::RunRanks(2,
                               [&](int, Communicator& c) -> Status {
-                                STRATA_ASSIGN_OR_RETURN(auto e, Engine::Create(cfg, &c, nullptr,
+                                STRATA_ASSIGN_OR_RETURN(const RunConfig settled, testing::TrySettle(cfg, c.world_size()));
+                                STRATA_ASSIGN_OR_RETURN(auto e, Engine::Create(settled, &c, nullptr,
                                                                                ckpt::MakeInitFromHooks(*w, spec.num_blocks())));
                                 return ckpt::SaveCheckpoint(*e, c, cfg, ck, 0);
                               }),

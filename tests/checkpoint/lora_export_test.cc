@@ -19,6 +19,7 @@
 #include "src/hf/export.h"
 #include "src/checkpoint/manifest.h"
 #include "src/checkpoint/safetensors.h"
+#include "support/settled.h"
 
 namespace strata {
 namespace {
@@ -55,7 +56,8 @@ Params Train(const TrainConfig& cfg, int world, int64_t steps, const std::string
                      [&](int rank, Communicator& comm) -> Status {
                        STRATA_ASSIGN_OR_RETURN(auto data, data::TokenDataset::Open(cfg.data, cfg.model.vocab_size,
                                                                                    cfg.model.seq_len));
-                       STRATA_ASSIGN_OR_RETURN(auto e, Engine::Create(cfg, &comm, nullptr));
+                       STRATA_ASSIGN_OR_RETURN(const RunConfig settled, testing::TrySettle(cfg, comm.world_size()));
+                       STRATA_ASSIGN_OR_RETURN(auto e, Engine::Create(settled, &comm, nullptr));
                        for (int64_t s = 0; s < steps; ++s) STRATA_RETURN_IF_ERROR(e->Step(s, *data).status());
                        if (!ck.empty()) STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(*e, comm, cfg, ck, steps));
                        return testing::CollectMaster(*e, rank, &master);

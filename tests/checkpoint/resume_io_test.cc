@@ -9,6 +9,7 @@
 #include "src/checkpoint/checkpoint.h"
 #include "strata/communicator.h"
 #include "strata/trace.h"
+#include "support/settled.h"
 
 namespace strata {
 namespace {
@@ -28,7 +29,7 @@ TEST(ResumeIo, EachBlocksWeightsAreWrittenOnceAndNothingIsRead) {
   ASSERT_TRUE(ckpt::SaveCheckpoint(*a, *comm, c, ck, 2).ok());
 
   Tracer tracer;
-  auto b = Engine::Create(c, comm.get(), &tracer);
+  auto b = Engine::Create(testing::Settled(c, comm->world_size()), comm.get(), &tracer);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   const double t0 = tracer.Now();
   auto step = ckpt::LoadCheckpoint(**b, *comm, c, ck);

@@ -8,6 +8,7 @@
 #include "cuda/require_gpu.h"
 #include "engine/engine_test_util.h"
 #include "strata/cuda/cuda.h"
+#include "support/settled.h"
 
 namespace strata {
 namespace {
@@ -29,7 +30,7 @@ testing::RunResult RunOnGpu(const TrainConfig& cfg, int64_t steps, bool synchron
   ComputeDevice& device = *opened->device;
   auto data = data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
   EXPECT_TRUE(data.ok()) << data.status().ToString();
-  auto engine = Engine::Create(cfg, host.get(), nullptr, {}, &device);
+  auto engine = Engine::Create(testing::Settled(cfg, host->world_size(), device.is_host()), host.get(), nullptr, {}, &device);
   EXPECT_TRUE(engine.ok()) << engine.status().ToString();
   if (!engine.ok()) return result;
   for (int64_t s = 0; s < steps; ++s) {

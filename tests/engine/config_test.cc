@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "src/engine/lr_schedule.h"
-#include "src/engine/train_config.h"
+#include "src/config/train_config.h"
 #include "strata/isa.h"
 
 namespace strata {

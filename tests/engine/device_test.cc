@@ -115,7 +115,7 @@ const Case kCases[] = {
     {"stage3_device_accum3_params_nvme",
      [](TrainConfig& c) {
        c.grad_accum = 3;
-       c.accumulate_on_device = true;
+       c.device_accumulation = 1;  // summed on the device
        c.offload_param.device = OffloadDevice::kNvme;
        c.offload_optimizer.device = OffloadDevice::kCpu;
      },
@@ -125,7 +125,7 @@ const Case kCases[] = {
        c.zero_stage = 2;
        c.compute_dtype = DType::kBF16;
        c.grad_accum = 2;
-       c.accumulate_on_device = true;
+       c.device_accumulation = 1;  // summed on the device
        c.debug_overflow_step = 1;
      },
      2},
@@ -180,7 +180,7 @@ TEST(FakeDeviceEngine, DeviceAccumulationHoldsItsSumsOnTheDevice) {
   c.offload_optimizer.device = OffloadDevice::kCpu;
   const FakeDeviceOptions fake{.seed = 5, .max_delay_us = 1000};
   const testing::RunResult per_micro_batch = RunEngine(c, 2, 3, &fake);
-  c.accumulate_on_device = true;
+  c.device_accumulation = 1;  // summed on the device
   const testing::RunResult on_device = RunEngine(c, 2, 3, &fake);
   EXPECT_EQ(per_micro_batch.ledger.At(StateKind::kGradAccum, Residence::kDevice), 0u);
   EXPECT_EQ(on_device.ledger.At(StateKind::kGradAccum, Residence::kDevice),

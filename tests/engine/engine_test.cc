@@ -12,6 +12,7 @@
 #include "src/model/model.h"
 #include "strata/flat_group.h"
 #include "tests/engine/engine_test_util.h"
+#include "support/settled.h"
 
 namespace strata {
 namespace {
@@ -369,7 +370,7 @@ TEST(Engine, SplitMasterStateRestoresBothWays) {
   auto make = [&](bool split) {
     TrainConfig k = c;
     k.split_master = split;
-    auto e = Engine::Create(k, comm.get(), nullptr);
+    auto e = Engine::Create(testing::Settled(k, comm->world_size()), comm.get(), nullptr);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     return std::move(*e);
   };
@@ -401,18 +402,19 @@ TEST(Engine, SplitMasterNeedsBf16WeightsTheUpdateCanRead) {
   auto comm = MakeSingleRankCommunicator();
   auto device_comm = MakeSingleRankCommunicator();
   auto device = MakeFakeAsyncDevice(device_comm.get(), {});  // (outlives the engines)
-  auto e = Engine::Create(c, comm.get(), nullptr);
+  auto e = testing::TrySettle(c, comm->world_size());  // refused before any engine is made
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("strata.master_weights"), std::string::npos) << e.status().ToString();
   EXPECT_NE(e.status().message().find("bf16 compute"), std::string::npos) << e.status().ToString();
   // Working weights resident on a device: the CPU update cannot read them.
   c.compute_dtype = DType::kBF16;
-  e = Engine::Create(c, comm.get(), nullptr, {}, device.get());  // offload_param none: all resident
+  e = testing::TrySettle(c, comm->world_size(), device->is_host());  // offload_param none: all resident
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("on the device"), std::string::npos) << e.status().ToString();
   c.offload_param.device = OffloadDevice::kCpu;
-  e = Engine::Create(c, comm.get(), nullptr, {}, device.get());
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  auto engine = Engine::Create(testing::Settled(c, comm->world_size(), device->is_host()), comm.get(), nullptr, {},
+                               device.get());
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
 }
 
 TEST(Engine, PrefetchStaysWithinItsBudget) {
@@ -437,7 +439,7 @@ TEST(Engine, StepTransfersUseRegisteredMemoryOnly) {
   auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
   ASSERT_TRUE(data.ok());
   auto comm = MakeSingleRankCommunicator();
-  auto engine = Engine::Create(c, comm.get(), nullptr);
+  auto engine = Engine::Create(testing::Settled(c, comm->world_size()), comm.get(), nullptr);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   ASSERT_TRUE((*engine)->Step(0, **data).ok());
   const NvmeTierStats before = (*engine)->nvme_stats();
@@ -461,7 +463,7 @@ TEST(Engine, CreationWritesWorkingAndMasterOnly) {
     c.adam_states = moments;
     c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
     auto comm = MakeSingleRankCommunicator();
-    auto engine = Engine::Create(c, comm.get(), nullptr);
+    auto engine = Engine::Create(testing::Settled(c, comm->world_size()), comm.get(), nullptr);
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     const MemoryLedger& l = (*engine)->ledger();
     const uint64_t written = l.At(StateKind::kWorking, Residence::kNvme) + l.At(StateKind::kMaster, Residence::kNvme);
@@ -500,7 +502,7 @@ TEST(Engine, KeptActivationsTrainBitwiseLikeRecompute) {
       c.offload_param.device = OffloadDevice::kNvme;
       c.grad_accum = 2;
       auto recompute = RunEngine(c, 2, 3);
-      c.keep_activations = true;
+      c.recompute = Recompute::kNever;  // kept activations
       auto kept = RunEngine(c, 2, 3);
       ASSERT_EQ(kept.stats.size(), 3u);
       for (int s = 0; s < 3; ++s) EXPECT_EQ(kept.stats[s].loss, recompute.stats[s].loss) << "step " << s;

@@ -12,8 +12,9 @@
 #include "src/data/data.h"
 #include "src/device/compute_device.h"
 #include "src/engine/engine.h"
-#include "src/engine/train_config.h"
+#include "src/config/train_config.h"
 #include "support/temp_dir.h"
+#include "support/settled.h"
 
 namespace strata::testing {
 
@@ -53,7 +54,10 @@ inline void RestoreAll(Engine& e, const StateBytes& state) {
 
 // One rank's engine for `cfg` on `comm` (a failure to build fails the test: null).
 inline std::unique_ptr<Engine> MakeEngine(const TrainConfig& cfg, Communicator* comm) {
-  auto e = Engine::Create(cfg, comm, nullptr);
+  auto settled = TrySettle(cfg, comm->world_size());
+  EXPECT_TRUE(settled.ok()) << settled.status().ToString();
+  if (!settled.ok()) return nullptr;
+  auto e = Engine::Create(*settled, comm, nullptr);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return e.ok() ? std::move(*e) : nullptr;
 }
@@ -87,7 +91,9 @@ inline RunResult RunEngine(const TrainConfig& cfg, int world, int64_t steps, con
       } else {
         device = MakeHostDevice(comms[r].get());
       }
-      auto engine = Engine::Create(cfg, comms[r].get(), nullptr, {}, device.get());
+      auto settled = TrySettle(cfg, world, device->is_host());
+      if (!settled.ok()) return fail(settled.status());
+      auto engine = Engine::Create(*settled, comms[r].get(), nullptr, {}, device.get());
       if (!engine.ok()) return fail(engine.status());
       for (int64_t s = 0; s < steps; ++s) {
         auto st = (*engine)->Step(s, **data);

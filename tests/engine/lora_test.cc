@@ -144,7 +144,7 @@ TEST(Lora, DropoutMasksAreTheForwardsInTheRecomputation) {
   TrainConfig c = LoraConfig(dir.path());
   c.model.lora.dropout = 0.2;
   TrainConfig kept = c;
-  kept.keep_activations = true;
+  kept.recompute = Recompute::kNever;  // kept activations
   TrainConfig none = c;
   none.model.lora.dropout = 0;
   const RunResult a = RunEngine(c, 1, 4), b = RunEngine(kept, 1, 4), z = RunEngine(none, 1, 4);

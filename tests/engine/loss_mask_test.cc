@@ -16,6 +16,7 @@
 
 #include "src/model/model.h"
 #include "tests/engine/engine_test_util.h"
+#include "support/settled.h"
 
 namespace strata {
 namespace {
@@ -219,7 +220,7 @@ TEST(LossMask, AStepWithNoTrainedTargetIsAnErrorNotANaN) {
   auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
   ASSERT_TRUE(data.ok()) << data.status().ToString();
   auto comms = MakeLocalCommunicators(1);
-  auto engine = Engine::Create(c, comms[0].get(), nullptr);
+  auto engine = Engine::Create(testing::Settled(c, comms[0]->world_size()), comms[0].get(), nullptr);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   int errors = 0, trained = 0;
   for (int64_t s = 0; s < 40; ++s) {

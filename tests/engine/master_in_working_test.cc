@@ -6,6 +6,7 @@
 
 #include "strata/communicator.h"
 #include "tests/engine/engine_test_util.h"
+#include "support/settled.h"
 
 namespace strata {
 namespace {
@@ -132,7 +133,7 @@ TEST(MasterInWorking, RestoreWritesEachBlocksWeightsOnce) {
   }
   ASSERT_GT(masters, 2 * static_cast<int>(a->plan().blocks.size()));  // several sub-groups per block
   Tracer tracer;
-  auto b = Engine::Create(c, comm.get(), &tracer);
+  auto b = Engine::Create(testing::Settled(c, comm->world_size()), comm.get(), &tracer);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   const double t0 = tracer.Now();
   testing::RestoreAll(**b, saved);

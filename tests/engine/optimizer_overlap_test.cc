@@ -10,6 +10,7 @@
 #include "engine/engine_test_util.h"
 #include "strata/communicator.h"
 #include "strata/trace.h"
+#include "support/settled.h"
 
 namespace strata {
 namespace {
@@ -236,7 +237,7 @@ TEST(OptimizerOverlap, TheBackwardReadsTheUpdatesFirstStates) {
     c.optimizer_overlap = mode;
     Tracer tracer;
     auto comm = MakeSingleRankCommunicator();
-    auto engine = Engine::Create(c, comm.get(), &tracer);
+    auto engine = Engine::Create(testing::Settled(c, comm->world_size()), comm.get(), &tracer);
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     for (int s = 0; s < 3; ++s) ASSERT_TRUE((*engine)->Step(s, **data).ok());
     ASSERT_TRUE((*engine)->Finish().ok());

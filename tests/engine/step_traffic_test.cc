@@ -7,6 +7,7 @@
 
 #include "engine/engine_test_util.h"
 #include "strata/communicator.h"
+#include "support/settled.h"
 
 namespace strata {
 namespace {
@@ -28,10 +29,11 @@ void CheckTraffic(const TrainConfig& c) {
   auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
   ASSERT_TRUE(data.ok()) << data.status().ToString();
   auto comm = MakeSingleRankCommunicator();
-  auto engine = Engine::Create(c, comm.get(), nullptr);
+  const RunConfig run = testing::Settled(c, comm->world_size());
+  auto engine = Engine::Create(run, comm.get(), nullptr);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   ASSERT_TRUE((*engine)->ledger() == (*engine)->plan().ledger);
-  const StepTraffic want = EstimateStepTraffic(c, (*engine)->plan());
+  const StepTraffic want = EstimateStepTraffic(*run, (*engine)->plan());
   ASSERT_GT(want.states, 0u);
   constexpr int kSteps = 7, kSteady = 2;
   NvmeTierStats first, last;
@@ -106,7 +108,7 @@ TEST(StepTraffic, DeviceLinkBytesAreTheArithmetic) {
       {"the same, summed on the device", [](TrainConfig& c) {
          c.offload_param.device = OffloadDevice::kNvme;
          c.grad_accum = 3;
-         c.accumulate_on_device = true;
+         c.device_accumulation = 1;  // summed on the device
        }},
       {"2 blocks resident, bf16, params in host memory", [](TrainConfig& c) {
          c.compute_dtype = DType::kBF16;
@@ -119,7 +121,7 @@ TEST(StepTraffic, DeviceLinkBytesAreTheArithmetic) {
          c.model.tie_embeddings = false;
          c.model.n_kv_head = 2;
          c.grad_accum = 2;
-         c.accumulate_on_device = true;
+         c.device_accumulation = 1;  // summed on the device
        }},
   };
   for (const LinkCase& k : cases) {
@@ -136,10 +138,11 @@ TEST(StepTraffic, DeviceLinkBytesAreTheArithmetic) {
     FakeDeviceOptions fake{.seed = 3, .max_delay_us = 300};
     fake.counters = std::make_shared<LinkCounters>();
     auto device = MakeFakeAsyncDevice(device_comm.get(), fake);
-    auto engine = Engine::Create(c, comm.get(), nullptr, {}, device.get());
+    const RunConfig run = testing::Settled(c, comm->world_size(), device->is_host());
+    auto engine = Engine::Create(run, comm.get(), nullptr, {}, device.get());
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     const LinkTraffic want =
-        EstimateLinkTraffic(c, ShardPlan::Make(c, ModelShape::Of(c.model), 1, 0, {.host = false}));
+        EstimateLinkTraffic(*run, ShardPlan::Make(*run, ModelShape::Of(run->model), 1, 0, {.host = false}));
     ASSERT_GT(want.in + want.out, 0u);
     for (int s = 0; s < 3; ++s) {
       const uint64_t in = fake.counters->in, out = fake.counters->out;

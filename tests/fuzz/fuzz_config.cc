@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "src/engine/train_config.h"
+#include "src/config/train_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string all(reinterpret_cast<const char*>(data), size);

@@ -3,8 +3,8 @@
 // sets them (hf_config.h). ModelConfigJson / ParseModelConfigJson are in train_config.h.
 #pragma once
 
-#include "src/engine/json_reader.h"
-#include "src/engine/train_config.h"
+#include "src/config/json_reader.h"
+#include "src/config/train_config.h"
 
 namespace strata {
 

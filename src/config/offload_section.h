@@ -3,8 +3,8 @@
 // lives. DeepSpeed keys Strata has no use for are accepted with a note saying why.
 #pragma once
 
-#include "src/engine/json_reader.h"
-#include "src/engine/train_config.h"
+#include "src/config/json_reader.h"
+#include "src/config/train_config.h"
 
 namespace strata {
 

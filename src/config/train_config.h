@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "src/data/data_config.h"
-#include "src/engine/json_reader.h"
+#include "src/config/json_reader.h"
 #include "src/model/model_config.h"
 #include "strata/dtype.h"
 #include "strata/status.h"

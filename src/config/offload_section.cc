@@ -1,4 +1,4 @@
-#include "src/engine/offload_section.h"
+#include "src/config/offload_section.h"
 
 #include <fmt/format.h>
 

@@ -1,11 +1,11 @@
-#include "src/engine/train_config.h"
+#include "src/config/train_config.h"
 
 #include <filesystem>
 
 #include "src/base/input_file.h"
-#include "src/engine/json_reader.h"
-#include "src/engine/model_section.h"
-#include "src/engine/offload_section.h"
+#include "src/config/json_reader.h"
+#include "src/config/model_section.h"
+#include "src/config/offload_section.h"
 #include "strata/isa.h"
 
 namespace strata {

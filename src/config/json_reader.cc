@@ -1,4 +1,4 @@
-#include "src/engine/json_reader.h"
+#include "src/config/json_reader.h"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
 // strata.model (model_section.h) and the model section of checkpoint manifests.
-#include "src/engine/model_section.h"
+#include "src/config/model_section.h"
 
 #include "src/model/hf_config.h"
 

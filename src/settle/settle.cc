@@ -1,0 +1,34 @@
+#include "src/settle/settle.h"
+
+#include <algorithm>
+
+#include "src/engine/shard_plan.h"
+#include "src/estimate/host_blocks_fit.h"
+
+namespace strata {
+
+class RunConfigSettler {
+ public:
+  static RunConfig Make(TrainConfig c) { return RunConfig(std::move(c)); }
+};
+
+StatusOr<SettledRun> SettleRunConfig(TrainConfig c, const SettleContext& ctx) {
+  STRATA_RETURN_IF_ERROR(ResolveBatch(&c, ctx.world));
+  ResolvePrecision(&c, ctx.on_gpu);
+  MemoryEstimate estimate;
+  bool host_blocks_auto = false;
+  if (ctx.machine) {
+    estimate = EstimateSettlingAutos(&c, ctx.world, ctx.params_override, ctx.device, *ctx.machine, ctx.local_ranks,
+                                     &host_blocks_auto);
+  } else {  // no machine to judge by: what is written, and the safe value of each "auto"
+    c.accumulate_on_device = !ctx.device.host && c.grad_accum > 1 && c.device_accumulation == 1;
+    c.keep_activations = c.recompute == Recompute::kNever;
+    host_blocks_auto = c.host_blocks < 0;
+    c.host_blocks = std::max<int64_t>(c.host_blocks, 0);
+  }
+  const ShardPlan plan = ShardPlan::Make(c, ModelShape::Of(c.model, ctx.params_override), ctx.world, 0, ctx.device);
+  STRATA_RETURN_IF_ERROR(plan.SplitMasterFits(c));
+  return SettledRun{RunConfigSettler::Make(std::move(c)), estimate, host_blocks_auto};
+}
+
+}  // namespace strata
