@@ -49,10 +49,7 @@ Status WriteShard(Engine& engine, const TrainConfig& cfg, const std::string& pat
   int64_t count = 0;
   STRATA_RETURN_IF_ERROR(engine.VisitState([&](const TensorKey& key, std::span<const std::byte> bytes) -> Status {
     const std::string name = key.Name();
-    const bool working = key.role == TensorRole::kWorking || key.role == TensorRole::kAdapter;
-    const char* dtype = working                           ? SafetensorsDType(cfg.compute_dtype)
-                        : key.role == TensorRole::kMaster ? "F32"
-                                                          : SafetensorsDType(cfg.adam_states);
+    const char* dtype = SafetensorsDType(engine.plan().format.VisitedDType(key.role));
     const int64_t numel = static_cast<int64_t>(bytes.size()) / SafetensorsDTypeSize(dtype);
     header[name] = {{"dtype", dtype},
                     {"shape", nlohmann::json::array({numel})},
@@ -108,9 +105,9 @@ Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, co
       {"step", step},
       {"world_size", world},
       {"compute_dtype", DTypeName(cfg.compute_dtype)},
-      {"adam_states", DTypeName(cfg.adam_states)},
+      {"adam_states", DTypeName(engine.plan().format.VisitedMomentDType())},
       // How the run kept m and v ("8bit" is saved as its fp32 values: adam_states "fp32").
-      {"run_adam_states", AdamStatesName(cfg)},
+      {"run_adam_states", engine.plan().format.MomentsName()},
       {"seed", cfg.seed},
       {"sub_group_size", cfg.sub_group_size},
       {"zero_stage", cfg.zero_stage},
@@ -207,10 +204,8 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
       return Error(StatusCode::kFailedPrecondition, "'{}' was saved with compute dtype {}; this run uses {}", where,
                    m["compute_dtype"].dump(), DTypeName(cfg.compute_dtype));
     // Checkpoints from before strata.adam_states hold fp32 moments.
-    if (m.value("adam_states", std::string("fp32")) != DTypeName(cfg.adam_states))
-      return Error(StatusCode::kFailedPrecondition, "'{}' holds Adam m and v in {}; this run has strata.adam_states "
-                   "\"{}\" (set it to match to resume{})", where, m.value("adam_states", std::string("fp32")),
-                   AdamStatesName(cfg), cfg.moments_8bit ? ", or to \"8bit\" from fp32 ones" : "");
+    const StateFormat& format = engine.plan().format;
+    STRATA_RETURN_IF_ERROR(format.CheckResume(m.value("adam_states", std::string("fp32")), where));
     // Compared with every default spelled out: ffn_hidden 0 and its value are one model.
     StatusOr<model::ModelConfig> saved_model = ParseModelConfigJson(m["model"], "'" + where + "'");
     if (!saved_model.ok()) return Status(StatusCode::kDataLoss, saved_model.status().message());
@@ -224,12 +219,9 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
                        it.key(), saved.value(it.key(), nlohmann::json()).dump(),
                        model.value(it.key(), nlohmann::json()).dump());
     // Switching between 8-bit and fp32 moments is allowed; say so, since the run changes.
-    const std::string saved_run = m.value("run_adam_states", std::string());
-    if (comm.rank() == 0 && !saved_run.empty() && saved_run != AdamStatesName(cfg) &&
-        (saved_run == "8bit" || cfg.moments_8bit))
-      LogInfo("'{}' was written by a run whose Adam m and v were {}; this run keeps them {} (strata.adam_states)", where,
-              saved_run == "8bit" ? "8-bit (it holds their fp32 values)" : saved_run,
-              cfg.moments_8bit ? "in 8 bits, from those fp32 values" : "in fp32 from here on");
+    if (const std::string note = format.ResumeNote(m.value("run_adam_states", std::string()));
+        comm.rank() == 0 && !note.empty())
+      LogInfo("'{}' {}", where, note);
     if (m.value("seed", cfg.seed) != cfg.seed)
       LogWarn("resuming '{}' (seed {}) with seed {}: the data order after the checkpoint differs from the original run",
               step_dir, m["seed"].dump(), cfg.seed);

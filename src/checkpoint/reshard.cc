@@ -60,7 +60,7 @@ Status IndexRankFile(const SafetensorsFile& f, const ShardPlan& plan, PieceIndex
       const int64_t n = static_cast<int64_t>(t.bytes.size() / plan.dsize);
       if (n <= w.len) r = key->role == TensorRole::kWorking ? ElementRange{w.begin, n} : ElementRange{w.end() - n, n};
     }
-    if (t.bytes.size() != r.len * plan.ElementBytes(key->role))
+    if (t.bytes.size() != r.len * plan.format.VisitedBytes(key->role))
       return Error(StatusCode::kDataLoss, "'{}': tensor '{}' has {} bytes, {} elements expected", f.path(), t.name,
                    t.bytes.size(), r.len);
     (*index)[{key->block, IndexRole(key->role)}].push_back({r.begin, r.len, t.bytes.data()});
@@ -116,7 +116,7 @@ Status RestoreResharded(Engine& engine, const TrainConfig& cfg, const nlohmann::
   for (const TensorKey& key : plan.Keys()) {
     const ElementRange r = RangeOf(plan, key);
     Status s = Assemble(index[{key.block, IndexRole(key.role)}], r, plan.blocks[key.block].layout.numel,
-                        plan.ElementBytes(key.role), key, &bytes);
+                        plan.format.VisitedBytes(key.role), key, &bytes);
     if (s.ok()) s = engine.RestoreState(key, bytes);
     if (!s.ok()) return s.WithContext(step_dir);
   }

@@ -44,13 +44,12 @@ void PrintLargestFit(const TrainConfig& cfg, int nproc, DeviceTraits device, con
               HumanBytes(m.host_available).c_str(), HumanBytes(m.nvme_free).c_str(), kStateBytesPerParameter,
               limit / 1e9, 100.0 * f.parameters / limit);
   // Compressed moments are opt-in (they round m and v): told beside, never chosen.
-  if (cfg.adam_states != DType::kF32 || cfg.moments_8bit) return;
+  if (AdamStatesSetting(cfg) != "fp32") return;
   TrainConfig bf16 = cfg, eight = cfg;
-  bf16.adam_states = DType::kBF16;
-  eight.moments_8bit = true;
+  SetAdamStates(&bf16, "bf16");
+  SetAdamStates(&eight, "8bit");
   const int64_t with_bf16 = FindLargestFit(bf16, nproc, device, m).parameters;
-  const int64_t with_8bit =
-      cfg.optimizer_overlap == OptimizerOverlap::kSpeculative ? 0 : FindLargestFit(eight, nproc, device, m).parameters;
+  const int64_t with_8bit = CheckKeys(eight).ok() ? FindLargestFit(eight, nproc, device, m).parameters : 0;
   if (std::max(with_bf16, with_8bit) <= f.parameters * 1.01) {
     std::printf("compressed Adam moments (opt-in) fit no larger model here: m and v are not what bounds it\n");
     return;

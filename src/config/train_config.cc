@@ -70,10 +70,9 @@ Status ParseStrataData(JsonReader& s, TrainConfig* c) {
 
 // How the optimizer's state is stored: Adam's moments, the master, the gradient accumulators.
 Status ParseStateStorage(JsonReader& s, TrainConfig* c) {
-  std::string adam_states = AdamStatesName(*c);
+  std::string adam_states = AdamStatesSetting(*c);
   STRATA_RETURN_IF_ERROR(s.Choice("adam_states", &adam_states, {"fp32", "bf16", "8bit"}));
-  c->adam_states = adam_states == "bf16" ? DType::kBF16 : DType::kF32;
-  c->moments_8bit = adam_states == "8bit";
+  SetAdamStates(c, adam_states);
   std::string master = c->split_master ? "split" : "fp32";
   STRATA_RETURN_IF_ERROR(s.Choice("master_weights", &master, {"fp32", "split"}));
   c->split_master = master == "split";
@@ -320,11 +319,6 @@ static Status CheckHostBlocks(const TrainConfig& c) {
                          c.host_blocks, OffloadDeviceName(c.offload_optimizer.device));
 }
 
-bool MasterInWorking(const TrainConfig& c) {
-  return c.compute_dtype == DType::kF32 && !c.split_master && !c.model.lora.enabled() && c.resident_blocks <= 0 &&
-         (c.optimizer_overlap == OptimizerOverlap::kNone || c.optimizer_overlap == OptimizerOverlap::kForward);
-}
-
 // strata.master_weights "split" rebuilds the master from the working weights at every update:
 // the update must read the weights it replaces, from the store, before anything else does.
 static Status CheckSplitMaster(const TrainConfig& c) {
@@ -342,6 +336,23 @@ static Status CheckSplitMaster(const TrainConfig& c) {
   return Status();
 }
 
+Status CheckKeys(const TrainConfig& c) {
+  STRATA_RETURN_IF_ERROR(CheckDelayedUpdate(c));
+  STRATA_RETURN_IF_ERROR(CheckHostBlocks(c));
+  STRATA_RETURN_IF_ERROR(CheckSplitMaster(c));
+  if (c.moments_8bit && c.optimizer_overlap == OptimizerOverlap::kSpeculative)  // (its backups index fixed bytes)
+    return InvalidArgument("strata.adam_states \"8bit\": not with strata.optimizer_overlap \"speculative\" (its "
+                           "backups hold fp32 or bf16 moments); use \"forward\", \"none\" or \"delayed\"");
+  return Status();
+}
+
+std::string AdamStatesSetting(const TrainConfig& c) { return c.moments_8bit ? "8bit" : DTypeName(c.adam_states); }
+
+void SetAdamStates(TrainConfig* c, const std::string& setting) {
+  c->adam_states = setting == "bf16" ? DType::kBF16 : DType::kF32;
+  c->moments_8bit = setting == "8bit";
+}
+
 StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::string& origin) {
   STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonText(text, origin));
   if (!j.is_object()) return InvalidArgument("{}: the top level must be a JSON object", origin);
@@ -356,12 +367,7 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
         ParseStrata})
     if (Status s = section(root, &c); !s.ok()) return s.WithContext(origin);
   if (c.schedule.total_num_steps == 0) c.schedule.total_num_steps = c.steps;
-  if (Status s = CheckDelayedUpdate(c); !s.ok()) return s.WithContext(origin);
-  if (Status s = CheckHostBlocks(c); !s.ok()) return s.WithContext(origin);
-  if (Status s = CheckSplitMaster(c); !s.ok()) return s.WithContext(origin);
-  if (c.moments_8bit && c.optimizer_overlap == OptimizerOverlap::kSpeculative)  // (its backups index fixed bytes)
-    return InvalidArgument("strata.adam_states \"8bit\": not with strata.optimizer_overlap \"speculative\" (its "
-                           "backups hold fp32 or bf16 moments); use \"forward\", \"none\" or \"delayed\"").WithContext(origin);
+  if (Status s = CheckKeys(c); !s.ok()) return s.WithContext(origin);
   root.UnusedKeys(&c.warnings);
   for (AutoValue a : root.autos()) {
     if (a.path == "scheduler.params.warmup_max_lr") a.reason = "the optimizer's lr";

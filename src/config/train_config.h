@@ -157,9 +157,9 @@ struct TrainConfig {
   // working weights + a 16-bit low half (Note [Split master], strata/cpu_adam.h): 2 B/param
   // instead of 4 in host memory and on NVMe, 2 B/param less written per update. bf16 compute,
   // working weights in the store (not resident on a device), optimizer_overlap "none" or
-  // "forward", no LoRA (CheckSplitMaster and SplitMasterFits).
+  // "forward", no LoRA (CheckSplitMaster, and StateFormat::Check once the plan is known).
   bool split_master = false;
-  // (With fp32 compute the working weights are the fp32 master, and where MasterInWorking
+  // (With fp32 compute the working weights are the fp32 master, and where the StateFormat
   // says so the store keeps them once: no key, nothing to choose, bitwise the same run.)
   // strata.gradient_accumulator: the dtype of the host gradient accumulators ("fp32", or
   // "bf16": 2 B/param instead of 4; each micro-batch's reduced gradient is added in fp32
@@ -186,17 +186,14 @@ struct TrainConfig {
   std::vector<std::string> notes;
 };
 
-// Whether the fp32 master is stored as the working weights themselves, once: fp32 compute
-// (where they are the same numbers), an update that replaces them in one place (optimizer_overlap
-// "none" or "forward": the speculative and delayed updates keep two versions), no LoRA (the
-// base has no master), strata.resident_blocks 0 or "auto" (the plan then checks that no block
-// is resident on the device). Saves 4 B/param of state and of every update's writes.
-bool MasterInWorking(const TrainConfig& config);
+// The rules between keys (the delayed update, host blocks, the split master, 8-bit moments
+// and the speculative update) that parsing checks; also for configs changed afterwards (the
+// fit advice's tries). The error names the keys.
+Status CheckKeys(const TrainConfig& config);
 
-// strata.adam_states as written: "fp32", "bf16" or "8bit" (checkpoints record it as the run's).
-inline std::string AdamStatesName(const TrainConfig& config) {
-  return config.moments_8bit ? "8bit" : DTypeName(config.adam_states);
-}
+// strata.adam_states as written ("fp32", "bf16", "8bit"), and set to one of them.
+std::string AdamStatesSetting(const TrainConfig& config);
+void SetAdamStates(TrainConfig* config, const std::string& setting);
 
 // Settles the compute dtype for blocks running on a GPU (`on_gpu`) or on this CPU:
 // bf16.enabled "auto" becomes bf16 on a GPU or where the CPU has native bf16 (AVX512-BF16,

@@ -77,7 +77,7 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   model.spec = std::make_unique<model::ModelSpec>(cfg.model);
   model.tie = model.spec->tie();
   plan = ShardPlan::Make(cfg, ModelShape::Of(cfg.model), comm->world_size(), comm->rank(), {dev->is_host()});
-  STRATA_RETURN_IF_ERROR(plan.SplitMasterFits(cfg));
+  STRATA_RETURN_IF_ERROR(plan.CheckFormats(cfg));
   optimizer.thread = std::make_unique<WorkQueue>(Track::kOptimizer, 0, 0, 0, &g_untraced);
   // Thread policy: on the host, the blocks' compute and the CPU Adam share the rank's cores
   // (LibTorch's pool; overlapping, they take turns). On a GPU the compute thread only issues
@@ -140,8 +140,8 @@ StatusOr<NamedTensors> Engine::MasterParameters(int block) {
   const BlockRuntime& br = m.model.blocks[block];
   const ShardLayout& layout = m.plan.blocks[block].layout;
   torch::Tensor full = torch::zeros({layout.padded}, torch::kFloat32);
-  std::vector<std::byte> working;  // a split master's high halves, or the master itself
-  if (m.plan.MasterFromWorking()) {
+  std::vector<std::byte> working;  // where the format keeps the master (or its high halves)
+  if (m.plan.format.MasterFromWorking()) {
     STRATA_ASSIGN_OR_RETURN(working, m.ReadWorking(block));
   }
   for (const SubGroup& sg : br.subs) {
@@ -161,20 +161,18 @@ StatusOr<NamedTensors> Engine::MasterParameters(int block) {
 Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::span<const std::byte> bytes)>& visit) {
   Impl& m = *impl_;
   STRATA_RETURN_IF_ERROR(m.Quiesce());  // a checkpoint taken mid-overlap waits for the step to finish
-  std::vector<std::byte> buf, decoded;
+  const StateFormat& format = m.plan.format;
+  std::vector<std::byte> buf;
   auto one = [&](const TensorKey& key, TensorHandle h) -> Status {
     buf.resize(m.store->bytes(h));
     STRATA_RETURN_IF_ERROR(m.store->Read(h, buf).Wait());
-    if (!m.Moment8Bit(key.role)) return visit(key, buf);
-    decoded.resize(static_cast<size_t>(m.plan.SubGroupLen(key)) * 4);  // visited as the fp32 values they hold
-    DecodeMoment8Bit(key.role == TensorRole::kAdamV, {reinterpret_cast<const uint8_t*>(buf.data()), buf.size()},
-                     {reinterpret_cast<float*>(decoded.data()), decoded.size() / 4});
-    return visit(key, decoded);
+    if (!format.Converts(key.role)) return visit(key, buf);
+    return visit(key, format.Visit(key.role, buf, m.plan.SubGroupLen(key)));  // as checkpoints hold it
   };
   std::vector<std::byte> working, master;  // what holds the master (all or its high halves), and the master
   for (int b = 0; b < m.num_blocks(); ++b) {
     const BlockRuntime& br = m.model.blocks[b];
-    if (m.plan.MasterFromWorking()) {
+    if (format.MasterFromWorking()) {
       STRATA_ASSIGN_OR_RETURN(working, m.ReadWorking(b));
     }
     if (m.plan.resident[b]) {  // on the device: copied out
@@ -182,14 +180,14 @@ Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::
       buf.resize(t.nbytes());
       STRATA_RETURN_IF_ERROR(m.dev->CopyOut(buf.data(), t, {m.bufs.resident_ready[b]}).Wait());
       STRATA_RETURN_IF_ERROR(visit({b, TensorRole::kWorking, 0}, buf));
-    } else if (m.plan.MasterFromWorking()) {  // read once for both
+    } else if (format.MasterFromWorking()) {  // read once for both
       STRATA_RETURN_IF_ERROR(visit({b, TensorRole::kWorking, 0}, working));
     } else {
       STRATA_RETURN_IF_ERROR(one({b, TensorRole::kWorking, 0}, br.working));
     }
     if (br.adapter.valid()) STRATA_RETURN_IF_ERROR(one({b, TensorRole::kAdapter, 0}, br.adapter));
     for (const SubGroup& sg : br.subs) {
-      if (m.plan.MasterFromWorking()) {  // visited as the fp32 master it stands for
+      if (format.MasterFromWorking()) {  // visited as the fp32 master it stands for
         master.resize(sg.range.len * 4);
         STRATA_RETURN_IF_ERROR(m.ReadMaster(b, sg, working, master));
         STRATA_RETURN_IF_ERROR(visit({b, TensorRole::kMaster, sg.range.begin}, master));
@@ -206,7 +204,7 @@ Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::
 Status Engine::RestoreState(const TensorKey& key, std::span<const std::byte> bytes) {
   Impl& m = *impl_;
   // Masters kept in a block's working weights are patched into them in memory, and the block's
-  // weights written once, when the restore moves to another block (RestoreMasterInWorking).
+  // weights written once, when the restore moves to another block (RestoreMasterFromWorking).
   // While that is under way the engine is quiesced already (by the restore's first call; a
   // Step or Quiesce writes them).
   if (m.restoring.block < 0) STRATA_RETURN_IF_ERROR(m.Quiesce());
@@ -232,22 +230,19 @@ Status Engine::RestoreState(const TensorKey& key, std::span<const std::byte> byt
       }
   }
   if (!h) return Error(StatusCode::kNotFound, "no tensor '{}' in this run's state", key.Name());
-  if (key.role == TensorRole::kWorking && m.plan.MasterFromWorking() && bytes.size() == m.store->bytes(*h)) {
+  const StateFormat& format = m.plan.format;
+  if (key.role == TensorRole::kWorking && format.MasterFromWorking() && bytes.size() == m.store->bytes(*h)) {
     if (m.restoring.block != key.block) STRATA_RETURN_IF_ERROR(m.FlushRestoringWorking());
     m.restoring.block = key.block;  // its masters, before or after, are patched into these
     m.restoring.bytes.assign(bytes.begin(), bytes.end());
     return Status();
   }
-  if (key.role == TensorRole::kMaster && m.plan.MasterFromWorking()) return m.RestoreMasterInWorking(key, *sub, bytes);
-  if (m.Moment8Bit(key.role)) {  // fp32 values, to the nearest codes (what VisitState decoded: the same blob)
-    if (bytes.size() != static_cast<size_t>(sub->range.len) * 4)
+  if (key.role == TensorRole::kMaster && format.MasterFromWorking()) return m.RestoreMasterFromWorking(key, *sub, bytes);
+  if (format.Converts(key.role)) {  // as checkpoints hold it, to what the store keeps (the blob VisitState read)
+    if (bytes.size() != static_cast<size_t>(sub->range.len) * format.VisitedBytes(key.role))
       return Error(StatusCode::kInvalidArgument, "tensor '{}' has {} fp32 values, the checkpoint holds {} bytes",
                    key.Name(), sub->range.len, bytes.size());
-    std::vector<std::byte> blob(m.store->bytes(*h));
-    EncodeMoment8BitNearest(key.role == TensorRole::kAdamV,
-                            {reinterpret_cast<const float*>(bytes.data()), bytes.size() / 4},
-                            {reinterpret_cast<uint8_t*>(blob.data()), blob.size()});
-    return m.store->Write(*h, blob).Wait();
+    return m.store->Write(*h, format.Restore(key.role, bytes, sub->range.len)).Wait();
   }
   if (bytes.size() != m.store->bytes(*h))
     return Error(StatusCode::kInvalidArgument, "tensor '{}' has {} bytes, the checkpoint holds {}", key.Name(),

@@ -288,19 +288,16 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
     return Status();
   };
   torch::Tensor working;  // fp32: a view of the flat group; else converted into the staging
-  // A split master (strata.master_weights "split"): the working range's fp32 values become the
-  // working weights and, in place over their own staging, the low halves (Note [Split master]).
-  std::span<const std::byte> low_halves;
+  const StateFormat& format = plan.format;
   STRATA_RETURN_IF_ERROR(TorchCall("initial state", [&] {
     working = flat.narrow(0, bp.working.begin, bp.working.len);
-    if (plan.split_master) {
-      float* values = working.data_ptr<float>();
-      working = st.working.narrow(0, 0, bp.working.len);
-      SplitMasterWeightsInPlace(values, bp.working.len, static_cast<uint16_t*>(working.data_ptr()));
-      low_halves = {reinterpret_cast<const std::byte*>(values), static_cast<size_t>(bp.working.len) * 2};
-    } else if (compute_scalar() != torch::kFloat32) {
-      working = st.working.narrow(0, 0, bp.working.len).copy_(working);
-    }
+    torch::Tensor converted = compute_scalar() == torch::kFloat32 ? working : st.working.narrow(0, 0, bp.working.len);
+    // The format may keep the working range's values as it stores them (a split master: the
+    // working weights and, over the values themselves, the low halves); else they are converted.
+    if (format.SplitInPlace(working.data_ptr<float>(), bp.working.len, static_cast<uint16_t*>(converted.data_ptr())))
+      working = converted;
+    else if (compute_scalar() != torch::kFloat32)
+      working = converted.copy_(working);
   }));
   if (plan.resident[b]) {  // its home is the device: no store tensor
     bufs.resident.resize(plan.blocks.size());
@@ -320,18 +317,11 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
   for (int64_t i = 0; i < bp.num_sub_groups(); ++i) {
     const ElementRange r = bp.sub_group(i);
     SubGroup sg{r, {}, {}, {}};
-    const uint64_t moment_bytes = plan.StoredStateBytes(TensorRole::kAdamM, r.len);  // fp32, bf16 or 8-bit
-    // The master: the low halves (split), a view of the flat group, or none where the fp32
-    // working tensor holds it (plan.master_in_working).
-    const TensorKey master_key{b, TensorRole::kMaster, r.begin};
-    if (plan.split_master) {
-      STRATA_CHECK(r.begin >= bp.working.begin && r.end() <= bp.working.end()) << "block " << b;
-      const auto low = low_halves.subspan((r.begin - bp.working.begin) * 2, r.len * 2);
-      STRATA_RETURN_IF_ERROR(add(master_key, low.size(), low, &sg.master));
-    } else if (!plan.master_in_working) {
-      torch::Tensor view;
-      STRATA_RETURN_IF_ERROR(TorchCall("initial state", [&] { view = flat.narrow(0, r.begin, r.len); }));
-      STRATA_RETURN_IF_ERROR(add(master_key, r.len * 4, BytesOf(view), &sg.master));
+    const uint64_t moment_bytes = format.StoredBytes(TensorRole::kAdamM, r.len);
+    // The master as the format stores it (none where the working weights hold it).
+    if (format.MasterStored()) {
+      const std::span<const std::byte> master = format.InitialMaster(flat.data_ptr<float>(), bp.working, r);
+      STRATA_RETURN_IF_ERROR(add({b, TensorRole::kMaster, r.begin}, master.size(), master, &sg.master));
     }
     STRATA_RETURN_IF_ERROR(add({b, TensorRole::kAdamM, r.begin}, moment_bytes, {}, &sg.m));
     STRATA_RETURN_IF_ERROR(add({b, TensorRole::kAdamV, r.begin}, moment_bytes, {}, &sg.v));

@@ -312,23 +312,15 @@ struct Engine::Impl {
   // The bytes of a sub-group's master, m and v: read from NVMe into `cur` (waited for), or the cpu
   // tier; the master's are empty where the working weights hold it.
   StatusOr<std::array<std::span<std::byte>, 3>> StateSpans(int b, const SubGroup& sg, LoadedStates* cur);
-  // A role the store holds as 8-bit blobs (strata.adam_states "8bit": m and v).
-  bool Moment8Bit(TensorRole r) const {
-    return plan.moments_8bit && (r == TensorRole::kAdamM || r == TensorRole::kAdamV);
-  }
-  // Bytes of state k (0 master, 1 m, 2 v) of `len` elements.
-  size_t StateBytes(int k, int64_t len) const {
-    static constexpr TensorRole kRoles[3] = {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV};
-    return plan.StoredStateBytes(kRoles[k], len);
-  }
-  // A master stored in the working weights (plan.MasterFromWorking(): split, Note [Split
-  // master], or fp32 compute's working weights themselves): block b's working weights, whole;
-  // the fp32 master of its sub-group `sg` into `dst` (4 B per element: read, copied from
-  // `working`, or rebuilt from it and the low halves); a checkpoint's fp32 master written over
-  // its range of the working weights (split: the weights it rounds to, and its low halves).
+  // Bytes of state k (0 master, 1 m, 2 v) of `len` elements, as stored.
+  size_t StateBytes(int k, int64_t len) const { return plan.format.StoredStateBytes(k, len); }
+  // Block b's working weights, whole; the fp32 master of its sub-group `sg` into `dst` (4 B
+  // per element), from its stored bytes and, where the format keeps it there (or its high
+  // halves), `working`; a checkpoint's fp32 master written back (into the working weights too
+  // where the format keeps it there).
   StatusOr<std::vector<std::byte>> ReadWorking(int b);
   Status ReadMaster(int b, const SubGroup& sg, std::span<const std::byte> working, std::span<std::byte> dst);
-  Status RestoreMasterInWorking(const TensorKey& key, const SubGroup& sg, std::span<const std::byte> fp32);
+  Status RestoreMasterFromWorking(const TensorKey& key, const SubGroup& sg, std::span<const std::byte> fp32);
   // The working weights of the block whose masters a restore is writing, held until the
   // restore moves to another tensor or ends, so that a block of many sub-groups is read and
   // written once (not once per sub-group). Quiesce() and Step() flush it.
@@ -338,7 +330,7 @@ struct Engine::Impl {
   } restoring;
   Status FlushRestoringWorking();
   // Optimizer states stored per sub-group, from 0 (master, m, v) or 1 (m, v: no master tensor).
-  int FirstStoredState() const { return plan.master_in_working ? 1 : 0; }
+  int FirstStoredState() const { return plan.format.FirstStoredState(); }
   // A resident block's updated working weights (in `lease`) to the device, off the critical path.
   Status UpdateResident(int b, PinnedBuffer lease);
   // Stages 1-2: this rank's updated part of block b shared with the others (compute thread).

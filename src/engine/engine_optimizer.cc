@@ -28,11 +28,6 @@
 namespace strata {
 namespace {
 
-std::span<float> AsFloats(std::span<std::byte> b) { return {reinterpret_cast<float*>(b.data()), b.size() / 4}; }
-std::span<uint16_t> AsHalves(std::span<std::byte> b) { return {reinterpret_cast<uint16_t*>(b.data()), b.size() / 2}; }
-std::span<uint8_t> AsBytes(std::span<std::byte> b) { return {reinterpret_cast<uint8_t*>(b.data()), b.size()}; }
-std::span<int16_t> AsLowHalves(std::span<std::byte> b) { return {reinterpret_cast<int16_t*>(b.data()), b.size() / 2}; }
-
 // Early reads dropped: each read finishes before its buffers go back to the pool.
 void Drop(EarlyStates& early) {
   for (const auto& l : early)
@@ -304,7 +299,7 @@ Status Engine::Impl::UpdateBlocks(const AdamHyperParams& hp, const std::vector<i
 // copied to the device once the block is done.
 void Engine::Impl::ReadOutputAhead(int b, OutputAhead* ahead) {
   const BlockRuntime& br = model.blocks[b];
-  if (!plan.MasterFromWorking() || ahead->block >= 0 || plan.resident[b] || br.adapter.valid() || !br.working.valid() ||
+  if (!plan.format.MasterFromWorking() || ahead->block >= 0 || plan.resident[b] || br.adapter.valid() || !br.working.valid() ||
       store->home(br.working) != Tier::kNvme || optimizer.run.parked)
     return;
   std::optional<PinnedBuffer> got = pools.param->TryAcquire();  // never waits: the compute may need them
@@ -348,7 +343,7 @@ StatusOr<std::byte*> Engine::Impl::BlockOutput(int b, PinnedBuffer* lease, int64
   if (!got) got = pools.param->AcquireFor(std::chrono::minutes(5));  // held by copies to the device
   if (!got) return Status(StatusCode::kInternal, "no pinned buffer for the working weights in 5 minutes");
   *lease = std::move(*got);
-  if (plan.MasterFromWorking()) {  // the weights being replaced hold the master (or its high halves)
+  if (plan.format.MasterFromWorking()) {  // the weights being replaced hold the master (or its high halves)
     Tracer::Span s(tracer, Track::kOptimizer, "adam b" + std::to_string(b) + ": reading its working weights");
     STRATA_RETURN_IF_ERROR(ReadWorkingInto(b, *lease).Wait().WithContext(fmt::format("working weights of block {}", b)));
   }
@@ -376,38 +371,17 @@ StatusOr<std::array<std::span<std::byte>, 3>> Engine::Impl::StateSpans(int b, co
 Status Engine::Impl::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur,
                                     std::byte* out) {
   STRATA_ASSIGN_OR_RETURN(auto states, StateSpans(b, sg, cur));
-  AdamSpans spans;
-  if (plan.split_master) spans.master_low = AsLowHalves(states[0]);  // the high halves: `out`
-  else if (plan.master_in_working) spans.params = {reinterpret_cast<float*>(out), static_cast<size_t>(sg.range.len)};
-  else spans.params = AsFloats(states[0]);
-  if (cfg.adam_states == DType::kBF16 || plan.moments_8bit) {
-    if (plan.moments_8bit) {
-      spans.exp_avg_8bit = AsBytes(states[1]);
-      spans.exp_avg_sq_8bit = AsBytes(states[2]);
-    } else {
-      spans.exp_avg_bf16 = AsHalves(states[1]);
-      spans.exp_avg_sq_bf16 = AsHalves(states[2]);
-    }
-    // Stochastic rounding's bits from what the update is, never from who runs it: the run's
-    // seed, Adam's step, the block and the flat-group position (global, not rank-relative).
-    // So ranks, stages, sub-groups, overlap modes, a speculative redo and a resume all give
-    // the same bits (Note [Stochastic rounding of the moments]).
-    spans.rounding_seed = MixRoundingSeed(MixRoundingSeed(cfg.seed, static_cast<uint64_t>(hp.step)), b);
-    spans.rounding_index = static_cast<uint64_t>(sg.range.begin);
-  } else {
-    spans.exp_avg = AsFloats(states[1]);
-    spans.exp_avg_sq = AsFloats(states[2]);
-  }
-  if (plan.gsize == 2) spans.grad_bf16 = GradBf16(b, sg.range);
-  else spans.grad = GradF32(b, sg.range);
-  if (cfg.compute_dtype != DType::kF32) {
-    spans.half_out = std::span<uint16_t>(reinterpret_cast<uint16_t*>(out), sg.range.len);
-    spans.half_format = cfg.compute_dtype == DType::kBF16 ? HalfFormat::kBf16 : HalfFormat::kFp16;
-  }
+  const StateFormat& format = plan.format;
+  std::span<const float> grad;
+  std::span<const uint16_t> grad_bf16;
+  if (plan.gsize == 2) grad_bf16 = GradBf16(b, sg.range);
+  else grad = GradF32(b, sg.range);
+  const AdamSpans spans = format.UpdateSpans(states, out, sg.range.len, grad, grad_bf16, cfg.seed, hp.step, b,
+                                             sg.range.begin);
   {
     Tracer::Span s(tracer, Track::kOptimizer, "adam b" + std::to_string(b));
     STRATA_RETURN_IF_ERROR(AdamStep(hp, spans, {.num_threads = optimizer.threads}));
-    if (cfg.compute_dtype == DType::kF32 && !plan.master_in_working) std::memcpy(out, states[0].data(), sg.range.len * 4);
+    format.FinishUpdate(states, out, sg.range.len);
   }
   if (cur) {
     const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
@@ -503,21 +477,20 @@ StatusOr<std::vector<std::byte>> Engine::Impl::ReadWorking(int b) {
 
 Status Engine::Impl::ReadMaster(int b, const SubGroup& sg, std::span<const std::byte> working, std::span<std::byte> dst) {
   STRATA_CHECK(dst.size() == static_cast<size_t>(sg.range.len) * 4) << dst.size();
-  if (!plan.MasterFromWorking()) return store->Read(sg.master, dst).Wait();
-  const int64_t at = sg.range.begin - plan.blocks[b].working.begin;
-  STRATA_CHECK(at >= 0 && (at + sg.range.len) * plan.dsize <= working.size()) << "block " << b;
-  if (plan.master_in_working) {
-    std::memcpy(dst.data(), working.data() + at * 4, dst.size());
-    return Status();
+  const StateFormat& format = plan.format;
+  std::vector<std::byte> stored(format.StoredBytes(TensorRole::kMaster, sg.range.len));
+  if (!stored.empty()) STRATA_RETURN_IF_ERROR(store->Read(sg.master, stored).Wait());
+  std::span<const std::byte> mine;  // the sub-group's part of the working weights, where they hold the master
+  if (format.MasterFromWorking()) {
+    const int64_t at = sg.range.begin - plan.blocks[b].working.begin;
+    STRATA_CHECK(at >= 0 && (at + sg.range.len) * plan.dsize <= working.size()) << "block " << b;
+    mine = working.subspan(at * plan.dsize, sg.range.len * plan.dsize);
   }
-  std::vector<int16_t> low(sg.range.len);
-  STRATA_RETURN_IF_ERROR(store->Read(sg.master, std::as_writable_bytes(std::span(low))).Wait());
-  const auto* high = reinterpret_cast<const uint16_t*>(working.data()) + at;
-  JoinMasterWeights({high, low.size()}, low, {reinterpret_cast<float*>(dst.data()), low.size()});
+  format.ReadMaster(mine, stored, {reinterpret_cast<float*>(dst.data()), static_cast<size_t>(sg.range.len)});
   return Status();
 }
 
-Status Engine::Impl::RestoreMasterInWorking(const TensorKey& key, const SubGroup& sg, std::span<const std::byte> fp32) {
+Status Engine::Impl::RestoreMasterFromWorking(const TensorKey& key, const SubGroup& sg, std::span<const std::byte> fp32) {
   const int b = key.block;
   const int64_t len = sg.range.len;
   if (fp32.size() != static_cast<size_t>(len) * 4)
@@ -531,19 +504,12 @@ Status Engine::Impl::RestoreMasterInWorking(const TensorKey& key, const SubGroup
   std::vector<std::byte>& working = restoring.bytes;
   const int64_t at = sg.range.begin - plan.blocks[b].working.begin;
   STRATA_CHECK(at >= 0 && (at + len) * plan.dsize <= working.size()) << "block " << b;
-  if (plan.master_in_working) {  // the master is what the working weights are
-    std::memcpy(working.data() + at * 4, fp32.data(), fp32.size());
-    return Status();
-  }
+  const StateFormat& format = plan.format;
   std::vector<float> master(len);
   std::memcpy(master.data(), fp32.data(), fp32.size());
-  std::vector<uint16_t> high(len);
-  std::vector<int16_t> low(len);
-  SplitMasterWeights(master, high, low);
-  // The working weights are what the master rounds to (a checkpoint written with an fp32 master
-  // holds those already; this keeps the pair consistent whatever it holds).
-  std::memcpy(working.data() + at * 2, high.data(), len * 2);
-  return store->Write(sg.master, std::as_bytes(std::span(low))).Wait();
+  std::vector<std::byte> stored(format.StoredBytes(TensorRole::kMaster, len));
+  format.WriteMaster(master, std::span(working).subspan(at * plan.dsize, len * plan.dsize), stored);
+  return stored.empty() ? Status() : store->Write(sg.master, stored).Wait();
 }
 
 Status Engine::Impl::FlushRestoringWorking() {

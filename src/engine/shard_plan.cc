@@ -1,7 +1,6 @@
 #include "src/engine/shard_plan.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <thread>
 
@@ -25,24 +24,6 @@ uint64_t StagingBytes(const AioConfig& aio) {
   return static_cast<uint64_t>(std::min<int64_t>(aio.queue_depth, 8)) * static_cast<uint64_t>(aio.block_size);
 }
 
-const char* RoleSuffix(TensorRole r) {
-  switch (r) {
-    case TensorRole::kWorking: return "working";
-    case TensorRole::kMaster: return "master";
-    case TensorRole::kAdamM: return "adam_m";
-    case TensorRole::kAdamV: return "adam_v";
-    case TensorRole::kAdapter: return "adapter";
-  }
-  return "?";
-}
-
-
-bool ParseInt(std::string_view s, int64_t* out) {
-  if (s.empty()) return false;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && p == s.data() + s.size() && *out >= 0;
-}
-
 }  // namespace
 
 uint64_t MemoryLedger::Total(Residence r) const {
@@ -61,31 +42,6 @@ bool MemoryLedger::operator==(const MemoryLedger& o) const {
 
 Residence ResidenceOf(OffloadDevice d) {
   return d == OffloadDevice::kNone ? Residence::kDevice : d == OffloadDevice::kCpu ? Residence::kCpu : Residence::kNvme;
-}
-
-std::string TensorKey::Name() const {
-  if (role == TensorRole::kWorking) return fmt::format("block{}.working", block);
-  if (role == TensorRole::kAdapter) return fmt::format("block{}.adapter", block);
-  return fmt::format("block{}.{}.{}", block, offset, RoleSuffix(role));
-}
-
-std::optional<TensorKey> TensorKey::Parse(std::string_view name) {
-  if (name.substr(0, 5) != "block") return std::nullopt;
-  name.remove_prefix(5);
-  const size_t dot = name.find('.');
-  int64_t block = 0;
-  if (dot == std::string_view::npos || !ParseInt(name.substr(0, dot), &block) || block > (1 << 30))
-    return std::nullopt;
-  const std::string_view rest = name.substr(dot + 1);
-  if (rest == "working") return TensorKey{static_cast<int>(block), TensorRole::kWorking, 0};
-  if (rest == "adapter") return TensorKey{static_cast<int>(block), TensorRole::kAdapter, 0};
-  const size_t dot2 = rest.find('.');
-  int64_t offset = 0;
-  if (dot2 == std::string_view::npos || !ParseInt(rest.substr(0, dot2), &offset)) return std::nullopt;
-  const std::string_view suffix = rest.substr(dot2 + 1);
-  for (TensorRole r : {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV})
-    if (suffix == RoleSuffix(r)) return TensorKey{static_cast<int>(block), r, offset};
-  return std::nullopt;
 }
 
 uint64_t PoolPlan::region_bytes() const { return count ? PinnedPool::RegionBytes(count, buffer_bytes) : 0; }
@@ -118,10 +74,7 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
   p.optim_sharded = p.stage >= 1;
   p.compute = cfg.compute_dtype;
   p.dsize = DTypeSize(cfg.compute_dtype);
-  p.msize = DTypeSize(cfg.adam_states);
-  p.moments_8bit = cfg.moments_8bit;
   p.gsize = DTypeSize(cfg.grad_accum_dtype);
-  p.split_master = cfg.split_master;
   p.working_home = ResidenceOf(cfg.offload_param.device);
   p.optimizer_home = ResidenceOf(cfg.offload_optimizer.device);
   if (p.optimizer_home == Residence::kNvme)
@@ -138,7 +91,7 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
     p.AddBlock(numel, model.block_trainable.empty() ? numel : model.block_trainable[b], SubGroupStep(cfg.sub_group_size));
   }
   p.PlanDevice(cfg);
-  p.master_in_working = MasterInWorking(cfg) && !p.AnyResident();
+  p.format = StateFormat::Of(cfg, p.AnyResident());
   p.PlanOptimizerPool(cfg);
   p.PlanAdapters();
   p.PlanSpeculation(cfg);
@@ -153,7 +106,7 @@ void ShardPlan::PlanOptimizerPool(const TrainConfig& cfg) {
   if (!StatesOnNvme(cfg) || max_sub_group == 0) return;
   uint64_t widest_state = 0;
   for (TensorRole r : {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV})
-    widest_state = std::max(widest_state, StoredStateBytes(r, max_sub_group));
+    widest_state = std::max(widest_state, format.StoredBytes(r, max_sub_group));
   optim_pool = {12, RoundUp(widest_state, kPage), cfg.offload_optimizer.pin_memory};
 }
 
@@ -266,8 +219,8 @@ void ShardPlan::PlanLedger() {
     const int64_t n = b.num_sub_groups(), full = b.optimizer.len / b.sub_group_step;
     for (auto [k, role] : {std::pair{StateKind::kMaster, TensorRole::kMaster}, std::pair{StateKind::kAdamM, TensorRole::kAdamM},
                            std::pair{StateKind::kAdamV, TensorRole::kAdamV}}) {
-      const uint64_t full_bytes = StoredStateBytes(role, b.sub_group_step),
-                     tail_bytes = StoredStateBytes(role, b.optimizer.len - full * b.sub_group_step);
+      const uint64_t full_bytes = format.StoredBytes(role, b.sub_group_step),
+                     tail_bytes = format.StoredBytes(role, b.optimizer.len - full * b.sub_group_step);
       ledger.Add(k, OptimizerResidence(i), full * full_bytes + tail_bytes);
       if (OptimizerResidence(i) == Residence::kNvme)
         nvme_on_disk += full * RoundUp(full_bytes, kPage) + (n > full ? RoundUp(tail_bytes, kPage) : 0);
@@ -296,18 +249,7 @@ std::vector<Visit> ShardPlan::Visits(int micro_batches, bool backward) const {
   return order;
 }
 
-Status ShardPlan::SplitMasterFits(const TrainConfig& c) const {
-  if (!c.split_master) return Status();
-  if (c.compute_dtype != DType::kBF16)
-    return InvalidArgument("strata.master_weights \"split\": needs bf16 compute (this run computes in {}: {}); the "
-                           "working weights are the master's high halves", DTypeName(c.compute_dtype),
-                           c.precision_reason.empty() ? "bf16.enabled" : c.precision_reason);
-  if (AnyResident())
-    return InvalidArgument("strata.master_weights \"split\": this run keeps blocks' working weights on the device "
-                           "(zero_optimization.offload_param.device \"none\", or strata.resident_blocks), where the "
-                           "CPU update cannot read them; offload them to \"cpu\" or \"nvme\"");
-  return Status();
-}
+Status ShardPlan::CheckFormats(const TrainConfig& c) const { return StateFormat::Check(c, AnyResident()); }
 
 Residence ShardPlan::WorkingResidence(int b) const {
   if (resident.at(b)) return Residence::kDevice;
@@ -347,16 +289,11 @@ int64_t ShardPlan::SubGroupLen(const TensorKey& key) const {
   return b.sub_group(rel / b.sub_group_step).len;
 }
 
-uint64_t ShardPlan::StoredStateBytes(TensorRole r, int64_t len) const {
-  if (moments_8bit && (r == TensorRole::kAdamM || r == TensorRole::kAdamV)) return Moment8BitBytes(len);
-  return static_cast<uint64_t>(len) * StoredBytes(r);
-}
-
 uint64_t ShardPlan::TensorBytes(const TensorKey& key) const {
   const int64_t len = key.role == TensorRole::kWorking   ? blocks.at(key.block).working_tensor_len()
                       : key.role == TensorRole::kAdapter ? blocks.at(key.block).adapter.len
                                                          : SubGroupLen(key);
-  return len * ElementBytes(key.role);
+  return len * format.VisitedBytes(key.role);
 }
 
 }  // namespace strata

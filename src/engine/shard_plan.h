@@ -10,9 +10,8 @@
 //
 //   per block b, rank r of W:   flat group [0, padded) = W shards of `shard` elements
 //     working     stage 3: [r*shard, +shard)   else [0, padded)     compute dtype
-//     optimizer   stage>=1: [r*shard, +shard)  else [0, padded)     fp32 master (or its low
-//                                                                  halves: split_master; none:
-//                                                                  master_in_working), m, v,
+//     optimizer   stage>=1: [r*shard, +shard)  else [0, padded)     the master and Adam's m and
+//                                                                  v, as the StateFormat stores them,
 //                 split into sub-groups of sub_group_size elements (kShardAlign multiples)
 //     gradient    stage>=2: [r*shard, +shard)  else [0, padded)     fp32 accumulator (host)
 //   with LoRA the optimizer and gradient ranges are cut to the trainable tail [trainable_begin,
@@ -28,6 +27,8 @@
 #include <vector>
 
 #include "src/config/train_config.h"
+#include "src/engine/state_format.h"
+#include "src/engine/tensor_key.h"
 #include "strata/flat_group.h"
 
 namespace strata {
@@ -50,30 +51,6 @@ struct MemoryLedger {
 };
 
 Residence ResidenceOf(OffloadDevice d);
-
-// Names one tensor of a rank's state in the store, in checkpoints and in export:
-//   {b, kWorking}           "block<b>.working"          compute dtype, the block's working range
-//   {b, kMaster, offset}    "block<b>.<offset>.master"  fp32, the sub-group starting at flat
-//   {b, kAdamM, offset}     "block<b>.<offset>.adam_m"  element `offset` of block b's group
-//   {b, kAdamV, offset}     "block<b>.<offset>.adam_v"
-//   {b, kAdapter}           "block<b>.adapter"          compute dtype, BlockPlan::adapter (LoRA,
-//                           working weights on NVMe): the trainable end of the working range
-enum class TensorRole { kWorking, kMaster, kAdamM, kAdamV, kAdapter };
-struct TensorKey {
-  int block = 0;
-  TensorRole role = TensorRole::kWorking;
-  int64_t offset = 0;  // optimizer states: the sub-group's first flat element; 0 for working
-  std::string Name() const;
-  // The inverse of Name(); nullopt for any other string.
-  static std::optional<TensorKey> Parse(std::string_view name);
-  bool operator==(const TensorKey&) const = default;
-};
-
-// [begin, begin + len) of a block's flat group, in elements.
-struct ElementRange {
-  int64_t begin = 0, len = 0;
-  int64_t end() const { return begin + len; }
-};
 
 struct BlockPlan {
   ShardLayout layout;       // the flat group and this rank's shard
@@ -135,14 +112,9 @@ struct ShardPlan {
   bool weights_sharded = true, grads_sharded = true, optim_sharded = true;
   DType compute = DType::kF32;
   size_t dsize = 4;  // bytes per working-weight element
-  size_t msize = 4;  // bytes per element of Adam's m and of v as visited (strata.adam_states)
-  bool moments_8bit = false;  // strata.adam_states "8bit": the store holds them as 8-bit blobs
   size_t gsize = 4;  // bytes per element of the gradient accumulators (strata.gradient_accumulator)
-  bool split_master = false;  // strata.master_weights "split": the store holds the master's low halves
-  // fp32 compute: the working weights are the fp32 master, stored once (MasterInWorking).
-  bool master_in_working = false;
-  // The update rebuilds the master from the working weights it replaces (split, or in them).
-  bool MasterFromWorking() const { return split_master || master_in_working; }
+  // How the master and the moments are stored (state_format.h: the only place that knows).
+  StateFormat format;
   Residence working_home = Residence::kDevice, optimizer_home = Residence::kDevice;
   std::vector<BlockPlan> blocks;
   int tied_owner = -1;
@@ -203,9 +175,9 @@ struct ShardPlan {
   // and the aio settings.
   static ShardPlan Make(const TrainConfig& cfg, const ModelShape& model, int world, int rank,
                         DeviceTraits device = {});
-  // strata.master_weights "split" with what is known once the precision and the plan are: bf16
-  // compute, and no block's working weights resident on the device.
-  Status SplitMasterFits(const TrainConfig& cfg) const;
+  // The state formats with what is known once the precision and the plan are (the split
+  // master needs bf16 compute and no block's working weights on the device).
+  Status CheckFormats(const TrainConfig& cfg) const;
   // Where block b's working weights live: the device for resident blocks, else their home.
   Residence WorkingResidence(int b) const;
   // strata.host_blocks (only with offload_optimizer "nvme"): the first host_blocks blocks keep
@@ -221,7 +193,7 @@ struct ShardPlan {
   Residence OptimizerResidence(int b) const;
   // Block b's speculation backup: its optimizer range's master, m and v before the update
   // and the update's working weights until the step is known to stand (compute dtype).
-  uint64_t SpeculationBackupBytes(int b) const { return blocks[b].optimizer.len * (4 + 2 * msize + dsize); }
+  uint64_t SpeculationBackupBytes(int b) const { return format.BackupBytes(blocks[b].optimizer.len); }
 
  private:
   void AddBlock(int64_t numel, int64_t trainable, int64_t sub_group_step);
@@ -239,19 +211,6 @@ struct ShardPlan {
   std::vector<TensorKey> Keys() const;
   size_t NumKeys() const;  // Keys().size(), without listing them
   uint64_t TensorBytes(const TensorKey& key) const;
-  // Bytes per element of a role: working (and adapter) dsize, master 4, m and v msize.
-  // (What checkpoints, VisitState and resharding see: a split master is visited as fp32.)
-  size_t ElementBytes(TensorRole r) const {
-    return r == TensorRole::kWorking || r == TensorRole::kAdapter ? dsize : r == TensorRole::kMaster ? 4 : msize;
-  }
-  // Bytes per element the store holds: a split master's low halves are 2, a master that is the
-  // working weights 0.
-  size_t StoredBytes(TensorRole r) const {
-    if (r != TensorRole::kMaster) return ElementBytes(r);
-    return split_master ? 2 : master_in_working ? 0 : 4;
-  }
-  // Bytes the store holds for `len` elements of a role (8-bit moments: Moment8BitBytes).
-  uint64_t StoredStateBytes(TensorRole r, int64_t len) const;
   int64_t SubGroupLen(const TensorKey& key) const;  // elements of an optimizer state's sub-group
 };
 

@@ -33,8 +33,7 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   const ShardPlan plan = ShardPlan::Make(cfg, shape, world, /*rank=*/0, device);
   for (int64_t n : shape.block_numels) e.parameters += n;
   e.ledger = plan.ledger;
-  e.split_master = plan.split_master;
-  e.master_in_working = plan.master_in_working;
+  e.format = plan.format;
   e.scratch = plan.scratch_bytes;
   e.staging = plan.staging_bytes;
   e.grad_staging = plan.grad_staging_bytes;
@@ -161,9 +160,7 @@ std::string FormatEstimate(const MemoryEstimate& e) {
     if (k == static_cast<int>(StateKind::kSpeculationBackup) && e.ledger.Of(StateKind::kSpeculationBackup) == 0)
       continue;  // a row only for the mode that has them
     const bool master = k == static_cast<int>(StateKind::kMaster);
-    const char* name = master && e.split_master        ? "master low halves (split)"
-                       : master && e.master_in_working ? "fp32 master (= working)"
-                                                       : kNames[k];
+    const char* name = master ? e.format.MasterDescription() : kNames[k];
     out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", name, HumanBytes(e.ledger.bytes[k][0]),
                        HumanBytes(e.ledger.bytes[k][1]), HumanBytes(e.ledger.bytes[k][2]));
   }

@@ -20,8 +20,7 @@ inline constexpr uint64_t kRuntimeBytes = 16'000'000;
 
 struct MemoryEstimate {
   MemoryLedger ledger;             // per rank, same categories as Engine::ledger()
-  bool split_master = false;       // its master row holds low halves (strata.master_weights "split")
-  bool master_in_working = false;  // its master row is empty: fp32 compute's working weights hold it
+  StateFormat format;  // how the master and the moments are stored (the master row's meaning)
   uint64_t activations = 0;        // per rank, on the compute device, approximate
   // Per rank, outside the engine's ledger: its fp32 gradient scratch (the flat gradient of
   // the largest block, the reduced shard, the tied weight's pending gradient; compute

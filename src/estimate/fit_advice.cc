@@ -19,9 +19,9 @@ std::string FitAdvice(const TrainConfig& cfg, int world, int64_t params_override
     bool accumulator;
     Moments moments;
   };
-  const bool moments_bf16 = cfg.adam_states == DType::kBF16 || cfg.moments_8bit;  // (as small or smaller)
-  // 8-bit moments are refused with the speculative update (train_config.cc).
-  const bool may_8bit = !cfg.moments_8bit && cfg.optimizer_overlap != OptimizerOverlap::kSpeculative;
+  const std::string states = AdamStatesSetting(cfg);
+  const bool moments_bf16 = states != "fp32";  // (as small or smaller)
+  const bool may_8bit = states != "8bit";
   std::string out;
   // With the states on NVMe, every try keeps as many blocks' states in host memory as it has
   // room for (lossless: the first try is that alone), named when it is more than the config's.
@@ -41,12 +41,12 @@ std::string FitAdvice(const TrainConfig& cfg, int world, int64_t params_override
       cost.push_back("gradients summed in fp32 and rounded to bf16 once per micro-batch");
     }
     if (t.moments == Moments::kBf16) {
-      c.adam_states = DType::kBF16;
+      SetAdamStates(&c, "bf16");
       set.push_back("strata.adam_states=bf16");
       cost.push_back("Adam's m and v stored in bf16");
     } else if (t.moments == Moments::k8Bit) {
-      c.adam_states = DType::kF32;
-      c.moments_8bit = true;
+      SetAdamStates(&c, "8bit");
+      if (!CheckKeys(c).ok()) continue;  // not with every other setting (the speculative update)
       set.push_back("strata.adam_states=8bit");
       cost.push_back("Adam's m and v stored in 8 bits per 256-element block");
     }

@@ -13,7 +13,7 @@ StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
                                    cfg.optimizer_overlap == OptimizerOverlap::kSpeculative);
   // Forward and backward of each micro-batch; an update whose master the working weights hold
   // (split: its high halves; fp32 compute: all of it) reads the weights it replaces once more.
-  const uint64_t working_reads = 2 * static_cast<uint64_t>(cfg.grad_accum) + (plan.MasterFromWorking() && !frozen ? 1 : 0);
+  const uint64_t working_reads = 2 * static_cast<uint64_t>(cfg.grad_accum) + (plan.format.MasterFromWorking() && !frozen ? 1 : 0);
   t.written = t.states + (frozen ? 0 : t.working);
   t.read_at_most = t.states + working_reads * t.working;
   t.read_served = t.read_at_most - (served ? t.working : 0);

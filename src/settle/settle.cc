@@ -27,7 +27,7 @@ StatusOr<SettledRun> SettleRunConfig(TrainConfig c, const SettleContext& ctx) {
     c.host_blocks = std::max<int64_t>(c.host_blocks, 0);
   }
   const ShardPlan plan = ShardPlan::Make(c, ModelShape::Of(c.model, ctx.params_override), ctx.world, 0, ctx.device);
-  STRATA_RETURN_IF_ERROR(plan.SplitMasterFits(c));
+  STRATA_RETURN_IF_ERROR(plan.CheckFormats(c));
   return SettledRun{RunConfigSettler::Make(std::move(c)), estimate, host_blocks_auto};
 }
 

@@ -23,7 +23,7 @@ TEST(ResumeIo, EachBlocksWeightsAreWrittenOnceAndNothingIsRead) {
   ASSERT_TRUE(data.ok());
   auto comm = MakeSingleRankCommunicator();
   std::unique_ptr<Engine> a = testing::MakeEngine(c, comm.get());
-  ASSERT_TRUE(a->plan().master_in_working);
+  ASSERT_TRUE(a->plan().format.master() == MasterFormat::kInWorking);
   for (int s = 0; s < 2; ++s) ASSERT_TRUE(a->Step(s, **data).ok());
   const std::string ck = dir.path() + "/ck";
   ASSERT_TRUE(ckpt::SaveCheckpoint(*a, *comm, c, ck, 2).ok());

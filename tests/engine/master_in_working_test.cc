@@ -1,4 +1,4 @@
-// fp32 compute stores the fp32 master once, as the working weights (ShardPlan::master_in_working):
+// fp32 compute stores the fp32 master once, as the working weights (MasterFormat::kInWorking):
 // the update reads the weights it replaces and writes them back, no master tensor beside them.
 // The run is bitwise the run with a master of its own (the speculative update keeps one, and is
 // exact), wherever the state lives and however it is sharded; checkpoints still see a master.
@@ -89,7 +89,7 @@ TEST(MasterInWorking, StateRestoresIntoEitherLayout) {
   for (bool from_own : {false, true}) {
     SCOPED_TRACE(from_own ? "from a master of its own" : "from the master in the working weights");
     std::unique_ptr<Engine> a = make(from_own ? OwnMaster(c) : c);
-    ASSERT_EQ(a->plan().master_in_working, !from_own);
+    ASSERT_EQ(a->plan().format.master() == MasterFormat::kInWorking, !from_own);
     for (int s = 0; s < 2; ++s) ASSERT_TRUE(a->Step(s, **data).ok());
     const testing::StateBytes saved = testing::VisitAll(*a);
     for (const TrainConfig& into : {c, OwnMaster(c)}) {
@@ -151,7 +151,7 @@ TEST(MasterInWorking, OnlyWhereTheUpdateReplacesFp32WeightsInPlace) {
   const TrainConfig c = TinyConfig(dir.path());
   const ModelShape shape = ModelShape::Of(c.model);
   auto in_working = [&](const TrainConfig& k, DeviceTraits device = {}) {
-    return ShardPlan::Make(k, shape, 1, 0, device).master_in_working;
+    return ShardPlan::Make(k, shape, 1, 0, device).format.master() == MasterFormat::kInWorking;
   };
   EXPECT_TRUE(in_working(c));
   TrainConfig k = c;

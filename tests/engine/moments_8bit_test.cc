@@ -118,7 +118,7 @@ TEST(Moments8Bit, ShrinkTheOptimizerPoolsBuffers) {
     c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
     if (own_master) c.optimizer_overlap = OptimizerOverlap::kDelayed;  // (keeps a master of its own)
     const std::unique_ptr<Engine> e = testing::MakeEngine(c, comm.get());
-    EXPECT_EQ(e->plan().master_in_working, !own_master);
+    EXPECT_EQ(e->plan().format.master() == MasterFormat::kInWorking, !own_master);
     return e->plan().optim_pool.buffer_bytes;
   };
   const size_t sub_group = 5120;

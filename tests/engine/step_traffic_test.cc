@@ -178,8 +178,8 @@ TEST(StepTraffic, CountsEachWorkingReadOfTheSchedule) {
   c.model.lora.r = 0;
   c.optimizer_overlap = OptimizerOverlap::kForward;
   for (bool split : {true, false}) {  // the update reads the weights it replaces: its master (or high halves)
-    p.split_master = split;
-    p.master_in_working = !split;
+    p.format = StateFormat(split ? MasterFormat::kSplit : MasterFormat::kInWorking, MomentFormat::kFp32,
+                           split ? DType::kBF16 : DType::kF32);
     t = EstimateStepTraffic(c, p);
     EXPECT_EQ(t.read_at_most, 400u + 7 * 100u);
     EXPECT_EQ(t.read_served, 400u + 6 * 100u);
