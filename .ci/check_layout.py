@@ -7,6 +7,10 @@
      (base < model, data, comm, device < config < engine < estimate, checkpoint < settle, hf < cli).
   2. Size: no source file under src/, offload/ or kernels/ over 600 lines, no function there
      over 80 lines (bench/ and tests/ excepted).
+  3. Owners: in src/, an update mode (strata.optimizer_overlap) is named only by the config
+     parser and the update modes (src/engine/update/); a state format's settings and kinds only
+     by the config parser and the state format (src/engine/state_format.*). Everything else asks
+     them (UpdateModeFacts, UpdateMode, StateFormat).
 
 Prints every violation as FILE:LINE: message and exits 1 if there is any. Run by ctest.
 """
@@ -22,6 +26,14 @@ SRC_LEVEL = {"base": -1, "model": 0, "data": 0, "comm": 0, "device": 0, "config"
              "checkpoint": 3, "settle": 4, "hf": 4, "cli": 5}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 CUDA_HEADER = re.compile(r'^(cuda[_a-z]*\.h|nccl\.h|cublas[_a-z]*\.h|cudnn[_a-z]*\.h)$')
+
+
+# (pattern, the paths that may use it, what it is)
+OWNED = [
+    (re.compile(r"\bOptimizerOverlap::k\w+"), ("src/config/", "src/engine/update/"), "an update mode"),
+    (re.compile(r"\b(split_master|moments_8bit|adam_states|MasterFormat::k\w+|MomentFormat::k\w+)\b"),
+     ("src/config/", "src/engine/state_format."), "a state format"),
+]
 
 
 def sources(top):
@@ -133,6 +145,17 @@ def check_functions(path, text, errors):
             last_stop = i + 1
 
 
+def check_owners(path, text, errors):
+    r = rel(path)
+    code = strip_code(text)
+    for pattern, owners, what in OWNED:
+        if r.startswith(owners):
+            continue
+        for m in pattern.finditer(code):
+            line = code.count("\n", 0, m.start()) + 1
+            errors.append(f"{r}:{line}: names {what} ({m.group(0)}); ask its owner ({', '.join(owners)})")
+
+
 def main():
     errors = []
     for top in ("include", "kernels", "offload", "src", "bench", "tests"):
@@ -145,6 +168,8 @@ def main():
                 if len(lines) - 1 > MAX_FILE_LINES:
                     errors.append(f"{rel(path)}:1: {len(lines) - 1} lines (at most {MAX_FILE_LINES})")
                 check_functions(path, text, errors)
+            if top == "src":
+                check_owners(path, text, errors)
     for e in errors:
         print(e)
     print(f"check_layout: {len(errors)} violation(s)")

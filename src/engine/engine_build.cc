@@ -50,13 +50,13 @@ Status Engine::Impl::CreatePools() {
   const auto t0 = std::chrono::steady_clock::now();
   auto make = [&](const PoolPlan& p, std::unique_ptr<PinnedPool>* out) -> Status {
     if (p.count == 0) return Status();
-    STRATA_ASSIGN_OR_RETURN(*out, PinnedPool::Create(p.count, p.buffer_bytes, p.pin ? dev->MakeHostPinner() : nullptr));
+    STRATA_ASSIGN_OR_RETURN(*out, PinnedPool::Create(p.count, p.buffer_bytes, p.pin ? io.dev->MakeHostPinner() : nullptr));
     return Status();
   };
-  STRATA_RETURN_IF_ERROR(make(plan.param_pool, &pools.param));
-  STRATA_RETURN_IF_ERROR(make(plan.optim_pool, &pools.optim));
-  STRATA_RETURN_IF_ERROR(make(plan.park_pool, &pools.park));
-  creation.pools_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  STRATA_RETURN_IF_ERROR(make(plan.param_pool, &state.pools.param));
+  STRATA_RETURN_IF_ERROR(make(plan.optim_pool, &state.pools.optim));
+  STRATA_RETURN_IF_ERROR(make(plan.park_pool, &state.pools.park));
+  stats.creation.pools_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status();
 }
 
@@ -65,29 +65,29 @@ Status Engine::Impl::CreatePools() {
 // measures is what training does.
 Status Engine::Impl::RegisterPools() {
   std::vector<std::span<std::byte>> regions;
-  for (PinnedPool* pool : {pools.param.get(), pools.optim.get(), pools.park.get()}) {
+  for (PinnedPool* pool : {state.pools.param.get(), state.pools.optim.get(), state.pools.park.get()}) {
     if (!pool) continue;
-    ledger.Add(StateKind::kPinnedBuffers, Residence::kCpu, pool->region().size());
-    creation.pool_bytes += pool->region().size();
+    stats.ledger.Add(StateKind::kPinnedBuffers, Residence::kCpu, pool->region().size());
+    stats.creation.pool_bytes += pool->region().size();
     for (auto r : pool->Regions()) regions.push_back(r);
   }
-  return store->RegisterIoBuffers(regions);
+  return state.store->RegisterIoBuffers(regions);
 }
 
 Status Engine::Impl::OpenStore(const EngineHooks& hooks) {
   TieredStoreOptions so;
   so.nvme.wrap_engine = hooks.wrap_io_engine;
   so.pin_cpu_tier = cfg.offload_optimizer.pin_memory;
-  so.cpu_pinner = dev->MakeHostPinner();
+  so.cpu_pinner = io.dev->MakeHostPinner();
   const bool optim_nvme = plan.optimizer_home == Residence::kNvme;
   so.enable_nvme = optim_nvme || cfg.offload_param.device == OffloadDevice::kNvme;
   so.nvme.dir = optim_nvme ? cfg.offload_optimizer.nvme_path : cfg.offload_param.nvme_path;
-  so.nvme.rank = comm->rank();
+  so.nvme.rank = io.comm->rank();
   so.nvme.block_size = static_cast<uint32_t>(cfg.aio.block_size);
   so.nvme.queue_depth = static_cast<unsigned>(cfg.aio.queue_depth);
   so.nvme.verify_checksums = cfg.verify_checksums;
-  if (tracer) {
-    Tracer* t = tracer;
+  if (io.tracer) {
+    Tracer* t = io.tracer;
     auto sec = TraceClock(t);
     so.nvme.on_io = [t, sec](IoOp op, const std::string& name, uint64_t bytes, auto start, auto end) {
       t->Add(op == IoOp::kRead ? Track::kNvmeRead : Track::kNvmeWrite, name, sec(start), sec(end), bytes);
@@ -99,7 +99,7 @@ Status Engine::Impl::OpenStore(const EngineHooks& hooks) {
              sec(end), 0);
     };
   }
-  STRATA_ASSIGN_OR_RETURN(store, TieredStore::Create(so));
+  STRATA_ASSIGN_OR_RETURN(state.store, TieredStore::Create(so));
   return Status();
 }
 
@@ -255,8 +255,8 @@ Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, con
   STRATA_RETURN_IF_ERROR(StoreInitialState(b, flat, st));
   // Not faulted here: creation does not touch it, the first backward does, while it waits
   // for the disk (on this kind of VM faulting costs 0.5-2 s per GB, a 3 B model has 6-12 GB).
-  STRATA_ASSIGN_OR_RETURN(br.grad, grads.Reserve(bp.grad.len * plan.gsize));
-  ledger.Add(StateKind::kGradAccum, Residence::kCpu, bp.grad.len * plan.gsize);
+  STRATA_ASSIGN_OR_RETURN(br.grad, state.grads.Reserve(bp.grad.len * plan.gsize));
+  stats.ledger.Add(StateKind::kGradAccum, Residence::kCpu, bp.grad.len * plan.gsize);
   // The module keeps no weights of its own: they are views of a gather buffer when it runs.
   for (auto& p : br.params) p.set_data(torch::empty({0}, torch::TensorOptions().dtype(compute_scalar())));
   return Status();
@@ -278,13 +278,13 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
                                                             : plan.OptimizerResidence(b);
     // Optimizer states: updated in place by the CPU Adam, never copied to a device.
     const HostPinning pinning = working ? HostPinning::kPageLocked : HostPinning::kPageable;
-    STRATA_ASSIGN_OR_RETURN(*h, store->Register(key.Name(), bytes, TierOf(home), pinning));
-    if (!init.empty()) st.writes.push_back(store->Write(*h, init));
+    STRATA_ASSIGN_OR_RETURN(*h, state.store->Register(key.Name(), bytes, TierOf(home), pinning));
+    if (!init.empty()) st.writes.push_back(state.store->Write(*h, init));
     const StateKind kind = working                              ? StateKind::kWorking
                            : key.role == TensorRole::kMaster ? StateKind::kMaster
                            : key.role == TensorRole::kAdamM  ? StateKind::kAdamM
                                                               : StateKind::kAdamV;
-    ledger.Add(kind, home, bytes);
+    stats.ledger.Add(kind, home, bytes);
     return Status();
   };
   torch::Tensor working;  // fp32: a view of the flat group; else converted into the staging
@@ -303,10 +303,10 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
     bufs.resident.resize(plan.blocks.size());
     bufs.resident_ready.resize(plan.blocks.size());
     STRATA_RETURN_IF_ERROR(TorchCall("resident weights", [&] {
-      bufs.resident[b] = torch::empty({bp.working.len}, torch::TensorOptions().device(dev->device()).dtype(compute_scalar()));
+      bufs.resident[b] = torch::empty({bp.working.len}, torch::TensorOptions().device(io.dev->device()).dtype(compute_scalar()));
     }));
-    STRATA_RETURN_IF_ERROR(dev->CopyIn(bufs.resident[b], working.data_ptr(), {}).Wait());
-    ledger.Add(StateKind::kWorking, Residence::kDevice, BytesOf(working).size());
+    STRATA_RETURN_IF_ERROR(io.dev->CopyIn(bufs.resident[b], working.data_ptr(), {}).Wait());
+    stats.ledger.Add(StateKind::kWorking, Residence::kDevice, BytesOf(working).size());
   } else {  // with an adapter range (LoRA, base on NVMe) the working range's end goes apart
     const auto bytes = BytesOf(working);
     const size_t frozen = bp.working_tensor_len() * plan.dsize;
@@ -331,13 +331,13 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
 }
 
 Status Engine::Impl::AllocateDeviceBuffers() {
-  const auto on = torch::TensorOptions().device(dev->device());
-  const auto host = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(dev->device().is_cuda());
-  const int64_t shard_in = dev->is_host() ? 0 : plan.max_shard;
+  const auto on = torch::TensorOptions().device(io.dev->device());
+  const auto host = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(io.dev->device().is_cuda());
+  const int64_t shard_in = io.dev->is_host() ? 0 : plan.max_shard;
   auto slot = [&](int64_t padded, GatherSlot* g) {
     g->full = torch::empty({padded}, on.dtype(compute_scalar()));
     g->shard_in = torch::empty({shard_in}, on.dtype(compute_scalar()));
-    ledger.Add(StateKind::kGatherBuffers, Residence::kDevice, padded * g->full.element_size());
+    stats.ledger.Add(StateKind::kGatherBuffers, Residence::kDevice, padded * g->full.element_size());
   };
   STRATA_RETURN_IF_ERROR(TorchCall("device buffers", [&] {
     bufs.gather.resize(plan.gather_slots);
@@ -347,7 +347,7 @@ Status Engine::Impl::AllocateDeviceBuffers() {
     for (GradSlot& g : bufs.grads) {
       g.flat = torch::zeros({plan.max_grad_flat}, on.dtype(torch::kFloat32));
       g.reduced = torch::zeros({plan.max_grad_reduced}, on.dtype(torch::kFloat32));
-      if (!dev->is_host())
+      if (!io.dev->is_host())
         g.host = torch::empty({plan.lora ? plan.max_grad_flat : plan.grads_sharded ? plan.max_shard : plan.max_padded}, host);
     }
     if (model.tie) bufs.pending_tied = torch::zeros({plan.tied_numel}, on.dtype(torch::kFloat32));
@@ -355,7 +355,7 @@ Status Engine::Impl::AllocateDeviceBuffers() {
       bufs.accum_read.resize(plan.blocks.size());
       for (const BlockPlan& bp : plan.blocks) {
         bufs.accum.push_back(torch::empty({bp.grad.len}, on.dtype(torch::kFloat32)));
-        ledger.Add(StateKind::kGradAccum, Residence::kDevice, bp.grad.len * 4);
+        stats.ledger.Add(StateKind::kGradAccum, Residence::kDevice, bp.grad.len * 4);
       }
     }
   }));

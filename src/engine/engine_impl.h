@@ -1,6 +1,7 @@
-// Folder-private: the Engine's state, shared by engine.cc (set-up, state access),
-// engine_step.cc (forward, backward, gradients) and engine_optimizer.cc (norm, clipping,
-// the AdamW pipeline). Who owns what:
+// Folder-private: the Engine's state, shared by engine.cc (set-up), engine_build.cc (the
+// initial state), engine_state.cc (state access), engine_step.cc (forward, backward,
+// gradients), engine_optimizer.cc (norm, clipping, the launch of the update) and update/ (the
+// update and its modes). Who owns what:
 //   ShardPlan     the arithmetic: ranges, sub-groups, pools, ledger (shard_plan.h)
 //   TieredStore   every state tensor and every write in flight (tiered_store.h)
 //   ModelBlocks   the LibTorch modules and their store handles, one per block
@@ -17,12 +18,13 @@
 
 #include "src/data/data.h"
 #include "src/device/compute_device.h"
+#include "src/device/torch_call.h"
+#include "src/device/work_queue.h"
 #include "src/engine/engine.h"
 #include "src/engine/loss_scaler.h"
-#include "src/engine/parked_writes.h"
 #include "src/engine/prefetch.h"
-#include "src/device/work_queue.h"
-#include "src/device/torch_call.h"
+#include "src/engine/update/update_mode.h"
+#include "src/engine/update/update_window.h"
 #include "src/model/model.h"
 #include "strata/cpu_adam.h"
 #include "strata/pinned_pool.h"
@@ -117,13 +119,6 @@ struct Pools {
   std::unique_ptr<PinnedPool> park;   // strata.optimizer_overlap "delayed": parked working weights
 };
 
-// One optimizer sub-group's states (master, m, v) being read into pinned buffers.
-struct LoadedStates {
-  const SubGroup* sub = nullptr;
-  PinnedBuffer buf[3];
-  Event read[3];
-};
-
 // What one micro-batch's forward leaves for its backward: each block's input (the
 // activation checkpoint, recomputed from) or, with keep_activations, each block's output
 // with its autograd graph (the block's activations); and the gradient flowing backward.
@@ -135,73 +130,74 @@ struct Activations {
 enum class Pass { kTrain, kEval };
 
 // The optimizer step of a training step, possibly still running on the optimizer thread
-// while the next forward goes on (strata.optimizer_overlap "forward").
+// while the next forward goes on (Note [Optimizer overlap]).
 struct OptimizerRun {
   std::vector<Event> block_ready;  // per block: its working weights are final, its gradients zeroed
   // Per block (stages 1-2): its updated shards are still to be shared with the other ranks,
   // by the compute thread, before its weights are used (collectives stay on one thread).
   std::vector<char> share_pending;
   Event done;  // the whole update, with its Status
-  // strata.optimizer_overlap "delayed": this update's new working weights, parked until the
-  // step running beside it has read the old ones (null for the other modes).
-  std::shared_ptr<ParkedWrites> parked;
 };
 
-// Sub-groups' states read before their update, in its order (Engine::Impl::ReadStatesEarly).
-using EarlyStates = std::deque<std::unique_ptr<LoadedStates>>;
-
+// The optimizer: the loss scale and Adam's step count it carries from step to step, the
+// update running (or last run) on its thread, the window it runs through, and its mode.
 struct Optimizer {
-  std::unique_ptr<WorkQueue> thread;  // runs one update at a time
+  explicit Optimizer(Engine::Impl& m) : window(m) {}
+  LossScaler scaler{LossScaleConfig{}, false};
+  int64_t adam_steps = 0;             // steps applied (skipped ones excluded): Adam's bias correction
   OptimizerRun run;
-  // The first sub-groups' states, read during the last micro-batch (as many as the optimizer
-  // pool has free buffers for) so that the update does not start by waiting for NVMe; handed
-  // to the next update (or dropped).
-  EarlyStates early_states;
-  int threads = 1;  // OpenMP threads of the CPU Adam
+  UpdateWindow window;                // the update's read / update / write pipeline
+  std::unique_ptr<UpdateMode> mode;   // how it runs against the steps (strata.optimizer_overlap)
+  int threads = 1;                    // OpenMP threads of the CPU Adam
+  std::unique_ptr<WorkQueue> thread;  // runs one update at a time (last: joined first)
 };
 
-// strata.optimizer_overlap "speculative" (Note [Speculative update], engine_speculation.cc).
-enum class Verdict {
-  kStands,    // no clipping, no overflow: the speculative updates are the step's
-  kRedo,      // clipping: restore, and update again with the clip coefficient
-  kRollBack,  // overflow, or the step failed: restore, no update
-};
-struct Speculation {
-  HostArrays memory;
-  std::vector<std::byte*> backup;  // per block: plan.SpeculationBackupBytes(b), or null (not speculated)
-  AdamHyperParams hp;              // what the updates assume: this step's, with no clipping
-  // Per block: its speculative update this step (its event carries the update's Status), if any.
-  std::vector<std::optional<Event>> done;
-  // Optimizer thread: the states of the next block to be speculated (the one below), read
-  // from NVMe while its backward still runs.
-  std::unique_ptr<LoadedStates> ahead;
+// Where the engine runs and reports: the host communicator (host buffers), the compute device
+// with its queues and collectives (borrowed, or the host device the engine made), the tracer.
+struct EngineIo {
+  Communicator* comm = nullptr;
+  ComputeDevice* dev = nullptr;
+  std::unique_ptr<ComputeDevice> own_device;  // the host device, when Create was given none
+  Tracer* tracer = nullptr;
 };
 
-struct Counters {
-  int64_t adam_steps = 0;  // steps applied (skipped ones excluded): Adam's bias correction
+// The training state on the host: the store (every state tensor in its tier, every write in
+// flight), its pinned pools, the gradient accumulators, and a restore's held working weights.
+struct StateStore {
+  std::unique_ptr<TieredStore> store;
+  Pools pools;
+  HostArrays grads;
+  // The working weights of the block whose masters a restore is writing, held until the
+  // restore moves to another tensor or ends, so that a block of many sub-groups is read and
+  // written once (not once per sub-group). Quiesce() and Step() flush it.
+  struct RestoringWorking {
+    int block = -1;
+    std::vector<std::byte> bytes;
+  } restoring;
+};
+
+// What the engine measured of itself.
+struct EngineStats {
+  MemoryLedger ledger;  // what Init allocated
+  CreationStats creation;
   uint64_t prefetch_high_water = 0;
 };
 
 class Gatherer;
 
+// The engine: its settled config and plan, where it runs, the model's blocks, the state, the
+// device's buffers, the optimizer, and what it measured. Owned by the compute thread; the
+// optimizer thread reads the plan, the model's blocks and the state, and writes the state and
+// the optimizer's run, only while an update runs (Quiesce ends that).
 struct Engine::Impl {
-  TrainConfig cfg;
+  TrainConfig cfg;  // as settled for the run (RunConfig)
   ShardPlan plan;
-  Communicator* comm = nullptr;  // host buffers
-  ComputeDevice* dev = nullptr;  // where blocks run, with its queues and collectives (borrowed)
-  std::unique_ptr<ComputeDevice> own_device;  // the host device, when Create was given none
-  Tracer* tracer = nullptr;
+  EngineIo io;
   ModelBlocks model;
-  std::unique_ptr<TieredStore> store;
-  Pools pools;
+  StateStore state;
   DeviceBuffers bufs;
-  HostArrays grads;
-  Speculation speculation;
-  LossScaler scaler{LossScaleConfig{}, false};
-  Counters counters;
-  Optimizer optimizer;
-  MemoryLedger ledger;  // measured from what Init allocated
-  CreationStats creation;
+  Optimizer optimizer{*this};
+  EngineStats stats;
 
   // engine.cc: set-up
   Status Init(const EngineHooks& hooks);
@@ -221,122 +217,55 @@ struct Engine::Impl {
   // Where block b's working weights are read from on the host (the cpu tier), or null.
   const std::byte* HostWorking(int b);
 
-  // engine_step.cc: one micro-batch
+  // engine_step.cc: one micro-batch (`mb`: which one of which step)
   std::unique_ptr<PrefetchScheduler> MakePrefetcher(const std::vector<Visit>& plan);
-  // Step's progress, for the gradient reductions: the first (it writes the accumulators) or
-  // the last micro-batch of `step` is running.
-  int64_t step_now = -1;
-  bool first_micro_batch = false;
-  bool last_micro_batch = false;
-  uint64_t sample_now = 0;  // the micro-batch's data index (this rank's), for LoRA dropout's seed
-  // Arms LoRA dropout in *scope for block b of the current micro-batch (the same masks in its
+  // Arms LoRA dropout in *scope for block b of micro-batch `mb` (the same masks in its
   // recomputation); leaves it empty without dropout.
-  void ArmLoraDropout(int b, std::optional<model::LoraDropoutScope>* scope) const;
-  StatusOr<double> Forward(const data::Batch& batch, double loss_weight, Pass pass, Gatherer& gather, Activations* act);
-  Status Backward(Activations& act, Gatherer& gather);
+  void ArmLoraDropout(int b, const MicroBatch& mb, std::optional<model::LoraDropoutScope>* scope) const;
+  StatusOr<double> Forward(const data::Batch& batch, double loss_weight, Pass pass, Gatherer& gather, Activations* act,
+                           const MicroBatch& mb);
+  Status Backward(Activations& act, Gatherer& gather, const MicroBatch& mb);
   void BindTiedHead();
-  Status ReduceGradients(int b);
+  Status ReduceGradients(int b, const MicroBatch& mb);
   // Block b's accumulated gradient over `range` (flat elements), for the norm and for Adam.
   std::span<const float> GradF32(int b, ElementRange range) const;
   std::span<const uint16_t> GradBf16(int b, ElementRange range) const;
   // Tests (strata.debug_overflow_step): an Inf in block 0's gradient as its last share is added.
-  bool PlantsOverflow(int b) const;
+  bool PlantsOverflow(int b, const MicroBatch& mb) const;
   // `mask`: the batch's loss mask, when it has one.
   Status BatchToDevice(const data::Batch& batch, torch::Tensor* inputs, torch::Tensor* targets,
                        torch::Tensor* mask) const;
   // plan.device_accum: adds block b's reduced gradients (`part`, after `reduced`) into its
   // device accumulator; the last micro-batch copies the sum to the host accumulator.
-  Status AccumulateOnDevice(int b, GradSlot& g, const torch::Tensor& part, const Event& reduced, double inv);
+  Status AccumulateOnDevice(int b, GradSlot& g, const torch::Tensor& part, const Event& reduced, double inv,
+                            const MicroBatch& mb);
   // Waits (compute-side) for `e`, recording the wait on the trace when it blocks.
   Status ComputeAfter(const Event& e, const char* what);
 
-  // engine_optimizer.cc. On the compute thread: the norm, the skip decision, the launch of
-  // the update; AwaitBlock before a block's weights are used, Quiesce before anything reads
-  // the whole state. On the optimizer thread: FinishStep and what it calls.
+  // engine_optimizer.cc, on the compute thread: the norm, the skip decision, the launch of
+  // the update (the update itself: update/); AwaitBlock before a block's weights are used,
+  // Quiesce before anything reads the whole state.
   StatusOr<bool> OptimizerStep(int64_t step, StepStats* stats);
   Status LaunchUpdate(const AdamHyperParams& hp, Verdict verdict, int64_t step);
   Status AwaitBlock(int b);
   Status WaitForUpdate(int b, const char* what);  // block b's part of the running update
-  // strata.optimizer_overlap "delayed" (engine_delayed.cc): an update runs beside the next
-  // step, whose compute does not wait for it (reads the old weights) but whose gradients of
-  // block b wait for it to have read and zeroed b's accumulator.
-  bool DelayedRun() const { return optimizer.run.parked != nullptr; }
-  Status AwaitGradientsFree(int b);
-  void ReleaseOldWeights(int b);
   bool BlockReady(int b) const;
   Status Quiesce();
-  // The step's update of every block, in block order (speculated blocks: what `verdict` says).
-  Status FinishStep(const AdamHyperParams& hp, Verdict verdict,
-                    const std::vector<std::optional<Event>>& speculated, EarlyStates early,
-                    const std::vector<std::shared_ptr<HostEventState>>& ready);
-  // AdamW over `blocks` (ascending), as one pipeline of their sub-groups.
-  Status UpdateBlocks(const AdamHyperParams& hp, const std::vector<int>& blocks, EarlyStates& early,
-                      const std::vector<std::shared_ptr<HostEventState>>& ready);
-  // Where block b's updated working weights go, as the address of flat element `*first`
-  // (the working range's start, or the adapter range's).
-  // `ahead`: a buffer already holding (or receiving) block b's working weights, if any.
-  struct OutputAhead;
-  StatusOr<std::byte*> BlockOutput(int b, PinnedBuffer* lease, int64_t* first, OutputAhead* ahead = nullptr);
-  // strata.master_weights "split": block b's output buffer, with the working weights the update
-  // will replace read into it a block ahead (best effort: only when a pinned buffer is free).
-  void ReadOutputAhead(int b, OutputAhead* ahead);
-  Event ReadWorkingInto(int b, const PinnedBuffer& buf);  // block b's working weights, whole
-  // Block b has no trainable parameter on any rank (LoRA's embedding and head): no gradients.
-  // `out`: where the sub-group's updated working weights go.
-  Status UpdateSubGroup(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur, std::byte* out);
-  Status FinishBlock(int b, PinnedBuffer lease);
   // This step's hyper-parameters (Adam's step: the next one), clip coefficient 1.
   AdamHyperParams NextHyperParams(int64_t step) const;
-  // Leases three optim-pool buffers for `sg`'s master, m and v (LoadStates: and reads them;
-  // null when they live in host memory, strata.host_blocks).
-  std::unique_ptr<LoadedStates> LeaseStates(const SubGroup& sg);
-  std::unique_ptr<LoadedStates> LoadStates(const SubGroup& sg);
-  // Reads the states of the next sub-group in update order into free optim-pool buffers: once
-  // as the last micro-batch starts and once per block of its backward, so that they are spread
-  // among the backward's own reads. Best effort, never blocks.
-  void ReadStatesEarly();
-  void DropEarlyStates();       // waits for its reads, returns its buffers
-  // engine_speculation.cc: updates during the backward, and what the step's verdict does to them.
-  Status AllocateSpeculation();
-  void ArmSpeculation(int64_t step);                      // compute thread, before the last micro-batch
-  void Speculate(int b, const Event& grad_final);   // compute thread, once b's gradient is reduced
-  Status SpeculativeUpdate(int b, const AdamHyperParams& hp);  // optimizer thread
-  // Optimizer thread: what `verdict` says of block b's speculative update (`updated`).
-  Status Conclude(int b, Verdict verdict, const AdamHyperParams& hp, const Event& updated);
-  // Sub-group `sg` of block b as it was before its speculative update: back in the cpu tier
-  // (returns null), or in optim-pool buffers (NVMe states).
-  StatusOr<std::unique_ptr<LoadedStates>> RestoreStates(int b, const SubGroup& sg);
-  Status AbandonSpeculation();                            // a failed step: roll back, wait
-  void DropStatesAhead();                                 // optimizer thread
-  std::byte* BackupOf(int b, int k, int64_t at);
-  // The bytes of a sub-group's master, m and v: read from NVMe into `cur` (waited for), or the cpu
-  // tier; the master's are empty where the working weights hold it.
-  StatusOr<std::array<std::span<std::byte>, 3>> StateSpans(int b, const SubGroup& sg, LoadedStates* cur);
-  // Bytes of state k (0 master, 1 m, 2 v) of `len` elements, as stored.
-  size_t StateBytes(int k, int64_t len) const { return plan.format.StoredStateBytes(k, len); }
-  // Block b's working weights, whole; the fp32 master of its sub-group `sg` into `dst` (4 B
-  // per element), from its stored bytes and, where the format keeps it there (or its high
-  // halves), `working`; a checkpoint's fp32 master written back (into the working weights too
-  // where the format keeps it there).
-  StatusOr<std::vector<std::byte>> ReadWorking(int b);
-  Status ReadMaster(int b, const SubGroup& sg, std::span<const std::byte> working, std::span<std::byte> dst);
-  Status RestoreMasterFromWorking(const TensorKey& key, const SubGroup& sg, std::span<const std::byte> fp32);
-  // The working weights of the block whose masters a restore is writing, held until the
-  // restore moves to another tensor or ends, so that a block of many sub-groups is read and
-  // written once (not once per sub-group). Quiesce() and Step() flush it.
-  struct RestoringWorking {
-    int block = -1;
-    std::vector<std::byte> bytes;
-  } restoring;
-  Status FlushRestoringWorking();
-  // Optimizer states stored per sub-group, from 0 (master, m, v) or 1 (m, v: no master tensor).
-  int FirstStoredState() const { return plan.format.FirstStoredState(); }
-  // A resident block's updated working weights (in `lease`) to the device, off the critical path.
-  Status UpdateResident(int b, PinnedBuffer lease);
   // Stages 1-2: this rank's updated part of block b shared with the others (compute thread).
   Status ShareUpdatedWeights(int b);
   // Returns `lease` to its pool once `after` happened (a copy finished reading it).
   void ReleaseAfter(PinnedBuffer lease, const Event& after);
+
+  // engine_state.cc: the state as checkpoints see it. Block b's working weights, whole; the
+  // fp32 master of its sub-group `sg` into `dst` (4 B per element), from its stored bytes
+  // and, where the format keeps it there (or its high halves), `working`; a checkpoint's fp32
+  // master written back (into the working weights too where the format keeps it there).
+  StatusOr<std::vector<std::byte>> ReadWorking(int b);
+  Status ReadMaster(int b, const SubGroup& sg, std::span<const std::byte> working, std::span<std::byte> dst);
+  Status RestoreMasterFromWorking(const TensorKey& key, const SubGroup& sg, std::span<const std::byte> fp32);
+  Status FlushRestoringWorking();  // the held working weights of a restore (StateStore::restoring) written
 };
 
 // Gathers the blocks of a plan of visits, one ahead of the compute on a device (the next

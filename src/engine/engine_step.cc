@@ -52,48 +52,73 @@ torch::Tensor MicroBatchLoss(const torch::Tensor& logits, const torch::Tensor& t
   return weight == 1.0 ? loss : loss * weight;
 }
 
+// What a failed step leaves is finished or undone before its error returns: the update
+// mode's part (the delayed update's old weights released, speculative updates rolled back),
+// the device's queues, the prefetches, the states read early.
+class StepCleanup {
+ public:
+  StepCleanup(Engine::Impl& m, PrefetchScheduler* prefetch) : m_(m), prefetch_(prefetch) {}
+  StepCleanup(const StepCleanup&) = delete;
+  StepCleanup& operator=(const StepCleanup&) = delete;
+  void Dismiss() { armed_ = false; }
+  ~StepCleanup() {
+    if (!armed_) return;
+    m_.optimizer.mode->MicroBatchesEnded();
+    m_.io.dev->Synchronize().IgnoreError();
+    if (prefetch_) prefetch_->Drain();
+    m_.optimizer.window.DropEarlyStates();
+    if (Status r = m_.optimizer.mode->Abandon(); !r.ok()) LogError("{}", r.message());
+  }
+
+ private:
+  Engine::Impl& m_;
+  PrefetchScheduler* prefetch_;
+  bool armed_ = true;
+};
+
 }  // namespace
 
 // Note [LoRA dropout]: the seed depends on the run's seed, the sample (the data index: a
 // sample gets the same masks on any rank count) and the block.
-void Engine::Impl::ArmLoraDropout(int b, std::optional<model::LoraDropoutScope>* scope) const {
-  if (cfg.model.lora.dropout > 0) scope->emplace((cfg.seed * 1000003ULL + sample_now) * 1000003ULL + static_cast<uint64_t>(b));
+void Engine::Impl::ArmLoraDropout(int b, const MicroBatch& mb, std::optional<model::LoraDropoutScope>* scope) const {
+  if (cfg.model.lora.dropout > 0) scope->emplace((cfg.seed * 1000003ULL + mb.sample) * 1000003ULL + static_cast<uint64_t>(b));
 }
 
 // Reads of the visits whose working weights are on NVMe; null when there are none.
 std::unique_ptr<PrefetchScheduler> Engine::Impl::MakePrefetcher(const std::vector<Visit>& order) {
-  if (!pools.param) return nullptr;
+  if (!state.pools.param) return nullptr;
   std::vector<PrefetchScheduler::Item> items;
   // A block's read waits for its update (Note [Optimizer overlap]); not for a delayed one,
   // whose step reads the old weights (Note [Delayed update]).
   const auto& ready = optimizer.run.block_ready;
+  const bool waits = optimizer.mode->ComputeWaits();
   for (const Visit& v : order)
-    if (model.blocks[v.block].working.valid() && store->home(model.blocks[v.block].working) == Tier::kNvme)
+    if (model.blocks[v.block].working.valid() && state.store->home(model.blocks[v.block].working) == Tier::kNvme)
       items.push_back({v.block, model.blocks[v.block].working,
-                       !DelayedRun() && v.block < static_cast<int>(ready.size()) ? ready[v.block] : Event()});
+                       waits && v.block < static_cast<int>(ready.size()) ? ready[v.block] : Event()});
   if (items.empty()) return nullptr;
   const uint64_t budget = std::max<uint64_t>(1, cfg.prefetch_bucket_size * DTypeSize(cfg.compute_dtype));
-  return std::make_unique<PrefetchScheduler>(std::move(items), store.get(), pools.param.get(), budget, tracer);
+  return std::make_unique<PrefetchScheduler>(std::move(items), state.store.get(), state.pools.param.get(), budget, io.tracer);
 }
 
 Status Engine::Impl::BatchToDevice(const data::Batch& batch, torch::Tensor* inputs, torch::Tensor* targets,
                                    torch::Tensor* mask) const {
   return TorchCall("batch to the device", [&] {
-    *inputs = batch.inputs.to(dev->device());
-    *targets = batch.targets.to(dev->device());
-    if (batch.loss_mask.defined()) *mask = batch.loss_mask.to(dev->device());
+    *inputs = batch.inputs.to(io.dev->device());
+    *targets = batch.targets.to(io.dev->device());
+    if (batch.loss_mask.defined()) *mask = batch.loss_mask.to(io.dev->device());
   });
 }
 
 Status Engine::Impl::ComputeAfter(const Event& e, const char* what) {
-  Tracer::Span span(e.Ready() ? nullptr : tracer, Track::kWait, what);
-  return dev->ComputeAfter(e);
+  Tracer::Span span(e.Ready() ? nullptr : io.tracer, Track::kWait, what);
+  return io.dev->ComputeAfter(e);
 }
 
 void Engine::Impl::ReleaseAfter(PinnedBuffer lease, const Event& after) {
   if (after.Ready()) return;  // the lease goes back now
   auto held = std::make_shared<PinnedBuffer>(std::move(lease));
-  (void)dev->OnHost([held] {
+  (void)io.dev->OnHost([held] {
     held->Release();
     return Status();
   }, {after});
@@ -123,7 +148,7 @@ Status Gatherer::Issue(const Visit& v) {
   torch::Tensor full = slot.full.narrow(0, 0, layout.padded);
   Event ready;
   if (plan.resident[b]) {  // stage 3: the shard is on the device
-    ready = m_.dev->AllGather(m_.bufs.resident[b].data_ptr(), full.data_ptr(), layout.shard, plan.compute,
+    ready = m_.io.dev->AllGather(m_.bufs.resident[b].data_ptr(), full.data_ptr(), layout.shard, plan.compute,
                               {slot.released, m_.bufs.resident_ready[b]});
   } else {
     PinnedBuffer lease;
@@ -133,21 +158,21 @@ Status Gatherer::Issue(const Visit& v) {
       src = lease.data();
       // LoRA, base on NVMe: the read brought the frozen part; the trainable end follows it.
       if (m_.model.blocks[b].adapter.valid()) {
-        const std::span<std::byte> adapter = m_.store->CpuMemory(m_.model.blocks[b].adapter);
+        const std::span<std::byte> adapter = m_.state.store->CpuMemory(m_.model.blocks[b].adapter);
         std::memcpy(lease.data() + plan.blocks[b].working_tensor_len() * plan.dsize, adapter.data(), adapter.size());
       }
     }
     Event src_read;  // after it, the host source may be reused
     if (!plan.weights_sharded) {  // every rank holds the full group in host memory
-      ready = src_read = m_.dev->CopyIn(full, src, {slot.released});
-    } else if (m_.dev->is_host()) {
-      Tracer::Span span(m_.tracer, Track::kComm, "all-gather g" + std::to_string(b));
-      ready = src_read = m_.dev->AllGather(src, full.data_ptr(), layout.shard, plan.compute, {slot.released});
+      ready = src_read = m_.io.dev->CopyIn(full, src, {slot.released});
+    } else if (m_.io.dev->is_host()) {
+      Tracer::Span span(m_.io.tracer, Track::kComm, "all-gather g" + std::to_string(b));
+      ready = src_read = m_.io.dev->AllGather(src, full.data_ptr(), layout.shard, plan.compute, {slot.released});
     } else {
       torch::Tensor shard = slot.shard_in.narrow(0, 0, layout.shard);
-      src_read = m_.dev->CopyIn(shard, src, {slot.shard_read});
+      src_read = m_.io.dev->CopyIn(shard, src, {slot.shard_read});
       ready = slot.shard_read =
-          m_.dev->AllGather(shard.data_ptr(), full.data_ptr(), layout.shard, plan.compute, {src_read, slot.released});
+          m_.io.dev->AllGather(shard.data_ptr(), full.data_ptr(), layout.shard, plan.compute, {src_read, slot.released});
     }
     if (lease.valid()) m_.ReleaseAfter(std::move(lease), src_read);
   }
@@ -173,7 +198,7 @@ Status Gatherer::Acquire(int block) {
 
 void Gatherer::Release() {
   if (in_use_.empty()) return;
-  const Event done = m_.dev->RecordCompute();
+  const Event done = m_.io.dev->RecordCompute();
   for (GatherSlot* s : in_use_) s->released = done;
   in_use_.clear();
 }
@@ -197,8 +222,9 @@ void Engine::Impl::BindTiedHead() {
 // reduces them across ranks and adds this rank's range, times 1 / (accumulation x world),
 // to its fp32 accumulator: on the host at once; on a device through its queues, the
 // accumulation on the host callback thread.
-Status Engine::Impl::ReduceGradients(int b) {
-  ReleaseOldWeights(b);  // delayed: this step's last read of b is done
+Status Engine::Impl::ReduceGradients(int b, const MicroBatch& mb) {
+  UpdateMode& mode = *optimizer.mode;
+  mode.DoneReading(b, mb);
   if (plan.Frozen(b)) return Status();  // no rank has a gradient of it (LoRA's head)
   BlockRuntime& br = model.blocks[b];
   const BlockPlan& bp = plan.blocks[b];
@@ -208,7 +234,7 @@ Status Engine::Impl::ReduceGradients(int b) {
   torch::Tensor flat = g.flat.narrow(0, 0, plan.GradFlatLen(b));
   STRATA_RETURN_IF_ERROR(ComputeAfter(g.flat_read, "wait gradient buffer"));
   STRATA_RETURN_IF_ERROR(TorchCall("flatten gradients", [&] {
-    Tracer::Span span(tracer, Track::kCompute, "flatten grads g" + std::to_string(b));
+    Tracer::Span span(io.tracer, Track::kCompute, "flatten grads g" + std::to_string(b));
     // Each gradient copied to its slot; only what no gradient covers (padding, parameters
     // without one) is zeroed: a pass over the whole buffer costs as much as the copies.
     int64_t covered = 0;  // flat[0, covered) is written
@@ -228,44 +254,44 @@ Status Engine::Impl::ReduceGradients(int b) {
       bufs.pending_tied.zero_();
     }
   }));
-  const double inv = 1.0 / (static_cast<double>(cfg.grad_accum) * comm->world_size());
-  const Event flattened = dev->RecordCompute();
+  const double inv = 1.0 / (static_cast<double>(cfg.grad_accum) * io.comm->world_size());
+  const Event flattened = io.dev->RecordCompute();
   // Alone, the flat gradients are the reduced ones: no collective (a copy of them, before).
-  const bool alone = comm->world_size() == 1;
+  const bool alone = io.comm->world_size() == 1;
   const bool scatter = plan.ScattersGradients();
   torch::Tensor out = scatter ? g.reduced.narrow(0, 0, bp.layout.shard) : flat;
   Event reduced = flattened;
   if (!alone) {
-    Tracer::Span span(dev->is_host() ? tracer : nullptr, Track::kComm,
+    Tracer::Span span(io.dev->is_host() ? io.tracer : nullptr, Track::kComm,
                       (scatter ? "reduce-scatter g" : "all-reduce g") + std::to_string(b));
-    reduced = scatter ? dev->ReduceScatter(flat.data_ptr(), out.data_ptr(), bp.layout.shard, DType::kF32,
+    reduced = scatter ? io.dev->ReduceScatter(flat.data_ptr(), out.data_ptr(), bp.layout.shard, DType::kF32,
                                            ReduceOp::kSum, {flattened, g.reduced_read})
-                      : dev->AllReduce(flat.data_ptr(), flat.numel(), DType::kF32, ReduceOp::kSum, {flattened});
+                      : io.dev->AllReduce(flat.data_ptr(), flat.numel(), DType::kF32, ReduceOp::kSum, {flattened});
   }
-  const bool plant = PlantsOverflow(b), first = first_micro_batch, bf16 = plan.gsize == 2;
+  const bool plant = PlantsOverflow(b, mb), first = mb.first, bf16 = plan.gsize == 2;
   // The accumulator's range within `out` (with LoRA only the trainable end is accumulated).
   const int64_t acc_at = bp.grad.len == 0 ? 0 : bp.grad.begin - (scatter ? bp.layout.begin() : from);
-  if (plan.device_accum) return AccumulateOnDevice(b, g, out.narrow(0, acc_at, bp.grad.len), reduced, inv);
-  STRATA_RETURN_IF_ERROR(AwaitGradientsFree(b));  // delayed: the update still reading the accumulator
-  if (dev->is_host()) {
+  if (plan.device_accum) return AccumulateOnDevice(b, g, out.narrow(0, acc_at, bp.grad.len), reduced, inv, mb);
+  STRATA_RETURN_IF_ERROR(mode.BeforeAccumulate(b));
+  if (io.dev->is_host()) {
     STRATA_RETURN_IF_ERROR(reduced.Wait());
-    Tracer::Span span(tracer, Track::kCompute, "accumulate g" + std::to_string(b));
+    Tracer::Span span(io.tracer, Track::kCompute, "accumulate g" + std::to_string(b));
     STRATA_RETURN_IF_ERROR(Accumulate(br.grad, bf16, out.narrow(0, acc_at, bp.grad.len), inv, first, plant));
-    Speculate(b, Event());
+    if (mb.last) mode.GradientFinal(b, Event());
     return Status();
   }
   // Off the host: the shard leaves the device as soon as its collective is done and is
   // added to the accumulator on the host callback thread, while compute goes on.
   torch::Tensor host = g.host.narrow(0, 0, out.numel());
-  const Event copied = dev->CopyOut(host.data_ptr(), out, {reduced, g.host_read});
+  const Event copied = io.dev->CopyOut(host.data_ptr(), out, {reduced, g.host_read});
   g.flat_read = scatter ? reduced : copied;
   g.reduced_read = copied;
-  g.host_read = dev->OnHost(
+  g.host_read = io.dev->OnHost(
       [acc = br.grad, bf16, part = host.narrow(0, acc_at, bp.grad.len), inv, first, plant] {
         return Accumulate(acc, bf16, part, inv, first, plant);
       },
       {copied});
-  Speculate(b, g.host_read);
+  if (mb.last) mode.GradientFinal(b, g.host_read);
   return Status();
 }
 
@@ -276,9 +302,9 @@ Status Engine::Impl::ReduceGradients(int b) {
 // link and the host's memory carry one copy of the gradients per step instead of one per
 // micro-batch: for a 7 B model at 16 micro-batches, 27 GB instead of 431 GB per step.
 Status Engine::Impl::AccumulateOnDevice(int b, GradSlot& g, const torch::Tensor& part, const Event& reduced,
-                                        double inv) {
+                                        double inv, const MicroBatch& mb) {
   torch::Tensor& acc = bufs.accum[b];
-  const bool first = first_micro_batch;
+  const bool first = mb.first;
   // The first micro-batch overwrites the sum the last step's copy read.
   STRATA_RETURN_IF_ERROR(ComputeAfter(reduced, "wait gradient reduction"));
   if (first) STRATA_RETURN_IF_ERROR(ComputeAfter(bufs.accum_read[b], "wait gradient copy"));
@@ -286,27 +312,27 @@ Status Engine::Impl::AccumulateOnDevice(int b, GradSlot& g, const torch::Tensor&
     if (first) at::mul_out(acc, part, at::Scalar(static_cast<float>(inv)));
     else acc.add_(part, at::Scalar(static_cast<float>(inv)));
   }));
-  const Event summed = dev->RecordCompute();
+  const Event summed = io.dev->RecordCompute();
   g.flat_read = g.reduced_read = summed;
-  if (!last_micro_batch) return Status();
-  STRATA_RETURN_IF_ERROR(AwaitGradientsFree(b));  // delayed: the update still reading the host accumulator
+  if (!mb.last) return Status();
+  STRATA_RETURN_IF_ERROR(optimizer.mode->BeforeAccumulate(b));
   torch::Tensor host = g.host.narrow(0, 0, acc.numel());
-  const Event copied = dev->CopyOut(host.data_ptr(), acc, {summed, g.host_read});
+  const Event copied = io.dev->CopyOut(host.data_ptr(), acc, {summed, g.host_read});
   bufs.accum_read[b] = copied;
-  g.host_read = dev->OnHost(
-      [acc = model.blocks[b].grad, bf16 = plan.gsize == 2, host, plant = PlantsOverflow(b)] {
+  g.host_read = io.dev->OnHost(
+      [acc = model.blocks[b].grad, bf16 = plan.gsize == 2, host, plant = PlantsOverflow(b, mb)] {
         return Accumulate(acc, bf16, host, 1.0, /*first=*/true, plant);
       },
       {copied});
-  Speculate(b, g.host_read);
+  optimizer.mode->GradientFinal(b, g.host_read);
   return Status();
 }
 
 // On rank 0, or on every rank at stage 0, where each rank judges its own (replicated)
 // gradients and the overflow flag is not reduced.
-bool Engine::Impl::PlantsOverflow(int b) const {
-  return b == 0 && last_micro_batch && cfg.debug_overflow_step == step_now &&
-         (comm->rank() == 0 || !plan.optim_sharded);
+bool Engine::Impl::PlantsOverflow(int b, const MicroBatch& mb) const {
+  return b == 0 && mb.last && cfg.debug_overflow_step == mb.step &&
+         (io.comm->rank() == 0 || !plan.optim_sharded);
 }
 
 // The loss of one micro-batch (unscaled: MicroBatchLoss, with a loss mask weighed by
@@ -314,7 +340,7 @@ bool Engine::Impl::PlantsOverflow(int b) const {
 // through the head: its gradients are reduced and the gradient of its input is left in
 // act->grad_out for Backward(). Eval computes the loss only.
 StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_weight, Pass pass, Gatherer& gather,
-                                       Activations* act) {
+                                       Activations* act, const MicroBatch& mb) {
   const int n = num_blocks();
   const bool train = pass == Pass::kTrain;
   STRATA_CHECK(!train || act) << "a training forward needs somewhere to keep its activations";
@@ -325,10 +351,10 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_wei
   if (keep) act->outputs.assign(n, torch::Tensor());
   for (int b = 0; b < n - 1; ++b) {
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
-    Tracer::Span span(tracer, Track::kCompute, (train ? "forward b" : "eval b") + std::to_string(b));
+    Tracer::Span span(io.tracer, Track::kCompute, (train ? "forward b" : "eval b") + std::to_string(b));
     STRATA_RETURN_IF_ERROR(TorchCall("forward", [&] {
       std::optional<model::LoraDropoutScope> dropout;
-      if (train) ArmLoraDropout(b, &dropout);
+      if (train) ArmLoraDropout(b, mb, &dropout);
       if (keep) {  // each block its own graph, from its input (a leaf) to its output
         torch::Tensor in = b == 0 ? x : x.detach().requires_grad_(true);
         act->inputs[b] = in;
@@ -347,7 +373,7 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_wei
   STRATA_RETURN_IF_ERROR(gather.Acquire(n - 1));
   double loss = 0;
   {
-    Tracer::Span span(tracer, Track::kCompute, train ? "head fwd+bwd" : "eval head");
+    Tracer::Span span(io.tracer, Track::kCompute, train ? "head fwd+bwd" : "eval head");
     STRATA_RETURN_IF_ERROR(TorchCall("head", [&] {
       BindTiedHead();
       model::Block& head = *model.blocks[n - 1].module;
@@ -360,7 +386,7 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_wei
       torch::Tensor in = x.detach().requires_grad_(true);
       torch::Tensor l = MicroBatchLoss(head.Forward(in), targets, mask, loss_weight);
       loss = l.item<double>();
-      (l * scaler.scale()).backward();
+      (l * optimizer.scaler.scale()).backward();
       act->grad_out = in.grad();
       if (model.tie) {
         BlockRuntime& owner = model.blocks[model.tie->owner_block];
@@ -371,22 +397,22 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_wei
     }));
   }
   gather.Release();
-  if (train) STRATA_RETURN_IF_ERROR(ReduceGradients(n - 1));
+  if (train) STRATA_RETURN_IF_ERROR(ReduceGradients(n - 1, mb));
   return loss;
 }
 
 // Backward through blocks N-2..0: by recomputation from each block's input, or through the
 // kept graphs (keep_activations). Either way the block's weights are gathered again: the
 // graph saved the parameter tensors, whose data is re-bound to the new gather buffer.
-Status Engine::Impl::Backward(Activations& act, Gatherer& gather) {
+Status Engine::Impl::Backward(Activations& act, Gatherer& gather, const MicroBatch& mb) {
   for (int b = num_blocks() - 2; b >= 0; --b) {
     if (b == 0 && plan.Frozen(0)) break;  // LoRA: nothing to learn in the embedding (not in the visit plan)
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
     {
-      Tracer::Span span(tracer, Track::kCompute, "backward b" + std::to_string(b));
+      Tracer::Span span(io.tracer, Track::kCompute, "backward b" + std::to_string(b));
       STRATA_RETURN_IF_ERROR(TorchCall("backward", [&] {
         std::optional<model::LoraDropoutScope> dropout;
-        ArmLoraDropout(b, &dropout);  // a recomputation draws the forward's masks
+        ArmLoraDropout(b, mb, &dropout);  // a recomputation draws the forward's masks
         if (!act.outputs.empty()) {  // kept: the graph saved the parameters themselves, now re-bound
           act.outputs[b].backward(act.grad_out);
           act.outputs[b] = torch::Tensor();  // its activations go
@@ -401,8 +427,8 @@ Status Engine::Impl::Backward(Activations& act, Gatherer& gather) {
       }));
     }
     gather.Release();
-    STRATA_RETURN_IF_ERROR(ReduceGradients(b));
-    if (last_micro_batch) ReadStatesEarly();  // one sub-group per block: among the backward's reads
+    STRATA_RETURN_IF_ERROR(ReduceGradients(b, mb));
+    if (mb.last) optimizer.window.ReadStatesEarly();  // one sub-group per block: among the backward's reads
   }
   return Status();
 }
@@ -411,10 +437,11 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   Impl& m = *impl_;
   StepStats st;
   st.step = step;
-  const double t0 = m.tracer ? m.tracer->Now() : 0;
+  const double t0 = m.io.tracer ? m.io.tracer->Now() : 0;
   const auto wall0 = std::chrono::steady_clock::now();
-  const int world = m.comm->world_size(), rank = m.comm->rank();
-  m.DropEarlyStates();  // left by a step that failed before its optimizer ran
+  const int world = m.io.comm->world_size(), rank = m.io.comm->rank();
+  UpdateMode& mode = *m.optimizer.mode;
+  m.optimizer.window.DropEarlyStates();  // left by a step that failed before its optimizer ran
   STRATA_RETURN_IF_ERROR(m.FlushRestoringWorking());  // a checkpoint's last masters (RestoreState)
 
   std::vector<double> weights(m.cfg.grad_accum, 1.0);  // Note [Loss mask]
@@ -428,67 +455,57 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   double loss_sum = 0;
   {
     Gatherer gather(m, visits, prefetch.get());
-    m.step_now = step;
-    for (int64_t mb = 0; mb < m.cfg.grad_accum; ++mb) {
-      const uint64_t index = static_cast<uint64_t>((step * m.cfg.grad_accum + mb) * world + rank);
-      data::Batch batch = data.Get(data::Split::kTrain, index, m.cfg.micro_batch);
-      m.sample_now = index;
-      m.first_micro_batch = mb == 0;
-      m.last_micro_batch = mb + 1 == m.cfg.grad_accum;
-      if (m.last_micro_batch) {
-        m.ReadStatesEarly();     // hidden behind this micro-batch (more during its backward)
-        m.ArmSpeculation(step);    // blocks are updated as their gradients become final
+    StepCleanup cleanup(m, prefetch.get());  // on an error: what the step started, finished or undone
+    for (int64_t i = 0; i < m.cfg.grad_accum; ++i) {
+      const MicroBatch mb{step, i, i == 0, i + 1 == m.cfg.grad_accum,
+                          static_cast<uint64_t>((step * m.cfg.grad_accum + i) * world + rank)};
+      data::Batch batch = data.Get(data::Split::kTrain, mb.sample, m.cfg.micro_batch);
+      if (mb.last) {
+        m.optimizer.window.ReadStatesEarly();  // hidden behind this micro-batch (more during its backward)
+        mode.BeginLastMicroBatch(step);
       }
       Activations act;
-      StatusOr<double> loss = m.Forward(batch, weights[mb], Pass::kTrain, gather, &act);
-      Status s = loss.ok() ? m.Backward(act, gather) : loss.status();
-      if (s.ok()) loss_sum += *loss;
-      if (!s.ok()) {
-        m.first_micro_batch = m.last_micro_batch = false;
-        if (m.DelayedRun()) m.optimizer.run.parked->ReleaseAll();
-        m.dev->Synchronize().IgnoreError();
-        if (prefetch) prefetch->Drain();
-        m.DropEarlyStates();
-        if (Status r = m.AbandonSpeculation(); !r.ok()) LogError("{}", r.message());
-        return s.WithContext(fmt::format("step {}", step));
-      }
+      StatusOr<double> loss = m.Forward(batch, weights[i], Pass::kTrain, gather, &act, mb);
+      Status s = loss.ok() ? m.Backward(act, gather, mb) : loss.status();
+      if (!s.ok()) return s.WithContext(fmt::format("step {}", step));
+      loss_sum += *loss;
     }
-    m.first_micro_batch = m.last_micro_batch = false;
+    cleanup.Dismiss();
   }
-  if (m.DelayedRun()) m.optimizer.run.parked->ReleaseAll();  // (any block this step did not release)
+  mode.MicroBatchesEnded();
   {  // every gradient shard accumulated before the optimizer reads the accumulators
-    Tracer::Span span(m.dev->is_host() ? nullptr : m.tracer, Track::kWait, "wait gradients to host");
-    STRATA_RETURN_IF_ERROR(m.dev->Synchronize());
+    Tracer::Span span(m.io.dev->is_host() ? nullptr : m.io.tracer, Track::kWait, "wait gradients to host");
+    STRATA_RETURN_IF_ERROR(m.io.dev->Synchronize());
   }
-  if (prefetch) m.counters.prefetch_high_water = std::max(m.counters.prefetch_high_water, prefetch->high_water_bytes());
+  if (prefetch) m.stats.prefetch_high_water = std::max(m.stats.prefetch_high_water, prefetch->high_water_bytes());
   prefetch.reset();
 
   float loss_buf = static_cast<float>(loss_sum);
-  STRATA_RETURN_IF_ERROR(m.comm->AllReduce(&loss_buf, 1, DType::kF32, ReduceOp::kSum));
+  STRATA_RETURN_IF_ERROR(m.io.comm->AllReduce(&loss_buf, 1, DType::kF32, ReduceOp::kSum));
   st.loss = loss_buf / static_cast<double>(m.cfg.grad_accum * world);
-  st.loss_scale = m.scaler.scale();
+  st.loss_scale = m.optimizer.scaler.scale();
   st.lr = LearningRate(m.cfg, step);
   STRATA_ASSIGN_OR_RETURN(bool applied, m.OptimizerStep(step, &st));
   st.skipped = !applied;
   st.tokens = m.cfg.micro_batch * m.cfg.model.seq_len * m.cfg.grad_accum * world;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  if (m.tracer) {
-    st.wait_s = m.tracer->Total(Track::kWait, t0);
-    st.optimizer_wait_s = m.tracer->Total(Track::kOptimizerWait, t0);
-    st.compute_s = m.tracer->Total(Track::kCompute, t0);
-    st.comm_s = m.tracer->Total(Track::kComm, t0);
-    st.optimizer_s = m.tracer->Total(Track::kOptimizer, t0);
-    st.nvme_read_bytes = m.tracer->Bytes(Track::kNvmeRead, t0);
-    st.nvme_write_bytes = m.tracer->Bytes(Track::kNvmeWrite, t0);
+  if (m.io.tracer) {
+    st.wait_s = m.io.tracer->Total(Track::kWait, t0);
+    st.optimizer_wait_s = m.io.tracer->Total(Track::kOptimizerWait, t0);
+    st.compute_s = m.io.tracer->Total(Track::kCompute, t0);
+    st.comm_s = m.io.tracer->Total(Track::kComm, t0);
+    st.optimizer_s = m.io.tracer->Total(Track::kOptimizer, t0);
+    st.nvme_read_bytes = m.io.tracer->Bytes(Track::kNvmeRead, t0);
+    st.nvme_write_bytes = m.io.tracer->Bytes(Track::kNvmeWrite, t0);
   }
   return st;
 }
 
 StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batches) {
   Impl& m = *impl_;
-  if (m.DelayedRun()) STRATA_RETURN_IF_ERROR(m.Quiesce());  // the latest weights (Note [Delayed update])
+  if (!m.optimizer.mode->ComputeWaits()) STRATA_RETURN_IF_ERROR(m.Quiesce());  // the latest weights (Note [Delayed update])
   STRATA_RETURN_IF_ERROR(m.FlushRestoringWorking());         // a checkpoint's last masters (RestoreState)
-  const int world = m.comm->world_size(), rank = m.comm->rank();
+  const int world = m.io.comm->world_size(), rank = m.io.comm->rank();
   std::vector<double> weights(batches, 1.0);  // Note [Loss mask]
   if (data.has_loss_mask()) {
     STRATA_ASSIGN_OR_RETURN(weights,
@@ -502,17 +519,17 @@ StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batche
     StatusOr<double> loss = 0.0;
     {
       Gatherer gather(m, visits, prefetch.get());
-      loss = m.Forward(batch, weights[i], Pass::kEval, gather, nullptr);
+      loss = m.Forward(batch, weights[i], Pass::kEval, gather, nullptr, MicroBatch{});
     }
     if (!loss.ok()) {
-      m.dev->Synchronize().IgnoreError();
+      m.io.dev->Synchronize().IgnoreError();
       if (prefetch) prefetch->Drain();
       return loss.status().WithContext("eval");
     }
     sum += *loss;
   }
   float buf = static_cast<float>(sum);
-  STRATA_RETURN_IF_ERROR(m.comm->AllReduce(&buf, 1, DType::kF32, ReduceOp::kSum));
+  STRATA_RETURN_IF_ERROR(m.io.comm->AllReduce(&buf, 1, DType::kF32, ReduceOp::kSum));
   return static_cast<double>(buf) / static_cast<double>(batches * world);
 }
 

@@ -1,5 +1,7 @@
 #include "src/engine/shard_plan.h"
 
+#include "src/engine/update/mode_facts.h"
+
 #include <algorithm>
 #include <cmath>
 #include <thread>
@@ -82,7 +84,7 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
         std::clamp<int64_t>(cfg.host_blocks, 0, static_cast<int64_t>(model.block_numels.size()));
   // The delayed update parks new working weights until the next step has read the old ones
   // from NVMe (Note [Delayed update]): there a host block keeps only its optimizer states.
-  p.host_blocks_working = p.working_home == Residence::kNvme && cfg.optimizer_overlap != OptimizerOverlap::kDelayed;
+  p.host_blocks_working = p.working_home == Residence::kNvme && !FactsOf(cfg).parks;
   p.tied_owner = model.tied_owner;
   p.tied_numel = model.tied_numel;
   p.creation_draws = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, world), 1, 4);
@@ -117,7 +119,7 @@ bool ShardPlan::StatesOnNvme(const TrainConfig& cfg) const {
 
 void ShardPlan::PlanSpeculation(const TrainConfig& cfg) {
   speculative.assign(blocks.size(), false);
-  if (cfg.optimizer_overlap != OptimizerOverlap::kSpeculative) return;
+  if (!FactsOf(cfg).speculates) return;
   // The last blocks' gradients are final first: their updates overlap the most backward.
   uint64_t left = cfg.speculation_budget_mb < 0 ? UINT64_MAX : static_cast<uint64_t>(cfg.speculation_budget_mb) << 20;
   for (int b = static_cast<int>(blocks.size()) - 1; b >= 0 && SpeculationBackupBytes(b) <= left; --b) {
@@ -184,7 +186,7 @@ void ShardPlan::PlanDevice(const TrainConfig& cfg) {
   // before the backward releases any; with accumulation every block, because the update must
   // take each block's gradients before the first micro-batch adds to them, and the old
   // weights are released only by the last one (Note [Delayed update]).
-  if (cfg.optimizer_overlap == OptimizerOverlap::kDelayed && param_nvme)
+  if (FactsOf(cfg).parks && param_nvme)
     park_pool = {static_cast<size_t>(cfg.grad_accum > 1 ? n : std::max(2, n / 3)), max_working_bytes,
                  cfg.offload_param.pin_memory};
   if (param_nvme || optim_nvme) staging_bytes = StagingBytes(cfg.aio);

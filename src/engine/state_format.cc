@@ -1,5 +1,7 @@
 #include "src/engine/state_format.h"
 
+#include "src/engine/update/mode_facts.h"
+
 #include <cstring>
 
 #include <fmt/format.h>
@@ -25,8 +27,7 @@ std::span<T> As(std::span<std::byte> b) {
 // device. Saves 4 B/param of state and of every update's writes; bitwise the same run.
 static bool MasterInWorking(const TrainConfig& c, bool any_resident) {
   return c.compute_dtype == DType::kF32 && !c.split_master && !c.model.lora.enabled() && c.resident_blocks <= 0 &&
-         !any_resident &&
-         (c.optimizer_overlap == OptimizerOverlap::kNone || c.optimizer_overlap == OptimizerOverlap::kForward);
+         !any_resident && FactsOf(c).one_version;
 }
 
 StateFormat StateFormat::Of(const TrainConfig& cfg, bool any_resident) {

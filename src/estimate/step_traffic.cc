@@ -1,5 +1,7 @@
 #include "src/estimate/step_traffic.h"
 
+#include "src/engine/update/mode_facts.h"
+
 namespace strata {
 
 StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
@@ -9,8 +11,7 @@ StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
     t.states += ledger.At(k, Residence::kNvme);
   t.working = ledger.At(StateKind::kWorking, Residence::kNvme);
   const bool frozen = cfg.model.lora.enabled();  // the base weights are never written
-  const bool served = !frozen && (cfg.optimizer_overlap == OptimizerOverlap::kForward ||
-                                   cfg.optimizer_overlap == OptimizerOverlap::kSpeculative);
+  const bool served = !frozen && FactsOf(cfg).forward_reads_write_backs;
   // Forward and backward of each micro-batch; an update whose master the working weights hold
   // (split: its high halves; fp32 compute: all of it) reads the weights it replaces once more.
   const uint64_t working_reads = 2 * static_cast<uint64_t>(cfg.grad_accum) + (plan.format.MasterFromWorking() && !frozen ? 1 : 0);

@@ -2,7 +2,7 @@
 // optimizer's side) once both parked and released by the compute, in either order, once;
 // the update waits while `capacity` buffers are parked; Drain publishes the rest as the
 // compute releases them.
-#include "src/engine/parked_writes.h"
+#include "src/engine/update/parked_writes.h"
 
 #include <gtest/gtest.h>
 

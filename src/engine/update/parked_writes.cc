@@ -1,4 +1,4 @@
-#include "src/engine/parked_writes.h"
+#include "src/engine/update/parked_writes.h"
 
 #include <utility>
 

@@ -1,0 +1,26 @@
+#include "src/engine/update/mode_facts.h"
+
+namespace strata {
+
+UpdateModeFacts FactsOf(const TrainConfig& cfg) {
+  UpdateModeFacts f;
+  switch (cfg.optimizer_overlap) {
+    case OptimizerOverlap::kNone:
+      f.one_version = true;
+      break;
+    case OptimizerOverlap::kForward:
+      f.one_version = f.forward_reads_write_backs = true;
+      break;
+    case OptimizerOverlap::kSpeculative:
+      f.speculates = f.forward_reads_write_backs = true;
+      f.reads_states_early = false;
+      break;
+    case OptimizerOverlap::kDelayed:
+      f.parks = true;
+      f.reads_states_early = false;
+      break;
+  }
+  return f;
+}
+
+}  // namespace strata

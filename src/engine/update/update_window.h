@@ -1,0 +1,92 @@
+// Folder-private: the optimizer's read / update / write window (cf. DeepSpeed's pipelined
+// optimizer swapper, but exact): AdamW over blocks, sub-group by sub-group, as one pipeline
+// across block boundaries. With the states on NVMe the reads of the next sub-group and the
+// write-backs of the previous ones are in flight while one is updated; each block's new
+// working weights go home (the cpu tier in place, NVMe or the device through a pinned
+// buffer), or to a ParkingLot where the update mode holds them back. Runs on the optimizer
+// thread, but for the early reads (ReadStatesEarly), which the compute thread starts during
+// the last micro-batch so that the update does not begin by waiting for the disk.
+#pragma once
+
+#include <array>
+#include <deque>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "src/engine/engine.h"
+#include "strata/cpu_adam.h"
+#include "strata/event.h"
+#include "strata/pinned_pool.h"
+
+namespace strata {
+
+struct SubGroup;
+
+// One optimizer sub-group's states (master, m, v) being read into pinned buffers.
+struct LoadedStates {
+  const SubGroup* sub = nullptr;
+  PinnedBuffer buf[3];
+  Event read[3];
+};
+// Sub-groups' states read before their update, in its order.
+using EarlyStates = std::deque<std::unique_ptr<LoadedStates>>;
+// Waits for the reads of `states` and returns their buffers.
+void DropStates(EarlyStates& states);
+
+// Where the update mode holds new working weights back from their home (the delayed update
+// parks them until the step beside it has read the old ones).
+class ParkingLot {
+ public:
+  virtual ~ParkingLot() = default;
+  virtual StatusOr<PinnedBuffer> Take() = 0;          // a buffer for the next block's weights
+  virtual void Put(int b, PinnedBuffer weights) = 0;  // block b's, complete
+};
+
+class UpdateWindow {
+ public:
+  explicit UpdateWindow(Engine::Impl& m) : m_(m) {}
+  ~UpdateWindow() { DropEarlyStates(); }
+
+  // AdamW over `blocks` (in this order) with `hp`; `early`: states read ahead, consumed where
+  // they are the next ones; ready[b] is set as block b is done; `park`: where the new working
+  // weights go (null: home).
+  Status UpdateBlocks(const AdamHyperParams& hp, const std::vector<int>& blocks, EarlyStates& early,
+                      const std::vector<std::shared_ptr<HostEventState>>& ready, ParkingLot* park = nullptr);
+
+  // The pieces, for modes that update a block their own way (the speculative update):
+  // three optim-pool buffers for `sg`'s stored states (Load: and their reads; null where
+  // they live in host memory, strata.host_blocks);
+  std::unique_ptr<LoadedStates> LeaseStates(const SubGroup& sg);
+  std::unique_ptr<LoadedStates> LoadStates(const SubGroup& sg);
+  // the stored states of `sg` of block b, from `cur` (its reads waited for) or host memory;
+  StatusOr<std::array<std::span<std::byte>, 3>> StateSpans(int b, const SubGroup& sg, LoadedStates* cur);
+  // AdamW over one sub-group, its new working weights to `out`, its states written back;
+  Status UpdateSubGroup(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur, std::byte* out);
+  // where block b's new working weights go, as the address of flat element *first (a lease
+  // of `lease`, or in place), and the block done (its weights sent home, or parked).
+  StatusOr<std::byte*> BlockOutput(int b, PinnedBuffer* lease, int64_t* first, ParkingLot* park = nullptr);
+  Status FinishBlock(int b, PinnedBuffer lease, ParkingLot* park = nullptr);
+
+  // Compute thread: reads the states of the next NVMe sub-group in update order into free
+  // optim-pool buffers (once as the last micro-batch starts, once per block of its backward),
+  // best effort, never blocking; Take hands them to the update, Drop returns them.
+  void ReadStatesEarly();
+  EarlyStates TakeEarlyStates() { return std::exchange(early_, {}); }
+  void DropEarlyStates() { DropStates(early_); }
+
+ private:
+  struct OutputAhead;
+  StatusOr<std::byte*> BlockOutput(int b, PinnedBuffer* lease, int64_t* first, OutputAhead* ahead, ParkingLot* park);
+  // Block b's output buffer with the working weights the update replaces (and rebuilds the
+  // master from) read into it a block ahead: best effort, only when a pinned buffer is free.
+  void ReadOutputAhead(int b, OutputAhead* ahead);
+  Event ReadWorkingInto(int b, const PinnedBuffer& buf);
+  // A resident block's updated working weights (in `lease`) to the device, off the critical path.
+  Status UpdateResident(int b, PinnedBuffer lease);
+
+  Engine::Impl& m_;
+  EarlyStates early_;
+};
+
+}  // namespace strata
