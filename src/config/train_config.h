@@ -64,7 +64,7 @@ enum class OptimizerOverlap {
   kSpeculative,
   // ZeRO-Offload's one-step delayed update (opt-in; changes the arithmetic): the update of step
   // s runs during step s+1, whose forward and backward still use the weights from before it
-  // (Note [Delayed update], engine_delayed.cc). Needs the working weights on NVMe, no LoRA.
+  // (Note [Delayed update], src/engine/update/delayed_update.cc). Needs the working weights on NVMe, no LoRA.
   kDelayed,
 };
 const char* OptimizerOverlapName(OptimizerOverlap o);
@@ -144,8 +144,8 @@ struct TrainConfig {
   // ZeRO-Offload advises for the first steps of a run, where the weights change fastest.
   int64_t delayed_update_from = 0;
   Recompute recompute = Recompute::kAuto;  // strata.recompute (activation_checkpointing present: kAlways)
-  // What the engine does, settled by ResolveRecompute (kAuto: from the memory estimate);
-  // false = recompute, the safe default of a config nobody resolved.
+  // What the engine does, settled by SettleRunConfig through ResolveRecompute (kAuto: from the estimate);
+  // false = recompute until SettleRunConfig decides (src/settle).
   bool keep_activations = false;
   // strata.adam_states: how Adam's m and v are stored ("fp32", or "bf16": 4 B/param instead
   // of 8, in memory, on NVMe and in checkpoints; the update itself stays fp32).
@@ -172,7 +172,7 @@ struct TrainConfig {
   // traffic. 4 B/param (of this rank's range) of device memory. "auto" (-1): where the
   // estimate fits the device's memory (known) with them; true (1) / false (0) as written.
   int device_accumulation = -1;
-  // What the engine does, settled by ResolveDeviceAccumulation (false for a config nobody resolved).
+  // What the engine does, settled by SettleRunConfig (src/settle) from device_accumulation.
   bool accumulate_on_device = false;
   int optimizer_threads = 0;  // strata.optimizer_threads: the CPU Adam's OpenMP threads; 0 = the compute thread's
   // strata.device_memory: bytes of device memory for the fit check; 0 ("auto"): the device's own.

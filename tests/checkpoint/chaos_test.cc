@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "cli_run.h"
+#include "support/cli_run.h"
 #include "support/temp_dir.h"
 
 namespace strata {

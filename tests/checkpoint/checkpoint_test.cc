@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "../engine/engine_test_util.h"
-#include "ckpt_test_util.h"
+#include "engine/engine_test_util.h"
+#include "checkpoint/ckpt_test_util.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/hf/export.h"
 #include "src/hf/hf_loader.h"

@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <regex>
 
-#include "cli_run.h"
+#include "support/cli_run.h"
 
 #include "src/checkpoint/manifest.h"
 #include "support/small_disk.h"

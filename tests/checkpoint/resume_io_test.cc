@@ -5,7 +5,7 @@
 
 #include <optional>
 
-#include "../engine/engine_test_util.h"
+#include "engine/engine_test_util.h"
 #include "src/checkpoint/checkpoint.h"
 #include "strata/communicator.h"
 #include "strata/trace.h"

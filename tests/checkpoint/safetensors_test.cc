@@ -4,15 +4,10 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
-#include "src/base/durable_file.h"
-#include "src/hf/export.h"
-#include "src/hf/hf_names.h"
 #include "support/temp_dir.h"
 
 namespace strata::ckpt {
@@ -95,42 +90,6 @@ TEST(Safetensors, HeadersThatLieAreRefusedNamingTheTensor) {
   auto ok = SafetensorsFile::Open(WriteRaw(path, R"({"e": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]},
       "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 8));
   EXPECT_TRUE(ok.ok()) << ok.status().ToString();  // an empty tensor shares its offset
-}
-
-// One run per checkpoint folder: a second claim fails naming the holder's pid; the claim
-// ends with its holder.
-TEST(FolderLock, ASecondRunOnTheSameSaveFolderIsRefused) {
-  testing::TempDir dir;
-  const std::string ck = dir.path() + "/ck";
-  {
-    auto first = FolderLock::Take(ck);
-    ASSERT_TRUE(first.ok()) << first.status().ToString();
-    auto second = FolderLock::Take(ck);
-    ASSERT_FALSE(second.ok());
-    EXPECT_NE(second.status().message().find("'" + ck + "' is in use by another run (pid " + std::to_string(getpid())),
-              std::string::npos) << second.status().message();
-  }
-  EXPECT_TRUE(FolderLock::Take(ck).ok());
-}
-
-TEST(HfNames, Gpt2Conv1DIsTransposedAndPrefixed) {
-  EXPECT_EQ(ToHfName(true, 2, 0, "wte.weight").name, "transformer.wte.weight");
-  const HfName c = ToHfName(true, 2, 2, "attn.c_attn.weight");
-  EXPECT_EQ(c.name, "transformer.h.1.attn.c_attn.weight");
-  EXPECT_TRUE(c.transpose);
-  EXPECT_FALSE(ToHfName(true, 2, 1, "attn.c_attn.bias").transpose);
-  EXPECT_FALSE(ToHfName(true, 2, 1, "ln_1.weight").transpose);
-  EXPECT_EQ(ToHfName(true, 2, 3, "ln_f.bias").name, "transformer.ln_f.bias");
-  EXPECT_EQ(CanonicalHfName(true, "h.0.ln_1.weight"), "transformer.h.0.ln_1.weight");
-}
-
-TEST(HfNames, LlamaNames) {
-  EXPECT_EQ(ToHfName(false, 2, 0, "wte.weight").name, "model.embed_tokens.weight");
-  EXPECT_EQ(ToHfName(false, 2, 1, "self_attn.q_proj.weight").name, "model.layers.0.self_attn.q_proj.weight");
-  EXPECT_FALSE(ToHfName(false, 2, 1, "self_attn.q_proj.weight").transpose);
-  EXPECT_EQ(ToHfName(false, 2, 3, "norm.weight").name, "model.norm.weight");
-  EXPECT_EQ(ToHfName(false, 2, 3, "lm_head.weight").name, "lm_head.weight");
-  EXPECT_TRUE(IsHfBuffer("model.layers.0.self_attn.rotary_emb.inv_freq"));
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // ParkedWrites: the updated working weights of strata.optimizer_overlap "delayed", held in
 // pinned buffers until the step running beside the update has read the old ones for the last
-// time (Note [Delayed update], engine_delayed.cc). The optimizer thread parks each block's
+// time (Note [Delayed update], src/engine/update/delayed_update.cc). The optimizer thread parks each block's
 // buffer and publishes it (writes it home) once the compute thread has released the block;
 // the compute thread only flags, so the write's checksums and submission stay off it. At
 // most `capacity` buffers are parked at once: the update gets no further ahead of the

@@ -20,12 +20,12 @@
 #include <map>
 #include <sstream>
 
-#include "ckpt_test_util.h"
+#include "checkpoint/ckpt_test_util.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/hf/export.h"
 #include "src/hf/hf_loader.h"
 #include "src/checkpoint/safetensors.h"
-#include "hf_peers.h"
+#include "hf/hf_peers.h"
 #include "support/temp_dir.h"
 #include "support/settled.h"
 

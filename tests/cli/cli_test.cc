@@ -11,14 +11,14 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "cli_run.h"
+#include "support/cli_run.h"
 #include "support/temp_dir.h"
 
 namespace strata {
 namespace {
 using testing::RunStrata;
 
-const std::string kDs = STRATA_SOURCE_DIR "/tests/engine/ds_configs/";
+const std::string kDs = STRATA_SOURCE_DIR "/tests/config/ds_configs/";
 
 TEST(Cli, ConfigCheckPrintsTheResolvedConfigAutosAndWarnings) {
   auto r = RunStrata("config check " + kDs + "hf_trainer_zero3_auto.json --nproc 2");

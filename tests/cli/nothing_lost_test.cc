@@ -13,7 +13,7 @@
 #include <map>
 #include <sstream>
 
-#include "cli_run.h"
+#include "support/cli_run.h"
 #include "support/small_disk.h"
 #include "support/temp_dir.h"
 

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <string>
 
-#include "cli_run.h"
+#include "support/cli_run.h"
 #include "src/checkpoint/manifest.h"
 #include "support/temp_dir.h"
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "cli_run.h"
-#include "hf_peers.h"
+#include "support/cli_run.h"
+#include "hf/hf_peers.h"
 #include "support/temp_dir.h"
 
 namespace strata {

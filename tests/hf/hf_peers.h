@@ -1,4 +1,4 @@
-// The Python side of the Hugging Face interop tests (tests/checkpoint/hf_models.py run by
+// The Python side of the Hugging Face interop tests (tests/hf/hf_models.py run by
 // STRATA_PYTHON), shared by hf_test.cc, generate_hf_test.cc and hf_lora_test.cc: one call of the
 // script, and fixture bases that skip, with the reason, where transformers (or peft) is not
 // installed (CI).
@@ -15,7 +15,7 @@ namespace strata::testing {
 // Runs `hf_models.py ARGS`; its exit code (-1 if it could not run), stdout + stderr in `out`.
 inline int RunHfModels(const std::string& args, std::string* out = nullptr) {
   const std::string cmd =
-      std::string(STRATA_PYTHON) + " " STRATA_SOURCE_DIR "/tests/checkpoint/hf_models.py " + args + " 2>&1";
+      std::string(STRATA_PYTHON) + " " STRATA_SOURCE_DIR "/tests/hf/hf_models.py " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return -1;
   std::string text;

@@ -255,10 +255,10 @@ TEST(Config, LearningRateSchedules) {
   EXPECT_NEAR(LearningRate(c, 110), 0.0, 1e-12);
 }
 
-// DeepSpeed documentation examples (written in their style: tests/engine/ds_configs/)
+// DeepSpeed documentation examples (written in their style: tests/config/ds_configs/)
 // are accepted unchanged; the only warnings are keys Strata does not use, by name.
 TEST(Config, DeepSpeedDocumentationExamplesAreAcceptedUnchanged) {
-  const std::string dir = STRATA_SOURCE_DIR "/tests/engine/ds_configs/";
+  const std::string dir = STRATA_SOURCE_DIR "/tests/config/ds_configs/";
   struct Case {
     const char* file;
     int world;
@@ -294,7 +294,7 @@ TEST(Config, DeepSpeedDocumentationExamplesAreAcceptedUnchanged) {
 }
 
 TEST(Config, AutoValuesAreResolvedAndExplained) {
-  auto c = LoadTrainConfig(STRATA_SOURCE_DIR "/tests/engine/ds_configs/hf_trainer_zero3_auto.json");
+  auto c = LoadTrainConfig(STRATA_SOURCE_DIR "/tests/config/ds_configs/hf_trainer_zero3_auto.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   ASSERT_TRUE(ResolveBatch(&*c, 2).ok());
   auto find = [&](const std::string& path) -> const AutoValue* {
@@ -364,7 +364,7 @@ TEST(Config, MisspeltKeysAreWarnedAndWrongValuesNameTheRange) {
 
 TEST(Config, SecondFileAndSetOverridesCompose) {
   std::string origin = "default";
-  auto text = ComposeConfigText(STRATA_SOURCE_DIR "/tests/engine/ds_configs/with_strata_file.json", "", "",
+  auto text = ComposeConfigText(STRATA_SOURCE_DIR "/tests/config/ds_configs/with_strata_file.json", "", "",
                                 {"strata.model.n_layer=3", "zero_optimization.stage=2"}, &origin);
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   EXPECT_NE(origin.find("with_strata_file.strata.json"), std::string::npos) << origin;

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "ckpt_test_util.h"
+#include "checkpoint/ckpt_test_util.h"
 #include "support/temp_dir.h"
 #include "support/settled.h"
 

@@ -12,9 +12,9 @@
 #include <fstream>
 #include <map>
 
-#include "../engine/engine_test_util.h"
-#include "ckpt_test_util.h"
-#include "cli_run.h"
+#include "engine/engine_test_util.h"
+#include "checkpoint/ckpt_test_util.h"
+#include "support/cli_run.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/hf/export.h"
 #include "src/checkpoint/manifest.h"

@@ -14,9 +14,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "ckpt_test_util.h"
-#include "cli_run.h"
-#include "hf_peers.h"
+#include "checkpoint/ckpt_test_util.h"
+#include "support/cli_run.h"
+#include "hf/hf_peers.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/hf/hf_loader.h"
 #include "src/checkpoint/safetensors.h"
