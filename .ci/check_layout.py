@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the rules of the house that the compiler cannot (STYLE.md, "Strata module map"):
+"""Checks the rules of the house that the compiler cannot (docs/STYLE.md, "Strata module map"):
 
   1. Layering: kernels/ includes nothing from offload/ or src/; offload/ nothing from src/;
      include/strata/ headers only the standard library and each other; only files under a

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Prepares a GPU run (DESIGN.md, "Running on a GPU machine"). The GPU machine has CUDA 13,
-# PyTorch 2.11 with CUDA and Python 3.12 but no package registry, and a session gets 15
-# minutes of it in all, machine start included; so everything is made HERE, into the
-# git-ignored .device/ folder, which travels with the working tree (device tool: carry):
+# Prepares a GPU run (docs/DESIGN.md, "Running on a GPU machine"). The GPU machine has CUDA 13,
+# PyTorch 2.11 with CUDA and Python 3.12 but no package registry, and gives 15 minutes of
+# device time per use, its start included; so everything is made HERE, into the git-ignored
+# .device/ folder, whose folders are carried along with the working tree:
 #   .device/bin/     the GPU binaries (strata, strata-cuda-bench, the gpu-labelled test
 #                    executables), built here with -DSTRATA_CUDA=ON against .venv's LibTorch
 #                    when it is the GPU machine's build (torch 2.11.0+cu130): a build there
-#                    would spend minutes of the lease. BUILT_FROM says from what.
+#                    would spend minutes of its device time. BUILT_FROM says from what.
 #   .device/debs/    Debian packages: the binaries' libraries (liburing, oneDNN, xxhash) and
 #                    fio, unpacked there with dpkg -x; the headers too, for a build there
 #                    when the binaries cannot run (another torch, a library not found).
@@ -14,7 +14,7 @@
 #                    machine lacks, for CPython 3.12 x86-64: only for the DeepSpeed peers and
 #                    DeepSpeed's CPU Adam in `bench adam` (the peers' model is a plain-PyTorch
 #                    LLaMA, bench/peers/llama.py, so no transformers).
-# The device tool carries at most 64 MiB in all; this prints the sizes and the carry list.
+# At most 64 MiB travel with the working tree in all; this prints the sizes and the folders to carry.
 # Then, on the GPU machine: bash scripts/gpu_run.sh OUT_DIR [STAGE ...]
 #   scripts/gpu_prepare.sh              all three
 #   scripts/gpu_prepare.sh --no-wheels  bin and debs only (no DeepSpeed peer)
@@ -33,7 +33,7 @@ log "downloading ${#debs[@]} Debian packages"
 (cd "$out/debs" && apt-get download "${debs[@]}" >/dev/null)
 
 # --- the GPU binaries, built here ---------------------------------------------------------
-want_torch=2.11.0+cu130  # what the GPU machine's python3 has (device KINDS.md)
+want_torch=2.11.0+cu130  # what the GPU machine's python3 has (docs/DESIGN.md, "Running on a GPU machine")
 [ -x .venv/bin/python ] || bash scripts/setup.sh
 have_torch=$(.venv/bin/python -c 'import torch; print(torch.__version__)')
 rm -f "$out"/bin/*
@@ -70,7 +70,7 @@ fi
 
 du -sh "$out"/* | sed 's/^/[gpu_prepare] /' >&2
 tree_mb=$(( $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) >> 20 ))
-log "working tree ${tree_mb} MiB + .device $(du -sm "$out" | cut -f1) MiB (the device tool carries 64 MiB in all)"
+log "working tree ${tree_mb} MiB + .device $(du -sm "$out" | cut -f1) MiB (at most 64 MiB travel with the working tree)"
 carry='".device/bin", ".device/debs"'
 [ $want_wheels = 1 ] && carry="$carry, \".device/wheels\""
 log "carry: [$carry]"

@@ -13,7 +13,7 @@
 #              on every core (vs the memory ceiling, LibTorch's and DeepSpeed's CPU Adam)
 #   peers[=S]  DeepSpeed ZeRO-Infinity (cpu, nvme) and FSDP2 CPU offload at size S (7b)
 # The binaries come from .device/bin when they run here (built by gpu_prepare.sh against the
-# same LibTorch); otherwise they are built here (minutes of the lease). STRATA_GPU_BUDGET_S
+# same LibTorch); otherwise they are built here (minutes of device time). STRATA_GPU_BUDGET_S
 # (default 570) bounds the whole run: a stage gets what is left, and one that cannot start
 # with a minute left is skipped and named in run.log.
 set -uo pipefail
@@ -22,7 +22,7 @@ out=${1:?usage: scripts/gpu_run.sh OUT_DIR [up] [7b[=STEPS]] [max[=STEPS]] [link
 shift
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(up 7b links)
-# The device tool brings back at most 8 files: every result goes to OUT_DIR/all/, packed at the
+# At most 8 files come back from the GPU machine: every result goes to OUT_DIR/all/, packed at the
 # end (also on a time-out's TERM) into OUT_DIR/results.tar.xz beside a copy of run.log.
 mkdir -p "$out/all"
 top=$(cd "$out" && pwd)

@@ -1,4 +1,4 @@
-// TorchCall: runs a LibTorch call, turning its exceptions into a Status (STYLE rule 4).
+// TorchCall: runs a LibTorch call, turning its exceptions into a Status (docs/STYLE.md rule 4).
 #pragma once
 
 #include <c10/util/Exception.h>

@@ -1,4 +1,4 @@
-// Engine: the ZeRO training step of DESIGN.md ("One training step") on one rank.
+// Engine: the ZeRO training step of docs/DESIGN.md ("One training step") on one rank.
 //
 // Every block of the model is one flat group, padded and split into equal shards; the
 // ShardPlan (shard_plan.h) says which ranges this rank keeps and where. Per rank and block

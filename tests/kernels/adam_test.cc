@@ -1,5 +1,5 @@
 // CPU AdamW and the gradient pass, every ISA path forced in turn, against a double-precision
-// reference (the CPU oracle rule: see STYLE.md rule 2).
+// reference (the CPU oracle rule: see docs/STYLE.md rule 2).
 #include <gtest/gtest.h>
 
 #include <cmath>

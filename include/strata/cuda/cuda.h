@@ -1,4 +1,4 @@
-// Factories for the CUDA build (STYLE rule 1: this header includes no CUDA or NCCL header,
+// Factories for the CUDA build (docs/STYLE.md rule 1: this header includes no CUDA or NCCL header,
 // so any file may include it; the implementations live in */cuda/ folders and are compiled
 // by nvcc's host compiler against the CUDA runtime and NCCL only).
 #pragma once
