@@ -6,6 +6,7 @@
 #include "src/config/json_reader.h"
 #include "src/config/model_section.h"
 #include "src/config/offload_section.h"
+#include "src/config/unsupported_keys.h"
 #include "strata/isa.h"
 
 namespace strata {
@@ -37,14 +38,20 @@ Status ParseScheduler(JsonReader& root, TrainConfig* c) {
                      : type == "WarmupDecayLR" ? LrScheduleKind::kWarmupDecayLR
                                                : LrScheduleKind::kWarmupCosineLR;
   STRATA_ASSIGN_OR_RETURN(JsonReader p, s.Child("params"));
-  c->schedule.warmup_max_lr = c->lr;
+  // Absent, the peak is DeepSpeed's default: the optimizer's lr for WarmupLR, 0.001 for
+  // WarmupDecayLR. "auto" is the optimizer's lr (what the Hugging Face Trainer fills in).
+  c->schedule.warmup_max_lr = type == "WarmupDecayLR" && !p.IsAuto("warmup_max_lr") ? 1e-3 : c->lr;
+  // "auto" is the Trainer's warmup_steps, 0 unless set: no warmup (DeepSpeed's default is 1000).
+  if (p.IsAuto("warmup_num_steps")) c->schedule.warmup_num_steps = 0;
   STRATA_RETURN_IF_ERROR(p.Double("warmup_min_lr", &c->schedule.warmup_min_lr, 0, 1e3));
   STRATA_RETURN_IF_ERROR(p.Double("warmup_max_lr", &c->schedule.warmup_max_lr, 0, 1e3));
   STRATA_RETURN_IF_ERROR(p.Int("warmup_num_steps", &c->schedule.warmup_num_steps, 0, kMaxI));
+  std::string warmup = c->schedule.warmup_type == WarmupType::kLog ? "log" : "linear";
+  STRATA_RETURN_IF_ERROR(p.Choice("warmup_type", &warmup, {"log", "linear"}));  // DeepSpeed warns and takes log
+  c->schedule.warmup_type = warmup == "log" ? WarmupType::kLog : WarmupType::kLinear;
   STRATA_RETURN_IF_ERROR(p.Int("total_num_steps", &c->schedule.total_num_steps, 0, kMaxI));
   STRATA_RETURN_IF_ERROR(p.Double("cos_min_ratio", &c->schedule.cos_min_ratio, 0, 1));
   STRATA_RETURN_IF_ERROR(p.Double("warmup_min_ratio", &c->schedule.warmup_min_ratio, 0, 1));
-  p.Touch("warmup_type");
   p.Touch("last_batch_iteration");
   p.UnusedKeys(&c->warnings);
   s.UnusedKeys(&c->warnings);
@@ -97,6 +104,7 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   STRATA_RETURN_IF_ERROR(s.Int("comm_timeout_s", &c->comm_timeout_s, 1, 86400));
   STRATA_RETURN_IF_ERROR(s.Int("max_skipped_steps", &c->max_skipped_steps, 0, 1 << 30));
   STRATA_RETURN_IF_ERROR(s.String("device", &c->device));
+  STRATA_RETURN_IF_ERROR(s.Bool("allow_unsupported", &c->allow_unsupported));
   if (s.IsAuto("resident_blocks")) {
     s.Touch("resident_blocks");
   } else {
@@ -229,6 +237,8 @@ Status ParseOptimizer(JsonReader& root, TrainConfig* c) {
   STRATA_RETURN_IF_ERROR(p.Double("weight_decay", &c->weight_decay, 0, 10));
   c->adam_w_mode = true;  // DeepSpeed's "Adam" is decoupled (AdamW) unless adam_w_mode is false
   STRATA_RETURN_IF_ERROR(p.Bool("adam_w_mode", &c->adam_w_mode));
+  if (type == "AdamW") c->adam_w_mode = true;  // as DeepSpeed: its AdamW ignores adam_w_mode false
+  STRATA_RETURN_IF_ERROR(p.Bool("bias_correction", &c->bias_correction));
   p.Touch("torch_adam");
   p.UnusedKeys(&c->warnings);
   opt.UnusedKeys(&c->warnings);
@@ -369,8 +379,12 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   if (c.schedule.total_num_steps == 0) c.schedule.total_num_steps = c.steps;
   if (Status s = CheckKeys(c); !s.ok()) return s.WithContext(origin);
   root.UnusedKeys(&c.warnings);
+  if (Status s = CheckUnsupportedKeys(j, c.allow_unsupported, &c.warnings, &c.notes); !s.ok())
+    return s.WithContext(origin);
   for (AutoValue a : root.autos()) {
     if (a.path == "scheduler.params.warmup_max_lr") a.reason = "the optimizer's lr";
+    if (a.path == "scheduler.params.warmup_num_steps")
+      a.reason = "no warmup: what the Hugging Face Trainer fills in unless warmup_steps is set";
     if (a.path == "scheduler.params.total_num_steps") {
       a.value = std::to_string(c.schedule.total_num_steps);
       a.reason = "the run's steps (strata.steps)";

@@ -45,14 +45,19 @@ struct LossScaleConfig {
 
 enum class LrScheduleKind { kConstant, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
 
+// scheduler.params.warmup_type: how the warmup rises (DeepSpeed's default: log).
+enum class WarmupType { kLog, kLinear };
+
+// The defaults are DeepSpeed's, except total_num_steps (DeepSpeed requires it).
 struct ScheduleConfig {
   LrScheduleKind kind = LrScheduleKind::kConstant;
   double warmup_min_lr = 0;
-  double warmup_max_lr = 1e-3;  // WarmupLR / WarmupDecayLR peak (defaults to optimizer lr)
-  int64_t warmup_num_steps = 0;
-  int64_t total_num_steps = 0;  // WarmupDecayLR / WarmupCosineLR (defaults to the run's steps)
-  double cos_min_ratio = 0.1;   // WarmupCosineLR: final lr / peak
-  double warmup_min_ratio = 0;  // WarmupCosineLR: first lr / peak
+  double warmup_max_lr = 1e-3;      // WarmupLR / WarmupDecayLR peak (WarmupLR: the optimizer's lr)
+  int64_t warmup_num_steps = 1000;  // 0 (which DeepSpeed refuses): no warmup
+  WarmupType warmup_type = WarmupType::kLog;
+  int64_t total_num_steps = 0;      // WarmupDecayLR / WarmupCosineLR (defaults to the run's steps)
+  double cos_min_ratio = 1e-4;      // WarmupCosineLR: final lr / peak
+  double warmup_min_ratio = 0;      // WarmupCosineLR: first lr / peak
 };
 
 // strata.optimizer_overlap: when the CPU optimizer's step runs.
@@ -96,6 +101,7 @@ struct TrainConfig {
   // Optimizer (Adam / AdamW).
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   bool adam_w_mode = true;        // "AdamW" or Adam with adam_w_mode (decoupled decay)
+  bool bias_correction = true;    // optimizer.params.bias_correction: Adam's 1 / (1 - beta^t) factors
   ScheduleConfig schedule;
   // ZeRO.
   int zero_stage = 3;
@@ -177,6 +183,9 @@ struct TrainConfig {
   int optimizer_threads = 0;  // strata.optimizer_threads: the CPU Adam's OpenMP threads; 0 = the compute thread's
   // strata.device_memory: bytes of device memory for the fit check; 0 ("auto"): the device's own.
   uint64_t device_memory = 0;
+  // strata.allow_unsupported: train even where the config holds DeepSpeed keys that would change
+  // what is trained and that Strata does not implement (unsupported_keys.h); each stays a note.
+  bool allow_unsupported = false;
 
   std::vector<AutoValue> autos;       // keys written "auto" and what they became
 

@@ -251,8 +251,9 @@ struct Engine::Impl {
   Status WaitForUpdate(int b, const char* what);  // block b's part of the running update
   bool BlockReady(int b) const;
   Status Quiesce();
-  // This step's hyper-parameters (Adam's step: the next one), clip coefficient 1.
-  AdamHyperParams NextHyperParams(int64_t step) const;
+  // The next update's hyper-parameters (Adam's step and the schedule's lr: the applied
+  // updates so far, as DeepSpeed counts them), clip coefficient 1.
+  AdamHyperParams NextHyperParams() const;
   // Stages 1-2: this rank's updated part of block b shared with the others (compute thread).
   Status ShareUpdatedWeights(int b);
   // Returns `lease` to its pool once `after` happened (a copy finished reading it).

@@ -60,7 +60,7 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
     return false;
   }
 
-  AdamHyperParams hp = NextHyperParams(step);
+  AdamHyperParams hp = NextHyperParams();
   ++optimizer.adam_steps;
   hp.clip_coef = ClipCoefficient(stats->grad_norm, cfg.gradient_clipping);
   // Updates made early assumed clip coefficient 1 (exactly what ClipCoefficient returns when
@@ -83,14 +83,8 @@ std::span<const uint16_t> Engine::Impl::GradBf16(int b, ElementRange range) cons
   return {g + (range.begin - plan.blocks[b].grad.begin), static_cast<size_t>(range.len)};
 }
 
-AdamHyperParams Engine::Impl::NextHyperParams(int64_t step) const {
-  AdamHyperParams hp;
-  hp.lr = LearningRate(cfg, step);
-  hp.beta1 = cfg.beta1;
-  hp.beta2 = cfg.beta2;
-  hp.eps = cfg.eps;
-  hp.weight_decay = cfg.weight_decay;
-  hp.step = optimizer.adam_steps + 1;
+AdamHyperParams Engine::Impl::NextHyperParams() const {
+  AdamHyperParams hp = StepHyperParams(cfg, optimizer.adam_steps);
   hp.grad_unscale = 1.0 / optimizer.scaler.scale();
   hp.clip_coef = 1.0;
   return hp;

@@ -484,7 +484,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   STRATA_RETURN_IF_ERROR(m.io.comm->AllReduce(&loss_buf, 1, DType::kF32, ReduceOp::kSum));
   st.loss = loss_buf / static_cast<double>(m.cfg.grad_accum * world);
   st.loss_scale = m.optimizer.scaler.scale();
-  st.lr = LearningRate(m.cfg, step);
+  st.lr = LearningRate(m.cfg, m.optimizer.adam_steps);  // (the schedule counts applied updates)
   STRATA_ASSIGN_OR_RETURN(bool applied, m.OptimizerStep(step, &st));
   st.skipped = !applied;
   st.tokens = m.cfg.micro_batch * m.cfg.model.seq_len * m.cfg.grad_accum * world;

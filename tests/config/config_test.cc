@@ -1,5 +1,5 @@
 // ds_config parsing: the shipped configs, errors naming keys and ranges, warnings for keys
-// Strata does not use, --set overrides, and the learning-rate schedules.
+// Strata does not use, --set overrides (the learning-rate schedules: lr_schedule_test.cc).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +8,6 @@
 
 #include <fmt/format.h>
 
-#include "src/engine/lr_schedule.h"
 #include "src/config/train_config.h"
 #include "strata/isa.h"
 
@@ -236,23 +235,6 @@ TEST(Config, OverridesApplyByPath) {
   EXPECT_EQ(c->model.arch, model::Arch::kLlama);
   EXPECT_EQ(c->compute_dtype, DType::kBF16);
   EXPECT_FALSE(ApplyOverrides("{}", {"novalue"}).ok());
-}
-
-TEST(Config, LearningRateSchedules) {
-  TrainConfig c;
-  c.lr = 1.0;
-  c.schedule.kind = LrScheduleKind::kWarmupCosineLR;
-  c.schedule.warmup_num_steps = 10;
-  c.schedule.total_num_steps = 110;
-  c.schedule.cos_min_ratio = 0.1;
-  EXPECT_NEAR(LearningRate(c, 0), 0.1, 1e-12);
-  EXPECT_NEAR(LearningRate(c, 9), 1.0, 1e-12);
-  EXPECT_NEAR(LearningRate(c, 60), 0.55, 1e-12);  // half way down the cosine
-  EXPECT_NEAR(LearningRate(c, 110), 0.1, 1e-12);
-  c.schedule.kind = LrScheduleKind::kWarmupDecayLR;
-  c.schedule.warmup_max_lr = 2.0;
-  EXPECT_NEAR(LearningRate(c, 60), 1.0, 1e-12);
-  EXPECT_NEAR(LearningRate(c, 110), 0.0, 1e-12);
 }
 
 // DeepSpeed documentation examples (written in their style: tests/config/ds_configs/)

@@ -217,6 +217,51 @@ TEST_P(AdamIsaTest, AClipCoefficientScalesTheGradientLikeAScaledGradient) {
   for (size_t i = 0; i < n; ++i) EXPECT_NEAR(pa[i], pb[i], 1e-6f) << i;
 }
 
+// optimizer.params.bias_correction false: one AdamW update at a late step (t = 7, where bias
+// correction would about halve the step) from non-zero moments, against the formula
+// without correction, written out here in double:
+//   m' = b1 m + (1 - b1) g,  v' = b2 v + (1 - b2) g^2,  p' = p - lr (m' / (sqrt(v') + eps) + wd p)
+// (the decoupled decay on the p from before the step, as DeepSpeed's CPU AdamW applies it).
+TEST_P(AdamIsaTest, WithoutBiasCorrectionAnAdamWUpdateUsesTheRawMoments) {
+  const size_t n = 37;  // vector bodies and a tail
+  const AdamHyperParams hp{.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1, .step = 7,
+                           .bias_correction = false};
+  std::vector<float> p(n), m(n), v(n), g(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float x = static_cast<float>(i) - 18.0f;
+    p[i] = 0.5f + 0.01f * x;
+    m[i] = 0.002f * x;
+    v[i] = 1e-4f * (1.0f + 0.1f * static_cast<float>(i));
+    g[i] = 0.03f * x + 0.004f;
+  }
+  const std::vector<float> p0 = p, m0 = m, v0 = v;
+  const auto spans = [&](std::vector<float>& params, std::vector<float>& exp_avg, std::vector<float>& exp_avg_sq) {
+    AdamSpans s;
+    s.params = params;
+    s.exp_avg = exp_avg;
+    s.exp_avg_sq = exp_avg_sq;
+    s.grad = g;
+    return s;
+  };
+  ASSERT_TRUE(AdamStep(hp, spans(p, m, v)).ok());
+  for (size_t i = 0; i < n; ++i) {
+    const double gi = g[i];
+    const double want_m = hp.beta1 * m0[i] + (1 - hp.beta1) * gi;
+    const double want_v = hp.beta2 * v0[i] + (1 - hp.beta2) * gi * gi;
+    const double want_p = p0[i] - hp.lr * (want_m / (std::sqrt(want_v) + hp.eps) + hp.weight_decay * p0[i]);
+    const double m_terms = hp.beta1 * std::abs(m0[i]) + (1 - hp.beta1) * std::abs(gi);
+    EXPECT_NEAR(m[i], want_m, kRelTolState * m_terms + 1e-30) << i;
+    EXPECT_NEAR(v[i], want_v, kRelTolState * want_v) << i;
+    EXPECT_NEAR(p[i], want_p, kRelTolParam * std::abs(want_p) + kUpdateTol * hp.lr) << i;
+  }
+  // With the correction the same update moves p by a different amount: the flag is honoured.
+  std::vector<float> pc = p0, mc = m0, vc = v0;
+  AdamHyperParams corrected = hp;
+  corrected.bias_correction = true;
+  ASSERT_TRUE(AdamStep(corrected, spans(pc, mc, vc)).ok());
+  EXPECT_GT(std::abs(pc[0] - p[0]), 100 * kUpdateTol * hp.lr);
+}
+
 // m and v kept in bf16 (strata.adam_states "bf16"): adam_rounding_test.cc.
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, AdamIsaTest,

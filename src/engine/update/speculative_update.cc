@@ -34,8 +34,8 @@ class SpeculativeUpdate final : public UpdateMode {
 
   Status Allocate() override;
   bool ReadsStatesEarly() const override { return false; }  // the update reads its own, from the last block
-  void BeginLastMicroBatch(int64_t step) override {
-    hp_ = m_.NextHyperParams(step);
+  void BeginLastMicroBatch(int64_t) override {
+    hp_ = m_.NextHyperParams();
     hp_.clip_coef = 1.0;
   }
   void GradientFinal(int b, const Event& added) override;
