@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Python peers for the Hugging Face interop tests (tests/hf/hf_test.cc): transformers
-# and safetensors in .venv, next to the torch that scripts/setup_peers.sh makes importable.
-# Idempotent (a marker file skips finished work). Without them those tests skip, saying why.
+# Python peers of the Hugging Face interop tests (tests/hf, tests/data/prepare_data_test.py):
+# transformers, tokenizers, safetensors and peft in .venv, pinned in scripts/hf-requirements.txt,
+# next to the torch that scripts/setup_peers.sh --import-only makes importable. Run by
+# scripts/test.sh, so that those comparisons run in CI; idempotent (a marker file naming the
+# requirements' hash skips finished work) and cache-friendly (pip's cache is reused).
 # No network is needed by the tests themselves: the models are random-initialised from a
 # small config and saved with save_pretrained at test time.
 set -euo pipefail
@@ -11,11 +13,12 @@ py=$root/.venv/bin/python
 log() { printf '[setup_hf] %s\n' "$*" >&2; }
 
 [ -x "$py" ] || { log ".venv missing: run scripts/setup.sh first"; exit 1; }
-marker=$root/.venv/hf.ok
-if [ -f "$marker" ]; then log "transformers already installed ($marker)"; exit 0; fi
-[ -f "$root/.venv/peers.ok" ] || bash "$root/scripts/setup_peers.sh"
-log "installing transformers and safetensors (torch is not reinstalled: transformers does not require it)"
-"$py" -m pip install -q --disable-pip-version-check transformers safetensors
-"$py" "$root/tests/hf/hf_models.py" check
+reqs=$root/scripts/hf-requirements.txt
+marker=$root/.venv/hf-$(sha256sum "$reqs" | cut -c1-12).ok
+if [ -f "$marker" ]; then log "Hugging Face peers already installed ($marker)"; exit 0; fi
+bash "$root/scripts/setup_peers.sh" --import-only
+log "installing transformers, tokenizers, safetensors, peft (scripts/hf-requirements.txt, no deps: torch is not reinstalled)"
+"$py" -m pip install -q --disable-pip-version-check --no-deps -r "$reqs"
+"$py" "$root/tests/hf/hf_models.py" check peft
 touch "$marker"
 log "done"

@@ -23,15 +23,24 @@ pip=("$py" -m pip install -q --disable-pip-version-check)
 deepspeed_version=0.19.8
 log() { printf '[setup_peers] %s\n' "$*" >&2; }
 
+# --import-only: only what `import torch` needs (the Hugging Face peers, scripts/setup_hf.sh),
+# not DeepSpeed and its JIT-built op.
+import_only=0
+[ "${1:-}" = "--import-only" ] && import_only=1
+
 [ -x "$py" ] || { log ".venv missing: run scripts/setup.sh first"; exit 1; }
 marker=$root/.venv/peers.ok
+import_marker=$root/.venv/import-torch.ok
 if [ -f "$marker" ]; then log "peers already installed ($marker)"; exit 0; fi
 
-log "installing the CUDA wheels that 'import torch' needs beyond /usr/local/cuda"
-"${pip[@]}" --no-deps nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 nvidia-cufile==1.15.1.6
-
-log "installing torch's and DeepSpeed's Python requirements (scripts/peers-requirements.txt)"
-"${pip[@]}" --no-deps -r "$root/scripts/peers-requirements.txt"  # complete and pinned: no resolver
+if [ ! -f "$import_marker" ]; then
+  log "installing the CUDA wheels that 'import torch' needs beyond /usr/local/cuda"
+  "${pip[@]}" --no-deps nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 nvidia-cufile==1.15.1.6
+  log "installing torch's and DeepSpeed's Python requirements (scripts/peers-requirements.txt)"
+  "${pip[@]}" --no-deps -r "$root/scripts/peers-requirements.txt"  # complete and pinned: no resolver
+  touch "$import_marker"
+fi
+[ $import_only = 1 ] && exit 0
 log "installing deepspeed==$deepspeed_version (no deps)"
 "${pip[@]}" --no-deps "deepspeed==$deepspeed_version"
 

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Installs, builds and runs the whole test suite: the main build, then the sanitizer build
+# Installs, builds and runs the whole test suite: the main build (with the Hugging Face and
+# PEFT peers installed, so that every interop comparison runs), then the sanitizer build
 # (AddressSanitizer + UBSan) of the store and kernel tests, which need no LibTorch, then
 # each parser's libFuzzer target for a bounded time (STRATA_FUZZ_SECONDS, default 30).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --all --asan --fuzz "$@"
+# The Hugging Face and PEFT comparisons need their Python peers; here they are required,
+# so a comparison that could not run fails instead of skipping.
+scripts/setup_hf.sh
+export STRATA_REQUIRE_PEERS=1
 status=0
 echo "== ctest build/ =="
 ctest --test-dir build --output-on-failure -j 2 || status=1

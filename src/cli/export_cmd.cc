@@ -13,10 +13,6 @@
 namespace strata::cli {
 namespace {
 
-bool EndsWith(const std::string& s, const std::string& t) {
-  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
-}
-
 // "5GB", "500MB", "100KB", "12345" (bytes), as transformers' max_shard_size (powers of 1000).
 StatusOr<uint64_t> ParseSize(const std::string& s) {
   size_t used = 0;
@@ -64,7 +60,7 @@ void AddExportCommand(CLI::App& app, Action* action) {
       const ckpt::ExportDType dtype = a->dtype == "bf16"   ? ckpt::ExportDType::kBF16
                                       : a->dtype == "fp16" ? ckpt::ExportDType::kF16
                                                            : ckpt::ExportDType::kF32;
-      const bool file = EndsWith(a->out, ".safetensors");
+      const bool file = a->out.ends_with(".safetensors");
       bool peft = false;
       auto run = [&]() -> StatusOr<ckpt::ExportReport> {
         STRATA_ASSIGN_OR_RETURN(const bool lora, ckpt::IsLoraCheckpoint(a->checkpoint));

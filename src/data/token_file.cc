@@ -9,10 +9,6 @@ namespace {
 constexpr uint32_t kLlmcMagic = 20240520;
 constexpr size_t kLlmcHeaderBytes = 256 * 4;
 
-bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 uint32_t LoadLe(const unsigned char* p, int width) {
   uint32_t v = 0;
   for (int i = width - 1; i >= 0; --i) v = (v << 8) | p[i];
@@ -24,10 +20,10 @@ uint32_t LoadLe(const unsigned char* p, int width) {
 TokenFormat ResolveTokenFormat(TokenFormat format, const std::string& path) {
   if (format != TokenFormat::kAuto) return format;
   for (std::string_view ext : {".u16", ".uint16", ".bin"}) {
-    if (EndsWith(path, ext)) return TokenFormat::kUint16;
+    if (path.ends_with(ext)) return TokenFormat::kUint16;
   }
   for (std::string_view ext : {".u32", ".uint32"}) {
-    if (EndsWith(path, ext)) return TokenFormat::kUint32;
+    if (path.ends_with(ext)) return TokenFormat::kUint32;
   }
   return TokenFormat::kText;
 }

@@ -16,10 +16,6 @@ namespace strata::ckpt {
 namespace fs = std::filesystem;
 namespace {
 
-bool EndsWith(const std::string& s, const std::string& t) {
-  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
-}
-
 // "r 4, alpha 8 on q_proj, v_proj"
 std::string Summary(const model::LoraConfig& l) {
   return fmt::format("r {}, alpha {} on {}", l.r, l.alpha, fmt::join(l.target_modules, ", "));
@@ -121,14 +117,14 @@ StatusOr<ExportReport> Peft(const std::string& checkpoint, const std::string& ou
 
 }  // namespace
 
-bool IsAdapterName(const std::string& name) { return EndsWith(name, ".lora_A") || EndsWith(name, ".lora_B"); }
+bool IsAdapterName(const std::string& name) { return name.ends_with(".lora_A") || name.ends_with(".lora_B"); }
 
 Status MergeAdapters(const nlohmann::json& params, double scale, const std::string& where, FlatBlock* flat) {
   std::map<std::string, const nlohmann::json*> by_name;
   for (const nlohmann::json& p : params) by_name[p.at("name").get<std::string>()] = &p;
   const int b = flat->block;
   for (const auto& [name, pa] : by_name) {
-    if (!EndsWith(name, ".lora_A")) continue;
+    if (!name.ends_with(".lora_A")) continue;
     const std::string module = name.substr(0, name.size() - 7);
     const auto pb = by_name.find(module + ".lora_B"), pw = by_name.find(module + ".weight");
     if (pb == by_name.end() || pw == by_name.end())
@@ -188,7 +184,7 @@ Status CheckLoraMerge(const Consolidator& c, bool merge_lora, bool single_file) 
 void DescribeMerge(const Consolidator& c, ExportReport* rep) {
   int64_t merged = 0;
   for (const nlohmann::json& blk : c.manifest()["layout"])
-    for (const nlohmann::json& p : blk.at("params")) merged += EndsWith(p.at("name").get<std::string>(), ".lora_A");
+    for (const nlohmann::json& p : blk.at("params")) merged += p.at("name").get<std::string>().ends_with(".lora_A");
   const model::LoraConfig& l = c.model().lora;
   rep->details.push_back(fmt::format("merged the LoRA adapters ({}) into {} projections: W + {} * B @ A", Summary(l),
                                      merged, l.scale()));

@@ -1,0 +1,57 @@
+# Build time on a small machine (2 cores, empty compiler cache): most of it went to parsing
+# LibTorch's headers again in each of ~30 translation units (about 13 s each) and to parsing
+# the same standard, JSON and fmt headers in ~100 small ones. Two remedies, both without any
+# change to the code that is generated:
+#  - STRATA_TORCH_PCH: torch/torch.h is precompiled once (strata_torch_pch_lib, _exe) and every target
+#    that includes LibTorch reuses that one header (strata_torch_units); GCC refuses a
+#    precompiled header built with other flags (-Winvalid-pch says so) and parses the header
+#    instead, so a mismatch costs time, never correctness.
+#  - STRATA_UNITY: the libraries of src/ and bench/ compile a few sources per unit
+#    (CMake's unity build), so shared headers are parsed once per batch. The kernels (per-ISA
+#    flags per file) and the tests stay one unit per file.
+# Both are on by default; turn them off to see each file compiled on its own
+# (-DSTRATA_UNITY=OFF -DSTRATA_TORCH_PCH=OFF), e.g. for include-what-you-use work.
+option(STRATA_UNITY "Compile src/ and bench/ as unity builds (a few sources per unit)" ON)
+option(STRATA_TORCH_PCH "Precompile LibTorch's headers once for every unit that includes them" ON)
+set(STRATA_UNITY_BATCH 8 CACHE STRING "Sources per unity unit")
+
+# Call after strata_headers exists.
+function(strata_define_torch_pch)
+  if(NOT STRATA_WITH_TORCH OR NOT STRATA_TORCH_PCH OR TARGET strata_torch_pch_lib)
+    return()
+  endif()
+  # Two of them: libraries compile with -fPIC, executables with -fPIE, and GCC takes a
+  # precompiled header only with the same setting.
+  foreach(kind lib exe)
+    add_library(strata_torch_pch_${kind} OBJECT ${CMAKE_SOURCE_DIR}/cmake/torch_pch.cc)
+    # The flags every user of the header has (strata_torch_units adds them to each).
+    target_link_libraries(strata_torch_pch_${kind} PRIVATE strata_headers strata::torch_headers OpenMP::OpenMP_CXX)
+    target_precompile_headers(strata_torch_pch_${kind} PRIVATE <torch/torch.h>)
+  endforeach()
+  set_target_properties(strata_torch_pch_exe PROPERTIES POSITION_INDEPENDENT_CODE OFF)
+  target_compile_options(strata_torch_pch_exe PRIVATE -fPIE)
+endfunction()
+
+# A target some of whose sources include LibTorch: same flags as the precompiled header
+# (OpenMP's included: ATen's parallel_for is an OpenMP loop where _OPENMP is defined), and
+# the header itself.
+function(strata_torch_units target)
+  target_link_libraries(${target} PRIVATE strata_headers strata::torch_headers OpenMP::OpenMP_CXX)
+  if(TARGET strata_torch_pch_lib)
+    get_target_property(type ${target} TYPE)
+    if(type STREQUAL "EXECUTABLE")
+      target_precompile_headers(${target} REUSE_FROM strata_torch_pch_exe)
+    else()
+      target_precompile_headers(${target} REUSE_FROM strata_torch_pch_lib)
+    endif()
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Winvalid-pch>)
+  endif()
+endfunction()
+
+# Unity build for the targets created in the calling directory and below.
+macro(strata_unity_here)
+  if(STRATA_UNITY)
+    set(CMAKE_UNITY_BUILD ON)
+    set(CMAKE_UNITY_BUILD_BATCH_SIZE ${STRATA_UNITY_BATCH})
+  endif()
+endmacro()

@@ -1,0 +1,2 @@
+// The unit that carries LibTorch's precompiled header (cmake/StrataBuildSpeed.cmake); it
+// defines nothing.
