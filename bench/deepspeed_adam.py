@@ -20,22 +20,12 @@ is a CUDA build): this script re-executes itself once with LD_LIBRARY_PATH namin
 the latter; the variable makes it explicit), because the dynamic loader reads that variable
 only at process start.
 """
-import glob
 import os
 import sys
 import time
 
-
-def _ensure_library_path():
-    if os.environ.get("STRATA_PEER_ENV") == "1":
-        return
-    import site
-    dirs = ["/usr/local/cuda/lib64"]
-    for packages in site.getsitepackages():  # the venv's, when run by .venv/bin/python
-        dirs += sorted(glob.glob(os.path.join(packages, "nvidia", "*", "lib")))
-    old = os.environ.get("LD_LIBRARY_PATH", "")
-    env = dict(os.environ, STRATA_PEER_ENV="1", LD_LIBRARY_PATH=":".join(dirs + ([old] if old else [])))
-    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from peer_env import ensure_library_path  # noqa: E402  (scripts/peer_env.py)
 
 
 def _arg(name, default):
@@ -45,7 +35,7 @@ def _arg(name, default):
 
 
 def main():
-    _ensure_library_path()
+    ensure_library_path()
     n = int(_arg("--params", "100000000"))
     threads = int(_arg("--threads", "2"))
     os.environ["OMP_NUM_THREADS"] = str(threads)

@@ -6,8 +6,13 @@ For WarmupLR, WarmupDecayLR and WarmupCosineLR with each warmup_type, one line p
 applied ones runs with, as DeepSpeed's engine drives the scheduler: built before the first
 update, stepped after each. Exits 77 where deepspeed (or torch) cannot be imported.
 """
+import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from peer_env import ensure_library_path  # noqa: E402  (scripts/peer_env.py)
+
+ensure_library_path()  # torch is a CUDA build: name its libraries before importing it
 try:
     import torch
     from deepspeed.runtime.lr_schedules import WarmupCosineLR, WarmupDecayLR, WarmupLR

@@ -29,21 +29,11 @@ import shutil
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from peer_env import ensure_library_path  # noqa: E402  (scripts/peer_env.py)
+
 TOLERANCE = 1e-4  # fp32 logits, same weights, different kernels
 SHARD = "100KB"   # the models below are 0.3-0.6 MB: 3 or more shards each
-
-
-def _ensure_library_path():
-    # PyPI's torch here is a CUDA build: it dlopens CUDA libraries even on a CPU machine.
-    if os.environ.get("STRATA_PEER_ENV") == "1":
-        return
-    import site
-    dirs = ["/usr/local/cuda/lib64"]
-    for packages in site.getsitepackages():
-        dirs += sorted(glob.glob(os.path.join(packages, "nvidia", "*", "lib")))
-    old = os.environ.get("LD_LIBRARY_PATH", "")
-    env = dict(os.environ, STRATA_PEER_ENV="1", LD_LIBRARY_PATH=":".join(dirs + ([old] if old else [])))
-    os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 
 def _model(arch):
@@ -164,7 +154,7 @@ def peft_logits(d, adapter, strata_logits, merged):
 
 
 def main():
-    _ensure_library_path()
+    ensure_library_path()
     if sys.argv[1] != "check":
         from transformers.utils import logging
         logging.disable_progress_bar()
