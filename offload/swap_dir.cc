@@ -55,10 +55,16 @@ bool IsStale(const fs::path& folder) {
 }
 
 // A hidden folder (".strata-swap-r<rank>-p<pid>-<nonce>", being created, or the same with
-// ".removing", being removed) outlives its process only if that process died mid-way. It
-// is abandoned when the pid in its name is gone and it is older than a minute (creating
-// or removing one takes far less; the age keeps a process of another pid namespace safe).
+// ".removing", being removed) outlives its process only if that process died mid-way. Its
+// lock is held from just after the folder is made until it is gone, so one whose lock file
+// is free and in view (IsStale) is abandoned, once the file is a few seconds old: younger,
+// its owner may be between creating the file and locking it. Without a lock file (died in
+// that instant, or mid-way through the removal) it is abandoned when the pid in its name is
+// gone and it is older than a minute (the age keeps a process of another pid namespace safe).
 bool IsAbandonedHidden(const fs::path& folder, const std::string& name) {
+  struct stat lock {};
+  if (stat((folder / kLockName).c_str(), &lock) == 0)
+    return time(nullptr) - lock.st_mtime > 5 && IsStale(folder);
   const size_t p = name.find("-p", 1 + std::char_traits<char>::length(kPrefix));
   if (p == std::string::npos) return false;
   const long pid = std::strtol(name.c_str() + p + 2, nullptr, 10);

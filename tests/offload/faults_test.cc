@@ -5,6 +5,8 @@
 
 #include <mutex>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "offload/test_util.h"
@@ -293,6 +296,40 @@ TEST(Faults, AFolderRemovedWhileASiblingScansIsNeverTakenForStale) {
   stop = true;
   for (auto& t : closers) t.join();
   EXPECT_EQ(stale, 0) << "of " << scans << " scans while " << closed << " tiers closed; first: " << first;
+}
+
+// Killed after its hidden folder's lock file was made (mid-creation, or mid-removal): the
+// free lock says so at once, whatever the pid, once the file is a few seconds old. A held
+// lock, or a lock file just made (its owner may be about to lock it), is left alone.
+TEST(Faults, HiddenFolderWhoseLockIsFreeIsReportedAtOnce) {
+  TempDir dir;
+  auto make = [&](const std::string& leaf, int age_s) {
+    const auto p = std::filesystem::path(dir.path()) / leaf;
+    std::filesystem::create_directory(p);
+    std::ofstream(p / "owner.lock").flush();
+    std::ofstream(p / "swap.bin") << std::string(4096, 'x');
+    std::filesystem::last_write_time(p / "owner.lock",
+                                     std::filesystem::file_time_type::clock::now() - std::chrono::seconds(age_s));
+    return p;
+  };
+  // The pid in each name is this process's: alive, so only the lock can tell.
+  const auto creating = make(fmt::format(".strata-swap-r0-p{}-0badf00d", getpid()), 30);
+  const auto removing = make(fmt::format(".strata-swap-r1-p{}-0badf00d.removing", getpid()), 30);
+  const auto just_made = make(fmt::format(".strata-swap-r2-p{}-0badf00d", getpid()), 0);
+  const auto held = make(fmt::format(".strata-swap-r3-p{}-0badf00d", getpid()), 30);
+  const int held_fd = open((held / "owner.lock").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(held_fd, 0);
+  ASSERT_EQ(flock(held_fd, LOCK_EX | LOCK_NB), 0);
+  auto tier = NvmeTier::Open(TierOptions(dir.path()));
+  close(held_fd);
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  std::set<std::string> reported;
+  for (const auto& s : (*tier)->stale_folders()) reported.insert(s.path);
+  EXPECT_EQ(reported, (std::set<std::string>{creating.string(), removing.string()}));
+  EXPECT_FALSE(std::filesystem::exists(creating));
+  EXPECT_FALSE(std::filesystem::exists(removing));
+  EXPECT_TRUE(std::filesystem::exists(just_made));
+  EXPECT_TRUE(std::filesystem::exists(held));
 }
 
 }  // namespace
