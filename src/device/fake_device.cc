@@ -53,16 +53,16 @@ class FakeAsyncDevice final : public ComputeDevice {
     const bool aliased = static_cast<const std::byte*>(shard) >= static_cast<std::byte*>(full) &&
                          static_cast<const std::byte*>(shard) < static_cast<std::byte*>(full) + n;
     return coll_.Submit({after, aliased ? nullptr : Poisoner(full, n),
-                         [=] { return comm_->AllGather(shard, full, count, dtype); }, "all-gather", n, {}});
+                         [=, this] { return comm_->AllGather(shard, full, count, dtype); }, "all-gather", n, {}});
   }
   Event ReduceScatter(const void* full, void* shard, size_t count, DType dtype, ReduceOp op,
                             const EventList& after) override {
     const size_t n = count * DTypeSize(dtype);
     return coll_.Submit({after, Poisoner(shard, n),
-                         [=] { return comm_->ReduceScatter(full, shard, count, dtype, op); }, "reduce-scatter", n, {}});
+                         [=, this] { return comm_->ReduceScatter(full, shard, count, dtype, op); }, "reduce-scatter", n, {}});
   }
   Event AllReduce(void* data, size_t count, DType dtype, ReduceOp op, const EventList& after) override {
-    return coll_.Submit({after, nullptr, [=] { return comm_->AllReduce(data, count, dtype, op); }, "all-reduce",
+    return coll_.Submit({after, nullptr, [=, this] { return comm_->AllReduce(data, count, dtype, op); }, "all-reduce",
                          count * DTypeSize(dtype), {}});
   }
   Status ComputeAfter(const Event& e) override { return e.Wait(); }
