@@ -1,16 +1,16 @@
 // The Python side of the Hugging Face interop tests (tests/hf/hf_models.py run by
 // STRATA_PYTHON), shared by hf_test.cc, generate_hf_test.cc and hf_lora_test.cc: one call of the
 // script, and fixture bases that skip, with the reason, where transformers (or peft) is not
-// installed; with STRATA_REQUIRE_PEERS=1 (scripts/test.sh, so CI) they fail instead, so that
-// a comparison that did not run is never taken for one that passed.
+// installed, or fail where the peers are required (support/peers.h).
 #pragma once
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
+
+#include "support/peers.h"
 
 namespace strata::testing {
 
@@ -29,36 +29,24 @@ inline int RunHfModels(const std::string& args, std::string* out = nullptr) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-// Where the peers are required (STRATA_REQUIRE_PEERS=1), a missing one fails the test.
-inline void PeersMissing(const std::string& why) {
-  const char* required = std::getenv("STRATA_REQUIRE_PEERS");
-  if (required && std::string(required) == "1") {
-    GTEST_FAIL() << why << " (STRATA_REQUIRE_PEERS=1)";
-  } else {
-    GTEST_SKIP() << why;
-  }
+// Skips, or fails where the peers are required, unless `hf_models.py check EXTRA` succeeds.
+inline void RequireHfPeers(const std::string& extra, const std::string& what) {
+  std::string out;
+  if (RunHfModels("check" + extra, &out) != 0)
+    PeersMissing(std::string("Python peers not installed (") + STRATA_PYTHON + " cannot import " + what +
+                 "; run scripts/setup_hf.sh): " + out);
 }
 
 // A test parametrised by architecture name that needs torch + transformers + safetensors.
 class HfPeersTest : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override {
-    std::string out;
-    if (RunHfModels("check", &out) != 0)
-      PeersMissing(std::string("Python peers not installed (") + STRATA_PYTHON +
-                   " cannot import torch + transformers + safetensors; run scripts/setup_hf.sh): " + out);
-  }
+  void SetUp() override { RequireHfPeers("", "torch + transformers + safetensors"); }
 };
 
 // The same, for tests that also need peft (the LoRA adapter exports).
 class HfPeftTest : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override {
-    std::string out;
-    if (RunHfModels("check peft", &out) != 0)
-      PeersMissing(std::string("Python peers not installed (") + STRATA_PYTHON +
-                   " cannot import torch + transformers + safetensors + peft; run scripts/setup_hf.sh): " + out);
-  }
+  void SetUp() override { RequireHfPeers(" peft", "torch + transformers + safetensors + peft"); }
 };
 
 }  // namespace strata::testing
