@@ -14,10 +14,7 @@
 namespace strata {
 namespace {
 
-// LoRA's parameters ("self_attn.q_proj.lora_A"): trainable, never in a base model's files.
-bool IsAdapterName(const std::string& name) {
-  return name.ends_with(".lora_A") || name.ends_with(".lora_B");
-}
+using model::IsAdapterName;
 
 Tier TierOf(Residence r) { return r == Residence::kNvme ? Tier::kNvme : Tier::kCpu; }
 

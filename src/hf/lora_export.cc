@@ -117,8 +117,6 @@ StatusOr<ExportReport> Peft(const std::string& checkpoint, const std::string& ou
 
 }  // namespace
 
-bool IsAdapterName(const std::string& name) { return name.ends_with(".lora_A") || name.ends_with(".lora_B"); }
-
 Status MergeAdapters(const nlohmann::json& params, double scale, const std::string& where, FlatBlock* flat) {
   std::map<std::string, const nlohmann::json*> by_name;
   for (const nlohmann::json& p : params) by_name[p.at("name").get<std::string>()] = &p;

@@ -14,12 +14,12 @@
 
 #include "src/hf/consolidate.h"
 #include "src/hf/export.h"
+#include "src/model/model_config.h"
 #include "strata/status.h"
 
 namespace strata::ckpt {
 
-// "self_attn.q_proj.lora_A", "mlp.down_proj.lora_B", ...
-bool IsAdapterName(const std::string& name);
+using model::IsAdapterName;
 
 // For every projection X of a layer block's layout `params` that has adapters:
 // X.weight += scale * X.lora_B @ X.lora_A in `flat` (fp32; each element's delta is summed over

@@ -155,6 +155,8 @@ Status Validate(const ModelConfig& c) {
   return Status::Ok();
 }
 
+bool IsAdapterName(const std::string& name) { return name.ends_with(".lora_A") || name.ends_with(".lora_B"); }
+
 int64_t HeadDim(const ModelConfig& c) { return c.head_dim > 0 ? c.head_dim : c.d_model / c.n_head; }
 
 int64_t MaxPositions(const ModelConfig& c) { return c.max_positions > 0 ? c.max_positions : c.seq_len; }

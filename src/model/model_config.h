@@ -73,6 +73,10 @@ struct ModelConfig {
   LoraConfig lora;              // adapters (strata.lora); off by default
 };
 
+// LoRA's parameters ("self_attn.q_proj.lora_A", "mlp.down_proj.lora_B"): trainable, never in
+// a base model's files.
+bool IsAdapterName(const std::string& name);
+
 // Per-head width: head_dim, or d_model / n_head when it is 0.
 int64_t HeadDim(const ModelConfig& config);
 // Rows of the position table (GPT-2) / the longest sequence the model was made for.

@@ -43,8 +43,6 @@ TrainConfig LoraFrom(const std::string& folder, const std::string& nvme) {
   return *c;
 }
 
-bool IsAdapter(const std::string& name) { return name.ends_with(".lora_A") || name.ends_with(".lora_B"); }
-
 TEST_P(PeftVsStrata, AdapterAndMergedFolderGiveStrataLogits) {
   testing::TempDir dir;
   const std::string hf = dir.path() + "/" + GetParam();
@@ -80,12 +78,12 @@ TEST_P(PeftVsStrata, AdapterAndMergedFolderGiveStrataLogits) {
       std::vector<std::pair<std::string, torch::Tensor>> base;
       std::map<std::string, torch::Tensor> adapters;
       for (const auto& item : full.blocks()[b]->named_parameters(true)) {
-        if (IsAdapter(item.key())) adapters[item.key()] = item.value().detach();
+        if (model::IsAdapterName(item.key())) adapters[item.key()] = item.value().detach();
         else base.push_back({item.key(), item.value().detach()});
       }
       ASSERT_TRUE((*w)->FillBlock(static_cast<int>(b), base).ok());
       for (const auto& [name, value] : master[b])
-        if (IsAdapter(name)) adapters.at(name).copy_(value);
+        if (model::IsAdapterName(name)) adapters.at(name).copy_(value);
     }
   }
   auto ref = ckpt::SafetensorsFile::Open(hf + "/reference.safetensors");

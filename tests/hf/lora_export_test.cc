@@ -100,8 +100,6 @@ std::string HfName(int b, int n_layer, const std::string& name) {
   return "model.layers." + std::to_string(b - 1) + "." + name;
 }
 
-bool IsAdapter(const std::string& name) { return name.ends_with(".lora_A") || name.ends_with(".lora_B"); }
-
 // Whether any rank file of the checkpoint holds a split-off trainable end ("block<b>.adapter").
 bool HasAdapterTensor(const std::string& ck) {
   auto step = ckpt::ResolveStepDir(ck);
@@ -156,7 +154,7 @@ TEST(LoraExport, PeftAdapterIsTheMastersAndMergedIsBasePlusScaledProduct) {
     int matched = 0;
     for (size_t b = 0; b < master.size(); ++b)
       for (const auto& [name, value] : master[b]) {
-        if (!IsAdapter(name)) continue;
+        if (!model::IsAdapterName(name)) continue;
         const std::string peft_name = "base_model.model." + HfName(b, cfg.model.n_layer, name) + ".weight";
         auto it = adapters.find(peft_name);
         ASSERT_TRUE(it != adapters.end()) << peft_name << " missing";

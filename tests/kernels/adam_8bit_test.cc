@@ -10,6 +10,7 @@
 
 #include "strata/cpu_adam.h"
 #include "kernels/forced_isa_test.h"
+#include "kernels/kernel_test_util.h"
 #include "strata/isa.h"
 
 namespace strata {
@@ -119,7 +120,7 @@ struct State8Bit {
   std::vector<uint8_t> m, v;
 };
 
-AdamHyperParams StepFive() { return {.lr = 1e-2, .weight_decay = 0.1, .step = 5}; }
+using kernel_test::StepFive;
 
 // The update is, bitwise: the moments decoded, a v that decoded to 0 replaced by m^2, the
 // fp32 update of the same ISA, m and v encoded with the bits EncodeMoment8Bit takes; for

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -12,33 +11,31 @@
 #include "strata/cast.h"
 #include "strata/cpu_adam.h"
 #include "kernels/forced_isa_test.h"
+#include "kernels/kernel_test_util.h"
 #include "strata/isa.h"
 
 namespace strata {
 namespace {
 
-float Bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using kernel_test::FloatFromBits;
+using kernel_test::StepFive;
 
 TEST(StochasticRounding, AddsTheRandomLowHalfAndTruncates) {
-  const float quarter = Bits(0x3f804000);  // 1 + 2^-9: a quarter of a bf16 ulp above 1
+  const float quarter = FloatFromBits(0x3f804000);  // 1 + 2^-9: a quarter of a bf16 ulp above 1
   EXPECT_EQ(Fp32ToBf16Stochastic(quarter, 0), 0x3f80);
   EXPECT_EQ(Fp32ToBf16Stochastic(quarter, 0xbfff), 0x3f80);
   EXPECT_EQ(Fp32ToBf16Stochastic(quarter, 0xc000), 0x3f81);  // up for a quarter of the values
   EXPECT_EQ(Fp32ToBf16Stochastic(quarter, 0xffffc000), 0x3f81);  // only the low 16 bits count
   EXPECT_EQ(Fp32ToBf16Stochastic(-quarter, 0xc000), 0xbf81);  // away from zero, as for +x
-  EXPECT_EQ(Fp32ToBf16Stochastic(Bits(0x3fffffff), 1), 0x4000);  // the carry moves to the next binade
+  EXPECT_EQ(Fp32ToBf16Stochastic(FloatFromBits(0x3fffffff), 1), 0x4000);  // the carry moves to the next binade
   for (uint32_t r : {0u, 0x8000u, 0xffffu}) {
     EXPECT_EQ(Fp32ToBf16Stochastic(1.0f, r), 0x3f80);  // representable: unchanged
     EXPECT_EQ(Fp32ToBf16Stochastic(0.0f, r), 0x0000);
     EXPECT_EQ(Fp32ToBf16Stochastic(-0.0f, r), 0x8000);
     EXPECT_EQ(Fp32ToBf16Stochastic(INFINITY, r), 0x7f80);
     EXPECT_EQ(Fp32ToBf16Stochastic(-INFINITY, r), 0xff80);
-    EXPECT_TRUE(std::isnan(Bf16ToFp32(Fp32ToBf16Stochastic(Bits(0x7fffffff), r))));  // no carry into the sign
-    EXPECT_TRUE(std::isnan(Bf16ToFp32(Fp32ToBf16Stochastic(Bits(0x7f800001), r))));  // nor to Inf
+    EXPECT_TRUE(std::isnan(Bf16ToFp32(Fp32ToBf16Stochastic(FloatFromBits(0x7fffffff), r))));  // no carry into the sign
+    EXPECT_TRUE(std::isnan(Bf16ToFp32(Fp32ToBf16Stochastic(FloatFromBits(0x7f800001), r))));  // nor to Inf
   }
 }
 
@@ -58,8 +55,9 @@ double MeanOfRoundings(float x, uint64_t seed, bool high, int k) {
 TEST(StochasticRounding, IsUnbiasedForEitherSignAndSubnormals) {
   const int k = 1 << 16;
   std::mt19937 rng(3);
-  std::vector<float> xs = {Bits(0x3f804000), Bits(0x3f80c123), -Bits(0x3f80c123), Bits(0x00012345),
-                           -Bits(0x00012345), 1e-4f, 3.3e-9f};
+  std::vector<float> xs = {FloatFromBits(0x3f804000),  FloatFromBits(0x3f80c123), -FloatFromBits(0x3f80c123),
+                           FloatFromBits(0x00012345),  -FloatFromBits(0x00012345), 1e-4f,
+                           3.3e-9f};
   for (int i = 0; i < 8; ++i) xs.push_back(std::ldexp(std::uniform_real_distribution<float>(1, 2)(rng), -i * 9));
   for (float x : xs) {
     // One bf16 ulp at x: the distance between the two values it rounds to.
@@ -125,8 +123,6 @@ struct Bf16State {
   std::vector<float> p, g;
   std::vector<uint16_t> m, v, half;
 };
-
-AdamHyperParams StepFive() { return {.lr = 1e-2, .weight_decay = 0.1, .step = 5}; }
 
 // What a bf16-moment update of all of `s` must leave (the state after it, arrays as laid out
 // in `s`): the fp32 update of the decoded moments by the same ISA (p and the half copy

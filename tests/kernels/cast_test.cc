@@ -5,28 +5,24 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 
 #include "strata/isa.h"
+#include "kernels/kernel_test_util.h"
 
 namespace strata {
 namespace {
 
-float Bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using kernel_test::FloatFromBits;
 
 TEST(Cast, Bf16RoundsToNearestEven) {
   EXPECT_EQ(Fp32ToBf16(1.0f), 0x3f80);
-  EXPECT_EQ(Fp32ToBf16(Bits(0x3f808000)), 0x3f80);  // tie, even stays
-  EXPECT_EQ(Fp32ToBf16(Bits(0x3f818000)), 0x3f82);  // tie, odd rounds up
-  EXPECT_EQ(Fp32ToBf16(Bits(0x3f808001)), 0x3f81);
+  EXPECT_EQ(Fp32ToBf16(FloatFromBits(0x3f808000)), 0x3f80);  // tie, even stays
+  EXPECT_EQ(Fp32ToBf16(FloatFromBits(0x3f818000)), 0x3f82);  // tie, odd rounds up
+  EXPECT_EQ(Fp32ToBf16(FloatFromBits(0x3f808001)), 0x3f81);
   EXPECT_TRUE(std::isnan(Bf16ToFp32(Fp32ToBf16(std::numeric_limits<float>::quiet_NaN()))));
-  EXPECT_TRUE(std::isnan(Bf16ToFp32(Fp32ToBf16(Bits(0x7f800001)))));  // signalling NaN stays NaN
+  EXPECT_TRUE(std::isnan(Bf16ToFp32(Fp32ToBf16(FloatFromBits(0x7f800001)))));  // signalling NaN stays NaN
   EXPECT_EQ(Bf16ToFp32(Fp32ToBf16(INFINITY)), INFINITY);
 }
 

@@ -149,7 +149,7 @@ TEST(HfConfig, SizesBeyondTheLimitsAreRefusedAsInStrataModel) {
 // writer), deep nesting is an error naming the byte (a recursive copy or dump of it would
 // overflow the stack later, in export or generate).
 TEST(HfConfig, FolderFilesThatCannotBeReadSafelyAreRefused) {
-  testing::TempDir dir;
+  strata::testing::TempDir dir;
   const std::string folder = dir.path() + "/model";
   std::filesystem::create_directories(folder);
   ASSERT_EQ(::mkfifo((folder + "/config.json").c_str(), 0600), 0);

@@ -16,18 +16,14 @@ namespace strata::model {
 namespace {
 
 // Seed 11: these checks were tuned on that init.
-ModelConfig Tiny(Arch arch) { return testing::Tiny(arch, /*tie=*/true, /*seed=*/11); }
-
-torch::Tensor Tokens(int64_t B, int64_t T, int64_t V, uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  return torch::randint(V, {B, T}, gen, torch::kInt64);
-}
+ModelConfig TinyTuned(Arch arch) { return testing::Tiny(arch, /*tie=*/true, /*seed=*/11); }
+using testing::Tokens;
 
 double MaxAbs(const torch::Tensor& t) { return t.abs().max().item<double>(); }
 
 TEST(ModelNumericsTest, FutureTokensDoNotChangeEarlierLogits) {
   for (Arch arch : {Arch::kGpt2, Arch::kLlama}) {
-    FullModel model{ModelSpec(Tiny(arch))};
+    FullModel model{ModelSpec(TinyTuned(arch))};
     torch::NoGradGuard no_grad;
     torch::Tensor tokens = Tokens(2, 16, 64, 1);
     torch::Tensor changed = tokens.clone();
@@ -43,7 +39,7 @@ TEST(ModelNumericsTest, FutureTokensDoNotChangeEarlierLogits) {
 // within 3% of their largest value; fp16 (11 bits) to within 0.5%.
 TEST(ModelNumericsTest, HalfPrecisionForwardMatchesFp32) {
   for (Arch arch : {Arch::kGpt2, Arch::kLlama}) {
-    ModelConfig c = Tiny(arch);
+    ModelConfig c = TinyTuned(arch);
     c.init_std = 0.1;  // logits well above rounding noise
     ModelSpec spec(c);
     torch::NoGradGuard no_grad;
@@ -65,7 +61,7 @@ TEST(ModelNumericsTest, HalfPrecisionForwardMatchesFp32) {
 // GQA with 2 kv heads equals full multi-head attention whose k/v heads repeat each kv
 // head for its group of query heads.
 TEST(ModelNumericsTest, GroupedQueryAttentionEqualsRepeatedKvHeads) {
-  ModelConfig gqa = Tiny(Arch::kLlama), mha = gqa;
+  ModelConfig gqa = TinyTuned(Arch::kLlama), mha = gqa;
   gqa.n_kv_head = 2;
   mha.n_kv_head = 0;
   auto grouped = MakeBlock(ModelSpec(gqa), 1), full = MakeBlock(ModelSpec(mha), 1);
@@ -112,7 +108,7 @@ TEST(RopeTest, ScoresDependOnRelativePositionOnly) {
 
 TEST(ModelNumericsTest, ForwardAndBackwardAreBitwiseDeterministic) {
   for (Arch arch : {Arch::kGpt2, Arch::kLlama}) {
-    ModelSpec spec(Tiny(arch));
+    ModelSpec spec(TinyTuned(arch));
     torch::Tensor tokens = Tokens(4, 16, 64, 5);
     std::vector<torch::Tensor> grads[2];
     for (auto& g : grads) {

@@ -12,6 +12,7 @@ namespace strata::model {
 namespace {
 
 using testing::Tiny;
+using testing::Tokens;
 
 std::vector<std::string> Names(const torch::nn::Module& m) {
   std::vector<std::string> names;
@@ -23,11 +24,6 @@ int64_t Numel(const torch::nn::Module& m) {
   int64_t n = 0;
   for (const auto& p : m.parameters()) n += p.numel();
   return n;
-}
-
-torch::Tensor Tokens(int64_t B, int64_t T, int64_t V, uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  return torch::randint(V, {B, T}, gen, torch::kInt64);
 }
 
 TEST(ModelConfigTest, ValidateNamesTheField) {

@@ -1,5 +1,7 @@
-// The small model config the model tests share.
+// The small model config and token batches the model tests share.
 #pragma once
+
+#include <ATen/CPUGeneratorImpl.h>
 
 #include "src/model/model.h"
 
@@ -17,6 +19,12 @@ inline ModelConfig Tiny(Arch arch, bool tie = true, uint64_t seed = 7) {
   c.tie_embeddings = tie;
   c.seed = seed;
   return c;
+}
+
+// A [B, T] batch of token ids below V, the same for the same seed.
+inline torch::Tensor Tokens(int64_t B, int64_t T, int64_t V, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return torch::randint(V, {B, T}, gen, torch::kInt64);
 }
 
 }  // namespace strata::model::testing
