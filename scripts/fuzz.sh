@@ -18,20 +18,36 @@ if [ ! -f build-fuzz/build.ninja ]; then
 fi
 cmake --build build-fuzz -j "${STRATA_JOBS:-$(nproc)}" --target "${targets[@]}"
 mkdir -p build-fuzz/crashes
-status=0
-for t in "${targets[@]}"; do
-  corpus=tests/fuzz/corpus/${t#fuzz_}
-  scratch=build-fuzz/scratch/$t
-  mkdir -p "$scratch"
-  echo "== $t: replaying $corpus, then ${secs}s of fuzzing =="
+# One target: replay its corpus, then fuzz; the outcome goes to build-fuzz/<target>.result,
+# and build-fuzz/<target>.failed marks a failure.
+fuzz_one() {
+  local t=$1 corpus=tests/fuzz/corpus/${1#fuzz_} scratch=build-fuzz/scratch/$1
+  mkdir -p "$scratch"; rm -f build-fuzz/$t.failed build-fuzz/$t.result
   if ! build-fuzz/tests/fuzz/$t -runs=0 "$corpus" >build-fuzz/$t.replay.log 2>&1; then
-    tail -30 build-fuzz/$t.replay.log; status=1; continue
+    { echo "== $t: replaying $corpus FAILED =="; tail -30 build-fuzz/$t.replay.log; } >build-fuzz/$t.result
+    touch build-fuzz/$t.failed; return
   fi
   if build-fuzz/tests/fuzz/$t -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
        -artifact_prefix=build-fuzz/crashes/$t- "$scratch" "$corpus" >build-fuzz/$t.log 2>&1; then
-    grep -E "stat::number_of_executed_units|stat::peak_rss_mb" build-fuzz/$t.log | tr '\n' ' '; echo
+    { echo "== $t: replayed $corpus, then ${secs}s of fuzzing =="
+      { grep -E "stat::number_of_executed_units|stat::peak_rss_mb" build-fuzz/$t.log || true; } | tr '\n' ' '; echo; } \
+      >build-fuzz/$t.result
   else
-    tail -40 build-fuzz/$t.log; status=1
+    { echo "== $t: CRASHED (input in build-fuzz/crashes/) =="; tail -40 build-fuzz/$t.log; } >build-fuzz/$t.result
+    touch build-fuzz/$t.failed
   fi
+}
+# Each target is one process on one core: run as many at once as there are cores.
+parallel=${STRATA_JOBS:-$(nproc)}
+echo "== fuzzing ${#targets[@]} targets, ${secs}s each, $parallel at a time =="
+for t in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n || true; done
+  fuzz_one "$t" &
+done
+wait
+status=0
+for t in "${targets[@]}"; do
+  cat "build-fuzz/$t.result" 2>/dev/null || { echo "== $t: no result =="; status=1; }
+  [ ! -e "build-fuzz/$t.failed" ] || status=1
 done
 exit $status

@@ -80,8 +80,10 @@ else
   cmake --build build -j "$jobs" --target strata
 fi
 if [ $want_asan = 1 ]; then
+  # Unoptimised, with line tables only: the sanitizers catch the same faults and name the same
+  # lines, and the suites compile in a quarter of -O2 -g's time.
   configure build-asan -DSTRATA_SANITIZE=ON -DSTRATA_WITH_TORCH=OFF -DSTRATA_CUDA_COMPILE=OFF \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG=-g1 -DCMAKE_CXX_FLAGS_DEBUG=-g1
   log "building build-asan/ (base, store, kernel and bench-report tests)"
   cmake --build build-asan -j "$jobs" --target base_tests offload_tests kernels_tests bench_tests
 fi

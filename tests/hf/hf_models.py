@@ -1,7 +1,7 @@
 """Hugging Face transformers side of the checkpoint tests (no network: random init).
 
   hf_models.py check [peft]          exit 0 when torch + transformers + safetensors (and peft)
-                                     import
+                                     are installed
   hf_models.py make ARCH DIR         a small randomly initialised model of ARCH (gpt2, llama,
                                      mistral, qwen2, qwen3) saved with save_pretrained into
                                      DIR in at least 3 shards (model.safetensors.index.json),
@@ -160,14 +160,17 @@ def main():
         logging.disable_progress_bar()
     cmd = sys.argv[1]
     if cmd == "check":
-        import safetensors  # noqa: F401  (the cheap imports first: a missing peer fails fast)
-        import transformers
-        import torch  # noqa: F401
-        if sys.argv[2:] == ["peft"]:
-            import peft
-            print(f"ok transformers {transformers.__version__} peft {peft.__version__}")
-        else:
-            print(f"ok transformers {transformers.__version__}")
+        # Installed, found without importing them (an import of torch + transformers takes
+        # seconds, and every test asks): a peer that is present but broken fails the test's
+        # own call instead, with its error.
+        import importlib.metadata as metadata
+        import importlib.util as util
+        wanted = ["safetensors", "transformers", "torch"] + (["peft"] if sys.argv[2:] == ["peft"] else [])
+        missing = [name for name in wanted if util.find_spec(name) is None]
+        if missing:
+            print(f"cannot find {', '.join(missing)}")
+            sys.exit(1)
+        print("ok " + " ".join(f"{name} {metadata.version(name)}" for name in wanted))
     elif cmd == "make":
         make(sys.argv[2], sys.argv[3])
     elif cmd == "logits":
