@@ -13,7 +13,8 @@
 #include "strata/log.h"
 
 #if STRATA_HAVE_TORCH
-#include <torch/torch.h>
+#include <torch/optim/adamw.h>
+#include <torch/version.h>
 #endif
 
 #ifndef STRATA_SOURCE_DIR

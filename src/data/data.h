@@ -6,7 +6,7 @@
 // (loss_mask.h) travels with the batches: which target positions the loss counts.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <memory>

@@ -25,7 +25,7 @@
 // its own stream; STRATA_CUDA builds only).
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <atomic>
 #include <condition_variable>

@@ -1,6 +1,8 @@
 // Opening strata.device: the host, the fake asynchronous device, or a GPU with NCCL.
 #include "src/device/compute_device.h"
 
+#include <torch/cuda.h>
+
 #if STRATA_CUDA_BUILD
 #include "strata/cuda/cuda.h"
 #endif

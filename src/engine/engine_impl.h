@@ -9,7 +9,8 @@
 //                 speculation backups)
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <array>
 #include <deque>

@@ -11,7 +11,7 @@
 // naming the tensor and the file that holds it.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <map>
 #include <memory>

@@ -4,7 +4,7 @@
 #pragma once
 
 #include <ATen/core/Generator.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <functional>

@@ -19,7 +19,8 @@
 #pragma once
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <cstdint>

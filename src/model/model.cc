@@ -1,5 +1,7 @@
 // The block factory, the loss, and FullModel, the reference that composes all blocks into
 // one module. The arithmetic of blocks is in model_config.cc.
+#include <torch/nn/functional/loss.h>
+
 #include <optional>
 #include <string>
 

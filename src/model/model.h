@@ -6,7 +6,8 @@
 // initial weights.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
 
 #include <memory>
 #include <vector>

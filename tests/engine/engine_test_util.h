@@ -7,7 +7,8 @@
 #include <map>
 #include <thread>
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "src/data/data.h"
 #include "src/device/compute_device.h"

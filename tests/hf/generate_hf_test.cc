@@ -38,8 +38,8 @@ TEST_P(GenerateVsTransformers, GreedyTwentyTokensEqualTransformersGenerate) {
   testing::TempDir dir;
   const std::string hf = dir.path() + "/" + GetParam();
   std::string want;
-  ASSERT_EQ(testing::RunHfModels("make " + GetParam() + " " + hf, &want), 0) << want;
-  ASSERT_EQ(testing::RunHfModels("generate " + hf + " 20 " + kPrompt, &want), 0) << want;
+  ASSERT_EQ(testing::RunHfModels("make " + GetParam() + " " + hf + " + generate " + hf + " 20 " + kPrompt, &want), 0)
+      << want;
   want = want.substr(want.rfind('\n', want.size() - 2) + 1);  // the last line: the ids
   while (!want.empty() && want.back() == '\n') want.pop_back();
   testing::CliRun r = testing::RunStrata("generate --model " + hf + " --prompt-tokens \"" + kPrompt +
@@ -60,10 +60,11 @@ TEST_P(GenerateVsTransformers, GreedyTwentyTokensEqualTransformersGenerate) {
     through_eos += (through_eos.empty() ? "" : " ") + id;
     if (id == eos) break;
   }
-  std::string out;
-  ASSERT_EQ(testing::RunHfModels("set-eos " + hf + " " + eos, &out), 0) << out;
   std::string want_eos;
-  ASSERT_EQ(testing::RunHfModels("generate " + hf + " 20 --stop-at-eos " + kPrompt, &want_eos), 0) << want_eos;
+  ASSERT_EQ(testing::RunHfModels("set-eos " + hf + " " + eos + " + generate " + hf + " 20 --stop-at-eos " + kPrompt,
+                                 &want_eos),
+            0)
+      << want_eos;
   want_eos = want_eos.substr(want_eos.rfind('\n', want_eos.size() - 2) + 1);
   while (!want_eos.empty() && want_eos.back() == '\n') want_eos.pop_back();
   EXPECT_EQ(want_eos, through_eos) << "transformers, eos " << eos;

@@ -14,6 +14,7 @@
                                      .safetensors file (read with DIR's config.json)
   hf_models.py generate DIR N IDS... transformers' greedy generate (do_sample=False) of N new
                                      tokens after the prompt IDS; prints the new ids
+  hf_models.py CMD ARGS + CMD ARGS   several commands in one interpreter, in order
   hf_models.py peft DIR ADAPTER LOGITS MERGED
                                      LoRA: DIR's model with the PEFT adapter folder ADAPTER
                                      (PeftModel.from_pretrained) against LOGITS (a .safetensors
@@ -153,34 +154,54 @@ def peft_logits(d, adapter, strata_logits, merged):
     sys.exit(0 if vs_strata <= TOLERANCE and vs_merged <= TOLERANCE and moved > 100 * TOLERANCE else 1)
 
 
-def main():
-    ensure_library_path()
-    if sys.argv[1] != "check":
+def check(args):
+    """Installed, found without importing them (an import of torch + transformers takes
+    seconds, and every test asks): a peer that is present but broken fails the test's own
+    call instead, with its error."""
+    import importlib.metadata as metadata
+    import importlib.util as util
+    wanted = ["safetensors", "transformers", "torch"] + (["peft"] if args == ["peft"] else [])
+    missing = [name for name in wanted if util.find_spec(name) is None]
+    if missing:
+        print(f"cannot find {', '.join(missing)}")
+        sys.exit(1)
+    print("ok " + " ".join(f"{name} {metadata.version(name)}" for name in wanted))
+
+
+def run(cmd, args):
+    if cmd in ("make", "logits", "generate", "peft"):
         from transformers.utils import logging
         logging.disable_progress_bar()
-    cmd = sys.argv[1]
     if cmd == "check":
-        # Installed, found without importing them (an import of torch + transformers takes
-        # seconds, and every test asks): a peer that is present but broken fails the test's
-        # own call instead, with its error.
-        import importlib.metadata as metadata
-        import importlib.util as util
-        wanted = ["safetensors", "transformers", "torch"] + (["peft"] if sys.argv[2:] == ["peft"] else [])
-        missing = [name for name in wanted if util.find_spec(name) is None]
-        if missing:
-            print(f"cannot find {', '.join(missing)}")
-            sys.exit(1)
-        print("ok " + " ".join(f"{name} {metadata.version(name)}" for name in wanted))
+        check(args)
     elif cmd == "make":
-        make(sys.argv[2], sys.argv[3])
+        make(args[0], args[1])
     elif cmd == "logits":
-        logits(sys.argv[2], sys.argv[3])
+        logits(args[0], args[1])
     elif cmd == "generate":
-        generate(sys.argv[2], int(sys.argv[3]), sys.argv[4:])
+        generate(args[0], int(args[1]), args[2:])
     elif cmd == "set-eos":
-        set_eos(sys.argv[2], sys.argv[3])
+        set_eos(args[0], args[1])
     elif cmd == "peft":
-        peft_logits(*sys.argv[2:6])
+        peft_logits(*args[0:4])
+    else:
+        sys.exit(f"hf_models.py: unknown command {cmd!r}")
+
+
+def main():
+    ensure_library_path()
+    # Commands joined by "+" run in this one interpreter, in order: torch and transformers
+    # are imported once.
+    commands, current = [], []
+    for word in sys.argv[1:] + ["+"]:
+        if word == "+":
+            commands.append(current)
+            current = []
+        else:
+            current.append(word)
+    for command in commands:
+        run(command[0], command[1:])
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":

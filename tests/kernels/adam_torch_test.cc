@@ -1,7 +1,8 @@
 // 100 AdamW steps of Strata's CPU kernel against LibTorch's torch::optim::AdamW on the same
 // parameters and gradients, for every ISA path the CPU has.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/optim/adamw.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <sstream>

@@ -1,6 +1,7 @@
 // Model numerics: causality, dtypes, grouped-query attention, RoPE, determinism, and a
 // short training run on the built-in text whose loss must fall.
 #include <gtest/gtest.h>
+#include <torch/optim/adam.h>
 
 #include <algorithm>
 #include <chrono>
