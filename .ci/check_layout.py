@@ -5,6 +5,7 @@
      include/strata/ headers only the standard library and each other; only files under a
      cuda/ folder include CUDA or NCCL headers; src/ folders include only folders below them
      (base < model, data, comm, device < config < engine < estimate, checkpoint < settle, hf < cli).
+     No file includes <torch/torch.h>: the narrow LibTorch headers are what is precompiled.
   2. Size: no source file under src/, offload/ or kernels/ over 600 lines, no function there
      over 80 lines (bench/ and tests/ excepted).
   3. Owners: in src/, an update mode (strata.optimizer_overlap) is named only by the config
@@ -58,6 +59,8 @@ def check_includes(path, lines, errors):
         where = f"{r}:{n}"
         if not quoted and "/" not in target and CUDA_HEADER.match(target) and "cuda" not in parts[:-1]:
             errors.append(f"{where}: {target} outside a cuda/ folder")
+        if not quoted and target == "torch/torch.h":
+            errors.append(f"{where}: <torch/torch.h> (include the LibTorch headers the file uses; see docs/STYLE.md)")
         if parts[0] == "include" and quoted and not target.startswith("strata/"):
             errors.append(f"{where}: a public header includes \"{target}\" (only strata/... and the standard library)")
         if parts[0] == "kernels" and quoted and target.split("/")[0] in ("offload", "src"):
