@@ -115,6 +115,10 @@ StatusOr<std::unique_ptr<SwapDir>> SwapDir::Create(const std::string& parent, in
   const std::string leaf = fmt::format("{}r{}-p{}-{:08x}", kPrefix, rank, getpid(), rd());
   const std::string staging = (fs::path(parent) / fmt::format(".{}", leaf)).string();
   const std::string path = (fs::path(parent) / leaf).string();
+  // Held from before the folder exists until it is registered: a signal's cleanup
+  // (RemoveThisProcessSwapFolders) waits for it instead of missing a folder that is already
+  // in view but not yet in g_live.
+  std::lock_guard<std::mutex> lock(g_live_mu);
   if (mkdir(staging.c_str(), 0700) != 0) return ErrnoError(errno, "cannot create swap folder '{}'", staging);
   const std::string lock_path = staging + "/" + kLockName;
   int lock_fd = open(lock_path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
@@ -124,7 +128,6 @@ StatusOr<std::unique_ptr<SwapDir>> SwapDir::Create(const std::string& parent, in
     fs::remove_all(staging, ec);
     return s;
   }
-  std::lock_guard<std::mutex> lock(g_live_mu);
   g_live.insert(path);
   return std::unique_ptr<SwapDir>(new SwapDir(path, lock_fd));
 }

@@ -5,7 +5,9 @@
 // no swap folder left behind. Label "slow" (about a minute); CI runs it.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,6 +45,19 @@ std::string LastLine(std::string text) {
   while (!text.empty() && text.back() == '\n') text.pop_back();
   const size_t nl = text.rfind('\n');
   return (nl == std::string::npos ? text : text.substr(nl + 1)).substr(0, 90);
+}
+
+// What a leftover swap folder says about how it was left: its lock file, whether anyone
+// holds it, and its age.
+std::string DescribeSwapFolder(const std::string& path) {
+  const std::string lock = path + "/owner.lock";
+  const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "no owner.lock";
+  const bool free = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  ::close(fd);
+  const auto age = fs::file_time_type::clock::now() - fs::last_write_time(lock);
+  return fmt::format("owner.lock {}, {} s old", free ? "free" : "held",
+                     std::chrono::duration_cast<std::chrono::seconds>(age).count());
 }
 
 struct Child {
@@ -164,7 +179,8 @@ TEST(Chaos, KilledAndResumedRunsEqualTheUninterruptedOneBitwise) {
   ASSERT_EQ(run_to_end("export " + ref + " --out " + a, log), 0) << ReadAll(log);
   ASSERT_EQ(run_to_end("export " + ck + " --out " + b, log), 0) << ReadAll(log);
   EXPECT_TRUE(ReadAll(a) == ReadAll(b)) << "the export after " << kills << " kills differs from the uninterrupted run's";
-  for (const std::string& f : SwapFolders(swap)) ADD_FAILURE() << "swap folder left behind: " << f;
+  for (const std::string& f : SwapFolders(swap))
+    ADD_FAILURE() << "swap folder left behind: " << f << " (" << DescribeSwapFolder(swap + "/" + f) << ")";
 }
 
 }  // namespace
