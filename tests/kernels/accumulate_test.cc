@@ -4,23 +4,19 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "strata/cast.h"
 #include "strata/cpu_adam.h"
+#include "kernels/kernel_test_util.h"
 #include "strata/isa.h"
 
 namespace strata {
 namespace {
 
-uint32_t Bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
+using kernel_test::BitsOfFloat;
 
 std::vector<float> Gradient(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -48,7 +44,7 @@ TEST_P(AccumulateTest, Fp32IsOneFusedMultiplyAdd) {
       const float scale = 0.125f / 3;
       AccumulateGradient(std::span<float>(acc), p, scale, /*overwrite=*/false, {.num_threads = threads});
       for (size_t i = 0; i < n; ++i)
-        ASSERT_EQ(Bits(acc[i]), Bits(std::fma(scale, p[i], start[i + 1]))) << "n " << n << " element " << i;
+        ASSERT_EQ(BitsOfFloat(acc[i]), BitsOfFloat(std::fma(scale, p[i], start[i + 1]))) << "n " << n << " element " << i;
     }
   }
 }
@@ -76,10 +72,10 @@ TEST_P(AccumulateTest, OverwriteIgnoresTheOldContents) {
   AccumulateGradient(std::span<uint16_t>(acc16), part, 0.25f, /*overwrite=*/true);
   AccumulateGradient(std::span<uint16_t>(zeroed16), part, 0.25f, /*overwrite=*/false);
   for (size_t i = 0; i < n; ++i) {
-    ASSERT_EQ(Bits(acc[i]), Bits(zeroed[i])) << i;
+    ASSERT_EQ(BitsOfFloat(acc[i]), BitsOfFloat(zeroed[i])) << i;
     ASSERT_EQ(acc16[i], zeroed16[i]) << i;
   }
-  EXPECT_EQ(Bits(acc[1]), Bits(0.0f));  // 0.25 x -0 + 0
+  EXPECT_EQ(BitsOfFloat(acc[1]), BitsOfFloat(0.0f));  // 0.25 x -0 + 0
 }
 
 // An overflowing micro-batch stays visible to the gradient pass: Inf and NaN pass through.

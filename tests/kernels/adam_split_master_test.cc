@@ -3,35 +3,34 @@
 // against the same step over an fp32 master.
 #include <gtest/gtest.h>
 
-#include <bit>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "strata/cast.h"
 #include "strata/cpu_adam.h"
 #include "kernels/forced_isa_test.h"
+#include "kernels/kernel_test_util.h"
 #include "strata/isa.h"
 
 namespace strata {
 namespace {
 
-uint32_t BitsOf(float f) { return std::bit_cast<uint32_t>(f); }
-float FromBits(uint32_t u) { return std::bit_cast<float>(u); }
+using kernel_test::BitsOfFloat;
+using kernel_test::FloatFromBits;
 
 // The one value the split form cannot hold: a tie (low half 0x8000) under an even high half,
 // which rounds down to that half. It is stored one ulp nearer to zero.
 bool IsEvenTie(uint32_t u) { return (u & 0xffff) == 0x8000 && ((u >> 16) & 1) == 0; }
 
 uint32_t Rebuilt(uint32_t u) {
-  const float p = FromBits(u);
+  const float p = FloatFromBits(u);
   uint16_t w;
   int16_t lo;
   SplitMasterWeights({&p, 1}, {&w, 1}, {&lo, 1});
   EXPECT_EQ(w, Fp32ToBf16(p)) << std::hex << u;  // the working weights are the master's, rounded
   float back;
   JoinMasterWeights({&w, 1}, {&lo, 1}, {&back, 1});
-  return BitsOf(back);
+  return BitsOfFloat(back);
 }
 
 TEST(SplitMaster, RebuildsEveryLowHalfExceptTheEvenTie) {
@@ -45,8 +44,8 @@ TEST(SplitMaster, RebuildsEveryLowHalfExceptTheEvenTie) {
       ASSERT_EQ(Rebuilt(u), want) << std::hex << u;
     }
   }
-  EXPECT_EQ(Rebuilt(BitsOf(INFINITY)), BitsOf(INFINITY));
-  EXPECT_EQ(Rebuilt(BitsOf(-INFINITY)), BitsOf(-INFINITY));
+  EXPECT_EQ(Rebuilt(BitsOfFloat(INFINITY)), BitsOfFloat(INFINITY));
+  EXPECT_EQ(Rebuilt(BitsOfFloat(-INFINITY)), BitsOfFloat(-INFINITY));
   EXPECT_EQ(Rebuilt(0x3f808000u), 0x3f807fffu);  // 1 + half a bf16 ulp: one fp32 ulp lower
   EXPECT_EQ(Rebuilt(0x3f818000u), 0x3f818000u);  // the tie above an odd half rounds up: exact
 }
@@ -62,16 +61,16 @@ TEST_P(SplitMasterIsaTest, RandomPatternsRoundTrip) {
   std::vector<uint16_t> w(n);
   std::vector<int16_t> lo(n);
   for (float& x : p) {
-    do x = FromBits(rng());
+    do x = FloatFromBits(rng());
     while (std::isnan(x));
   }
-  p[3] = INFINITY, p[4] = -0.0f, p[5] = FromBits(0x00008000u), p[6] = FromBits(0x7f7fffffu);
+  p[3] = INFINITY, p[4] = -0.0f, p[5] = FloatFromBits(0x00008000u), p[6] = FloatFromBits(0x7f7fffffu);
   SplitMasterWeights(p, w, lo);
   JoinMasterWeights(w, lo, back);
   for (size_t i = 0; i < n; ++i) {
-    const uint32_t u = BitsOf(p[i]);
+    const uint32_t u = BitsOfFloat(p[i]);
     ASSERT_EQ(w[i], Fp32ToBf16(p[i])) << i << " " << std::hex << u;
-    ASSERT_EQ(BitsOf(back[i]), IsEvenTie(u) ? u - 1 : u) << i << " " << std::hex << u;
+    ASSERT_EQ(BitsOfFloat(back[i]), IsEvenTie(u) ? u - 1 : u) << i << " " << std::hex << u;
   }
   // In place, as creation splits its staging.
   std::vector<float> q = p;
@@ -89,9 +88,9 @@ struct State {
     std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
     for (size_t i = 0; i < n + 8; ++i) {
       p[i] = uni(rng);
-      if (i % 97 == 5) p[i] = FromBits((BitsOf(p[i]) & 0xfffe0000u) | 0x8000u);  // even ties, planted
-      uint32_t u = BitsOf(p[i]);
-      if (IsEvenTie(u)) p[i] = FromBits(u - 1);
+      if (i % 97 == 5) p[i] = FloatFromBits((BitsOfFloat(p[i]) & 0xfffe0000u) | 0x8000u);  // even ties, planted
+      uint32_t u = BitsOfFloat(p[i]);
+      if (IsEvenTie(u)) p[i] = FloatFromBits(u - 1);
       g[i] = 0.05f * uni(rng);
       m[i] = 0.01f * uni(rng);
       v[i] = 1e-4f * std::abs(uni(rng)) + 1e-8f;
@@ -150,9 +149,9 @@ TEST_P(SplitMasterIsaTest, IsTheFp32MasterStepBitwiseButForEvenTies) {
           std::vector<float> rebuilt(n);
           JoinMasterWeights({w.data() + at, n}, {lo.data() + at, n}, rebuilt);
           for (size_t i = 0; i < n; ++i) {
-            const uint32_t u = BitsOf(ref.p[at + i]);
+            const uint32_t u = BitsOfFloat(ref.p[at + i]);
             ASSERT_EQ(w[at + i], half[at + i]) << i;
-            ASSERT_EQ(BitsOf(rebuilt[i]), IsEvenTie(u) ? u - 1 : u) << i;
+            ASSERT_EQ(BitsOfFloat(rebuilt[i]), IsEvenTie(u) ? u - 1 : u) << i;
           }
           ASSERT_EQ(split.m, ref.m);
           ASSERT_EQ(split.v, ref.v);
