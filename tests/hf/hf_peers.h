@@ -33,7 +33,7 @@ inline int RunHfModels(const std::string& args, std::string* out = nullptr) {
 inline void RequireHfPeers(const std::string& extra, const std::string& what) {
   std::string out;
   if (RunHfModels("check" + extra, &out) != 0)
-    PeersMissing(std::string("Python peers not installed (") + STRATA_PYTHON + " cannot import " + what +
+    PeersMissing(std::string("Python peers not installed (") + STRATA_PYTHON + " cannot find " + what +
                  "; run scripts/setup_hf.sh): " + out);
 }
 
