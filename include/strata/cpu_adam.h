@@ -199,6 +199,12 @@ void AccumulateGradient(std::span<float> acc, std::span<const float> part, float
                         const AdamOptions& options = {});
 void AccumulateGradient(std::span<uint16_t> acc_bf16, std::span<const float> part, float scale, bool overwrite,
                         const AdamOptions& options = {});
+// The same from a bf16 part (bf16 bits, widened exactly): what a bf16 parameter gradient
+// flattened to fp32 and then added gives, without the fp32 copy.
+void AccumulateBf16Gradient(std::span<float> acc, std::span<const uint16_t> part_bf16, float scale, bool overwrite,
+                            const AdamOptions& options = {});
+void AccumulateBf16Gradient(std::span<uint16_t> acc_bf16, std::span<const uint16_t> part_bf16, float scale,
+                            bool overwrite, const AdamOptions& options = {});
 
 // DeepSpeed's and PyTorch's clip_grad_norm_ coefficient: max_norm / (norm + 1e-6) when the
 // global norm exceeds max_norm (> 0), else 1 (no clipping, not even by the epsilon).

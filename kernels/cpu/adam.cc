@@ -294,11 +294,11 @@ GradStats GradSumSquares(std::span<const uint16_t> grad_bf16, const AdamOptions&
 
 namespace {
 
-template <class Acc>
-void AccumulateParallel(std::span<Acc> acc, std::span<const float> part, float scale, bool overwrite,
+template <class Acc, class Part>
+void AccumulateParallel(std::span<Acc> acc, std::span<const Part> part, float scale, bool overwrite,
                         const AdamOptions& options) {
   STRATA_CHECK(acc.size() == part.size()) << acc.size() << " vs " << part.size();
-  using Kernel = void (*)(Acc*, const float*, float, bool, size_t, size_t);
+  using Kernel = void (*)(Acc*, const Part*, float, bool, size_t, size_t);
   const Kernel kernel = ForActiveIsa<Kernel>(cpu::AccumulateAvx512, cpu::AccumulateAvx2, cpu::AccumulateScalar);
   ParallelRanges(acc.data(), sizeof(Acc), acc.size(), ThreadsFor(acc.size(), options),
                  [&](int, size_t b, size_t e) { kernel(acc.data(), part.data(), scale, overwrite, b, e); });
@@ -314,6 +314,16 @@ void AccumulateGradient(std::span<float> acc, std::span<const float> part, float
 void AccumulateGradient(std::span<uint16_t> acc_bf16, std::span<const float> part, float scale, bool overwrite,
                         const AdamOptions& options) {
   AccumulateParallel(acc_bf16, part, scale, overwrite, options);
+}
+
+void AccumulateBf16Gradient(std::span<float> acc, std::span<const uint16_t> part_bf16, float scale, bool overwrite,
+                            const AdamOptions& options) {
+  AccumulateParallel(acc, part_bf16, scale, overwrite, options);
+}
+
+void AccumulateBf16Gradient(std::span<uint16_t> acc_bf16, std::span<const uint16_t> part_bf16, float scale,
+                            bool overwrite, const AdamOptions& options) {
+  AccumulateParallel(acc_bf16, part_bf16, scale, overwrite, options);
 }
 
 void SplitMasterWeights(std::span<const float> master, std::span<uint16_t> working_bf16,

@@ -134,6 +134,14 @@ void AccumulateAvx2(uint16_t* acc, const float* part, float scale, bool overwrit
   AccumulateT<Avx2Ops, Narrow>(acc, part, scale, overwrite, begin, end);
 }
 
+void AccumulateAvx2(float* acc, const uint16_t* part, float scale, bool overwrite, size_t begin, size_t end) {
+  AccumulateT<Avx2Ops, Narrow>(acc, part, scale, overwrite, begin, end);
+}
+
+void AccumulateAvx2(uint16_t* acc, const uint16_t* part, float scale, bool overwrite, size_t begin, size_t end) {
+  AccumulateT<Avx2Ops, Narrow>(acc, part, scale, overwrite, begin, end);
+}
+
 void SplitMasterAvx2(const float* p, uint16_t* w, int16_t* lo, size_t n) {
   SplitMasterT<Avx2Ops, Narrow>(p, w, lo, n);
 }

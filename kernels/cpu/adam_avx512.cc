@@ -116,6 +116,14 @@ void AccumulateAvx512(uint16_t* acc, const float* part, float scale, bool overwr
   AccumulateT<Avx512Ops<false>, Narrow>(acc, part, scale, overwrite, begin, end);
 }
 
+void AccumulateAvx512(float* acc, const uint16_t* part, float scale, bool overwrite, size_t begin, size_t end) {
+  AccumulateT<Avx512Ops<false>, Narrow>(acc, part, scale, overwrite, begin, end);
+}
+
+void AccumulateAvx512(uint16_t* acc, const uint16_t* part, float scale, bool overwrite, size_t begin, size_t end) {
+  AccumulateT<Avx512Ops<false>, Narrow>(acc, part, scale, overwrite, begin, end);
+}
+
 void SplitMasterAvx512(const float* p, uint16_t* w, int16_t* lo, size_t n) {
   SplitMasterT<Avx512Ops<false>, Narrow>(p, w, lo, n);
 }

@@ -77,7 +77,7 @@ double SumSquaresBf16Scalar(const uint16_t* x, size_t begin, size_t end);
 double SumSquaresBf16Avx2(const uint16_t* x, size_t begin, size_t end);
 double SumSquaresBf16Avx512(const uint16_t* x, size_t begin, size_t end);
 
-// acc[begin, end) = scale * part + (overwrite ? 0 : acc), fp32 or bf16 accumulators
+// acc[begin, end) = scale * part + (overwrite ? 0 : acc), fp32 or bf16 accumulators and parts
 // (Note [Gradient accumulation]).
 void AccumulateScalar(float* acc, const float* part, float scale, bool overwrite, size_t begin, size_t end);
 void AccumulateScalar(uint16_t* acc, const float* part, float scale, bool overwrite, size_t begin, size_t end);
@@ -85,6 +85,13 @@ void AccumulateAvx2(float* acc, const float* part, float scale, bool overwrite, 
 void AccumulateAvx2(uint16_t* acc, const float* part, float scale, bool overwrite, size_t begin, size_t end);
 void AccumulateAvx512(float* acc, const float* part, float scale, bool overwrite, size_t begin, size_t end);
 void AccumulateAvx512(uint16_t* acc, const float* part, float scale, bool overwrite, size_t begin, size_t end);
+// The same from a bf16 part (a bf16 compute gradient, widened exactly).
+void AccumulateScalar(float* acc, const uint16_t* part, float scale, bool overwrite, size_t begin, size_t end);
+void AccumulateScalar(uint16_t* acc, const uint16_t* part, float scale, bool overwrite, size_t begin, size_t end);
+void AccumulateAvx2(float* acc, const uint16_t* part, float scale, bool overwrite, size_t begin, size_t end);
+void AccumulateAvx2(uint16_t* acc, const uint16_t* part, float scale, bool overwrite, size_t begin, size_t end);
+void AccumulateAvx512(float* acc, const uint16_t* part, float scale, bool overwrite, size_t begin, size_t end);
+void AccumulateAvx512(uint16_t* acc, const uint16_t* part, float scale, bool overwrite, size_t begin, size_t end);
 
 namespace {
 
@@ -408,8 +415,8 @@ inline void JoinMasterT(const uint16_t* w, const int16_t* lo, float* p, size_t n
 // micro-batch, so the accumulators need no zeroing between steps), in fp32 and rounded to
 // nearest even when the accumulator is bf16. Every ISA fuses (the scalar path through
 // std::fma), so the result is bitwise the same on scalar, AVX2 and AVX-512.
-template <class Ops, class Acc>
-inline void AccumulateBody(Acc* acc, const float* part, float scale, bool overwrite, size_t begin, size_t end) {
+template <class Ops, class Acc, class Part>
+inline void AccumulateBody(Acc* acc, const Part* part, float scale, bool overwrite, size_t begin, size_t end) {
   using F = typename Ops::F;
   const F s = Ops::Set1(scale), zero = Ops::Set1(0.0f);
   for (size_t i = begin; i < end; i += Ops::kWidth) {
@@ -418,14 +425,17 @@ inline void AccumulateBody(Acc* acc, const float* part, float scale, bool overwr
       if constexpr (sizeof(Acc) == 4) a = Ops::Load(acc + i);
       else a = Ops::LoadBf16(acc + i);
     }
-    const F r = Ops::Fma(s, Ops::Load(part + i), a);
+    F x;
+    if constexpr (sizeof(Part) == 4) x = Ops::Load(part + i);
+    else x = Ops::LoadBf16(part + i);  // exact: a bf16 gradient widened, as a copy to fp32 would
+    const F r = Ops::Fma(s, x, a);
     if constexpr (sizeof(Acc) == 4) Ops::Store(acc + i, r);
     else Ops::template StoreBf16</*kStream=*/false>(acc + i, r);
   }
 }
 
-template <class Wide, class Narrow, class Acc>
-inline void AccumulateT(Acc* acc, const float* part, float scale, bool overwrite, size_t begin, size_t end) {
+template <class Wide, class Narrow, class Acc, class Part>
+inline void AccumulateT(Acc* acc, const Part* part, float scale, bool overwrite, size_t begin, size_t end) {
   const size_t body_end = begin + (end - begin) / Wide::kWidth * Wide::kWidth;
   AccumulateBody<Wide>(acc, part, scale, overwrite, begin, body_end);
   AccumulateBody<Narrow>(acc, part, scale, overwrite, body_end, end);

@@ -30,6 +30,14 @@ void AccumulateScalar(uint16_t* acc, const float* part, float scale, bool overwr
   AccumulateT<FusedScalar, FusedScalar>(acc, part, scale, overwrite, begin, end);
 }
 
+void AccumulateScalar(float* acc, const uint16_t* part, float scale, bool overwrite, size_t begin, size_t end) {
+  AccumulateT<FusedScalar, FusedScalar>(acc, part, scale, overwrite, begin, end);
+}
+
+void AccumulateScalar(uint16_t* acc, const uint16_t* part, float scale, bool overwrite, size_t begin, size_t end) {
+  AccumulateT<FusedScalar, FusedScalar>(acc, part, scale, overwrite, begin, end);
+}
+
 void SplitMasterScalar(const float* p, uint16_t* w, int16_t* lo, size_t n) {
   SplitMasterT<Scalar, Scalar>(p, w, lo, n);
 }

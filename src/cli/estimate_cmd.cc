@@ -12,9 +12,11 @@
 #include "src/estimate/fit_advice.h"
 #include "src/estimate/host_blocks_fit.h"
 #include "src/estimate/largest_fit.h"
+#include "src/estimate/step_time.h"
 #include "src/estimate/step_traffic.h"
 #include "src/settle/settle.h"
 #include "bench/bench_util.h"
+#include "bench/machine_rates.h"
 #include "src/device/compute_device.h"
 
 namespace strata::cli {
@@ -94,6 +96,15 @@ void PrintStepTraffic(const TrainConfig& cfg, const MemoryEstimate& e, int64_t p
     std::printf("device link per step (per rank): %s in (working weights), %s out (gradients); %.1f / %.1f B/param\n",
                 HumanBytes(l.in).c_str(), HumanBytes(l.out).c_str(), l.in / per_param, l.out / per_param);
   }
+  if (cfg.grad_accum > 1)
+    std::printf("schedule: %s; the blocks' inputs kept for the backward: %s (%.1f B/param), written once and read "
+                "once per step, on the %s\n",
+                cfg.layer_major ? "layer-major, each block's weights read once per forward and once per backward of "
+                                  "the step (strata.schedule layer_major)"
+                                : "micro-batch-major, each block's weights read once per forward and once per backward "
+                                  "of every micro-batch (strata.schedule micro_batch)",
+                HumanBytes(e.boundary_activations).c_str(), e.boundary_activations / per_param,
+                device.host ? "host (the compute device)" : "device");
   const StepTraffic t = EstimateStepTraffic(cfg, plan);
   if (t.written == 0 && t.read_at_most == 0) return;
   std::printf("NVMe traffic per step (per rank): %s written (%.1f B/param), %s read (%.1f B/param)%s\n",
@@ -106,7 +117,42 @@ void PrintStepTraffic(const TrainConfig& cfg, const MemoryEstimate& e, int64_t p
                         .c_str());
 }
 
+// --machine NAME: a nominal GPU machine's rates, its blocks on its GPU and its memory for the
+// fit (unless given); "here" is measured once the config is settled (PrintStepTime).
+Status ForMachine(const std::string& name, TrainConfig* cfg, MachineRates* rates) {
+  if (name.empty()) return Status();
+  if (name == "here") {
+    if (!SpecNamesGpu(cfg->device)) return Status();
+    return InvalidArgument("\"here\" measures blocks on this CPU, but strata.device is \"{}\": name a GPU machine "
+                           "({}) or set strata.device=cpu", cfg->device, NominalMachineNames());
+  }
+  STRATA_ASSIGN_OR_RETURN(*rates, NominalMachine(name));
+  cfg->device = "cuda";
+  if (cfg->device_memory == 0) cfg->device_memory = rates->device_memory;
+  return Status();
+}
+
+// The step-time model's table for the settled config (`here`: this machine measured first).
+int PrintStepTime(const std::string& name, const TrainConfig& cfg, int nproc, int64_t params, DeviceTraits device,
+                  MachineRates rates) {
+  if (name == "here") {
+    const bool nvme = cfg.offload_optimizer.device == OffloadDevice::kNvme || cfg.offload_param.device == OffloadDevice::kNvme;
+    std::fprintf(stderr, "measuring this machine (a layer's training pass, CPU Adam, gradient accumulation%s)...\n",
+                 nvme ? ", the NVMe tier" : "");
+    auto measured = bench::MeasureThisMachine(cfg);
+    if (!measured.ok()) {
+      std::fprintf(stderr, "error: --machine here: %s\n", measured.status().message().c_str());
+      return 1;
+    }
+    rates = *measured;
+  }
+  const ShardPlan plan = ShardPlan::Make(cfg, ModelShape::Of(cfg.model, params), nproc, 0, device);
+  std::printf("\n%s", FormatPrediction(PredictStepTime(cfg, plan, rates), rates).c_str());
+  return 0;
+}
+
 struct EstimateArgs {
+  std::string machine;  // step time: "" = none, "here" = measured, else a nominal machine
   std::string config, strata_file;
   std::vector<std::string> sets;
   int nproc = 1;
@@ -160,6 +206,11 @@ int RunEstimate(const EstimateArgs& a) {
     std::fprintf(stderr, "error: %s\n", written.status().message().c_str());
     return 1;
   }
+  MachineRates rates;
+  if (Status s = ForMachine(a.machine, &*written, &rates); !s.ok()) {
+    std::fprintf(stderr, "error: --machine: %s\n", s.message().c_str());
+    return 2;
+  }
   const bool gpu = SpecNamesGpu(written->device);
   auto machine = MachineFor(a, *written);
   if (!machine.ok()) {
@@ -201,7 +252,7 @@ int RunEstimate(const EstimateArgs& a) {
   PrintVerdict(*cfg, a.nproc, static_cast<int64_t>(a.params), {!gpu}, m, e, planned,
                states_nvme && !host_blocks_auto);
   if (a.max) PrintLargestFit(*cfg, a.nproc, {!gpu}, m);
-  return 0;
+  return a.machine.empty() ? 0 : PrintStepTime(a.machine, *cfg, a.nproc, static_cast<int64_t>(a.params), {!gpu}, rates);
 }
 
 void AddEstimateCommand(CLI::App& app, Action* action) {
@@ -217,6 +268,9 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
                                  "machine with the best tier placement, beside the physical limit");
   cmd->add_option("--device", a->device, "where blocks run: cpu, cuda (a GPU; need not be on this machine), auto")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  cmd->add_option("--machine", a->machine, fmt::format("predict the step time on a machine: \"here\" (this one, "
+                                                       "measured in a few seconds) or a GPU machine from nominal "
+                                                       "figures: {}", NominalMachineNames()));
   cmd->add_option("--device-memory", a->device_memory, "memory of one GPU for the fit check (e.g. 80G)");
   cmd->add_option("--host-memory", a->host_memory, "plan for another machine: its available host memory (e.g. 120G) "
                                                    "instead of this one's MemAvailable");

@@ -83,6 +83,7 @@ void Progress::DrawBar(const StepStats& st) {
 void Progress::OnStep(const StepStats& st) {
   ++done_;
   all_time_ += st.seconds;
+  step_seconds_.push_back(st.seconds);
   tokens_ += st.tokens;
   skipped_ += st.skipped;
   redone_ += st.redone_blocks;
@@ -146,6 +147,20 @@ void Progress::OnSave(int64_t step, const std::string& dir, double seconds) {
   Message(fmt::format("checkpoint step {} saved to {} ({:.2f} s)", step, dir, seconds));
 }
 
+// The step-time model predicts a steady step: from the run's third step on (the first pays
+// one-time costs, the first two read no Adam moments: zero until the first update wrote them).
+void Progress::PrintPrediction() const {
+  const size_t from = step_seconds_.size() > 2 ? 2 : step_seconds_.size() - 1;
+  double sum = 0;
+  for (size_t i = from; i < step_seconds_.size(); ++i) sum += step_seconds_[i];
+  const double measured = sum / static_cast<double>(step_seconds_.size() - from);
+  std::printf("summary: step time %.2f s measured (mean of steps %lld..%lld), %.2f s predicted by the step-time model "
+              "(bound by %s): %+.0f%%\n",
+              measured, (long long)(o_.first_step + static_cast<int64_t>(from)),
+              (long long)(o_.first_step + static_cast<int64_t>(step_seconds_.size()) - 1), o_.predicted_step_s,
+              o_.predicted_binding.c_str(), 100.0 * (o_.predicted_step_s - measured) / measured);
+}
+
 void Progress::Finish() {
   ClearBar();
   if (done_ == 0) {
@@ -170,6 +185,7 @@ void Progress::Finish() {
                 (skipped_ ? fmt::format(", {} step(s) skipped on overflow", skipped_) : std::string()).c_str());
     if (redone_ > 0)
       std::printf("summary: %lld speculative block update(s) redone because their step clipped\n", (long long)redone_);
+    if (o_.predicted_step_s > 0) PrintPrediction();
   }
   std::fflush(stdout);
   if (metrics_lost_ > 0)

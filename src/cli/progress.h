@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "src/engine/engine.h"
 
@@ -19,6 +20,8 @@ struct ProgressOptions {
   bool wall_clock_breakdown = false;
   bool bar = false;             // draw the bar (stdout is a terminal)
   std::string metrics_path;     // "" = none
+  double predicted_step_s = 0;  // the step-time model's (train --predict), 0 = none
+  std::string predicted_binding;
 };
 
 class Progress {
@@ -36,6 +39,7 @@ class Progress {
  private:
   void ClearBar();
   void DrawBar(const StepStats& st);
+  void PrintPrediction() const;
   // One line to the metrics file; a line that cannot be written is counted, and the first
   // failure is said at once (a full disk must not lose the run's telemetry silently).
   void WriteMetrics(const std::string& line);
@@ -48,6 +52,7 @@ class Progress {
   double sum_optimizer_wait_ = 0;
   double sum_time_ = 0, sum_wait_ = 0, first_wait_ = 0, all_time_ = 0, last_loss_ = 0, sum_flops_ = 0;
   double read_bytes_ = 0, write_bytes_ = 0;
+  std::vector<double> step_seconds_;  // every step's, in order
 };
 
 }  // namespace strata::cli

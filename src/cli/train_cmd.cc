@@ -32,6 +32,8 @@
 #include "src/estimate/estimator.h"
 #include "src/estimate/fit_advice.h"
 #include "src/estimate/host_blocks_fit.h"
+#include "src/estimate/step_time.h"
+#include "bench/machine_rates.h"
 #include "src/settle/settle.h"
 #include "strata/log.h"
 
@@ -51,6 +53,7 @@ struct TrainArgs {
   bool no_fit_check = false;
   bool memory_only = false;
   bool overwrite = false;  // --save may replace another run's checkpoints
+  bool predict = false;    // the step-time model's prediction, beside the measured step at the end
 };
 
 // This process's resident memory (now and peak) from /proc/self/status, beside the ledger.
@@ -70,6 +73,7 @@ class TrainRun {
   Status Connect();
   Status CreateEngine();
   Status Resume();
+  void Predict();
   Status Loop();
   Status Finish();
   void PrintLedger() const;
@@ -97,6 +101,8 @@ class TrainRun {
   std::unique_ptr<FolderLock> save_lock_;  // rank 0's claim on --save
   std::unique_ptr<StartupProgress> startup_;      // from the data to the first step
   uint64_t rss_before_engine_ = 0, file_before_engine_ = 0;
+  double predicted_step_s_ = 0;  // --predict: the step-time model's, 0 = none
+  std::string predicted_binding_;
   int64_t start_ = 0, last_saved_ = 0;
 };
 
@@ -182,7 +188,31 @@ Status TrainRun::Connect() {
   return Status();
 }
 
+// --predict: this machine measured (before the engine, so that nothing else runs beside the
+// probes) and the step-time model's table for the settled config.
+void TrainRun::Predict() {
+  if (!device_.device->is_host()) {
+    LogWarn("--predict measures blocks on this CPU; for a GPU use strata estimate --machine ({})", NominalMachineNames());
+    return;
+  }
+  std::printf("measuring this machine for the step-time model (a layer's training pass, CPU Adam, gradient "
+              "accumulation, the NVMe tier where the config uses it)...\n");
+  std::fflush(stdout);
+  auto rates = bench::MeasureThisMachine(cfg_);
+  if (!rates.ok()) {
+    LogWarn("--predict: {}", rates.status().message());
+    return;
+  }
+  const ShardPlan plan = ShardPlan::Make(cfg_, ModelShape::Of(cfg_.model), env_.world_size, env_.rank, {true});
+  const StepTimePrediction p = PredictStepTime(cfg_, plan, *rates);
+  predicted_step_s_ = p.step_s;
+  predicted_binding_ = p.binding;
+  std::printf("%s", FormatPrediction(p, *rates).c_str());
+  std::fflush(stdout);
+}
+
 Status TrainRun::CreateEngine() {
+  if (a_.predict && lead()) Predict();
   startup_ = std::make_unique<StartupProgress>(lead(), "reading the token data");
   STRATA_ASSIGN_OR_RETURN(data_, data::TokenDataset::Open(cfg_.data, cfg_.model.vocab_size, cfg_.model.seq_len));
   EngineHooks hooks;
@@ -240,6 +270,8 @@ Status TrainRun::Resume() {
   po.wall_clock_breakdown = cfg_.wall_clock_breakdown;
   po.bar = lead() && ::isatty(STDOUT_FILENO);
   po.metrics_path = lead() ? a_.metrics : "";
+  po.predicted_step_s = predicted_step_s_;
+  po.predicted_binding = predicted_binding_;
   progress_ = std::make_unique<Progress>(po);
   STRATA_RETURN_IF_ERROR(progress_->Open());
   startup_.reset();  // start-up is over
@@ -251,7 +283,7 @@ void TrainRun::PrintStartup() {
   const model::ModelSpec spec(cfg_.model);
   progress_->Message(fmt::format(
       "strata train: {} model, {:.2f} M parameters, {} blocks; {} rank(s), ZeRO stage {}; params on {}, optimizer "
-      "states on {}; {} compute on {} ({}); activations {}; batch {} = {} x {} accumulation{} x {} rank(s); data: {}",
+      "states on {}; {} compute on {} ({}); activations {}; batch {} = {} x {} accumulation{}{} x {} rank(s); data: {}",
       !cfg_.model.hf_model_type.empty()          ? cfg_.model.hf_model_type
       : cfg_.model.arch == model::Arch::kGpt2 ? "GPT-2"
                                               : "LLaMA",
@@ -260,7 +292,8 @@ void TrainRun::PrintStartup() {
       OffloadDeviceName(cfg_.offload_optimizer.device), DTypeName(cfg_.compute_dtype),
       device_.device->Name(), cfg_.precision_reason,
       cfg_.keep_activations ? "kept (no recompute)" : "recomputed per block in backward", cfg_.train_batch,
-      cfg_.micro_batch, cfg_.grad_accum, cfg_.accumulate_on_device ? " (summed on the device)" : "", env_.world_size,
+      cfg_.micro_batch, cfg_.grad_accum, cfg_.accumulate_on_device ? " (summed on the device)" : "",
+      cfg_.grad_accum > 1 ? (cfg_.layer_major ? ", layer-major" : ", micro-batch-major") : "", env_.world_size,
       data_->description()));
   progress_->Message(cfg_.eval_interval == 0 || cfg_.eval_batches == 0
                          ? std::string("evaluation: none (strata.eval_interval 0)")
@@ -415,6 +448,8 @@ void AddTrainCommand(CLI::App& app, Action* action) {
                                                "the architecture: GPT-2, LLaMA, Mistral, Qwen2, Qwen3) or a safetensors "
                                                "file (architecture from strata.model)");
   cmd->add_option("--metrics", a->metrics, "write one JSON object per step to FILE.jsonl");
+  cmd->add_flag("--predict", a->predict, "measure this machine first (a few seconds) and print the step-time model's "
+                                         "prediction, and at the end beside the measured step");
   cmd->add_flag("--no-fit-check", a->no_fit_check, "start even if the memory estimate exceeds this machine");
   cmd->add_flag("--memory-only", a->memory_only, "create the engine, print the memory it allocated per tier beside the "
                                                  "estimate, and exit");

@@ -11,6 +11,15 @@
 
 namespace strata {
 
+const char* StepScheduleName(StepSchedule s) {
+  switch (s) {
+    case StepSchedule::kAuto: return "auto";
+    case StepSchedule::kMicroBatch: return "micro_batch";
+    case StepSchedule::kLayerMajor: return "layer_major";
+  }
+  return "?";
+}
+
 const char* OptimizerOverlapName(OptimizerOverlap o) {
   switch (o) {
     case OptimizerOverlap::kNone: return "none";
@@ -121,6 +130,11 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
     STRATA_RETURN_IF_ERROR(s.Choice("recompute", &recompute, {"auto", "always", "never"}));
     c->recompute = recompute == "auto" ? Recompute::kAuto : recompute == "always" ? Recompute::kAlways : Recompute::kNever;
   }
+  std::string schedule = StepScheduleName(c->schedule_setting);
+  STRATA_RETURN_IF_ERROR(s.Choice("schedule", &schedule, {"auto", "micro_batch", "layer_major"}));
+  c->schedule_setting = schedule == "auto"          ? StepSchedule::kAuto
+                        : schedule == "micro_batch" ? StepSchedule::kMicroBatch
+                                                    : StepSchedule::kLayerMajor;
   std::string overlap = OptimizerOverlapName(c->optimizer_overlap);
   STRATA_RETURN_IF_ERROR(s.Choice("optimizer_overlap", &overlap, {"none", "forward", "speculative", "delayed"}));
   c->optimizer_overlap = overlap == "none"          ? OptimizerOverlap::kNone
@@ -415,6 +429,18 @@ void ResolvePrecision(TrainConfig* c, bool on_gpu) {
     c->precision_warning = fmt::format(
         "bf16 compute on a CPU without native bf16 ({}): expect steps about 10x slower than fp32; set bf16.enabled "
         "to \"auto\" (or false) to train in fp32 here", why);
+}
+
+void ResolveSchedule(TrainConfig* c, bool host_device) {
+  const bool fetched = c->offload_param.device == OffloadDevice::kNvme ||
+                       (!host_device && c->offload_param.device != OffloadDevice::kNone);
+  const bool saves = c->grad_accum > 1 && fetched;
+  c->layer_major = c->schedule_setting == StepSchedule::kLayerMajor || (c->schedule_setting == StepSchedule::kAuto && saves);
+  if (c->schedule_setting != StepSchedule::kAuto || c->grad_accum == 1) return;
+  std::erase_if(c->autos, [](const AutoValue& a) { return a.path == "strata.schedule"; });
+  c->autos.push_back({"strata.schedule", c->layer_major ? "layer_major" : "micro_batch",
+                      c->layer_major ? "each block's working weights are fetched once per step, not once per micro-batch"
+                                     : "the working weights are not fetched per visit: nothing to save"});
 }
 
 void ResolveRecompute(TrainConfig* c, bool fits) {

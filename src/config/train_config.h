@@ -74,6 +74,17 @@ enum class OptimizerOverlap {
 };
 const char* OptimizerOverlapName(OptimizerOverlap o);
 
+// strata.schedule: the order in which a step's micro-batches pass its blocks.
+enum class StepSchedule {
+  kAuto,        // layer-major where it saves fetches (ResolveSchedule), else micro-batch-major
+  kMicroBatch,  // each micro-batch through every block, forward then backward, before the next
+  // every micro-batch through a block before the next block (Note [Layer-major schedule],
+  // src/engine/engine_layer_major.cc): each block's weights are fetched once per forward and
+  // once per backward of the whole step, at the price of every micro-batch's block inputs
+  kLayerMajor,
+};
+const char* StepScheduleName(StepSchedule s);
+
 // strata.recompute: whether backward recomputes each block from its saved input.
 enum class Recompute {
   kAuto,    // keep every block's activations when the estimate says they fit, else recompute
@@ -149,6 +160,9 @@ struct TrainConfig {
   // is delayed; the updates of the steps before it run as with "forward" (exact), which
   // ZeRO-Offload advises for the first steps of a run, where the weights change fastest.
   int64_t delayed_update_from = 0;
+  StepSchedule schedule_setting = StepSchedule::kAuto;  // strata.schedule, as written
+  // What the engine runs, settled by SettleRunConfig through ResolveSchedule.
+  bool layer_major = false;
   Recompute recompute = Recompute::kAuto;  // strata.recompute (activation_checkpointing present: kAlways)
   // What the engine does, settled by SettleRunConfig through ResolveRecompute (kAuto: from the estimate);
   // false = recompute until SettleRunConfig decides (src/settle).
@@ -210,6 +224,16 @@ void SetAdamStates(TrainConfig* config, const std::string& setting);
 // CPU without native bf16 sets precision_warning (LibTorch's bf16 matmuls run ~10x slower
 // than fp32 there). Fills precision_reason either way. Idempotent.
 void ResolvePrecision(TrainConfig* config, bool on_gpu);
+
+// Settles layer_major: as written, or for "auto" layer-major when the step has several
+// micro-batches and each visit of a block fetches its working weights (from NVMe, or, off
+// the host, over the host link): those fetches then happen once per step instead of once per
+// micro-batch. Records what "auto" became and why.
+void ResolveSchedule(TrainConfig* config, bool host_device);
+
+// How many times a step passes each block in each direction: once layer-major, else once per
+// micro-batch (the fetches of its working weights, ShardPlan::Visits).
+inline int64_t BlockPasses(const TrainConfig& c) { return c.layer_major ? 1 : c.grad_accum; }
 
 // Settles keep_activations: kNever keeps, kAlways recomputes, kAuto keeps when `fits` (the
 // estimate with kept activations fits this machine). Records what "auto" became and why.

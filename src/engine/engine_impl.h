@@ -127,6 +127,18 @@ struct Activations {
   std::vector<torch::Tensor> inputs;   // block b's input; a leaf that requires grad when kept
   std::vector<torch::Tensor> outputs;  // keep_activations: block b's output, its graph alive
   torch::Tensor grad_out;
+  void Reset(int blocks, bool keep) {
+    inputs.assign(blocks, torch::Tensor());
+    outputs.assign(keep ? blocks : 0, torch::Tensor());
+    grad_out = torch::Tensor();
+  }
+};
+
+// A training step's micro-batches: which, their tokens, and their loss weights (Note [Loss mask]).
+struct StepInputs {
+  std::vector<MicroBatch> mbs;
+  std::vector<data::Batch> batches;
+  std::vector<double> weights;
 };
 enum class Pass { kTrain, kEval };
 
@@ -218,8 +230,18 @@ struct Engine::Impl {
   // Where block b's working weights are read from on the host (the cpu tier), or null.
   const std::byte* HostWorking(int b);
 
-  // engine_step.cc: one micro-batch (`mb`: which one of which step)
+  // engine_step.cc: the step's compute (`mb`: which micro-batch of which step)
   std::unique_ptr<PrefetchScheduler> MakePrefetcher(const std::vector<Visit>& plan);
+  // One block of one micro-batch, whichever the schedule (its weights acquired by the caller).
+  Status ForwardBlock(int b, Pass pass, torch::Tensor* x, Activations* act, const MicroBatch& mb);
+  StatusOr<double> HeadPass(const torch::Tensor& x, const torch::Tensor& targets, const torch::Tensor& mask,
+                            double weight, Pass pass, Activations* act);
+  Status AcquireHead(Gatherer& gather);
+  Status BackwardBlock(int b, Activations& act, const MicroBatch& mb);
+  bool BackwardVisits(int b) const;
+  // The two schedules of a step's micro-batches (strata.schedule); each adds their losses.
+  Status MicroBatchMajor(const StepInputs& in, Gatherer& gather, double* loss_sum);
+  Status LayerMajor(const StepInputs& in, Gatherer& gather, double* loss_sum);  // engine_layer_major.cc
   // Arms LoRA dropout in *scope for block b of micro-batch `mb` (the same masks in its
   // recomputation); leaves it empty without dropout.
   void ArmLoraDropout(int b, const MicroBatch& mb, std::optional<model::LoraDropoutScope>* scope) const;
@@ -228,6 +250,10 @@ struct Engine::Impl {
   Status Backward(Activations& act, Gatherer& gather, const MicroBatch& mb);
   void BindTiedHead();
   Status ReduceGradients(int b, const MicroBatch& mb);
+  // accumulate_in_place.cc: alone on the host, block b's gradients added into its accumulator
+  // straight from the parameters' .grad (Note [Accumulation in place]).
+  bool AccumulatesInPlace(int b) const;
+  Status AccumulateInPlace(int b, const MicroBatch& mb);
   // Block b's accumulated gradient over `range` (flat elements), for the norm and for Adam.
   std::span<const float> GradF32(int b, ElementRange range) const;
   std::span<const uint16_t> GradBf16(int b, ElementRange range) const;

@@ -226,6 +226,7 @@ Status Engine::Impl::ReduceGradients(int b, const MicroBatch& mb) {
   UpdateMode& mode = *optimizer.mode;
   mode.DoneReading(b, mb);
   if (plan.Frozen(b)) return Status();  // no rank has a gradient of it (LoRA's head)
+  if (AccumulatesInPlace(b)) return AccumulateInPlace(b, mb);
   BlockRuntime& br = model.blocks[b];
   const BlockPlan& bp = plan.blocks[b];
   GradSlot& g = bufs.grads[bufs.next_grad++ % bufs.grads.size()];
@@ -335,10 +336,99 @@ bool Engine::Impl::PlantsOverflow(int b, const MicroBatch& mb) const {
          (io.comm->rank() == 0 || !plan.optim_sharded);
 }
 
-// The loss of one micro-batch (unscaled: MicroBatchLoss, with a loss mask weighed by
-// `loss_weight`). Training (`act` non-null) keeps each block's input and backpropagates
-// through the head: its gradients are reduced and the gradient of its input is left in
-// act->grad_out for Backward(). Eval computes the loss only.
+// Block b (0 .. N-2) of one micro-batch on *x, which becomes the block's output. Training
+// keeps the block's input in `act` (the activation checkpoint), or with keep_activations its
+// output with its autograd graph. The block's weights are acquired by the caller.
+Status Engine::Impl::ForwardBlock(int b, Pass pass, torch::Tensor* x, Activations* act, const MicroBatch& mb) {
+  const bool train = pass == Pass::kTrain;
+  Tracer::Span span(io.tracer, Track::kCompute, (train ? "forward b" : "eval b") + std::to_string(b));
+  return TorchCall("forward", [&] {
+    std::optional<model::LoraDropoutScope> dropout;
+    if (train) ArmLoraDropout(b, mb, &dropout);
+    if (train && cfg.keep_activations) {  // each block its own graph, from its input (a leaf) to its output
+      torch::Tensor in = b == 0 ? *x : x->detach().requires_grad_(true);
+      act->inputs[b] = in;
+      act->outputs[b] = model.blocks[b].module->Forward(in);
+      *x = act->outputs[b].detach();
+      return;
+    }
+    torch::NoGradGuard no_grad;
+    if (train) act->inputs[b] = *x;
+    *x = model.blocks[b].module->Forward(*x);
+  });
+}
+
+// The head's loss of one micro-batch (unscaled: MicroBatchLoss, with a loss mask weighed by
+// `weight`). Training backpropagates through the head: the gradient of its input is left in
+// act->grad_out, the tied weight's gradient added to the pending one; its parameter gradients
+// wait for ReduceGradients(N-1).
+StatusOr<double> Engine::Impl::HeadPass(const torch::Tensor& x, const torch::Tensor& targets, const torch::Tensor& mask,
+                                        double weight, Pass pass, Activations* act) {
+  const int n = num_blocks();
+  const bool train = pass == Pass::kTrain;
+  double loss = 0;
+  Tracer::Span span(io.tracer, Track::kCompute, train ? "head fwd+bwd" : "eval head");
+  STRATA_RETURN_IF_ERROR(TorchCall("head", [&] {
+    BindTiedHead();
+    model::Block& head = *model.blocks[n - 1].module;
+    if (!train) {
+      torch::NoGradGuard no_grad;
+      loss = MicroBatchLoss(head.Forward(x), targets, mask, weight).item<double>();
+      return;
+    }
+    act->inputs[n - 1] = x;
+    torch::Tensor in = x.detach().requires_grad_(true);
+    torch::Tensor l = MicroBatchLoss(head.Forward(in), targets, mask, weight);
+    loss = l.item<double>();
+    (l * optimizer.scaler.scale()).backward();
+    act->grad_out = in.grad();
+    if (model.tie) {
+      BlockRuntime& owner = model.blocks[model.tie->owner_block];
+      torch::Tensor& w = owner.params[owner.tied_slot];
+      if (w.grad().defined()) bufs.pending_tied.add_(w.grad().reshape(-1).to(torch::kFloat32));
+      w.mutable_grad().reset();
+    }
+  }));
+  return loss;
+}
+
+// The weights the head needs: the tied owner's (still bound in the tied slot since its
+// forward, or gathered again) and its own.
+Status Engine::Impl::AcquireHead(Gatherer& gather) {
+  if (model.tie && plan.tied_slot) gather.Reuse(&bufs.tied);
+  else if (model.tie) STRATA_RETURN_IF_ERROR(gather.Acquire(model.tie->owner_block));
+  return gather.Acquire(num_blocks() - 1);
+}
+
+// Block b's backward of one micro-batch (act->grad_out in, the gradient of its input out): by
+// recomputation from its input, or through its kept graph. The graph saved the parameter
+// tensors, whose data the caller re-bound to this visit's gather buffer.
+Status Engine::Impl::BackwardBlock(int b, Activations& act, const MicroBatch& mb) {
+  Tracer::Span span(io.tracer, Track::kCompute, "backward b" + std::to_string(b));
+  return TorchCall("backward", [&] {
+    std::optional<model::LoraDropoutScope> dropout;
+    ArmLoraDropout(b, mb, &dropout);  // a recomputation draws the forward's masks
+    if (!act.outputs.empty()) {  // kept
+      act.outputs[b].backward(act.grad_out);
+      act.outputs[b] = torch::Tensor();  // its activations go
+      if (b > 0) act.grad_out = act.inputs[b].grad();
+    } else if (b == 0) {
+      model.blocks[0].module->Forward(act.inputs[0]).backward(act.grad_out);
+    } else {
+      torch::Tensor in = act.inputs[b].detach().requires_grad_(true);
+      model.blocks[b].module->Forward(in).backward(act.grad_out);
+      act.grad_out = in.grad();
+    }
+    act.inputs[b] = torch::Tensor();  // the checkpoint is spent
+  });
+}
+
+// The backward stops above a frozen embedding (LoRA: not in the visit plan).
+bool Engine::Impl::BackwardVisits(int b) const { return b > 0 || !plan.Frozen(0); }
+
+// One micro-batch through every block (the micro-batch-major schedule, and eval): its loss.
+// Training keeps each block's input and runs the head's backward, whose gradients are
+// reduced; the gradient of the head's input is left in act->grad_out for Backward().
 StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_weight, Pass pass, Gatherer& gather,
                                        Activations* act, const MicroBatch& mb) {
   const int n = num_blocks();
@@ -346,89 +436,43 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_wei
   STRATA_CHECK(!train || act) << "a training forward needs somewhere to keep its activations";
   torch::Tensor x, targets, mask;
   STRATA_RETURN_IF_ERROR(BatchToDevice(batch, &x, &targets, &mask));
-  const bool keep = train && cfg.keep_activations;
-  if (train) act->inputs.assign(n, torch::Tensor());
-  if (keep) act->outputs.assign(n, torch::Tensor());
+  if (train) act->Reset(n, cfg.keep_activations);
   for (int b = 0; b < n - 1; ++b) {
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
-    Tracer::Span span(io.tracer, Track::kCompute, (train ? "forward b" : "eval b") + std::to_string(b));
-    STRATA_RETURN_IF_ERROR(TorchCall("forward", [&] {
-      std::optional<model::LoraDropoutScope> dropout;
-      if (train) ArmLoraDropout(b, mb, &dropout);
-      if (keep) {  // each block its own graph, from its input (a leaf) to its output
-        torch::Tensor in = b == 0 ? x : x.detach().requires_grad_(true);
-        act->inputs[b] = in;
-        act->outputs[b] = model.blocks[b].module->Forward(in);
-        x = act->outputs[b].detach();
-        return;
-      }
-      torch::NoGradGuard no_grad;
-      if (train) act->inputs[b] = x;
-      x = model.blocks[b].module->Forward(x);
-    }));
+    STRATA_RETURN_IF_ERROR(ForwardBlock(b, pass, &x, act, mb));
     gather.Release();
   }
-  if (model.tie && plan.tied_slot) gather.Reuse(&bufs.tied);  // the owner, still bound there since its forward
-  else if (model.tie) STRATA_RETURN_IF_ERROR(gather.Acquire(model.tie->owner_block));
-  STRATA_RETURN_IF_ERROR(gather.Acquire(n - 1));
-  double loss = 0;
-  {
-    Tracer::Span span(io.tracer, Track::kCompute, train ? "head fwd+bwd" : "eval head");
-    STRATA_RETURN_IF_ERROR(TorchCall("head", [&] {
-      BindTiedHead();
-      model::Block& head = *model.blocks[n - 1].module;
-      if (!train) {
-        torch::NoGradGuard no_grad;
-        loss = MicroBatchLoss(head.Forward(x), targets, mask, loss_weight).item<double>();
-        return;
-      }
-      act->inputs[n - 1] = x;
-      torch::Tensor in = x.detach().requires_grad_(true);
-      torch::Tensor l = MicroBatchLoss(head.Forward(in), targets, mask, loss_weight);
-      loss = l.item<double>();
-      (l * optimizer.scaler.scale()).backward();
-      act->grad_out = in.grad();
-      if (model.tie) {
-        BlockRuntime& owner = model.blocks[model.tie->owner_block];
-        torch::Tensor& w = owner.params[owner.tied_slot];
-        if (w.grad().defined()) bufs.pending_tied.add_(w.grad().reshape(-1).to(torch::kFloat32));
-        w.mutable_grad().reset();
-      }
-    }));
-  }
+  STRATA_RETURN_IF_ERROR(AcquireHead(gather));
+  StatusOr<double> loss = HeadPass(x, targets, mask, loss_weight, pass, act);
   gather.Release();
-  if (train) STRATA_RETURN_IF_ERROR(ReduceGradients(n - 1, mb));
+  if (train && loss.ok()) STRATA_RETURN_IF_ERROR(ReduceGradients(n - 1, mb));
   return loss;
 }
 
-// Backward through blocks N-2..0: by recomputation from each block's input, or through the
-// kept graphs (keep_activations). Either way the block's weights are gathered again: the
-// graph saved the parameter tensors, whose data is re-bound to the new gather buffer.
+// Backward of one micro-batch through blocks N-2..0, each gathered again.
 Status Engine::Impl::Backward(Activations& act, Gatherer& gather, const MicroBatch& mb) {
-  for (int b = num_blocks() - 2; b >= 0; --b) {
-    if (b == 0 && plan.Frozen(0)) break;  // LoRA: nothing to learn in the embedding (not in the visit plan)
+  for (int b = num_blocks() - 2; b >= 0 && BackwardVisits(b); --b) {
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
-    {
-      Tracer::Span span(io.tracer, Track::kCompute, "backward b" + std::to_string(b));
-      STRATA_RETURN_IF_ERROR(TorchCall("backward", [&] {
-        std::optional<model::LoraDropoutScope> dropout;
-        ArmLoraDropout(b, mb, &dropout);  // a recomputation draws the forward's masks
-        if (!act.outputs.empty()) {  // kept: the graph saved the parameters themselves, now re-bound
-          act.outputs[b].backward(act.grad_out);
-          act.outputs[b] = torch::Tensor();  // its activations go
-          if (b > 0) act.grad_out = act.inputs[b].grad();
-        } else if (b == 0) {
-          model.blocks[0].module->Forward(act.inputs[0]).backward(act.grad_out);
-        } else {
-          torch::Tensor in = act.inputs[b].detach().requires_grad_(true);
-          model.blocks[b].module->Forward(in).backward(act.grad_out);
-          act.grad_out = in.grad();
-        }
-      }));
-    }
+    STRATA_RETURN_IF_ERROR(BackwardBlock(b, act, mb));
     gather.Release();
     STRATA_RETURN_IF_ERROR(ReduceGradients(b, mb));
     if (mb.last) optimizer.window.ReadStatesEarly();  // one sub-group per block: among the backward's reads
+  }
+  return Status();
+}
+
+// The micro-batch-major schedule: each micro-batch forward and backward through every block.
+Status Engine::Impl::MicroBatchMajor(const StepInputs& in, Gatherer& gather, double* loss_sum) {
+  for (size_t i = 0; i < in.mbs.size(); ++i) {
+    const MicroBatch& mb = in.mbs[i];
+    if (mb.last) {
+      optimizer.window.ReadStatesEarly();  // hidden behind this micro-batch (more during its backward)
+      optimizer.mode->BeginLastMicroBatch(mb.step);
+    }
+    Activations act;
+    STRATA_ASSIGN_OR_RETURN(double loss, Forward(in.batches[i], in.weights[i], Pass::kTrain, gather, &act, mb));
+    STRATA_RETURN_IF_ERROR(Backward(act, gather, mb));
+    *loss_sum += loss;
   }
   return Status();
 }
@@ -450,26 +494,21 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
     STRATA_ASSIGN_OR_RETURN(weights, LossWeights(data, data::Split::kTrain, first, m.cfg.grad_accum, world, rank,
                                                  m.cfg.micro_batch, fmt::format("step {}", step)));
   }
-  const std::vector<Visit> visits = m.plan.Visits(static_cast<int>(m.cfg.grad_accum), /*backward=*/true);
+  StepInputs in;
+  for (int64_t i = 0; i < m.cfg.grad_accum; ++i) {
+    in.mbs.push_back({step, i, i == 0, i + 1 == m.cfg.grad_accum,
+                      static_cast<uint64_t>((step * m.cfg.grad_accum + i) * world + rank)});
+    in.batches.push_back(data.Get(data::Split::kTrain, in.mbs.back().sample, m.cfg.micro_batch));
+  }
+  in.weights = std::move(weights);
+  const std::vector<Visit> visits = m.plan.Visits(static_cast<int>(BlockPasses(m.cfg)), /*backward=*/true);
   std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(visits);
   double loss_sum = 0;
   {
     Gatherer gather(m, visits, prefetch.get());
     StepCleanup cleanup(m, prefetch.get());  // on an error: what the step started, finished or undone
-    for (int64_t i = 0; i < m.cfg.grad_accum; ++i) {
-      const MicroBatch mb{step, i, i == 0, i + 1 == m.cfg.grad_accum,
-                          static_cast<uint64_t>((step * m.cfg.grad_accum + i) * world + rank)};
-      data::Batch batch = data.Get(data::Split::kTrain, mb.sample, m.cfg.micro_batch);
-      if (mb.last) {
-        m.optimizer.window.ReadStatesEarly();  // hidden behind this micro-batch (more during its backward)
-        mode.BeginLastMicroBatch(step);
-      }
-      Activations act;
-      StatusOr<double> loss = m.Forward(batch, weights[i], Pass::kTrain, gather, &act, mb);
-      Status s = loss.ok() ? m.Backward(act, gather, mb) : loss.status();
-      if (!s.ok()) return s.WithContext(fmt::format("step {}", step));
-      loss_sum += *loss;
-    }
+    Status s = m.cfg.layer_major ? m.LayerMajor(in, gather, &loss_sum) : m.MicroBatchMajor(in, gather, &loss_sum);
+    if (!s.ok()) return s.WithContext(fmt::format("step {}", step));
     cleanup.Dismiss();
   }
   mode.MicroBatchesEnded();

@@ -55,7 +55,11 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   const double f_over_c = static_cast<double>(model::FfnHidden(m)) / m.d_model;
   const double saved = m.arch == model::Arch::kLlama ? 25.0 + 4.25 * f_over_c : 16.0;
   const double per_layer = cfg.keep_activations ? saved * m.n_layer : 0.0;
-  e.activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * (n + 32 + per_layer) +
+  // Layer-major, every micro-batch's block inputs (and kept graphs) live until its backward;
+  // the head and one layer's working set serve one micro-batch at a time.
+  const double held = cfg.layer_major ? static_cast<double>(cfg.grad_accum) : 1.0;
+  e.boundary_activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * n * held);
+  e.activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * (held * (n + per_layer) + 32) +
                                         3.0 * cfg.micro_batch * m.seq_len * m.vocab_size * 4);
   e.transients = plan.max_grad_flat * (plan.dsize + 4);  // a block's weight gradients, and in fp32 (LoRA: adapters')
   e.runtime = kRuntimeBytes;

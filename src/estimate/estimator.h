@@ -22,6 +22,9 @@ struct MemoryEstimate {
   MemoryLedger ledger;             // per rank, same categories as Engine::ledger()
   StateFormat format;  // how the master and the moments are stored (the master row's meaning)
   uint64_t activations = 0;        // per rank, on the compute device, approximate
+  // Of which the blocks' inputs kept for the backward (every micro-batch's, layer-major): the
+  // activation traffic of a step is these written once and read once.
+  uint64_t boundary_activations = 0;
   // Per rank, outside the engine's ledger: its fp32 gradient scratch (the flat gradient of
   // the largest block, the reduced shard, the tied weight's pending gradient; compute
   // device) and the NVMe tier's staging buffers (host).

@@ -12,9 +12,9 @@ StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
   t.working = ledger.At(StateKind::kWorking, Residence::kNvme);
   const bool frozen = cfg.model.lora.enabled();  // the base weights are never written
   const bool served = !frozen && FactsOf(cfg).forward_reads_write_backs;
-  // Forward and backward of each micro-batch; an update whose master the working weights hold
+  // Forward and backward of each pass (each micro-batch, or once layer-major); an update whose master the working weights hold
   // (split: its high halves; fp32 compute: all of it) reads the weights it replaces once more.
-  const uint64_t working_reads = 2 * static_cast<uint64_t>(cfg.grad_accum) + (plan.format.MasterFromWorking() && !frozen ? 1 : 0);
+  const uint64_t working_reads = 2 * static_cast<uint64_t>(BlockPasses(cfg)) + (plan.format.MasterFromWorking() && !frozen ? 1 : 0);
   t.written = t.states + (frozen ? 0 : t.working);
   t.read_at_most = t.states + working_reads * t.working;
   t.read_served = t.read_at_most - (served ? t.working : 0);
@@ -26,7 +26,7 @@ LinkTraffic EstimateLinkTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
   if (plan.host_device || plan.blocks.empty()) return t;
   // Every gather of a block that is not resident copies its shard (or, unsharded, its whole
   // group) in (Gatherer::Issue), once per visit of the engine's own plan.
-  for (const Visit& v : plan.Visits(static_cast<int>(cfg.grad_accum), /*backward=*/true)) {
+  for (const Visit& v : plan.Visits(static_cast<int>(BlockPasses(cfg)), /*backward=*/true)) {
     if (plan.resident[v.block]) continue;
     const ShardLayout& l = plan.blocks[v.block].layout;
     t.in += static_cast<uint64_t>(plan.weights_sharded ? l.shard : l.padded) * plan.dsize;

@@ -17,7 +17,7 @@ struct StepTraffic {
   // the next, so single steps scatter around it.
   uint64_t written = 0;
   // At most: the optimizer states once, and the working weights once per forward and once
-  // per backward of every micro-batch. Less when a block's weights are still in memory (the
+  // per backward of every micro-batch (layer-major: of the whole step). Less when a block's weights are still in memory (the
   // last block turns from forward to backward), or when the optimizer overlaps the forward
   // and the first forward of a block finds the write-back of its update still in flight
   // (Note [Write-backs]): `read_served` then, as when the disk is what the step waits for.

@@ -161,7 +161,7 @@ TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
   // What does not fit as given but would with bf16 gradient accumulators is told so.
   r = RunStrata("estimate --config " STRATA_SOURCE_DIR "/configs/llama_1b_nvme.json --set strata.data.path= "
                 "--set strata.model.n_layer=80 --set train_micro_batch_size_per_gpu=1 --set strata.model.seq_len=512 "
-                "--set bf16.enabled=true --host-memory 21G --disk-free 70G");  // (auto would follow the CPU's ISA)
+                "--set bf16.enabled=true --set strata.schedule=micro_batch --host-memory 21G --disk-free 70G");  // (auto would follow the CPU's ISA)
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("fits the planned machine: no"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fits with --set strata.gradient_accumulator=bf16: host memory"), std::string::npos) << r.out;

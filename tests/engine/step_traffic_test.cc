@@ -72,6 +72,9 @@ TEST(StepTraffic, IsTheLedgersArithmetic) {
       {OptimizerOverlap::kForward, 1, 0, OffloadDevice::kNvme, false, DType::kF32, true},
       {OptimizerOverlap::kForward, 2, 1, OffloadDevice::kNvme, true, DType::kBF16, true},
       {OptimizerOverlap::kDelayed, 1, 0, OffloadDevice::kNvme, false, DType::kBF16, true},
+      // accumulation 4, layer-major ("auto" with the weights on NVMe): each block's weights read
+      // once per forward and once per backward of the step, as at accumulation 1
+      {OptimizerOverlap::kForward, 4, 0, OffloadDevice::kNvme}, {OptimizerOverlap::kNone, 4, 1, OffloadDevice::kNvme},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(::testing::Message() << OptimizerOverlapName(k.overlap) << " x" << k.grad_accum << " host blocks "

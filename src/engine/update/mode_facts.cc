@@ -7,6 +7,7 @@ UpdateModeFacts FactsOf(const TrainConfig& cfg) {
   switch (cfg.optimizer_overlap) {
     case OptimizerOverlap::kNone:
       f.one_version = true;
+      f.update_hidden_behind = UpdateModeFacts::Hidden::kNothing;
       break;
     case OptimizerOverlap::kForward:
       f.one_version = f.forward_reads_write_backs = true;
@@ -18,6 +19,7 @@ UpdateModeFacts FactsOf(const TrainConfig& cfg) {
     case OptimizerOverlap::kDelayed:
       f.parks = true;
       f.reads_states_early = false;
+      f.update_hidden_behind = UpdateModeFacts::Hidden::kNextStep;
       break;
   }
   return f;

@@ -22,6 +22,10 @@ struct UpdateModeFacts {
   bool forward_reads_write_backs = false;
   // The mode's states are read early by the step (no: "speculative" and "delayed" read their own).
   bool reads_states_early = true;
+  // What the update runs beside (the step-time model): nothing, the step waits for it
+  // ("none"); the next forward ("forward", "speculative"); the whole next step ("delayed").
+  enum class Hidden { kNothing, kNextForward, kNextStep };
+  Hidden update_hidden_behind = Hidden::kNextForward;
 };
 
 UpdateModeFacts FactsOf(const TrainConfig& cfg);

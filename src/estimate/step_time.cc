@@ -1,0 +1,165 @@
+#include "src/estimate/step_time.h"
+
+#include <algorithm>
+#include <array>
+
+#include <fmt/format.h>
+
+#include "src/estimate/estimator.h"
+#include "src/estimate/step_traffic.h"
+#include "src/engine/update/mode_facts.h"
+#include "src/model/model_config.h"
+
+namespace strata {
+namespace {
+
+// Nominal figures, each what the step can use rather than the datasheet's peak:
+//   compute   dense bf16 tensor-core peak x 0.5 (a block's training pass at >= 2k tokens
+//             reaches 40-60% of peak; smaller micro-batches less)
+//   host link PCIe Gen5 x16, 64 GB/s per direction, x 0.8 (pinned copies); GH200's NVLink-C2C,
+//             450 GB/s per direction, x 0.8
+//   NVMe      one Gen4 x4 drive as the tier's O_DIRECT path sees it: 6 GB/s read, 4 GB/s write
+//   CPU Adam  16 cores beside the GPU: the fused AdamW pass moves ~30 B/param through memory,
+//             ~75 GB/s of a server socket's share: 2.5 G params/s
+//   host accumulation (without device accumulation): ~12 B/element, the same memory: 6 G/s
+struct Nominal {
+  const char* key;
+  const char* name;
+  double peak_flops;
+  double link;
+  uint64_t memory;
+};
+constexpr std::array<Nominal, 4> kNominal{{
+    {"h100-pcie", "H100 PCIe", 756e12, 64e9, 80'000'000'000},
+    {"h100-sxm", "H100 SXM", 989e12, 64e9, 80'000'000'000},
+    {"h200", "H200 SXM", 989e12, 64e9, 141'000'000'000},
+    {"gh200", "GH200", 989e12, 450e9, 96'000'000'000},
+}};
+
+std::string Seconds(double s) { return s >= 10 ? fmt::format("{:.1f} s", s) : fmt::format("{:.3g} s", s); }
+std::string Rate(double per_s, const char* unit) {
+  return per_s >= 1e12 ? fmt::format("{:.3g} T{}/s", per_s / 1e12, unit) : fmt::format("{:.3g} G{}/s", per_s / 1e9, unit);
+}
+
+// FLOPs of one rank's step: the model's training FLOPs per token (forward + backward) times
+// its tokens, plus the blocks' forward once more where each is recomputed in its backward.
+double StepFlops(const TrainConfig& cfg) {
+  const model::ModelSpec spec(cfg.model);
+  const model::ModelConfig& m = cfg.model;
+  const double tokens = static_cast<double>(cfg.micro_batch) * m.seq_len * cfg.grad_accum;
+  double flops = spec.train_flops_per_token() * tokens;
+  if (!cfg.keep_activations) {
+    double layers = 0;
+    for (int i = 1; i + 1 < spec.num_blocks(); ++i) layers += static_cast<double>(spec.block_parameters(i));
+    flops += (2.0 * layers + 4.0 * static_cast<double>(m.n_layer * m.n_head * model::HeadDim(m) * m.seq_len)) * tokens;
+  }
+  return flops;
+}
+
+}  // namespace
+
+const char* NominalMachineNames() { return "h100-pcie, h100-sxm, h200, gh200"; }
+
+StatusOr<MachineRates> NominalMachine(std::string_view name) {
+  for (const Nominal& n : kNominal) {
+    if (name != n.key) continue;
+    MachineRates r;
+    r.name = n.name;
+    r.source = fmt::format("nominal: {:.0f} TFLOP/s bf16 at half of peak, host link {:.0f} GB/s per direction x 0.8, "
+                           "one Gen4 NVMe (6 / 4 GB/s), CPU Adam on 16 cores 2.5 G params/s",
+                           n.peak_flops / 1e12 * 0.5, n.link / 1e9);
+    r.host_device = false;
+    r.flops = n.peak_flops * 0.5;
+    r.link_in = r.link_out = n.link * 0.8;
+    r.nvme_read = 6e9;
+    r.nvme_write = 4e9;
+    r.adam = 2.5e9;
+    r.accumulate = 6e9;
+    r.device_memory = n.memory;
+    return r;
+  }
+  return InvalidArgument("unknown machine \"{}\": use \"here\" (this machine, measured) or one of {}", name,
+                         NominalMachineNames());
+}
+
+StepTimePrediction PredictStepTime(const TrainConfig& cfg, const ShardPlan& plan, const MachineRates& mr) {
+  StepTimePrediction p;
+  p.flops = StepFlops(cfg);
+  const double compute = p.flops / mr.flops;
+
+  // The host adds each micro-batch's gradients into the accumulators (flattened first), unless
+  // the device sums them; on the host device this is on the compute thread's path.
+  double grad_elems = 0, optim_elems = 0;
+  for (const BlockPlan& b : plan.blocks) {
+    grad_elems += static_cast<double>(b.grad.len);
+    optim_elems += static_cast<double>(b.optimizer.len);
+  }
+  const double accum_passes = plan.device_accum ? 1.0 : static_cast<double>(cfg.grad_accum);
+  const bool in_place = mr.host_device && plan.world == 1 && mr.accumulate_in_place > 0;  // Note [Accumulation in place]
+  const double accumulate = grad_elems * accum_passes / (in_place ? mr.accumulate_in_place : mr.accumulate);
+  const double adam = optim_elems / mr.adam;
+
+  const StepTraffic t = EstimateStepTraffic(cfg, plan);
+  const double fetched = static_cast<double>(t.read_at_most - t.states);  // the working weights' reads
+  const double fetch = fetched / mr.nvme_read;
+  const double update_io = static_cast<double>(t.states) / mr.nvme_read + static_cast<double>(t.written) / mr.nvme_write;
+  const double nvme = fetch + update_io;
+  double link = 0;
+  LinkTraffic l;
+  if (!mr.host_device) {
+    l = EstimateLinkTraffic(cfg, plan);
+    link = std::max(static_cast<double>(l.in) / mr.link_in, static_cast<double>(l.out) / mr.link_out);
+  }
+
+  p.resources.push_back({"compute", compute, fmt::format("{:.3g} TFLOP at {}", p.flops / 1e12, Rate(mr.flops, "FLOP"))});
+  if (!mr.host_device)
+    p.resources.push_back({"host link", link, fmt::format("{} in, {} out", HumanBytes(l.in), HumanBytes(l.out))});
+  if (nvme > 0)
+    p.resources.push_back({"NVMe", nvme, fmt::format("{} read ({} of them working weights), {} written",
+                                                     HumanBytes(t.read_at_most), HumanBytes(static_cast<uint64_t>(fetched)),
+                                                     HumanBytes(t.written))});
+  p.resources.push_back({"CPU Adam", adam, fmt::format("{:.3g} G parameters at {}", optim_elems / 1e9, Rate(mr.adam, "param"))});
+  if (grad_elems > 0)
+    p.resources.push_back({"host accumulation", accumulate,
+                           fmt::format("{:.3g} G elements x {:.0f} at {}", grad_elems / 1e9, accum_passes,
+                                       Rate(in_place ? mr.accumulate_in_place : mr.accumulate, "elem"))});
+
+  // Forward and backward: compute (with the host's accumulation where it runs on the compute
+  // thread) against the prefetched fetches and the link, each hidden behind the others. The
+  // update (CPU Adam against its states' reads and writes) follows the backward; "forward"
+  // and "speculative" hide it behind the next forward (a quarter of the pass with recompute,
+  // a third without), "delayed" behind the whole next step; the drive serves both.
+  const double compute_path = compute + (mr.host_device ? accumulate : 0);
+  const double fb = std::max({compute_path, fetch, link});
+  const double update = std::max(adam, update_io);
+  const double forward = fb * (cfg.keep_activations ? 1.0 / 3 : 1.0 / 4);
+  switch (FactsOf(cfg).update_hidden_behind) {
+    case UpdateModeFacts::Hidden::kNothing:
+      p.step_s = fb + update;
+      p.overlap = "forward and backward overlap compute with fetches; the step then waits for the update";
+      break;
+    case UpdateModeFacts::Hidden::kNextStep:
+      p.step_s = std::max({fb, update, nvme});
+      p.overlap = "the update runs beside the whole next step (delayed)";
+      break;
+    case UpdateModeFacts::Hidden::kNextForward:
+      p.step_s = std::max(fb + std::max(0.0, update - forward), nvme);
+      p.overlap = "the update overlaps the next forward; the drive serves fetches and the update together";
+      break;
+  }
+  const std::array<std::pair<const char*, double>, 4> candidates{{
+      {"compute", compute_path}, {"NVMe", nvme}, {"host link", link}, {"CPU Adam", adam}}};
+  p.binding = std::max_element(candidates.begin(), candidates.end(),
+                               [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+  return p;
+}
+
+std::string FormatPrediction(const StepTimePrediction& p, const MachineRates& m) {
+  std::string out = fmt::format("step time on {} ({}):\n", m.name, m.source);
+  for (const ResourceTime& r : p.resources)
+    out += fmt::format("  {:<20}{:>10}   {}\n", r.name, Seconds(r.seconds), r.work);
+  out += fmt::format("  {:<20}{:>10}   bound by {}; {}\n", "predicted step", Seconds(p.step_s), p.binding, p.overlap);
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,58 @@
+// The step-time model: for a config and a machine, the time each resource needs per training
+// step (device compute from FLOPs, the host link, the NVMe drive's reads and writes together,
+// the CPU Adam, the host's gradient accumulation), the step time those give under what the
+// schedule overlaps, and the resource that binds. The ZeRO-Infinity paper's analysis
+// (efficiency = compute / (compute + exposed transfer), per link), applied to Strata's own
+// byte counts (step_traffic.h). Pure arithmetic: the rates come from a measurement of this
+// machine (bench/machine_rates.h) or from a named machine's nominal figures.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "src/config/train_config.h"
+#include "src/engine/shard_plan.h"
+#include "strata/status.h"
+
+namespace strata {
+
+struct MachineRates {
+  std::string name;             // "this machine", "H100 SXM"
+  std::string source;           // how the figures were had ("measured: ...", "nominal: ...")
+  bool host_device = true;      // blocks run on the host CPU (no host link)
+  double flops = 0;             // FLOP/s of a block's training pass at the config's shapes and dtype
+  double link_in = 0, link_out = 0;      // host to device, device to host, B/s
+  double nvme_read = 0, nvme_write = 0;  // through the tier, B/s
+  double adam = 0;              // CPU Adam, parameters per second (its whole in-memory pass)
+  double accumulate = 0;        // host gradient accumulation, elements per second (flatten + add)
+  double accumulate_in_place = 0;  // the same added straight from the parameters' gradients (one rank on the host)
+  uint64_t device_memory = 0;   // bytes of one GPU (nominal machines)
+};
+
+// The nominal machines: "h100-pcie", "h100-sxm", "h200", "gh200" (the figures and what they
+// assume are in step_time.cc). InvalidArgument naming the choices for any other name.
+StatusOr<MachineRates> NominalMachine(std::string_view name);
+const char* NominalMachineNames();
+
+struct ResourceTime {
+  std::string name;   // "compute", "host link", "NVMe", "CPU Adam", "host accumulation"
+  double seconds = 0;
+  std::string work;   // what it moves or computes per step
+};
+
+struct StepTimePrediction {
+  std::vector<ResourceTime> resources;  // each alone, per step
+  double step_s = 0;                    // predicted, with the schedule's overlap
+  std::string binding;                  // the resource whose time sets the step
+  std::string overlap;                  // how the times combine, one sentence
+  double flops = 0;                     // per rank per step
+};
+
+// Per rank. `plan` is the config's own (ShardPlan::Make with the machine's device traits).
+StepTimePrediction PredictStepTime(const TrainConfig& cfg, const ShardPlan& plan, const MachineRates& machine);
+
+// The table `estimate` and `train --predict` print.
+std::string FormatPrediction(const StepTimePrediction& p, const MachineRates& machine);
+
+}  // namespace strata
