@@ -6,37 +6,42 @@
 #include <chrono>
 #include <vector>
 
+#include "bench/host_copy.h"
 #include "bench/io_point.h"
 #include "strata/cpu_adam.h"
 #include "strata/dtype.h"
 
-#if STRATA_HAVE_TORCH
 #include <ATen/Parallel.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include "src/data/data.h"
+#include "src/engine/engine.h"
 #include "src/model/model.h"
-#endif
+#include "src/settle/settle.h"
+#include "strata/communicator.h"
+#include "strata/trace.h"
 
 namespace strata::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Seconds per call of `run`: once unmeasured (pages in, caches warm), then the best of calls
-// until `budget_s` has passed (at least two, at most eight).
+// Seconds per call of `run`: once unmeasured (pages in, caches warm), then the median of calls
+// until `budget_s` has passed (at least three, at most nine): what a step sees, not the best case.
 template <class F>
 double SecondsPerCall(F&& run, double budget_s) {
   run();
-  double best = 1e30, spent = 0;
-  for (int i = 0; i < 8 && (i < 2 || spent < budget_s); ++i) {
+  std::vector<double> times;
+  double spent = 0;
+  while (times.size() < 9 && (times.size() < 3 || spent < budget_s)) {
     const auto t0 = Clock::now();
     run();
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    best = std::min(best, s);
-    spent += s;
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    spent += times.back();
   }
-  return best;
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
 }
 
 // The NVMe tier at the config's aio setting: 512 MB passes, write then read, the better of two.
@@ -80,37 +85,59 @@ double MeasureAdam(const TrainConfig& cfg) {
   return static_cast<double>(n) / s;
 }
 
-#if STRATA_HAVE_TORCH
 torch::ScalarType ScalarOf(DType d) {
   return d == DType::kBF16 ? torch::kBFloat16 : d == DType::kF16 ? torch::kFloat16 : torch::kFloat32;
 }
 
-// One layer of the config's model, forward (again for the recomputation) and backward, at the
-// micro-batch shape (at most 2048 tokens): FLOP/s as the step's FLOP count (step_time.cc) has it.
-double MeasureCompute(const TrainConfig& cfg) {
-  const model::ModelSpec spec(cfg.model);
+// The compute thread's time for one step of `layers` layers of the config's width, everything
+// in host memory, one micro-batch of `batch` x `seq` tokens, the update waited for after the
+// backward (so that it is not counted): the median over steps 1-3 of the tracer's compute.
+StatusOr<double> ComputeSecondsPerStep(TrainConfig c, int64_t layers, int64_t batch, int64_t seq) {
+  c.model.n_layer = layers;
+  c.model.seq_len = seq;
+  c.micro_batch = batch;
+  c.micro_batch_set = batch;
+  c.grad_accum = 1;
+  c.grad_accum_set = 1;
+  c.train_batch_set.reset();
+  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNone;
+  c.host_blocks = 0;
+  c.optimizer_overlap = OptimizerOverlap::kNone;
+  c.recompute = c.keep_activations ? Recompute::kNever : Recompute::kAlways;
+  c.eval_interval = 0;
+  c.model_from.clear();
+  auto comm = MakeSingleRankCommunicator();
+  STRATA_ASSIGN_OR_RETURN(SettledRun settled, SettleRunConfig(c, {1, 1, false, {true}}));
+  STRATA_ASSIGN_OR_RETURN(auto data, data::TokenDataset::Open(c.data, c.model.vocab_size, seq));
+  Tracer tracer;
+  STRATA_ASSIGN_OR_RETURN(auto engine, Engine::Create(settled.config, comm.get(), &tracer));
+  std::vector<double> compute;
+  for (int64_t step = 0; step < 4; ++step) {
+    STRATA_ASSIGN_OR_RETURN(StepStats st, engine->Step(step, *data));
+    if (step > 0) compute.push_back(st.compute_s);
+  }
+  STRATA_RETURN_IF_ERROR(engine->Finish());
+  std::nth_element(compute.begin(), compute.begin() + compute.size() / 2, compute.end());
+  return compute[compute.size() / 2];
+}
+
+// One micro-batch through every block as the engine runs it (gathers, forward, recomputation
+// where the config recomputes, backward, the head, the gradients added in place), at the
+// micro-batch's shape (at most 2048 tokens; the model scales to the real count): the engine
+// itself on the config's width with one layer and with two, the difference a layer's share.
+Status MeasureCompute(const TrainConfig& cfg, MachineRates* r) {
   const model::ModelConfig& mc = cfg.model;
-  std::shared_ptr<model::Block> layer = model::MakeBlock(spec, 1);
-  layer->to(ScalarOf(cfg.compute_dtype));
   const int64_t seq = std::min<int64_t>(mc.seq_len, 2048);
   const int64_t batch = std::clamp<int64_t>(2048 / seq, 1, cfg.micro_batch);
-  const torch::Tensor x = torch::randn({batch, seq, mc.d_model}).to(ScalarOf(cfg.compute_dtype));
-  const bool recompute = !cfg.keep_activations;
-  auto pass = [&] {
-    if (recompute) {
-      torch::NoGradGuard no_grad;
-      (void)layer->Forward(x);
-    }
-    torch::Tensor in = x.detach().requires_grad_(true);
-    torch::Tensor out = layer->Forward(in);
-    out.backward(torch::ones_like(out));
-    for (auto& p : layer->parameters()) p.mutable_grad().reset();
-  };
-  const double seconds = SecondsPerCall(pass, 0.5);
-  const double params = static_cast<double>(spec.block_parameters(1));
-  const double attention = static_cast<double>(mc.n_head * model::HeadDim(mc) * seq);
-  const double per_token = 6 * params + 12 * attention + (recompute ? 2 * params + 4 * attention : 0);
-  return per_token * static_cast<double>(batch * seq) / seconds;
+  STRATA_ASSIGN_OR_RETURN(double one, ComputeSecondsPerStep(cfg, 1, batch, seq));
+  STRATA_ASSIGN_OR_RETURN(double two, ComputeSecondsPerStep(cfg, 2, batch, seq));
+  const double layer = std::max(0.0, two - one);
+  r->micro_batch_s = one + static_cast<double>(mc.n_layer - 1) * layer;
+  r->probe_tokens = static_cast<double>(batch * seq);
+  r->compute_includes_accumulation = true;
+  const double tokens_per_step = static_cast<double>(cfg.micro_batch * mc.seq_len * cfg.grad_accum);
+  r->flops = StepFlops(cfg) / tokens_per_step * r->probe_tokens / r->micro_batch_s;
+  return Status();
 }
 
 // The host's gradient path per micro-batch, for a layer's gradients (compute dtype): added
@@ -139,32 +166,36 @@ void MeasureAccumulate(const TrainConfig& cfg, MachineRates* r) {
   r->accumulate = static_cast<double>(n) / flattened;
   r->accumulate_in_place = static_cast<double>(n) / in_place;
 }
-#endif
+
+// What the cores do per byte through the tier: a memcpy on one thread (the gather copy) and
+// xxh3 (the tier's checksums), over 256 MB.
+void MeasureHostBytes(MachineRates* r) {
+  const size_t bytes = size_t{256} << 20;
+  std::vector<std::byte> a(bytes, std::byte{1}), b(bytes);
+  r->host_copy = MemcpyGbps(b.data(), a.data(), bytes, 1, 3) * 1e9;
+  r->checksum = ChecksumGbps(a.data(), bytes) * 1e9;
+}
 
 }  // namespace
 
 StatusOr<MachineRates> MeasureThisMachine(const TrainConfig& cfg) {
-#if STRATA_HAVE_TORCH
   MachineRates r;
   r.name = "this machine";
   r.host_device = true;
-  r.flops = MeasureCompute(cfg);
+  STRATA_RETURN_IF_ERROR(MeasureCompute(cfg, &r));
   MeasureAccumulate(cfg, &r);
   r.adam = MeasureAdam(cfg);
   const bool nvme = cfg.offload_param.device == OffloadDevice::kNvme || cfg.offload_optimizer.device == OffloadDevice::kNvme;
   if (nvme) STRATA_RETURN_IF_ERROR(MeasureNvme(cfg, &r));
-  r.source = fmt::format("measured: a layer's training pass {:.3g} TFLOP/s ({}), gradient accumulation {:.3g} G "
-                         "elements/s ({:.3g} in place), CPU Adam {:.3g} G params/s{}",
+  MeasureHostBytes(&r);
+  r.source = fmt::format("measured: the engine's compute on one and two layers of this width {:.3g} TFLOP/s ({}), gradient accumulation {:.3g} G "
+                         "elements/s ({:.3g} in place), CPU Adam {:.3g} G params/s{}, memcpy {:.1f} GB/s, xxh3 {:.1f} GB/s",
                          r.flops / 1e12, DTypeName(cfg.compute_dtype), r.accumulate / 1e9, r.accumulate_in_place / 1e9,
                          r.adam / 1e9,
-                         nvme ? fmt::format(", NVMe read {:.2f} / write {:.2f} GB/s", r.nvme_read / 1e9,
-                                            r.nvme_write / 1e9)
-                              : std::string());
+                         nvme ? fmt::format(", NVMe read {:.2f} / write {:.2f} GB/s", r.nvme_read / 1e9, r.nvme_write / 1e9)
+                              : std::string(),
+                         r.host_copy / 1e9, r.checksum / 1e9);
   return r;
-#else
-  (void)cfg;
-  return Status(StatusCode::kUnimplemented, "measuring this machine needs a build with LibTorch");
-#endif
 }
 
 }  // namespace strata::bench

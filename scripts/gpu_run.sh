@@ -112,6 +112,12 @@ stage_up() {
 stage_7b() {  # a model the GPU cannot hold: weights on the GPU, states and gradient sums in host memory
   run 60 estimate-7b.txt $S estimate --config configs/llama_7b_gpu.json --device cuda
   tail -4 "$out/estimate-7b.txt" | tee -a "$out/run.log"
+  # The step-time model's prediction from nominal figures, for the train log's steps to check.
+  local machine
+  machine=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 |
+            awk '/H200/ {print "h200"; exit} /PCIe/ {print "h100-pcie"; exit} {print "h100-sxm"}')
+  run 60 predict-7b.txt $S estimate --config configs/llama_7b_gpu.json --machine "${machine:-h100-sxm}"
+  tail -7 "$out/predict-7b.txt" | tee -a "$out/run.log"
   run 480 train-7b.log $S train --config configs/llama_7b_gpu.json --steps "${1:-6}" --set strata.data.path= \
     --set strata.eval_interval=0 --set scheduler.params.warmup_num_steps=0 --set wall_clock_breakdown=true \
     --trace "$out/trace-7b.json" || status=1

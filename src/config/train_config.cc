@@ -98,6 +98,16 @@ Status ParseStateStorage(JsonReader& s, TrainConfig* c) {
   return Status();
 }
 
+// strata.schedule and strata.fuse_micro_batches.
+Status ParseSchedule(JsonReader& s, TrainConfig* c) {
+  std::string schedule = StepScheduleName(c->schedule_setting);
+  STRATA_RETURN_IF_ERROR(s.Choice("schedule", &schedule, {"auto", "micro_batch", "layer_major"}));
+  c->schedule_setting = schedule == "auto"          ? StepSchedule::kAuto
+                        : schedule == "micro_batch" ? StepSchedule::kMicroBatch
+                                                    : StepSchedule::kLayerMajor;
+  return s.Bool("fuse_micro_batches", &c->fuse_micro_batches);
+}
+
 Status ParseStrata(JsonReader& root, TrainConfig* c) {
   STRATA_ASSIGN_OR_RETURN(JsonReader s, root.Child("strata"));
   STRATA_RETURN_IF_ERROR(s.Int("steps", &c->steps, 0, kMaxI));
@@ -130,11 +140,7 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
     STRATA_RETURN_IF_ERROR(s.Choice("recompute", &recompute, {"auto", "always", "never"}));
     c->recompute = recompute == "auto" ? Recompute::kAuto : recompute == "always" ? Recompute::kAlways : Recompute::kNever;
   }
-  std::string schedule = StepScheduleName(c->schedule_setting);
-  STRATA_RETURN_IF_ERROR(s.Choice("schedule", &schedule, {"auto", "micro_batch", "layer_major"}));
-  c->schedule_setting = schedule == "auto"          ? StepSchedule::kAuto
-                        : schedule == "micro_batch" ? StepSchedule::kMicroBatch
-                                                    : StepSchedule::kLayerMajor;
+  STRATA_RETURN_IF_ERROR(ParseSchedule(s, c));
   std::string overlap = OptimizerOverlapName(c->optimizer_overlap);
   STRATA_RETURN_IF_ERROR(s.Choice("optimizer_overlap", &overlap, {"none", "forward", "speculative", "delayed"}));
   c->optimizer_overlap = overlap == "none"          ? OptimizerOverlap::kNone
@@ -361,6 +367,12 @@ static Status CheckSplitMaster(const TrainConfig& c) {
 }
 
 Status CheckKeys(const TrainConfig& c) {
+  if (c.fuse_micro_batches && c.schedule_setting == StepSchedule::kMicroBatch)
+    return InvalidArgument("strata.fuse_micro_batches: needs the layer-major schedule, but strata.schedule is "
+                           "\"micro_batch\"; set it to \"layer_major\" or \"auto\"");
+  if (c.fuse_micro_batches && c.model.lora.dropout > 0)
+    return InvalidArgument("strata.fuse_micro_batches: not with strata.model.lora.dropout {} (its masks are drawn per "
+                           "micro-batch); set the dropout to 0 or fuse_micro_batches to false", c.model.lora.dropout);
   STRATA_RETURN_IF_ERROR(CheckDelayedUpdate(c));
   STRATA_RETURN_IF_ERROR(CheckHostBlocks(c));
   STRATA_RETURN_IF_ERROR(CheckSplitMaster(c));
@@ -435,7 +447,8 @@ void ResolveSchedule(TrainConfig* c, bool host_device) {
   const bool fetched = c->offload_param.device == OffloadDevice::kNvme ||
                        (!host_device && c->offload_param.device != OffloadDevice::kNone);
   const bool saves = c->grad_accum > 1 && fetched;
-  c->layer_major = c->schedule_setting == StepSchedule::kLayerMajor || (c->schedule_setting == StepSchedule::kAuto && saves);
+  c->layer_major = c->schedule_setting == StepSchedule::kLayerMajor ||
+                   (c->schedule_setting == StepSchedule::kAuto && (saves || c->fuse_micro_batches));
   if (c->schedule_setting != StepSchedule::kAuto || c->grad_accum == 1) return;
   std::erase_if(c->autos, [](const AutoValue& a) { return a.path == "strata.schedule"; });
   c->autos.push_back({"strata.schedule", c->layer_major ? "layer_major" : "micro_batch",

@@ -163,6 +163,12 @@ struct TrainConfig {
   StepSchedule schedule_setting = StepSchedule::kAuto;  // strata.schedule, as written
   // What the engine runs, settled by SettleRunConfig through ResolveSchedule.
   bool layer_major = false;
+  // strata.fuse_micro_batches: layer-major, each block runs the step's micro-batches stacked as
+  // one batch (the head still one micro-batch at a time): one pass over the block's weights
+  // per direction per step instead of one per micro-batch, in fewer and larger matrix
+  // products. Equal within rounding, not bitwise (Note [Layer-major schedule]); implies
+  // layer-major; not with LoRA dropout (its masks are drawn per micro-batch).
+  bool fuse_micro_batches = false;
   Recompute recompute = Recompute::kAuto;  // strata.recompute (activation_checkpointing present: kAlways)
   // What the engine does, settled by SettleRunConfig through ResolveRecompute (kAuto: from the estimate);
   // false = recompute until SettleRunConfig decides (src/settle).

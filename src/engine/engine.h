@@ -12,7 +12,9 @@
 // norm across ranks (with NaN/Inf detection: an fp16 overflow skips the step), then
 // CPU AdamW by sub-group, pipelined with the NVMe reads and writes of the optimizer state;
 // its fused output is the next step's working weights. The PrefetchScheduler keeps the
-// reads of upcoming working weights in flight while blocks compute.
+// reads of upcoming working weights in flight while blocks compute. With several
+// micro-batches the forward and backward run micro-batch by micro-batch, or, layer-major
+// (strata.schedule), every micro-batch through one block before the next block.
 //
 // The engine borrows the communicators, the compute device and the tracer; the caller owns
 // them. Blocks run on the compute device (the host, or a GPU); every state stays on the host.

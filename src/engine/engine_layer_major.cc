@@ -20,6 +20,17 @@
 // against a tolerance). Keeping one pending table per micro-batch would restore the order at
 // vocabulary x width x 4 B per micro-batch of device memory.
 //
+// strata.fuse_micro_batches goes one step further: each block runs the step's micro-batches
+// stacked as one batch, so the compute device too reads the block's weights once per direction
+// per step (on a CPU, where each micro-batch's pass over the weights costs about what the
+// disk's read of them does, that is the larger half of the saving), in larger matrix
+// products. The head still runs one micro-batch at a time (its logits are the largest
+// activations); the gradients of the stacked backward are the sum over the micro-batches,
+// reduced and added once (times 1 / (accumulation x world), as their per-micro-batch sum
+// would be). Rows are independent, so this is the same arithmetic up to the order of the
+// sums inside the matrix products: equal within rounding, not bitwise (tested against a
+// tolerance). LoRA dropout draws its masks per micro-batch: not with fusing.
+//
 // The update modes see what they see micro-batch-major: the last micro-batch "begins" at the
 // start (its gradients are final block by block during the backward), DoneReading comes with
 // each block's last reduction, GradientFinal with its last micro-batch's.
@@ -29,6 +40,7 @@
 namespace strata {
 
 Status Engine::Impl::LayerMajor(const StepInputs& in, Gatherer& gather, double* loss_sum) {
+  if (cfg.fuse_micro_batches) return LayerMajorFused(in, gather, loss_sum);
   const int n = num_blocks();
   const size_t count = in.mbs.size();
   STRATA_CHECK(count > 0 && in.batches.size() == count && in.weights.size() == count) << "a step without micro-batches";
@@ -63,6 +75,55 @@ Status Engine::Impl::LayerMajor(const StepInputs& in, Gatherer& gather, double* 
       STRATA_RETURN_IF_ERROR(ReduceGradients(b, in.mbs[i]));
     }
     gather.Release();
+    optimizer.window.ReadStatesEarly();
+  }
+  return Status();
+}
+
+Status Engine::Impl::LayerMajorFused(const StepInputs& in, Gatherer& gather, double* loss_sum) {
+  const int n = num_blocks();
+  const size_t count = in.mbs.size();
+  STRATA_CHECK(count > 0 && in.batches.size() == count && in.weights.size() == count) << "a step without micro-batches";
+  std::vector<torch::Tensor> tokens(count), targets(count), masks(count);
+  for (size_t i = 0; i < count; ++i)
+    STRATA_RETURN_IF_ERROR(BatchToDevice(in.batches[i], &tokens[i], &targets[i], &masks[i]));
+  torch::Tensor x;
+  STRATA_RETURN_IF_ERROR(TorchCall("stack the micro-batches", [&] { x = torch::cat(tokens, 0); }));
+  tokens.clear();
+  // The whole step as one micro-batch: the first (the accumulators are written) and the last.
+  const MicroBatch all{in.mbs[0].step, 0, true, true, in.mbs[0].sample};
+  Activations act;
+  act.Reset(n, cfg.keep_activations);
+  optimizer.window.ReadStatesEarly();
+  optimizer.mode->BeginLastMicroBatch(all.step);
+
+  for (int b = 0; b < n - 1; ++b) {
+    STRATA_RETURN_IF_ERROR(gather.Acquire(b));
+    STRATA_RETURN_IF_ERROR(ForwardBlock(b, Pass::kTrain, &x, &act, all));
+    gather.Release();
+  }
+  STRATA_RETURN_IF_ERROR(AcquireHead(gather));
+  const int64_t rows = x.size(0) / static_cast<int64_t>(count);
+  std::vector<torch::Tensor> grad_out(count);
+  for (size_t i = 0; i < count; ++i) {
+    Activations head;
+    head.Reset(n, false);
+    const torch::Tensor part = x.narrow(0, static_cast<int64_t>(i) * rows, rows);
+    STRATA_ASSIGN_OR_RETURN(double loss, HeadPass(part, targets[i], masks[i], in.weights[i], Pass::kTrain, &head));
+    grad_out[i] = head.grad_out;
+    *loss_sum += loss;
+    STRATA_RETURN_IF_ERROR(ReduceGradients(n - 1, in.mbs[i]));
+  }
+  gather.Release();
+  x = torch::Tensor();
+  STRATA_RETURN_IF_ERROR(TorchCall("stack the gradients", [&] { act.grad_out = torch::cat(grad_out, 0); }));
+  grad_out.clear();
+
+  for (int b = n - 2; b >= 0 && BackwardVisits(b); --b) {
+    STRATA_RETURN_IF_ERROR(gather.Acquire(b));
+    STRATA_RETURN_IF_ERROR(BackwardBlock(b, act, all));
+    gather.Release();
+    STRATA_RETURN_IF_ERROR(ReduceGradients(b, all));
     optimizer.window.ReadStatesEarly();
   }
   return Status();

@@ -1,6 +1,8 @@
-// The step's compute half: one forward for training and eval (gather, run, keep the block
-// inputs when training), the head's forward and backward, backward by recomputation, and
-// the gradient reductions into the host accumulators. Engine::Step and Engine::EvalLoss.
+// The step's compute half: each block's forward (keeping its input when training), the
+// head's forward and backward, each block's backward (by recomputation or through its kept
+// graph), and the gradient reductions into the host accumulators; the micro-batch-major
+// schedule that strings them together (the layer-major one: engine_layer_major.cc), eval's
+// forward. Engine::Step and Engine::EvalLoss.
 //
 // On a device the work is a pipeline of queues (compute_device.h): the Gatherer copies in
 // and all-gathers the next block while one computes; ReduceGradients flattens a block's

@@ -57,9 +57,11 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   const double per_layer = cfg.keep_activations ? saved * m.n_layer : 0.0;
   // Layer-major, every micro-batch's block inputs (and kept graphs) live until its backward;
   // the head and one layer's working set serve one micro-batch at a time.
+  // Fused, one layer's working set serves them all at once.
   const double held = cfg.layer_major ? static_cast<double>(cfg.grad_accum) : 1.0;
+  const double working = 32 * (cfg.layer_major && cfg.fuse_micro_batches ? held : 1.0);
   e.boundary_activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * n * held);
-  e.activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * (held * (n + per_layer) + 32) +
+  e.activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * (held * (n + per_layer) + working) +
                                         3.0 * cfg.micro_batch * m.seq_len * m.vocab_size * 4);
   e.transients = plan.max_grad_flat * (plan.dsize + 4);  // a block's weight gradients, and in fp32 (LoRA: adapters')
   e.runtime = kRuntimeBytes;
@@ -109,6 +111,20 @@ std::string HumanBytes(uint64_t b) {
 
 MemoryEstimate EstimateResolvingAutos(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
                                       const MachineCapacity& m, int local_ranks) {
+  // "auto" chose layer-major (ResolveSchedule): its every-micro-batch block inputs stay on the
+  // compute device, so where they alone make the run not fit, micro-batch-major it is.
+  if (cfg->layer_major && cfg->schedule_setting == StepSchedule::kAuto && !cfg->fuse_micro_batches) {
+    TrainConfig layer = *cfg, micro = *cfg;
+    layer.keep_activations = micro.keep_activations = cfg->recompute == Recompute::kNever;
+    micro.layer_major = false;
+    if (!CheckFits(EstimateMemory(layer, world, params_override, device), m, local_ranks).ok() &&
+        CheckFits(EstimateMemory(micro, world, params_override, device), m, local_ranks).ok()) {
+      cfg->layer_major = false;
+      std::erase_if(cfg->autos, [](const AutoValue& a) { return a.path == "strata.schedule"; });
+      cfg->autos.push_back({"strata.schedule", "micro_batch",
+                            "every micro-batch's block inputs, which layer-major keeps, would not fit this machine"});
+    }
+  }
   // Device accumulation first: with many micro-batches it saves a gradient copy over the link
   // and a pass over host memory per micro-batch, kept activations a recompute per block.
   // Only the device's memory decides (the host's is the same either way); unknown: no.

@@ -41,8 +41,8 @@ std::string Rate(double per_s, const char* unit) {
   return per_s >= 1e12 ? fmt::format("{:.3g} T{}/s", per_s / 1e12, unit) : fmt::format("{:.3g} G{}/s", per_s / 1e9, unit);
 }
 
-// FLOPs of one rank's step: the model's training FLOPs per token (forward + backward) times
-// its tokens, plus the blocks' forward once more where each is recomputed in its backward.
+}  // namespace
+
 double StepFlops(const TrainConfig& cfg) {
   const model::ModelSpec spec(cfg.model);
   const model::ModelConfig& m = cfg.model;
@@ -55,8 +55,6 @@ double StepFlops(const TrainConfig& cfg) {
   }
   return flops;
 }
-
-}  // namespace
 
 const char* NominalMachineNames() { return "h100-pcie, h100-sxm, h200, gh200"; }
 
@@ -82,56 +80,84 @@ StatusOr<MachineRates> NominalMachine(std::string_view name) {
                          NominalMachineNames());
 }
 
-StepTimePrediction PredictStepTime(const TrainConfig& cfg, const ShardPlan& plan, const MachineRates& mr) {
-  StepTimePrediction p;
-  p.flops = StepFlops(cfg);
-  const double compute = p.flops / mr.flops;
+namespace {
 
+// Each resource's seconds per step, alone.
+struct StepWork {
+  double compute = 0, accumulate = 0, adam = 0;
+  double fetch = 0, update_io = 0, nvme = 0, link = 0;  // the drive's reads of working weights, its update traffic
+  double fetch_cpu = 0, update_cpu = 0;  // on the host: the cores' copies and hashes beside the compute
+};
+
+StepWork WorkOf(const TrainConfig& cfg, const ShardPlan& plan, const MachineRates& mr, StepTimePrediction* p) {
+  StepWork w;
+  const double tokens = static_cast<double>(cfg.micro_batch * cfg.model.seq_len);
+  w.compute = mr.micro_batch_s > 0 ? mr.micro_batch_s * tokens / mr.probe_tokens * static_cast<double>(cfg.grad_accum)
+                                   : p->flops / mr.flops;
   // The host adds each micro-batch's gradients into the accumulators (flattened first), unless
   // the device sums them; on the host device this is on the compute thread's path.
-  double grad_elems = 0, optim_elems = 0;
+  double grad_elems = 0, optim_elems = 0, working_bytes = 0;
   for (const BlockPlan& b : plan.blocks) {
     grad_elems += static_cast<double>(b.grad.len);
     optim_elems += static_cast<double>(b.optimizer.len);
+    working_bytes += static_cast<double>(b.working.len) * plan.dsize;
   }
   const double accum_passes = plan.device_accum ? 1.0 : static_cast<double>(cfg.grad_accum);
   const bool in_place = mr.host_device && plan.world == 1 && mr.accumulate_in_place > 0;  // Note [Accumulation in place]
-  const double accumulate = grad_elems * accum_passes / (in_place ? mr.accumulate_in_place : mr.accumulate);
-  const double adam = optim_elems / mr.adam;
+  const double accumulate_rate = in_place ? mr.accumulate_in_place : mr.accumulate;
+  w.accumulate = grad_elems * accum_passes / accumulate_rate;
+  w.adam = optim_elems / mr.adam;
 
   const StepTraffic t = EstimateStepTraffic(cfg, plan);
   const double fetched = static_cast<double>(t.read_at_most - t.states);  // the working weights' reads
-  const double fetch = fetched / mr.nvme_read;
-  const double update_io = static_cast<double>(t.states) / mr.nvme_read + static_cast<double>(t.written) / mr.nvme_write;
-  const double nvme = fetch + update_io;
-  double link = 0;
+  w.fetch = fetched / mr.nvme_read;
+  w.update_io = static_cast<double>(t.states) / mr.nvme_read + static_cast<double>(t.written) / mr.nvme_write;
+  w.nvme = w.fetch + w.update_io;
   LinkTraffic l;
   if (!mr.host_device) {
     l = EstimateLinkTraffic(cfg, plan);
-    link = std::max(static_cast<double>(l.in) / mr.link_in, static_cast<double>(l.out) / mr.link_out);
+    w.link = std::max(static_cast<double>(l.in) / mr.link_in, static_cast<double>(l.out) / mr.link_out);
   }
+  // On the host the cores that compute also copy each visited block into its gather buffer
+  // (twice per pass: forward and backward) and hash what the tier reads and writes.
+  auto cpu_per_byte = [&](double rate) { return mr.host_device && rate > 0 ? 1.0 / rate : 0.0; };
+  const double hashed = cfg.verify_checksums ? cpu_per_byte(mr.checksum) : 0.0;
+  const double gathered = working_bytes * 2.0 * static_cast<double>(BlockPasses(cfg));
+  w.fetch_cpu = gathered * cpu_per_byte(mr.host_copy) + fetched * hashed;
+  w.update_cpu = w.adam + static_cast<double>(t.states + t.written) * hashed;
 
-  p.resources.push_back({"compute", compute, fmt::format("{:.3g} TFLOP at {}", p.flops / 1e12, Rate(mr.flops, "FLOP"))});
-  if (!mr.host_device)
-    p.resources.push_back({"host link", link, fmt::format("{} in, {} out", HumanBytes(l.in), HumanBytes(l.out))});
-  if (nvme > 0)
-    p.resources.push_back({"NVMe", nvme, fmt::format("{} read ({} of them working weights), {} written",
-                                                     HumanBytes(t.read_at_most), HumanBytes(static_cast<uint64_t>(fetched)),
-                                                     HumanBytes(t.written))});
-  p.resources.push_back({"CPU Adam", adam, fmt::format("{:.3g} G parameters at {}", optim_elems / 1e9, Rate(mr.adam, "param"))});
-  if (grad_elems > 0)
-    p.resources.push_back({"host accumulation", accumulate,
-                           fmt::format("{:.3g} G elements x {:.0f} at {}", grad_elems / 1e9, accum_passes,
-                                       Rate(in_place ? mr.accumulate_in_place : mr.accumulate, "elem"))});
+  auto& r = p->resources;
+  r.push_back({"compute", w.compute, fmt::format("{:.3g} TFLOP at {}", p->flops / 1e12, Rate(mr.flops, "FLOP"))});
+  if (!mr.host_device) r.push_back({"host link", w.link, fmt::format("{} in, {} out", HumanBytes(l.in), HumanBytes(l.out))});
+  if (w.nvme > 0)
+    r.push_back({"NVMe", w.nvme, fmt::format("{} read ({} of them working weights), {} written", HumanBytes(t.read_at_most),
+                                             HumanBytes(static_cast<uint64_t>(fetched)), HumanBytes(t.written))});
+  if (w.fetch_cpu > 0)
+    r.push_back({"host copies, hashes", w.fetch_cpu + w.update_cpu - w.adam,
+                 fmt::format("{} into gather buffers at {}, NVMe pieces hashed at {}",
+                             HumanBytes(static_cast<uint64_t>(gathered)), Rate(mr.host_copy, "B"), Rate(mr.checksum, "B"))});
+  r.push_back({"CPU Adam", w.adam, fmt::format("{:.3g} G parameters at {}", optim_elems / 1e9, Rate(mr.adam, "param"))});
+  if (grad_elems > 0 && !mr.compute_includes_accumulation)
+    r.push_back({"host accumulation", w.accumulate, fmt::format("{:.3g} G elements x {:.0f} at {}", grad_elems / 1e9,
+                                                               accum_passes, Rate(accumulate_rate, "elem"))});
+  return w;
+}
 
+}  // namespace
+
+StepTimePrediction PredictStepTime(const TrainConfig& cfg, const ShardPlan& plan, const MachineRates& mr) {
+  StepTimePrediction p;
+  p.flops = StepFlops(cfg);
+  const StepWork w = WorkOf(cfg, plan, mr, &p);
   // Forward and backward: compute (with the host's accumulation where it runs on the compute
   // thread) against the prefetched fetches and the link, each hidden behind the others. The
   // update (CPU Adam against its states' reads and writes) follows the backward; "forward"
   // and "speculative" hide it behind the next forward (a quarter of the pass with recompute,
   // a third without), "delayed" behind the whole next step; the drive serves both.
-  const double compute_path = compute + (mr.host_device ? accumulate : 0);
-  const double fb = std::max({compute_path, fetch, link});
-  const double update = std::max(adam, update_io);
+  const double compute_path =
+      w.compute + w.fetch_cpu + (mr.host_device && !mr.compute_includes_accumulation ? w.accumulate : 0);
+  const double fb = std::max({compute_path, w.fetch, w.link});
+  const double update = std::max(w.update_cpu, w.update_io);
   const double forward = fb * (cfg.keep_activations ? 1.0 / 3 : 1.0 / 4);
   switch (FactsOf(cfg).update_hidden_behind) {
     case UpdateModeFacts::Hidden::kNothing:
@@ -139,16 +165,22 @@ StepTimePrediction PredictStepTime(const TrainConfig& cfg, const ShardPlan& plan
       p.overlap = "forward and backward overlap compute with fetches; the step then waits for the update";
       break;
     case UpdateModeFacts::Hidden::kNextStep:
-      p.step_s = std::max({fb, update, nvme});
+      p.step_s = std::max({fb, update, w.nvme});
       p.overlap = "the update runs beside the whole next step (delayed)";
       break;
     case UpdateModeFacts::Hidden::kNextForward:
-      p.step_s = std::max(fb + std::max(0.0, update - forward), nvme);
+      p.step_s = std::max(fb + std::max(0.0, update - forward), w.nvme);
       p.overlap = "the update overlaps the next forward; the drive serves fetches and the update together";
       break;
   }
+  // Blocks on the host: the update's CPU work runs on the cores the blocks compute on, so
+  // it adds to the compute rather than hiding behind it.
+  if (mr.host_device && compute_path + w.update_cpu > p.step_s) {
+    p.step_s = compute_path + w.update_cpu;
+    p.overlap += "; on the host the update's CPU work shares the compute's cores";
+  }
   const std::array<std::pair<const char*, double>, 4> candidates{{
-      {"compute", compute_path}, {"NVMe", nvme}, {"host link", link}, {"CPU Adam", adam}}};
+      {"compute", compute_path}, {"NVMe", w.nvme}, {"host link", w.link}, {"CPU Adam", w.adam}}};
   p.binding = std::max_element(candidates.begin(), candidates.end(),
                                [](const auto& a, const auto& b) { return a.second < b.second; })->first;
   return p;

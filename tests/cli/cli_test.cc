@@ -170,7 +170,8 @@ TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
   // telling what compressed moments would hold beside it.
   const std::string small_disk = "estimate --config " STRATA_SOURCE_DIR "/configs/llama_1b_nvme.json --set "
                                  "strata.data.path= --set strata.model.n_layer=80 --set train_micro_batch_size_per_gpu=1 "
-                                 "--set strata.model.seq_len=512 --set bf16.enabled=true --disk-free 45G ";
+                                 "--set strata.model.seq_len=512 --set bf16.enabled=true --set strata.schedule=micro_batch "
+                                 "--disk-free 45G ";
   r = RunStrata(small_disk + "--host-memory 64G --max");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("fits with --set strata.host_blocks=auto: host memory"), std::string::npos) << r.out;
@@ -184,7 +185,7 @@ TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
   // Optimizer states on NVMe: how many blocks host memory has room for, and "auto" takes them.
   const std::string planned = "estimate --config " STRATA_SOURCE_DIR "/configs/llama_1b_nvme.json --set "
                               "strata.data.path= --set train_micro_batch_size_per_gpu=1 --set strata.model.seq_len=128 "
-                              "--host-memory 12G --disk-free 1T --set bf16.enabled=true";  // (not the CPU's ISA)
+                              "--host-memory 12G --disk-free 1T --set bf16.enabled=true --set strata.schedule=micro_batch";  // (not the CPU's ISA)
   r = RunStrata(planned);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("blocks kept in host memory: room for the first "), std::string::npos) << r.out;

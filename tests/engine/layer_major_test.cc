@@ -11,6 +11,7 @@
 
 #include "engine/engine_test_util.h"
 #include "src/estimate/estimator.h"
+#include "src/settle/settle.h"
 #include "strata/communicator.h"
 #include "support/settled.h"
 
@@ -190,6 +191,78 @@ TEST(LayerMajorResume, GoesOnBitwiseFromAMidRunCheckpoint) {
   EXPECT_TRUE(testing::VisitAll(*micro) == end);
 }
 
+// strata.fuse_micro_batches: each block runs the step's micro-batches as one batch. The same
+// arithmetic up to the order of the sums inside the matrix products: within rounding of the
+// micro-batch-major run; on the fake device under random delays, bitwise the host's fused run;
+// resumed mid-run, bitwise the run that never stopped.
+TEST(LayerMajorFused, IsWithinRoundingOfTheMicroBatchSchedule) {
+  TempDir dir;
+  TrainConfig c = UntiedLlama(dir.path(), 4);
+  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  const RunResult micro = RunEngine(WithSchedule(c, StepSchedule::kMicroBatch), 1, 3);
+  TrainConfig f = WithSchedule(c, StepSchedule::kLayerMajor);
+  f.fuse_micro_batches = true;
+  const RunResult fused = RunEngine(f, 1, 3);
+  ASSERT_EQ(fused.stats.size(), 3u);
+  ASSERT_EQ(micro.stats.size(), 3u);
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_NEAR(fused.stats[s].loss, micro.stats[s].loss, 1e-4 * micro.stats[s].loss) << "step " << s;
+    EXPECT_NEAR(fused.stats[s].grad_norm, micro.stats[s].grad_norm, 1e-3 * micro.stats[s].grad_norm) << "step " << s;
+  }
+  EXPECT_LT(testing::MaxAbsDiff(micro, fused), 2 * 3 * c.lr);
+  EXPECT_LT(fused.stats[2].loss, fused.stats[0].loss);
+
+  const FakeDeviceOptions fake{.seed = 3, .max_delay_us = 2000};
+  for (int world : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << world << " rank(s) on the fake device");
+    const RunResult host = world == 1 ? fused : RunEngine(f, world, 3);
+    const RunResult dev = RunEngine(f, world, 3, &fake);
+    ASSERT_EQ(dev.stats.size(), 3u);
+    for (int s = 0; s < 3; ++s) EXPECT_EQ(dev.stats[s].loss, host.stats[s].loss) << "step " << s;
+    EXPECT_TRUE(testing::BitwiseEqual(host, dev));
+  }
+}
+
+TEST(LayerMajorFused, ResumesBitwiseAndRefusesWhatItCannotDo) {
+  TempDir dir;
+  TrainConfig c = UntiedLlama(dir.path(), 3);
+  c.offload_param.device = OffloadDevice::kNvme;
+  c.fuse_micro_batches = true;  // (implies layer-major under "auto")
+  auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
+  ASSERT_TRUE(data.ok());
+  auto comm = MakeSingleRankCommunicator();
+  auto make = [&] {
+    auto e = Engine::Create(testing::Settled(c, 1), comm.get(), nullptr);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return std::move(*e);
+  };
+  std::unique_ptr<Engine> straight = make(), first = make();
+  ASSERT_TRUE(straight->config().layer_major);
+  for (int s = 0; s < 2; ++s) ASSERT_TRUE(first->Step(s, **data).ok());
+  std::unique_ptr<Engine> resumed = make();
+  testing::RestoreAll(*resumed, testing::VisitAll(*first));
+  resumed->set_counters(first->counters());
+  for (int s = 0; s < 4; ++s) {
+    auto a = straight->Step(s, **data);
+    ASSERT_TRUE(a.ok());
+    if (s < 2) continue;
+    auto b = resumed->Step(s, **data);
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(a->loss, b->loss) << s;
+  }
+  EXPECT_TRUE(testing::VisitAll(*resumed) == testing::VisitAll(*straight));
+
+  TrainConfig micro = WithSchedule(c, StepSchedule::kMicroBatch);
+  Status s = CheckKeys(micro);
+  EXPECT_NE(s.message().find("strata.fuse_micro_batches: needs the layer-major schedule"), std::string::npos) << s.message();
+  TrainConfig dropout = c;
+  dropout.model.lora.r = 4;
+  dropout.model.lora.target_modules = {"q_proj"};
+  dropout.model.lora.dropout = 0.1;
+  s = CheckKeys(dropout);
+  EXPECT_NE(s.message().find("not with strata.model.lora.dropout"), std::string::npos) << s.message();
+}
+
 // "auto" is layer-major where a step fetches each block's weights per micro-batch: from NVMe,
 // or over the host link off the host; never with one micro-batch; as written otherwise.
 TEST(LayerMajorAuto, PicksItWhereFetchesRepeat) {
@@ -209,6 +282,33 @@ TEST(LayerMajorAuto, PicksItWhereFetchesRepeat) {
   c.offload_param.device = OffloadDevice::kNvme;
   c.grad_accum = 1;
   EXPECT_FALSE(settled(c, true));
+}
+
+// Where layer-major's block inputs alone would not fit the machine, "auto" keeps the
+// micro-batch-major schedule and says why; given room, layer-major.
+TEST(LayerMajorAuto, FallsBackWhereTheBlockInputsDoNotFit) {
+  TempDir dir;
+  TrainConfig c = TinyConfig(dir.path());
+  c.grad_accum = 64;
+  c.micro_batch = 16;
+  c.offload_param.device = OffloadDevice::kNvme;
+  const uint64_t micro = EstimateMemory(*testing::Settled(WithSchedule(c, StepSchedule::kMicroBatch)), 1).node_host_bytes(1);
+  const uint64_t layer = EstimateMemory(*testing::Settled(WithSchedule(c, StepSchedule::kLayerMajor)), 1).node_host_bytes(1);
+  ASSERT_GT(layer, micro + 1000000);
+  for (const uint64_t host : {(micro + layer) / 2, 2 * layer}) {
+    MachineCapacity m;
+    m.host_available = host;
+    m.nvme_free = uint64_t{1} << 40;
+    m.nvme_dir = dir.path();
+    auto settled = SettleRunConfig(c, {1, 1, false, {true}, &m});
+    ASSERT_TRUE(settled.ok()) << settled.status().ToString();
+    const bool room = host > layer;
+    EXPECT_EQ(settled->config->layer_major, room);
+    bool said = false;
+    for (const AutoValue& a : settled->config->autos)
+      said = said || (a.path == "strata.schedule" && a.value == (room ? "layer_major" : "micro_batch"));
+    EXPECT_TRUE(said);
+  }
 }
 
 // The estimator keeps every micro-batch's block inputs layer-major: accumulation times one

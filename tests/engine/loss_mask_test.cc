@@ -205,6 +205,32 @@ TEST(LossMask, SpeculativeUpdatesAreBitwiseThePlainSchedule) {
   EXPECT_EQ(plain.state, speculative.state);
 }
 
+// The layer-major schedule (Note [Layer-major schedule]) weighs each micro-batch's masked loss
+// as the micro-batch-major one does: bitwise the same run (untied, so every sum keeps its order).
+TEST(LossMask, LayerMajorIsBitwiseTheMicroBatchSchedule) {
+  TempDir dir;
+  std::vector<uint16_t> tokens;
+  std::vector<uint8_t> mask;
+  RandomExamples(3000, &tokens, &mask);
+  TrainConfig c = TinyConfig(dir.path());
+  c.model.arch = model::Arch::kLlama;
+  c.model.tie_embeddings = false;
+  c.model.n_kv_head = 2;
+  c.data.path = WriteData(dir.path(), tokens, mask);
+  c.micro_batch = 2;
+  c.grad_accum = 3;
+  c.offload_param.device = OffloadDevice::kNvme;
+  c.schedule_setting = StepSchedule::kMicroBatch;
+  const auto micro = RunEngine(c, 2, 3);
+  c.schedule_setting = StepSchedule::kLayerMajor;
+  const auto layer = RunEngine(c, 2, 3);
+  ASSERT_EQ(layer.stats.size(), 3u);
+  ASSERT_EQ(micro.stats.size(), 3u);
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(micro.stats[s].loss, layer.stats[s].loss) << "step " << s;
+  EXPECT_TRUE(testing::BitwiseEqual(micro, layer));
+  EXPECT_EQ(micro.state, layer.state);
+}
+
 // One trained target in 2000 tokens: most steps of one sequence draw none. Such a step is an
 // error naming the step, before anything runs; the steps that do draw it train on it alone.
 TEST(LossMask, AStepWithNoTrainedTargetIsAnErrorNotANaN) {
