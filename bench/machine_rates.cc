@@ -123,12 +123,15 @@ StatusOr<double> ComputeSecondsPerStep(TrainConfig c, int64_t layers, int64_t ba
 
 // One micro-batch through every block as the engine runs it (gathers, forward, recomputation
 // where the config recomputes, backward, the head, the gradients added in place), at the
-// micro-batch's shape (at most 2048 tokens; the model scales to the real count): the engine
+// shape of a block's pass (the micro-batch, or fused the step's; at most 2048 tokens, the
+// model scales to the real count): the engine
 // itself on the config's width with one layer and with two, the difference a layer's share.
 Status MeasureCompute(const TrainConfig& cfg, MachineRates* r) {
   const model::ModelConfig& mc = cfg.model;
   const int64_t seq = std::min<int64_t>(mc.seq_len, 2048);
-  const int64_t batch = std::clamp<int64_t>(2048 / seq, 1, cfg.micro_batch);
+  // A block's pass: one micro-batch, or fused all of the step's at once.
+  const int64_t rows = cfg.micro_batch * (cfg.layer_major && cfg.fuse_micro_batches ? cfg.grad_accum : 1);
+  const int64_t batch = std::clamp<int64_t>(2048 / seq, 1, rows);
   STRATA_ASSIGN_OR_RETURN(double one, ComputeSecondsPerStep(cfg, 1, batch, seq));
   STRATA_ASSIGN_OR_RETURN(double two, ComputeSecondsPerStep(cfg, 2, batch, seq));
   const double layer = std::max(0.0, two - one);
