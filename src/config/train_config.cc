@@ -98,14 +98,18 @@ Status ParseStateStorage(JsonReader& s, TrainConfig* c) {
   return Status();
 }
 
-// strata.schedule and strata.fuse_micro_batches.
+// strata.schedule, strata.fuse_micro_batches and strata.block_inputs.
 Status ParseSchedule(JsonReader& s, TrainConfig* c) {
   std::string schedule = StepScheduleName(c->schedule_setting);
   STRATA_RETURN_IF_ERROR(s.Choice("schedule", &schedule, {"auto", "micro_batch", "layer_major"}));
   c->schedule_setting = schedule == "auto"          ? StepSchedule::kAuto
                         : schedule == "micro_batch" ? StepSchedule::kMicroBatch
                                                     : StepSchedule::kLayerMajor;
-  return s.Bool("fuse_micro_batches", &c->fuse_micro_batches);
+  STRATA_RETURN_IF_ERROR(s.Bool("fuse_micro_batches", &c->fuse_micro_batches));
+  std::string inputs = c->block_inputs_host < 0 ? "auto" : c->block_inputs_host ? "host" : "device";
+  STRATA_RETURN_IF_ERROR(s.Choice("block_inputs", &inputs, {"auto", "device", "host"}));
+  c->block_inputs_host = inputs == "auto" ? -1 : inputs == "host" ? 1 : 0;
+  return Status();
 }
 
 Status ParseStrata(JsonReader& root, TrainConfig* c) {
@@ -373,6 +377,9 @@ Status CheckKeys(const TrainConfig& c) {
   if (c.fuse_micro_batches && c.model.lora.dropout > 0)
     return InvalidArgument("strata.fuse_micro_batches: not with strata.model.lora.dropout {} (its masks are drawn per "
                            "micro-batch); set the dropout to 0 or fuse_micro_batches to false", c.model.lora.dropout);
+  if (c.block_inputs_host == 1 && c.recompute == Recompute::kNever)
+    return InvalidArgument("strata.block_inputs \"host\": needs recomputation (strata.recompute \"never\" keeps every "
+                           "block's activations on the device, which moving its input would not free)");
   STRATA_RETURN_IF_ERROR(CheckDelayedUpdate(c));
   STRATA_RETURN_IF_ERROR(CheckHostBlocks(c));
   STRATA_RETURN_IF_ERROR(CheckSplitMaster(c));

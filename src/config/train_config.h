@@ -169,6 +169,12 @@ struct TrainConfig {
   // products. Equal within rounding, not bitwise (Note [Layer-major schedule]); implies
   // layer-major; not with LoRA dropout (its masks are drawn per micro-batch).
   bool fuse_micro_batches = false;
+  // strata.block_inputs: off the host, layer-major, where every micro-batch's block inputs
+  // wait for their backward: "device", "host" (copied out to host memory after each block's
+  // forward and back in before its backward; needs recompute), "auto" (-1: host where the
+  // estimate does not fit the device with them there, else device).
+  int block_inputs_host = -1;
+  bool block_inputs_on_host = false;  // settled (EstimateResolvingAutos)
   Recompute recompute = Recompute::kAuto;  // strata.recompute (activation_checkpointing present: kAlways)
   // What the engine does, settled by SettleRunConfig through ResolveRecompute (kAuto: from the estimate);
   // false = recompute until SettleRunConfig decides (src/settle).

@@ -18,7 +18,7 @@ uint64_t MemoryEstimate::device_peak() const {
 }
 
 uint64_t MemoryEstimate::host_peak() const {
-  const uint64_t host = ledger.Total(Residence::kCpu) + staging + grad_staging + runtime;
+  const uint64_t host = ledger.Total(Residence::kCpu) + staging + grad_staging + runtime + host_inputs;
   return std::max(host_device ? host + device_peak() : host, host + creation);
 }
 
@@ -63,6 +63,10 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   e.boundary_activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * n * held);
   e.activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * (held * (n + per_layer) + working) +
                                         3.0 * cfg.micro_batch * m.seq_len * m.vocab_size * 4);
+  if (cfg.layer_major && cfg.block_inputs_on_host && !device.host) {  // copied out after each forward
+    e.host_inputs = e.boundary_activations;
+    e.activations -= e.boundary_activations;
+  }
   e.transients = plan.max_grad_flat * (plan.dsize + 4);  // a block's weight gradients, and in fp32 (LoRA: adapters')
   e.runtime = kRuntimeBytes;
   e.creation = (plan.creation_draws + 1) * plan.max_padded * (4 + (cfg.compute_dtype == DType::kF32 ? 0 : plan.dsize));
@@ -109,10 +113,32 @@ std::string HumanBytes(uint64_t b) {
   return fmt::format("{} B", b);
 }
 
+namespace {
+
+// strata.block_inputs: "host" / "device" as written (layer-major off the host only); "auto":
+// host where the device has no room for them (known memory), recomputing.
+void ResolveBlockInputs(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
+                        const MachineCapacity& m) {
+  const bool applies = cfg->layer_major && !device.host && cfg->recompute != Recompute::kNever;
+  cfg->block_inputs_on_host = applies && cfg->block_inputs_host == 1;
+  if (!applies || cfg->block_inputs_host >= 0 || m.device_memory == 0) return;
+  TrainConfig on_device = *cfg;
+  on_device.keep_activations = false;
+  if (EstimateMemory(on_device, world, params_override, device).device_peak() <= m.device_memory) return;
+  cfg->block_inputs_on_host = true;
+  std::erase_if(cfg->autos, [](const AutoValue& a) { return a.path == "strata.block_inputs"; });
+  cfg->autos.push_back({"strata.block_inputs", "host",
+                        "every micro-batch's block inputs would not fit the device: copied to host memory after each "
+                        "block's forward, back before its backward"});
+}
+
+}  // namespace
+
 MemoryEstimate EstimateResolvingAutos(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
                                       const MachineCapacity& m, int local_ranks) {
   // "auto" chose layer-major (ResolveSchedule): its every-micro-batch block inputs stay on the
   // compute device, so where they alone make the run not fit, micro-batch-major it is.
+  ResolveBlockInputs(cfg, world, params_override, device, m);
   if (cfg->layer_major && cfg->schedule_setting == StepSchedule::kAuto && !cfg->fuse_micro_batches) {
     TrainConfig layer = *cfg, micro = *cfg;
     layer.keep_activations = micro.keep_activations = cfg->recompute == Recompute::kNever;

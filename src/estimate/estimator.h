@@ -25,6 +25,8 @@ struct MemoryEstimate {
   // Of which the blocks' inputs kept for the backward (every micro-batch's, layer-major): the
   // activation traffic of a step is these written once and read once.
   uint64_t boundary_activations = 0;
+  // Of those, the ones in host memory (strata.block_inputs "host"): not in `activations`.
+  uint64_t host_inputs = 0;
   // Per rank, outside the engine's ledger: its fp32 gradient scratch (the flat gradient of
   // the largest block, the reduced shard, the tied weight's pending gradient; compute
   // device) and the NVMe tier's staging buffers (host).

@@ -118,11 +118,14 @@ TEST(LayerMajorFakeDevice, IsTheHostsMicroBatchScheduleUnderRandomDelays) {
   c.offload_optimizer.device = OffloadDevice::kCpu;
   const RunResult host = RunEngine(WithSchedule(c, StepSchedule::kMicroBatch), 2, 3);
   ASSERT_EQ(host.stats.size(), 3u);
-  for (bool device_accumulation : {false, true}) {
+  // With and without device accumulation; with the block inputs in host memory between their
+  // forward and backward (strata.block_inputs "host": copied out and back in on the queues).
+  for (int variant = 0; variant < 3; ++variant) {
     TrainConfig d = WithSchedule(c, StepSchedule::kLayerMajor);
-    d.device_accumulation = device_accumulation ? 1 : 0;
-    for (int seed = 1; seed <= 8; ++seed) {
-      SCOPED_TRACE(::testing::Message() << "device accumulation " << device_accumulation << ", delay seed " << seed);
+    d.device_accumulation = variant == 1 ? 1 : 0;
+    d.block_inputs_host = variant == 2 ? 1 : 0;
+    for (int seed = 1; seed <= 6; ++seed) {
+      SCOPED_TRACE(::testing::Message() << "variant " << variant << ", delay seed " << seed);
       const FakeDeviceOptions fake{.seed = static_cast<uint64_t>(seed), .max_delay_us = 2000};
       const RunResult dev = RunEngine(d, 2, 3, &fake);
       ASSERT_EQ(dev.stats.size(), 3u);
@@ -214,9 +217,11 @@ TEST(LayerMajorFused, IsWithinRoundingOfTheMicroBatchSchedule) {
 
   const FakeDeviceOptions fake{.seed = 3, .max_delay_us = 2000};
   for (int world : {1, 2}) {
-    SCOPED_TRACE(::testing::Message() << world << " rank(s) on the fake device");
+    SCOPED_TRACE(::testing::Message() << world << " rank(s) on the fake device, block inputs in host memory");
     const RunResult host = world == 1 ? fused : RunEngine(f, world, 3);
-    const RunResult dev = RunEngine(f, world, 3, &fake);
+    TrainConfig on_host = f;
+    on_host.block_inputs_host = 1;
+    const RunResult dev = RunEngine(on_host, world, 3, &fake);
     ASSERT_EQ(dev.stats.size(), 3u);
     for (int s = 0; s < 3; ++s) EXPECT_EQ(dev.stats[s].loss, host.stats[s].loss) << "step " << s;
     EXPECT_TRUE(testing::BitwiseEqual(host, dev));
@@ -324,6 +329,16 @@ TEST(LayerMajorEstimate, CountsEveryMicroBatchsBlockInputs) {
   EXPECT_EQ(layer.boundary_activations, 8 * micro.boundary_activations);
   EXPECT_EQ(layer.activations - micro.activations, layer.boundary_activations - micro.boundary_activations);
   EXPECT_TRUE(layer.ledger == micro.ledger);  // the state is the same
+  // Off the host, strata.block_inputs "host" moves them from the device's activations to host memory.
+  TrainConfig h = WithSchedule(c, StepSchedule::kLayerMajor);
+  h.block_inputs_host = 1;
+  const MemoryEstimate on_device = EstimateMemory(*testing::Settled(WithSchedule(c, StepSchedule::kLayerMajor), 1, false), 1, 0, {false});
+  const MemoryEstimate on_host = EstimateMemory(*testing::Settled(h, 1, false), 1, 0, {false});
+  EXPECT_EQ(on_host.host_inputs, on_device.boundary_activations);
+  EXPECT_EQ(on_device.activations - on_host.activations, on_host.host_inputs);
+  EXPECT_EQ(on_host.host_peak() - on_device.host_peak(), on_host.host_inputs);
+  h.recompute = Recompute::kNever;
+  EXPECT_NE(CheckKeys(h).message().find("strata.block_inputs \"host\": needs recomputation"), std::string::npos);
 }
 
 }  // namespace
