@@ -75,7 +75,7 @@ void PrintHostBlocksRoom(const TrainConfig& cfg, int nproc, int64_t params, Devi
   std::printf("blocks kept in host memory: room for %s (--set strata.host_blocks=%lld; host memory %s needed "
               "then, NVMe %s): their step skips the disk\n",
               HostBlocksPhrase(f.blocks).c_str(),
-              (long long)f.blocks, HumanBytes(f.estimate.node_host_bytes(nproc)).c_str(),
+              (long long)(f.blocks == kAllBlocks ? model::ModelSpec(cfg.model).num_blocks() : f.blocks), HumanBytes(f.estimate.node_host_bytes(nproc)).c_str(),
               HumanBytes(f.estimate.node_nvme_bytes(nproc)).c_str());
 }
 

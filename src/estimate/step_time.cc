@@ -111,7 +111,9 @@ StepWork WorkOf(const TrainConfig& cfg, const ShardPlan& plan, const MachineRate
   const StepTraffic t = EstimateStepTraffic(cfg, plan);
   const double fetched = static_cast<double>(t.read_at_most - t.states);  // the working weights' reads
   w.fetch = fetched / mr.nvme_read;
-  w.update_io = static_cast<double>(t.states) / mr.nvme_read + static_cast<double>(t.written) / mr.nvme_write;
+  // The update reads some sub-groups' states while it writes others back: both at once.
+  w.update_io = mr.nvme_mixed > 0 ? static_cast<double>(t.states + t.written) / mr.nvme_mixed
+                                  : static_cast<double>(t.states) / mr.nvme_read + static_cast<double>(t.written) / mr.nvme_write;
   w.nvme = w.fetch + w.update_io;
   LinkTraffic l;
   if (!mr.host_device) {

@@ -28,6 +28,7 @@ struct MachineRates {
   bool compute_includes_accumulation = false;  // micro_batch_s has the host's accumulation in it
   double link_in = 0, link_out = 0;      // host to device, device to host, B/s
   double nvme_read = 0, nvme_write = 0;  // through the tier, B/s
+  double nvme_mixed = 0;        // a reader and a writer at once, B/s of both (0: not measured)
   double adam = 0;              // CPU Adam, parameters per second (its whole in-memory pass)
   double accumulate = 0;        // host gradient accumulation, elements per second (flatten + add)
   double accumulate_in_place = 0;  // the same added straight from the parameters' gradients (one rank on the host)

@@ -15,10 +15,6 @@ using testing::RunEngine;
 using testing::TempDir;
 using testing::TinyConfig;
 
-uint64_t At(const testing::RunResult& r, StateKind k, Residence where) {
-  return r.ledger.bytes[static_cast<int>(k)][static_cast<int>(where)];
-}
-
 // A master of its own: the speculative update (exact: redone when the clip applies) keeps one.
 TrainConfig OwnMaster(TrainConfig c) {
   c.optimizer_overlap = OptimizerOverlap::kSpeculative;

@@ -51,7 +51,9 @@ TEST(ShardPlan, EveryRanksRangesTileEachBlockAtEveryStage) {
           EXPECT_EQ(bp.working.len, stage == 3 ? l.shard : l.padded);
           EXPECT_EQ(bp.optimizer.len, stage >= 1 ? l.shard : l.padded);
           EXPECT_EQ(bp.grad.len, stage >= 2 ? l.shard : l.padded);
-          if (stage >= 1) EXPECT_EQ(bp.optimizer.begin, r * l.shard);
+          if (stage >= 1) {
+            EXPECT_EQ(bp.optimizer.begin, r * l.shard);
+          }
           working += bp.working.len;
           optimizer += bp.optimizer.len;
           grad += bp.grad.len;
