@@ -60,6 +60,33 @@ TEST_P(AccumulateTest, Bf16RoundsTheFusedSumToNearestEven) {
     ASSERT_EQ(acc[i], Fp32ToBf16(std::fma(0.5f, part[i], Bf16ToFp32(before[i])))) << "element " << i;
 }
 
+// A bf16 part (a bf16 parameter gradient, Note [Accumulation in place]) gives what its exact
+// widening to fp32 gives through the fp32 path, into fp32 and bf16 accumulators, written or added.
+TEST_P(AccumulateTest, Bf16PartIsItsWideningThroughTheFp32Path) {
+  for (size_t n : {size_t{1}, size_t{37}, size_t{100003}}) {
+    const std::vector<float> values = Gradient(n, 9), start = Gradient(n, 10);
+    std::vector<uint16_t> part(n);
+    std::vector<float> widened(n);
+    for (size_t i = 0; i < n; ++i) {
+      part[i] = Fp32ToBf16(values[i]);
+      widened[i] = Bf16ToFp32(part[i]);
+    }
+    for (bool overwrite : {false, true}) {
+      std::vector<float> a = start, b = start;
+      std::vector<uint16_t> a16(n), b16(n);
+      for (size_t i = 0; i < n; ++i) a16[i] = b16[i] = Fp32ToBf16(start[i]);
+      AccumulateBf16Gradient(std::span<float>(a), part, 0.3f, overwrite, {.num_threads = 2});
+      AccumulateGradient(std::span<float>(b), widened, 0.3f, overwrite, {.num_threads = 2});
+      AccumulateBf16Gradient(std::span<uint16_t>(a16), part, 0.3f, overwrite, {.num_threads = 2});
+      AccumulateGradient(std::span<uint16_t>(b16), widened, 0.3f, overwrite, {.num_threads = 2});
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(BitsOfFloat(a[i]), BitsOfFloat(b[i])) << "n " << n << " element " << i;
+        ASSERT_EQ(a16[i], b16[i]) << "n " << n << " element " << i;
+      }
+    }
+  }
+}
+
 // The step's first micro-batch writes: whatever the accumulator held (here NaN) is gone, and
 // the result is what adding to zeroed memory gives (a zero sum is +0, as 0 + -0 is).
 TEST_P(AccumulateTest, OverwriteIgnoresTheOldContents) {
