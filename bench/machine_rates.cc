@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <vector>
 
@@ -92,11 +93,25 @@ torch::ScalarType ScalarOf(DType d) {
   return d == DType::kBF16 ? torch::kBFloat16 : d == DType::kF16 ? torch::kFloat16 : torch::kFloat32;
 }
 
-// The compute thread's time for one step of `layers` layers of the config's width, everything
-// in host memory, one micro-batch of `batch` x `seq` tokens, the update waited for after the
-// backward (so that it is not counted): the median over steps 1-3 of the tracer's compute.
-StatusOr<double> ComputeSecondsPerStep(TrainConfig c, int64_t layers, int64_t batch, int64_t seq) {
-  c.model.n_layer = layers;
+// The block a compute span belongs to ("forward b3", "accumulate g3": 3), or -1.
+int BlockOfSpan(const std::string& name) {
+  size_t digits = name.size();
+  while (digits > 0 && std::isdigit(static_cast<unsigned char>(name[digits - 1]))) --digits;
+  if (digits == name.size() || digits < 2 || name[digits - 2] != ' ' || (name[digits - 1] != 'b' && name[digits - 1] != 'g'))
+    return -1;
+  return std::stoi(name.substr(digits));
+}
+
+// One step's compute split into what a layer costs and what the rest does (the embedding, the
+// head, their gradients): the engine itself on two layers of the config's width, everything in
+// host memory, one pass of `batch` x `seq` tokens, the update waited for after the backward
+// (so that it is not counted); the tracer's compute spans of steps 1-3, by block.
+struct ComputeSplit {
+  double per_layer = 0, rest = 0;  // seconds per pass
+};
+StatusOr<ComputeSplit> MeasureComputeSplit(TrainConfig c, int64_t batch, int64_t seq) {
+  constexpr int kLayers = 2, kSteps = 3;
+  c.model.n_layer = kLayers;
   c.model.seq_len = seq;
   c.micro_batch = batch;
   c.micro_batch_set = batch;
@@ -114,31 +129,35 @@ StatusOr<double> ComputeSecondsPerStep(TrainConfig c, int64_t layers, int64_t ba
   STRATA_ASSIGN_OR_RETURN(auto data, data::TokenDataset::Open(c.data, c.model.vocab_size, seq));
   Tracer tracer;
   STRATA_ASSIGN_OR_RETURN(auto engine, Engine::Create(settled.config, comm.get(), &tracer));
-  std::vector<double> compute;
-  for (int64_t step = 0; step < 4; ++step) {
-    STRATA_ASSIGN_OR_RETURN(StepStats st, engine->Step(step, *data));
-    if (step > 0) compute.push_back(st.compute_s);
+  double since = 0;
+  for (int64_t step = 0; step <= kSteps; ++step) {
+    if (step == 1) since = tracer.Now();  // the first step pays one-time costs
+    STRATA_RETURN_IF_ERROR(engine->Step(step, *data).status());
   }
   STRATA_RETURN_IF_ERROR(engine->Finish());
-  std::nth_element(compute.begin(), compute.begin() + compute.size() / 2, compute.end());
-  return compute[compute.size() / 2];
+  ComputeSplit split;
+  for (const TraceEvent& e : tracer.Events()) {
+    if (e.track != Track::kCompute || e.start_s < since) continue;
+    const int block = BlockOfSpan(e.name);
+    (block >= 1 && block <= kLayers ? split.per_layer : split.rest) += e.end_s - e.start_s;
+  }
+  split.per_layer /= kSteps * kLayers;
+  split.rest /= kSteps;
+  return split;
 }
 
-// One micro-batch through every block as the engine runs it (gathers, forward, recomputation
-// where the config recomputes, backward, the head, the gradients added in place), at the
-// shape of a block's pass (the micro-batch, or fused the step's; at most 2048 tokens, the
-// model scales to the real count): the engine
-// itself on the config's width with one layer and with two, the difference a layer's share.
+// One pass of every block as the engine runs it (gathers, forward, recomputation where the
+// config recomputes, backward, the head, the gradients added in place), at the shape of a
+// block's pass (the micro-batch, or fused the step's; at most 2048 tokens, the model scales
+// to the real count): MeasureComputeSplit's layer times n_layer, and the rest.
 Status MeasureCompute(const TrainConfig& cfg, MachineRates* r) {
   const model::ModelConfig& mc = cfg.model;
   const int64_t seq = std::min<int64_t>(mc.seq_len, 2048);
   // A block's pass: one micro-batch, or fused all of the step's at once.
   const int64_t rows = cfg.micro_batch * (cfg.layer_major && cfg.fuse_micro_batches ? cfg.grad_accum : 1);
   const int64_t batch = std::clamp<int64_t>(2048 / seq, 1, rows);
-  STRATA_ASSIGN_OR_RETURN(double one, ComputeSecondsPerStep(cfg, 1, batch, seq));
-  STRATA_ASSIGN_OR_RETURN(double two, ComputeSecondsPerStep(cfg, 2, batch, seq));
-  const double layer = std::max(0.0, two - one);
-  r->micro_batch_s = one + static_cast<double>(mc.n_layer - 1) * layer;
+  STRATA_ASSIGN_OR_RETURN(ComputeSplit split, MeasureComputeSplit(cfg, batch, seq));
+  r->micro_batch_s = split.rest + static_cast<double>(mc.n_layer) * split.per_layer;
   r->probe_tokens = static_cast<double>(batch * seq);
   r->compute_includes_accumulation = true;
   const double tokens_per_step = static_cast<double>(cfg.micro_batch * mc.seq_len * cfg.grad_accum);
@@ -194,7 +213,7 @@ StatusOr<MachineRates> MeasureThisMachine(const TrainConfig& cfg) {
   const bool nvme = cfg.offload_param.device == OffloadDevice::kNvme || cfg.offload_optimizer.device == OffloadDevice::kNvme;
   if (nvme) STRATA_RETURN_IF_ERROR(MeasureNvme(cfg, &r));
   MeasureHostBytes(&r);
-  r.source = fmt::format("measured: the engine's compute on one and two layers of this width {:.3g} TFLOP/s ({}), gradient accumulation {:.3g} G "
+  r.source = fmt::format("measured: the engine's compute on two layers of this width {:.3g} TFLOP/s ({}), gradient accumulation {:.3g} G "
                          "elements/s ({:.3g} in place), CPU Adam {:.3g} G params/s{}, memcpy {:.1f} GB/s, xxh3 {:.1f} GB/s",
                          r.flops / 1e12, DTypeName(cfg.compute_dtype), r.accumulate / 1e9, r.accumulate_in_place / 1e9,
                          r.adam / 1e9,
