@@ -1,10 +1,12 @@
-// This machine's rates for the step-time model (src/estimate/step_time.h), measured in a few
-// seconds with the paths a step uses: one block of the config's model through a training pass
-// (forward, recomputation where the config recomputes, backward) at its micro-batch shape and
-// compute dtype; the CPU Adam kernel with its bf16 copy; the host's gradient accumulation
-// (flattening a block's gradients and adding them); the NVMe tier's reads and writes at the
-// config's aio setting (the swap folder's drive). `bench links` and `bench adam` measure the
-// same paths at length, against their anchors.
+// This machine's rates for the step-time model (src/estimate/step_time.h), measured in seconds
+// with the paths a step uses: the engine itself, on two layers of the config's width at the
+// shape of a block's pass, everything in host memory (its compute spans split into a layer's
+// share and the rest: gathers' binding, forward, recomputation where the config recomputes,
+// backward, the head, the gradients added); the CPU Adam kernel with its bf16 copy; the
+// host's gradient accumulation (flattened, and in place); memcpy and xxh3 (the gather copies
+// and the tier's checksums); the NVMe tier's reads, writes and both at once at the config's
+// aio setting (the swap folder's drive). `bench links` and `bench adam` measure the same
+// paths at length, against their anchors.
 #pragma once
 
 #include "src/config/train_config.h"

@@ -154,7 +154,7 @@ void Progress::PrintPrediction() const {
   double sum = 0;
   for (size_t i = from; i < step_seconds_.size(); ++i) sum += step_seconds_[i];
   const double measured = sum / static_cast<double>(step_seconds_.size() - from);
-  std::printf("summary: step time %.2f s measured (mean of steps %lld..%lld), %.2f s predicted by the step-time model "
+  std::printf("summary: step time %.3g s measured (mean of steps %lld..%lld), %.3g s predicted by the step-time model "
               "(bound by %s): %+.0f%%\n",
               measured, (long long)(o_.first_step + static_cast<int64_t>(from)),
               (long long)(o_.first_step + static_cast<int64_t>(step_seconds_.size()) - 1), o_.predicted_step_s,
