@@ -4,29 +4,22 @@
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "bench/host_copy.h"
 #include "bench/io_point.h"
 #include "strata/cpu_adam.h"
 #include "strata/dtype.h"
 
-#include <ATen/Parallel.h>
-#include <torch/types.h>
-#include <torch/utils.h>
-
 #include "src/data/data.h"
 #include "src/engine/engine.h"
-#include "src/model/model.h"
 #include "src/settle/settle.h"
 #include "strata/communicator.h"
 #include "strata/trace.h"
 
 namespace strata::bench {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // Seconds per call of `run`: once unmeasured (pages in, caches warm), then the median of calls
 // until `budget_s` has passed (at least three, at most nine): what a step sees, not the best case.
@@ -36,13 +29,12 @@ double SecondsPerCall(F&& run, double budget_s) {
   std::vector<double> times;
   double spent = 0;
   while (times.size() < 9 && (times.size() < 3 || spent < budget_s)) {
-    const auto t0 = Clock::now();
+    const double t0 = NowSeconds();
     run();
-    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    times.push_back(NowSeconds() - t0);
     spent += times.back();
   }
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  return times[times.size() / 2];
+  return Summarize(std::move(times)).median;
 }
 
 // The NVMe tier at the config's aio setting: 512 MB passes, write, read, and both at once (as
@@ -87,10 +79,6 @@ double MeasureAdam(const TrainConfig& cfg) {
   const AdamOptions threads{.num_threads = cfg.optimizer_threads};
   const double s = SecondsPerCall([&] { AdamStep(hp, spans, threads).IgnoreError(); }, 0.3);
   return static_cast<double>(n) / s;
-}
-
-torch::ScalarType ScalarOf(DType d) {
-  return d == DType::kBF16 ? torch::kBFloat16 : d == DType::kF16 ? torch::kFloat16 : torch::kFloat32;
 }
 
 // The block a compute span belongs to ("forward b3", "accumulate g3": 3), or -1.
@@ -159,37 +147,9 @@ Status MeasureCompute(const TrainConfig& cfg, MachineRates* r) {
   STRATA_ASSIGN_OR_RETURN(ComputeSplit split, MeasureComputeSplit(cfg, batch, seq));
   r->micro_batch_s = split.rest + static_cast<double>(mc.n_layer) * split.per_layer;
   r->probe_tokens = static_cast<double>(batch * seq);
-  r->compute_includes_accumulation = true;
   const double tokens_per_step = static_cast<double>(cfg.micro_batch * mc.seq_len * cfg.grad_accum);
   r->flops = StepFlops(cfg) / tokens_per_step * r->probe_tokens / r->micro_batch_s;
   return Status();
-}
-
-// The host's gradient path per micro-batch, for a layer's gradients (compute dtype): added
-// into an fp32 accumulator straight from them (Note [Accumulation in place], one rank) and
-// flattened into an fp32 buffer first (as when they are reduced across ranks).
-void MeasureAccumulate(const TrainConfig& cfg, MachineRates* r) {
-  const int64_t n = std::min<int64_t>(model::ModelSpec(cfg.model).block_parameters(1), int64_t{32} << 20);
-  const torch::Tensor grad = torch::randn({n}).to(ScalarOf(cfg.compute_dtype));
-  torch::Tensor flat = torch::empty({n}), acc = torch::zeros({n});
-  const std::span<float> a(acc.data_ptr<float>(), static_cast<size_t>(n));
-  const std::span<const float> f(flat.data_ptr<float>(), static_cast<size_t>(n));
-  const AdamOptions threads{.num_threads = at::get_num_threads()};
-  const double flattened = SecondsPerCall([&] {
-    flat.copy_(grad);
-    AccumulateGradient(a, f, 0.5f, false, threads);
-  }, 0.3);
-  const double in_place = SecondsPerCall([&] {
-    if (cfg.compute_dtype == DType::kBF16)
-      AccumulateBf16Gradient(a, {reinterpret_cast<const uint16_t*>(grad.data_ptr()), static_cast<size_t>(n)}, 0.5f,
-                             false, threads);
-    else if (cfg.compute_dtype == DType::kF32)
-      AccumulateGradient(a, {grad.data_ptr<float>(), static_cast<size_t>(n)}, 0.5f, false, threads);
-    else
-      AccumulateGradient(a, f, 0.5f, false, threads);  // (fp16 is flattened first)
-  }, 0.3);
-  r->accumulate = static_cast<double>(n) / flattened;
-  r->accumulate_in_place = static_cast<double>(n) / in_place;
 }
 
 // What the cores do per byte through the tier: a memcpy on one thread (the gather copy) and
@@ -208,15 +168,13 @@ StatusOr<MachineRates> MeasureThisMachine(const TrainConfig& cfg) {
   r.name = "this machine";
   r.host_device = true;
   STRATA_RETURN_IF_ERROR(MeasureCompute(cfg, &r));
-  MeasureAccumulate(cfg, &r);
   r.adam = MeasureAdam(cfg);
   const bool nvme = cfg.offload_param.device == OffloadDevice::kNvme || cfg.offload_optimizer.device == OffloadDevice::kNvme;
   if (nvme) STRATA_RETURN_IF_ERROR(MeasureNvme(cfg, &r));
   MeasureHostBytes(&r);
-  r.source = fmt::format("measured: the engine's compute on two layers of this width {:.3g} TFLOP/s ({}), gradient accumulation {:.3g} G "
-                         "elements/s ({:.3g} in place), CPU Adam {:.3g} G params/s{}, memcpy {:.1f} GB/s, xxh3 {:.1f} GB/s",
-                         r.flops / 1e12, DTypeName(cfg.compute_dtype), r.accumulate / 1e9, r.accumulate_in_place / 1e9,
-                         r.adam / 1e9,
+  r.source = fmt::format("measured: the engine on two layers of this width {:.3g} TFLOP/s ({}, the gradients' "
+                         "accumulation included), CPU Adam {:.3g} G params/s{}, memcpy {:.1f} GB/s, xxh3 {:.1f} GB/s",
+                         r.flops / 1e12, DTypeName(cfg.compute_dtype), r.adam / 1e9,
                          nvme ? fmt::format(", NVMe read {:.2f} / write {:.2f} / both at once {:.2f} GB/s", r.nvme_read / 1e9,
                                             r.nvme_write / 1e9, r.nvme_mixed / 1e9)
                               : std::string(),

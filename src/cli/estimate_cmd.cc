@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "src/cli/commands.h"
+#include "src/cli/stop_on_signal.h"
 #include "src/cli/train_config_cli.h"
 #include "src/estimate/estimator.h"
 #include "src/estimate/fit_advice.h"
@@ -139,7 +140,8 @@ int PrintStepTime(const std::string& name, const TrainConfig& cfg, int nproc, in
                   MachineRates rates) {
   if (name == "here") {
     const bool nvme = cfg.offload_optimizer.device == OffloadDevice::kNvme || cfg.offload_param.device == OffloadDevice::kNvme;
-    std::fprintf(stderr, "measuring this machine (a layer's training pass, CPU Adam, gradient accumulation%s)...\n",
+    StopOnSignals();  // Ctrl-C during the NVMe probe removes its swap folder
+    std::fprintf(stderr, "measuring this machine (the engine on two layers, CPU Adam, memory%s)...\n",
                  nvme ? ", the NVMe tier" : "");
     auto measured = bench::MeasureThisMachine(cfg);
     if (!measured.ok()) {

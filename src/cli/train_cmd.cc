@@ -195,8 +195,8 @@ void TrainRun::Predict() {
     LogWarn("--predict measures blocks on this CPU; for a GPU use strata estimate --machine ({})", NominalMachineNames());
     return;
   }
-  std::printf("measuring this machine for the step-time model (a layer's training pass, CPU Adam, gradient "
-              "accumulation, the NVMe tier where the config uses it)...\n");
+  std::printf("measuring this machine for the step-time model (the engine on two layers, CPU Adam, memory, the "
+              "NVMe tier where the config uses it)...\n");
   std::fflush(stdout);
   auto rates = bench::MeasureThisMachine(cfg_);
   if (!rates.ok()) {

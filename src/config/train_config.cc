@@ -437,8 +437,7 @@ void ResolvePrecision(TrainConfig* c, bool on_gpu) {
     c->compute_dtype = native ? DType::kBF16 : DType::kF32;
     c->precision_reason = native ? fmt::format("bf16.enabled \"auto\": {} computes bf16 natively", why)
                                  : fmt::format("bf16.enabled \"auto\": {}, where bf16 runs ~10x slower than fp32", why);
-    std::erase_if(c->autos, [](const AutoValue& a) { return a.path == "bf16.enabled"; });
-    c->autos.push_back({"bf16.enabled", native ? "true" : "false", native ? why + ": native bf16" : why});
+    RecordAuto(c, "bf16.enabled", native ? "true" : "false", native ? why + ": native bf16" : why);
     return;
   }
   c->precision_reason = c->compute_dtype == DType::kBF16   ? "bf16.enabled"
@@ -450,6 +449,11 @@ void ResolvePrecision(TrainConfig* c, bool on_gpu) {
         "to \"auto\" (or false) to train in fp32 here", why);
 }
 
+void RecordAuto(TrainConfig* c, const std::string& path, std::string value, std::string reason) {
+  std::erase_if(c->autos, [&](const AutoValue& a) { return a.path == path; });
+  c->autos.push_back({path, std::move(value), std::move(reason)});
+}
+
 void ResolveSchedule(TrainConfig* c, bool host_device) {
   const bool fetched = c->offload_param.device == OffloadDevice::kNvme ||
                        (!host_device && c->offload_param.device != OffloadDevice::kNone);
@@ -457,31 +461,28 @@ void ResolveSchedule(TrainConfig* c, bool host_device) {
   c->layer_major = c->schedule_setting == StepSchedule::kLayerMajor ||
                    (c->schedule_setting == StepSchedule::kAuto && (saves || c->fuse_micro_batches));
   if (c->schedule_setting != StepSchedule::kAuto || c->grad_accum == 1) return;
-  std::erase_if(c->autos, [](const AutoValue& a) { return a.path == "strata.schedule"; });
-  c->autos.push_back({"strata.schedule", c->layer_major ? "layer_major" : "micro_batch",
-                      c->layer_major ? "each block's working weights are fetched once per step, not once per micro-batch"
-                                     : "the working weights are not fetched per visit: nothing to save"});
+  RecordAuto(c, "strata.schedule", c->layer_major ? "layer_major" : "micro_batch",
+             c->layer_major ? "each block's working weights are fetched once per step, not once per micro-batch"
+                            : "the working weights are not fetched per visit: nothing to save");
 }
 
 void ResolveRecompute(TrainConfig* c, bool fits) {
   c->keep_activations = c->recompute == Recompute::kNever || (c->recompute == Recompute::kAuto && fits);
   if (c->recompute != Recompute::kAuto) return;
-  std::erase_if(c->autos, [](const AutoValue& a) { return a.path == "strata.recompute"; });
-  c->autos.push_back({"strata.recompute", c->keep_activations ? "never" : "always",
-                      c->keep_activations ? "every block's activations fit: kept, no recompute"
-                                          : "kept activations would not fit this machine: each block recomputed"});
+  RecordAuto(c, "strata.recompute", c->keep_activations ? "never" : "always",
+             c->keep_activations ? "every block's activations fit: kept, no recompute"
+                                 : "kept activations would not fit this machine: each block recomputed");
 }
 
 void ResolveDeviceAccumulation(TrainConfig* c, bool host_device, bool fits) {
   const bool applies = !host_device && c->grad_accum > 1;
   c->accumulate_on_device = applies && (c->device_accumulation == 1 || (c->device_accumulation < 0 && fits));
   if (c->device_accumulation >= 0 || !applies) return;
-  std::erase_if(c->autos, [](const AutoValue& a) { return a.path == "strata.device_accumulation"; });
-  c->autos.push_back({"strata.device_accumulation", c->accumulate_on_device ? "true" : "false",
-                      c->accumulate_on_device
-                          ? "the device has room for fp32 gradient accumulators: gradients leave it once per step"
-                          : "fp32 gradient accumulators would not fit the device: every micro-batch's gradients "
-                            "are copied to the host"});
+  RecordAuto(c, "strata.device_accumulation", c->accumulate_on_device ? "true" : "false",
+             c->accumulate_on_device
+                 ? "the device has room for fp32 gradient accumulators: gradients leave it once per step"
+                 : "fp32 gradient accumulators would not fit the device: every micro-batch's gradients "
+                   "are copied to the host");
 }
 
 Status ResolveBatch(TrainConfig* c, int world) {

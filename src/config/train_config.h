@@ -237,6 +237,9 @@ void SetAdamStates(TrainConfig* config, const std::string& setting);
 // than fp32 there). Fills precision_reason either way. Idempotent.
 void ResolvePrecision(TrainConfig* config, bool on_gpu);
 
+// Records what a key written "auto" became and why, replacing what an earlier settling recorded.
+void RecordAuto(TrainConfig* config, const std::string& path, std::string value, std::string reason);
+
 // Settles layer_major: as written, or for "auto" layer-major when the step has several
 // micro-batches and each visit of a block fetches its working weights (from NVMe, or, off
 // the host, over the host link): those fetches then happen once per step instead of once per

@@ -242,7 +242,6 @@ struct Engine::Impl {
   // The two schedules of a step's micro-batches (strata.schedule); each adds their losses.
   Status MicroBatchMajor(const StepInputs& in, Gatherer& gather, double* loss_sum);
   Status LayerMajor(const StepInputs& in, Gatherer& gather, double* loss_sum);  // engine_layer_major.cc
-  Status LayerMajorFused(const StepInputs& in, Gatherer& gather, double* loss_sum);  // strata.fuse_micro_batches
   // Arms LoRA dropout in *scope for block b of micro-batch `mb` (the same masks in its
   // recomputation); leaves it empty without dropout.
   void ArmLoraDropout(int b, const MicroBatch& mb, std::optional<model::LoraDropoutScope>* scope) const;

@@ -110,100 +110,63 @@ class BlockInputs {
 
 }  // namespace
 
+// The step's passes through each block: one per micro-batch, or fused one of all of them
+// stacked, which is the whole step as one micro-batch (the first: the accumulators are
+// written; the last). The head always runs micro-batch by micro-batch.
 Status Engine::Impl::LayerMajor(const StepInputs& in, Gatherer& gather, double* loss_sum) {
-  if (cfg.fuse_micro_batches) return LayerMajorFused(in, gather, loss_sum);
   const int n = num_blocks();
   const size_t count = in.mbs.size();
   STRATA_CHECK(count > 0 && in.batches.size() == count && in.weights.size() == count) << "a step without micro-batches";
-  std::vector<Activations> acts(count);
   std::vector<torch::Tensor> x(count), targets(count), masks(count);
-  for (size_t i = 0; i < count; ++i) {
-    STRATA_RETURN_IF_ERROR(BatchToDevice(in.batches[i], &x[i], &targets[i], &masks[i]));
-    acts[i].Reset(n, cfg.keep_activations);
+  for (size_t i = 0; i < count; ++i) STRATA_RETURN_IF_ERROR(BatchToDevice(in.batches[i], &x[i], &targets[i], &masks[i]));
+  const bool fused = cfg.fuse_micro_batches;
+  std::vector<MicroBatch> passes = in.mbs;
+  if (fused) {
+    STRATA_RETURN_IF_ERROR(TorchCall("stack the micro-batches", [&] { x = {torch::cat(x, 0)}; }));
+    passes = {MicroBatch{in.mbs[0].step, 0, true, true, in.mbs[0].sample}};
   }
+  std::vector<Activations> acts(passes.size());
+  for (Activations& a : acts) a.Reset(n, cfg.keep_activations);
   optimizer.window.ReadStatesEarly();
   optimizer.mode->BeginLastMicroBatch(in.mbs.back().step);
 
-  BlockInputs inputs(*this, n, count);
+  BlockInputs inputs(*this, n, passes.size());
   for (int b = 0; b < n - 1; ++b) {
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
-    for (size_t i = 0; i < count; ++i) {
-      STRATA_RETURN_IF_ERROR(ForwardBlock(b, Pass::kTrain, &x[i], &acts[i], in.mbs[i]));
-      STRATA_RETURN_IF_ERROR(inputs.Keep(b, i, &acts[i].inputs[b]));
+    for (size_t p = 0; p < passes.size(); ++p) {
+      STRATA_RETURN_IF_ERROR(ForwardBlock(b, Pass::kTrain, &x[p], &acts[p], passes[p]));
+      STRATA_RETURN_IF_ERROR(inputs.Keep(b, p, &acts[p].inputs[b]));
     }
     gather.Release();
   }
   STRATA_RETURN_IF_ERROR(AcquireHead(gather));
+  const int64_t rows = fused ? x[0].size(0) / static_cast<int64_t>(count) : 0;
+  std::vector<torch::Tensor> grad_out(fused ? count : 0);
   for (size_t i = 0; i < count; ++i) {
-    STRATA_ASSIGN_OR_RETURN(double loss, HeadPass(x[i], targets[i], masks[i], in.weights[i], Pass::kTrain, &acts[i]));
-    x[i] = torch::Tensor();
+    Activations stacked;  // fused: the head's gradient joins the others before the backward
+    if (fused) stacked.Reset(n, false);
+    Activations& act = fused ? stacked : acts[i];
+    const torch::Tensor part = fused ? x[0].narrow(0, static_cast<int64_t>(i) * rows, rows) : x[i];
+    STRATA_ASSIGN_OR_RETURN(double loss, HeadPass(part, targets[i], masks[i], in.weights[i], Pass::kTrain, &act));
+    if (fused) grad_out[i] = act.grad_out;
     *loss_sum += loss;
     STRATA_RETURN_IF_ERROR(ReduceGradients(n - 1, in.mbs[i]));  // before the next head's backward adds to them
   }
   gather.Release();
+  x.clear();
+  if (fused) STRATA_RETURN_IF_ERROR(TorchCall("stack the gradients", [&] { acts[0].grad_out = torch::cat(grad_out, 0); }));
+  grad_out.clear();
 
   for (int b = n - 2; b >= 0 && BackwardVisits(b); --b) {
     std::vector<torch::Tensor*> into;
     for (Activations& a : acts) into.push_back(&a.inputs[b]);
     STRATA_RETURN_IF_ERROR(inputs.Fetch(b, into));
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
-    for (size_t i = 0; i < count; ++i) {
-      STRATA_RETURN_IF_ERROR(BackwardBlock(b, acts[i], in.mbs[i]));
-      STRATA_RETURN_IF_ERROR(ReduceGradients(b, in.mbs[i]));
+    for (size_t p = 0; p < passes.size(); ++p) {
+      STRATA_RETURN_IF_ERROR(BackwardBlock(b, acts[p], passes[p]));
+      STRATA_RETURN_IF_ERROR(ReduceGradients(b, passes[p]));
     }
     gather.Release();
-    optimizer.window.ReadStatesEarly();
-  }
-  return Status();
-}
-
-Status Engine::Impl::LayerMajorFused(const StepInputs& in, Gatherer& gather, double* loss_sum) {
-  const int n = num_blocks();
-  const size_t count = in.mbs.size();
-  STRATA_CHECK(count > 0 && in.batches.size() == count && in.weights.size() == count) << "a step without micro-batches";
-  std::vector<torch::Tensor> tokens(count), targets(count), masks(count);
-  for (size_t i = 0; i < count; ++i)
-    STRATA_RETURN_IF_ERROR(BatchToDevice(in.batches[i], &tokens[i], &targets[i], &masks[i]));
-  torch::Tensor x;
-  STRATA_RETURN_IF_ERROR(TorchCall("stack the micro-batches", [&] { x = torch::cat(tokens, 0); }));
-  tokens.clear();
-  // The whole step as one micro-batch: the first (the accumulators are written) and the last.
-  const MicroBatch all{in.mbs[0].step, 0, true, true, in.mbs[0].sample};
-  Activations act;
-  act.Reset(n, cfg.keep_activations);
-  optimizer.window.ReadStatesEarly();
-  optimizer.mode->BeginLastMicroBatch(all.step);
-
-  BlockInputs inputs(*this, n, 1);
-  for (int b = 0; b < n - 1; ++b) {
-    STRATA_RETURN_IF_ERROR(gather.Acquire(b));
-    STRATA_RETURN_IF_ERROR(ForwardBlock(b, Pass::kTrain, &x, &act, all));
-    STRATA_RETURN_IF_ERROR(inputs.Keep(b, 0, &act.inputs[b]));
-    gather.Release();
-  }
-  STRATA_RETURN_IF_ERROR(AcquireHead(gather));
-  const int64_t rows = x.size(0) / static_cast<int64_t>(count);
-  std::vector<torch::Tensor> grad_out(count);
-  for (size_t i = 0; i < count; ++i) {
-    Activations head;
-    head.Reset(n, false);
-    const torch::Tensor part = x.narrow(0, static_cast<int64_t>(i) * rows, rows);
-    STRATA_ASSIGN_OR_RETURN(double loss, HeadPass(part, targets[i], masks[i], in.weights[i], Pass::kTrain, &head));
-    grad_out[i] = head.grad_out;
-    *loss_sum += loss;
-    STRATA_RETURN_IF_ERROR(ReduceGradients(n - 1, in.mbs[i]));
-  }
-  gather.Release();
-  x = torch::Tensor();
-  STRATA_RETURN_IF_ERROR(TorchCall("stack the gradients", [&] { act.grad_out = torch::cat(grad_out, 0); }));
-  grad_out.clear();
-
-  for (int b = n - 2; b >= 0 && BackwardVisits(b); --b) {
-    STRATA_RETURN_IF_ERROR(inputs.Fetch(b, {&act.inputs[b]}));
-    STRATA_RETURN_IF_ERROR(gather.Acquire(b));
-    STRATA_RETURN_IF_ERROR(BackwardBlock(b, act, all));
-    gather.Release();
-    STRATA_RETURN_IF_ERROR(ReduceGradients(b, all));
     optimizer.window.ReadStatesEarly();
   }
   return Status();

@@ -126,19 +126,18 @@ void ResolveBlockInputs(TrainConfig* cfg, int world, int64_t params_override, De
   on_device.keep_activations = false;
   if (EstimateMemory(on_device, world, params_override, device).device_peak() <= m.device_memory) return;
   cfg->block_inputs_on_host = true;
-  std::erase_if(cfg->autos, [](const AutoValue& a) { return a.path == "strata.block_inputs"; });
-  cfg->autos.push_back({"strata.block_inputs", "host",
-                        "every micro-batch's block inputs would not fit the device: copied to host memory after each "
-                        "block's forward, back before its backward"});
+  RecordAuto(cfg, "strata.block_inputs", "host",
+             "every micro-batch's block inputs would not fit the device: copied to host memory after each "
+             "block's forward, back before its backward");
 }
 
 }  // namespace
 
 MemoryEstimate EstimateResolvingAutos(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
                                       const MachineCapacity& m, int local_ranks) {
-  // "auto" chose layer-major (ResolveSchedule): its every-micro-batch block inputs stay on the
-  // compute device, so where they alone make the run not fit, micro-batch-major it is.
   ResolveBlockInputs(cfg, world, params_override, device, m);
+  // "auto" chose layer-major (ResolveSchedule): where its every-micro-batch block inputs alone
+  // make the run not fit (wherever they wait), micro-batch-major it is.
   if (cfg->layer_major && cfg->schedule_setting == StepSchedule::kAuto && !cfg->fuse_micro_batches) {
     TrainConfig layer = *cfg, micro = *cfg;
     layer.keep_activations = micro.keep_activations = cfg->recompute == Recompute::kNever;
@@ -146,9 +145,8 @@ MemoryEstimate EstimateResolvingAutos(TrainConfig* cfg, int world, int64_t param
     if (!CheckFits(EstimateMemory(layer, world, params_override, device), m, local_ranks).ok() &&
         CheckFits(EstimateMemory(micro, world, params_override, device), m, local_ranks).ok()) {
       cfg->layer_major = false;
-      std::erase_if(cfg->autos, [](const AutoValue& a) { return a.path == "strata.schedule"; });
-      cfg->autos.push_back({"strata.schedule", "micro_batch",
-                            "every micro-batch's block inputs, which layer-major keeps, would not fit this machine"});
+      RecordAuto(cfg, "strata.schedule", "micro_batch",
+                 "every micro-batch's block inputs, which layer-major keeps, would not fit this machine");
     }
   }
   // Device accumulation first: with many micro-batches it saves a gradient copy over the link

@@ -103,9 +103,7 @@ StepWork WorkOf(const TrainConfig& cfg, const ShardPlan& plan, const MachineRate
     working_bytes += static_cast<double>(b.working.len) * plan.dsize;
   }
   const double accum_passes = plan.device_accum ? 1.0 : static_cast<double>(cfg.grad_accum);
-  const bool in_place = mr.host_device && plan.world == 1 && mr.accumulate_in_place > 0;  // Note [Accumulation in place]
-  const double accumulate_rate = in_place ? mr.accumulate_in_place : mr.accumulate;
-  w.accumulate = grad_elems * accum_passes / accumulate_rate;
+  w.accumulate = grad_elems * accum_passes / mr.accumulate;
   w.adam = optim_elems / mr.adam;
 
   const StepTraffic t = EstimateStepTraffic(cfg, plan);
@@ -139,9 +137,9 @@ StepWork WorkOf(const TrainConfig& cfg, const ShardPlan& plan, const MachineRate
                  fmt::format("{} into gather buffers at {}, NVMe pieces hashed at {}",
                              HumanBytes(static_cast<uint64_t>(gathered)), Rate(mr.host_copy, "B"), Rate(mr.checksum, "B"))});
   r.push_back({"CPU Adam", w.adam, fmt::format("{:.3g} G parameters at {}", optim_elems / 1e9, Rate(mr.adam, "param"))});
-  if (grad_elems > 0 && !mr.compute_includes_accumulation)
+  if (grad_elems > 0 && mr.micro_batch_s == 0)  // (a measured pass has it in it)
     r.push_back({"host accumulation", w.accumulate, fmt::format("{:.3g} G elements x {:.0f} at {}", grad_elems / 1e9,
-                                                               accum_passes, Rate(accumulate_rate, "elem"))});
+                                                               accum_passes, Rate(mr.accumulate, "elem"))});
   return w;
 }
 
@@ -157,7 +155,7 @@ StepTimePrediction PredictStepTime(const TrainConfig& cfg, const ShardPlan& plan
   // and "speculative" hide it behind the next forward (a quarter of the pass with recompute,
   // a third without), "delayed" behind the whole next step; the drive serves both.
   const double compute_path =
-      w.compute + w.fetch_cpu + (mr.host_device && !mr.compute_includes_accumulation ? w.accumulate : 0);
+      w.compute + w.fetch_cpu + (mr.host_device && mr.micro_batch_s == 0 ? w.accumulate : 0);
   const double fb = std::max({compute_path, w.fetch, w.link});
   const double update = std::max(w.update_cpu, w.update_io);
   const double forward = fb * (cfg.keep_activations ? 1.0 / 3 : 1.0 / 4);

@@ -22,16 +22,14 @@ struct MachineRates {
   std::string source;           // how the figures were had ("measured: ...", "nominal: ...")
   bool host_device = true;      // blocks run on the host CPU (no host link)
   double flops = 0;             // FLOP/s of a block's training pass at the config's shapes and dtype
-  // Measured: one micro-batch's pass through every block at `probe_tokens` tokens, seconds
-  // (scaled to the micro-batch's tokens); 0 = from `flops`.
+  // Measured: one pass through every block at `probe_tokens` tokens, seconds (scaled to the
+  // step's tokens), the host's gradient accumulation included; 0 = from `flops`.
   double micro_batch_s = 0, probe_tokens = 0;
-  bool compute_includes_accumulation = false;  // micro_batch_s has the host's accumulation in it
   double link_in = 0, link_out = 0;      // host to device, device to host, B/s
   double nvme_read = 0, nvme_write = 0;  // through the tier, B/s
   double nvme_mixed = 0;        // a reader and a writer at once, B/s of both (0: not measured)
   double adam = 0;              // CPU Adam, parameters per second (its whole in-memory pass)
   double accumulate = 0;        // host gradient accumulation, elements per second (flatten + add)
-  double accumulate_in_place = 0;  // the same added straight from the parameters' gradients (one rank on the host)
   // Blocks on the host: the CPU's work per byte moved through the NVMe tier, which competes with
   // the compute for the same cores: a fetched block copied into its gather buffer (one thread),
   // each piece read or written hashed (xxh3, verify_checksums). B/s; 0 = not counted.

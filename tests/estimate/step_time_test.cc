@@ -31,7 +31,7 @@ MachineRates SlowDisk() {
   m.flops = 1e12;
   m.nvme_read = m.nvme_write = 1e9;
   m.adam = 1e9;
-  m.accumulate = m.accumulate_in_place = 1e10;
+  m.accumulate = 1e10;
   return m;
 }
 
