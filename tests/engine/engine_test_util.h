@@ -137,4 +137,17 @@ inline bool BitwiseEqual(const RunResult& a, const RunResult& b) {
   return true;
 }
 
+// Two runs of the same `steps` steps that must be one: the same losses, gradient norms and
+// skips, step by step, and every parameter's bits.
+inline void ExpectSameRun(const RunResult& want, const RunResult& got, size_t steps) {
+  ASSERT_EQ(want.stats.size(), steps);
+  ASSERT_EQ(got.stats.size(), steps);
+  for (size_t s = 0; s < steps; ++s) {
+    EXPECT_EQ(got.stats[s].loss, want.stats[s].loss) << "step " << s;
+    EXPECT_EQ(got.stats[s].grad_norm, want.stats[s].grad_norm) << "step " << s;
+    EXPECT_EQ(got.stats[s].skipped, want.stats[s].skipped) << "step " << s;
+  }
+  EXPECT_TRUE(BitwiseEqual(want, got));
+}
+
 }  // namespace strata::testing

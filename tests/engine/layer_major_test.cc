@@ -95,14 +95,7 @@ TEST_P(LayerMajor, IsBitwiseTheMicroBatchScheduleOnTheHost) {
   k.configure(c);
   const RunResult micro = RunEngine(WithSchedule(c, StepSchedule::kMicroBatch), k.world, 3);
   const RunResult layer = RunEngine(WithSchedule(c, StepSchedule::kLayerMajor), k.world, 3);
-  ASSERT_EQ(layer.stats.size(), 3u);
-  ASSERT_EQ(micro.stats.size(), 3u);
-  for (int s = 0; s < 3; ++s) {
-    EXPECT_EQ(layer.stats[s].loss, micro.stats[s].loss) << "step " << s;
-    EXPECT_EQ(layer.stats[s].grad_norm, micro.stats[s].grad_norm) << "step " << s;
-    EXPECT_EQ(layer.stats[s].skipped, micro.stats[s].skipped) << "step " << s;
-  }
-  EXPECT_TRUE(testing::BitwiseEqual(micro, layer));
+  testing::ExpectSameRun(micro, layer, 3);
   EXPECT_EQ(layer.state, micro.state);  // working weights, master, m and v: every byte
 }
 
@@ -127,10 +120,7 @@ TEST(LayerMajorFakeDevice, IsTheHostsMicroBatchScheduleUnderRandomDelays) {
     for (int seed = 1; seed <= 6; ++seed) {
       SCOPED_TRACE(::testing::Message() << "variant " << variant << ", delay seed " << seed);
       const FakeDeviceOptions fake{.seed = static_cast<uint64_t>(seed), .max_delay_us = 2000};
-      const RunResult dev = RunEngine(d, 2, 3, &fake);
-      ASSERT_EQ(dev.stats.size(), 3u);
-      for (int s = 0; s < 3; ++s) EXPECT_EQ(dev.stats[s].loss, host.stats[s].loss) << "step " << s;
-      EXPECT_TRUE(testing::BitwiseEqual(host, dev));
+      testing::ExpectSameRun(host, RunEngine(d, 2, 3, &fake), 3);
     }
   }
 }
@@ -221,10 +211,7 @@ TEST(LayerMajorFused, IsWithinRoundingOfTheMicroBatchSchedule) {
     const RunResult host = world == 1 ? fused : RunEngine(f, world, 3);
     TrainConfig on_host = f;
     on_host.block_inputs_host = 1;
-    const RunResult dev = RunEngine(on_host, world, 3, &fake);
-    ASSERT_EQ(dev.stats.size(), 3u);
-    for (int s = 0; s < 3; ++s) EXPECT_EQ(dev.stats[s].loss, host.stats[s].loss) << "step " << s;
-    EXPECT_TRUE(testing::BitwiseEqual(host, dev));
+    testing::ExpectSameRun(host, RunEngine(on_host, world, 3, &fake), 3);
   }
 }
 
