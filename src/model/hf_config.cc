@@ -188,7 +188,9 @@ Status ReadLlamaFamily(const Keys& k, const std::string& type, ModelConfig* c) {
   STRATA_RETURN_IF_ERROR(k.Int("max_position_embeddings", &c->max_positions, true));
   STRATA_RETURN_IF_ERROR(k.Double("rms_norm_eps", &c->norm_eps));
   STRATA_RETURN_IF_ERROR(k.Bool("tie_word_embeddings", &c->tie_embeddings));
-  if (c->n_head > 0 && c->head_dim * c->n_head == c->d_model) c->head_dim = 0;  // the default, spelled out
+  // The default, spelled out (divided, not multiplied: a hostile head_dim must not overflow).
+  if (c->n_head > 0 && c->head_dim > 0 && c->d_model % c->n_head == 0 && c->head_dim == c->d_model / c->n_head)
+    c->head_dim = 0;
   STRATA_RETURN_IF_ERROR(ReadRope(k, c));
   STRATA_RETURN_IF_ERROR(ReadSlidingWindow(k, type, c));
   STRATA_RETURN_IF_ERROR(k.Expect("hidden_act", "silu", "Strata's LLaMA-family MLP is SwiGLU"));
