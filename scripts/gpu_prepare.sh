@@ -14,6 +14,7 @@
 #                    machine lacks, for CPython 3.12 x86-64: only for the DeepSpeed peers and
 #                    DeepSpeed's CPU Adam in `bench adam` (the peers' model is a plain-PyTorch
 #                    LLaMA, bench/peers/llama.py, so no transformers).
+# (ocl-icd-libopencl1: Debian's oneDNN links libOpenCL.so.1, which the GPU machine's image may lack.)
 # At most 64 MiB travel with the working tree in all; this prints the sizes and the folders to carry.
 # Then, on the GPU machine: bash scripts/gpu_run.sh OUT_DIR [STAGE ...]
 #   scripts/gpu_prepare.sh              all three
@@ -28,7 +29,7 @@ mkdir -p "$out/debs" "$out/bin"
 log() { printf '[gpu_prepare] %s\n' "$*" >&2; }
 
 debs=(liburing2 liburing-dev libdnnl2 libdnnl-dev libgtest-dev libgmock-dev googletest nlohmann-json3-dev libcli11-dev
-      libxxhash0 libxxhash-dev libfmt9 libfmt-dev libaio1 libaio-dev fio)
+      libxxhash0 libxxhash-dev libfmt9 libfmt-dev libaio1 libaio-dev fio ocl-icd-libopencl1)
 log "downloading ${#debs[@]} Debian packages"
 (cd "$out/debs" && apt-get download "${debs[@]}" >/dev/null)
 

@@ -99,14 +99,15 @@ S=build-gpu/strata
 status=0
 stage_up() {
   local t
+  local -A limit=([cuda_tests]=60 [engine_gpu_tests]=150)
   for t in cuda_tests engine_gpu_tests; do
-    run 240 "test-$t.log" build-gpu/tests/$t || status=1
+    run "${limit[$t]}" "test-$t.log" build-gpu/tests/$t || status=1
     log "$t: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ test' "$out/test-$t.log" | tr '\n' ' ')"
   done
-  run 90 h2d.json build-gpu/strata-cuda-bench $((4 << 30)) $((64 << 20)) 7 || status=1
-  run 120 bench-step.json $S bench step --json || status=1
+  run 60 h2d.json build-gpu/strata-cuda-bench $((4 << 30)) $((64 << 20)) 7 || status=1
+  run 60 bench-step.json $S bench step --json || status=1
   # The default job on the GPU (blocks on cuda:0, every state on NVMe): loss curve, memory line.
-  run 240 train-tiny-gpu.log $S train --set strata.device=cuda --trace "$out/trace.json" || status=1
+  run 90 train-tiny-gpu.log $S train --set strata.device=cuda --trace "$out/trace.json" || status=1
   tail -3 "$out/train-tiny-gpu.log" | tee -a "$out/run.log"
 }
 stage_7b() {  # a model the GPU cannot hold: weights on the GPU, states and gradient sums in host memory
