@@ -32,6 +32,13 @@ debs=(liburing2 liburing-dev libdnnl2 libdnnl-dev libgtest-dev libgmock-dev goog
       libxxhash0 libxxhash-dev libfmt9 libfmt-dev libaio1 libaio-dev fio ocl-icd-libopencl1)
 log "downloading ${#debs[@]} Debian packages"
 (cd "$out/debs" && apt-get download "${debs[@]}" >/dev/null)
+# fio's own libraries that an Ubuntu image lacks (GlusterFS, Ceph, PMDK, RDMA, NBD engines):
+# unpacked apart and used by fio alone (gpu_run.sh's wrapper), so they shadow nothing else.
+fio_debs=(libgfapi0 libgfrpc0 libgfxdr0 libglusterfs0 librados2 librbd1 libnbd0 libpmem1 libpmemblk1
+          libboost-iostreams1.74.0 libboost-thread1.74.0 libibverbs1 librdmacm1 libdaxctl1 libndctl6 libnuma1
+          libnl-route-3-200 libnl-3-200)
+mkdir -p "$out/debs/fio"
+(cd "$out/debs/fio" && apt-get download "${fio_debs[@]}" >/dev/null)
 
 # --- the GPU binaries, built here ---------------------------------------------------------
 want_torch=2.11.0+cu130  # what the GPU machine's python3 has (docs/DESIGN.md, "Running on a GPU machine")

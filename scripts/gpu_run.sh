@@ -11,7 +11,10 @@
 #              host memory, states on NVMe with host_blocks auto): its estimate, then N steps (3)
 #   links      bench links (pinned copies vs raw cudaMemcpyAsync, NVMe vs fio) and bench adam
 #              on every core (vs the memory ceiling, LibTorch's and DeepSpeed's CPU Adam)
-#   peers[=S]  DeepSpeed ZeRO-Infinity (cpu, nvme) and FSDP2 CPU offload at size S (7b)
+#   cmp        Strata's 7 B at the peers' batch (STRATA_PEER_MB x STRATA_PEER_ACC, 4 x 4): offloaded,
+#              and with every state on the GPU (the in-memory reference)
+#   peers[=S]  DeepSpeed ZeRO-Infinity (STRATA_PEER_OFFLOADS: cpu nvme) and FSDP2 CPU offload at
+#              size S (7b), at the same batch
 # The binaries come from .device/bin when they run here (built by gpu_prepare.sh against the
 # same LibTorch); otherwise they are built here (minutes of device time). STRATA_GPU_BUDGET_S
 # (default 570) bounds the whole run: a stage gets what is left, and one that cannot start
@@ -56,6 +59,13 @@ nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
 mkdir -p "$prefix"
 for f in .device/debs/*.deb; do dpkg -x "$f" "$prefix"; done
 export PATH=$prefix/usr/bin:/usr/local/cuda/bin:$PATH
+# fio runs through a wrapper that alone sees its carried libraries (gpu_prepare.sh).
+mkdir -p "$prefix/fio" "$prefix/wrap"
+for f in .device/debs/fio/*.deb; do [ -f "$f" ] && dpkg -x "$f" "$prefix/fio"; done
+fio_libs=$prefix/fio/usr/lib/x86_64-linux-gnu:$prefix/fio/usr/lib/x86_64-linux-gnu/ceph:$prefix/fio/lib/x86_64-linux-gnu
+printf '#!/bin/sh\nLD_LIBRARY_PATH=%s:$LD_LIBRARY_PATH exec %s "$@"\n' "$fio_libs" "$prefix/usr/bin/fio" > "$prefix/wrap/fio"
+chmod +x "$prefix/wrap/fio"
+export PATH=$prefix/wrap:$PATH
 torch_version=$(python3 -c 'import torch; print(torch.__version__)')
 # LibTorch's folder, then every pip-installed NVIDIA library folder (NCCL, cudart, ...), the
 # CUDA toolkit's, and the Debian packages' (liburing, oneDNN, xxhash).
@@ -147,13 +157,25 @@ stage_links() {
   install_deepspeed
   run 200 adam.json $S bench adam --json --threads "$(nproc)" --params 200000000 --rounds 5 --python python3 || status=1
 }
-stage_peers() {
+# The batch every comparison runs (stages cmp and peers): micro-batch x accumulation x 2048 tokens.
+mb=${STRATA_PEER_MB:-4} acc=${STRATA_PEER_ACC:-4} steps=${STRATA_PEER_STEPS:-4}
+stage_cmp() {  # Strata on configs/llama_7b_gpu.json at the peers' batch: offloaded, then all on the GPU
+  local batch=(--steps "$steps" --set train_micro_batch_size_per_gpu="$mb" --set gradient_accumulation_steps="$acc"
+               --set strata.data.path= --set strata.eval_interval=0 --set scheduler.params.warmup_num_steps=0)
+  run 150 cmp-offload.log $S train --config configs/llama_7b_gpu.json "${batch[@]}" || status=1
+  tail -3 "$out/cmp-offload.log" | tee -a "$out/run.log"
+  run 150 cmp-in-memory.log $S train --config configs/llama_7b_gpu.json "${batch[@]}" \
+    --set zero_optimization.offload_optimizer.device=none || status=1
+  tail -3 "$out/cmp-in-memory.log" | tee -a "$out/run.log"
+}
+stage_peers() {  # STRATA_PEER_OFFLOADS: DeepSpeed's offload targets (cpu nvme)
   install_deepspeed || return
   local size=${1:-7b} off
+  local args=(--size "$size" --micro-batch "$mb" --accumulation "$acc" --steps "$steps")
   mkdir -p /tmp/peers-nvme
-  (cd bench/peers && run 300 "fsdp2-$size.log" torchrun --nproc_per_node 1 fsdp2_offload.py --size "$size")
-  for off in cpu nvme; do
-    (cd bench/peers && run 300 "ds-$off-$size.log" deepspeed --num_gpus 1 ds_zero_infinity.py --size "$size" --offload $off)
+  (cd bench/peers && run 180 "fsdp2-$size.log" torchrun --nproc_per_node 1 fsdp2_offload.py "${args[@]}")
+  for off in ${STRATA_PEER_OFFLOADS:-cpu nvme}; do
+    (cd bench/peers && run 240 "ds-$off-$size.log" deepspeed --num_gpus 1 ds_zero_infinity.py "${args[@]}" --offload $off)
   done
   grep -h '^{' "$out"/fsdp2-*.log "$out"/ds-*.log | tee "$out/peers.jsonl"
 }
@@ -166,6 +188,7 @@ for s in "${stages[@]}"; do
     7b) stage_7b "$arg" ;;
     max) stage_max "$arg" ;;
     links) stage_links ;;
+    cmp) stage_cmp ;;
     peers) stage_peers "$arg" ;;
     *) log "unknown stage '$s' (up, 7b[=STEPS], max[=STEPS], links, peers[=SIZE])"; status=1 ;;
   esac

@@ -21,7 +21,7 @@ def main():
     if args.offload == "nvme":
         dev["nvme_path"] = args.nvme_path
     cfg = {
-        "train_micro_batch_size_per_gpu": args.micro_batch, "gradient_accumulation_steps": 1,
+        "train_micro_batch_size_per_gpu": args.micro_batch, "gradient_accumulation_steps": args.accumulation,
         "gradient_clipping": 1.0, "bf16": {"enabled": True},
         "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}},
         "zero_optimization": {"stage": 3, "offload_param": dict(dev), "offload_optimizer": dict(dev),
@@ -34,12 +34,14 @@ def main():
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
     times = []
     for step in range(args.steps):
-        tok = torch.randint(0, args.vocab, (args.micro_batch, args.seq + 1), device=engine.device)
+        toks = [torch.randint(0, args.vocab, (args.micro_batch, args.seq + 1), device=engine.device)
+                for _ in range(args.accumulation)]
         torch.cuda.synchronize()
         t0 = time.time()
-        loss = engine(tok[:, :-1], tok[:, 1:])
-        engine.backward(loss)
-        engine.step()
+        for tok in toks:  # DeepSpeed's accumulation: step() updates at the last micro-batch
+            loss = engine(tok[:, :-1], tok[:, 1:])
+            engine.backward(loss)
+            engine.step()
         torch.cuda.synchronize()
         times.append(time.time() - t0)
         print(f"step {step} loss {loss.item():.4f} {times[-1]:.2f}s", flush=True)

@@ -32,11 +32,13 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
     times = []
     for step in range(args.steps):
-        tok = torch.randint(0, args.vocab, (args.micro_batch, args.seq + 1), device="cuda")
+        toks = [torch.randint(0, args.vocab, (args.micro_batch, args.seq + 1), device="cuda")
+                for _ in range(args.accumulation)]
         torch.cuda.synchronize()
         t0 = time.time()
-        loss = model(tok[:, :-1], tok[:, 1:])
-        loss.backward()
+        for tok in toks:  # gradients summed over the micro-batches, as Strata's accumulation does
+            loss = model(tok[:, :-1], tok[:, 1:]) / args.accumulation
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad()

@@ -94,6 +94,7 @@ SIZES = {  # name: (d_model, n_layer, n_head, n_kv_head, ffn_hidden); vocab 3200
 def add_args(p):
     p.add_argument("--size", default="7b", choices=sorted(SIZES))
     p.add_argument("--micro-batch", type=int, default=4)
+    p.add_argument("--accumulation", type=int, default=1, help="micro-batches per optimizer step")
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--vocab", type=int, default=32000)
@@ -105,7 +106,7 @@ def report(name, args, step_times, n_params, world):
     import statistics
 
     t = statistics.median(step_times[1:]) if len(step_times) > 1 else step_times[0]
-    tokens = args.micro_batch * args.seq * world
+    tokens = args.micro_batch * args.accumulation * args.seq * world
     print(json.dumps({"peer": name, "size": args.size, "params": n_params, "micro_batch": args.micro_batch,
-                      "seq": args.seq, "step_s": t, "tokens_per_s": tokens / t,
+                      "accumulation": args.accumulation, "seq": args.seq, "step_s": t, "tokens_per_s": tokens / t,
                       "model_tflops": 6 * n_params * tokens / t / 1e12}))
