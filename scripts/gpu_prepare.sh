@@ -26,19 +26,23 @@ out=.device
 want_wheels=1
 [ "${1:-}" = "--no-wheels" ] && want_wheels=0
 mkdir -p "$out/debs" "$out/bin"
+rm -rf "$out/debs/fio"
 log() { printf '[gpu_prepare] %s\n' "$*" >&2; }
 
 debs=(liburing2 liburing-dev libdnnl2 libdnnl-dev libgtest-dev libgmock-dev googletest nlohmann-json3-dev libcli11-dev
       libxxhash0 libxxhash-dev libfmt9 libfmt-dev libaio1 libaio-dev fio ocl-icd-libopencl1)
 log "downloading ${#debs[@]} Debian packages"
 (cd "$out/debs" && apt-get download "${debs[@]}" >/dev/null)
-# fio's own libraries that an Ubuntu image lacks (GlusterFS, Ceph, PMDK, RDMA, NBD engines):
-# unpacked apart and used by fio alone (gpu_run.sh's wrapper), so they shadow nothing else.
-fio_debs=(libgfapi0 libgfrpc0 libgfxdr0 libglusterfs0 librados2 librbd1 libnbd0 libpmem1 libpmemblk1
-          libboost-iostreams1.74.0 libboost-thread1.74.0 libibverbs1 librdmacm1 libdaxctl1 libndctl6 libnuma1
-          libnl-route-3-200 libnl-3-200)
-mkdir -p "$out/debs/fio"
-(cd "$out/debs/fio" && apt-get download "${fio_debs[@]}" >/dev/null)
+# fio's whole library closure but the C and C++ runtimes (the image's are newer), as the .so
+# files alone in one archive: an Ubuntu image lacks many of them (GlusterFS, Ceph, PMDK, RDMA,
+# libtirpc), and gpu_run.sh gives them to fio alone through a wrapper, so they shadow nothing.
+fio_pkgs=$(for l in $(ldd /usr/bin/fio | awk '$3 ~ /^\// {print $3}'); do
+             r=$(readlink -f "$l"); dpkg -S "$r" 2>/dev/null || dpkg -S "${r#/usr}" 2>/dev/null
+           done | cut -d: -f1 | sort -u | grep -vx -e libc6 -e 'libstdc++6' -e libgcc-s1)
+fio_tmp=$(mktemp -d); trap 'rm -rf "$fio_tmp"' EXIT
+(cd "$fio_tmp" && apt-get download $fio_pkgs >/dev/null 2>&1 && mkdir x && for f in *.deb; do dpkg -x "$f" x; done)
+(cd "$fio_tmp/x" && find . -name '*.so*' \( -type f -o -type l \) -print0 | tar --null -T - -cJf "$root/$out/debs/fio-libs.tar.xz")
+log "fio's libraries: $(echo $fio_pkgs | wc -w) packages, $(du -h "$out/debs/fio-libs.tar.xz" | cut -f1)"
 
 # --- the GPU binaries, built here ---------------------------------------------------------
 want_torch=2.11.0+cu130  # what the GPU machine's python3 has (docs/DESIGN.md, "Running on a GPU machine")

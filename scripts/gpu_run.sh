@@ -61,11 +61,12 @@ for f in .device/debs/*.deb; do dpkg -x "$f" "$prefix"; done
 export PATH=$prefix/usr/bin:/usr/local/cuda/bin:$PATH
 # fio runs through a wrapper that alone sees its carried libraries (gpu_prepare.sh).
 mkdir -p "$prefix/fio" "$prefix/wrap"
-for f in .device/debs/fio/*.deb; do [ -f "$f" ] && dpkg -x "$f" "$prefix/fio"; done
+[ -f .device/debs/fio-libs.tar.xz ] && tar -C "$prefix/fio" -xJf .device/debs/fio-libs.tar.xz
 fio_libs=$prefix/fio/usr/lib/x86_64-linux-gnu:$prefix/fio/usr/lib/x86_64-linux-gnu/ceph:$prefix/fio/lib/x86_64-linux-gnu
 printf '#!/bin/sh\nLD_LIBRARY_PATH=%s:$LD_LIBRARY_PATH exec %s "$@"\n' "$fio_libs" "$prefix/usr/bin/fio" > "$prefix/wrap/fio"
 chmod +x "$prefix/wrap/fio"
 export PATH=$prefix/wrap:$PATH
+fio --version > "$out/fio-version.txt" 2>&1 || echo "fio does not start: $(tail -1 "$out/fio-version.txt")" >&2
 torch_version=$(python3 -c 'import torch; print(torch.__version__)')
 # LibTorch's folder, then every pip-installed NVIDIA library folder (NCCL, cudart, ...), the
 # CUDA toolkit's, and the Debian packages' (liburing, oneDNN, xxhash).

@@ -73,7 +73,8 @@ class Llama(nn.Module):
         for layer in self.layers:
             x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)  # as Strata recomputes
         logits = self.lm_head(self.norm(x)).float()
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        # reshape: the peers pass targets as tokens[:, 1:], a strided view once the micro-batch is > 1
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def params_of(vocab, d, layers, heads, kv_heads, ffn):

@@ -242,7 +242,7 @@ int RunEstimate(const EstimateArgs& a) {
               "%s, optimizer states on %s%s; activations %s%s\n\n%s\n",
               e.parameters / 1e6, a.nproc, cfg->zero_stage, DTypeName(cfg->compute_dtype),
               (long long)cfg->micro_batch, (long long)cfg->model.seq_len, OffloadDeviceName(cfg->offload_param.device),
-              OffloadDeviceName(cfg->offload_optimizer.device), HostBlocksNote(*cfg, host_blocks_auto).c_str(),
+              OptimizerStatesWhere(cfg->offload_optimizer.device, !gpu).c_str(), HostBlocksNote(*cfg, host_blocks_auto).c_str(),
               cfg->keep_activations ? "kept" : "recomputed per block",
               cfg->accumulate_on_device ? "; gradients summed on the device, copied out once per step" : "",
               FormatEstimate(e).c_str());

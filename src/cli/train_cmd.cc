@@ -295,7 +295,7 @@ void TrainRun::PrintStartup() {
                                               : "LLaMA",
       spec.num_parameters() / 1e6, engine_->num_blocks(),
       env_.world_size, cfg_.zero_stage, OffloadDeviceName(cfg_.offload_param.device),
-      OffloadDeviceName(cfg_.offload_optimizer.device), DTypeName(cfg_.compute_dtype),
+      OptimizerStatesWhere(cfg_.offload_optimizer.device, device_.device->is_host()), DTypeName(cfg_.compute_dtype),
       device_.device->Name(), cfg_.precision_reason,
       cfg_.keep_activations ? "kept (no recompute)" : "recomputed per block in backward", cfg_.train_batch,
       cfg_.micro_batch, cfg_.grad_accum, cfg_.accumulate_on_device ? " (summed on the device)" : "",

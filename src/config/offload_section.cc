@@ -85,4 +85,9 @@ Status ParseOffloadSections(JsonReader& zero, TrainConfig* c) {
   return ParseLegacyOffload(zero, c);
 }
 
+std::string OptimizerStatesWhere(OffloadDevice d, bool host_device) {
+  if (d != OffloadDevice::kNone || host_device) return OffloadDeviceName(d);
+  return "none (kept in host memory: the CPU Adam updates them there)";
+}
+
 }  // namespace strata

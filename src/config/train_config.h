@@ -22,6 +22,10 @@ namespace strata {
 
 enum class OffloadDevice { kNone, kCpu, kNvme };
 const char* OffloadDeviceName(OffloadDevice d);
+// Where offload_optimizer.device puts the master weights and Adam's moments, in words: off the
+// host "none" keeps them in host memory like "cpu" (the CPU Adam updates them in place; there
+// is no device-resident optimizer), and the start-up line and `strata estimate` say so.
+std::string OptimizerStatesWhere(OffloadDevice d, bool host_device);
 
 struct OffloadConfig {
   OffloadDevice device = OffloadDevice::kNone;

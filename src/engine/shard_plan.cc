@@ -165,6 +165,11 @@ void ShardPlan::PlanDevice(const TrainConfig& cfg) {
     count += resident.back();
   }
   if (!host_device && working_home == Residence::kDevice) working_home = Residence::kCpu;
+  // The CPU Adam updates the states in place, so off the host "none" keeps them in host memory
+  // (the store's cpu tier) as "cpu" does; the ledger said "device" and the estimate counted them
+  // in device memory while the process held them (a 7 B run on a GPU: 36.7 GB of host memory
+  // estimated, 112 GB measured).
+  if (!host_device && optimizer_home == Residence::kDevice) optimizer_home = Residence::kCpu;
   gather_slots = host_device ? 1 : (stage < 3 && count == n) ? 0 : 2;
   tied_slot = tied_owner >= 0 && !(stage < 3 && resident[tied_owner]);
   grad_slots = host_device ? 1 : 2;

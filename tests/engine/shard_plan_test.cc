@@ -136,6 +136,27 @@ TEST(ShardPlan, PlacementFollowsTheOffloadSettingsAndHostBlocks) {
   EXPECT_GT(cpu.param_pool.count, 0u);  // NVMe working weights: fetched through it
 }
 
+// The CPU Adam updates the states in place: off the host, offload_optimizer "none" keeps them
+// in host memory as "cpu" does, and the ledger (so the estimate) says so. Found on the first
+// GPU run, whose ledger put 81 GB of states in device memory that the process held itself.
+TEST(ShardPlan, OffTheHostOptimizerStatesOfNoneLiveInHostMemory) {
+  TrainConfig c = Config();
+  c.offload_optimizer.device = OffloadDevice::kNone;
+  const ShardPlan host = ShardPlan::Make(c, Shape({1000, 1000}), 1, 0);
+  EXPECT_EQ(host.OptimizerResidence(0), Residence::kDevice);  // the host is the device
+  const ShardPlan gpu = ShardPlan::Make(c, Shape({1000, 1000}), 1, 0, {.host = false});
+  for (int b = 0; b < 2; ++b) EXPECT_EQ(gpu.OptimizerResidence(b), Residence::kCpu) << b;
+  c.offload_optimizer.device = OffloadDevice::kCpu;
+  const ShardPlan gpu_cpu = ShardPlan::Make(c, Shape({1000, 1000}), 1, 0, {.host = false});
+  EXPECT_TRUE(gpu.ledger == gpu_cpu.ledger);  // "none" is "cpu" there, byte for byte
+  for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV}) {
+    EXPECT_EQ(gpu.ledger.At(k, Residence::kDevice), 0u);
+    EXPECT_GT(gpu.ledger.At(k, Residence::kCpu), 0u);
+  }
+  EXPECT_EQ(OptimizerStatesWhere(OffloadDevice::kNone, /*host_device=*/true), "none");
+  EXPECT_NE(OptimizerStatesWhere(OffloadDevice::kNone, /*host_device=*/false).find("host memory"), std::string::npos);
+}
+
 TEST(ShardPlan, VisitsAreTheStepsOrderOfGathers) {
   TrainConfig c = Config();
   ModelShape tied = Shape({100, 100, 100, 100});
