@@ -87,6 +87,8 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   optimizer.threads = cfg.optimizer_threads > 0 ? cfg.optimizer_threads
                       : io.dev->is_host()          ? rank_cores
                                                 : std::max(1, rank_cores - 1);
+  optimizer.norm_threads = rank_cores;  // what the compute thread's OpenMP calls take
+  optimizer.early_sums.assign(plan.blocks.size(), std::nullopt);
   auto phase = [&](const std::string& what) {
     if (hooks.on_phase) hooks.on_phase(what);
   };

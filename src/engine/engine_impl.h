@@ -162,6 +162,11 @@ struct Optimizer {
   UpdateWindow window;                // the update's read / update / write pipeline
   std::unique_ptr<UpdateMode> mode;   // how it runs against the steps (strata.optimizer_overlap)
   int threads = 1;                    // OpenMP threads of the CPU Adam
+  // The gradient norm's sums of squares: one thread count wherever they are taken, so that
+  // the norm has the same bits; and each block's, taken off the host once its gradient was
+  // final (Note [Early gradient sums]), for OptimizerStep to use instead of reading it again.
+  int norm_threads = 1;
+  std::vector<std::optional<GradStats>> early_sums;
   std::unique_ptr<WorkQueue> thread;  // runs one update at a time (last: joined first)
 };
 
@@ -256,6 +261,9 @@ struct Engine::Impl {
   Status AccumulateInPlace(int b, const MicroBatch& mb);
   // Block b's accumulated gradient over `range` (flat elements), for the norm and for Adam.
   std::span<const float> GradF32(int b, ElementRange range) const;
+  // Block b's sum of squares over this rank's optimizer range of its accumulated gradient.
+  GradStats BlockGradSums(int b) const;
+  void TakeEarlySums(int b);  // on the host callback thread (Note [Early gradient sums])
   std::span<const uint16_t> GradBf16(int b, ElementRange range) const;
   // Tests (strata.debug_overflow_step): an Inf in block 0's gradient as its last share is added.
   bool PlantsOverflow(int b, const MicroBatch& mb) const;

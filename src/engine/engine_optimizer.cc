@@ -17,6 +17,12 @@
 #include "strata/log.h"
 
 namespace strata {
+GradStats Engine::Impl::BlockGradSums(int b) const {
+  const ElementRange range = plan.blocks[b].optimizer;
+  const AdamOptions threads{.num_threads = optimizer.norm_threads};
+  return plan.gsize == 2 ? GradSumSquares(GradBf16(b, range), threads) : GradSumSquares(GradF32(b, range), threads);
+}
+
 StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   STRATA_RETURN_IF_ERROR(Quiesce());  // one update at a time (the last one is done by now)
   Tracer::Span span(io.tracer, Track::kOptimizer, "gradient norm");
@@ -24,9 +30,10 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   // Global norm: each rank sums squares over its optimizer ranges (disjoint for stage >= 1).
   double sumsq = 0;
   bool finite = true;
-  for (int b = 0; b < num_blocks(); ++b) {
-    const BlockPlan& bp = plan.blocks[b];
-    GradStats s = plan.gsize == 2 ? GradSumSquares(GradBf16(b, bp.optimizer)) : GradSumSquares(GradF32(b, bp.optimizer));
+  for (int b = 0; b < num_blocks(); ++b) {  // in block order, whenever each sum was taken
+    stats->early_sum_blocks += optimizer.early_sums[b].has_value();
+    const GradStats s = optimizer.early_sums[b] ? *optimizer.early_sums[b] : BlockGradSums(b);
+    optimizer.early_sums[b].reset();
     sumsq += s.sum_squares;
     finite = finite && s.finite;
   }

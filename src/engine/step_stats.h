@@ -23,6 +23,9 @@ struct StepStats {
   // strata.optimizer_overlap "speculative": blocks updated during the backward, and of those
   // the ones redone because the step clipped (an overflow rolls them back: `skipped`).
   int speculated_blocks = 0, redone_blocks = 0;
+  // Blocks whose share of the gradient norm was taken while the backward went on (Note
+  // [Early gradient sums]: off the host, every block with a gradient).
+  int early_sum_blocks = 0;
   uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
 };
 
