@@ -70,7 +70,8 @@ class IoPoint {
   // after the first does. Without it a point's first writes go to fresh fallocated space, which
   // costs both sides and fio far more (its first 128 KiB qd 1 write ran at 0.04 GB/s here, the
   // next at 1.0).
-  Status Prepare();
+  // `with_fio` false: the store's extents only (no fio run, where fio is absent or broken).
+  Status Prepare(bool with_fio);
   // One sequential pass of the store over every extent; a buffer is reused only after the
   // event that last used it completed (the store's normal pattern). Returns GB/s.
   StatusOr<double> StorePass(IoDirection direction);

@@ -90,7 +90,7 @@ Status IoSweep::Visit(const GridPoint& p, SweepProgress* progress) {
                           options_.checksums, options_.engine};
   STRATA_ASSIGN_OR_RETURN(auto point, IoPoint::Open(s, pool_.get()));
   engine_ = point->tier().engine_name();
-  STRATA_RETURN_IF_ERROR(point->Prepare());
+  STRATA_RETURN_IF_ERROR(point->Prepare(fio_));
   Samples& slot = samples_[p];
   const int visit = static_cast<int>(slot.write.store.size());  // alternates the side order per point
   const std::span<const FioFlavour> fio = fio_ ? std::span<const FioFlavour>(kSweepFio) : std::span<const FioFlavour>();

@@ -52,7 +52,7 @@ StatusOr<std::vector<LinkRow>> NvmeRows(const LinksOptions& o) {
   const bool fio = o.run_fio && HaveFio();
   const FioFlavour anchor[] = {FioFlavour::kFixedBuffers};
   const std::span<const FioFlavour> sides = fio ? std::span<const FioFlavour>(anchor) : std::span<const FioFlavour>();
-  STRATA_RETURN_IF_ERROR(point->Prepare());
+  STRATA_RETURN_IF_ERROR(point->Prepare(fio));
   IoSamples w, r;
   for (int round = 0; round < o.rounds; ++round) {
     STRATA_RETURN_IF_ERROR(point->Round(IoDirection::kWrite, round, sides, &w));

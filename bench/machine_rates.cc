@@ -54,7 +54,7 @@ Status MeasureNvme(const TrainConfig& cfg, MachineRates* r) {
   s.queue_depth = cfg.aio.queue_depth;
   s.tensor_bytes = tensor;
   STRATA_ASSIGN_OR_RETURN(auto point, IoPoint::Open(s, pool.get()));
-  STRATA_RETURN_IF_ERROR(point->Prepare());
+  STRATA_RETURN_IF_ERROR(point->Prepare(/*with_fio=*/false));  // the store's rates alone
   for (int round = 0; round < 2; ++round) {
     STRATA_ASSIGN_OR_RETURN(double w, point->StorePass(IoDirection::kWrite));
     STRATA_ASSIGN_OR_RETURN(double rd, point->StorePass(IoDirection::kRead));

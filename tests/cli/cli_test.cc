@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -91,6 +93,29 @@ TEST(Cli, BenchIoReportsReadsAndWritesAtOnce) {
   r = RunStrata("bench io --size 128M --rounds 2 --no-fio --dir " + dir.path());  // (odd rounds too)
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("read + write at once"), std::string::npos) << r.out;
+}
+
+// An fio on PATH that does not start (on the GPU machine its shared libraries were missing):
+// bench io and bench links measure the tier and leave fio's anchor out, with a warning.
+TEST(Cli, BenchesGoOnWithoutAnFioThatDoesNotStart) {
+  testing::TempDir dir;
+  const std::string bin = dir.path() + "/bin";
+  std::filesystem::create_directories(bin);
+  {
+    std::ofstream fio(bin + "/fio");
+    fio << "#!/bin/sh\necho 'fio: error while loading shared libraries: libtirpc.so.3' >&2\nexit 127\n";
+  }
+  std::filesystem::permissions(bin + "/fio", std::filesystem::perms::owner_all);
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  ::setenv("PATH", (bin + ":" + path).c_str(), 1);
+  auto io = RunStrata("bench io --json --size 128M --rounds 1 --dir " + dir.path());
+  auto links = RunStrata("bench links --json --nvme-size 64M --copy-size 16M --rounds 1 --dir " + dir.path());
+  ::setenv("PATH", path.c_str(), 1);
+  ASSERT_EQ(io.exit_code, 0) << io.out;
+  EXPECT_NE(io.out.find("\"write_gbps\""), std::string::npos) << io.out;
+  EXPECT_NE(io.out.find("does not start"), std::string::npos) << io.out;
+  ASSERT_EQ(links.exit_code, 0) << links.out;
+  EXPECT_NE(links.out.find("NVMe read via the tier"), std::string::npos) << links.out;
 }
 
 // A slow start-up says what it is doing (here made to report at once).
