@@ -179,6 +179,9 @@ struct TrainConfig {
   // estimate does not fit the device with them there, else device).
   int block_inputs_host = -1;
   bool block_inputs_on_host = false;  // settled (EstimateResolvingAutos)
+  // strata.loss_chunk: tokens per tile of the head's loss (Note [Tiled loss]); 0 the whole
+  // micro-batch at once; "auto" (-1) settled by ResolveLossChunk.
+  int64_t loss_chunk = -1;
   Recompute recompute = Recompute::kAuto;  // strata.recompute (activation_checkpointing present: kAlways)
   // What the engine does, settled by SettleRunConfig through ResolveRecompute (kAuto: from the estimate);
   // false = recompute until SettleRunConfig decides (src/settle).
@@ -249,6 +252,13 @@ void RecordAuto(TrainConfig* config, const std::string& path, std::string value,
 // the host, over the host link): those fetches then happen once per step instead of once per
 // micro-batch. Records what "auto" became and why.
 void ResolveSchedule(TrainConfig* config, bool host_device);
+
+// strata.loss_chunk (loss_chunk.cc). "auto": tiles of at most 256 MiB of fp32 logits (a power
+// of two of tokens) where a micro-batch's would exceed 1 GiB, else 0 (untiled). ResolveLossChunk
+// settles it and records why; LossTileTokens is the tokens whose logits exist at once.
+int64_t AutoLossChunk(const TrainConfig& config);
+int64_t LossTileTokens(const TrainConfig& config);
+void ResolveLossChunk(TrainConfig* config);
 
 // How many times a step passes each block in each direction: once layer-major, else once per
 // micro-batch (the fetches of its working weights, ShardPlan::Visits).

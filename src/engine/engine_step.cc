@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "src/engine/engine_impl.h"
+#include "src/model/tiled_loss.h"
 #include "src/engine/loss_weights.h"
 #include "src/engine/lr_schedule.h"
 #include "strata/check.h"
@@ -47,11 +48,13 @@ Status Accumulate(std::byte* acc, bool bf16, const torch::Tensor& part, double i
 
 // One micro-batch's loss as the step sums it: without a mask today's mean over B x T; with
 // one the masked mean times `weight` (Note [Loss mask], loss_weights.cc).
-torch::Tensor MicroBatchLoss(const torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& mask,
-                             double weight) {
-  if (!mask.defined()) return model::LanguageModelLoss(logits, targets);
-  torch::Tensor loss = model::MaskedLanguageModelLoss(logits, targets, mask);
-  return weight == 1.0 ? loss : loss * weight;
+// With strata.loss_chunk > 0 the head's logits are made a tile at a time (Note [Tiled loss]).
+torch::Tensor MicroBatchLoss(model::Block& head, const torch::Tensor& x, const torch::Tensor& targets,
+                             const torch::Tensor& mask, double weight, int64_t chunk) {
+  torch::Tensor loss = chunk > 0 ? model::TiledLanguageModelLoss(head.HeadHidden(x), head.HeadWeight(), targets, mask, chunk)
+                       : mask.defined() ? model::MaskedLanguageModelLoss(head.Forward(x), targets, mask)
+                                        : model::LanguageModelLoss(head.Forward(x), targets);
+  return !mask.defined() || weight == 1.0 ? loss : loss * weight;
 }
 
 // What a failed step leaves is finished or undone before its error returns: the update
@@ -391,12 +394,12 @@ StatusOr<double> Engine::Impl::HeadPass(const torch::Tensor& x, const torch::Ten
     model::Block& head = *model.blocks[n - 1].module;
     if (!train) {
       torch::NoGradGuard no_grad;
-      loss = MicroBatchLoss(head.Forward(x), targets, mask, weight).item<double>();
+      loss = MicroBatchLoss(head, x, targets, mask, weight, cfg.loss_chunk).item<double>();
       return;
     }
     act->inputs[n - 1] = x;
     torch::Tensor in = x.detach().requires_grad_(true);
-    torch::Tensor l = MicroBatchLoss(head.Forward(in), targets, mask, weight);
+    torch::Tensor l = MicroBatchLoss(head, in, targets, mask, weight, cfg.loss_chunk);
     loss = l.item<double>();
     (l * optimizer.scaler.scale()).backward();
     act->grad_out = in.grad();

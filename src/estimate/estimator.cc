@@ -40,7 +40,8 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   e.nvme_on_disk = plan.nvme_on_disk;
   // Activations (approximate): each block's saved input, one layer's forward + backward
   // working set (~32 x [B, T, C]: measured 29 on the tiny model; flash attention keeps no
-  // [T, T] scores) and the head's fp32 logits, their softmax and gradient (3 x [B, T, V]).
+  // [T, T] scores) and the head's fp32 logits, their softmax and gradient (3 x [B, T, V]; with
+  // the tiled loss, 3 x [tile, V]: Note [Tiled loss]).
   const auto& m = cfg.model;
   const double scale = params_override > 0 ? static_cast<double>(e.parameters) / model::ModelSpec(m).num_parameters() : 1;
   const double btc = static_cast<double>(cfg.micro_batch) * m.seq_len * m.d_model;
@@ -62,7 +63,7 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   const double working = 32 * (cfg.layer_major && cfg.fuse_micro_batches ? held : 1.0);
   e.boundary_activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * n * held);
   e.activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * (held * (n + per_layer) + working) +
-                                        3.0 * cfg.micro_batch * m.seq_len * m.vocab_size * 4);
+                                        3.0 * static_cast<double>(LossTileTokens(cfg)) * m.vocab_size * 4);
   if (cfg.layer_major && cfg.block_inputs_on_host && !device.host) {  // copied out after each forward
     e.host_inputs = e.boundary_activations;
     e.activations -= e.boundary_activations;

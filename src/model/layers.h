@@ -154,6 +154,7 @@ class Linear : public Leaf {
     draws.Normal(weight_, init_std_);
     if (bias_.defined()) bias_.zero_();
   }
+  const torch::Tensor& weight() const { return weight_; }  // (LmHead's: no bias, no adapter)
   // As PEFT: A kaiming-uniform (a = sqrt(5): bound 1 / sqrt(in)), B zero, so the adapted
   // model starts as the base.
   void InitialiseAdapters(at::Generator& gen) override {
@@ -328,11 +329,12 @@ class LmHead final : public Block {
     if (!tied_) lm_head_ = register_module("lm_head", std::make_shared<Linear>(c.d_model, c.vocab_size, false, c.init_std));
   }
   BlockKind kind() const override { return BlockKind::kHead; }
-  torch::Tensor Forward(const torch::Tensor& x) override {
-    torch::Tensor h = norm_->Forward(x);
-    if (!tied_) return lm_head_->Forward(h);
+  torch::Tensor Forward(const torch::Tensor& x) override { return torch::linear(HeadHidden(x), HeadWeight()); }
+  torch::Tensor HeadHidden(const torch::Tensor& x) override { return norm_->Forward(x); }
+  torch::Tensor HeadWeight() const override {
+    if (!tied_) return lm_head_->weight();
     STRATA_CHECK(tied_weight_.defined()) << "tied head: BindTiedWeight(wte) must come before Forward";
-    return torch::linear(h, tied_weight_);
+    return tied_weight_;
   }
   void BindTiedWeight(const torch::Tensor& weight) override {
     STRATA_CHECK(tied_) << "BindTiedWeight on a head with its own lm_head";

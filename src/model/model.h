@@ -37,6 +37,16 @@ class Block : public torch::nn::Module {
   // kHead with tied embeddings: the embedding's token table [V, C] that the head multiplies
   // with. The caller binds it before Forward; the head holds no copy of its own.
   virtual void BindTiedWeight(const torch::Tensor& weight) {}
+  // kHead, for the tiled loss (tiled_loss.h): the final norm's output [B, T, C], and the
+  // weight [V, C] the LM head multiplies it with (lm_head.weight, or the bound tied table).
+  virtual torch::Tensor HeadHidden(const torch::Tensor& input) {
+    STRATA_CHECK(false) << "HeadHidden on a block that is not a head";
+    return {};
+  }
+  virtual torch::Tensor HeadWeight() const {
+    STRATA_CHECK(false) << "HeadWeight on a block that is not a head";
+    return {};
+  }
   // Forward for positions past..past+T-1 of a sequence whose first `past` positions were fed
   // before: a layer attends to `cache` (its earlier keys/values) and appends its new ones.
   // Inference only; Forward (training) is untouched by it. The default serves blocks without

@@ -16,6 +16,7 @@ StatusOr<SettledRun> SettleRunConfig(TrainConfig c, const SettleContext& ctx) {
   STRATA_RETURN_IF_ERROR(ResolveBatch(&c, ctx.world));
   ResolvePrecision(&c, ctx.on_gpu);
   ResolveSchedule(&c, ctx.device.host);
+  ResolveLossChunk(&c);
   MemoryEstimate estimate;
   bool host_blocks_auto = false;
   if (ctx.machine) {

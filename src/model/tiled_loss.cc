@@ -1,0 +1,100 @@
+// Note [Tiled loss]: the untiled head builds the logits of the whole micro-batch, [B*T, V],
+// casts them to fp32, and autograd keeps them, their softmax and their gradient: at 32 K tokens
+// and a 32 K vocabulary 4.2 GB each, with Qwen's 152 K vocabulary 20 GB, far more than the
+// blocks' own activations. Here the loss is one autograd node over `chunk` tokens at a time:
+//   forward   per tile: logits = hidden_tile x W^T (compute dtype), in fp32 their logsumexp
+//             and the target's logit; the loss sums (lse - picked) over unmasked targets.
+//             Saved: hidden, W, the targets and the lse per token (4 B/token), no logits.
+//   backward  per tile: the logits again, softmax = exp(logits - lse), minus one at the target,
+//             times g / count (zero where masked), cast to the compute dtype as the untiled
+//             path's cast does; grad_hidden_tile = that x W, grad_W += that^T x hidden_tile,
+//             summed over the tiles in fp32 and cast to W's dtype once.
+// The same arithmetic as LanguageModelLoss except the order of the sums over tokens (the loss,
+// and grad_W over tiles): in fp32 within rounding of the untiled loss (tiled_loss_test.cc:
+// relative 1e-6 on the loss, 1e-5 on the gradients). In bf16 each tile's grad_W is rounded to
+// bf16 before the fp32 sum, where the untiled product rounds once: within bf16 rounding. The
+// backward's extra forward GEMM costs 2 x T x C x V more FLOPs per micro-batch (a third more
+// for the head), the price of never holding the logits; the tile size is strata.loss_chunk.
+#include "src/model/tiled_loss.h"
+
+#include <torch/autograd.h>
+
+#include <algorithm>
+
+#include "strata/check.h"
+
+namespace strata::model {
+namespace {
+
+constexpr int64_t kIgnore = -100;  // as cross_entropy's ignore_index
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class TiledCrossEntropy : public torch::autograd::Function<TiledCrossEntropy> {
+ public:
+  // hidden [N, C], weight [V, C], targets [N] (kIgnore where masked); `count` the unmasked.
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const torch::Tensor& targets, int64_t chunk, int64_t count) {
+    const int64_t n = hidden.size(0);
+    torch::Tensor lse = torch::empty({n}, hidden.options().dtype(torch::kFloat32));
+    torch::Tensor total = torch::zeros({}, lse.options());
+    for (int64_t at = 0; at < n; at += chunk) {
+      const int64_t len = std::min(chunk, n - at);
+      const torch::Tensor t = targets.narrow(0, at, len);
+      const torch::Tensor logits = torch::linear(hidden.narrow(0, at, len), weight).to(torch::kFloat32);
+      const torch::Tensor l = logits.logsumexp(1);
+      lse.narrow(0, at, len).copy_(l);
+      const torch::Tensor picked = logits.gather(1, t.clamp_min(0).unsqueeze(1)).squeeze(1);
+      total += (l - picked).masked_fill(t == kIgnore, 0).sum();
+    }
+    ctx->save_for_backward({hidden, weight, targets, lse});
+    ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["count"] = count;
+    return count > 0 ? total / static_cast<double>(count) : total;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &hidden = saved[0], &weight = saved[1], &targets = saved[2], &lse = saved[3];
+    const int64_t chunk = ctx->saved_data["chunk"].toInt(), count = ctx->saved_data["count"].toInt();
+    const torch::Tensor g = count > 0 ? grads[0].to(torch::kFloat32) / static_cast<double>(count) : grads[0] * 0;
+    torch::Tensor grad_hidden = torch::empty_like(hidden);
+    torch::Tensor grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
+    const int64_t n = hidden.size(0);
+    for (int64_t at = 0; at < n; at += chunk) {
+      const int64_t len = std::min(chunk, n - at);
+      const torch::Tensor t = targets.narrow(0, at, len), h = hidden.narrow(0, at, len);
+      torch::Tensor p = (torch::linear(h, weight).to(torch::kFloat32) - lse.narrow(0, at, len).unsqueeze(1)).exp_();
+      const torch::Tensor index = t.clamp_min(0).unsqueeze(1);
+      p.scatter_add_(1, index, torch::full(index.sizes(), -1.0, p.options()));
+      p.mul_((t != kIgnore).to(torch::kFloat32).unsqueeze(1) * g);
+      const torch::Tensor d = p.to(hidden.scalar_type());
+      grad_hidden.narrow(0, at, len).copy_(torch::mm(d, weight));
+      grad_weight += torch::mm(d.t(), h).to(torch::kFloat32);
+    }
+    return {grad_hidden, grad_weight.to(weight.scalar_type()), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor TiledLanguageModelLoss(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                     const torch::Tensor& targets, const torch::Tensor& mask, int64_t chunk) {
+  STRATA_CHECK(hidden.dim() == 3 && targets.dim() == 2 && hidden.sizes().slice(0, 2) == targets.sizes() &&
+               weight.dim() == 2 && weight.size(1) == hidden.size(2) && chunk > 0)
+      << "hidden " << hidden.sizes() << " weight " << weight.sizes() << " targets " << targets.sizes() << " chunk "
+      << chunk;
+  STRATA_CHECK(!mask.defined() || (mask.sizes() == targets.sizes() && mask.scalar_type() == torch::kBool))
+      << "mask " << mask.sizes();
+  const int64_t n = targets.numel();
+  torch::Tensor t = targets.reshape({n});
+  int64_t count = n;
+  if (mask.defined()) {
+    t = t.masked_fill(mask.reshape({n}).logical_not(), kIgnore);
+    count = mask.sum().item<int64_t>();
+  }
+  return TiledCrossEntropy::apply(hidden.reshape({n, hidden.size(2)}), weight, t, chunk, count);
+}
+
+}  // namespace strata::model
