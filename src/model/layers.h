@@ -24,6 +24,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 
 #include "src/model/model.h"
 #include "strata/check.h"
@@ -233,11 +234,28 @@ inline torch::Tensor RepeatKv(const torch::Tensor& x, int64_t H) {
   return x.unsqueeze(2).expand({B, Hkv, H / Hkv, S, D}).reshape({B, H, S, D});
 }
 
+// Note [Grouped-query attention]: with fewer key/value heads than query heads, the kernel
+// reads each key/value head for its H / Hkv query heads (SDPA's enable_gqa), instead of the
+// heads being copied H / Hkv times first: a [B, H, S, D] copy of k and of v per layer (and, in
+// backward, their gradients summed back). LibTorch 2.11's CPU flash kernel takes grouped heads,
+// with the same output and query gradient bit for bit, and key/value gradients within 2e-7
+// (fp32: the group's sum in another order; in bf16 more exact, summed in fp32 before one
+// rounding). Where the kernel SDPA would choose for grouped heads is its math fallback (which
+// builds the [T, S] scores and repeats the heads itself; on CUDA in fp32, for one), the heads
+// are repeated here and the fused kernel that takes them runs.
+inline torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const std::optional<torch::Tensor>& mask, bool causal) {
+  const int64_t H = q.size(1);
+  if (k.size(1) == H) return at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal);
+  constexpr int64_t kMathFallback = 0;  // sdp::SDPBackend::math
+  if (at::_fused_sdp_choice(q, k, v, mask, 0.0, causal, std::nullopt, /*enable_gqa=*/true) != kMathFallback)
+    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, std::nullopt, /*enable_gqa=*/true);
+  return at::scaled_dot_product_attention(q, RepeatKv(k, H), RepeatKv(v, H), mask, 0.0, causal);
+}
+
 inline torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
-  torch::Tensor y = at::scaled_dot_product_attention(q, RepeatKv(k, H), RepeatKv(v, H), /*attn_mask=*/{},
-                                                     /*dropout_p=*/0.0, /*is_causal=*/true);
-  return y.transpose(1, 2).reshape({B, T, H * D});
+  return Attend(q, k, v, std::nullopt, /*causal=*/true).transpose(1, 2).reshape({B, T, H * D});
 }
 
 // CausalAttention for queries at positions past..past+T-1 (past = cache.length()): k, v
@@ -253,8 +271,7 @@ inline torch::Tensor CachedCausalAttention(const torch::Tensor& q, const torch::
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   auto i64 = torch::TensorOptions().dtype(torch::kLong).device(q.device());
   torch::Tensor mask = torch::arange(past + T, i64).unsqueeze(0) <= (torch::arange(T, i64) + past).unsqueeze(1);
-  torch::Tensor y = at::scaled_dot_product_attention(q, RepeatKv(cache.k, H), RepeatKv(cache.v, H), mask);
-  return y.transpose(1, 2).reshape({B, T, H * D});
+  return Attend(q, cache.k, cache.v, mask, /*causal=*/false).transpose(1, 2).reshape({B, T, H * D});
 }
 
 // RoPE inverse frequencies [D/2] (fp32): theta^(-2j/D), then, with LLaMA 3.1's scaling,
