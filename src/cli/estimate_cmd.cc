@@ -13,6 +13,7 @@
 #include "src/estimate/fit_advice.h"
 #include "src/estimate/host_blocks_fit.h"
 #include "src/estimate/largest_fit.h"
+#include "src/estimate/longest_sequence.h"
 #include "src/estimate/step_time.h"
 #include "src/estimate/step_traffic.h"
 #include "src/settle/settle.h"
@@ -162,6 +163,7 @@ struct EstimateArgs {
   int nproc = 1;
   double params = 0;
   bool max = false;
+  bool max_seq = false;
   std::string device;         // "" = the config's strata.device
   std::string device_memory;  // "" = the config's strata.device_memory
   std::string host_memory;    // "" = this machine's MemAvailable
@@ -189,6 +191,38 @@ void PrintVerdict(const TrainConfig& cfg, int nproc, int64_t params, DeviceTrait
       fits.ok() ? "yes" : "no\n" + fits.message() + FitAdvice(cfg, nproc, params, device, m, nproc);
   std::printf("fits %s: %s\n", planned ? "the planned machine" : "this machine", verdict.c_str());
   if (fits.ok() && host_blocks_room) PrintHostBlocksRoom(cfg, nproc, params, device, m);
+}
+
+// --max-seq: the longest sequence at the config's micro-batch and tiers, and what stops the next.
+void PrintLongestSequence(const TrainConfig& written, int nproc, int64_t params, bool gpu, const MachineCapacity& m) {
+  const TrainConfig& cfg = written;
+  const LongestSequence s = FindLongestSequence([&](int64_t tokens, std::string* bound) -> std::optional<MemoryEstimate> {
+    TrainConfig c = written;
+    c.model.seq_len = tokens;
+    auto settled = SettleRunConfig(c, {nproc, nproc, gpu, {!gpu}, &m, params});
+    if (!settled.ok()) {
+      *bound = settled.status().message();
+      return std::nullopt;
+    }
+    if (Status fits = CheckFits(settled->estimate, m, nproc); !fits.ok()) {
+      *bound = fits.message();
+      return std::nullopt;
+    }
+    return settled->estimate;
+  });
+  std::printf("\nlongest sequence that fits (--max-seq), micro-batch %lld, the tiers as written: ",
+              static_cast<long long>(cfg.micro_batch));
+  if (s.tokens == 0) {
+    std::printf("none (not even %lld tokens)\n%s\n", static_cast<long long>(kShortestSequence), s.bound.c_str());
+    return;
+  }
+  std::printf("%lld tokens (%.1f K): activations %s, host memory %s of %s%s\n", static_cast<long long>(s.tokens),
+              s.tokens / 1024.0, HumanBytes(s.estimate.activations).c_str(),
+              HumanBytes(s.estimate.node_host_bytes(nproc)).c_str(), HumanBytes(m.host_available).c_str(),
+              m.device_memory ? fmt::format(", device memory {} of {}", HumanBytes(s.estimate.device_peak()),
+                                            HumanBytes(m.device_memory)).c_str()
+                              : "");
+  if (!s.bound.empty()) std::printf("one token more does not fit: %s\n", s.bound.c_str());
 }
 
 }  // namespace
@@ -256,6 +290,7 @@ int RunEstimate(const EstimateArgs& a) {
   PrintVerdict(*cfg, a.nproc, static_cast<int64_t>(a.params), {!gpu}, m, e, planned,
                states_nvme && !host_blocks_auto);
   if (a.max) PrintLargestFit(*cfg, a.nproc, {!gpu}, m);
+  if (a.max_seq) PrintLongestSequence(*written, a.nproc, static_cast<int64_t>(a.params), gpu, m);
   return a.machine.empty() ? 0 : PrintStepTime(a.machine, *cfg, a.nproc, static_cast<int64_t>(a.params), {!gpu}, rates);
 }
 
@@ -270,6 +305,8 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
   cmd->add_option("--params", a->params, "scale the config's model to this many parameters (e.g. 1e9)");
   cmd->add_flag("--max", a->max, "the largest model of the config's shape (scaled as --params does) that fits this "
                                  "machine with the best tier placement, beside the physical limit");
+  cmd->add_flag("--max-seq", a->max_seq, "the longest sequence (strata.model.seq_len) that fits this machine at the "
+                                         "config's micro-batch and tiers, and what stops one token more");
   cmd->add_option("--device", a->device, "where blocks run: cpu, cuda (a GPU; need not be on this machine), auto")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd->add_option("--machine", a->machine, fmt::format("predict the step time on a machine: \"here\" (this one, "

@@ -1,0 +1,29 @@
+// `strata estimate --max-seq`: the longest sequence a config trains on a machine, its other
+// settings as written (micro-batch, tiers; its "auto"s settled at each length as `train`
+// settles them, which the caller's FitsAt does).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "src/estimate/estimator.h"
+
+namespace strata {
+
+struct LongestSequence {
+  int64_t tokens = 0;       // 0: not even kShortestSequence fits
+  MemoryEstimate estimate;  // at that length
+  std::string bound;        // why the next length (one token more) does not fit; empty: none failed
+};
+
+inline constexpr int64_t kShortestSequence = 128, kLongestSequenceTried = int64_t{1} << 26;
+
+// The estimate of the run at `tokens` per sequence when it fits, else nullopt with why in *bound.
+using FitsAtLength = std::function<std::optional<MemoryEstimate>(int64_t tokens, std::string* bound)>;
+
+// Fits are monotone in the length: doubles from kShortestSequence, then bisects to the token.
+LongestSequence FindLongestSequence(const FitsAtLength& fits_at);
+
+}  // namespace strata
