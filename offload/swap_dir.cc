@@ -26,14 +26,16 @@ std::mutex g_live_mu;
 std::set<std::string> g_live;
 
 // Out of view first (a hidden name), so sibling ranks scanning nvme_path never see a
-// half-removed folder; then remove it, the lock with it.
-void RemoveFolder(const std::string& path) {
+// half-removed folder, and a process killed mid-way leaves a hidden ".removing" folder that
+// a later sweep judges (IsAbandoned); then remove it, the lock with it. True if gone.
+bool RemoveFolder(const std::string& path) {
   std::error_code ec;
   const fs::path p(path);
   const fs::path hidden = p.parent_path() / fmt::format(".{}.removing", p.filename().string());
   const std::string victim = rename(path.c_str(), hidden.c_str()) == 0 ? hidden.string() : path;
   fs::remove_all(victim, ec);
   if (ec) LogWarn("could not remove swap folder '{}': {}", path, ec.message());
+  return !ec;
 }
 constexpr const char* kLockName = "owner.lock";
 
@@ -55,17 +57,18 @@ bool IsStale(const fs::path& folder) {
 }
 
 // A hidden folder (".strata-swap-r<rank>-p<pid>-<nonce>", being created, or the same with
-// ".removing", being removed) outlives its process only if that process died mid-way. Its
+// ".removing", being removed), or one in view without its lock file (swept in place by a
+// process that died mid-way), outlives its process only if that process died mid-way. Its
 // lock is held from just after the folder is made until it is gone, so one whose lock file
 // is free and in view (IsStale) is abandoned, once the file is a few seconds old: younger,
 // its owner may be between creating the file and locking it. Without a lock file (died in
 // that instant, or mid-way through the removal) it is abandoned when the pid in its name is
 // gone and it is older than a minute (the age keeps a process of another pid namespace safe).
-bool IsAbandonedHidden(const fs::path& folder, const std::string& name) {
+bool IsAbandoned(const fs::path& folder, const std::string& name) {
   struct stat lock {};
   if (stat((folder / kLockName).c_str(), &lock) == 0)
     return time(nullptr) - lock.st_mtime > 5 && IsStale(folder);
-  const size_t p = name.find("-p", 1 + std::char_traits<char>::length(kPrefix));
+  const size_t p = name.find("-p", std::char_traits<char>::length(kPrefix));
   if (p == std::string::npos) return false;
   const long pid = std::strtol(name.c_str() + p + 2, nullptr, 10);
   if (pid <= 0 || (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)) return false;
@@ -95,13 +98,12 @@ StatusOr<std::unique_ptr<SwapDir>> SwapDir::Create(const std::string& parent, in
     const std::string name = it->path().filename().string();
     const bool hidden = name.rfind(std::string(".") + kPrefix, 0) == 0;
     if (!hidden && name.rfind(kPrefix, 0) != 0) continue;
-    if (!it->is_directory() || !(hidden ? IsAbandonedHidden(it->path(), name) : IsStale(it->path()))) continue;
+    // In view, a folder without its lock file was being swept in place when its sweeper died
+    // (before sweeps renamed first): judged as a hidden one is, by its owner's pid and age.
+    const bool locked = fs::exists(it->path() / kLockName);
+    if (!it->is_directory() || !(hidden || !locked ? IsAbandoned(it->path(), name) : IsStale(it->path()))) continue;
     StaleSwapFolder s{it->path().string(), FolderBytes(it->path().string()), false};
-    if (remove_stale) {
-      std::error_code rm;
-      fs::remove_all(it->path(), rm);
-      s.removed = !rm;
-    }
+    if (remove_stale) s.removed = RemoveFolder(s.path);
     LogWarn("swap folder '{}' ({} bytes) was left by a process that did not exit cleanly; its contents are never read{}",
             s.path, s.bytes, s.removed ? " and it has been removed" : "");
     if (stale) stale->push_back(s);
