@@ -11,8 +11,9 @@
 #              host memory, states on NVMe with host_blocks auto): its estimate, then N steps (3)
 #   links      bench links (pinned copies vs raw cudaMemcpyAsync, NVMe vs fio) and bench adam
 #              on every core (vs the memory ceiling, LibTorch's and DeepSpeed's CPU Adam)
-#   cmp        Strata's 7 B at the peers' batch (STRATA_PEER_MB x STRATA_PEER_ACC, 4 x 4): offloaded,
-#              and with every state on the GPU (the in-memory reference)
+#   cmp[=S]    Strata at the peers' size S (7b; 4.3b fits DeepSpeed's CPU offload in 128 GiB) and
+#              batch (STRATA_PEER_MB x STRATA_PEER_ACC, 4 x 4): offloaded, and with offload_optimizer
+#              "none" (states in host memory too, until a GPU-resident optimizer exists)
 #   peers[=S]  DeepSpeed ZeRO-Infinity (STRATA_PEER_OFFLOADS: cpu nvme) and FSDP2 CPU offload at
 #              size S (7b), at the same batch
 # The binaries come from .device/bin when they run here (built by gpu_prepare.sh against the
@@ -160,9 +161,19 @@ stage_links() {
 }
 # The batch every comparison runs (stages cmp and peers): micro-batch x accumulation x 2048 tokens.
 mb=${STRATA_PEER_MB:-4} acc=${STRATA_PEER_ACC:-4} steps=${STRATA_PEER_STEPS:-4}
-stage_cmp() {  # Strata on configs/llama_7b_gpu.json at the peers' batch: offloaded, then all on the GPU
+# The model shape of a peers' size (bench/peers/sizes.py) as strata.model overrides.
+shape_sets() {
+  python3 -c "import sys; sys.path.insert(0, 'bench/peers'); from sizes import SIZES
+d, l, h, kv, f = SIZES['$1']
+print(f'--set strata.model.d_model={d} --set strata.model.n_layer={l} --set strata.model.n_head={h} '
+      f'--set strata.model.n_kv_head={kv} --set strata.model.ffn_hidden={f}')"
+}
+stage_cmp() {  # Strata on configs/llama_7b_gpu.json, at the peers' size and batch: offloaded, then states "none"
+  local size=${1:-7b} shape
+  shape=$(shape_sets "$size") || { log "unknown size $size"; return 1; }
+  # shellcheck disable=SC2206
   local batch=(--steps "$steps" --set train_micro_batch_size_per_gpu="$mb" --set gradient_accumulation_steps="$acc"
-               --set strata.data.path= --set strata.eval_interval=0 --set scheduler.params.warmup_num_steps=0)
+               --set strata.data.path= --set strata.eval_interval=0 --set scheduler.params.warmup_num_steps=0 $shape)
   run 150 cmp-offload.log $S train --config configs/llama_7b_gpu.json "${batch[@]}" || status=1
   tail -3 "$out/cmp-offload.log" | tee -a "$out/run.log"
   run 150 cmp-in-memory.log $S train --config configs/llama_7b_gpu.json "${batch[@]}" \
@@ -189,7 +200,7 @@ for s in "${stages[@]}"; do
     7b) stage_7b "$arg" ;;
     max) stage_max "$arg" ;;
     links) stage_links ;;
-    cmp) stage_cmp ;;
+    cmp) stage_cmp "$arg" ;;
     peers) stage_peers "$arg" ;;
     *) log "unknown stage '$s' (up, 7b[=STEPS], max[=STEPS], links, peers[=SIZE])"; status=1 ;;
   esac
