@@ -98,7 +98,7 @@ Status ParseStateStorage(JsonReader& s, TrainConfig* c) {
   return Status();
 }
 
-// strata.schedule, strata.fuse_micro_batches, strata.block_inputs and strata.loss_chunk.
+// strata.schedule, fuse_micro_batches, block_inputs, loss_chunk and mlp_chunk.
 Status ParseSchedule(JsonReader& s, TrainConfig* c) {
   std::string schedule = StepScheduleName(c->schedule_setting);
   STRATA_RETURN_IF_ERROR(s.Choice("schedule", &schedule, {"auto", "micro_batch", "layer_major"}));
@@ -109,7 +109,8 @@ Status ParseSchedule(JsonReader& s, TrainConfig* c) {
   std::string inputs = c->block_inputs_host < 0 ? "auto" : c->block_inputs_host ? "host" : "device";
   STRATA_RETURN_IF_ERROR(s.Choice("block_inputs", &inputs, {"auto", "device", "host"}));
   c->block_inputs_host = inputs == "auto" ? -1 : inputs == "host" ? 1 : 0;
-  return s.Int("loss_chunk", &c->loss_chunk, 0, kMaxI);  // ("auto" keeps -1)
+  STRATA_RETURN_IF_ERROR(s.Int("loss_chunk", &c->loss_chunk, 0, kMaxI));  // ("auto" keeps -1)
+  return s.Int("mlp_chunk", &c->mlp_chunk, 0, kMaxI);
 }
 
 Status ParseStrata(JsonReader& root, TrainConfig* c) {

@@ -17,6 +17,7 @@
 
 #include "src/engine/engine_impl.h"
 #include "src/model/tiled_loss.h"
+#include "src/model/tiled_rows.h"
 #include "src/engine/loss_weights.h"
 #include "src/engine/lr_schedule.h"
 #include "strata/check.h"
@@ -366,6 +367,7 @@ Status Engine::Impl::ForwardBlock(int b, Pass pass, torch::Tensor* x, Activation
   return TorchCall("forward", [&] {
     std::optional<model::LoraDropoutScope> dropout;
     if (train) ArmLoraDropout(b, mb, &dropout);
+    const model::MlpTilingScope mlp_tiles(cfg.mlp_chunk);  // Note [Tiled MLP]
     if (train && cfg.keep_activations) {  // each block its own graph, from its input (a leaf) to its output
       torch::Tensor in = b == 0 ? *x : x->detach().requires_grad_(true);
       act->inputs[b] = in;
@@ -429,6 +431,7 @@ Status Engine::Impl::BackwardBlock(int b, Activations& act, const MicroBatch& mb
   return TorchCall("backward", [&] {
     std::optional<model::LoraDropoutScope> dropout;
     ArmLoraDropout(b, mb, &dropout);  // a recomputation draws the forward's masks
+    const model::MlpTilingScope mlp_tiles(cfg.mlp_chunk);
     if (!act.outputs.empty()) {  // kept
       act.outputs[b].backward(act.grad_out);
       act.outputs[b] = torch::Tensor();  // its activations go

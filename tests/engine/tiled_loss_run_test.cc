@@ -1,8 +1,11 @@
-// strata.loss_chunk through the engine (Note [Tiled loss]): a run whose head's loss is tiled
-// follows the untiled run within fp32 rounding, step by step, on the host and on the fake
-// device under random delays, with 2 ranks, accumulation and a tied embedding; "auto" tiles
-// only where a micro-batch's logits would be large, and says so.
+// strata.loss_chunk and strata.mlp_chunk through the engine (Notes [Tiled loss], [Tiled MLP]):
+// a run whose head's loss and MLPs are tiled follows the untiled run within fp32 rounding, step
+// by step, on the host and on the fake device under random delays, with 2 ranks, accumulation,
+// a tied embedding, and with kept and with recomputed activations; "auto" tiles only where a
+// micro-batch's logits or MLP intermediates would be large, and says so.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "engine/engine_test_util.h"
 #include "src/config/train_config.h"
@@ -14,13 +17,15 @@ TEST(TiledLossRun, FollowsTheUntiledRunWithinRounding) {
   testing::TempDir dir;
   TrainConfig c = testing::TinyConfig(dir.path());  // GPT-2, tied, 4 x 32 tokens, V 256
   c.grad_accum = 2;
-  c.loss_chunk = 0;
+  for (Recompute recompute : {Recompute::kNever, Recompute::kAlways}) {
+  c.recompute = recompute;
+  c.loss_chunk = c.mlp_chunk = 0;
   const testing::RunResult whole = testing::RunEngine(c, 2, 3);
   ASSERT_EQ(whole.stats.size(), 3u);
-  c.loss_chunk = 24;  // tiles across sequence boundaries, the last one short
+  c.loss_chunk = c.mlp_chunk = 24;  // tiles across sequence boundaries, the last one short
   const FakeDeviceOptions fake{.seed = 3, .max_delay_us = 1000};
   for (const FakeDeviceOptions* device : {static_cast<const FakeDeviceOptions*>(nullptr), &fake}) {
-    SCOPED_TRACE(device ? "fake device" : "host");
+    SCOPED_TRACE(::testing::Message() << (device ? "fake device" : "host") << (recompute == Recompute::kNever ? ", kept" : ", recomputed"));
     const testing::RunResult tiled = testing::RunEngine(c, 2, 3, device);
     ASSERT_EQ(tiled.stats.size(), 3u);
     for (size_t s = 0; s < 3; ++s) {
@@ -29,6 +34,7 @@ TEST(TiledLossRun, FollowsTheUntiledRunWithinRounding) {
     }
     EXPECT_LT(testing::MaxAbsDiff(whole, tiled), 1e-5);
   }
+  }
 }
 
 TEST(TiledLossRun, AutoTilesOnlyLargeLogits) {
@@ -36,6 +42,7 @@ TEST(TiledLossRun, AutoTilesOnlyLargeLogits) {
   TrainConfig c = testing::TinyConfig(dir.path());
   ResolveLossChunk(&c);
   EXPECT_EQ(c.loss_chunk, 0);  // 128 tokens x 256: untiled
+  EXPECT_EQ(c.mlp_chunk, 0);
   c = testing::TinyConfig(dir.path());
   c.model.vocab_size = 32000;
   c.model.seq_len = 32768;
@@ -43,9 +50,14 @@ TEST(TiledLossRun, AutoTilesOnlyLargeLogits) {
   EXPECT_EQ(LossTileTokens(c), 2048);  // what the estimate counts before settling
   ResolveLossChunk(&c);
   EXPECT_EQ(c.loss_chunk, 2048);  // 256 MiB / (32000 x 4 B) = 2097 tokens: 2048
-  ASSERT_FALSE(c.autos.empty());
-  EXPECT_EQ(c.autos.back().path, "strata.loss_chunk");
-  EXPECT_NE(c.autos.back().reason.find("4.19 GB"), std::string::npos) << c.autos.back().reason;
+  const auto loss_auto = std::find_if(c.autos.begin(), c.autos.end(), [](const AutoValue& a) { return a.path == "strata.loss_chunk"; });
+  ASSERT_NE(loss_auto, c.autos.end());
+  EXPECT_NE(loss_auto->reason.find("4.19 GB"), std::string::npos) << loss_auto->reason;
+  EXPECT_EQ(c.mlp_chunk, 0);  // 32 K tokens x 256 fp32 (1 KB each): 32 MB
+  TrainConfig wide = c;
+  wide.model.d_model = 4096;  // F = 4 x 4096 in fp32: 64 KB a token, 2 GiB a micro-batch
+  wide.mlp_chunk = -1;
+  EXPECT_EQ(MlpTileTokens(wide), 4096);
   c.loss_chunk = 100000;  // written: kept; the tile is at most the micro-batch
   ResolveLossChunk(&c);
   EXPECT_EQ(c.loss_chunk, 100000);

@@ -27,4 +27,11 @@ inline torch::Tensor Tokens(int64_t B, int64_t T, int64_t V, uint64_t seed) {
   return torch::randint(V, {B, T}, gen, torch::kInt64);
 }
 
+// ||got - want|| / ||want|| in float64 (||got - want|| where want is all zeros).
+inline double NormRelativeError(const torch::Tensor& got, const torch::Tensor& want) {
+  const double scale = want.to(torch::kFloat64).norm().item<double>();
+  const double diff = (got.to(torch::kFloat64) - want.to(torch::kFloat64)).norm().item<double>();
+  return scale == 0 ? diff : diff / scale;
+}
+
 }  // namespace strata::model::testing

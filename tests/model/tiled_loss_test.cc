@@ -34,12 +34,6 @@ struct LossAndGrads {
   std::vector<torch::Tensor> grads;  // hidden, then the head's parameters, then the tied table
 };
 
-double RelativeError(const torch::Tensor& got, const torch::Tensor& want) {
-  const double scale = want.to(torch::kFloat64).norm().item<double>();
-  const double diff = (got.to(torch::kFloat64) - want.to(torch::kFloat64)).norm().item<double>();
-  return scale == 0 ? diff : diff / scale;
-}
-
 class TiledLoss : public ::testing::TestWithParam<int> {
  protected:
   // The head of a tiny model of `k`'s shape, in `dtype`, with its tied table bound if tied.
@@ -93,7 +87,7 @@ TEST_P(TiledLoss, EqualsTheUntiledLossWithinFp32Rounding) {
       for (size_t i = 0; i < want.grads.size(); ++i) {
         ASSERT_TRUE(got.grads[i].defined() && want.grads[i].defined()) << "gradient " << i;
         EXPECT_EQ(got.grads[i].scalar_type(), want.grads[i].scalar_type()) << "gradient " << i;
-        EXPECT_LE(RelativeError(got.grads[i], want.grads[i]), 1e-5) << "gradient " << i;
+        EXPECT_LE(testing::NormRelativeError(got.grads[i], want.grads[i]), 1e-5) << "gradient " << i;
       }
     }
   }
@@ -105,7 +99,7 @@ TEST_P(TiledLoss, Bf16StaysWithinBf16RoundingOfTheUntiledLoss) {
   const LossAndGrads want = Run(0, mask_);
   const LossAndGrads got = Run(5, mask_);
   EXPECT_LE(std::abs(got.loss - want.loss) / std::abs(want.loss), 1e-3);
-  for (size_t i = 0; i < want.grads.size(); ++i) EXPECT_LE(RelativeError(got.grads[i], want.grads[i]), 2e-2) << i;
+  for (size_t i = 0; i < want.grads.size(); ++i) EXPECT_LE(testing::NormRelativeError(got.grads[i], want.grads[i]), 2e-2) << i;
 }
 
 TEST_P(TiledLoss, EveryTargetMaskedGivesZeroAndNoGradient) {
