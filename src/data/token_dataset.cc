@@ -64,10 +64,15 @@ StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const DataConfig& con
   const auto n_eval = static_cast<int64_t>(std::llround(static_cast<double>(n) * config.eval_fraction));
   ds->eval_begin_ = n - n_eval;
   if (ds->eval_begin_ < seq_len + 1 || n_eval < seq_len + 1) {
+    // Where only the held-out split is short, the fraction that would do (rounded up to 0.001).
+    const double enough = std::ceil(1000.0 * static_cast<double>(seq_len + 1) / static_cast<double>(n)) / 1000.0;
+    const bool raise = n_eval < seq_len + 1 && enough <= 0.5 &&
+                       n - static_cast<int64_t>(std::llround(static_cast<double>(n) * enough)) >= seq_len + 1;
     return InvalidArgument(
         "token file '{}' is too short: {} tokens split into {} train and {} eval (eval_fraction {}), but each split "
-        "needs at least seq_len + 1 = {}",
-        name, n, ds->eval_begin_, n_eval, config.eval_fraction, seq_len + 1);
+        "needs at least seq_len + 1 = {}{}",
+        name, n, ds->eval_begin_, n_eval, config.eval_fraction, seq_len + 1,
+        raise ? fmt::format("; strata.data.eval_fraction {:.3f} would hold out enough", enough) : "");
   }
   ds->seq_len_ = seq_len;
   ds->seed_ = config.seed;

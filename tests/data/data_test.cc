@@ -118,6 +118,13 @@ TEST(TokenDatasetTest, BadFilesNameTheFileAndTheProblem) {
     EXPECT_NE(ds.status().message().find(k.path), std::string::npos) << ds.status().ToString();
     EXPECT_NE(ds.status().message().find(k.problem), std::string::npos) << ds.status().ToString();
   }
+  // Only the held-out split too short: the error says which eval_fraction would do.
+  DataConfig held_out = Config("");  // built-in text, ~1 M tokens
+  held_out.eval_fraction = 0.01;
+  auto long_seq = TokenDataset::Open(held_out, 256, 32768);
+  ASSERT_FALSE(long_seq.ok());
+  EXPECT_NE(long_seq.status().message().find("strata.data.eval_fraction 0.032 would hold out enough"), std::string::npos)
+      << long_seq.status().ToString();
   DataConfig bad = Config("");
   bad.eval_fraction = 1.0;
   auto ds = TokenDataset::Open(bad, 256, 8);
