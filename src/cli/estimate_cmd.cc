@@ -195,23 +195,9 @@ void PrintVerdict(const TrainConfig& cfg, int nproc, int64_t params, DeviceTrait
 
 // --max-seq: the longest sequence at the config's micro-batch and tiers, and what stops the next.
 void PrintLongestSequence(const TrainConfig& written, int nproc, int64_t params, bool gpu, const MachineCapacity& m) {
-  const TrainConfig& cfg = written;
-  const LongestSequence s = FindLongestSequence([&](int64_t tokens, std::string* bound) -> std::optional<MemoryEstimate> {
-    TrainConfig c = written;
-    c.model.seq_len = tokens;
-    auto settled = SettleRunConfig(c, {nproc, nproc, gpu, {!gpu}, &m, params});
-    if (!settled.ok()) {
-      *bound = settled.status().message();
-      return std::nullopt;
-    }
-    if (Status fits = CheckFits(settled->estimate, m, nproc); !fits.ok()) {
-      *bound = fits.message();
-      return std::nullopt;
-    }
-    return settled->estimate;
-  });
+  const LongestSequence s = FindLongestSequence(SettledFitsAtLength(written, {nproc, nproc, gpu, {!gpu}, &m, params}));
   std::printf("\nlongest sequence that fits (--max-seq), micro-batch %lld, the tiers as written: ",
-              static_cast<long long>(cfg.micro_batch));
+              static_cast<long long>(written.micro_batch));
   if (s.tokens == 0) {
     std::printf("none (not even %lld tokens)\n%s\n", static_cast<long long>(kShortestSequence), s.bound.c_str());
     return;

@@ -45,14 +45,15 @@ void Settle(TrainConfig* c, int64_t* chunk, int64_t automatic, double row, const
                                        what, whole / 1e9, *chunk, static_cast<double>(*chunk) * row / 1e6));
 }
 
-}  // namespace
-
 int64_t AutoLossChunk(const TrainConfig& c) { return AutoTile(c, LogitsRowBytes(c)); }
 int64_t AutoMlpChunk(const TrainConfig& c) { return AutoTile(c, MlpRowBytes(c)); }
+
+}  // namespace
+
 int64_t LossTileTokens(const TrainConfig& c) { return TileTokens(c, c.loss_chunk, AutoLossChunk(c)); }
 int64_t MlpTileTokens(const TrainConfig& c) { return TileTokens(c, c.mlp_chunk, AutoMlpChunk(c)); }
 
-void ResolveLossChunk(TrainConfig* c) {
+void ResolveTileSizes(TrainConfig* c) {
   Settle(c, &c->loss_chunk, AutoLossChunk(*c), LogitsRowBytes(*c), "strata.loss_chunk",
          "fp32 logits (and as much again for their softmax and its gradient)");
   Settle(c, &c->mlp_chunk, AutoMlpChunk(*c), MlpRowBytes(*c), "strata.mlp_chunk", "MLP intermediates [tokens, F]");

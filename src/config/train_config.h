@@ -180,10 +180,10 @@ struct TrainConfig {
   int block_inputs_host = -1;
   bool block_inputs_on_host = false;  // settled (EstimateResolvingAutos)
   // strata.loss_chunk: tokens per tile of the head's loss (Note [Tiled loss]); 0 the whole
-  // micro-batch at once; "auto" (-1) settled by ResolveLossChunk.
+  // micro-batch at once; "auto" (-1) settled by ResolveTileSizes.
   int64_t loss_chunk = -1;
   // strata.mlp_chunk: tokens per tile of each MLP (Note [Tiled MLP]); 0 untiled; "auto" (-1)
-  // settled by ResolveLossChunk with the loss's.
+  // settled by ResolveTileSizes.
   int64_t mlp_chunk = -1;
   Recompute recompute = Recompute::kAuto;  // strata.recompute (activation_checkpointing present: kAlways)
   // What the engine does, settled by SettleRunConfig through ResolveRecompute (kAuto: from the estimate);
@@ -258,13 +258,12 @@ void ResolveSchedule(TrainConfig* config, bool host_device);
 
 // strata.loss_chunk and strata.mlp_chunk (tile_sizes.cc). "auto": tiles of at most 256 MiB
 // (a power of two of tokens) of the head's fp32 logits, of an MLP's [tokens, F] intermediate,
-// where a micro-batch's would exceed 1 GiB, else 0 (untiled). ResolveLossChunk settles both
-// and records why; *TileTokens are the tokens whose logits or intermediates exist at once.
-int64_t AutoLossChunk(const TrainConfig& config);
-int64_t AutoMlpChunk(const TrainConfig& config);
+// where a micro-batch's would exceed 1 GiB, else 0 (untiled). ResolveTileSizes settles both
+// and records why; *TileTokens are the tokens whose logits or intermediates exist at once
+// (what "auto" would take where unsettled).
 int64_t LossTileTokens(const TrainConfig& config);
 int64_t MlpTileTokens(const TrainConfig& config);
-void ResolveLossChunk(TrainConfig* config);
+void ResolveTileSizes(TrainConfig* config);
 
 // How many times a step passes each block in each direction: once layer-major, else once per
 // micro-batch (the fetches of its working weights, ShardPlan::Visits).

@@ -78,9 +78,7 @@ class Gpt2Mlp final : public torch::nn::Module {
     c_proj_ = register_module("c_proj", std::make_shared<Linear>(F, c.d_model, true, proj_std));
   }
   torch::Tensor Forward(const torch::Tensor& x) {
-    const int64_t chunk = MlpTilingScope::Current();  // Note [Tiled MLP]
-    if (chunk <= 0 || x.numel() / x.size(-1) <= chunk) return Whole(x);
-    return TiledRows([this](const torch::Tensor& t) { return Whole(t); }, x, parameters(), chunk);
+    return RowWise([this](const torch::Tensor& t) { return Whole(t); }, x, *this);  // Note [Tiled MLP]
   }
   torch::Tensor Whole(const torch::Tensor& x) {
     return c_proj_->Forward(torch::gelu(c_fc_->Forward(x), "tanh"));  // GPT-2's gelu_new

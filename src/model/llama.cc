@@ -100,9 +100,7 @@ class LlamaMlp final : public torch::nn::Module {
     down_proj_ = register_module("down_proj", std::make_shared<Linear>(F, C, false, c.init_std, AdapterFor(c.lora, "down_proj")));
   }
   torch::Tensor Forward(const torch::Tensor& x) {
-    const int64_t chunk = MlpTilingScope::Current();  // Note [Tiled MLP]
-    if (chunk <= 0 || x.numel() / x.size(-1) <= chunk) return Whole(x);
-    return TiledRows([this](const torch::Tensor& t) { return Whole(t); }, x, parameters(), chunk);
+    return RowWise([this](const torch::Tensor& t) { return Whole(t); }, x, *this);  // Note [Tiled MLP]
   }
   torch::Tensor Whole(const torch::Tensor& x) {
     return down_proj_->Forward(torch::silu(gate_proj_->Forward(x)) * up_proj_->Forward(x));

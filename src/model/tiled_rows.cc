@@ -38,20 +38,21 @@ class TiledRowsFunction : public torch::autograd::Function<TiledRowsFunction> {
     const int64_t n = x.size(0);
     std::vector<torch::Tensor> tiles;
     for (int64_t at = 0; at < n; at += chunk) tiles.push_back(holder->f(x.narrow(0, at, std::min(chunk, n - at))));
-    ctx->save_for_backward({x});
+    std::vector<torch::Tensor> saved{x};  // x, then the parameters
+    saved.insert(saved.end(), params.begin(), params.end());
+    ctx->save_for_backward(saved);
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["f"] = c10::IValue::make_capsule(holder);
-    ctx->saved_data["params"] = static_cast<int64_t>(params.size());
-    for (size_t i = 0; i < params.size(); ++i) ctx->saved_data["p" + std::to_string(i)] = params[i];
     return torch::cat(tiles, 0);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const torch::Tensor x = ctx->get_saved_variables()[0];
-    const int64_t chunk = ctx->saved_data["chunk"].toInt(), count = ctx->saved_data["params"].toInt();
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const std::vector<torch::Tensor> params(saved.begin() + 1, saved.end());
+    const int64_t chunk = ctx->saved_data["chunk"].toInt(), count = static_cast<int64_t>(params.size());
     const auto holder = c10::static_intrusive_pointer_cast<RowFunctionHolder>(ctx->saved_data["f"].toCapsule());
-    std::vector<torch::Tensor> params, sums(count);
-    for (int64_t i = 0; i < count; ++i) params.push_back(ctx->saved_data["p" + std::to_string(i)].toTensor());
+    std::vector<torch::Tensor> sums(count);
     torch::Tensor grad_x = torch::empty_like(x);
     const int64_t n = x.size(0);
     for (int64_t at = 0; at < n; at += chunk) {
@@ -93,6 +94,12 @@ torch::Tensor TiledRows(const RowFunction& f, const torch::Tensor& x, const std:
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = y.size(1);
   return y.reshape(shape);
+}
+
+torch::Tensor RowWise(const RowFunction& f, const torch::Tensor& x, const torch::nn::Module& owner) {
+  const int64_t chunk = MlpTilingScope::Current();
+  if (chunk <= 0 || x.numel() / x.size(-1) <= chunk) return f(x);
+  return TiledRows(f, x, owner.parameters(), chunk);
 }
 
 MlpTilingScope::MlpTilingScope(int64_t chunk) : previous_(g_mlp_chunk) { g_mlp_chunk = chunk; }

@@ -3,6 +3,7 @@
 // the blocks run on this thread.
 #pragma once
 
+#include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include <cstdint>
@@ -19,6 +20,10 @@ using RowFunction = std::function<torch::Tensor(const torch::Tensor&)>;
 // one) are summed over the tiles in fp32. Within rounding of f applied whole.
 torch::Tensor TiledRows(const RowFunction& f, const torch::Tensor& x, const std::vector<torch::Tensor>& params,
                         int64_t chunk);
+
+// f over x as a MlpTilingScope on this thread says: whole, or TiledRows at its tile size with
+// `owner`'s parameters (an MLP's Forward: Note [Tiled MLP]).
+torch::Tensor RowWise(const RowFunction& f, const torch::Tensor& x, const torch::nn::Module& owner);
 
 // strata.mlp_chunk for the blocks run on this thread while it lives (0: untiled); LoRA
 // dropout armed leaves MLPs untiled (its masks are drawn per call, and the backward's call

@@ -16,7 +16,7 @@ StatusOr<SettledRun> SettleRunConfig(TrainConfig c, const SettleContext& ctx) {
   STRATA_RETURN_IF_ERROR(ResolveBatch(&c, ctx.world));
   ResolvePrecision(&c, ctx.on_gpu);
   ResolveSchedule(&c, ctx.device.host);
-  ResolveLossChunk(&c);
+  ResolveTileSizes(&c);
   MemoryEstimate estimate;
   bool host_blocks_auto = false;
   if (ctx.machine) {
@@ -32,6 +32,23 @@ StatusOr<SettledRun> SettleRunConfig(TrainConfig c, const SettleContext& ctx) {
   const ShardPlan plan = ShardPlan::Make(c, ModelShape::Of(c.model, ctx.params_override), ctx.world, 0, ctx.device);
   STRATA_RETURN_IF_ERROR(plan.CheckFormats(c));
   return SettledRun{RunConfigSettler::Make(std::move(c)), estimate, host_blocks_auto};
+}
+
+FitsAtLength SettledFitsAtLength(const TrainConfig& written, const SettleContext& context) {
+  return [written, context](int64_t tokens, std::string* bound) -> std::optional<MemoryEstimate> {
+    TrainConfig c = written;
+    c.model.seq_len = tokens;
+    auto settled = SettleRunConfig(std::move(c), context);
+    if (!settled.ok()) {
+      *bound = settled.status().message();
+      return std::nullopt;
+    }
+    if (Status fits = CheckFits(settled->estimate, *context.machine, context.local_ranks); !fits.ok()) {
+      *bound = fits.message();
+      return std::nullopt;
+    }
+    return settled->estimate;
+  };
 }
 
 }  // namespace strata

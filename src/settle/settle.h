@@ -13,6 +13,7 @@
 
 #include "src/config/run_config.h"
 #include "src/estimate/estimator.h"
+#include "src/estimate/longest_sequence.h"
 
 namespace strata {
 
@@ -34,5 +35,9 @@ struct SettledRun {
 };
 
 StatusOr<SettledRun> SettleRunConfig(TrainConfig written, const SettleContext& context);
+
+// For FindLongestSequence (`estimate --max-seq`): `written` at a length, settled as `train`
+// settles it, judged against context.machine (required; it must outlive the function).
+FitsAtLength SettledFitsAtLength(const TrainConfig& written, const SettleContext& context);
 
 }  // namespace strata

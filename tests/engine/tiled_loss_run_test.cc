@@ -40,7 +40,7 @@ TEST(TiledLossRun, FollowsTheUntiledRunWithinRounding) {
 TEST(TiledLossRun, AutoTilesOnlyLargeLogits) {
   testing::TempDir dir;
   TrainConfig c = testing::TinyConfig(dir.path());
-  ResolveLossChunk(&c);
+  ResolveTileSizes(&c);
   EXPECT_EQ(c.loss_chunk, 0);  // 128 tokens x 256: untiled
   EXPECT_EQ(c.mlp_chunk, 0);
   c = testing::TinyConfig(dir.path());
@@ -48,7 +48,7 @@ TEST(TiledLossRun, AutoTilesOnlyLargeLogits) {
   c.model.seq_len = 32768;
   c.micro_batch = 1;
   EXPECT_EQ(LossTileTokens(c), 2048);  // what the estimate counts before settling
-  ResolveLossChunk(&c);
+  ResolveTileSizes(&c);
   EXPECT_EQ(c.loss_chunk, 2048);  // 256 MiB / (32000 x 4 B) = 2097 tokens: 2048
   const auto loss_auto = std::find_if(c.autos.begin(), c.autos.end(), [](const AutoValue& a) { return a.path == "strata.loss_chunk"; });
   ASSERT_NE(loss_auto, c.autos.end());
@@ -59,7 +59,7 @@ TEST(TiledLossRun, AutoTilesOnlyLargeLogits) {
   wide.mlp_chunk = -1;
   EXPECT_EQ(MlpTileTokens(wide), 4096);
   c.loss_chunk = 100000;  // written: kept; the tile is at most the micro-batch
-  ResolveLossChunk(&c);
+  ResolveTileSizes(&c);
   EXPECT_EQ(c.loss_chunk, 100000);
   EXPECT_EQ(LossTileTokens(c), 32768);
 }

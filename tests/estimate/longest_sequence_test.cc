@@ -42,20 +42,7 @@ TEST(LongestSequence, TheTiledLossFitsLongerSequences) {
   auto longest = [&](int64_t loss_chunk) {
     TrainConfig c = *written;
     c.loss_chunk = loss_chunk;
-    return FindLongestSequence([&](int64_t tokens, std::string* bound) -> std::optional<MemoryEstimate> {
-      TrainConfig t = c;
-      t.model.seq_len = tokens;
-      auto settled = SettleRunConfig(t, {1, 1, false, {true}, &m, 0});
-      if (!settled.ok()) {
-        *bound = settled.status().message();
-        return std::nullopt;
-      }
-      if (Status fits = CheckFits(settled->estimate, m, 1); !fits.ok()) {
-        *bound = fits.message();
-        return std::nullopt;
-      }
-      return settled->estimate;
-    });
+    return FindLongestSequence(SettledFitsAtLength(c, {1, 1, false, {true}, &m, 0}));
   };
   const LongestSequence untiled = longest(0), tiled = longest(-1);
   EXPECT_GT(untiled.tokens, 1000);
