@@ -39,9 +39,14 @@ log "downloading ${#debs[@]} Debian packages"
 fio_pkgs=$(for l in $(ldd /usr/bin/fio | awk '$3 ~ /^\// {print $3}'); do
              r=$(readlink -f "$l"); dpkg -S "$r" 2>/dev/null || dpkg -S "${r#/usr}" 2>/dev/null
            done | cut -d: -f1 | sort -u | grep -vx -e libc6 -e 'libstdc++6' -e libgcc-s1)
-fio_tmp=$(mktemp -d); trap 'rm -rf "$fio_tmp"' EXIT
+fio_tmp=$(mktemp -d)
+trap 'rm -rf "$fio_tmp"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 (cd "$fio_tmp" && apt-get download $fio_pkgs >/dev/null 2>&1 && mkdir x && for f in *.deb; do dpkg -x "$f" x; done)
-(cd "$fio_tmp/x" && find . -name '*.so*' \( -type f -o -type l \) -print0 | tar --null -T - -cJf "$root/$out/debs/fio-libs.tar.xz")
+# Under a temporary name in the temporary folder, renamed into place once whole.
+(cd "$fio_tmp/x" && find . -name '*.so*' \( -type f -o -type l \) -print0 | tar --null -T - -cJf "$fio_tmp/fio-libs.tar.xz")
+mv "$fio_tmp/fio-libs.tar.xz" "$out/debs/fio-libs.tar.xz"
 log "fio's libraries: $(echo $fio_pkgs | wc -w) packages, $(du -h "$out/debs/fio-libs.tar.xz" | cut -f1)"
 
 # --- the GPU binaries, built here ---------------------------------------------------------
