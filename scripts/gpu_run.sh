@@ -9,13 +9,13 @@
 #              synthetic tokens with a trace
 #   max[=N]    configs/llama_10b_gpu.json (the largest model --max finds for this machine: params in
 #              host memory, states on NVMe with host_blocks auto): its estimate, then N steps (3)
-#   links      bench links (pinned copies vs raw cudaMemcpyAsync, NVMe vs fio) and bench adam
-#              on every core (vs the memory ceiling, LibTorch's and DeepSpeed's CPU Adam)
+#   links[=io] bench links (pinned copies vs raw cudaMemcpyAsync, NVMe vs fio) and, without "=io",
+#              bench adam on every core (vs the memory ceiling, LibTorch's and DeepSpeed's CPU Adam)
 #   cmp[=S]    Strata at the peers' size S (7b; 4.3b fits DeepSpeed's CPU offload in 128 GiB) and
-#              batch (STRATA_PEER_MB x STRATA_PEER_ACC, 4 x 4): offloaded, and with offload_optimizer
-#              "none" (states in host memory too, until a GPU-resident optimizer exists)
-#   peers[=S]  DeepSpeed ZeRO-Infinity (STRATA_PEER_OFFLOADS: cpu nvme) and FSDP2 CPU offload at
-#              size S (7b), at the same batch
+#              batch (STRATA_PEER_MB x STRATA_PEER_ACC, 4 x 4), states off the GPU
+#   peers[=S]  at size S (7b) and the same batch: the in-memory reference (plain PyTorch, every
+#              state on the GPU), FSDP2 CPU offload, DeepSpeed ZeRO-Infinity (STRATA_PEER_OFFLOADS:
+#              cpu nvme)
 # The binaries come from .device/bin when they run here (built by gpu_prepare.sh against the
 # same LibTorch); otherwise they are built here (minutes of device time). STRATA_GPU_BUDGET_S
 # (default 570) bounds the whole run: a stage gets what is left, and one that cannot start
@@ -156,6 +156,7 @@ for w in sorted(glob.glob(".device/wheels/*.whl")):
 }
 stage_links() {
   run 150 links.json $S bench links --json --nvme-size 2G --copy-size 1G || status=1
+  [ "${1:-}" = io ] && return
   install_deepspeed
   run 200 adam.json $S bench adam --json --threads "$(nproc)" --params 200000000 --rounds 5 --python python3 || status=1
 }
@@ -168,7 +169,7 @@ d, l, h, kv, f = SIZES['$1']
 print(f'--set strata.model.d_model={d} --set strata.model.n_layer={l} --set strata.model.n_head={h} '
       f'--set strata.model.n_kv_head={kv} --set strata.model.ffn_hidden={f}')"
 }
-stage_cmp() {  # Strata on configs/llama_7b_gpu.json, at the peers' size and batch: offloaded, then states "none"
+stage_cmp() {  # Strata on configs/llama_7b_gpu.json, at the peers' size and batch
   local size=${1:-7b} shape
   shape=$(shape_sets "$size") || { log "unknown size $size"; return 1; }
   # shellcheck disable=SC2206
@@ -176,20 +177,18 @@ stage_cmp() {  # Strata on configs/llama_7b_gpu.json, at the peers' size and bat
                --set strata.data.path= --set strata.eval_interval=0 --set scheduler.params.warmup_num_steps=0 $shape)
   run 150 cmp-offload.log $S train --config configs/llama_7b_gpu.json "${batch[@]}" || status=1
   tail -3 "$out/cmp-offload.log" | tee -a "$out/run.log"
-  run 150 cmp-in-memory.log $S train --config configs/llama_7b_gpu.json "${batch[@]}" \
-    --set zero_optimization.offload_optimizer.device=none || status=1
-  tail -3 "$out/cmp-in-memory.log" | tee -a "$out/run.log"
 }
 stage_peers() {  # STRATA_PEER_OFFLOADS: DeepSpeed's offload targets (cpu nvme)
   install_deepspeed || return
   local size=${1:-7b} off
   local args=(--size "$size" --micro-batch "$mb" --accumulation "$acc" --steps "$steps")
   mkdir -p /tmp/peers-nvme
+  (cd bench/peers && run 150 "in-memory-$size.log" python3 torch_in_memory.py "${args[@]}")
   (cd bench/peers && run 180 "fsdp2-$size.log" torchrun --nproc_per_node 1 fsdp2_offload.py "${args[@]}")
   for off in ${STRATA_PEER_OFFLOADS:-cpu nvme}; do
     (cd bench/peers && run 240 "ds-$off-$size.log" deepspeed --num_gpus 1 ds_zero_infinity.py "${args[@]}" --offload $off)
   done
-  grep -h '^{' "$out"/fsdp2-*.log "$out"/ds-*.log | tee "$out/peers.jsonl"
+  grep -h '^{' "$out"/in-memory-*.log "$out"/fsdp2-*.log "$out"/ds-*.log | tee "$out/peers.jsonl"
 }
 for s in "${stages[@]}"; do
   name=${s%%=*}; arg=""; [ "$name" != "$s" ] && arg=${s#*=}
@@ -199,10 +198,10 @@ for s in "${stages[@]}"; do
     up) stage_up ;;
     7b) stage_7b "$arg" ;;
     max) stage_max "$arg" ;;
-    links) stage_links ;;
+    links) stage_links "$arg" ;;
     cmp) stage_cmp "$arg" ;;
     peers) stage_peers "$arg" ;;
-    *) log "unknown stage '$s' (up, 7b[=STEPS], max[=STEPS], links, peers[=SIZE])"; status=1 ;;
+    *) log "unknown stage '$s' (up, 7b[=STEPS], max[=STEPS], links[=io], cmp[=SIZE], peers[=SIZE])"; status=1 ;;
   esac
 done
 log "done, exit $status"
