@@ -12,7 +12,8 @@
 #   links[=io] bench links (pinned copies vs raw cudaMemcpyAsync, NVMe vs fio) and, without "=io",
 #              bench adam on every core (vs the memory ceiling, LibTorch's and DeepSpeed's CPU Adam)
 #   cmp[=S]    Strata at the peers' size S (7b; 4.3b fits DeepSpeed's CPU offload in 128 GiB) and
-#              batch (STRATA_PEER_MB x STRATA_PEER_ACC, 4 x 4), states off the GPU
+#              batch (STRATA_PEER_MB x STRATA_PEER_ACC, 4 x 4), states off the GPU: micro-batch-major,
+#              then layer-major
 #   peers[=S]  at size S (7b) and the same batch: the in-memory reference (plain PyTorch, every
 #              state on the GPU), FSDP2 CPU offload, DeepSpeed ZeRO-Infinity (STRATA_PEER_OFFLOADS:
 #              cpu nvme)
@@ -153,6 +154,12 @@ for w in sorted(glob.glob(".device/wheels/*.whl")):
     except md.PackageNotFoundError: print(w)')
   [ -n "$lacking" ] && python3 -m pip install -q --no-index --no-deps --target /tmp/ds-site $lacking >> "$out/run.log" 2>&1
   export PYTHONPATH=/tmp/ds-site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/ds-site/bin:$PATH
+  # DeepSpeed's aio op (its NVMe offload) is built at first use against the carried libaio:
+  # CFLAGS/LDFLAGS for its compatibility probe, CPATH/LIBRARY_PATH for the build itself.
+  local inc=$prefix/usr/include libs=$prefix/usr/lib/x86_64-linux-gnu:$prefix/lib/x86_64-linux-gnu
+  export CFLAGS="-I$inc" LDFLAGS="-L${libs//:/ -L}" CPATH=$inc${CPATH:+:$CPATH} \
+    LIBRARY_PATH=$libs${LIBRARY_PATH:+:$LIBRARY_PATH} LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$libs
+  export TORCH_CUDA_ARCH_LIST=9.0  # DeepSpeed cannot parse the image's "9.0a"
 }
 stage_links() {
   run 150 links.json $S bench links --json --nvme-size 2G --copy-size 1G || status=1
@@ -177,18 +184,24 @@ stage_cmp() {  # Strata on configs/llama_7b_gpu.json, at the peers' size and bat
                --set strata.data.path= --set strata.eval_interval=0 --set scheduler.params.warmup_num_steps=0 $shape)
   run 150 cmp-offload.log $S train --config configs/llama_7b_gpu.json "${batch[@]}" || status=1
   tail -3 "$out/cmp-offload.log" | tee -a "$out/run.log"
+  # Layer-major: the next step's forward passes block 0 with every micro-batch before block 1
+  # needs its update, so the update hides behind the whole forward, not the first micro-batch's.
+  run 150 cmp-layer-major.log $S train --config configs/llama_7b_gpu.json "${batch[@]}" \
+    --set strata.schedule=layer_major || status=1
+  tail -3 "$out/cmp-layer-major.log" | tee -a "$out/run.log"
 }
 stage_peers() {  # STRATA_PEER_OFFLOADS: DeepSpeed's offload targets (cpu nvme)
   install_deepspeed || return
   local size=${1:-7b} off
   local args=(--size "$size" --micro-batch "$mb" --accumulation "$acc" --steps "$steps")
   mkdir -p /tmp/peers-nvme
-  (cd bench/peers && run 150 "in-memory-$size.log" python3 torch_in_memory.py "${args[@]}")
-  (cd bench/peers && run 180 "fsdp2-$size.log" torchrun --nproc_per_node 1 fsdp2_offload.py "${args[@]}")
-  for off in ${STRATA_PEER_OFFLOADS:-cpu nvme}; do
+  local only=" ${STRATA_PEERS:-in-memory fsdp2 ds} "  # which of them run
+  [[ $only == *" in-memory "* ]] && (cd bench/peers && run 150 "in-memory-$size.log" python3 torch_in_memory.py "${args[@]}")
+  [[ $only == *" fsdp2 "* ]] && (cd bench/peers && run "${STRATA_FSDP2_LIMIT_S:-180}" "fsdp2-$size.log" torchrun --nproc_per_node 1 fsdp2_offload.py "${args[@]}")
+  [[ $only == *" ds "* ]] && for off in ${STRATA_PEER_OFFLOADS:-cpu nvme}; do
     (cd bench/peers && run 240 "ds-$off-$size.log" deepspeed --num_gpus 1 ds_zero_infinity.py "${args[@]}" --offload $off)
   done
-  grep -h '^{' "$out"/in-memory-*.log "$out"/fsdp2-*.log "$out"/ds-*.log | tee "$out/peers.jsonl"
+  cat "$out"/in-memory-*.log "$out"/fsdp2-*.log "$out"/ds-*.log 2>/dev/null | grep '^{' | tee "$out/peers.jsonl"
 }
 for s in "${stages[@]}"; do
   name=${s%%=*}; arg=""; [ "$name" != "$s" ] && arg=${s#*=}

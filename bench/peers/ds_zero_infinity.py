@@ -20,11 +20,17 @@ def main():
     dev = {"device": args.offload, "pin_memory": True}
     if args.offload == "nvme":
         dev["nvme_path"] = args.nvme_path
+    param_dev = dict(dev)
+    if args.offload == "nvme":
+        # Its swap buffers must hold the largest parameter (vocab x d_model), and be enough for
+        # the parameters live at once (5 such buffers ran out: "Not enough buffers 0 for swapping 1").
+        param_dev["buffer_size"] = max(int(1e8), args.vocab * d)
+        param_dev["buffer_count"] = 32
     cfg = {
         "train_micro_batch_size_per_gpu": args.micro_batch, "gradient_accumulation_steps": args.accumulation,
         "gradient_clipping": 1.0, "bf16": {"enabled": True},
         "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}},
-        "zero_optimization": {"stage": 3, "offload_param": dict(dev), "offload_optimizer": dict(dev),
+        "zero_optimization": {"stage": 3, "offload_param": param_dev, "offload_optimizer": dict(dev),
                               "sub_group_size": 1e8, "stage3_prefetch_bucket_size": 5e7,
                               "stage3_max_live_parameters": 1e9},
         "aio": {"block_size": 1048576, "queue_depth": 32},
