@@ -106,9 +106,11 @@ void PrintStepTraffic(const TrainConfig& cfg, const MemoryEstimate& e, int64_t p
                                 : "micro-batch-major, each block's weights read once per forward and once per backward "
                                   "of every micro-batch (strata.schedule micro_batch)",
                 HumanBytes(e.boundary_activations).c_str(), e.boundary_activations / per_param,
-                device.host               ? "host (the compute device)"
-                : cfg.block_inputs_on_host ? "host, copied out after each block's forward (strata.block_inputs host)"
-                                           : "device");
+                cfg.block_inputs_at == BlockInputsAt::kNvme ? "NVMe swap file (strata.block_inputs nvme)"
+                : device.host                               ? "host (the compute device)"
+                : cfg.block_inputs_at == BlockInputsAt::kHost
+                    ? "host, copied out after each block's forward (strata.block_inputs host)"
+                    : "device");
   const StepTraffic t = EstimateStepTraffic(cfg, plan);
   if (t.written == 0 && t.read_at_most == 0) return;
   std::printf("NVMe traffic per step (per rank): %s written (%.1f B/param), %s read (%.1f B/param)%s\n",

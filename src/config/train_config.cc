@@ -6,19 +6,11 @@
 #include "src/config/json_reader.h"
 #include "src/config/model_section.h"
 #include "src/config/offload_section.h"
+#include "src/config/schedule_section.h"
 #include "src/config/unsupported_keys.h"
 #include "strata/isa.h"
 
 namespace strata {
-
-const char* StepScheduleName(StepSchedule s) {
-  switch (s) {
-    case StepSchedule::kAuto: return "auto";
-    case StepSchedule::kMicroBatch: return "micro_batch";
-    case StepSchedule::kLayerMajor: return "layer_major";
-  }
-  return "?";
-}
 
 const char* OptimizerOverlapName(OptimizerOverlap o) {
   switch (o) {
@@ -96,21 +88,6 @@ Status ParseStateStorage(JsonReader& s, TrainConfig* c) {
   STRATA_RETURN_IF_ERROR(s.Choice("gradient_accumulator", &accumulator, {"fp32", "bf16"}));
   c->grad_accum_dtype = accumulator == "bf16" ? DType::kBF16 : DType::kF32;
   return Status();
-}
-
-// strata.schedule, fuse_micro_batches, block_inputs, loss_chunk and mlp_chunk.
-Status ParseSchedule(JsonReader& s, TrainConfig* c) {
-  std::string schedule = StepScheduleName(c->schedule_setting);
-  STRATA_RETURN_IF_ERROR(s.Choice("schedule", &schedule, {"auto", "micro_batch", "layer_major"}));
-  c->schedule_setting = schedule == "auto"          ? StepSchedule::kAuto
-                        : schedule == "micro_batch" ? StepSchedule::kMicroBatch
-                                                    : StepSchedule::kLayerMajor;
-  STRATA_RETURN_IF_ERROR(s.Bool("fuse_micro_batches", &c->fuse_micro_batches));
-  std::string inputs = c->block_inputs_host < 0 ? "auto" : c->block_inputs_host ? "host" : "device";
-  STRATA_RETURN_IF_ERROR(s.Choice("block_inputs", &inputs, {"auto", "device", "host"}));
-  c->block_inputs_host = inputs == "auto" ? -1 : inputs == "host" ? 1 : 0;
-  STRATA_RETURN_IF_ERROR(s.Int("loss_chunk", &c->loss_chunk, 0, kMaxI));  // ("auto" keeps -1)
-  return s.Int("mlp_chunk", &c->mlp_chunk, 0, kMaxI);
 }
 
 Status ParseStrata(JsonReader& root, TrainConfig* c) {
@@ -317,8 +294,11 @@ Status ParseActivationCheckpointing(JsonReader& root, TrainConfig* c) {
                      "(strata.recompute \"always\"; \"auto\" would keep the activations where they fit)");
   bool cpu = false;
   STRATA_RETURN_IF_ERROR(ac.Bool("cpu_checkpointing", &cpu));
-  if (cpu) c->notes.push_back("activation_checkpointing.cpu_checkpointing: not implemented; the saved block inputs "
-                              "stay where the blocks run");
+  if (cpu) {
+    c->block_inputs = BlockInputsAt::kHost;
+    c->notes.push_back("activation_checkpointing.cpu_checkpointing: the saved block inputs wait in host memory "
+                       "(strata.block_inputs \"host\", which strata.block_inputs overrides)");
+  }
   for (const char* k : {"partition_activations", "contiguous_memory_optimization", "number_checkpoints",
                         "synchronize_checkpoint_boundary", "profile"})
     ac.Touch(k);
@@ -378,9 +358,14 @@ Status CheckKeys(const TrainConfig& c) {
   if (c.fuse_micro_batches && c.model.lora.dropout > 0)
     return InvalidArgument("strata.fuse_micro_batches: not with strata.model.lora.dropout {} (its masks are drawn per "
                            "micro-batch); set the dropout to 0 or fuse_micro_batches to false", c.model.lora.dropout);
-  if (c.block_inputs_host == 1 && c.recompute == Recompute::kNever)
-    return InvalidArgument("strata.block_inputs \"host\": needs recomputation (strata.recompute \"never\" keeps every "
-                           "block's activations on the device, which moving its input would not free)");
+  if (c.block_inputs && *c.block_inputs != BlockInputsAt::kDevice && c.recompute == Recompute::kNever)
+    return InvalidArgument("strata.block_inputs \"{}\": needs recomputation (strata.recompute \"never\" keeps every "
+                           "block's activations where they were made, which moving its input would not free)",
+                           BlockInputsName(*c.block_inputs));
+  if (c.block_inputs == BlockInputsAt::kNvme && c.offload_optimizer.device != OffloadDevice::kNvme &&
+      c.offload_param.device != OffloadDevice::kNvme)
+    return InvalidArgument("strata.block_inputs \"nvme\": needs a swap folder, but neither "
+                           "zero_optimization.offload_optimizer.device nor offload_param.device is \"nvme\"");
   STRATA_RETURN_IF_ERROR(CheckDelayedUpdate(c));
   STRATA_RETURN_IF_ERROR(CheckHostBlocks(c));
   STRATA_RETURN_IF_ERROR(CheckSplitMaster(c));
@@ -470,6 +455,11 @@ void ResolveSchedule(TrainConfig* c, bool host_device) {
 void ResolveRecompute(TrainConfig* c, bool fits) {
   c->keep_activations = c->recompute == Recompute::kNever || (c->recompute == Recompute::kAuto && fits);
   if (c->recompute != Recompute::kAuto) return;
+  if (c->block_inputs && *c->block_inputs != BlockInputsAt::kDevice) {  // moving them asks for recompute
+    c->keep_activations = false;
+    RecordAuto(c, "strata.recompute", "always", "strata.block_inputs moves each block's input: each block recomputed");
+    return;
+  }
   RecordAuto(c, "strata.recompute", c->keep_activations ? "never" : "always",
              c->keep_activations ? "every block's activations fit: kept, no recompute"
                                  : "kept activations would not fit this machine: each block recomputed");

@@ -89,6 +89,14 @@ enum class StepSchedule {
 };
 const char* StepScheduleName(StepSchedule s);
 
+// strata.block_inputs: where the saved block inputs wait for the backward.
+enum class BlockInputsAt { kDevice, kHost, kNvme };
+const char* BlockInputsName(BlockInputsAt at);
+struct TrainConfig;
+// Where the block inputs wait as written, where that applies: not with kept activations (no
+// input is saved alone); "host" on the host device is where they are made; unset: device.
+BlockInputsAt WrittenBlockInputs(const TrainConfig& c, bool host_device);
+
 // strata.recompute: whether backward recomputes each block from its saved input.
 enum class Recompute {
   kAuto,    // keep every block's activations when the estimate says they fit, else recompute
@@ -173,12 +181,12 @@ struct TrainConfig {
   // products. Equal within rounding, not bitwise (Note [Layer-major schedule]); implies
   // layer-major; not with LoRA dropout (its masks are drawn per micro-batch).
   bool fuse_micro_batches = false;
-  // strata.block_inputs: off the host, layer-major, where every micro-batch's block inputs
-  // wait for their backward: "device", "host" (copied out to host memory after each block's
-  // forward and back in before its backward; needs recompute), "auto" (-1: host where the
-  // estimate does not fit the device with them there, else device).
-  int block_inputs_host = -1;
-  bool block_inputs_on_host = false;  // settled (EstimateResolvingAutos)
+  // strata.block_inputs: with recompute, where each block's input (its activation checkpoint)
+  // waits for the backward (Note [Block inputs in the tiers]): "device" (where it was made),
+  // "host" (off the host: copied to host memory after the block's forward, back before its
+  // backward), "nvme" (the rank's swap file), "auto" (nullopt: settled by the estimate).
+  std::optional<BlockInputsAt> block_inputs;
+  BlockInputsAt block_inputs_at = BlockInputsAt::kDevice;  // settled (EstimateResolvingAutos)
   // strata.loss_chunk: tokens per tile of the head's loss (Note [Tiled loss]); 0 the whole
   // micro-batch at once; "auto" (-1) settled by ResolveTileSizes.
   int64_t loss_chunk = -1;

@@ -23,6 +23,7 @@
 #include "src/device/work_queue.h"
 #include "src/engine/engine.h"
 #include "src/engine/loss_scaler.h"
+#include "src/engine/block_inputs.h"
 #include "src/engine/prefetch.h"
 #include "src/engine/update/update_mode.h"
 #include "src/engine/update/update_window.h"
@@ -127,6 +128,10 @@ struct Activations {
   std::vector<torch::Tensor> inputs;   // block b's input; a leaf that requires grad when kept
   std::vector<torch::Tensor> outputs;  // keep_activations: block b's output, its graph alive
   torch::Tensor grad_out;
+  // Recomputing: where the inputs wait between forward and backward (Note [Block inputs in
+  // the tiers]), and which of the step's passes through each block this is.
+  BlockInputStash* stash = nullptr;
+  size_t pass = 0;
   void Reset(int blocks, bool keep) {
     inputs.assign(blocks, torch::Tensor());
     outputs.assign(keep ? blocks : 0, torch::Tensor());
@@ -216,6 +221,7 @@ struct Engine::Impl {
   DeviceBuffers bufs;
   Optimizer optimizer{*this};
   EngineStats stats;
+  StepStats step_counts;  // what the schedules count of the running step (its block inputs' bytes)
 
   // engine.cc: set-up
   Status Init(const EngineHooks& hooks);

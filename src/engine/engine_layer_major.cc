@@ -31,10 +31,8 @@
 // sums inside the matrix products: equal within rounding, not bitwise (tested against a
 // tolerance). LoRA dropout draws its masks per micro-batch: not with fusing.
 //
-// Off the host the block inputs wait on the device, or with strata.block_inputs "host" in host
-// memory (BlockInputs below): copied out after each block's forward (the device tensor held
-// until the copy has read it) and back in, every micro-batch's at once, before the block's
-// backward. The copies are exact: the same bits either way.
+// The block inputs wait where strata.block_inputs says (Note [Block inputs in the tiers]):
+// every micro-batch's of a block brought back, one visit ahead, for that block's backward.
 //
 // The update modes see what they see micro-batch-major: the last micro-batch "begins" at the
 // start (its gradients are final block by block during the backward), DoneReading comes with
@@ -43,72 +41,6 @@
 #include "strata/check.h"
 
 namespace strata {
-namespace {
-
-// strata.block_inputs "host": every micro-batch's input of each block in host memory between
-// its forward and its backward.
-class BlockInputs {
- public:
-  BlockInputs(Engine::Impl& m, int blocks, size_t micro_batches)
-      : m_(m), on_host_(m.cfg.block_inputs_on_host && !m.io.dev->is_host()), held_(blocks) {
-    for (auto& h : held_) h.resize(micro_batches);
-  }
-  BlockInputs(const BlockInputs&) = delete;
-  BlockInputs& operator=(const BlockInputs&) = delete;
-  ~BlockInputs() {  // copies still reading or writing the host buffers
-    for (auto& block : held_)
-      for (Held& h : block) h.moved.Wait().IgnoreError();
-  }
-
-  // After block b's forward of micro-batch i: its input (*input, a device tensor) copied out.
-  Status Keep(int b, size_t i, torch::Tensor* input) {
-    if (!on_host_ || b == 0) return Status();  // (block 0's input is the tokens)
-    Held& h = held_[b][i];
-    STRATA_RETURN_IF_ERROR(TorchCall("block input to host memory", [&] {
-      h.host = torch::empty(input->sizes(), input->options().device(torch::kCPU));
-    }));
-    h.moved = m_.io.dev->CopyOut(h.host.data_ptr(), *input, {m_.io.dev->RecordCompute()});
-    h.device = std::move(*input);  // until the copy has read it
-    *input = torch::Tensor();
-    ReleaseRead();
-    return Status();
-  }
-
-  // Before block b's backward: every micro-batch's input back on the device (into *into[i]).
-  Status Fetch(int b, const std::vector<torch::Tensor*>& into) {
-    if (!on_host_ || b == 0) return Status();
-    ReleaseRead();
-    for (size_t i = 0; i < into.size(); ++i) {
-      Held& h = held_[b][i];
-      torch::Tensor dst;
-      STRATA_RETURN_IF_ERROR(TorchCall("block input to the device", [&] {
-        dst = torch::empty(h.host.sizes(), h.host.options().device(m_.io.dev->device()));
-      }));
-      h.moved = m_.io.dev->CopyIn(dst, h.host.data_ptr(), {h.moved});
-      *into[i] = dst;
-    }
-    for (size_t i = 0; i < into.size(); ++i) STRATA_RETURN_IF_ERROR(m_.ComputeAfter(held_[b][i].moved, "wait block input"));
-    return Status();
-  }
-
- private:
-  struct Held {
-    torch::Tensor host, device;  // device: the forward's tensor until its copy out has read it
-    Event moved;                 // the last copy of it
-  };
-  // The device tensors whose copies out have completed go.
-  void ReleaseRead() {
-    for (auto& block : held_)
-      for (Held& h : block)
-        if (h.device.defined() && h.moved.Ready()) h.device = torch::Tensor();
-  }
-
-  Engine::Impl& m_;
-  const bool on_host_;
-  std::vector<std::vector<Held>> held_;  // [block][micro-batch]
-};
-
-}  // namespace
 
 // The step's passes through each block: one per micro-batch, or fused one of all of them
 // stacked, which is the whole step as one micro-batch (the first: the accumulators are
@@ -126,16 +58,19 @@ Status Engine::Impl::LayerMajor(const StepInputs& in, Gatherer& gather, double* 
     passes = {MicroBatch{in.mbs[0].step, 0, true, true, in.mbs[0].sample}};
   }
   std::vector<Activations> acts(passes.size());
-  for (Activations& a : acts) a.Reset(n, cfg.keep_activations);
+  BlockInputStash stash(*io.dev, state.store.get(), cfg.block_inputs_at, n, passes.size(), &step_counts);
+  for (size_t p = 0; p < passes.size(); ++p) {
+    acts[p].Reset(n, cfg.keep_activations);
+    acts[p].stash = &stash;
+    acts[p].pass = p;
+  }
   optimizer.window.ReadStatesEarly();
   optimizer.mode->BeginLastMicroBatch(in.mbs.back().step);
 
-  BlockInputs inputs(*this, n, passes.size());
   for (int b = 0; b < n - 1; ++b) {
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
     for (size_t p = 0; p < passes.size(); ++p) {
       STRATA_RETURN_IF_ERROR(ForwardBlock(b, Pass::kTrain, &x[p], &acts[p], passes[p]));
-      STRATA_RETURN_IF_ERROR(inputs.Keep(b, p, &acts[p].inputs[b]));
     }
     gather.Release();
   }
@@ -158,9 +93,6 @@ Status Engine::Impl::LayerMajor(const StepInputs& in, Gatherer& gather, double* 
   grad_out.clear();
 
   for (int b = n - 2; b >= 0 && BackwardVisits(b); --b) {
-    std::vector<torch::Tensor*> into;
-    for (Activations& a : acts) into.push_back(&a.inputs[b]);
-    STRATA_RETURN_IF_ERROR(inputs.Fetch(b, into));
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
     for (size_t p = 0; p < passes.size(); ++p) {
       STRATA_RETURN_IF_ERROR(BackwardBlock(b, acts[p], passes[p]));

@@ -4,8 +4,8 @@
 // schedule that strings them together (the layer-major one: engine_layer_major.cc), eval's
 // forward. Engine::Step and Engine::EvalLoss.
 //
-// On a device the work is a pipeline of queues (compute_device.h): the Gatherer copies in
-// and all-gathers the next block while one computes; ReduceGradients flattens a block's
+// On a device the work is a pipeline of queues (compute_device.h): the Gatherer
+// (gatherer.cc) copies in and all-gathers the next block while one computes; ReduceGradients flattens a block's
 // gradients, reduce-scatters them, copies the shard out and accumulates it on the host
 // callback thread, each stage waiting for the events of the ones it depends on and for the
 // buffer it rewrites to be free. On the host every stage completes at once, in this order.
@@ -128,93 +128,6 @@ void Engine::Impl::ReleaseAfter(PinnedBuffer lease, const Event& after) {
     held->Release();
     return Status();
   }, {after});
-}
-
-Gatherer::Gatherer(Engine::Impl& m, std::vector<Visit> plan, PrefetchScheduler* prefetch)
-    : m_(m), plan_(std::move(plan)), prefetch_(prefetch), lookahead_(m.bufs.gather.size() > 1 ? 1 : 0) {}
-
-Gatherer::~Gatherer() {
-  // Gathers issued but never used (an error ended the pass): their copies read leases.
-  for (size_t v = acquired_; v < gathered_.size(); ++v) gathered_[v].ready.Wait().IgnoreError();
-}
-
-// Starts visit v: the block's shard copied in (from the cpu tier or a prefetched NVMe
-// read) and all-gathered into a free gather buffer, or nothing for a resident block at
-// stage < 3 (its full weights are on the device already).
-Status Gatherer::Issue(const Visit& v) {
-  const int b = v.block;
-  const ShardPlan& plan = m_.plan;
-  STRATA_RETURN_IF_ERROR(m_.AwaitBlock(b));  // its update done (and shared)
-  const ShardLayout& layout = plan.blocks[b].layout;
-  if (plan.resident[b] && !plan.weights_sharded) {
-    gathered_.push_back({m_.bufs.resident[b], m_.bufs.resident_ready[b], nullptr});
-    return Status();
-  }
-  GatherSlot& slot = v.tied ? m_.bufs.tied : m_.bufs.gather[m_.bufs.next_gather++ % m_.bufs.gather.size()];
-  torch::Tensor full = slot.full.narrow(0, 0, layout.padded);
-  Event ready;
-  if (plan.resident[b]) {  // stage 3: the shard is on the device
-    ready = m_.io.dev->AllGather(m_.bufs.resident[b].data_ptr(), full.data_ptr(), layout.shard, plan.compute,
-                              {slot.released, m_.bufs.resident_ready[b]});
-  } else {
-    PinnedBuffer lease;
-    const std::byte* src = m_.HostWorking(b);
-    if (!src) {
-      STRATA_ASSIGN_OR_RETURN(lease, prefetch_->Take(b));
-      src = lease.data();
-      // LoRA, base on NVMe: the read brought the frozen part; the trainable end follows it.
-      if (m_.model.blocks[b].adapter.valid()) {
-        const std::span<std::byte> adapter = m_.state.store->CpuMemory(m_.model.blocks[b].adapter);
-        std::memcpy(lease.data() + plan.blocks[b].working_tensor_len() * plan.dsize, adapter.data(), adapter.size());
-      }
-    }
-    Event src_read;  // after it, the host source may be reused
-    if (!plan.weights_sharded) {  // every rank holds the full group in host memory
-      ready = src_read = m_.io.dev->CopyIn(full, src, {slot.released});
-    } else if (m_.io.dev->is_host()) {
-      Tracer::Span span(m_.io.tracer, Track::kComm, "all-gather g" + std::to_string(b));
-      ready = src_read = m_.io.dev->AllGather(src, full.data_ptr(), layout.shard, plan.compute, {slot.released});
-    } else {
-      torch::Tensor shard = slot.shard_in.narrow(0, 0, layout.shard);
-      src_read = m_.io.dev->CopyIn(shard, src, {slot.shard_read});
-      ready = slot.shard_read =
-          m_.io.dev->AllGather(shard.data_ptr(), full.data_ptr(), layout.shard, plan.compute, {src_read, slot.released});
-    }
-    if (lease.valid()) m_.ReleaseAfter(std::move(lease), src_read);
-  }
-  gathered_.push_back({full, ready, &slot});
-  return Status();
-}
-
-Status Gatherer::Acquire(int block) {
-  STRATA_CHECK(acquired_ < plan_.size() && plan_[acquired_].block == block)
-      << "gather plan expected block " << (acquired_ < plan_.size() ? plan_[acquired_].block : -1) << ", got "
-      << block;
-  // This visit, and the ones ahead whose blocks the optimizer has finished (never waiting for
-  // the optimizer on a block that is not needed yet).
-  while (gathered_.size() < std::min(plan_.size(), acquired_ + 1 + lookahead_) &&
-         (gathered_.size() == acquired_ || m_.BlockReady(plan_[gathered_.size()].block)))
-    STRATA_RETURN_IF_ERROR(Issue(plan_[gathered_.size()]));
-  const Gathered& g = gathered_[acquired_++];
-  STRATA_RETURN_IF_ERROR(m_.ComputeAfter(g.ready, "wait gather"));
-  if (g.slot) in_use_.push_back(g.slot);
-  Bind(block, g.full);
-  return Status();
-}
-
-void Gatherer::Release() {
-  if (in_use_.empty()) return;
-  const Event done = m_.io.dev->RecordCompute();
-  for (GatherSlot* s : in_use_) s->released = done;
-  in_use_.clear();
-}
-
-void Gatherer::Bind(int block, const torch::Tensor& full) {
-  BlockRuntime& br = m_.model.blocks[block];
-  for (size_t i = 0; i < br.params.size(); ++i) {
-    const ParamSlot& s = br.slots[i];
-    br.params[i].set_data(full.narrow(0, s.offset, s.numel).view(s.shape));
-  }
 }
 
 // A tied head multiplies with the embedding's table, gathered into the tied slot.
@@ -364,7 +277,7 @@ bool Engine::Impl::PlantsOverflow(int b, const MicroBatch& mb) const {
 Status Engine::Impl::ForwardBlock(int b, Pass pass, torch::Tensor* x, Activations* act, const MicroBatch& mb) {
   const bool train = pass == Pass::kTrain;
   Tracer::Span span(io.tracer, Track::kCompute, (train ? "forward b" : "eval b") + std::to_string(b));
-  return TorchCall("forward", [&] {
+  STRATA_RETURN_IF_ERROR(TorchCall("forward", [&] {
     std::optional<model::LoraDropoutScope> dropout;
     if (train) ArmLoraDropout(b, mb, &dropout);
     const model::MlpTilingScope mlp_tiles(cfg.mlp_chunk);  // Note [Tiled MLP]
@@ -378,7 +291,9 @@ Status Engine::Impl::ForwardBlock(int b, Pass pass, torch::Tensor* x, Activation
     torch::NoGradGuard no_grad;
     if (train) act->inputs[b] = *x;
     *x = model.blocks[b].module->Forward(*x);
-  });
+  }));
+  if (train && !cfg.keep_activations && act->stash) return act->stash->Keep(b, act->pass, &act->inputs[b]);
+  return Status();
 }
 
 // The head's loss of one micro-batch (unscaled: MicroBatchLoss, with a loss mask weighed by
@@ -427,6 +342,7 @@ Status Engine::Impl::AcquireHead(Gatherer& gather) {
 // recomputation from its input, or through its kept graph. The graph saved the parameter
 // tensors, whose data the caller re-bound to this visit's gather buffer.
 Status Engine::Impl::BackwardBlock(int b, Activations& act, const MicroBatch& mb) {
+  if (act.outputs.empty() && act.stash) STRATA_RETURN_IF_ERROR(act.stash->Fetch(b, act.pass, &act.inputs[b]));
   Tracer::Span span(io.tracer, Track::kCompute, "backward b" + std::to_string(b));
   return TorchCall("backward", [&] {
     std::optional<model::LoraDropoutScope> dropout;
@@ -487,6 +403,7 @@ Status Engine::Impl::Backward(Activations& act, Gatherer& gather, const MicroBat
 
 // The micro-batch-major schedule: each micro-batch forward and backward through every block.
 Status Engine::Impl::MicroBatchMajor(const StepInputs& in, Gatherer& gather, double* loss_sum) {
+  BlockInputStash stash(*io.dev, state.store.get(), cfg.block_inputs_at, num_blocks(), 1, &step_counts);
   for (size_t i = 0; i < in.mbs.size(); ++i) {
     const MicroBatch& mb = in.mbs[i];
     if (mb.last) {
@@ -494,6 +411,7 @@ Status Engine::Impl::MicroBatchMajor(const StepInputs& in, Gatherer& gather, dou
       optimizer.mode->BeginLastMicroBatch(mb.step);
     }
     Activations act;
+    act.stash = &stash;
     STRATA_ASSIGN_OR_RETURN(double loss, Forward(in.batches[i], in.weights[i], Pass::kTrain, gather, &act, mb));
     STRATA_RETURN_IF_ERROR(Backward(act, gather, mb));
     *loss_sum += loss;
@@ -532,7 +450,10 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   {
     Gatherer gather(m, visits, prefetch.get());
     StepCleanup cleanup(m, prefetch.get());  // on an error: what the step started, finished or undone
+    m.step_counts = StepStats();
     Status s = m.cfg.layer_major ? m.LayerMajor(in, gather, &loss_sum) : m.MicroBatchMajor(in, gather, &loss_sum);
+    st.block_inputs_written = m.step_counts.block_inputs_written;
+    st.block_inputs_read = m.step_counts.block_inputs_read;
     if (!s.ok()) return s.WithContext(fmt::format("step {}", step));
     cleanup.Dismiss();
   }

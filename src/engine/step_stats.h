@@ -27,6 +27,9 @@ struct StepStats {
   // [Early gradient sums]: off the host, every block with a gradient).
   int early_sum_blocks = 0;
   uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
+  // strata.block_inputs "nvme": the saved block inputs' bytes written to the swap file, and
+  // read back (not those still in memory when needed: Note [Block inputs in the tiers]).
+  uint64_t block_inputs_written = 0, block_inputs_read = 0;
 };
 
 }  // namespace strata

@@ -69,9 +69,16 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   e.boundary_activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * n * held);
   e.activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * (held * (n + per_layer) + working) +
                                         3.0 * static_cast<double>(LossTileTokens(cfg)) * m.vocab_size * 4);
-  if (cfg.layer_major && cfg.block_inputs_on_host && !device.host) {  // copied out after each forward
-    e.host_inputs = e.boundary_activations;
-    e.activations -= e.boundary_activations;
+  // Note [Block inputs in the tiers] (counted for every block, as boundary_activations are).
+  const uint64_t moved = e.boundary_activations;
+  const BlockInputsAt inputs_at = cfg.keep_activations ? BlockInputsAt::kDevice : cfg.block_inputs_at;
+  if (inputs_at == BlockInputsAt::kHost && !device.host) {  // copied out after each forward
+    e.host_inputs = moved;
+    e.activations -= moved;
+  } else if (inputs_at == BlockInputsAt::kNvme) {  // in the swap file, one visit's read back at a time
+    const uint64_t one = static_cast<uint64_t>(btc * scale_c * plan.dsize);  // one block's, one pass
+    e.activations -= moved - 2 * one;
+    e.nvme_on_disk += moved + static_cast<uint64_t>(n) * 4096;  // each its own 4 KiB-aligned extent
   }
   e.transients = plan.max_grad_flat * (plan.dsize + 4);  // a block's weight gradients, and in fp32 (LoRA: adapters')
   e.runtime = kRuntimeBytes;
@@ -121,20 +128,41 @@ std::string HumanBytes(uint64_t b) {
 
 namespace {
 
-// strata.block_inputs: "host" / "device" as written (layer-major off the host only); "auto":
-// host where the device has no room for them (known memory), recomputing.
+// strata.block_inputs as written, where it applies (WrittenBlockInputs); "auto": off the
+// host, host where the device has no room for them (known memory). With recompute.
 void ResolveBlockInputs(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
                         const MachineCapacity& m) {
-  const bool applies = cfg->layer_major && !device.host && cfg->recompute != Recompute::kNever;
-  cfg->block_inputs_on_host = applies && cfg->block_inputs_host == 1;
-  if (!applies || cfg->block_inputs_host >= 0 || m.device_memory == 0) return;
-  TrainConfig on_device = *cfg;
-  on_device.keep_activations = false;
-  if (EstimateMemory(on_device, world, params_override, device).device_peak() <= m.device_memory) return;
-  cfg->block_inputs_on_host = true;
-  RecordAuto(cfg, "strata.block_inputs", "host",
-             "every micro-batch's block inputs would not fit the device: copied to host memory after each "
-             "block's forward, back before its backward");
+  cfg->block_inputs_at = WrittenBlockInputs(*cfg, device.host);
+  if (cfg->block_inputs || cfg->recompute == Recompute::kNever) return;
+  TrainConfig c = *cfg;
+  c.keep_activations = false;
+  if (!device.host && m.device_memory > 0 &&
+      EstimateMemory(c, world, params_override, device).device_peak() > m.device_memory) {
+    cfg->block_inputs_at = c.block_inputs_at = BlockInputsAt::kHost;
+    RecordAuto(cfg, "strata.block_inputs", "host",
+               "the block inputs would not fit the device: copied to host memory after each block's forward, "
+               "back before its backward");
+  }
+}
+
+// "auto", last resort (after the schedule's own fallback): nvme, with a swap folder, where
+// host memory has no room for the block inputs and the swap file makes the run fit.
+void ResolveBlockInputsOnDisk(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
+                              const MachineCapacity& m, int local_ranks) {
+  if (cfg->block_inputs || cfg->recompute == Recompute::kNever) return;
+  TrainConfig c = *cfg;
+  c.keep_activations = false;
+  const bool swap = cfg->offload_optimizer.device == OffloadDevice::kNvme || cfg->offload_param.device == OffloadDevice::kNvme;
+  const auto fits_host = [&] {
+    return CheckFits(EstimateMemory(c, world, params_override, device), m, local_ranks).ok();
+  };
+  if (!swap || m.host_available == 0 || fits_host()) return;
+  c.block_inputs_at = BlockInputsAt::kNvme;
+  if (!fits_host()) return;  // no help: the run is refused with the inputs where they were
+  cfg->block_inputs_at = BlockInputsAt::kNvme;
+  RecordAuto(cfg, "strata.block_inputs", "nvme",
+             "the block inputs would not fit host memory: written to the swap file after each block's forward, "
+             "read back one visit ahead of the backward");
 }
 
 }  // namespace
@@ -155,6 +183,7 @@ MemoryEstimate EstimateResolvingAutos(TrainConfig* cfg, int world, int64_t param
                  "every micro-batch's block inputs, which layer-major keeps, would not fit this machine");
     }
   }
+  ResolveBlockInputsOnDisk(cfg, world, params_override, device, m, local_ranks);
   // Device accumulation first: with many micro-batches it saves a gradient copy over the link
   // and a pass over host memory per micro-batch, kept activations a recompute per block.
   // Only the device's memory decides (the host's is the same either way); unknown: no.
@@ -166,6 +195,7 @@ MemoryEstimate EstimateResolvingAutos(TrainConfig* cfg, int world, int64_t param
   TrainConfig keep = *cfg;
   keep.keep_activations = true;
   ResolveRecompute(cfg, CheckFits(EstimateMemory(keep, world, params_override, device), m, local_ranks).ok());
+  if (cfg->keep_activations) cfg->block_inputs_at = BlockInputsAt::kDevice;  // (no input is saved alone)
   return EstimateMemory(*cfg, world, params_override, device);
 }
 

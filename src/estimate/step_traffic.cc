@@ -18,6 +18,13 @@ StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
   t.written = t.states + (frozen ? 0 : t.working);
   t.read_at_most = t.states + working_reads * t.working;
   t.read_served = t.read_at_most - (served ? t.working : 0);
+  if (cfg.block_inputs_at == BlockInputsAt::kNvme && !cfg.keep_activations) {  // each layer's input, each micro-batch
+    const auto inputs = static_cast<uint64_t>(cfg.micro_batch * cfg.model.seq_len * cfg.model.d_model * cfg.grad_accum *
+                                              cfg.model.n_layer) * plan.dsize;
+    t.written += inputs;
+    t.read_at_most += inputs;
+    t.read_served += inputs;
+  }
   return t;
 }
 

@@ -25,7 +25,7 @@ StatusOr<SettledRun> SettleRunConfig(TrainConfig c, const SettleContext& ctx) {
   } else {  // no machine to judge by: what is written, and the safe value of each "auto"
     c.accumulate_on_device = !ctx.device.host && c.grad_accum > 1 && c.device_accumulation == 1;
     c.keep_activations = c.recompute == Recompute::kNever;
-    c.block_inputs_on_host = c.layer_major && !ctx.device.host && c.block_inputs_host == 1 && !c.keep_activations;
+    c.block_inputs_at = WrittenBlockInputs(c, ctx.device.host);
     host_blocks_auto = c.host_blocks < 0;
     c.host_blocks = std::max<int64_t>(c.host_blocks, 0);
   }

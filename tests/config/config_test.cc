@@ -127,7 +127,8 @@ TEST(Config, RecomputeFollowsTheFitAndActivationCheckpointing) {
   auto has = [](const std::vector<std::string>& v, const std::string& s) {
     return std::any_of(v.begin(), v.end(), [&](const std::string& x) { return x.find(s) != std::string::npos; });
   };
-  EXPECT_TRUE(has(ac->notes, "cpu_checkpointing: not implemented"));
+  EXPECT_TRUE(has(ac->notes, "cpu_checkpointing: the saved block inputs wait in host memory"));
+  EXPECT_EQ(ac->block_inputs, BlockInputsAt::kHost);
   EXPECT_TRUE(has(ac->warnings, "activation_checkpointing.typo"));
   EXPECT_FALSE(has(ac->warnings, "partition_activations"));
 

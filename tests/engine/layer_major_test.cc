@@ -116,7 +116,7 @@ TEST(LayerMajorFakeDevice, IsTheHostsMicroBatchScheduleUnderRandomDelays) {
   for (int variant = 0; variant < 3; ++variant) {
     TrainConfig d = WithSchedule(c, StepSchedule::kLayerMajor);
     d.device_accumulation = variant == 1 ? 1 : 0;
-    d.block_inputs_host = variant == 2 ? 1 : 0;
+    if (variant == 2) d.block_inputs = BlockInputsAt::kHost;
     for (int seed = 1; seed <= 6; ++seed) {
       SCOPED_TRACE(::testing::Message() << "variant " << variant << ", delay seed " << seed);
       const FakeDeviceOptions fake{.seed = static_cast<uint64_t>(seed), .max_delay_us = 2000};
@@ -210,7 +210,7 @@ TEST(LayerMajorFused, IsWithinRoundingOfTheMicroBatchSchedule) {
     SCOPED_TRACE(::testing::Message() << world << " rank(s) on the fake device, block inputs in host memory");
     const RunResult host = world == 1 ? fused : RunEngine(f, world, 3);
     TrainConfig on_host = f;
-    on_host.block_inputs_host = 1;
+    on_host.block_inputs = BlockInputsAt::kHost;
     testing::ExpectSameRun(host, RunEngine(on_host, world, 3, &fake), 3);
   }
 }
@@ -318,7 +318,7 @@ TEST(LayerMajorEstimate, CountsEveryMicroBatchsBlockInputs) {
   EXPECT_TRUE(layer.ledger == micro.ledger);  // the state is the same
   // Off the host, strata.block_inputs "host" moves them from the device's activations to host memory.
   TrainConfig h = WithSchedule(c, StepSchedule::kLayerMajor);
-  h.block_inputs_host = 1;
+  h.block_inputs = BlockInputsAt::kHost;
   const MemoryEstimate on_device = EstimateMemory(*testing::Settled(WithSchedule(c, StepSchedule::kLayerMajor), 1, false), 1, 0, {false});
   const MemoryEstimate on_host = EstimateMemory(*testing::Settled(h, 1, false), 1, 0, {false});
   EXPECT_EQ(on_host.host_inputs, on_device.boundary_activations);

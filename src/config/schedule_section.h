@@ -1,0 +1,12 @@
+// Folder-private: the keys of strata's section that order a step's work and say where its
+// activations wait (schedule, fuse_micro_batches, block_inputs, loss_chunk, mlp_chunk).
+#pragma once
+
+#include "src/config/json_reader.h"
+#include "src/config/train_config.h"
+
+namespace strata {
+
+Status ParseSchedule(JsonReader& s, TrainConfig* c);
+
+}  // namespace strata
