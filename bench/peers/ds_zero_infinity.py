@@ -7,7 +7,7 @@ import time
 import deepspeed
 import torch
 
-from llama import SIZES, Llama, add_args, params_of, report
+from llama import SIZES, Llama, add_args, params_of, report, step_tokens
 
 
 def main():
@@ -40,8 +40,7 @@ def main():
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
     times = []
     for step in range(args.steps):
-        toks = [torch.randint(0, args.vocab, (args.micro_batch, args.seq + 1), device=engine.device)
-                for _ in range(args.accumulation)]
+        toks = step_tokens(args, engine.device)
         torch.cuda.synchronize()
         t0 = time.time()
         for tok in toks:  # DeepSpeed's accumulation: step() updates at the last micro-batch

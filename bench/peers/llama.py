@@ -87,6 +87,12 @@ def params_of(vocab, d, layers, heads, kv_heads, ffn):
 
 
 
+def step_tokens(args, device):
+    """One step's micro-batches of random tokens (inputs and targets, seq + 1 each)."""
+    return [torch.randint(0, args.vocab, (args.micro_batch, args.seq + 1), device=device)
+            for _ in range(args.accumulation)]
+
+
 def add_args(p):
     p.add_argument("--size", default="7b", choices=sorted(SIZES))
     p.add_argument("--micro-batch", type=int, default=4)

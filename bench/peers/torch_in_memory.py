@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from llama import SIZES, Llama, add_args, params_of, report
+from llama import SIZES, Llama, add_args, params_of, report, step_tokens
 
 
 def main():
@@ -26,8 +26,7 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     times = []
     for step in range(args.steps):
-        toks = [torch.randint(0, args.vocab, (args.micro_batch, args.seq + 1), device="cuda")
-                for _ in range(args.accumulation)]
+        toks = step_tokens(args, "cuda")
         torch.cuda.synchronize()
         t0 = time.time()
         for tok in toks:

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 
 #include "strata/status.h"
 
@@ -96,6 +97,11 @@ struct AdamSpans {
   // working weights in half_out (read, then overwritten with the updated weights), its low
   // halves here, updated in place. `params` is then empty and half_format kBf16.
   std::span<int16_t> master_low;
+  // Element ranges [first, second), sorted and disjoint, that take no weight decay (the
+  // parameters strata.no_decay names: normalisation weights and biases); the rest take
+  // hp.weight_decay. Each element's arithmetic is the same however the span is cut, so this
+  // is exactly a call per range. Not with 8-bit moments (their blocks are encoded whole).
+  std::span<const std::pair<size_t, size_t>> no_decay;
 };
 
 // Note [Split master]

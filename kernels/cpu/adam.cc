@@ -130,6 +130,15 @@ Status ValidateSpans(const AdamSpans& s) {
                            s.grad.size(), s.grad_bf16.size());
   if (!s.half_out.empty() && s.half_out.size() != n)
     return InvalidArgument("Adam half_out has {} elements, params {}", s.half_out.size(), n);
+  for (size_t i = 0; i < s.no_decay.size(); ++i) {
+    const auto [lo, hi] = s.no_decay[i];
+    if (lo >= hi || hi > n || (i > 0 && lo < s.no_decay[i - 1].second))
+      return InvalidArgument("Adam no_decay range {} [{}, {}) is empty, past the {} elements or not after the one "
+                             "before", i, lo, hi, n);
+  }
+  if (moments_8bit && !s.no_decay.empty())
+    return InvalidArgument("Adam with 8-bit moments takes no no_decay ranges (its blocks of {} are encoded whole)",
+                           cpu::kBlock8Bit);
   if ((bf16_moments || moments_8bit) && s.rounding_index > UINT64_MAX - n)
     return InvalidArgument("Adam rounding_index {} + {} elements overflows 64 bits", s.rounding_index, n);
   return Status::Ok();
@@ -227,9 +236,21 @@ Status AdamStep(const AdamHyperParams& hp, const AdamSpans& spans, const AdamOpt
     });
     return Status::Ok();
   }
+  AdamHyperParams plain = hp;  // for the no-decay ranges
+  plain.weight_decay = 0;
+  const AdamArgs no_decay = spans.no_decay.empty() ? args : MakeArgs(plain, spans);
   ParallelRanges(split ? static_cast<const void*>(args.lo) : args.p, split ? 2 : sizeof(float), n,
-                 ThreadsFor(n, options),
-                 [&](int, size_t b, size_t e) { RunAdamRange(kernel, args, spans, b, e); });
+                 ThreadsFor(n, options), [&](int, size_t b, size_t e) {
+                   for (const auto& [lo, hi] : spans.no_decay) {  // the decayed part before each, then it
+                     if (hi <= b) continue;
+                     if (lo >= e) break;
+                     if (lo > b) RunAdamRange(kernel, args, spans, b, lo);
+                     const size_t stop = std::min(hi, e);
+                     RunAdamRange(kernel, no_decay, spans, std::max(lo, b), stop);
+                     b = stop;
+                   }
+                   if (b < e) RunAdamRange(kernel, args, spans, b, e);
+                 });
   return Status::Ok();
 }
 

@@ -16,6 +16,7 @@
 #include <fmt/ranges.h>
 
 #include "src/checkpoint/checkpoint.h"
+#include "src/config/decay_groups.h"
 #include "src/base/durable_file.h"
 #include "src/hf/hf_loader.h"
 #include "src/cli/commands.h"
@@ -297,10 +298,22 @@ void TrainRun::PrintStartup() {
       env_.world_size, cfg_.zero_stage, OffloadDeviceName(cfg_.offload_param.device),
       OptimizerStatesWhere(cfg_.offload_optimizer.device, device_.device->is_host()), DTypeName(cfg_.compute_dtype),
       device_.device->Name(), cfg_.precision_reason,
-      cfg_.keep_activations ? "kept (no recompute)" : "recomputed per block in backward", cfg_.train_batch,
+      cfg_.keep_activations ? std::string("kept (no recompute)")
+      : cfg_.block_inputs_at == BlockInputsAt::kDevice
+          ? std::string("recomputed per block in backward")
+          : fmt::format("recomputed per block in backward, the block inputs waiting in {}",
+                        cfg_.block_inputs_at == BlockInputsAt::kHost ? "host memory" : "the swap file"),
+      cfg_.train_batch,
       cfg_.micro_batch, cfg_.grad_accum, cfg_.accumulate_on_device ? " (summed on the device)" : "",
       cfg_.grad_accum > 1 ? (cfg_.layer_major ? ", layer-major" : ", micro-batch-major") : "", env_.world_size,
       data_->description()));
+  if (cfg_.weight_decay > 0) {
+    const std::vector<std::string> no_decay = NoDecayPatterns(cfg_);
+    progress_->Message(fmt::format("weight decay {} except on the parameters whose Hugging Face names match "
+                                   "strata.no_decay{}: {}", cfg_.weight_decay,
+                                   cfg_.no_decay ? "" : " (\"auto\": Hugging Face Trainer's groups)",
+                                   no_decay.empty() ? std::string("none") : fmt::format("{}", fmt::join(no_decay, ", "))));
+  }
   progress_->Message(cfg_.eval_interval == 0 || cfg_.eval_batches == 0
                          ? std::string("evaluation: none (strata.eval_interval 0)")
                          : fmt::format("evaluation: {} held-out batch(es) of {} x {} tokens per rank at the start, every "

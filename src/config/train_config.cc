@@ -6,6 +6,7 @@
 #include "src/config/json_reader.h"
 #include "src/config/model_section.h"
 #include "src/config/offload_section.h"
+#include "src/config/decay_groups.h"
 #include "src/config/schedule_section.h"
 #include "src/config/unsupported_keys.h"
 #include "strata/isa.h"
@@ -103,6 +104,7 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   STRATA_RETURN_IF_ERROR(s.Int("save_interval", &c->save_interval, 0, kMaxI));
   STRATA_RETURN_IF_ERROR(s.Int("keep_checkpoints", &c->keep_checkpoints, 0, 1000000));
   STRATA_RETURN_IF_ERROR(s.Int("comm_timeout_s", &c->comm_timeout_s, 1, 86400));
+  STRATA_RETURN_IF_ERROR(ParseNoDecay(s, c));
   STRATA_RETURN_IF_ERROR(s.Int("max_skipped_steps", &c->max_skipped_steps, 0, 1 << 30));
   STRATA_RETURN_IF_ERROR(s.String("device", &c->device));
   STRATA_RETURN_IF_ERROR(s.Bool("allow_unsupported", &c->allow_unsupported));
@@ -369,6 +371,7 @@ Status CheckKeys(const TrainConfig& c) {
   STRATA_RETURN_IF_ERROR(CheckDelayedUpdate(c));
   STRATA_RETURN_IF_ERROR(CheckHostBlocks(c));
   STRATA_RETURN_IF_ERROR(CheckSplitMaster(c));
+  STRATA_RETURN_IF_ERROR(CheckNoDecay(c));
   if (c.moments_8bit && c.optimizer_overlap == OptimizerOverlap::kSpeculative)  // (its backups index fixed bytes)
     return InvalidArgument("strata.adam_states \"8bit\": not with strata.optimizer_overlap \"speculative\" (its "
                            "backups hold fp32 or bf16 moments); use \"forward\", \"none\" or \"delayed\"");

@@ -203,6 +203,9 @@ struct TrainConfig {
   // strata.adam_states "8bit": m and v in 1 byte + a scale per 256 (Note [8-bit moments],
   // strata/cpu_adam.h), 1.016 B/param each; checkpoints hold them as fp32 (adam_states kF32).
   bool moments_8bit = false;
+  // strata.no_decay: regular expressions naming (by Hugging Face name) the parameters AdamW
+  // does not decay; nullopt = "auto" (src/config/decay_groups.h).
+  std::optional<std::vector<std::string>> no_decay;
   // strata.master_weights: "fp32" (the default), or "split": the fp32 master kept as the bf16
   // working weights + a 16-bit low half (Note [Split master], strata/cpu_adam.h): 2 B/param
   // instead of 4 in host memory and on NVMe, 2 B/param less written per update. bf16 compute,

@@ -7,7 +7,9 @@
 #include <optional>
 #include <thread>
 
+#include "src/config/decay_groups.h"
 #include "src/engine/engine_impl.h"
+#include "src/hf/hf_names.h"
 #include "strata/cpu_adam.h"
 #include "strata/check.h"
 
@@ -231,6 +233,14 @@ Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, con
   std::iota(br.by_offset.begin(), br.by_offset.end(), size_t{0});
   std::sort(br.by_offset.begin(), br.by_offset.end(),
             [&](size_t x, size_t y) { return br.slots[x].offset < br.slots[y].offset; });
+  const std::vector<std::string> no_decay = NoDecayPatterns(cfg);
+  for (size_t i : br.by_offset) {  // by Hugging Face name, as transformers' Trainer groups them
+    const ParamSlot& s = br.slots[i];
+    const bool gpt2 = cfg.model.arch == model::Arch::kGpt2;
+    if (!MatchesAny(no_decay, ckpt::ToHfName(gpt2, static_cast<int>(cfg.model.n_layer), b, s.name).name)) continue;
+    if (!br.no_decay.empty() && br.no_decay.back().second == s.offset) br.no_decay.back().second += s.numel;
+    else br.no_decay.push_back({s.offset, s.offset + s.numel});
+  }
   if (hooks.init_weights) {  // the base's weights; adapters keep their initialisation
     NamedTensors named;
     for (size_t i = 0; i < br.params.size(); ++i)

@@ -58,6 +58,8 @@ struct BlockRuntime {
   TensorHandle working;
   TensorHandle adapter;               // LoRA, working weights on NVMe: plan.blocks[i].adapter (host memory)
   std::vector<SubGroup> subs;
+  // The flat ranges [begin, end) of the parameters AdamW does not decay (strata.no_decay).
+  std::vector<std::pair<int64_t, int64_t>> no_decay;
   // The gradient accumulator of plan.blocks[i].grad.len elements, fp32 or bf16 (plan.gsize).
   std::byte* grad = nullptr;
 };

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "src/config/train_config.h"
+#include "src/config/decay_groups.h"
 #include "strata/isa.h"
 
 namespace strata {
@@ -450,6 +451,49 @@ TEST(Config, MasterWeightsAreFp32OrSplitWithAnUpdateThatReadsThem) {
     ASSERT_FALSE(no.ok()) << other;
     EXPECT_NE(no.status().message().find("strata.master_weights \"split\""), std::string::npos) << other << ": " << no.status().message();
   }
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// strata.no_decay: "auto" is Hugging Face Trainer's groups (none with 8-bit moments); a list
+// of regular expressions as written, a bad one named; a list with 8-bit moments refused.
+TEST(Config, NoDecayIsTrainersGroupsOrTheWrittenPatterns) {
+  auto c = ParseTrainConfig(R"({})", "t");
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->no_decay.has_value());
+  EXPECT_EQ(NoDecayPatterns(*c), HfTrainerNoDecay());
+  const std::vector<std::string> p = NoDecayPatterns(*c);
+  for (const char* name : {"model.layers.0.input_layernorm.weight", "model.norm.weight", "transformer.h.1.ln_2.weight",
+                           "transformer.ln_f.bias", "model.layers.3.self_attn.q_norm.weight",
+                           "model.layers.0.self_attn.q_proj.bias"})
+    EXPECT_TRUE(MatchesAny(p, name)) << name;
+  for (const char* name : {"model.layers.0.self_attn.q_proj.weight", "model.embed_tokens.weight", "lm_head.weight",
+                           "transformer.h.0.attn.c_attn.weight", "model.layers.0.mlp.down_proj.weight"})
+    EXPECT_FALSE(MatchesAny(p, name)) << name;
+
+  auto written = ParseTrainConfig(R"({"strata": {"no_decay": ["embed_tokens", "norm"]}})", "t");
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  EXPECT_EQ(NoDecayPatterns(*written), (std::vector<std::string>{"embed_tokens", "norm"}));
+  auto none = ParseTrainConfig(R"({"strata": {"no_decay": []}})", "t");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(NoDecayPatterns(*none).empty());
+
+  auto bad = ParseTrainConfig(R"({"strata": {"no_decay": ["(unclosed"]}})", "t");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("strata.no_decay: '(unclosed' is not a regular expression"), std::string::npos)
+      << bad.status().message();
+  auto eight = ParseTrainConfig(R"({"strata": {"adam_states": "8bit"}})", "t");
+  ASSERT_TRUE(eight.ok()) << eight.status().ToString();
+  EXPECT_TRUE(NoDecayPatterns(*eight).empty());
+  auto eight_listed = ParseTrainConfig(R"({"strata": {"adam_states": "8bit", "no_decay": ["bias"]}})", "t");
+  ASSERT_FALSE(eight_listed.ok());
+  EXPECT_NE(eight_listed.status().message().find("strata.no_decay: not with strata.adam_states \"8bit\""),
+            std::string::npos)
+      << eight_listed.status().message();
 }
 
 }  // namespace

@@ -22,6 +22,16 @@
                                      MERGED against that PeftModel; prints the largest
                                      differences and how far the adapter moves DIR's logits;
                                      exits 1 above the tolerance (or if the adapter moves nothing)
+  hf_models.py decay DIR TOKENS STEPS LR WD STRATA LOSSES
+                                     weight-decay groups: DIR's model trained by torch.optim.AdamW
+                                     for STEPS steps on the one window TOKENS (FILE:N, the first N
+                                     tokens of a uint16 token file: seq + 1) with Hugging Face Trainer's
+                                     parameter groups (decay WD, none for get_decay_parameter_names'
+                                     exclusions), against STRATA (an exported folder after as many
+                                     steps) and LOSSES (a JSON list of Strata's losses); prints
+                                     the largest relative differences (per tensor, in the 2-norm), and those of a run that
+                                     decays everything; exits 1 when Trainer's groups are not
+                                     within DECAY_TOLERANCE or everything-decayed is as close
 """
 import glob
 import json
@@ -154,6 +164,65 @@ def peft_logits(d, adapter, strata_logits, merged):
     sys.exit(0 if vs_strata <= TOLERANCE and vs_merged <= TOLERANCE and moved > 100 * TOLERANCE else 1)
 
 
+# fp32, 20 AdamW steps: ||theirs - Strata's|| / ||theirs|| per tensor. (Not element by element:
+# Adam divides by sqrt(v), so an element whose gradient is near zero steps by lr either way
+# on rounding noise alone.)
+DECAY_TOLERANCE = 1e-5
+
+
+def _train(d, tokens, steps, lr, wd, grouped):
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoModelForCausalLM, Trainer
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+    decay = set(Trainer.get_decay_parameter_names(None, model)) if grouped else {n for n, _ in model.named_parameters()}
+    params = dict(model.named_parameters())
+    groups = [{"params": [p for n, p in params.items() if n in decay], "weight_decay": wd},
+              {"params": [p for n, p in params.items() if n not in decay], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8)
+    inputs, targets = tokens[None, :-1], tokens[None, 1:]
+    losses = []
+    for _ in range(steps):
+        logits = model(inputs).logits.float()
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+        losses.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model, losses, len(params) - len(decay & set(params))
+
+
+def decay_groups(d, tokens_file, steps, lr, wd, strata, losses_file):
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+    path, n = tokens_file.rsplit(":", 1)
+    tokens = torch.from_numpy(np.fromfile(path, dtype=np.uint16)[: int(n)].astype(np.int64))
+    theirs = AutoModelForCausalLM.from_pretrained(strata, dtype=torch.float32).state_dict()
+    strata_losses = json.load(open(losses_file))
+    result = {}
+    for grouped in (True, False):
+        model, losses, undecayed = _train(d, tokens, int(steps), float(lr), float(wd), grouped)
+        worst, where = 0.0, ""
+        for name, p in model.state_dict().items():
+            if name in theirs:
+                q = theirs[name]
+                if name.endswith("attn.c_attn.bias"):
+                    # The key bias gets no gradient in exact arithmetic (the softmax over keys is
+                    # shift-invariant): both sides step it by their rounding noise, which Adam
+                    # scales to lr. Its query and value thirds are compared.
+                    third = p.numel() // 3
+                    p, q = torch.cat([p[:third], p[2 * third:]]), torch.cat([q[:third], q[2 * third:]])
+                diff = ((p - q).norm() / p.norm().clamp_min(1e-12)).item()
+                worst, where = max((worst, where), (diff, name))
+        loss_diff = max(abs(a - b) / abs(b) for a, b in zip(strata_losses, losses))
+        result[grouped] = (worst, loss_diff)
+        print(f"{'Trainer groups' if grouped else 'all decayed'} ({undecayed} tensors undecayed): max relative "
+              f"|weights - Strata's| = {worst:.3g} ({where}), |loss - Strata's| = {loss_diff:.3g} (tolerance {DECAY_TOLERANCE})")
+    ok = max(result[True]) <= DECAY_TOLERANCE and result[False][0] > 10 * DECAY_TOLERANCE
+    sys.exit(0 if ok else 1)
+
+
 def check(args):
     """Installed, found without importing them (an import of torch + transformers takes
     seconds, and every test asks): a peer that is present but broken fails the test's own
@@ -169,7 +238,7 @@ def check(args):
 
 
 def run(cmd, args):
-    if cmd in ("make", "logits", "generate", "peft"):
+    if cmd in ("make", "logits", "generate", "peft", "decay"):
         from transformers.utils import logging
         logging.disable_progress_bar()
     if cmd == "check":
@@ -184,6 +253,8 @@ def run(cmd, args):
         set_eos(args[0], args[1])
     elif cmd == "peft":
         peft_logits(*args[0:4])
+    elif cmd == "decay":
+        decay_groups(*args[0:7])
     else:
         sys.exit(f"hf_models.py: unknown command {cmd!r}")
 

@@ -157,6 +157,49 @@ TEST_P(AdamIsaTest, ResultIsIndependentOfThreadCount) {
   EXPECT_EQ(0, std::memcmp(v[0].data(), v[2].data(), n * 4));
 }
 
+// strata.no_decay: the ranges it names take the step without weight decay, bit for bit a
+// call of their own with weight_decay 0; the rest a call with it; on any thread count.
+TEST_P(AdamIsaTest, NoDecayRangesAreCallsWithoutDecayBitForBit) {
+  const size_t n = 70001;
+  std::vector<float> g(n), p0(n);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uni(-1, 1);
+  for (size_t i = 0; i < n; ++i) g[i] = uni(rng), p0[i] = uni(rng);
+  const std::vector<std::pair<size_t, size_t>> ranges = {{0, 7}, {4099, 4100}, {33333, 50000}, {69999, 70001}};
+  const AdamHyperParams hp{.lr = 0.01, .weight_decay = 0.1};
+  AdamHyperParams plain = hp;
+  plain.weight_decay = 0;
+  // The reference: one call per piece, decayed or not.
+  std::vector<float> pr = p0, mr(n, 0.01f), vr(n, 1e-3f);
+  size_t at = 0;
+  auto piece = [&](size_t lo, size_t hi, const AdamHyperParams& h) {
+    AdamSpans s{std::span(pr).subspan(lo, hi - lo), std::span(mr).subspan(lo, hi - lo),
+                std::span(vr).subspan(lo, hi - lo), std::span<const float>(g).subspan(lo, hi - lo), {}, {},
+                HalfFormat::kBf16};
+    ASSERT_TRUE(AdamStep(h, s, {.num_threads = 1}).ok());
+  };
+  for (const auto& [lo, hi] : ranges) {
+    if (lo > at) piece(at, lo, hp);
+    piece(lo, hi, plain);
+    at = hi;
+  }
+  for (int threads : {1, 3}) {
+    std::vector<float> p = p0, m(n, 0.01f), v(n, 1e-3f);
+    AdamSpans s{p, m, v, g, {}, {}, HalfFormat::kBf16};
+    s.no_decay = ranges;
+    ASSERT_TRUE(AdamStep(hp, s, {.num_threads = threads}).ok());
+    EXPECT_EQ(0, std::memcmp(p.data(), pr.data(), n * 4)) << threads << " thread(s)";
+    EXPECT_EQ(0, std::memcmp(v.data(), vr.data(), n * 4)) << threads << " thread(s)";
+  }
+  // Out of order, overlapping or past the end: refused, naming the range.
+  std::vector<float> p = p0, m(n), v(n);
+  AdamSpans bad{p, m, v, g, {}, {}, HalfFormat::kBf16};
+  const std::vector<std::pair<size_t, size_t>> overlapping = {{5, 10}, {8, 12}};
+  bad.no_decay = overlapping;
+  const Status st = AdamStep(hp, bad);
+  EXPECT_NE(st.message().find("no_decay range 1 [8, 12)"), std::string::npos) << st.message();
+}
+
 // Gradient pass: double accumulation, so the only difference from the reference is the
 // order of additions: relative error <= 1e-12 for these lengths.
 TEST_P(AdamIsaTest, SumOfSquaresMatchesDoubleReference) {

@@ -156,8 +156,14 @@ Status UpdateWindow::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   std::span<const uint16_t> grad_bf16;
   if (m_.plan.gsize == 2) grad_bf16 = m_.GradBf16(b, sg.range);
   else grad = m_.GradF32(b, sg.range);
-  const AdamSpans spans = format.UpdateSpans(states, out, sg.range.len, grad, grad_bf16, m_.cfg.seed, hp.step, b,
-                                             sg.range.begin);
+  AdamSpans spans = format.UpdateSpans(states, out, sg.range.len, grad, grad_bf16, m_.cfg.seed, hp.step, b,
+                                       sg.range.begin);
+  std::vector<std::pair<size_t, size_t>> no_decay;  // strata.no_decay, in the sub-group's elements
+  for (const auto& [lo, hi] : m_.model.blocks[b].no_decay) {
+    const int64_t from = std::max(lo, sg.range.begin), to = std::min(hi, sg.range.begin + sg.range.len);
+    if (from < to) no_decay.emplace_back(from - sg.range.begin, to - sg.range.begin);
+  }
+  spans.no_decay = no_decay;
   {
     Tracer::Span s(m_.io.tracer, Track::kOptimizer, "adam b" + std::to_string(b));
     STRATA_RETURN_IF_ERROR(AdamStep(hp, spans, {.num_threads = m_.optimizer.threads}));
