@@ -1,5 +1,5 @@
 // strata.no_decay: the parameters AdamW leaves without weight decay, by name. The names
-// matched are Hugging Face's (src/hf/hf_names.h: "model.layers.3.input_layernorm.weight"),
+// matched are Hugging Face's (src/model/hf_names.h: "model.layers.3.input_layernorm.weight"),
 // whatever the model was built from, so that the groups are those transformers' Trainer forms
 // for the same model. Its default ("auto") is that Trainer's: biases and normalisation
 // weights; with 8-bit moments, whose blocks are updated whole, none.

@@ -9,7 +9,7 @@
 
 #include "src/config/decay_groups.h"
 #include "src/engine/engine_impl.h"
-#include "src/hf/hf_names.h"
+#include "src/model/hf_names.h"
 #include "strata/cpu_adam.h"
 #include "strata/check.h"
 
@@ -237,7 +237,7 @@ Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, con
   for (size_t i : br.by_offset) {  // by Hugging Face name, as transformers' Trainer groups them
     const ParamSlot& s = br.slots[i];
     const bool gpt2 = cfg.model.arch == model::Arch::kGpt2;
-    if (!MatchesAny(no_decay, ckpt::ToHfName(gpt2, static_cast<int>(cfg.model.n_layer), b, s.name).name)) continue;
+    if (!MatchesAny(no_decay, model::ToHfName(gpt2, static_cast<int>(cfg.model.n_layer), b, s.name).name)) continue;
     if (!br.no_decay.empty() && br.no_decay.back().second == s.offset) br.no_decay.back().second += s.numel;
     else br.no_decay.push_back({s.offset, s.offset + s.numel});
   }

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "src/hf/hf_names.h"
+#include "src/model/hf_names.h"
 #include "src/hf/lora_export.h"
 #include "src/checkpoint/manifest.h"
 #include "src/engine/shard_plan.h"
@@ -11,6 +11,11 @@
 #include "strata/cast.h"
 
 namespace strata::ckpt {
+
+using model::CanonicalHfName;
+using model::HfName;
+using model::IsHfBuffer;
+using model::ToHfName;
 namespace {
 
 int64_t Numel(const std::vector<int64_t>& shape) {

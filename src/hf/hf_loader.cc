@@ -5,11 +5,16 @@
 #include "src/base/input_file.h"
 #include "src/base/durable_file.h"
 #include "src/hf/hf_index.h"
-#include "src/hf/hf_names.h"
+#include "src/model/hf_names.h"
 #include "src/checkpoint/safetensors.h"
 #include "src/config/json_reader.h"
 
 namespace strata::ckpt {
+
+using model::CanonicalHfName;
+using model::HfName;
+using model::IsHfBuffer;
+using model::ToHfName;
 namespace fs = std::filesystem;
 namespace {
 

@@ -8,11 +8,16 @@
 #include <fmt/ranges.h>
 
 #include "src/hf/export_target.h"
-#include "src/hf/hf_names.h"
+#include "src/model/hf_names.h"
 #include "src/checkpoint/manifest.h"
 #include "src/config/train_config.h"
 
 namespace strata::ckpt {
+
+using model::CanonicalHfName;
+using model::HfName;
+using model::IsHfBuffer;
+using model::ToHfName;
 namespace fs = std::filesystem;
 namespace {
 

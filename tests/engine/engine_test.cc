@@ -114,6 +114,7 @@ TEST_P(EngineVsLibTorch, MatchesAPlainLibTorchLoop) {
   TempDir dir;
   TrainConfig c = TinyConfig(dir.path());
   c.zero_stage = 3;
+  c.no_decay = std::vector<std::string>{};  // the loop decays every parameter
   if (GetParam() == model::Arch::kLlama) {  // grouped-query attention, untied head, NVMe states
     c.model.arch = model::Arch::kLlama;
     c.model.n_kv_head = 2;

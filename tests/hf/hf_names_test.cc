@@ -1,9 +1,9 @@
 // Strata's parameter names <-> Hugging Face's (hf_names.h).
 #include <gtest/gtest.h>
 
-#include "src/hf/hf_names.h"
+#include "src/model/hf_names.h"
 
-namespace strata::ckpt {
+namespace strata::model {
 namespace {
 
 TEST(HfNames, Gpt2Conv1DIsTransposedAndPrefixed) {
@@ -27,4 +27,4 @@ TEST(HfNames, LlamaNames) {
 }
 
 }  // namespace
-}  // namespace strata::ckpt
+}  // namespace strata::model

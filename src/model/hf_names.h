@@ -12,7 +12,7 @@
 
 #include <string>
 
-namespace strata::ckpt {
+namespace strata::model {
 
 struct HfName {
   std::string name;        // full HF key
@@ -30,4 +30,4 @@ bool IsHfBuffer(const std::string& hf_name);
 // "model."): the key as written in a file -> the canonical full key above.
 std::string CanonicalHfName(bool gpt2, const std::string& key);
 
-}  // namespace strata::ckpt
+}  // namespace strata::model

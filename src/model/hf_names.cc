@@ -1,8 +1,8 @@
-#include "src/hf/hf_names.h"
+#include "src/model/hf_names.h"
 
 #include <fmt/format.h>
 
-namespace strata::ckpt {
+namespace strata::model {
 
 HfName ToHfName(bool gpt2, int n_layer, int block, const std::string& n) {
   if (n == "lm_head.weight") return {"lm_head.weight", false};
@@ -28,4 +28,4 @@ std::string CanonicalHfName(bool gpt2, const std::string& k) {
   return k.starts_with(prefix) ? k : prefix + k;
 }
 
-}  // namespace strata::ckpt
+}  // namespace strata::model
