@@ -17,6 +17,9 @@ struct DataConfig {
   // "none" = every token counts, else the mask file's path.
   std::string loss_mask = "auto";
   double eval_fraction = 0.05;  // the last fraction of the tokens is held out for the eval loss
+  // Or a validation file (same format rules; its mask, with loss_mask "auto" or a path, the
+  // file EVAL_PATH.mask when it exists): then the whole training file trains.
+  std::string eval_path;
   uint64_t seed = 1234;
 };
 

@@ -13,6 +13,13 @@ std::string ResolveLossMaskPath(const DataConfig& config) {
   return std::filesystem::exists(sibling, ec) ? sibling : "";
 }
 
+std::string ResolveEvalLossMaskPath(const DataConfig& config) {
+  if (config.loss_mask == "none" || config.loss_mask.empty() || config.eval_path.empty()) return "";
+  const std::string sibling = config.eval_path + ".mask";
+  std::error_code ec;
+  return std::filesystem::exists(sibling, ec) ? sibling : "";
+}
+
 Status DecodeLossMask(std::string_view bytes, size_t tokens, const std::string& mask_path,
                       const std::string& token_path, std::vector<uint8_t>& mask) {
   if (bytes.size() != tokens) {

@@ -22,6 +22,10 @@ std::string ResolveLossMaskPath(const DataConfig& config);
 
 // Bytes -> mask of `tokens` entries. Errors name both files: a length other than one byte
 // per token, a byte other than 0 or 1 (with its position).
+// The validation file's mask (strata.data.eval_path): EVAL_PATH.mask when it exists, unless
+// loss_mask is "none"; "" for none.
+std::string ResolveEvalLossMaskPath(const DataConfig& config);
+
 Status DecodeLossMask(std::string_view bytes, size_t tokens, const std::string& mask_path,
                       const std::string& token_path, std::vector<uint8_t>& mask);
 

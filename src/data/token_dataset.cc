@@ -39,6 +39,30 @@ std::string Millions(size_t n) { return fmt::format("{:.2f} M tokens", static_ca
 
 }  // namespace
 
+namespace {
+
+// The tokens of `path` ("" = the built-in text) appended to *tokens; what they are, for the
+// start-up line.
+StatusOr<std::string> LoadTokens(const std::string& path, TokenFormat format_setting, int64_t vocab_size,
+                                 std::vector<int32_t>* tokens) {
+  std::vector<int32_t> read;
+  std::string description;
+  if (path.empty()) {
+    STRATA_RETURN_IF_ERROR(DecodeTokens(BuiltinText(), TokenFormat::kText, vocab_size, "built-in text", read));
+    description = fmt::format("built-in text, {}", Millions(read.size()));
+  } else {
+    const TokenFormat format = ResolveTokenFormat(format_setting, path);
+    STRATA_ASSIGN_OR_RETURN(std::string bytes, ReadTokenFile(path));
+    STRATA_RETURN_IF_ERROR(DecodeTokens(bytes, format, vocab_size, path, read));
+    const char* kind = format == TokenFormat::kText ? "text, byte tokens" : format == TokenFormat::kUint16 ? "uint16" : "uint32";
+    description = fmt::format("{} ({}), {}", path, kind, Millions(read.size()));
+  }
+  tokens->insert(tokens->end(), read.begin(), read.end());
+  return description;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const DataConfig& config, int64_t vocab_size,
                                                            int64_t seq_len) {
   if (vocab_size <= 0) return InvalidArgument("data: vocab_size = {} must be positive", vocab_size);
@@ -47,32 +71,35 @@ StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const DataConfig& con
     return InvalidArgument("data: eval_fraction = {} must be in (0, 1)", config.eval_fraction);
   }
   std::unique_ptr<TokenDataset> ds(new TokenDataset());
-  std::string name;
-  if (config.path.empty()) {
-    name = "built-in text";
-    STRATA_RETURN_IF_ERROR(DecodeTokens(BuiltinText(), TokenFormat::kText, vocab_size, name, ds->tokens_));
-    ds->description_ = fmt::format("built-in text, {}", Millions(ds->tokens_.size()));
+  const std::string name = config.path.empty() ? "built-in text" : config.path;
+  STRATA_ASSIGN_OR_RETURN(ds->description_, LoadTokens(config.path, config.format, vocab_size, &ds->tokens_));
+  if (!config.eval_path.empty()) {  // a validation file: held out after the training tokens
+    const auto n_train = static_cast<int64_t>(ds->tokens_.size());
+    STRATA_ASSIGN_OR_RETURN(std::string eval,
+                            LoadTokens(config.eval_path, config.format, vocab_size, &ds->tokens_));
+    ds->description_ += "; held out: " + eval;
+    ds->eval_begin_ = n_train;
+    const int64_t n_eval = static_cast<int64_t>(ds->tokens_.size()) - n_train;
+    for (auto [file, key, count] : {std::tuple{name, "strata.data.path", n_train},
+                                    std::tuple{config.eval_path, "strata.data.eval_path", n_eval}})
+      if (count < seq_len + 1)
+        return InvalidArgument("token file '{}' ({}) is too short: {} tokens, but a sequence needs seq_len + 1 = {}",
+                               file, key, count, seq_len + 1);
   } else {
-    name = config.path;
-    const TokenFormat format = ResolveTokenFormat(config.format, config.path);
-    STRATA_ASSIGN_OR_RETURN(std::string bytes, ReadTokenFile(config.path));
-    STRATA_RETURN_IF_ERROR(DecodeTokens(bytes, format, vocab_size, name, ds->tokens_));
-    const char* kind = format == TokenFormat::kText ? "text, byte tokens" : format == TokenFormat::kUint16 ? "uint16" : "uint32";
-    ds->description_ = fmt::format("{} ({}), {}", config.path, kind, Millions(ds->tokens_.size()));
-  }
-  const auto n = static_cast<int64_t>(ds->tokens_.size());
-  const auto n_eval = static_cast<int64_t>(std::llround(static_cast<double>(n) * config.eval_fraction));
-  ds->eval_begin_ = n - n_eval;
-  if (ds->eval_begin_ < seq_len + 1 || n_eval < seq_len + 1) {
-    // Where only the held-out split is short, the fraction that would do (rounded up to 0.001).
-    const double enough = std::ceil(1000.0 * static_cast<double>(seq_len + 1) / static_cast<double>(n)) / 1000.0;
-    const bool raise = n_eval < seq_len + 1 && enough <= 0.5 &&
-                       n - static_cast<int64_t>(std::llround(static_cast<double>(n) * enough)) >= seq_len + 1;
-    return InvalidArgument(
-        "token file '{}' is too short: {} tokens split into {} train and {} eval (eval_fraction {}), but each split "
-        "needs at least seq_len + 1 = {}{}",
-        name, n, ds->eval_begin_, n_eval, config.eval_fraction, seq_len + 1,
-        raise ? fmt::format("; strata.data.eval_fraction {:.3f} would hold out enough", enough) : "");
+    const auto n = static_cast<int64_t>(ds->tokens_.size());
+    const auto n_eval = static_cast<int64_t>(std::llround(static_cast<double>(n) * config.eval_fraction));
+    ds->eval_begin_ = n - n_eval;
+    if (ds->eval_begin_ < seq_len + 1 || n_eval < seq_len + 1) {
+      // Where only the held-out split is short, the fraction that would do (rounded up to 0.001).
+      const double enough = std::ceil(1000.0 * static_cast<double>(seq_len + 1) / static_cast<double>(n)) / 1000.0;
+      const bool raise = n_eval < seq_len + 1 && enough <= 0.5 &&
+                         n - static_cast<int64_t>(std::llround(static_cast<double>(n) * enough)) >= seq_len + 1;
+      return InvalidArgument(
+          "token file '{}' is too short: {} tokens split into {} train and {} eval (eval_fraction {}), but each split "
+          "needs at least seq_len + 1 = {}{}",
+          name, n, ds->eval_begin_, n_eval, config.eval_fraction, seq_len + 1,
+          raise ? fmt::format("; strata.data.eval_fraction {:.3f} would hold out enough", enough) : "");
+    }
   }
   ds->seq_len_ = seq_len;
   ds->seed_ = config.seed;
@@ -83,13 +110,26 @@ StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const DataConfig& con
 // Reads and checks the mask; a split whose mask trains nothing would make every loss 0 / 0.
 Status TokenDataset::OpenLossMask(const DataConfig& config) {
   const std::string path = ResolveLossMaskPath(config);
-  if (path.empty()) return Status();
-  if (config.path.empty())
+  const std::string eval_path = config.eval_path.empty() ? "" : ResolveEvalLossMaskPath(config);
+  if (path.empty() && eval_path.empty()) return Status();
+  if (!path.empty() && config.path.empty())
     return InvalidArgument("strata.data.loss_mask '{}' is set, but there is no token file (strata.data.path)", path);
-  StatusOr<std::string> bytes = ReadTokenFile(path);
-  if (!bytes.ok())
-    return bytes.status().WithContext(fmt::format("the loss mask of '{}' (strata.data.loss_mask)", config.path));
-  STRATA_RETURN_IF_ERROR(DecodeLossMask(*bytes, tokens_.size(), path, config.path, mask_));
+  // One byte per token of each file: read where the file has a mask, else every target trains.
+  const size_t train_tokens = config.eval_path.empty() ? tokens_.size() : static_cast<size_t>(eval_begin_);
+  for (auto [mask_path, token_path, count] :
+       {std::tuple{path, config.path, train_tokens}, std::tuple{eval_path, config.eval_path, tokens_.size() - train_tokens}}) {
+    if (count == 0) continue;
+    std::vector<uint8_t> part;
+    if (mask_path.empty()) {
+      part.assign(count, 1);
+    } else {
+      StatusOr<std::string> bytes = ReadTokenFile(mask_path);
+      if (!bytes.ok())
+        return bytes.status().WithContext(fmt::format("the loss mask of '{}' (strata.data.loss_mask)", token_path));
+      STRATA_RETURN_IF_ERROR(DecodeLossMask(*bytes, count, mask_path, token_path, part));
+    }
+    mask_.insert(mask_.end(), part.begin(), part.end());
+  }
   const auto trained = [&](int64_t begin, int64_t end) {  // targets only: a window's first token never is one
     return std::count(mask_.begin() + begin + 1, mask_.begin() + end, uint8_t{1});
   };
@@ -102,7 +142,9 @@ Status TokenDataset::OpenLossMask(const DataConfig& config) {
   }
   const auto ones = std::count(mask_.begin(), mask_.end(), uint8_t{1});
   const double fraction = static_cast<double>(ones) / static_cast<double>(n);
-  description_ += fmt::format(", loss mask {} ({:.1f}% of the tokens trained)", path, 100 * fraction);
+  description_ += fmt::format(", loss mask {} ({:.1f}% of the tokens trained)",
+                              path.empty() ? eval_path : eval_path.empty() ? path : path + " + " + eval_path,
+                              100 * fraction);
   return Status();
 }
 

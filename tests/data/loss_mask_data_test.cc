@@ -140,3 +140,53 @@ TEST(MaskedLanguageModelLoss, AllSelectedIsBitwiseTheLossAndNoneSelectedIsZero) 
 
 }  // namespace
 }  // namespace strata::data
+
+namespace strata::data {
+namespace {
+
+// strata.data.eval_path: the whole training file trains, the validation file alone is held
+// out (its mask beside it, or every target trained where it has none); errors name the key.
+TEST(EvalFile, HoldsOutTheValidationFileAndItsMask) {
+  testing::TempDir dir;
+  auto write_u16 = [&](const std::string& name, int first, int count) {
+    std::string bytes;
+    for (int i = first; i < first + count; ++i) bytes += {static_cast<char>(i & 0xFF), static_cast<char>(i >> 8)};
+    WriteFile(dir.path() + "/" + name, bytes);
+    return dir.path() + "/" + name;
+  };
+  DataConfig c;
+  c.path = write_u16("train.u16", 0, 100);       // tokens 0..99
+  c.eval_path = write_u16("valid.u16", 500, 40);  // tokens 500..539
+  auto ds = TokenDataset::Open(c, 1000, 16);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ((*ds)->tokens(Split::kTrain), 100);  // no eval_fraction taken from it
+  EXPECT_EQ((*ds)->tokens(Split::kEval), 40);
+  EXPECT_NE((*ds)->description().find("held out: " + c.eval_path), std::string::npos) << (*ds)->description();
+  EXPECT_FALSE((*ds)->has_loss_mask());
+  for (uint64_t i = 0; i < 20; ++i) {
+    const Batch train = (*ds)->Get(Split::kTrain, i, 4), eval = (*ds)->Get(Split::kEval, i, 4);
+    EXPECT_LT(train.targets.max().item<int64_t>(), 100);
+    EXPECT_GE(eval.inputs.min().item<int64_t>(), 500);
+  }
+  // A mask beside the validation file only: the training targets all count.
+  std::string mask(40, '\0');
+  for (int i = 0; i < 40; i += 2) mask[i] = 1;
+  WriteFile(c.eval_path + ".mask", mask);
+  ds = TokenDataset::Open(c, 1000, 16);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  ASSERT_TRUE((*ds)->has_loss_mask());
+  EXPECT_EQ((*ds)->LossTokens(Split::kTrain, 0, 1, 4), 4 * 16);
+  const Batch eval = (*ds)->Get(Split::kEval, 0, 2);
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t t = 0; t < 16; ++t)
+      EXPECT_EQ(eval.loss_mask[r][t].item<bool>(), (eval.targets[r][t].item<int64_t>() - 500) % 2 == 0);
+  // Too short: named with its key.
+  c.eval_path = write_u16("short.u16", 0, 10);
+  ds = TokenDataset::Open(c, 1000, 16);
+  ASSERT_FALSE(ds.ok());
+  EXPECT_NE(ds.status().message().find("'" + c.eval_path + "' (strata.data.eval_path) is too short"), std::string::npos)
+      << ds.status().message();
+}
+
+}  // namespace
+}  // namespace strata::data
