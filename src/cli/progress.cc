@@ -125,6 +125,9 @@ void Progress::OnStep(const StepStats& st) {
         st.nvme_write_bytes / 1e6, st.wait_s * 1e3,
         st.optimizer_wait_s > 0 ? fmt::format(" + waiting for the optimizer {:.1f} ms", st.optimizer_wait_s * 1e3)
                                 : std::string());
+    if (o_.sequences_per_epoch > 0)
+      line += fmt::format("  epoch {:.3f}", static_cast<double>((st.step + 1) * o_.sequences_per_step) /
+                                                static_cast<double>(o_.sequences_per_epoch));
     if (st.speculated_blocks > 0)
       line += fmt::format("  speculated {} block(s){}", st.speculated_blocks,
                           st.redone_blocks ? fmt::format(", redone {} (clipped)", st.redone_blocks)

@@ -22,6 +22,8 @@ struct ProgressOptions {
   std::string metrics_path;     // "" = none
   double predicted_step_s = 0;  // the step-time model's (train --predict), 0 = none
   std::string predicted_binding;
+  // strata.data.epochs: the epoch the step reached is shown (0 windows: no epochs).
+  int64_t sequences_per_step = 0, sequences_per_epoch = 0;
 };
 
 class Progress {

@@ -222,6 +222,13 @@ Status TrainRun::CreateEngine() {
   if (a_.predict && lead()) Predict();
   startup_ = std::make_unique<StartupProgress>(lead(), "reading the token data");
   STRATA_ASSIGN_OR_RETURN(data_, data::TokenDataset::Open(cfg_.data, cfg_.model.vocab_size, cfg_.model.seq_len));
+  if (cfg_.data.epochs > 0) {  // the run ends after the epochs (its last partial batch dropped) or strata.steps
+    const int64_t epoch_steps = cfg_.data.epochs * data_->epoch_windows() / cfg_.train_batch;
+    if (epoch_steps < 1)
+      return InvalidArgument("strata.data.epochs {}: {} window(s) of {} tokens an epoch fill no batch of {}",
+                             cfg_.data.epochs, data_->epoch_windows(), cfg_.model.seq_len + 1, cfg_.train_batch);
+    cfg_.steps = std::min(cfg_.steps, epoch_steps);
+  }
   EngineHooks hooks;
   if (!init_from().empty() && a_.resume.empty()) {
     auto w = ckpt::HfWeights::Open(init_from(), cfg_.model);
@@ -279,6 +286,8 @@ Status TrainRun::Resume() {
   po.metrics_path = lead() ? a_.metrics : "";
   po.predicted_step_s = predicted_step_s_;
   po.predicted_binding = predicted_binding_;
+  po.sequences_per_step = cfg_.train_batch;
+  po.sequences_per_epoch = data_->epoch_windows();
   progress_ = std::make_unique<Progress>(po);
   STRATA_RETURN_IF_ERROR(progress_->Open());
   startup_.reset();  // start-up is over

@@ -73,6 +73,7 @@ Status ParseStrataData(JsonReader& s, TrainConfig* c) {
   STRATA_RETURN_IF_ERROR(d.String("loss_mask", &c->data.loss_mask));
   STRATA_RETURN_IF_ERROR(d.Double("eval_fraction", &c->data.eval_fraction, 0.001, 0.5));
   STRATA_RETURN_IF_ERROR(d.String("eval_path", &c->data.eval_path));
+  STRATA_RETURN_IF_ERROR(d.Int("epochs", &c->data.epochs, 0, int64_t{1} << 30));
   c->data.seed = c->seed;
   d.UnusedKeys(&c->warnings);
   return Status();

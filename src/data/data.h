@@ -45,6 +45,8 @@ class TokenDataset {
   bool has_loss_mask() const { return !mask_.empty(); }
 
   int64_t tokens(Split split) const;
+  // strata.data.epochs: the training windows of one epoch (0: random windows, no epochs).
+  int64_t epoch_windows() const { return epochs_ ? (tokens(Split::kTrain) - 1) / seq_len_ : 0; }
   const std::string& description() const { return description_; }  // "built-in text, 1.0 M tokens" etc.
 
  private:
@@ -57,6 +59,7 @@ class TokenDataset {
   int64_t eval_begin_ = 0;
   int64_t seq_len_ = 0;
   uint64_t seed_ = 0;
+  bool epochs_ = false;
   std::string description_;
 };
 

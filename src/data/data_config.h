@@ -20,6 +20,10 @@ struct DataConfig {
   // Or a validation file (same format rules; its mask, with loss_mask "auto" or a path, the
   // file EVAL_PATH.mask when it exists): then the whole training file trains.
   std::string eval_path;
+  // > 0: the training split is read in epochs (Note [Epochs]): consecutive windows of
+  // seq_len + 1 tokens, every one once per epoch in a seeded order of its own, the run ending
+  // after this many epochs (or strata.steps, whichever comes first); 0: random windows.
+  int64_t epochs = 0;
   uint64_t seed = 1234;
 };
 

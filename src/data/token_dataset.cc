@@ -35,6 +35,29 @@ uint64_t Below(uint64_t& state, uint64_t n) {
   }
 }
 
+// Note [Epochs]: with strata.data.epochs the training split is cut into K = (tokens - 1) / T
+// consecutive windows of T + 1 tokens (the last token of one is the first of the next), and
+// training sequence n (numbered as in Note [Batch sampling], so any rank count reads the same)
+// is window P_e(n mod K) of epoch e = n / K, P_e a pseudo-random permutation of [0, K) keyed by
+// (seed, e): a 4-round Feistel network on the next even power of two, walking the cycle back
+// into [0, K). No table and no state: a resumed run reads on mid-epoch bit for bit.
+uint64_t ShuffledIndex(uint64_t j, uint64_t n, uint64_t key) {
+  int bits = 2;
+  while ((uint64_t{1} << bits) < n) bits += 2;
+  const int half = bits / 2;
+  const uint64_t mask = (uint64_t{1} << half) - 1;
+  do {
+    uint64_t left = j >> half, right = j & mask;
+    for (uint64_t round = 0; round < 4; ++round) {
+      uint64_t state = key ^ (round << 56) ^ right;
+      const uint64_t f = SplitMix(state) & mask;
+      std::tie(left, right) = std::pair(right, left ^ f);
+    }
+    j = (left << half) | right;
+  } while (j >= n);
+  return j;
+}
+
 std::string Millions(size_t n) { return fmt::format("{:.2f} M tokens", static_cast<double>(n) / 1e6); }
 
 }  // namespace
@@ -103,6 +126,10 @@ StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const DataConfig& con
   }
   ds->seq_len_ = seq_len;
   ds->seed_ = config.seed;
+  ds->epochs_ = config.epochs > 0;
+  if (ds->epochs_)
+    ds->description_ += fmt::format("; {} epoch(s) of {} windows of {} tokens", config.epochs, ds->epoch_windows(),
+                                    seq_len + 1);
   STRATA_RETURN_IF_ERROR(ds->OpenLossMask(config));
   return ds;
 }
@@ -159,6 +186,12 @@ int64_t TokenDataset::tokens(Split split) const {
 // ranks with B rows each (index i*W + r) see exactly the rows of one rank with W*B rows
 // (index i), so any rank count reproduces the single-process batches.
 int64_t TokenDataset::WindowStart(Split split, uint64_t sequence) const {
+  if (epochs_ && split == Split::kTrain) {
+    const auto windows = static_cast<uint64_t>(epoch_windows());
+    uint64_t key = seed_ ^ 0x65706F6368ULL;  // "epoch"
+    key = SplitMix(key) ^ (sequence / windows);
+    return static_cast<int64_t>(ShuffledIndex(sequence % windows, windows, SplitMix(key))) * seq_len_;
+  }
   const int64_t begin = split == Split::kTrain ? 0 : eval_begin_;
   const int64_t starts = tokens(split) - seq_len_;  // offsets begin .. begin + starts - 1 fit T + 1 tokens
   STRATA_CHECK(starts >= 1) << "split too short for a sequence; Open() checks this";

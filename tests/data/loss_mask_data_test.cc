@@ -3,7 +3,9 @@
 // bitwise LanguageModelLoss with every position selected, 0 and no NaN with none).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <vector>
 
 #include "src/data/data.h"
 #include "src/model/model.h"
@@ -186,6 +188,56 @@ TEST(EvalFile, HoldsOutTheValidationFileAndItsMask) {
   ASSERT_FALSE(ds.ok());
   EXPECT_NE(ds.status().message().find("'" + c.eval_path + "' (strata.data.eval_path) is too short"), std::string::npos)
       << ds.status().message();
+}
+
+}  // namespace
+}  // namespace strata::data
+
+namespace strata::data {
+namespace {
+
+// strata.data.epochs (Note [Epochs]): every training window once per epoch, in an order of
+// its own each epoch; the same sequences on 1 or 2 ranks and in a dataset opened again (a
+// resumed run reading on mid-epoch).
+TEST(Epochs, EveryWindowOncePerEpochOnAnyRankCountAndAfterAResume) {
+  testing::TempDir dir;
+  std::string bytes;
+  for (int i = 0; i < 1000; ++i) bytes += {static_cast<char>(i & 0xFF), static_cast<char>(i >> 8)};
+  DataConfig c;
+  c.path = dir.path() + "/tokens.u16";
+  WriteFile(c.path, bytes);
+  c.eval_fraction = 0.1;  // 900 training tokens: 59 windows of 16 + 1
+  c.epochs = 2;
+  auto ds = TokenDataset::Open(c, 1000, 16);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  const int64_t k = (*ds)->epoch_windows();
+  ASSERT_EQ(k, (900 - 1) / 16);
+  EXPECT_NE((*ds)->description().find("2 epoch(s) of 56 windows"), std::string::npos) << (*ds)->description();
+  // One rank, 8 sequences a batch: the first token of each row, in order, over two epochs.
+  auto starts = [&](const TokenDataset& d, int world, int64_t rows, int64_t count) {
+    std::vector<int64_t> out;
+    for (int64_t i = 0; static_cast<int64_t>(out.size()) < count; ++i)
+      for (int r = 0; r < world; ++r) {  // rank r of `world` reads index i * world + r
+        const Batch b = d.Get(Split::kTrain, static_cast<uint64_t>(i * world + r), rows / world);
+        for (int64_t row = 0; row < rows / world; ++row) out.push_back(b.inputs[row][0].item<int64_t>());
+      }
+    out.resize(static_cast<size_t>(count));
+    return out;
+  };
+  const std::vector<int64_t> one = starts(**ds, 1, 8, 2 * k);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<int64_t> seen(one.begin() + epoch * k, one.begin() + (epoch + 1) * k);
+    std::sort(seen.begin(), seen.end());
+    for (int64_t w = 0; w < k; ++w) ASSERT_EQ(seen[static_cast<size_t>(w)], w * 16) << "epoch " << epoch;
+  }
+  EXPECT_FALSE(std::equal(one.begin(), one.begin() + k, one.begin() + k));  // shuffled anew
+  EXPECT_EQ(starts(**ds, 2, 8, 2 * k), one);
+  auto again = TokenDataset::Open(c, 1000, 16);
+  ASSERT_TRUE(again.ok());
+  const Batch mid = (*again)->Get(Split::kTrain, 5, 8);  // sequences 40..47: mid-epoch
+  for (int64_t row = 0; row < 8; ++row) EXPECT_EQ(mid.inputs[row][0].item<int64_t>(), one[40 + row]);
+  // Each row is a whole window, its targets the next tokens.
+  EXPECT_EQ(mid.targets[0][15].item<int64_t>(), one[40] + 16);
 }
 
 }  // namespace
