@@ -33,7 +33,8 @@ Status BlockInputStash::Keep(int b, size_t p, torch::Tensor* input) {
   if (on_host_) {  // (host is the device itself here: only nvme moves)
     STRATA_RETURN_IF_ERROR(TorchCall("block input to the swap file", [&] { h.host = input->contiguous(); }));
     *input = torch::Tensor();
-    return StartWrite(b, p, h);
+    STRATA_RETURN_IF_ERROR(StartWrite(b, p, h));
+    return Pump();  // the inputs whose writes have landed leave memory during the forward
   }
   STRATA_RETURN_IF_ERROR(TorchCall("block input to host memory", [&] {
     h.host = torch::empty(input->sizes(), input->options().device(torch::kCPU));

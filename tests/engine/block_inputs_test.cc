@@ -182,6 +182,16 @@ TEST(BlockInputStash, ReadsBackWhatItWroteAndCountsIt) {
       EXPECT_TRUE(torch::equal(back, want[static_cast<size_t>(b) * 2 + p])) << b << "," << p;
     }
   EXPECT_EQ(bytes.block_inputs_read, bytes.block_inputs_written);
+  // (A stash of the next step, the extents now free.) Once its write has landed, an input leaves memory while the forward goes on (at the next Keep).
+  StepStats more;
+  BlockInputStash forward(*dev, store->get(), BlockInputsAt::kNvme, 4, 1, &more);
+  torch::Tensor first = torch::randn({3, 5, 7}), second = torch::randn({3, 5, 7});
+  const torch::Tensor alias = first;
+  ASSERT_TRUE(forward.Keep(1, 0, &first).ok());
+  EXPECT_GT(alias.use_count(), 1);  // held while its write is in flight
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(forward.Keep(2, 0, &second).ok());
+  EXPECT_EQ(alias.use_count(), 1);
 }
 
 }  // namespace
