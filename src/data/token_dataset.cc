@@ -77,7 +77,9 @@ StatusOr<std::string> LoadTokens(const std::string& path, TokenFormat format_set
     const TokenFormat format = ResolveTokenFormat(format_setting, path);
     STRATA_ASSIGN_OR_RETURN(std::string bytes, ReadTokenFile(path));
     STRATA_RETURN_IF_ERROR(DecodeTokens(bytes, format, vocab_size, path, read));
-    const char* kind = format == TokenFormat::kText ? "text, byte tokens" : format == TokenFormat::kUint16 ? "uint16" : "uint32";
+    const char* kind = format == TokenFormat::kText     ? "text, byte tokens"
+                       : format == TokenFormat::kUint16 ? "uint16"
+                                                        : "uint32";
     description = fmt::format("{} ({}), {}", path, kind, Millions(read.size()));
   }
   tokens->insert(tokens->end(), read.begin(), read.end());
@@ -144,7 +146,8 @@ Status TokenDataset::OpenLossMask(const DataConfig& config) {
   // One byte per token of each file: read where the file has a mask, else every target trains.
   const size_t train_tokens = config.eval_path.empty() ? tokens_.size() : static_cast<size_t>(eval_begin_);
   for (auto [mask_path, token_path, count] :
-       {std::tuple{path, config.path, train_tokens}, std::tuple{eval_path, config.eval_path, tokens_.size() - train_tokens}}) {
+       {std::tuple{path, config.path, train_tokens},
+        std::tuple{eval_path, config.eval_path, tokens_.size() - train_tokens}}) {
     if (count == 0) continue;
     std::vector<uint8_t> part;
     if (mask_path.empty()) {

@@ -60,8 +60,9 @@ Status BlockInputStash::StartWrite(int b, size_t p, Held& h) {
     }
   }
   if (store_->bytes(h.extent) != bytes)
-    return Error(StatusCode::kFailedPrecondition, "block {}'s input of pass {}: {} bytes, where its swap extent holds {} (the step's "
-                              "batch shape changed)", b, p, bytes, store_->bytes(h.extent));
+    return Error(StatusCode::kFailedPrecondition,
+                 "block {}'s input of pass {}: {} bytes, where its swap extent holds {} (the step's batch shape changed)",
+                 b, p, bytes, store_->bytes(h.extent));
   h.written = store_->Write(h.extent, {static_cast<const std::byte*>(h.host.data_ptr()), bytes});
   h.write_started = true;
   bytes_->block_inputs_written += bytes;

@@ -152,7 +152,8 @@ void ResolveBlockInputsOnDisk(TrainConfig* cfg, int world, int64_t params_overri
   if (cfg->block_inputs || cfg->recompute == Recompute::kNever) return;
   TrainConfig c = *cfg;
   c.keep_activations = false;
-  const bool swap = cfg->offload_optimizer.device == OffloadDevice::kNvme || cfg->offload_param.device == OffloadDevice::kNvme;
+  const bool swap =
+      cfg->offload_optimizer.device == OffloadDevice::kNvme || cfg->offload_param.device == OffloadDevice::kNvme;
   const auto fits_host = [&] {
     return CheckFits(EstimateMemory(c, world, params_override, device), m, local_ranks).ok();
   };

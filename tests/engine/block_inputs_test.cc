@@ -182,7 +182,8 @@ TEST(BlockInputStash, ReadsBackWhatItWroteAndCountsIt) {
       EXPECT_TRUE(torch::equal(back, want[static_cast<size_t>(b) * 2 + p])) << b << "," << p;
     }
   EXPECT_EQ(bytes.block_inputs_read, bytes.block_inputs_written);
-  // (A stash of the next step, the extents now free.) Once its write has landed, an input leaves memory while the forward goes on (at the next Keep).
+  // A stash of the next step (the extents now free): once its write has landed, an input
+  // leaves memory while the forward goes on (at the next Keep).
   StepStats more;
   BlockInputStash forward(*dev, store->get(), BlockInputsAt::kNvme, 4, 1, &more);
   torch::Tensor first = torch::randn({3, 5, 7}), second = torch::randn({3, 5, 7});
