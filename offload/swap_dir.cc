@@ -63,7 +63,9 @@ bool IsStale(const fs::path& folder) {
 // is free and in view (IsStale) is abandoned, once the file is a few seconds old: younger,
 // its owner may be between creating the file and locking it. Without a lock file (died in
 // that instant, or mid-way through the removal) it is abandoned when the pid in its name is
-// gone and it is older than a minute (the age keeps a process of another pid namespace safe).
+// gone and it is older than a minute (the age keeps a process of another pid namespace safe);
+// one being removed ("...removing") at once, as nothing in it is wanted by anyone (a run
+// killed mid-removal and restarted within the minute left it behind otherwise).
 bool IsAbandoned(const fs::path& folder, const std::string& name) {
   struct stat lock {};
   if (stat((folder / kLockName).c_str(), &lock) == 0)
@@ -74,7 +76,7 @@ bool IsAbandoned(const fs::path& folder, const std::string& name) {
   if (pid <= 0 || (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)) return false;
   struct stat st {};
   if (stat(folder.c_str(), &st) != 0) return false;
-  return time(nullptr) - st.st_mtime > 60;
+  return name.ends_with(".removing") || time(nullptr) - st.st_mtime > 60;
 }
 }  // namespace
 
