@@ -18,10 +18,9 @@ def main():
     args = p.parse_args()
     d, layers, heads, kv, ffn = SIZES[args.size]
     dev = {"device": args.offload, "pin_memory": True}
-    if args.offload == "nvme":
-        dev["nvme_path"] = args.nvme_path
     param_dev = dict(dev)
     if args.offload == "nvme":
+        dev["nvme_path"] = param_dev["nvme_path"] = args.nvme_path
         # Its swap buffers must hold the largest parameter (vocab x d_model), and be enough for
         # the parameters live at once (5 such buffers ran out: "Not enough buffers 0 for swapping 1").
         param_dev["buffer_size"] = max(int(1e8), args.vocab * d)

@@ -142,7 +142,7 @@ Status ForMachine(const std::string& name, TrainConfig* cfg, MachineRates* rates
 int PrintStepTime(const std::string& name, const TrainConfig& cfg, int nproc, int64_t params, DeviceTraits device,
                   MachineRates rates) {
   if (name == "here") {
-    const bool nvme = cfg.offload_optimizer.device == OffloadDevice::kNvme || cfg.offload_param.device == OffloadDevice::kNvme;
+    const bool nvme = HasSwapFolder(cfg);
     StopOnSignals();  // Ctrl-C during the NVMe probe removes its swap folder
     std::fprintf(stderr, "measuring this machine (the engine on two layers, CPU Adam, memory%s)...\n",
                  nvme ? ", the NVMe tier" : "");

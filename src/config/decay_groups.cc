@@ -1,7 +1,5 @@
 #include "src/config/decay_groups.h"
 
-#include <regex>
-
 namespace strata {
 
 const std::vector<std::string>& HfTrainerNoDecay() {
@@ -41,9 +39,13 @@ std::vector<std::string> NoDecayPatterns(const TrainConfig& c) {
   return HfTrainerNoDecay();
 }
 
-bool MatchesAny(const std::vector<std::string>& patterns, const std::string& hf_name) {
-  for (const std::string& p : patterns)
-    if (std::regex_search(hf_name, std::regex(p, std::regex::ECMAScript))) return true;
+NameMatcher::NameMatcher(const std::vector<std::string>& patterns) {
+  for (const std::string& p : patterns) patterns_.emplace_back(p, std::regex::ECMAScript);
+}
+
+bool NameMatcher::Matches(const std::string& hf_name) const {
+  for (const std::regex& p : patterns_)
+    if (std::regex_search(hf_name, p)) return true;
   return false;
 }
 

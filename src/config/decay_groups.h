@@ -5,6 +5,7 @@
 // weights; with 8-bit moments, whose blocks are updated whole, none.
 #pragma once
 
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,15 @@ Status CheckNoDecay(const TrainConfig& c);
 
 // The patterns in force: as written, else the default for the run's state format.
 std::vector<std::string> NoDecayPatterns(const TrainConfig& c);
-// Whether `hf_name` matches any of `patterns`.
-bool MatchesAny(const std::vector<std::string>& patterns, const std::string& hf_name);
+// The patterns compiled once, for the names of every parameter of a model.
+class NameMatcher {
+ public:
+  explicit NameMatcher(const std::vector<std::string>& patterns);
+  // Whether any pattern is found in `hf_name`.
+  bool Matches(const std::string& hf_name) const;
+
+ private:
+  std::vector<std::regex> patterns_;
+};
 
 }  // namespace strata

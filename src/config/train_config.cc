@@ -366,8 +366,7 @@ Status CheckKeys(const TrainConfig& c) {
     return InvalidArgument("strata.block_inputs \"{}\": needs recomputation (strata.recompute \"never\" keeps every "
                            "block's activations where they were made, which moving its input would not free)",
                            BlockInputsName(*c.block_inputs));
-  if (c.block_inputs == BlockInputsAt::kNvme && c.offload_optimizer.device != OffloadDevice::kNvme &&
-      c.offload_param.device != OffloadDevice::kNvme)
+  if (c.block_inputs == BlockInputsAt::kNvme && !HasSwapFolder(c))
     return InvalidArgument("strata.block_inputs \"nvme\": needs a swap folder, but neither "
                            "zero_optimization.offload_optimizer.device nor offload_param.device is \"nvme\"");
   STRATA_RETURN_IF_ERROR(CheckDelayedUpdate(c));

@@ -280,6 +280,11 @@ void ResolveTileSizes(TrainConfig* config);
 // micro-batch (the fetches of its working weights, ShardPlan::Visits).
 inline int64_t BlockPasses(const TrainConfig& c) { return c.layer_major ? 1 : c.grad_accum; }
 
+// Whether the run has a swap folder: the working weights or the optimizer states on NVMe.
+inline bool HasSwapFolder(const TrainConfig& c) {
+  return c.offload_param.device == OffloadDevice::kNvme || c.offload_optimizer.device == OffloadDevice::kNvme;
+}
+
 // Settles keep_activations: kNever keeps, kAlways recomputes, kAuto keeps when `fits` (the
 // estimate with kept activations fits this machine). Records what "auto" became and why.
 void ResolveRecompute(TrainConfig* config, bool fits);

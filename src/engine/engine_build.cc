@@ -201,7 +201,24 @@ Status Engine::Impl::BuildBlocks(const EngineHooks& hooks, const std::function<v
     if (launched < n) STRATA_RETURN_IF_ERROR(launch());
   }
   for (Staging& s : staging) STRATA_RETURN_IF_ERROR(s.WaitWrites());
+  MarkNoDecay();
   return Status();
+}
+
+// strata.no_decay: each block's flat ranges of the parameters AdamW does not decay, by their
+// Hugging Face names, as transformers' Trainer groups them.
+void Engine::Impl::MarkNoDecay() {
+  const NameMatcher no_decay(NoDecayPatterns(cfg));
+  const bool gpt2 = cfg.model.arch == model::Arch::kGpt2;
+  for (int b = 0; b < num_blocks(); ++b) {
+    BlockRuntime& br = model.blocks[b];
+    for (size_t i : br.by_offset) {
+      const ParamSlot& s = br.slots[i];
+      if (!no_decay.Matches(model::ToHfName(gpt2, static_cast<int>(cfg.model.n_layer), b, s.name).name)) continue;
+      if (!br.no_decay.empty() && br.no_decay.back().second == s.offset) br.no_decay.back().second += s.numel;
+      else br.no_decay.push_back({s.offset, s.offset + s.numel});
+    }
+  }
 }
 
 // Takes block b's module, made in place in `st.flat`: records its slots, applies the hook's
@@ -233,14 +250,6 @@ Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, con
   std::iota(br.by_offset.begin(), br.by_offset.end(), size_t{0});
   std::sort(br.by_offset.begin(), br.by_offset.end(),
             [&](size_t x, size_t y) { return br.slots[x].offset < br.slots[y].offset; });
-  const std::vector<std::string> no_decay = NoDecayPatterns(cfg);
-  for (size_t i : br.by_offset) {  // by Hugging Face name, as transformers' Trainer groups them
-    const ParamSlot& s = br.slots[i];
-    const bool gpt2 = cfg.model.arch == model::Arch::kGpt2;
-    if (!MatchesAny(no_decay, model::ToHfName(gpt2, static_cast<int>(cfg.model.n_layer), b, s.name).name)) continue;
-    if (!br.no_decay.empty() && br.no_decay.back().second == s.offset) br.no_decay.back().second += s.numel;
-    else br.no_decay.push_back({s.offset, s.offset + s.numel});
-  }
   if (hooks.init_weights) {  // the base's weights; adapters keep their initialisation
     NamedTensors named;
     for (size_t i = 0; i < br.params.size(); ++i)

@@ -236,6 +236,7 @@ struct Engine::Impl {
   Status BuildBlocks(const EngineHooks& hooks, const std::function<void(const std::string&)>& phase,
                      const std::function<void()>& staged);
   Status BuildBlock(int b, std::shared_ptr<model::Block> module, const EngineHooks& hooks, Staging& st);
+  void MarkNoDecay();  // every block's BlockRuntime::no_decay (strata.no_decay)
   Status StoreInitialState(int b, const torch::Tensor& flat, Staging& st);
   Status AllocateDeviceBuffers();
   torch::ScalarType compute_scalar() const;

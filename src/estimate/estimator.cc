@@ -104,7 +104,7 @@ MachineCapacity ProbeMachine(const TrainConfig& cfg, uint64_t device_memory) {
   MachineCapacity m;
   m.device_memory = cfg.device_memory ? cfg.device_memory : device_memory;
   m.host_available = ProcKilobyteField("/proc/meminfo", "MemAvailable:");
-  const bool nvme = cfg.offload_param.device == OffloadDevice::kNvme || cfg.offload_optimizer.device == OffloadDevice::kNvme;
+  const bool nvme = HasSwapFolder(cfg);
   if (nvme) {
     m.nvme_dir = cfg.offload_optimizer.device == OffloadDevice::kNvme ? cfg.offload_optimizer.nvme_path
                                                                        : cfg.offload_param.nvme_path;
@@ -152,12 +152,10 @@ void ResolveBlockInputsOnDisk(TrainConfig* cfg, int world, int64_t params_overri
   if (cfg->block_inputs || cfg->recompute == Recompute::kNever) return;
   TrainConfig c = *cfg;
   c.keep_activations = false;
-  const bool swap =
-      cfg->offload_optimizer.device == OffloadDevice::kNvme || cfg->offload_param.device == OffloadDevice::kNvme;
   const auto fits_host = [&] {
     return CheckFits(EstimateMemory(c, world, params_override, device), m, local_ranks).ok();
   };
-  if (!swap || m.host_available == 0 || fits_host()) return;
+  if (!HasSwapFolder(*cfg) || m.host_available == 0 || fits_host()) return;
   c.block_inputs_at = BlockInputsAt::kNvme;
   if (!fits_host()) return;  // no help: the run is refused with the inputs where they were
   cfg->block_inputs_at = BlockInputsAt::kNvme;

@@ -466,14 +466,14 @@ TEST(Config, NoDecayIsTrainersGroupsOrTheWrittenPatterns) {
   ASSERT_TRUE(c.ok());
   EXPECT_FALSE(c->no_decay.has_value());
   EXPECT_EQ(NoDecayPatterns(*c), HfTrainerNoDecay());
-  const std::vector<std::string> p = NoDecayPatterns(*c);
+  const NameMatcher p(NoDecayPatterns(*c));
   for (const char* name : {"model.layers.0.input_layernorm.weight", "model.norm.weight", "transformer.h.1.ln_2.weight",
                            "transformer.ln_f.bias", "model.layers.3.self_attn.q_norm.weight",
                            "model.layers.0.self_attn.q_proj.bias"})
-    EXPECT_TRUE(MatchesAny(p, name)) << name;
+    EXPECT_TRUE(p.Matches(name)) << name;
   for (const char* name : {"model.layers.0.self_attn.q_proj.weight", "model.embed_tokens.weight", "lm_head.weight",
                            "transformer.h.0.attn.c_attn.weight", "model.layers.0.mlp.down_proj.weight"})
-    EXPECT_FALSE(MatchesAny(p, name)) << name;
+    EXPECT_FALSE(p.Matches(name)) << name;
 
   auto written = ParseTrainConfig(R"({"strata": {"no_decay": ["embed_tokens", "norm"]}})", "t");
   ASSERT_TRUE(written.ok()) << written.status().ToString();
