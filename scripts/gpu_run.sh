@@ -35,6 +35,7 @@ out=$top/all  # absolute: the peers run from bench/peers
 pack() {
   cp "$out/run.log" "$top/run.log" 2>/dev/null
   tar -C "$top" -cJf "$top/results.tar.xz" all && rm -rf "$out"
+  rm -rf /tmp/peers-nvme  # DeepSpeed's swap files (stage peers)
 }
 trap pack EXIT
 trap 'exit 143' TERM
