@@ -11,25 +11,30 @@ Inputs, one example each:
                                                        assistant turns trained
   other     a UTF-8 text file is one example, every token trained
 
-Outputs (src/data/token_file.h, src/data/loss_mask.h):
+Outputs (src/data/token_file.h, src/data/loss_mask.h, src/data/examples.h):
   OUT.u16 (or .u32 when the vocabulary has 65536 tokens or more): the examples' tokens back
           to back, little-endian, each example followed by the EOS token;
   OUT.u16.mask: one byte per token, 1 where the loss counts (the token is a target the
           model learns to predict), 0 where it is context only (a prompt, a user turn). The
-          EOS after an example is trained when the example's last token is.
-Strata finds the mask next to the token file (strata.data.loss_mask "auto"). Both are
-written under temporary names in OUT's folder and renamed into place only when complete, so
-a run that fails or is stopped (SIGINT, SIGTERM, SIGHUP) leaves earlier outputs as they were.
+          EOS after an example is trained when the example's last token is;
+  OUT.u16.examples: where each example starts, its first token's index as a little-endian
+          uint64 (the first 0), for strata.data.packing "none" and "packed".
+Strata finds the mask and the examples next to the token file (strata.data.loss_mask
+"auto"). All three are written under temporary names in OUT's folder and renamed into place
+only when complete, so a run that fails or is stopped (SIGINT, SIGTERM, SIGHUP) leaves
+earlier outputs as they were.
 
 Inputs are checked and parsed before the tokenizer loads. Errors (an input that is missing
 or not a regular file, bytes that are not UTF-8, a JSONL line that is not a JSON object of
 the shapes above, or that nests deeper than 100 levels or is longer than 64 MiB) are one line
 on stderr naming the file and line, with exit status 1; a stop exits with 128 + the signal.
 
-Packing and boundaries: Strata draws each training sequence at any offset of the stream, so
-a sequence holds the end of one example and the start of the next, separated by EOS. Its
-attention is causal over the whole sequence: packed examples attend across their boundaries
-(no block-diagonal mask, no position reset). The loss mask keeps the prompts out of the loss.
+Packing and boundaries (strata.data.packing): "windows", the default for pre-training text,
+draws each sequence at any offset of the stream, so it may hold the end of one example and
+the start of the next, attending across them. For fine-tuning, "packed" packs whole examples
+into each sequence, each attending to itself only with its positions restarting at 0, and
+"none" puts one example in each sequence, padded; an example longer than a sequence is split
+or truncated (strata.data.long_examples). The loss mask keeps the prompts out of the loss.
 
 The examples keep their input order; Strata holds out the end of the file (eval_fraction)
 for the eval loss, so put held-out examples last or pass --shuffle.
@@ -364,6 +369,8 @@ class Writer:
         # renames then leaves the old token file with a new mask, which Strata refuses when the
         # lengths differ, rather than a new token file without its mask, trained on in full.
         self.mask_file = outputs.create(self.mask_path)
+        self.examples_path = path + ".examples"
+        self.examples_file = outputs.create(self.examples_path)
         self.tokens_file = outputs.create(self.tokens_path)
         self.examples = self.tokens = self.trained = self.longest = 0
         self.lengths = []
@@ -374,6 +381,7 @@ class Writer:
         tokens = array.array(self.code, ids)
         if sys.byteorder == "big":
             tokens.byteswap()
+        self.examples_file.write(self.tokens.to_bytes(8, "little"))  # where this example starts
         self.tokens_file.write(tokens.tobytes())
         self.mask_file.write(bytes(mask))
         self.examples += 1
@@ -394,7 +402,7 @@ def output_path(out, vocab):
 
 def check_output(path):
     """Refuses, before encoding, outputs that a rename could not replace."""
-    for p in (path, path + ".mask"):
+    for p in (path, path + ".mask", path + ".examples"):
         if os.path.lexists(p) and not os.path.isfile(p):
             raise InputError(f"{p}: exists and is not a regular file")
     folder = os.path.dirname(os.path.abspath(path))
@@ -468,14 +476,14 @@ def main(argv):
 
 
 def report(w, vocab, seq_len):
-    print(f"wrote {w.tokens_path} ({'uint32' if w.code == 'I' else 'uint16'}) and {w.mask_path}")
+    print(f"wrote {w.tokens_path} ({'uint32' if w.code == 'I' else 'uint16'}), {w.mask_path} and {w.examples_path}")
     print(f"  examples {w.examples}, tokens {w.tokens} (vocabulary {vocab}: strata.model.vocab_size >= {vocab})")
     print(f"  trained {w.trained} tokens ({100 * w.trained / w.tokens:.1f}%), masked {w.tokens - w.trained} "
           f"({100 * (w.tokens - w.trained) / w.tokens:.1f}%)")
     if seq_len > 0:
         longer = sum(n > seq_len + 1 for n in w.lengths)
         print(f"  sequences of seq_len + 1 = {seq_len + 1} tokens: {w.tokens // (seq_len + 1)}; "
-              f"examples longer than one sequence: {longer}")
+              f"examples longer than one sequence: {longer} (strata.data.long_examples splits or truncates them)")
 
 
 if __name__ == "__main__":

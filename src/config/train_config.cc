@@ -74,6 +74,13 @@ Status ParseStrataData(JsonReader& s, TrainConfig* c) {
   STRATA_RETURN_IF_ERROR(d.Double("eval_fraction", &c->data.eval_fraction, 0.001, 0.5));
   STRATA_RETURN_IF_ERROR(d.String("eval_path", &c->data.eval_path));
   STRATA_RETURN_IF_ERROR(d.Int("epochs", &c->data.epochs, 0, int64_t{1} << 30));
+  std::string packing = "windows", long_examples = "split";
+  STRATA_RETURN_IF_ERROR(d.Choice("packing", &packing, {"windows", "none", "packed"}));
+  STRATA_RETURN_IF_ERROR(d.Choice("long_examples", &long_examples, {"split", "truncate"}));
+  c->data.packing = packing == "windows" ? data::Packing::kWindows
+                    : packing == "none"  ? data::Packing::kNone
+                                         : data::Packing::kPacked;
+  c->data.long_examples = long_examples == "split" ? data::LongExamples::kSplit : data::LongExamples::kTruncate;
   c->data.seed = c->seed;
   d.UnusedKeys(&c->warnings);
   return Status();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "src/data/data_config.h"
+#include "src/data/examples.h"
 #include "strata/status.h"
 
 namespace strata::data {
@@ -24,6 +25,9 @@ struct Batch {
   // bool [B, T]: target (b, t) counts in the loss; undefined when the data has no loss mask
   // (every target counts).
   torch::Tensor loss_mask;
+  // int64 [B, T] with strata.data.packing "none" or "packed": each token's position within its
+  // example, 0 where an example (or the padding) starts (Note [Examples]); undefined for windows.
+  torch::Tensor positions;
 };
 
 class TokenDataset {
@@ -42,24 +46,37 @@ class TokenDataset {
   // (what Get's loss_mask would sum to), without building them; B * T per batch without a
   // mask. Cheap: T bytes per row.
   int64_t LossTokens(Split split, uint64_t first, uint64_t count, int64_t batch_size) const;
-  bool has_loss_mask() const { return !mask_.empty(); }
+  // With examples (packing "none" / "packed") every batch has a mask: padding is not trained.
+  bool has_loss_mask() const { return !mask_.empty() || packing_ != Packing::kWindows; }
 
   int64_t tokens(Split split) const;
-  // strata.data.epochs: the training windows of one epoch (0: random windows, no epochs).
-  int64_t epoch_windows() const { return epochs_ ? (tokens(Split::kTrain) - 1) / seq_len_ : 0; }
+  // strata.data.epochs: the training windows (or example rows) of one epoch (0: no epochs).
+  int64_t epoch_windows() const {
+    if (!epochs_) return 0;
+    return packing_ != Packing::kWindows ? rows_[0].rows() : (tokens(Split::kTrain) - 1) / seq_len_;
+  }
+  // The training split's rows of examples (none for windows).
+  const ExampleRows& train_rows() const { return rows_[0]; }
   const std::string& description() const { return description_; }  // "built-in text, 1.0 M tokens" etc.
 
  private:
   TokenDataset() = default;
   Status OpenLossMask(const DataConfig& config);
+  Status OpenExamples(const DataConfig& config);
   // Row `sequence` of the split's batches: the absolute offset of its T + 1 tokens.
   int64_t WindowStart(Split split, uint64_t sequence) const;
+  // With examples: the split's row that sequence number `sequence` reads.
+  int64_t RowOf(Split split, uint64_t sequence) const;
+  // Position of sequence number `sequence` in the seeded order of its epoch of `count`.
+  uint64_t EpochOrder(uint64_t sequence, uint64_t count) const;
   std::vector<int32_t> tokens_;
   std::vector<uint8_t> mask_;  // one per token, or empty
   int64_t eval_begin_ = 0;
   int64_t seq_len_ = 0;
   uint64_t seed_ = 0;
   bool epochs_ = false;
+  Packing packing_ = Packing::kWindows;
+  ExampleRows rows_[2];  // train, eval: with examples only
   std::string description_;
 };
 

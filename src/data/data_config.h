@@ -8,6 +8,11 @@ namespace strata::data {
 
 enum class TokenFormat { kAuto, kText, kUint16, kUint32 };
 enum class Split { kTrain, kEval };
+// How sequences are cut (Note [Examples]): random windows of the token stream (pre-training
+// text), or whole examples from PATH.examples, one a row and padded, or packed into rows.
+enum class Packing { kWindows, kNone, kPacked };
+// An example longer than a row: cut into several rows' pieces, or its first piece only.
+enum class LongExamples { kSplit, kTruncate };
 
 struct DataConfig {
   std::string path;           // "" = the built-in text
@@ -24,6 +29,8 @@ struct DataConfig {
   // seq_len + 1 tokens, every one once per epoch in a seeded order of its own, the run ending
   // after this many epochs (or strata.steps, whichever comes first); 0: random windows.
   int64_t epochs = 0;
+  Packing packing = Packing::kWindows;
+  LongExamples long_examples = LongExamples::kSplit;
   uint64_t seed = 1234;
 };
 

@@ -12,6 +12,7 @@
 
 #include "src/data/builtin_text.h"
 #include "src/data/data.h"
+#include "src/data/examples.h"
 #include "src/data/loss_mask.h"
 #include "src/data/token_file.h"
 #include "strata/check.h"
@@ -98,6 +99,11 @@ StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const DataConfig& con
   std::unique_ptr<TokenDataset> ds(new TokenDataset());
   const std::string name = config.path.empty() ? "built-in text" : config.path;
   STRATA_ASSIGN_OR_RETURN(ds->description_, LoadTokens(config.path, config.format, vocab_size, &ds->tokens_));
+  const bool examples = config.packing != Packing::kWindows;
+  if (examples && config.path.empty())
+    return InvalidArgument("strata.data.packing '{}' needs a token file with its examples (strata.data.path; "
+                           "scripts/prepare_data.py writes PATH.examples)",
+                           config.packing == Packing::kNone ? "none" : "packed");
   if (!config.eval_path.empty()) {  // a validation file: held out after the training tokens
     const auto n_train = static_cast<int64_t>(ds->tokens_.size());
     STRATA_ASSIGN_OR_RETURN(std::string eval,
@@ -107,14 +113,14 @@ StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const DataConfig& con
     const int64_t n_eval = static_cast<int64_t>(ds->tokens_.size()) - n_train;
     for (auto [file, key, count] : {std::tuple{name, "strata.data.path", n_train},
                                     std::tuple{config.eval_path, "strata.data.eval_path", n_eval}})
-      if (count < seq_len + 1)
+      if (count < seq_len + 1 && !examples)
         return InvalidArgument("token file '{}' ({}) is too short: {} tokens, but a sequence needs seq_len + 1 = {}",
                                file, key, count, seq_len + 1);
   } else {
     const auto n = static_cast<int64_t>(ds->tokens_.size());
     const auto n_eval = static_cast<int64_t>(std::llround(static_cast<double>(n) * config.eval_fraction));
     ds->eval_begin_ = n - n_eval;
-    if (ds->eval_begin_ < seq_len + 1 || n_eval < seq_len + 1) {
+    if ((ds->eval_begin_ < seq_len + 1 || n_eval < seq_len + 1) && !examples) {
       // Where only the held-out split is short, the fraction that would do (rounded up to 0.001).
       const double enough = std::ceil(1000.0 * static_cast<double>(seq_len + 1) / static_cast<double>(n)) / 1000.0;
       const bool raise = n_eval < seq_len + 1 && enough <= 0.5 &&
@@ -129,11 +135,54 @@ StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const DataConfig& con
   ds->seq_len_ = seq_len;
   ds->seed_ = config.seed;
   ds->epochs_ = config.epochs > 0;
+  if (examples) STRATA_RETURN_IF_ERROR(ds->OpenExamples(config));
   if (ds->epochs_)
-    ds->description_ += fmt::format("; {} epoch(s) of {} windows of {} tokens", config.epochs, ds->epoch_windows(),
-                                    seq_len + 1);
+    ds->description_ += fmt::format("; {} epoch(s) of {} {} of {} tokens", config.epochs, ds->epoch_windows(),
+                                    examples ? "rows" : "windows", seq_len + 1);
   STRATA_RETURN_IF_ERROR(ds->OpenLossMask(config));
   return ds;
+}
+
+// Note [Examples]: the examples of the token file (and of the validation file, or those
+// starting in the held-out fraction) made into rows. Without a validation file the held-out
+// split begins at the first example starting in the last eval_fraction of the tokens.
+Status TokenDataset::OpenExamples(const DataConfig& config) {
+  const auto n = static_cast<int64_t>(tokens_.size());
+  std::vector<int64_t> starts;
+  for (auto [path, offset, count] :
+       {std::tuple{config.path, int64_t{0}, config.eval_path.empty() ? n : eval_begin_},
+        std::tuple{config.eval_path, eval_begin_, n - eval_begin_}}) {
+    if (path.empty()) continue;
+    const std::string examples_path = ExamplesPath(path);
+    StatusOr<std::string> bytes = ReadTokenFile(examples_path);
+    if (!bytes.ok())
+      return bytes.status().WithContext(
+          fmt::format("the examples of '{}' (strata.data.packing; scripts/prepare_data.py writes PATH.examples)", path));
+    std::vector<int64_t> part;
+    STRATA_RETURN_IF_ERROR(DecodeExampleStarts(*bytes, static_cast<size_t>(count), examples_path, path, &part));
+    for (int64_t start : part) starts.push_back(offset + start);
+  }
+  if (config.eval_path.empty()) {
+    const auto held = std::lower_bound(starts.begin(), starts.end(), eval_begin_);  // Open() set n - n_eval
+    eval_begin_ = held == starts.end() ? n : *held;
+  }
+  rows_[0] = BuildExampleRows(starts, 0, eval_begin_, eval_begin_, seq_len_, config.packing, config.long_examples);
+  rows_[1] = BuildExampleRows(starts, eval_begin_, n, n, seq_len_, config.packing, config.long_examples);
+  for (auto [split, rows] : {std::pair{"train", &rows_[0]}, std::pair{"held-out", &rows_[1]}})
+    if (rows->rows() == 0)
+      return InvalidArgument("token file '{}': the {} split has no example with a target ({} examples of {} tokens "
+                             "start in it{})",
+                             config.path, split, std::count_if(starts.begin(), starts.end(), [&](int64_t s) {
+                               return split[0] == 't' ? s < eval_begin_ : s >= eval_begin_;
+                             }),
+                             split[0] == 't' ? eval_begin_ : n - eval_begin_,
+                             config.eval_path.empty() ? "; strata.data.eval_fraction sets the held-out share" : "");
+  packing_ = config.packing;
+  description_ += fmt::format("; {} {} examples in {} rows ({} longer than a row, {})", rows_[0].examples,
+                              packing_ == Packing::kPacked ? "packed" : "unpacked", rows_[0].rows(),
+                              rows_[0].split_examples,
+                              config.long_examples == LongExamples::kSplit ? "split" : "truncated");
+  return Status();
 }
 
 // Reads and checks the mask; a split whose mask trains nothing would make every loss 0 / 0.
@@ -188,13 +237,27 @@ int64_t TokenDataset::tokens(Split split) const {
 // from a splitmix64 stream seeded by hashing (seed, split, n): no hidden state, and W
 // ranks with B rows each (index i*W + r) see exactly the rows of one rank with W*B rows
 // (index i), so any rank count reproduces the single-process batches.
+uint64_t TokenDataset::EpochOrder(uint64_t sequence, uint64_t count) const {
+  uint64_t key = seed_ ^ 0x65706F6368ULL;  // "epoch"
+  key = SplitMix(key) ^ (sequence / count);
+  return ShuffledIndex(sequence % count, count, SplitMix(key));
+}
+
+// Note [Examples]: sequences pick rows as they pick windows, in the epoch's order or at random.
+int64_t TokenDataset::RowOf(Split split, uint64_t sequence) const {
+  const ExampleRows& rows = rows_[split == Split::kTrain ? 0 : 1];
+  const auto count = static_cast<uint64_t>(rows.rows());
+  if (epochs_ && split == Split::kTrain) return static_cast<int64_t>(EpochOrder(sequence, count));
+  uint64_t state = seed_;
+  state = SplitMix(state) ^ (split == Split::kTrain ? 0x726F7773ULL : 0x6576726FULL);  // "rows" / "evro"
+  state = SplitMix(state) ^ sequence;
+  SplitMix(state);
+  return static_cast<int64_t>(Below(state, count));
+}
+
 int64_t TokenDataset::WindowStart(Split split, uint64_t sequence) const {
-  if (epochs_ && split == Split::kTrain) {
-    const auto windows = static_cast<uint64_t>(epoch_windows());
-    uint64_t key = seed_ ^ 0x65706F6368ULL;  // "epoch"
-    key = SplitMix(key) ^ (sequence / windows);
-    return static_cast<int64_t>(ShuffledIndex(sequence % windows, windows, SplitMix(key))) * seq_len_;
-  }
+  if (epochs_ && split == Split::kTrain)
+    return static_cast<int64_t>(EpochOrder(sequence, static_cast<uint64_t>(epoch_windows()))) * seq_len_;
   const int64_t begin = split == Split::kTrain ? 0 : eval_begin_;
   const int64_t starts = tokens(split) - seq_len_;  // offsets begin .. begin + starts - 1 fit T + 1 tokens
   STRATA_CHECK(starts >= 1) << "split too short for a sequence; Open() checks this";
@@ -216,6 +279,16 @@ Batch TokenDataset::Get(Split split, uint64_t index, int64_t batch_size) const {
   int64_t* in = batch.inputs.data_ptr<int64_t>();
   int64_t* out = batch.targets.data_ptr<int64_t>();
   bool* mask = has_loss_mask() ? batch.loss_mask.data_ptr<bool>() : nullptr;
+  if (packing_ != Packing::kWindows) {  // Note [Examples]
+    batch.positions = torch::empty({batch_size, T}, torch::kInt64);
+    int64_t* positions = batch.positions.data_ptr<int64_t>();
+    for (int64_t b = 0; b < batch_size; ++b) {
+      const int64_t row = RowOf(split, index * static_cast<uint64_t>(batch_size) + static_cast<uint64_t>(b));
+      FillExampleRow(rows_[split == Split::kTrain ? 0 : 1], row, tokens_.data(), mask_.empty() ? nullptr : mask_.data(),
+                     T, in + b * T, out + b * T, mask + b * T, positions + b * T);
+    }
+    return batch;
+  }
   for (int64_t b = 0; b < batch_size; ++b) {
     const int64_t start = WindowStart(split, index * static_cast<uint64_t>(batch_size) + static_cast<uint64_t>(b));
     const int32_t* src = tokens_.data() + start;
@@ -234,6 +307,17 @@ int64_t TokenDataset::LossTokens(Split split, uint64_t first, uint64_t count, in
   if (!has_loss_mask()) return static_cast<int64_t>(count) * batch_size * T;
   int64_t n = 0;
   const uint64_t rows = count * static_cast<uint64_t>(batch_size);
+  if (packing_ != Packing::kWindows) {  // the targets of each row's pieces whose mask byte is set
+    const ExampleRows& split_rows = rows_[split == Split::kTrain ? 0 : 1];
+    for (uint64_t row = first * static_cast<uint64_t>(batch_size), end = row + rows; row < end; ++row) {
+      const int64_t r = RowOf(split, row);
+      for (int64_t i = split_rows.first[r]; i < split_rows.first[r + 1]; ++i) {
+        const Piece& p = split_rows.pieces[i];
+        n += mask_.empty() ? p.length - 1 : std::count(mask_.begin() + p.begin + 1, mask_.begin() + p.begin + p.length, 1);
+      }
+    }
+    return n;
+  }
   for (uint64_t row = first * static_cast<uint64_t>(batch_size), end = row + rows; row < end; ++row) {
     const uint8_t* m = mask_.data() + WindowStart(split, row) + 1;
     for (int64_t t = 0; t < T; ++t) n += m[t];

@@ -134,6 +134,9 @@ struct Activations {
   // the tiers]), and which of the step's passes through each block this is.
   BlockInputStash* stash = nullptr;
   size_t pass = 0;
+  // Packed examples (strata.data.packing): the rows' positions [B, T] on the CPU, armed around
+  // every block's forward and recomputation (Note [Packed sequences]); undefined otherwise.
+  torch::Tensor positions;
   void Reset(int blocks, bool keep) {
     inputs.assign(blocks, torch::Tensor());
     outputs.assign(keep ? blocks : 0, torch::Tensor());

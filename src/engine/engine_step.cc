@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "src/engine/engine_impl.h"
+#include "src/model/packed_sequences.h"
 #include "src/model/tiled_loss.h"
 #include "src/model/tiled_rows.h"
 #include "src/engine/loss_weights.h"
@@ -280,6 +281,8 @@ Status Engine::Impl::ForwardBlock(int b, Pass pass, torch::Tensor* x, Activation
   STRATA_RETURN_IF_ERROR(TorchCall("forward", [&] {
     std::optional<model::LoraDropoutScope> dropout;
     if (train) ArmLoraDropout(b, mb, &dropout);
+    std::optional<model::PackedSequencesScope> packed;  // eval: Forward armed it
+    if (act && act->positions.defined()) packed.emplace(act->positions);
     const model::MlpTilingScope mlp_tiles(cfg.mlp_chunk);  // Note [Tiled MLP]
     if (train && cfg.keep_activations) {  // each block its own graph, from its input (a leaf) to its output
       torch::Tensor in = b == 0 ? *x : x->detach().requires_grad_(true);
@@ -347,6 +350,8 @@ Status Engine::Impl::BackwardBlock(int b, Activations& act, const MicroBatch& mb
   return TorchCall("backward", [&] {
     std::optional<model::LoraDropoutScope> dropout;
     ArmLoraDropout(b, mb, &dropout);  // a recomputation draws the forward's masks
+    std::optional<model::PackedSequencesScope> packed;
+    if (act.positions.defined()) packed.emplace(act.positions);
     const model::MlpTilingScope mlp_tiles(cfg.mlp_chunk);
     if (!act.outputs.empty()) {  // kept
       act.outputs[b].backward(act.grad_out);
@@ -377,6 +382,9 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_wei
   torch::Tensor x, targets, mask;
   STRATA_RETURN_IF_ERROR(BatchToDevice(batch, &x, &targets, &mask));
   if (train) act->Reset(n, cfg.keep_activations);
+  if (train) act->positions = batch.positions;
+  std::optional<model::PackedSequencesScope> packed;  // training: per block, from act
+  if (!train && batch.positions.defined()) packed.emplace(batch.positions);
   for (int b = 0; b < n - 1; ++b) {
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
     STRATA_RETURN_IF_ERROR(ForwardBlock(b, pass, &x, act, mb));

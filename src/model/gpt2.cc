@@ -37,6 +37,8 @@ class Gpt2Embedding final : public Block {
     const int64_t T = tokens.size(1);
     STRATA_CHECK(past + T <= wpe_->weight().size(0))
         << "position " << past + T << " exceeds seq_len " << wpe_->weight().size(0);
+    if (const PackedLayout* packed = past == 0 ? PackedLayout::Current() : nullptr)  // Note [Packed sequences]
+      return wte_->Forward(tokens) + wpe_->Forward(packed->PositionsOn(tokens.device()));  // [B, T, C] + [B, T, C]
     torch::Tensor positions = torch::arange(past, past + T, tokens.options().dtype(torch::kLong));
     return wte_->Forward(tokens) + wpe_->Forward(positions);  // [B, T, C] + [T, C]
   }

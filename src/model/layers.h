@@ -27,6 +27,7 @@
 #include <optional>
 
 #include "src/model/model.h"
+#include "src/model/packed_sequences.h"
 #include "strata/check.h"
 #include "strata/normal.h"
 
@@ -253,7 +254,9 @@ inline torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, cons
   return at::scaled_dot_product_attention(q, RepeatKv(k, H), RepeatKv(v, H), mask, 0.0, causal);
 }
 
+// With a PackedSequencesScope armed, within each packed example only (Note [Packed sequences]).
 inline torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  if (const PackedLayout* packed = PackedLayout::Current()) return PackedCausalAttention(q, k, v, *packed);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   return Attend(q, k, v, std::nullopt, /*causal=*/true).transpose(1, 2).reshape({B, T, H * D});
 }
@@ -306,6 +309,17 @@ inline std::pair<torch::Tensor, torch::Tensor> RopeTables(int64_t T, int64_t D, 
   torch::Tensor positions = past == 0 ? torch::arange(T, f32) : torch::arange(past, past + T, f32);
   torch::Tensor freqs = torch::outer(positions, inv_freq);  // [T, D/2]
   torch::Tensor angles = torch::cat({freqs, freqs}, -1);                // [T, D]
+  return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
+}
+
+// RopeTables at explicit positions [B, T] (int64, on the device): cos, sin [B, 1, T, D], which
+// broadcast over the heads (packed examples, each from position 0: Note [Packed sequences]).
+inline std::pair<torch::Tensor, torch::Tensor> RopeTablesAt(const torch::Tensor& positions, int64_t D, double theta,
+                                                            const torch::Tensor& like, const RopeScaling& scaling = {}) {
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(like.device());
+  torch::Tensor inv_freq = RopeInverseFrequencies(D, theta, scaling, f32);
+  torch::Tensor freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq;  // [B, T, D/2]
+  torch::Tensor angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);          // [B, 1, T, D]
   return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
 }
 

@@ -79,7 +79,9 @@ class LlamaAttention final : public torch::nn::Module {
     q = q.transpose(1, 2);  // [B, H, T, D]
     k = k.transpose(1, 2);  // [B, Hkv, T, D]
     torch::Tensor v = v_proj_->Forward(x).view({B, T, n_kv_head_, D}).transpose(1, 2);
-    auto [cos, sin] = RopeTables(T, D, rope_theta_, q, rope_scaling_, past);  // recomputed: not state to shard
+    const PackedLayout* packed = past == 0 ? PackedLayout::Current() : nullptr;  // Note [Packed sequences]
+    auto [cos, sin] = packed ? RopeTablesAt(packed->PositionsOn(q.device()), D, rope_theta_, q, rope_scaling_)
+                             : RopeTables(T, D, rope_theta_, q, rope_scaling_, past);  // recomputed: not state to shard
     return {ApplyRope(q, cos, sin), ApplyRope(k, cos, sin), v};
   }
 

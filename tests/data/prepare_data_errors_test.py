@@ -55,7 +55,7 @@ class PrepareDataErrors(unittest.TestCase):
         r = self.run_script(good)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.before = snapshot(self.out_dir)
-        self.assertEqual(sorted(self.before), ["train.u16", "train.u16.mask"])
+        self.assertEqual(sorted(self.before), ["train.u16", "train.u16.examples", "train.u16.mask"])
         os.remove(self.load_log)
 
     def tearDown(self):
@@ -245,7 +245,7 @@ class PrepareDataErrors(unittest.TestCase):
         r = self.run_script(data, umask=0o022)
         self.assertEqual(r.returncode, 0, r.stderr)
         after = snapshot(self.out_dir)
-        self.assertEqual(sorted(after), ["train.u16", "train.u16.mask"])
+        self.assertEqual(sorted(after), ["train.u16", "train.u16.examples", "train.u16.mask"])
         self.assertNotEqual(after["train.u16"][0], self.before["train.u16"][0])
         self.assertEqual(after["train.u16"][1], 0o600)
         self.assertEqual(after["train.u16.mask"][1], 0o640)
@@ -258,8 +258,8 @@ class PrepareDataErrors(unittest.TestCase):
         r = self.run_script(story, data, out=out, umask=0o027)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("examples 3, tokens 17", r.stdout)
-        self.assertEqual(sorted(os.listdir(os.path.dirname(out))), ["train.u16", "train.u16.mask"])
-        for path in (out + ".u16", out + ".u16.mask"):
+        self.assertEqual(sorted(os.listdir(os.path.dirname(out))), ["train.u16", "train.u16.examples", "train.u16.mask"])
+        for path in (out + ".u16", out + ".u16.mask", out + ".u16.examples"):
             self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o640, path)
         tokens = array.array("H")
         with open(out + ".u16", "rb") as f:
@@ -272,6 +272,9 @@ class PrepareDataErrors(unittest.TestCase):
         self.assertEqual(list(tokens), [1, *ids("once upon a time"), 2, 1, *ids("two plus three five"), 2,
                                         1, *ids("smile \U0001F600 [[[[["), 2])
         self.assertEqual(mask, [0, 1, 1, 1, 1, 1] + [0, 0, 0, 0, 1, 1] + [0, 1, 1, 1, 1])
+        with open(out + ".u16.examples", "rb") as f:
+            starts = f.read()
+        self.assertEqual([int.from_bytes(starts[i:i + 8], "little") for i in range(0, len(starts), 8)], [0, 6, 12])
 
 
 if __name__ == "__main__":

@@ -65,6 +65,12 @@ def read(path):
     return list(tokens), mask
 
 
+def read_starts(path):
+    with open(path + ".examples", "rb") as f:
+        data = f.read()
+    return [int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)]
+
+
 def files(folder):
     """name -> bytes of every file in the folder."""
     contents = {}
@@ -108,6 +114,7 @@ class PrepareData(unittest.TestCase):
         second = [bos] + self.id("why the sky blue because light scatters".split()) + [eos]
         self.assertEqual(tokens, first + second)
         self.assertEqual(mask, [0, 0, 0, 0, 0, 0, 1, 1] + [0, 0, 0, 0, 0, 1, 1, 1, 1])
+        self.assertEqual(read_starts(path), [0, len(first)])  # where each example starts
         self.assertIn("examples 2, tokens 17", out)
         self.assertIn("trained 6 tokens (35.3%), masked 11 (64.7%)", out)
 
@@ -184,14 +191,19 @@ class PrepareData(unittest.TestCase):
                 "strata.data.eval_fraction=0.2", "strata.eval_interval=0",
                 "train_micro_batch_size_per_gpu=4", "zero_optimization.offload_param.device=none",
                 "zero_optimization.offload_optimizer.device=none", "bf16.enabled=false"]
-        cmd = [BINARY, "train", "--steps", "3", "--metrics", metrics] + [a for s in sets for a in ("--set", s)]
-        r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("loss mask", r.stdout + r.stderr)  # the start-up line names the mask it found
-        with open(metrics) as f:
-            losses = [json.loads(line)["loss"] for line in f if line.strip()]
-        self.assertEqual(len(losses), 3)
-        self.assertTrue(all(math.isfinite(x) for x in losses), losses)
+        for packing in ("windows", "packed"):  # random windows, then whole examples packed (Note [Examples])
+            cmd = [BINARY, "train", "--steps", "3", "--metrics", metrics] + [a for s in sets for a in ("--set", s)]
+            cmd += ["--set", f"strata.data.packing={packing}"]
+            r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("loss mask", r.stdout + r.stderr)  # the start-up line names the mask it found
+            if packing == "packed":
+                self.assertRegex(r.stdout + r.stderr, r"\d+ packed examples in \d+ rows")
+            with open(metrics) as f:
+                losses = [json.loads(line)["loss"] for line in f if line.strip()]
+            self.assertEqual(len(losses), 3)
+            self.assertTrue(all(math.isfinite(x) for x in losses), losses)
+            os.remove(metrics)
 
 
 if __name__ == "__main__":

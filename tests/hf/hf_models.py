@@ -22,6 +22,11 @@
                                      MERGED against that PeftModel; prints the largest
                                      differences and how far the adapter moves DIR's logits;
                                      exits 1 above the tolerance (or if the adapter moves nothing)
+  hf_models.py examples DIR EXAMPLES
+                                     packing: each example of EXAMPLES (JSON {"examples": [[ids]],
+                                     "losses": [Strata's loss of each, packed]}) run alone through
+                                     DIR's model; exits 1 when a loss differs by more than
+                                     EXAMPLE_TOLERANCE (relative)
   hf_models.py decay DIR TOKENS STEPS LR WD STRATA LOSSES
                                      weight-decay groups: DIR's model trained by torch.optim.AdamW
                                      for STEPS steps on the one window TOKENS (FILE:N, the first N
@@ -223,6 +228,29 @@ def decay_groups(d, tokens_file, steps, lr, wd, strata, losses_file):
     sys.exit(0 if ok else 1)
 
 
+EXAMPLE_TOLERANCE = 1e-5  # relative, on each example's mean cross-entropy (fp32 both sides)
+
+
+def example_losses(d, examples_file):
+    """Each example of EXAMPLES (JSON: {"examples": [[ids...], ...], "losses": [Strata's mean
+    cross-entropy of each, packed with the others]}) run through transformers alone."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    given = json.load(open(examples_file))
+    worst = 0.0
+    with torch.no_grad():
+        for ids, strata in zip(given["examples"], given["losses"]):
+            ids = torch.tensor([ids])
+            logits = model(ids).logits.float()
+            loss = F.cross_entropy(logits[0, :-1], ids[0, 1:]).item()
+            worst = max(worst, abs(loss - strata) / abs(loss))
+    print(f"{type(model).__name__}: {len(given['examples'])} examples alone, max relative |loss - Strata's packed "
+          f"loss| = {worst:.3g} (tolerance {EXAMPLE_TOLERANCE})")
+    sys.exit(0 if worst <= EXAMPLE_TOLERANCE else 1)
+
+
 def check(args):
     """Installed, found without importing them (an import of torch + transformers takes
     seconds, and every test asks): a peer that is present but broken fails the test's own
@@ -238,7 +266,7 @@ def check(args):
 
 
 def run(cmd, args):
-    if cmd in ("make", "logits", "generate", "peft", "decay"):
+    if cmd in ("make", "logits", "generate", "peft", "decay", "examples"):
         from transformers.utils import logging
         logging.disable_progress_bar()
     if cmd == "check":
@@ -255,6 +283,8 @@ def run(cmd, args):
         peft_logits(*args[0:4])
     elif cmd == "decay":
         decay_groups(*args[0:7])
+    elif cmd == "examples":
+        example_losses(args[0], args[1])
     else:
         sys.exit(f"hf_models.py: unknown command {cmd!r}")
 
