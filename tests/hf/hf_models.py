@@ -1,7 +1,7 @@
 """Hugging Face transformers side of the checkpoint tests (no network: random init).
 
-  hf_models.py check [peft]          exit 0 when torch + transformers + safetensors (and peft)
-                                     are installed
+  hf_models.py check [MODULE...]     exit 0 when torch + transformers + safetensors (and the
+                                     MODULEs, e.g. peft, bitsandbytes) are installed
   hf_models.py make ARCH DIR         a small randomly initialised model of ARCH (gpt2, llama,
                                      mistral, qwen2, qwen3) saved with save_pretrained into
                                      DIR in at least 3 shards (model.safetensors.index.json),
@@ -27,6 +27,8 @@
                                      "losses": [Strata's loss of each, packed]}) run alone through
                                      DIR's model; exits 1 when a loss differs by more than
                                      EXAMPLE_TOLERANCE (relative)
+  hf_models.py nf4 OUT               bitsandbytes' NF4 (double quantisation) of a few tensors,
+                                     with the tensors, into the safetensors file OUT
   hf_models.py decay DIR TOKENS STEPS LR WD STRATA LOSSES
                                      weight-decay groups: DIR's model trained by torch.optim.AdamW
                                      for STEPS steps on the one window TOKENS (FILE:N, the first N
@@ -251,13 +253,39 @@ def example_losses(d, examples_file):
     sys.exit(0 if worst <= EXAMPLE_TOLERANCE else 1)
 
 
+def nf4(out):
+    """Tensors and bitsandbytes' NF4 of each (quantize_4bit, blocksize 64, double quantisation)."""
+    import torch
+    import bitsandbytes.functional as F
+    from safetensors.torch import save_file
+    g = torch.Generator().manual_seed(3)
+    cases = {"square": torch.randn(128, 64, generator=g) * 0.02,
+             "tail": torch.randn(300, 77, generator=g),           # a last block of 60, 361 blocks
+             "odd": torch.randn(3, 33, generator=g) * 5,          # one block of 99: padded to even
+             "bf16": (torch.randn(512, 1024, generator=g) * 0.02).to(torch.bfloat16),
+             "zeros": torch.cat([torch.zeros(4, 64), torch.randn(60, 64, generator=g)])}
+    tensors = {}
+    for name, w in cases.items():
+        q, st = F.quantize_4bit(w, blocksize=64, quant_type="nf4", compress_statistics=True)
+        tensors[name + ".weight"] = w.contiguous()
+        tensors[name + ".packed"] = q.reshape(-1).contiguous()
+        tensors[name + ".absmax_q"] = st.absmax.reshape(-1).contiguous()
+        tensors[name + ".absmax2"] = st.state2.absmax.reshape(-1).float().contiguous()
+        tensors[name + ".offset"] = st.offset.reshape(1).float()
+        tensors[name + ".dequant"] = F.dequantize_4bit(q, st).float().contiguous()
+    tensors["nf4_code"] = F.get_4bit_type("nf4", device="cpu").float()
+    tensors["dynamic_code"] = F.create_dynamic_map().float()
+    save_file(tensors, out)
+    print(f"bitsandbytes NF4 of {len(cases)} tensors in {out}")
+
+
 def check(args):
     """Installed, found without importing them (an import of torch + transformers takes
     seconds, and every test asks): a peer that is present but broken fails the test's own
     call instead, with its error."""
     import importlib.metadata as metadata
     import importlib.util as util
-    wanted = ["safetensors", "transformers", "torch"] + (["peft"] if args == ["peft"] else [])
+    wanted = ["safetensors", "transformers", "torch"] + list(args)  # and e.g. peft, bitsandbytes
     missing = [name for name in wanted if util.find_spec(name) is None]
     if missing:
         print(f"cannot find {', '.join(missing)}")
@@ -266,7 +294,7 @@ def check(args):
 
 
 def run(cmd, args):
-    if cmd in ("make", "logits", "generate", "peft", "decay", "examples"):
+    if cmd in ("make", "logits", "generate", "peft", "decay", "examples", "nf4"):
         from transformers.utils import logging
         logging.disable_progress_bar()
     if cmd == "check":
@@ -285,6 +313,8 @@ def run(cmd, args):
         decay_groups(*args[0:7])
     elif cmd == "examples":
         example_losses(args[0], args[1])
+    elif cmd == "nf4":
+        nf4(args[0])
     else:
         sys.exit(f"hf_models.py: unknown command {cmd!r}")
 

@@ -1,0 +1,168 @@
+// Note [NF4]
+// QLoRA's frozen base in 4 bits: each block of 64 elements is scaled by its absolute maximum
+// into [-1, 1] and every element stored as the nearest of the 16 NF4 values (quantiles of a
+// normal distribution); the blocks' absmax are in turn quantised ("double quantisation"):
+// their mean is subtracted and the rest stored as 8-bit codes of bitsandbytes' signed dynamic
+// type, scaled per 256 of them. About 4.127 bits an element instead of 16.
+// The bytes are those of bitsandbytes 0.50's quantize_4bit(quant_type "nf4", blocksize 64,
+// compress_statistics) on the CPU, so a checkpoint quantised here loads there and back:
+//   * 4-bit codes: the element times the reciprocal of its block's absmax (a tail block is
+//     divided by its own absmax), clamped to [-1, 1], then the index of the first NF4 midpoint
+//     not below it (midpoints (c[i] + c[i+1]) / 2 in fp32), so a value on a midpoint takes the
+//     lower code; pairs packed high nibble first;
+//   * 8-bit absmax codes: per 256, v = x * (1 / max |x|), then looked up in a table of 65536
+//     bins over [-1, 1] (bin (v + 1) / 2 * 65535 + 1/2, truncated; each bin holds the code
+//     nearest the bin's value), which is not always the code nearest v itself (near a
+//     midpoint the bin's value decides); a block of zeros has absmax 0 and codes 0.
+// The tensor arithmetic (the mean, the reciprocals, linspace for the dynamic code) goes through
+// LibTorch's kernels, as bitsandbytes' own does, so it rounds alike.
+#include "src/model/nf4.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "strata/check.h"
+
+namespace strata::model {
+namespace {
+
+constexpr int64_t kBlock = 64, kAbsmaxBlock = 256, kBins = 65536;
+
+// NormalFloat4: the 16 values of the QLoRA paper's data type.
+constexpr std::array<float, 16> kNf4 = {
+    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f,
+    -0.18477343022823334f, -0.09105003625154495f, 0.0f, 0.07958029955625534f, 0.16093020141124725f,
+    0.24611230194568634f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,
+    0.7229568362236023f, 1.0f};
+
+// bins[i]: the dynamic code nearest -1 + 2i / 65535 (by the midpoints, ties to the lower code).
+std::vector<uint8_t> DynamicBins(const torch::Tensor& code) {
+  const float* c = code.data_ptr<float>();
+  std::array<float, 255> mid;
+  for (int i = 0; i < 255; ++i) mid[i] = 0.5f * (c[i] + c[i + 1]);
+  std::vector<uint8_t> bins(kBins);
+  int k = 0;
+  for (int64_t i = 0; i < kBins; ++i) {
+    const float v = -1.0f + (2.0f * static_cast<float>(i)) / static_cast<float>(kBins - 1);
+    while (k < 255 && mid[k] < v) ++k;
+    bins[i] = static_cast<uint8_t>(k);
+  }
+  return bins;
+}
+
+// x's 8-bit codes per 256 (absmax2, one per 256) as described in Note [NF4].
+void QuantizeAbsmax(const torch::Tensor& x, Nf4Tensor* q) {
+  static const std::vector<uint8_t> bins = DynamicBins(DynamicCode());
+  const int64_t n = x.numel(), blocks = (n + kAbsmaxBlock - 1) / kAbsmaxBlock;
+  q->absmax_q = torch::empty({n}, torch::kUInt8);
+  q->absmax2 = torch::empty({blocks}, torch::kFloat32);
+  const float* in = x.data_ptr<float>();
+  uint8_t* out = q->absmax_q.data_ptr<uint8_t>();
+  float* scale = q->absmax2.data_ptr<float>();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * kAbsmaxBlock, end = std::min(n, begin + kAbsmaxBlock);
+    float m = 0.0f;
+    for (int64_t i = begin; i < end; ++i) m = std::max(m, std::fabs(in[i]));
+    scale[b] = m;
+    if (m == 0.0f) {
+      std::fill(out + begin, out + end, uint8_t{0});
+      continue;
+    }
+    const float inv = 1.0f / m;
+    for (int64_t i = begin; i < end; ++i) {
+      const float v = std::clamp(in[i] * inv, -1.0f, 1.0f);
+      const float position = (v + 1.0f) * 0.5f * static_cast<float>(kBins - 1) + 0.5f;
+      out[i] = bins[static_cast<uint16_t>(position)];
+    }
+  }
+}
+
+}  // namespace
+
+int64_t Nf4Tensor::numel() const { return c10::multiply_integers(shape); }
+int64_t Nf4Tensor::bytes() const {
+  return packed.numel() + absmax_q.numel() + absmax2.numel() * 4 + static_cast<int64_t>(sizeof offset);
+}
+
+const torch::Tensor& Nf4Code() {
+  static const torch::Tensor code = torch::tensor(std::vector<float>(kNf4.begin(), kNf4.end()));
+  return code;
+}
+
+// bitsandbytes' create_dynamic_map(signed=True): for exponents 1e-6 .. 1, the means of
+// consecutive points of linspace(0.1, 1, 2^i + 1) scaled by 10^(i-6), both signs, then 0 and
+// 1, sorted.
+const torch::Tensor& DynamicCode() {
+  static const torch::Tensor code = [] {
+    std::vector<float> values;
+    for (int i = 0; i < 7; ++i) {
+      const torch::Tensor b = torch::linspace(0.1, 1, (1 << i) + 1, torch::kFloat32);
+      const torch::Tensor means = (b.narrow(0, 0, b.size(0) - 1) + b.narrow(0, 1, b.size(0) - 1)) / 2.0;
+      const double scale = std::pow(10.0, i - 6);
+      for (const torch::Tensor& t : {means * scale, means * -scale}) {
+        const float* p = t.data_ptr<float>();
+        values.insert(values.end(), p, p + t.numel());
+      }
+    }
+    values.push_back(0.0f);
+    values.push_back(1.0f);
+    std::sort(values.begin(), values.end());
+    STRATA_CHECK(values.size() == 256) << values.size();
+    return torch::tensor(values);
+  }();
+  return code;
+}
+
+Nf4Tensor QuantizeNf4(const torch::Tensor& w) {
+  STRATA_CHECK(w.is_cpu() && w.is_floating_point() && w.numel() > 0) << "NF4 of " << w.sizes() << " " << w.dtype();
+  torch::NoGradGuard no_grad;
+  Nf4Tensor q;
+  q.shape = w.sizes().vec();
+  const torch::Tensor a = w.reshape(-1).to(torch::kFloat32);
+  const int64_t n = a.numel(), full = n - n % kBlock;
+  torch::Tensor absmax = torch::empty({0}, torch::kFloat32), scaled = torch::empty({0}, torch::kFloat32);
+  if (full > 0) {
+    const torch::Tensor blocks = a.narrow(0, 0, full).view({-1, kBlock});
+    absmax = std::get<0>(blocks.abs().max(-1));
+    scaled = (blocks * absmax.clamp_min(1e-38).reciprocal().view({-1, 1})).clamp(-1, 1).reshape(-1);
+  }
+  if (full < n) {  // the tail: divided by its absmax, which is stored clamped
+    const torch::Tensor tail = a.narrow(0, full, n - full);
+    const torch::Tensor m = tail.abs().max().clamp_min(1e-38);
+    absmax = torch::cat({absmax, m.unsqueeze(0)});
+    scaled = torch::cat({scaled, (tail / m).clamp(-1, 1)});
+  }
+  if (scaled.numel() % 2) scaled = torch::cat({scaled, torch::zeros({1}, torch::kFloat32)});
+  const torch::Tensor& code = Nf4Code();
+  const torch::Tensor midpoints = (code.narrow(0, 0, 15) + code.narrow(0, 1, 15)) / 2;
+  const torch::Tensor codes = torch::bucketize(scaled, midpoints, /*out_int32=*/true).to(torch::kUInt8);
+  q.packed = codes.slice(0, 0, codes.numel(), 2).bitwise_left_shift(4).bitwise_or(codes.slice(0, 1, codes.numel(), 2));
+  const torch::Tensor offset = absmax.mean();
+  q.offset = offset.item<float>();
+  QuantizeAbsmax((absmax - offset).contiguous(), &q);
+  return q;
+}
+
+torch::Tensor DequantizeNf4(const Nf4Tensor& q, torch::ScalarType dtype) {
+  const int64_t n = q.numel(), blocks = q.absmax_q.numel();
+  STRATA_CHECK(q.packed.numel() == (n + 1) / 2 && blocks == (n + kBlock - 1) / kBlock) << "a malformed NF4 tensor";
+  const float* dynamic = DynamicCode().data_ptr<float>();
+  const uint8_t* aq = q.absmax_q.data_ptr<uint8_t>();
+  const float* a2 = q.absmax2.data_ptr<float>();
+  torch::Tensor absmax = torch::empty({blocks}, torch::kFloat32);
+  float* am = absmax.data_ptr<float>();
+  for (int64_t b = 0; b < blocks; ++b) am[b] = dynamic[aq[b]] * a2[b / kAbsmaxBlock];
+  absmax = absmax + torch::tensor(q.offset);  // as bitsandbytes: a tensor add
+  am = absmax.data_ptr<float>();
+  torch::Tensor out = torch::empty({n}, torch::kFloat32);
+  float* o = out.data_ptr<float>();
+  const uint8_t* p = q.packed.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t byte = p[i / 2];
+    o[i] = kNf4[i % 2 == 0 ? byte >> 4 : byte & 0x0F] * am[i / kBlock];
+  }
+  return out.view(q.shape).to(dtype);
+}
+
+}  // namespace strata::model
