@@ -28,6 +28,7 @@
 #include "src/engine/update/update_mode.h"
 #include "src/engine/update/update_window.h"
 #include "src/model/model.h"
+#include "src/model/packed_sequences.h"
 #include "strata/cpu_adam.h"
 #include "strata/pinned_pool.h"
 #include "strata/tiered_store.h"
@@ -134,9 +135,9 @@ struct Activations {
   // the tiers]), and which of the step's passes through each block this is.
   BlockInputStash* stash = nullptr;
   size_t pass = 0;
-  // Packed examples (strata.data.packing): the rows' positions [B, T] on the CPU, armed around
-  // every block's forward and recomputation (Note [Packed sequences]); undefined otherwise.
-  torch::Tensor positions;
+  // Packed examples (strata.data.packing): the rows' layout, armed around every block's forward
+  // and recomputation (Note [Packed sequences]); null for plain rows.
+  std::shared_ptr<const model::PackedLayout> packing;
   void Reset(int blocks, bool keep) {
     inputs.assign(blocks, torch::Tensor());
     outputs.assign(keep ? blocks : 0, torch::Tensor());

@@ -63,12 +63,12 @@ Status Engine::Impl::LayerMajor(const StepInputs& in, Gatherer& gather, double* 
     acts[p].Reset(n, cfg.keep_activations);
     acts[p].stash = &stash;
     acts[p].pass = p;
-    acts[p].positions = in.batches[p].positions;
+    if (!fused) acts[p].packing = model::PackedLayout::Of(in.batches[p].positions);
   }
   if (fused && in.batches[0].positions.defined()) {  // the stacked rows' positions, stacked alike
     std::vector<torch::Tensor> positions;
     for (const data::Batch& batch : in.batches) positions.push_back(batch.positions);
-    acts[0].positions = torch::cat(positions, 0);
+    acts[0].packing = model::PackedLayout::Of(torch::cat(positions, 0));
   }
   optimizer.window.ReadStatesEarly();
   optimizer.mode->BeginLastMicroBatch(in.mbs.back().step);

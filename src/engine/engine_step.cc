@@ -16,7 +16,6 @@
 #include <limits>
 
 #include "src/engine/engine_impl.h"
-#include "src/model/packed_sequences.h"
 #include "src/model/tiled_loss.h"
 #include "src/model/tiled_rows.h"
 #include "src/engine/loss_weights.h"
@@ -282,7 +281,7 @@ Status Engine::Impl::ForwardBlock(int b, Pass pass, torch::Tensor* x, Activation
     std::optional<model::LoraDropoutScope> dropout;
     if (train) ArmLoraDropout(b, mb, &dropout);
     std::optional<model::PackedSequencesScope> packed;  // eval: Forward armed it
-    if (act && act->positions.defined()) packed.emplace(act->positions);
+    if (act) packed.emplace(act->packing);
     const model::MlpTilingScope mlp_tiles(cfg.mlp_chunk);  // Note [Tiled MLP]
     if (train && cfg.keep_activations) {  // each block its own graph, from its input (a leaf) to its output
       torch::Tensor in = b == 0 ? *x : x->detach().requires_grad_(true);
@@ -350,8 +349,7 @@ Status Engine::Impl::BackwardBlock(int b, Activations& act, const MicroBatch& mb
   return TorchCall("backward", [&] {
     std::optional<model::LoraDropoutScope> dropout;
     ArmLoraDropout(b, mb, &dropout);  // a recomputation draws the forward's masks
-    std::optional<model::PackedSequencesScope> packed;
-    if (act.positions.defined()) packed.emplace(act.positions);
+    const model::PackedSequencesScope packed(act.packing);
     const model::MlpTilingScope mlp_tiles(cfg.mlp_chunk);
     if (!act.outputs.empty()) {  // kept
       act.outputs[b].backward(act.grad_out);
@@ -381,10 +379,13 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_wei
   STRATA_CHECK(!train || act) << "a training forward needs somewhere to keep its activations";
   torch::Tensor x, targets, mask;
   STRATA_RETURN_IF_ERROR(BatchToDevice(batch, &x, &targets, &mask));
-  if (train) act->Reset(n, cfg.keep_activations);
-  if (train) act->positions = batch.positions;
-  std::optional<model::PackedSequencesScope> packed;  // training: per block, from act
-  if (!train && batch.positions.defined()) packed.emplace(batch.positions);
+  std::shared_ptr<const model::PackedLayout> packing = model::PackedLayout::Of(batch.positions);
+  if (train) {
+    act->Reset(n, cfg.keep_activations);
+    act->packing = packing;  // armed per block, in its forward and its backward
+  }
+  std::optional<model::PackedSequencesScope> packed;
+  if (!train) packed.emplace(packing);
   for (int b = 0; b < n - 1; ++b) {
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
     STRATA_RETURN_IF_ERROR(ForwardBlock(b, pass, &x, act, mb));

@@ -12,7 +12,8 @@
 //   * everything else in a block is token by token (norms, projections, the MLP) and the
 //     loss is per target, so padding needs only the loss mask.
 // The layout is set per thread by a scope, like LoRA dropout's seed, so the blocks' Forward
-// keeps its one argument and the engine arms it where it arms the dropout.
+// keeps its one argument and the engine arms it where it arms the dropout; it is made once
+// per micro-batch (its examples found, its positions copied to the device once), not per block.
 #include "src/model/packed_sequences.h"
 
 #include "src/model/layers.h"
@@ -21,23 +22,19 @@
 namespace strata::model {
 namespace {
 
-const detail::PackedLayout*& CurrentLayout() {
-  static thread_local const detail::PackedLayout* current = nullptr;
+const PackedLayout*& CurrentLayout() {
+  static thread_local const PackedLayout* current = nullptr;
   return current;
 }
 
 }  // namespace
 
-PackedSequencesScope::PackedSequencesScope(const torch::Tensor& positions) : previous_(CurrentLayout()) {
-  CurrentLayout() = positions.defined() ? new detail::PackedLayout(positions) : nullptr;
+PackedSequencesScope::PackedSequencesScope(std::shared_ptr<const PackedLayout> layout)
+    : layout_(std::move(layout)), previous_(CurrentLayout()) {
+  CurrentLayout() = layout_.get();
 }
 
-PackedSequencesScope::~PackedSequencesScope() {
-  delete CurrentLayout();
-  CurrentLayout() = static_cast<const detail::PackedLayout*>(previous_);
-}
-
-namespace detail {
+PackedSequencesScope::~PackedSequencesScope() { CurrentLayout() = previous_; }
 
 PackedLayout::PackedLayout(const torch::Tensor& positions) {
   STRATA_CHECK(positions.dim() == 2 && positions.scalar_type() == torch::kInt64 && positions.is_cpu())
@@ -65,11 +62,17 @@ PackedLayout::PackedLayout(const torch::Tensor& positions) {
 
 const PackedLayout* PackedLayout::Current() { return CurrentLayout(); }
 
+std::shared_ptr<const PackedLayout> PackedLayout::Of(const torch::Tensor& positions) {
+  return positions.defined() ? std::make_shared<const PackedLayout>(positions) : nullptr;
+}
+
 const torch::Tensor& PackedLayout::PositionsOn(const torch::Device& device) const {
   if (device.is_cpu()) return positions_;
   if (!on_device_.defined() || on_device_.device() != device) on_device_ = positions_.to(device);
   return on_device_;
 }
+
+namespace detail {
 
 torch::Tensor PackedCausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const PackedLayout& layout) {

@@ -5,35 +5,26 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
 namespace strata::model {
 
-// While it lives, the blocks run on this thread treat their rows as packed examples laid
-// out by `positions` (int64 [B, T] on the CPU): an example is a run of positions 0, 1, 2, ...;
-// a 0 starts the next one. Undefined positions arm nothing (plain causal rows). The engine
-// arms it around a micro-batch's forward, its recomputation and its evaluation.
-class PackedSequencesScope {
- public:
-  explicit PackedSequencesScope(const torch::Tensor& positions);
-  ~PackedSequencesScope();
-  PackedSequencesScope(const PackedSequencesScope&) = delete;
-  PackedSequencesScope& operator=(const PackedSequencesScope&) = delete;
-
- private:
-  const void* previous_;
-};
-
-namespace detail {
-
-// The armed layout: the positions, and each row's examples as (first token, length).
+// A batch's packed examples, laid out by `positions` (int64 [B, T] on the CPU): an example is a
+// run of positions 0, 1, 2, ...; a 0 starts the next one. Made once per micro-batch: each
+// block's forward and recomputation reads the same one (and its copy of the positions on the
+// device, made once).
 class PackedLayout {
  public:
   explicit PackedLayout(const torch::Tensor& positions);
-  static const PackedLayout* Current();  // null when no scope is armed on this thread
+  // The layout armed on this thread (PackedSequencesScope); null when none is.
+  static const PackedLayout* Current();
+  // A layout of `positions`, or null when they are undefined (plain causal rows).
+  static std::shared_ptr<const PackedLayout> Of(const torch::Tensor& positions);
   int64_t rows() const { return static_cast<int64_t>(segments_.size()); }
   int64_t length() const { return length_; }
+  // Row `row`'s examples as (first token, length).
   const std::vector<std::pair<int64_t, int64_t>>& segments(int64_t row) const { return segments_[row]; }
   // Positions [B, T] on `device` (copied there once).
   const torch::Tensor& PositionsOn(const torch::Device& device) const;
@@ -45,9 +36,27 @@ class PackedLayout {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> segments_;
 };
 
+// While it lives, the blocks run on this thread treat their rows as the layout's packed
+// examples; a null layout (or undefined positions) arms nothing. The engine arms it around a
+// micro-batch's block forwards, their recomputation and its evaluation.
+class PackedSequencesScope {
+ public:
+  explicit PackedSequencesScope(std::shared_ptr<const PackedLayout> layout);
+  explicit PackedSequencesScope(const torch::Tensor& positions) : PackedSequencesScope(PackedLayout::Of(positions)) {}
+  ~PackedSequencesScope();
+  PackedSequencesScope(const PackedSequencesScope&) = delete;
+  PackedSequencesScope& operator=(const PackedSequencesScope&) = delete;
+
+ private:
+  std::shared_ptr<const PackedLayout> layout_;
+  const PackedLayout* previous_;
+};
+
+namespace detail {
+
 // Causal attention of q [B, H, T, D] over k, v [B, Hkv, T, D] within each example of the
-// layout: one kernel call per example (a variable-length attention), nothing computed
-// across examples. Returns [B, T, H * D] like CausalAttention.
+// layout: one kernel call per example (a variable-length attention), nothing computed across
+// examples. Returns [B, T, H * D] like CausalAttention.
 torch::Tensor PackedCausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const PackedLayout& layout);
 
