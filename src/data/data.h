@@ -67,6 +67,9 @@ class TokenDataset {
   int64_t WindowStart(Split split, uint64_t sequence) const;
   // With examples: the split's row that sequence number `sequence` reads.
   int64_t RowOf(Split split, uint64_t sequence) const;
+  const ExampleRows& split_rows(Split split) const { return rows_[split == Split::kTrain ? 0 : 1]; }
+  // Uniform in [0, n), keyed by (seed, stream, sequence) only (Note [Batch sampling]).
+  uint64_t Draw(uint64_t stream, uint64_t sequence, uint64_t n) const;
   // Position of sequence number `sequence` in the seeded order of its epoch of `count`.
   uint64_t EpochOrder(uint64_t sequence, uint64_t count) const;
   std::vector<int32_t> tokens_;

@@ -168,14 +168,14 @@ Status TokenDataset::OpenExamples(const DataConfig& config) {
   }
   rows_[0] = BuildExampleRows(starts, 0, eval_begin_, eval_begin_, seq_len_, config.packing, config.long_examples);
   rows_[1] = BuildExampleRows(starts, eval_begin_, n, n, seq_len_, config.packing, config.long_examples);
-  for (auto [split, rows] : {std::pair{"train", &rows_[0]}, std::pair{"held-out", &rows_[1]}})
-    if (rows->rows() == 0)
+  const auto train_examples = std::lower_bound(starts.begin(), starts.end(), eval_begin_) - starts.begin();
+  for (auto [split, built, examples, tokens] :
+       {std::tuple{"train", &rows_[0], train_examples, eval_begin_},
+        std::tuple{"held-out", &rows_[1], static_cast<int64_t>(starts.size()) - train_examples, n - eval_begin_}})
+    if (built->rows() == 0)
       return InvalidArgument("token file '{}': the {} split has no example with a target ({} examples of {} tokens "
                              "start in it{})",
-                             config.path, split, std::count_if(starts.begin(), starts.end(), [&](int64_t s) {
-                               return split[0] == 't' ? s < eval_begin_ : s >= eval_begin_;
-                             }),
-                             split[0] == 't' ? eval_begin_ : n - eval_begin_,
+                             config.path, split, examples, tokens,
                              config.eval_path.empty() ? "; strata.data.eval_fraction sets the held-out share" : "");
   packing_ = config.packing;
   description_ += fmt::format("; {} {} examples in {} rows ({} longer than a row, {})", rows_[0].examples,
@@ -245,14 +245,10 @@ uint64_t TokenDataset::EpochOrder(uint64_t sequence, uint64_t count) const {
 
 // Note [Examples]: sequences pick rows as they pick windows, in the epoch's order or at random.
 int64_t TokenDataset::RowOf(Split split, uint64_t sequence) const {
-  const ExampleRows& rows = rows_[split == Split::kTrain ? 0 : 1];
-  const auto count = static_cast<uint64_t>(rows.rows());
+  const auto count = static_cast<uint64_t>(split_rows(split).rows());
   if (epochs_ && split == Split::kTrain) return static_cast<int64_t>(EpochOrder(sequence, count));
-  uint64_t state = seed_;
-  state = SplitMix(state) ^ (split == Split::kTrain ? 0x726F7773ULL : 0x6576726FULL);  // "rows" / "evro"
-  state = SplitMix(state) ^ sequence;
-  SplitMix(state);
-  return static_cast<int64_t>(Below(state, count));
+  const uint64_t stream = split == Split::kTrain ? 0x726F7773ULL : 0x6576726FULL;  // "rows" / "evro"
+  return static_cast<int64_t>(Draw(stream, sequence, count));
 }
 
 int64_t TokenDataset::WindowStart(Split split, uint64_t sequence) const {
@@ -261,12 +257,16 @@ int64_t TokenDataset::WindowStart(Split split, uint64_t sequence) const {
   const int64_t begin = split == Split::kTrain ? 0 : eval_begin_;
   const int64_t starts = tokens(split) - seq_len_;  // offsets begin .. begin + starts - 1 fit T + 1 tokens
   STRATA_CHECK(starts >= 1) << "split too short for a sequence; Open() checks this";
-  uint64_t base = seed_;
-  base = SplitMix(base) ^ (split == Split::kTrain ? 0x7472616EULL : 0x6576616CULL);  // "tran" / "eval"
-  uint64_t state = base;
+  const uint64_t stream = split == Split::kTrain ? 0x7472616EULL : 0x6576616CULL;  // "tran" / "eval"
+  return begin + static_cast<int64_t>(Draw(stream, sequence, static_cast<uint64_t>(starts)));
+}
+
+uint64_t TokenDataset::Draw(uint64_t stream, uint64_t sequence, uint64_t n) const {
+  uint64_t state = seed_;
+  state = SplitMix(state) ^ stream;
   state = SplitMix(state) ^ sequence;
   SplitMix(state);
-  return begin + static_cast<int64_t>(Below(state, static_cast<uint64_t>(starts)));
+  return Below(state, n);
 }
 
 Batch TokenDataset::Get(Split split, uint64_t index, int64_t batch_size) const {
@@ -284,7 +284,7 @@ Batch TokenDataset::Get(Split split, uint64_t index, int64_t batch_size) const {
     int64_t* positions = batch.positions.data_ptr<int64_t>();
     for (int64_t b = 0; b < batch_size; ++b) {
       const int64_t row = RowOf(split, index * static_cast<uint64_t>(batch_size) + static_cast<uint64_t>(b));
-      FillExampleRow(rows_[split == Split::kTrain ? 0 : 1], row, tokens_.data(), mask_.empty() ? nullptr : mask_.data(),
+      FillExampleRow(split_rows(split), row, tokens_.data(), mask_.empty() ? nullptr : mask_.data(),
                      T, in + b * T, out + b * T, mask + b * T, positions + b * T);
     }
     return batch;
@@ -308,11 +308,11 @@ int64_t TokenDataset::LossTokens(Split split, uint64_t first, uint64_t count, in
   int64_t n = 0;
   const uint64_t rows = count * static_cast<uint64_t>(batch_size);
   if (packing_ != Packing::kWindows) {  // the targets of each row's pieces whose mask byte is set
-    const ExampleRows& split_rows = rows_[split == Split::kTrain ? 0 : 1];
+    const ExampleRows& built = split_rows(split);
     for (uint64_t row = first * static_cast<uint64_t>(batch_size), end = row + rows; row < end; ++row) {
       const int64_t r = RowOf(split, row);
-      for (int64_t i = split_rows.first[r]; i < split_rows.first[r + 1]; ++i) {
-        const Piece& p = split_rows.pieces[i];
+      for (int64_t i = built.first[r]; i < built.first[r + 1]; ++i) {
+        const Piece& p = built.pieces[i];
         n += mask_.empty() ? p.length - 1 : std::count(mask_.begin() + p.begin + 1, mask_.begin() + p.begin + p.length, 1);
       }
     }
