@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <vector>
@@ -15,10 +14,6 @@
 
 namespace strata::data {
 namespace {
-
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 std::string Le(uint64_t v, int width) {
   std::string out;
@@ -43,9 +38,9 @@ struct ExampleFiles {
       }
       at += lengths[i];
     }
-    WriteBytes(tokens, bytes);
-    WriteBytes(tokens + ".mask", mask);
-    WriteBytes(tokens + ".examples", starts);
+    testing::WriteBytes(tokens, bytes);
+    testing::WriteBytes(tokens + ".mask", mask);
+    testing::WriteBytes(tokens + ".examples", starts);
   }
   DataConfig Config(Packing packing, LongExamples long_examples = LongExamples::kSplit) const {
     DataConfig c;
@@ -209,7 +204,7 @@ TEST(ExampleData, MissingOrMismatchedExamplesAreErrorsNamingTheFiles) {
   auto missing = TokenDataset::Open(f.Config(Packing::kNone), 100000, 16);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find(f.tokens + ".examples"), std::string::npos) << missing.status().message();
-  WriteBytes(f.tokens + ".examples", Le(0, 8) + Le(100000, 8));
+  testing::WriteBytes(f.tokens + ".examples", Le(0, 8) + Le(100000, 8));
   auto beyond = TokenDataset::Open(f.Config(Packing::kNone), 100000, 16);
   ASSERT_FALSE(beyond.ok());
   EXPECT_NE(beyond.status().message().find("replaced without its examples file"), std::string::npos)

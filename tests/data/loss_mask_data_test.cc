@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <fstream>
 #include <vector>
 
 #include "src/data/data.h"
@@ -13,10 +12,6 @@
 
 namespace strata::data {
 namespace {
-
-void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 // 400 uint16 tokens (token i = i), and a mask that trains every third token.
 struct Files {
@@ -31,8 +26,8 @@ struct Files {
       bytes.push_back(static_cast<char>(i >> 8));
       mask_bytes.push_back(i % 3 == 0 ? 1 : 0);
     }
-    WriteFile(tokens, bytes);
-    WriteFile(mask, mask_bytes);
+    testing::WriteBytes(tokens, bytes);
+    testing::WriteBytes(mask, mask_bytes);
   }
   DataConfig Config(const std::string& loss_mask = "auto") const {
     DataConfig c;
@@ -86,15 +81,15 @@ TEST(LossMaskData, BadMasksAreErrorsNamingTheFiles) {
     for (const std::string& n : needles) EXPECT_NE(ds.status().message().find(n), std::string::npos) << ds.status().message();
   };
   expect_error(f.Config(f.dir.path() + "/absent.mask"), {"absent.mask", "does not exist", "loss_mask"});
-  WriteFile(f.mask, f.mask_bytes.substr(1));
+  testing::WriteBytes(f.mask, f.mask_bytes.substr(1));
   expect_error(f.Config(), {f.mask, f.tokens, "399 bytes", "400 tokens"});
   std::string two = f.mask_bytes;
   two[7] = 2;
-  WriteFile(f.mask, two);
+  testing::WriteBytes(f.mask, two);
   expect_error(f.Config(), {f.mask, "position 7"});
   std::string eval_untrained = f.mask_bytes;
   for (size_t i = 300; i < 400; ++i) eval_untrained[i] = 0;
-  WriteFile(f.mask, eval_untrained);
+  testing::WriteBytes(f.mask, eval_untrained);
   expect_error(f.Config(), {f.mask, "eval split"});
   DataConfig builtin;
   builtin.loss_mask = f.mask;
@@ -153,7 +148,7 @@ TEST(EvalFile, HoldsOutTheValidationFileAndItsMask) {
   auto write_u16 = [&](const std::string& name, int first, int count) {
     std::string bytes;
     for (int i = first; i < first + count; ++i) bytes += {static_cast<char>(i & 0xFF), static_cast<char>(i >> 8)};
-    WriteFile(dir.path() + "/" + name, bytes);
+    testing::WriteBytes(dir.path() + "/" + name, bytes);
     return dir.path() + "/" + name;
   };
   DataConfig c;
@@ -173,7 +168,7 @@ TEST(EvalFile, HoldsOutTheValidationFileAndItsMask) {
   // A mask beside the validation file only: the training targets all count.
   std::string mask(40, '\0');
   for (int i = 0; i < 40; i += 2) mask[i] = 1;
-  WriteFile(c.eval_path + ".mask", mask);
+  testing::WriteBytes(c.eval_path + ".mask", mask);
   ds = TokenDataset::Open(c, 1000, 16);
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   ASSERT_TRUE((*ds)->has_loss_mask());
@@ -205,7 +200,7 @@ TEST(Epochs, EveryWindowOncePerEpochOnAnyRankCountAndAfterAResume) {
   for (int i = 0; i < 1000; ++i) bytes += {static_cast<char>(i & 0xFF), static_cast<char>(i >> 8)};
   DataConfig c;
   c.path = dir.path() + "/tokens.u16";
-  WriteFile(c.path, bytes);
+  testing::WriteBytes(c.path, bytes);
   c.eval_fraction = 0.1;  // 900 training tokens: 59 windows of 16 + 1
   c.epochs = 2;
   auto ds = TokenDataset::Open(c, 1000, 16);

@@ -19,22 +19,10 @@ namespace strata {
 namespace {
 
 using testing::ExpectSameRun;
+using testing::RecomputedLlama;
 using testing::RunEngine;
 using testing::RunResult;
 using testing::TempDir;
-
-// The tiny untied LLaMA, recomputed, its states and weights on NVMe, 2 micro-batches a step.
-TrainConfig RecomputedLlama(const std::string& dir, StepSchedule schedule) {
-  TrainConfig c = testing::TinyConfig(dir);
-  c.model.arch = model::Arch::kLlama;
-  c.model.tie_embeddings = false;
-  c.model.n_kv_head = 2;
-  c.grad_accum = 2;
-  c.recompute = Recompute::kAlways;
-  c.schedule_setting = schedule;
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
-  return c;
-}
 
 TrainConfig At(TrainConfig c, BlockInputsAt at) {
   c.block_inputs = at;

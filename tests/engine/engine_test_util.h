@@ -35,6 +35,20 @@ inline TrainConfig TinyConfig(const std::string& nvme_dir) {
   return *c;
 }
 
+// The tiny untied LLaMA (grouped-query attention), recomputed, its states and weights on
+// NVMe, 2 micro-batches a step, on `schedule`.
+inline TrainConfig RecomputedLlama(const std::string& dir, StepSchedule schedule) {
+  TrainConfig c = TinyConfig(dir);
+  c.model.arch = model::Arch::kLlama;
+  c.model.tie_embeddings = false;
+  c.model.n_kv_head = 2;
+  c.grad_accum = 2;
+  c.recompute = Recompute::kAlways;
+  c.schedule_setting = schedule;
+  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  return c;
+}
+
 // A rank's whole state by tensor name, as VisitState gives it (what a checkpoint holds), and
 // back into an engine of the same shape.
 using StateBytes = std::map<std::string, std::vector<std::byte>>;

@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 #include <random>
 
 #include "src/model/model.h"
@@ -25,15 +24,11 @@ using testing::RunEngine;
 using testing::TempDir;
 using testing::TinyConfig;
 
-void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
 // tokens.u16 and, when `mask` is not empty, tokens.u16.mask (found by loss_mask "auto").
 std::string WriteData(const std::string& dir, const std::vector<uint16_t>& tokens, const std::vector<uint8_t>& mask) {
   const std::string path = dir + "/tokens.u16";
-  WriteFile(path, std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2));
-  if (!mask.empty()) WriteFile(path + ".mask", std::string(mask.begin(), mask.end()));
+  testing::WriteBytes(path, std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2));
+  if (!mask.empty()) testing::WriteBytes(path + ".mask", std::string(mask.begin(), mask.end()));
   return path;
 }
 

@@ -4,7 +4,6 @@
 // schedules, fused micro-batches); on the fake asynchronous device it is bitwise the host.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <random>
 
 #include "src/model/model.h"
@@ -18,10 +17,6 @@ namespace {
 using testing::RunEngine;
 using testing::RunResult;
 using testing::TempDir;
-
-void WritePackedFile(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 // Examples of a prompt (3..20 tokens, untrained) and a completion (2..14, trained), with the
 // token file's mask and examples files; some longer than a row of 32 are split.
@@ -41,23 +36,16 @@ std::string WriteExamples(const std::string& dir) {
     at += prompt + completion;
   }
   const std::string path = dir + "/sft.u16";
-  WritePackedFile(path, tokens);
-  WritePackedFile(path + ".mask", mask);
-  WritePackedFile(path + ".examples", starts);
+  testing::WriteBytes(path, tokens);
+  testing::WriteBytes(path + ".mask", mask);
+  testing::WriteBytes(path + ".examples", starts);
   return path;
 }
 
 TrainConfig PackedLlama(const std::string& dir, StepSchedule schedule) {
-  TrainConfig c = testing::TinyConfig(dir);
-  c.model.arch = model::Arch::kLlama;
-  c.model.tie_embeddings = false;
-  c.model.n_kv_head = 2;
+  TrainConfig c = testing::RecomputedLlama(dir, schedule);
   c.micro_batch = 2;
-  c.grad_accum = 2;
-  c.recompute = Recompute::kAlways;
   c.block_inputs = BlockInputsAt::kNvme;
-  c.schedule_setting = schedule;
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
   c.no_decay = std::vector<std::string>{};  // the reference decays every parameter
   c.data.path = WriteExamples(dir);
   c.data.packing = data::Packing::kPacked;

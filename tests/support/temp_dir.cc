@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 namespace strata::testing {
@@ -35,6 +36,11 @@ std::string TmpfsDir() {
   constexpr long kTmpfsMagic = 0x01021994;
   if (statfs("/dev/shm", &s) == 0 && s.f_type == kTmpfsMagic) return "/dev/shm";
   return "";
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 }  // namespace strata::testing

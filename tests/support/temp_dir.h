@@ -23,6 +23,9 @@ class TempDir {
 // temporary left beside it.
 std::vector<std::string> EntryNames(const std::string& dir);
 
+// Writes `bytes` to `path` (created or replaced): a test's input files.
+void WriteBytes(const std::string& path, const std::string& bytes);
+
 // A tmpfs folder (/dev/shm) for the fallback-engine tests, or "" if there is none.
 std::string TmpfsDir();
 
