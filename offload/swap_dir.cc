@@ -24,6 +24,9 @@ constexpr const char* kPrefix = "strata-swap-";
 // This process's live folders, for RemoveThisProcessSwapFolders (a signal ending the run).
 std::mutex g_live_mu;
 std::set<std::string> g_live;
+// Set by RemoveThisProcessSwapFolders: the process is ending on a signal, and a folder made
+// after its sweep (another tier still starting up) would outlive it in view.
+bool g_stopping = false;
 
 // Out of view first (a hidden name), so sibling ranks scanning nvme_path never see a
 // half-removed folder, and a process killed mid-way leaves a hidden ".removing" folder that
@@ -123,6 +126,8 @@ StatusOr<std::unique_ptr<SwapDir>> SwapDir::Create(const std::string& parent, in
   // (RemoveThisProcessSwapFolders) waits for it instead of missing a folder that is already
   // in view but not yet in g_live.
   std::lock_guard<std::mutex> lock(g_live_mu);
+  if (g_stopping)
+    return Error(StatusCode::kFailedPrecondition, "not creating a swap folder in '{}': the process is stopping", parent);
   if (mkdir(staging.c_str(), 0700) != 0) return ErrnoError(errno, "cannot create swap folder '{}'", staging);
   const std::string lock_path = staging + "/" + kLockName;
   int lock_fd = open(lock_path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
@@ -146,6 +151,7 @@ SwapDir::~SwapDir() {
 
 std::vector<std::string> RemoveThisProcessSwapFolders() {
   std::lock_guard<std::mutex> lock(g_live_mu);
+  g_stopping = true;
   std::vector<std::string> removed(g_live.begin(), g_live.end());
   for (const std::string& path : removed) RemoveFolder(path);
   g_live.clear();

@@ -70,7 +70,7 @@ struct StaleSwapFolder {
 
 // Removes every swap folder this process holds now, whatever uses their files (for a
 // process about to exit on a signal: nothing is left on disk); returns their paths. The
-// tiers' later destruction removes nothing more.
+// tiers' later destruction removes nothing more, and no folder is created after it.
 std::vector<std::string> RemoveThisProcessSwapFolders();
 
 using ExtentId = uint32_t;

@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -22,6 +24,14 @@ namespace strata::cli {
 namespace {
 
 int g_wake[2] = {-1, -1};  // the handler writes the signal number, the watcher reads it
+
+// Held by the watcher from its wake-up to its _exit, and by an exit() that comes first:
+// whichever ends the process, the other never runs beside it. Without it a thread returning
+// from main (an error the stop itself caused) ended the process in the middle of the
+// watcher's removal, leaving a half-removed swap folder.
+std::mutex g_ending_mu;
+
+void WaitForTheWatcher() { g_ending_mu.lock(); }  // never unlocked: the process is ending
 
 void OnSignal(int sig) {
   const unsigned char b = static_cast<unsigned char>(sig);
@@ -53,6 +63,7 @@ bool StopChildren() {
   while (read(g_wake[0], &b, 1) != 1) {
   }
   const int sig = b;
+  g_ending_mu.lock();  // never unlocked: _exit below ends the process
   LogWarn("got {}: stopping; removing this process's swap folders", strsignal(sig));
   const std::vector<std::string> removed = RemoveThisProcessSwapFolders();
   // A child (bench io's fio) would go on writing into its folder, even create it again.
@@ -72,6 +83,7 @@ bool StopChildren() {
 void StopOnSignals() {
   if (g_wake[0] >= 0) return;  // installed already
   if (pipe2(g_wake, O_CLOEXEC | O_NONBLOCK) != 0) return;
+  std::atexit(WaitForTheWatcher);
   // The watcher blocks on the read end: make only the write end non-blocking.
   fcntl(g_wake[0], F_SETFL, 0);
   std::thread(Watch).detach();

@@ -104,10 +104,14 @@ std::optional<int> Reap(std::vector<Child>& children, bool stopping) {
       code = 1;
     } else if (WIFSIGNALED(status)) {
       code = 128 + WTERMSIG(status);
-      if (!stopping) LogError("rank {} killed by signal {} ({})", c.rank, WTERMSIG(status), strsignal(WTERMSIG(status)));
+      // While stopping, the ranks end on the signal they were sent (their own handlers exit
+      // with 128 + it); one that died of anything else is named, as a stop it did not finish.
+      if (!stopping || (WTERMSIG(status) != SIGTERM && WTERMSIG(status) != SIGINT))
+        LogError("rank {} killed by signal {} ({}){}", c.rank, WTERMSIG(status), strsignal(WTERMSIG(status)),
+                 stopping ? " while stopping" : "");
     } else {
       code = WEXITSTATUS(status);
-      if (code != 0 && !stopping) LogError("rank {} exited with code {}", c.rank, code);
+      if (code != 0 && (!stopping || code < 128)) LogError("rank {} exited with code {}{}", c.rank, code, stopping ? " while stopping" : "");
     }
     if (code != 0 && !failure) failure = code;
   }
@@ -192,6 +196,8 @@ int LaunchLocalRanks(const LaunchOptions& opts) {
       stop_all();
     }
     if (Clock::now() >= kill_at) {
+      for (const Child& c : children)
+        if (c.running) LogWarn("launcher: rank {} did not stop within {} ms; killing it", c.rank, opts.grace.count());
       SignalRunning(children, SIGKILL);
       kill_at = Clock::time_point::max();
     }

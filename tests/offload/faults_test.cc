@@ -345,5 +345,27 @@ TEST(Faults, HiddenFolderWhoseLockIsFreeIsReportedAtOnce) {
   EXPECT_TRUE(std::filesystem::exists(held));
 }
 
+
+// A signal's stop removes this process's folders; a tier still starting up on another thread
+// must not make a new one after it (it would outlive the process in view). In a child
+// process: the stop is for good.
+TEST(Faults, NoSwapFolderIsMadeAfterTheStopRemovedThem) {
+  TempDir dir;
+  const pid_t child = fork();
+  if (child == 0) {
+    auto before = NvmeTier::Open(TierOptions(dir.path()));
+    if (!before.ok()) _exit(2);
+    if (RemoveThisProcessSwapFolders().size() != 1) _exit(3);
+    auto after = NvmeTier::Open(TierOptions(dir.path()));
+    const bool refused = !after.ok() && after.status().message().find("stopping") != std::string::npos;
+    _exit(refused ? 0 : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: no tier; 3: not one folder removed; 4: a folder made after the stop";
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
 }  // namespace
 }  // namespace strata
