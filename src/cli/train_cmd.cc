@@ -22,6 +22,7 @@
 #include "src/cli/commands.h"
 #include "src/cli/default_config.h"
 #include "src/cli/progress.h"
+#include "src/cli/step_heartbeat.h"
 #include "src/cli/startup_progress.h"
 #include "src/cli/stop_on_signal.h"
 #include "src/cli/train_config_cli.h"
@@ -99,6 +100,7 @@ class TrainRun {
   std::unique_ptr<Tracer> tracer_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Progress> progress_;
+  std::unique_ptr<StepHeartbeat> heartbeat_;  // lead rank: progress within a long step
   std::unique_ptr<FolderLock> save_lock_;  // rank 0's claim on --save
   std::unique_ptr<StartupProgress> startup_;      // from the data to the first step
   uint64_t rss_before_engine_ = 0, file_before_engine_ = 0;
@@ -290,6 +292,11 @@ Status TrainRun::Resume() {
   po.sequences_per_epoch = data_->epoch_windows();
   progress_ = std::make_unique<Progress>(po);
   STRATA_RETURN_IF_ERROR(progress_->Open());
+  if (lead()) {
+    heartbeat_ = std::make_unique<StepHeartbeat>(std::chrono::minutes(1),
+                                                 [this](const std::string& line) { progress_->Message(line); });
+    engine_->OnStepVisit([this](size_t done, size_t total) { heartbeat_->Visit(done, total); });
+  }
   startup_.reset();  // start-up is over
   if (lead()) PrintStartup();
   return Status();
@@ -368,6 +375,7 @@ Status TrainRun::Loop() {
   STRATA_RETURN_IF_ERROR(Eval(start_));
   for (int64_t step = start_; step < cfg_.steps; ++step) {
     const double trace_from = tracer_->Now();
+    if (heartbeat_) heartbeat_->BeginStep(step);
     auto st = engine_->Step(step, *data_);
     if (!st.ok()) return st.status().WithContext(fmt::format("rank {}", env_.rank));
     if (lead()) progress_->OnStep(*st);

@@ -178,5 +178,8 @@ uint64_t Engine::prefetch_budget_bytes() const {
 }
 const CreationStats& Engine::creation() const { return impl_->stats.creation; }
 const TrainConfig& Engine::config() const { return impl_->cfg; }
+void Engine::OnStepVisit(std::function<void(size_t done, size_t total)> observer) {
+  impl_->on_step_visit = std::move(observer);
+}
 
 }  // namespace strata

@@ -105,6 +105,10 @@ class Engine {
   bool UpdateInFlight() const;
   // Mean loss over `batches` eval batches per rank, averaged over ranks. Collective.
   StatusOr<double> EvalLoss(const data::TokenDataset& data, int64_t batches);
+  // Called on the compute thread as each block visit of a training step starts (forward,
+  // head and backward, in order), with the visits finished and the step's total: progress
+  // within a step, which at long sequences on a CPU lasts tens of minutes. Optional.
+  void OnStepVisit(std::function<void(size_t done, size_t total)> observer);
 
   // The fp32 master weights of block `b`, unflattened, by parameter name. Collective.
   StatusOr<NamedTensors> MasterParameters(int block);

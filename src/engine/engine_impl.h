@@ -228,6 +228,7 @@ struct Engine::Impl {
   Optimizer optimizer{*this};
   EngineStats stats;
   StepStats step_counts;  // what the schedules count of the running step (its block inputs' bytes)
+  std::function<void(size_t done, size_t total)> on_step_visit;  // Engine::OnStepVisit
 
   // engine.cc: set-up
   Status Init(const EngineHooks& hooks);
@@ -323,7 +324,8 @@ struct Engine::Impl {
 // Release() marks the compute that read the blocks acquired since the last Release.
 class Gatherer {
  public:
-  Gatherer(Engine::Impl& m, std::vector<Visit> plan, PrefetchScheduler* prefetch);
+  // `report_visits`: each Acquire tells m.on_step_visit (a training step's gatherer).
+  Gatherer(Engine::Impl& m, std::vector<Visit> plan, PrefetchScheduler* prefetch, bool report_visits = false);
   ~Gatherer();
   Status Acquire(int block);
   // `slot`, acquired earlier and released since, is read again by the next compute.
@@ -345,6 +347,7 @@ class Gatherer {
   size_t lookahead_;
   std::vector<Gathered> gathered_;  // one per issued visit
   size_t acquired_ = 0;
+  bool report_visits_;
   std::vector<GatherSlot*> in_use_;  // acquired, not yet released
 };
 

@@ -457,7 +457,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(visits);
   double loss_sum = 0;
   {
-    Gatherer gather(m, visits, prefetch.get());
+    Gatherer gather(m, visits, prefetch.get(), /*report_visits=*/true);
     StepCleanup cleanup(m, prefetch.get());  // on an error: what the step started, finished or undone
     m.step_counts = StepStats();
     Status s = m.cfg.layer_major ? m.LayerMajor(in, gather, &loss_sum) : m.MicroBatchMajor(in, gather, &loss_sum);

@@ -8,8 +8,12 @@
 
 namespace strata {
 
-Gatherer::Gatherer(Engine::Impl& m, std::vector<Visit> plan, PrefetchScheduler* prefetch)
-    : m_(m), plan_(std::move(plan)), prefetch_(prefetch), lookahead_(m.bufs.gather.size() > 1 ? 1 : 0) {}
+Gatherer::Gatherer(Engine::Impl& m, std::vector<Visit> plan, PrefetchScheduler* prefetch, bool report_visits)
+    : m_(m),
+      plan_(std::move(plan)),
+      prefetch_(prefetch),
+      lookahead_(m.bufs.gather.size() > 1 ? 1 : 0),
+      report_visits_(report_visits) {}
 
 Gatherer::~Gatherer() {
   // Gathers issued but never used (an error ended the pass): their copies read leases.
@@ -68,6 +72,7 @@ Status Gatherer::Acquire(int block) {
   STRATA_CHECK(acquired_ < plan_.size() && plan_[acquired_].block == block)
       << "gather plan expected block " << (acquired_ < plan_.size() ? plan_[acquired_].block : -1) << ", got "
       << block;
+  if (report_visits_ && m_.on_step_visit) m_.on_step_visit(acquired_, plan_.size());
   // This visit, and the ones ahead whose blocks the optimizer has finished (never waiting for
   // the optimizer on a block that is not needed yet).
   while (gathered_.size() < std::min(plan_.size(), acquired_ + 1 + lookahead_) &&

@@ -451,6 +451,32 @@ TEST(Engine, StepTransfersUseRegisteredMemoryOnly) {
   EXPECT_EQ(after.unregistered_bytes, before.unregistered_bytes);
 }
 
+// Engine::OnStepVisit (the progress of a long step): each training step reports its block
+// visits as they start, 0..total-1 in order, total the step's visit plan; eval reports none.
+TEST(Engine, StepVisitsAreReportedInOrderAndEvalReportsNone) {
+  TempDir dir;
+  for (StepSchedule schedule : {StepSchedule::kMicroBatch, StepSchedule::kLayerMajor}) {
+    TrainConfig c = TinyConfig(dir.path());
+    c.grad_accum = 2;
+    c.schedule_setting = schedule;
+    auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
+    ASSERT_TRUE(data.ok());
+    auto comm = MakeSingleRankCommunicator();
+    auto engine = Engine::Create(testing::Settled(c, comm->world_size()), comm.get(), nullptr);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    std::vector<std::pair<size_t, size_t>> seen;
+    (*engine)->OnStepVisit([&](size_t done, size_t total) { seen.push_back({done, total}); });
+    ASSERT_TRUE((*engine)->EvalLoss(**data, 1).ok());
+    EXPECT_TRUE(seen.empty());
+    for (int64_t step = 0; step < 2; ++step) {
+      seen.clear();
+      ASSERT_TRUE((*engine)->Step(step, **data).ok());
+      ASSERT_FALSE(seen.empty());
+      for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], std::make_pair(i, seen.size())) << i;
+    }
+  }
+}
+
 // Note [Building blocks], Note [Known zero]: creation writes the working weights and the
 // master weights only; Adam's m and v are zero without a write, read back as zeros (a
 // checkpoint taken before the first step holds them) with no disk read, and the first step
