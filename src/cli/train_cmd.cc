@@ -481,7 +481,7 @@ void AddTrainCommand(CLI::App& app, Action* action) {
   cmd->add_flag("--overwrite", a->overwrite, "let --save replace the checkpoints another run left in that folder "
                                              "(without it, a folder holding checkpoints is used only by --resume)");
   cmd->add_option("--init-from", a->init_from, "initial weights from a Hugging Face model folder (its config.json sets "
-                                               "the architecture: GPT-2, LLaMA, Mistral, Qwen2, Qwen3) or a safetensors "
+                                               "the architecture: GPT-2, LLaMA, Mistral, Qwen2, Qwen3, Phi-3) or a safetensors "
                                                "file (architecture from strata.model)");
   cmd->add_option("--metrics", a->metrics, "write one JSON object per step to FILE.jsonl");
   cmd->add_flag("--predict", a->predict, "measure this machine first (a few seconds) and print the step-time model's "

@@ -38,7 +38,7 @@ Status ParseModelKeys(JsonReader& m, model::ModelConfig* mc, std::vector<std::st
   STRATA_RETURN_IF_ERROR(m.Bool("qk_norm", &mc->qk_norm));
   STRATA_RETURN_IF_ERROR(m.Int("max_positions", &mc->max_positions, 0, L::kPositions));
   STRATA_RETURN_IF_ERROR(m.Int("sliding_window", &mc->sliding_window, 0, L::kPositions));
-  STRATA_RETURN_IF_ERROR(m.Choice("hf_model_type", &mc->hf_model_type, {"", "gpt2", "llama", "mistral", "qwen2", "qwen3"}));
+  STRATA_RETURN_IF_ERROR(m.Choice("hf_model_type", &mc->hf_model_type, {"", "gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3"}));
   STRATA_ASSIGN_OR_RETURN(JsonReader r, m.Child("rope_scaling"));
   model::RopeScaling& rs = mc->rope_scaling;
   STRATA_RETURN_IF_ERROR(r.Double("factor", &rs.factor, 0, 1e6));

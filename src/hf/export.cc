@@ -5,6 +5,7 @@
 
 #include "src/hf/consolidate.h"
 #include "src/hf/export_target.h"
+#include "src/hf/fused_tensors.h"
 #include "src/hf/lora_export.h"
 
 namespace strata::ckpt {
@@ -23,6 +24,7 @@ StatusOr<ExportReport> Export(const std::string& checkpoint, const std::string& 
   std::vector<ExportedTensor> all;
   for (int i = 0; i < c.num_blocks(); ++i) {
     STRATA_ASSIGN_OR_RETURN(std::vector<ExportedTensor> block, c.Block(i, dtype));
+    STRATA_RETURN_IF_ERROR(FuseHfTensors(c.model(), &block));
     for (ExportedTensor& t : block) {
       rep.parameters += t.numel;
       all.push_back(std::move(t));

@@ -9,6 +9,7 @@
 #include "src/base/durable_file.h"
 #include "src/hf/export.h"
 #include "src/hf/export_target.h"
+#include "src/hf/fused_tensors.h"
 #include "src/hf/lora_export.h"
 #include "src/model/hf_config.h"
 
@@ -45,13 +46,17 @@ Status WriteConfig(const Consolidator& c, const std::string& source, OutFolder& 
     for (const char* k : kReplacedKeys) config.erase(k);
   }
   config.update(model::HfConfigJson(c.model(), TorchDTypeName(dtype)));
+  // Phi3Config's pad_token_id defaults to 32000, an embedding row a small vocabulary lacks:
+  // without a source's own, none.
+  if (model::HfModelType(c.model()) == "phi3" && !config.contains("pad_token_id")) config["pad_token_id"] = nullptr;
   return out.Write("config.json", config.dump(2) + "\n");
 }
 
 // The weights: shards planned from the manifest (so every name knows M), then filled block
 // by block and written as each one completes.
 Status WriteShards(const Consolidator& c, const HfFolderOptions& o, OutFolder& out, ExportReport* rep) {
-  const std::vector<PlannedTensor> plan = c.Plan(o.dtype);
+  std::vector<PlannedTensor> plan = c.Plan(o.dtype);
+  STRATA_RETURN_IF_ERROR(FuseHfPlan(c.model(), &plan));
   std::vector<int> shard_of(plan.size());
   uint64_t in_shard = 0, total = 0;
   int shards = plan.empty() ? 0 : 1;
@@ -70,6 +75,7 @@ Status WriteShards(const Consolidator& c, const HfFolderOptions& o, OutFolder& o
   size_t next = 0;  // index in plan of the next tensor produced
   for (int b = 0; b < c.num_blocks(); ++b) {
     STRATA_ASSIGN_OR_RETURN(std::vector<ExportedTensor> block, c.Block(b, o.dtype));
+    STRATA_RETURN_IF_ERROR(FuseHfTensors(c.model(), &block));
     for (ExportedTensor& t : block) {
       const int s = shard_of[next];
       weight_map[t.view.name] = name(s);

@@ -12,6 +12,8 @@
 namespace strata::ckpt {
 
 using model::CanonicalHfName;
+using model::FusedRows;
+using model::FusedRowsOf;
 using model::HfName;
 using model::IsHfBuffer;
 using model::ToHfName;
@@ -87,15 +89,19 @@ Status HfWeights::FillBlock(int block, std::vector<std::pair<std::string, torch:
   std::map<int, MappedFile> mapped;  // this block's shards, unmapped on return
   for (auto& [name, tensor] : params) {
     const HfName hf = ToHfName(gpt2, static_cast<int>(config_.n_layer), block, name);
-    auto it = by_canonical_.find(hf.name);
+    // A fused projection (Phi-3's qkv_proj, gate_up_proj): these rows of it.
+    const std::optional<FusedRows> fused = FusedRowsOf(config_, hf.name);
+    const std::string stored = fused ? fused->fused : hf.name;
+    auto it = by_canonical_.find(stored);
     if (it == by_canonical_.end()) {
-      problems.push_back(fmt::format("missing tensor '{}' (Strata block {} '{}', shape {})", hf.name, block, name,
+      problems.push_back(fmt::format("missing tensor '{}' (Strata block {} '{}', shape {})", stored, block, name,
                                      Shape(tensor.sizes().vec())));
       continue;
     }
     const Entry& t = it->second;
     std::vector<int64_t> want = tensor.sizes().vec();
     if (hf.transpose) std::swap(want[0], want[1]);
+    if (fused) want[0] = fused->total_rows;
     if (t.shape != want) {
       problems.push_back(fmt::format("'{}' has shape {}, the model config needs {}{} (in '{}')", t.name, Shape(t.shape),
                                      Shape(want), hf.transpose ? " (HF Conv1D layout [in, out])" : "", FileName(t.file)));
@@ -119,6 +125,7 @@ Status HfWeights::FillBlock(int block, std::vector<std::pair<std::string, torch:
     const std::byte* data = mapped.at(t.file).bytes().data() + t.offset;
     torch::Tensor src = torch::from_blob(const_cast<std::byte*>(data), t.shape, torch::TensorOptions().dtype(st));
     if (hf.transpose) src = src.t();
+    if (fused) src = src.narrow(0, fused->begin, fused->rows);
     tensor.copy_(src.to(torch::kFloat32));
     if (const int64_t bad = (~torch::isfinite(tensor)).sum().item<int64_t>(); bad > 0) {
       problems.push_back(fmt::format("'{}' holds {} NaN or Inf value(s) of {}: training from it would change nothing "
@@ -126,7 +133,7 @@ Status HfWeights::FillBlock(int block, std::vector<std::pair<std::string, torch:
       continue;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    used_.insert(hf.name);
+    used_.insert(stored);
   }
   if (problems.empty()) return Status();
   std::string msg = fmt::format("'{}' does not match the model (strata.model) in block {}:", path(), block);

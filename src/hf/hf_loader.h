@@ -1,5 +1,6 @@
 // Initial weights with Hugging Face names (GPT2LMHeadModel, LlamaForCausalLM and its
-// Mistral / Qwen2 / Qwen3 relatives, as save_pretrained writes them, or Strata's own
+// Mistral / Qwen2 / Qwen3 / Phi-3 relatives (Phi-3: its fused projections split, hf_names.h),
+// as save_pretrained writes them, or Strata's own
 // export): the loader behind `train --init-from` and `strata.model.from`. The source is
 //   * one safetensors file, or
 //   * a model folder: its model.safetensors.index.json and the shards it names, or its

@@ -1,5 +1,5 @@
 // config.json -> ModelConfig and back (hf_config.h). Keys and defaults follow transformers'
-// GPT2Config, LlamaConfig, MistralConfig, Qwen2Config and Qwen3Config.
+// GPT2Config, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config and Phi3Config.
 #include "src/model/hf_config.h"
 
 #include <algorithm>
@@ -20,7 +20,8 @@ constexpr Family kFamilies[] = {{"gpt2", "GPT2LMHeadModel", "GPT2Model"},
                                 {"llama", "LlamaForCausalLM", "LlamaModel"},
                                 {"mistral", "MistralForCausalLM", "MistralModel"},
                                 {"qwen2", "Qwen2ForCausalLM", "Qwen2Model"},
-                                {"qwen3", "Qwen3ForCausalLM", "Qwen3Model"}};
+                                {"qwen3", "Qwen3ForCausalLM", "Qwen3Model"},
+                                {"phi3", "Phi3ForCausalLM", "Phi3Model"}};
 
 std::string Supported() {
   std::string s;
@@ -163,7 +164,7 @@ Status ReadRope(const Keys& k, ModelConfig* c) {
 // "sliding_attention" entry in layer_types). Strata's full causal attention equals it for
 // sequences up to the window, which Validate() checks against seq_len.
 Status ReadSlidingWindow(const Keys& k, const std::string& type, ModelConfig* c) {
-  bool active = type == "mistral";
+  bool active = type == "mistral" || type == "phi3";
   if (type == "qwen2" || type == "qwen3") {
     STRATA_RETURN_IF_ERROR(k.Bool("use_sliding_window", &active));
     if (k.Present("layer_types") && k.json()["layer_types"].is_array())
@@ -197,6 +198,11 @@ Status ReadLlamaFamily(const Keys& k, const std::string& type, ModelConfig* c) {
   STRATA_RETURN_IF_ERROR(k.Expect("mlp_bias", false, "biases in the MLP"));
   c->qkv_bias = type == "qwen2";  // Qwen2's q/k/v projections always carry biases
   c->qk_norm = type == "qwen3";
+  if (type == "phi3") {  // LLaMA's block under fused names (hf_names.h); what else Phi3Config may say
+    STRATA_RETURN_IF_ERROR(k.Expect("partial_rotary_factor", 1.0, "rotary embedding on part of each head"));
+    for (const char* dropout : {"resid_pdrop", "embd_pdrop", "attention_dropout"})
+      STRATA_RETURN_IF_ERROR(k.Expect(dropout, 0.0, "dropout while training"));
+  }
   if (type != "qwen2")
     STRATA_RETURN_IF_ERROR(k.Expect("attention_bias", false, "biases on q_proj, k_proj, v_proj and o_proj"));
   return Status();

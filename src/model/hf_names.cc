@@ -18,6 +18,30 @@ HfName ToHfName(bool gpt2, int n_layer, int block, const std::string& n) {
   return {fmt::format("model.layers.{}.{}", block - 1, n), false};
 }
 
+std::optional<FusedRows> FusedRowsOf(const ModelConfig& c, const std::string& n) {
+  if (c.hf_model_type != "phi3" || !n.starts_with("model.layers.") || !n.ends_with("_proj.weight")) return std::nullopt;
+  const int64_t hd = HeadDim(c), kv = (c.n_kv_head > 0 ? c.n_kv_head : c.n_head) * hd, q = c.n_head * hd;
+  const int64_t ffn = FfnHidden(c);
+  struct Part {
+    const char* name;
+    const char* fused;
+    int64_t begin, rows, total;
+    int part, parts;
+  };
+  const Part kParts[] = {{"self_attn.q_proj.weight", "self_attn.qkv_proj.weight", 0, q, q + 2 * kv, 0, 3},
+                         {"self_attn.k_proj.weight", "self_attn.qkv_proj.weight", q, kv, q + 2 * kv, 1, 3},
+                         {"self_attn.v_proj.weight", "self_attn.qkv_proj.weight", q + kv, kv, q + 2 * kv, 2, 3},
+                         {"mlp.gate_proj.weight", "mlp.gate_up_proj.weight", 0, ffn, 2 * ffn, 0, 2},
+                         {"mlp.up_proj.weight", "mlp.gate_up_proj.weight", ffn, ffn, 2 * ffn, 1, 2}};
+  for (const Part& p : kParts) {
+    const std::string suffix = std::string(".") + p.name;
+    if (!n.ends_with(suffix)) continue;
+    const std::string layer = n.substr(0, n.size() - suffix.size());  // model.layers.<i>
+    return FusedRows{layer + "." + p.fused, p.begin, p.rows, p.total, p.part, p.parts};
+  }
+  return std::nullopt;
+}
+
 bool IsHfBuffer(const std::string& k) {
   return k.ends_with(".attn.bias") || k.ends_with(".attn.masked_bias") || k.ends_with("rotary_emb.inv_freq");
 }

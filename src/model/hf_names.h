@@ -7,10 +7,18 @@
 // GPT-2's attn.c_attn / attn.c_proj / mlp.c_fc / mlp.c_proj weights are Conv1D in HF,
 // stored [in, out]; Strata's Linear is [out, in]: those four are transposed both ways.
 // A tied LM head is absent from HF files (HF re-ties lm_head.weight to the embedding).
+// Phi-3 (Phi3ForCausalLM) names its layers as LLaMA does but fuses two groups of projections
+// into one tensor each, rows stacked in this order: self_attn.qkv_proj = q, k, v and
+// mlp.gate_up_proj = gate, up. Strata keeps them apart (the LLaMA block); the HF side of
+// loading and export splits and joins them (FusedRowsOf).
 // Torch-free.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
+
+#include "src/model/model_config.h"
 
 namespace strata::model {
 
@@ -25,6 +33,16 @@ HfName ToHfName(bool gpt2, int n_layer, int block, const std::string& strata_nam
 // Tensors that HF files may carry but that are buffers, not parameters (GPT-2's causal
 // mask "attn.bias" / "attn.masked_bias", LLaMA's "rotary_emb.inv_freq"): skipped on load.
 bool IsHfBuffer(const std::string& hf_name);
+
+// For a projection that `config`'s family fuses (Phi-3's q/k/v and gate/up, by their unfused
+// HF names): the fused tensor's name and the rows of it this projection is; `part` of
+// `parts`, in stacking order. nullopt for every other name and family.
+struct FusedRows {
+  std::string fused;
+  int64_t begin = 0, rows = 0, total_rows = 0;
+  int part = 0, parts = 0;
+};
+std::optional<FusedRows> FusedRowsOf(const ModelConfig& config, const std::string& hf_name);
 
 // HF's prefix-less variants (GPT2Model / LlamaModel save without "transformer." /
 // "model."): the key as written in a file -> the canonical full key above.

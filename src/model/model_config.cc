@@ -124,10 +124,12 @@ Status Validate(const ModelConfig& c) {
                            "original_max_position_embeddings > 0 (got factor {}, low {}, high {}, original {})",
                            r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_positions);
   }
-  if (!c.hf_model_type.empty() && c.hf_model_type != "mistral" && c.hf_model_type != "qwen2" &&
-      c.hf_model_type != "qwen3" && c.hf_model_type != (c.arch == Arch::kGpt2 ? "gpt2" : "llama")) {
+  const bool llama_kin = c.hf_model_type == "mistral" || c.hf_model_type == "qwen2" || c.hf_model_type == "qwen3" ||
+                         c.hf_model_type == "phi3";
+  if (!c.hf_model_type.empty() && !llama_kin &&
+      c.hf_model_type != (c.arch == Arch::kGpt2 ? "gpt2" : "llama")) {
     return InvalidArgument("model config: hf_model_type \"{}\" is not one of gpt2 (GPT-2), llama, mistral, qwen2, "
-                           "qwen3 (LLaMA family)", c.hf_model_type);
+                           "qwen3, phi3 (LLaMA family)", c.hf_model_type);
   }
   if (c.ffn_hidden < 0) return InvalidArgument("model config: ffn_hidden = {} must be >= 0 (0 = default)", c.ffn_hidden);
   if (!(c.norm_eps > 0)) return InvalidArgument("model config: norm_eps = {} must be positive", c.norm_eps);
@@ -138,6 +140,10 @@ Status Validate(const ModelConfig& c) {
     if (c.arch != Arch::kLlama)
       return InvalidArgument("strata.lora: adapters are built for the LLaMA family (llama, mistral, qwen2, qwen3), "
                              "not GPT-2");
+    if (c.hf_model_type == "phi3")
+      return InvalidArgument("strata.lora: Phi-3 fuses q/k/v into qkv_proj and gate/up into gate_up_proj, which "
+                             "Strata's adapters (one per unfused projection) cannot be exported as; train Phi-3 "
+                             "without strata.lora");
     if (!(c.lora.dropout >= 0 && c.lora.dropout < 1))
       return InvalidArgument("strata.lora.dropout = {} must be in [0, 1)", c.lora.dropout);
     if (!(c.lora.alpha > 0)) return InvalidArgument("strata.lora.alpha = {} must be positive", c.lora.alpha);

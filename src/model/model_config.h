@@ -44,8 +44,9 @@ struct LoraConfig {
 inline constexpr const char* kLoraProjections[] = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                    "gate_proj", "up_proj", "down_proj"};
 
-// The LLaMA-shaped variants (Mistral, Qwen2/2.5, Qwen3) are Arch::kLlama with the flags
-// below; hf_model_type only says which Hugging Face family `export` writes back. Every
+// The LLaMA-shaped variants (Mistral, Qwen2/2.5, Qwen3, Phi-3) are Arch::kLlama with the
+// flags below; hf_model_type says which Hugging Face family `export` writes back (and, for
+// Phi-3, that its HF tensors fuse some projections: hf_names.h). Every
 // field added after GPT-2 / LLaMA defaults to the older behaviour, so configs and
 // checkpoints written before it read unchanged.
 struct ModelConfig {
@@ -69,7 +70,7 @@ struct ModelConfig {
   RopeScaling rope_scaling;     // (rope_scaling / rope_parameters, rope_type "llama3")
   int64_t max_positions = 0;    // (max_position_embeddings, GPT-2 n_positions) 0 = seq_len; GPT-2's wpe rows
   int64_t sliding_window = 0;   // (sliding_window) Mistral/Qwen: 0 = none; seq_len must not exceed it
-  std::string hf_model_type;    // "" = the arch's own ("gpt2", "llama"); "mistral", "qwen2", "qwen3"
+  std::string hf_model_type;    // "" = the arch's own ("gpt2", "llama"); "mistral", "qwen2", "qwen3", "phi3"
   LoraConfig lora;              // adapters (strata.lora); off by default
 };
 

@@ -1,6 +1,7 @@
 // strata.no_decay's default is Hugging Face Trainer's parameter groups: a GPT-2 (LayerNorms
-// and biases) and a LLaMA (RMSNorms) written by transformers, trained by Strata for 20 fp32
-// AdamW steps on 2 ranks (ZeRO-3, so each rank's optimizer range cuts the blocks) and exported,
+// and biases), a LLaMA (RMSNorms) and a Phi-3 (fused projections) written by transformers,
+// trained by Strata for 20 fp32 AdamW steps on 2 ranks (ZeRO-3, so each rank's optimizer
+// range cuts the blocks; parameters and optimizer states on NVMe) and exported,
 // match transformers + torch.optim.AdamW given Trainer.get_decay_parameter_names' groups on
 // the same batches (hf_models.py decay: every weight and loss within 1e-5 relative), and
 // differ from a run that decays everything (so the groups are what the test sees).
@@ -53,6 +54,7 @@ TEST_P(HfDecayGroups, TrainerGroupsMatchTransformersAndAdamW) {
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   TrainConfig cfg = *parsed;
   cfg.offload_param.nvme_path = cfg.offload_optimizer.nvme_path = dir.path();
+  cfg.offload_param.device = cfg.offload_optimizer.device = OffloadDevice::kNvme;  // as users fine-tune
   cfg.data.path = WriteOneWindow(dir.path(), cfg.model.vocab_size);
   cfg.data.format = data::TokenFormat::kUint16;
   cfg.data.eval_fraction = 0.5;
@@ -88,7 +90,7 @@ TEST_P(HfDecayGroups, TrainerGroupsMatchTransformersAndAdamW) {
   EXPECT_EQ(rc, 0) << out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, HfDecayGroups, ::testing::Values("gpt2", "llama"));
+INSTANTIATE_TEST_SUITE_P(Models, HfDecayGroups, ::testing::Values("gpt2", "llama", "phi3"));
 
 }  // namespace
 }  // namespace strata

@@ -3,7 +3,7 @@
   hf_models.py check [MODULE...]     exit 0 when torch + transformers + safetensors (and the
                                      MODULEs, e.g. peft, bitsandbytes) are installed
   hf_models.py make ARCH DIR         a small randomly initialised model of ARCH (gpt2, llama,
-                                     mistral, qwen2, qwen3) saved with save_pretrained into
+                                     mistral, qwen2, qwen3, phi3) saved with save_pretrained into
                                      DIR in at least 3 shards (model.safetensors.index.json),
                                      plus DIR/strata_model.json (the same model as
                                      strata.model keys), DIR/reference.safetensors (tokens,
@@ -77,6 +77,10 @@ def _model(arch):
     if arch == "qwen3":  # q/k RMSNorm per head, head_dim 32 != 64 / 4
         cfg = t.Qwen3Config(**common, head_dim=32, tie_word_embeddings=False, rope_theta=1000000.0)
         return t.Qwen3ForCausalLM(cfg)
+    if arch == "phi3":  # q/k/v fused in qkv_proj, gate/up in gate_up_proj; GQA; a small vocabulary's pad id
+        cfg = t.Phi3Config(**common, tie_word_embeddings=False, pad_token_id=0, bos_token_id=0, eos_token_id=0,
+                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+        return t.Phi3ForCausalLM(cfg)
     raise SystemExit(f"unknown arch {arch}")
 
 

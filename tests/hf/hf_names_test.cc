@@ -3,6 +3,8 @@
 
 #include "src/model/hf_names.h"
 
+#include <vector>
+
 namespace strata::model {
 namespace {
 
@@ -24,6 +26,45 @@ TEST(HfNames, LlamaNames) {
   EXPECT_EQ(ToHfName(false, 2, 3, "norm.weight").name, "model.norm.weight");
   EXPECT_EQ(ToHfName(false, 2, 3, "lm_head.weight").name, "lm_head.weight");
   EXPECT_TRUE(IsHfBuffer("model.layers.0.self_attn.rotary_emb.inv_freq"));
+}
+
+// Phi-3: q, k, v are rows [0, H*d), [H*d, +KV*d), [+KV*d, +KV*d) of qkv_proj; gate and up
+// the two halves of gate_up_proj; nothing is fused in any other family.
+TEST(HfNames, Phi3FusesQkvAndGateUp) {
+  ModelConfig c;
+  c.arch = Arch::kLlama;
+  c.hf_model_type = "phi3";
+  c.d_model = 64;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.ffn_hidden = 192;
+  const auto q = FusedRowsOf(c, "model.layers.1.self_attn.q_proj.weight");
+  const auto k = FusedRowsOf(c, "model.layers.1.self_attn.k_proj.weight");
+  const auto v = FusedRowsOf(c, "model.layers.1.self_attn.v_proj.weight");
+  const auto up = FusedRowsOf(c, "model.layers.0.mlp.up_proj.weight");
+  ASSERT_TRUE(q && k && v && up);
+  EXPECT_EQ(q->fused, "model.layers.1.self_attn.qkv_proj.weight");
+  EXPECT_EQ((std::vector<int64_t>{q->begin, q->rows, k->begin, k->rows, v->begin, v->rows, v->total_rows}),
+            (std::vector<int64_t>{0, 64, 64, 32, 96, 32, 128}));
+  EXPECT_EQ((std::vector<int>{q->part, k->part, v->part, v->parts}), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(up->fused, "model.layers.0.mlp.gate_up_proj.weight");
+  EXPECT_EQ((std::vector<int64_t>{up->begin, up->rows, up->total_rows, up->part}),
+            (std::vector<int64_t>{192, 192, 384, 1}));
+  EXPECT_FALSE(FusedRowsOf(c, "model.layers.0.self_attn.o_proj.weight"));
+  EXPECT_FALSE(FusedRowsOf(c, "model.layers.0.mlp.down_proj.weight"));
+  c.hf_model_type = "mistral";
+  EXPECT_FALSE(FusedRowsOf(c, "model.layers.1.self_attn.q_proj.weight"));
+}
+
+TEST(HfNames, Phi3RefusesLoraNamingTheKey) {
+  ModelConfig c;
+  c.arch = Arch::kLlama;
+  c.hf_model_type = "phi3";
+  c.lora.r = 8;
+  const Status s = Validate(c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("strata.lora"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("qkv_proj"), std::string::npos) << s.ToString();
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Hugging Face transformers interop (needs the Python peers: torch + transformers in
 // STRATA_PYTHON; skipped with the reason otherwise). For a GPT-2, LLaMA (3.1 rope scaling),
-// Mistral (sliding window), Qwen2 (q/k/v biases) and Qwen3 (q/k norms, head_dim != C / H)
+// Mistral (sliding window), Qwen2 (q/k/v biases), Qwen3 (q/k norms, head_dim != C / H) and
+// Phi-3 (q/k/v and gate/up fused in HF tensors)
 // model written by transformers (random init, norms and biases perturbed, save_pretrained
 // in 3 or more shards with model.safetensors.index.json):
 //   1. strata.model.from reads the architecture from config.json and --init-from DIR loads the
@@ -149,7 +150,7 @@ TEST_P(HuggingFace, FolderInMatchesTransformersLogitsAndFolderOutLoadsBack) {
   EXPECT_EQ(rc, 0) << out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, HuggingFace, ::testing::Values("gpt2", "llama", "mistral", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Models, HuggingFace, ::testing::Values("gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3"));
 
 }  // namespace
 }  // namespace strata
