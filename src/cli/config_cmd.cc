@@ -71,8 +71,7 @@ nlohmann::ordered_json Resolved(const TrainConfig& c) {
        {{"steps", c.steps}, {"seed", c.seed}, {"eval_interval", c.eval_interval}, {"eval_batches", c.eval_batches},
         {"verify_checksums", c.verify_checksums}, {"save_interval", c.save_interval},
         {"keep_checkpoints", c.keep_checkpoints}, {"comm_timeout_s", c.comm_timeout_s}, {"device", c.device}, {"model", ckpt::ModelConfigJson(c.model)},
-        {"data",
-         {{"path", c.data.path}, {"loss_mask", c.data.loss_mask}, {"eval_fraction", c.data.eval_fraction}}}}}};
+        {"data", DataConfigJson(c.data)}}}};
 }
 
 int RunCheck(const ConfigArgs& a) {

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "src/base/input_file.h"
+#include "src/config/data_section.h"
 #include "src/config/json_reader.h"
 #include "src/config/model_section.h"
 #include "src/config/offload_section.h"
@@ -57,32 +58,6 @@ Status ParseScheduler(JsonReader& root, TrainConfig* c) {
   p.Touch("last_batch_iteration");
   p.UnusedKeys(&c->warnings);
   s.UnusedKeys(&c->warnings);
-  return Status();
-}
-
-// strata.data: the token file, its loss mask and the held-out split.
-Status ParseStrataData(JsonReader& s, TrainConfig* c) {
-  STRATA_ASSIGN_OR_RETURN(JsonReader d, s.Child("data"));
-  STRATA_RETURN_IF_ERROR(d.String("path", &c->data.path));
-  std::string fmt_name = "auto";
-  STRATA_RETURN_IF_ERROR(d.Choice("format", &fmt_name, {"auto", "text", "uint16", "uint32"}));
-  c->data.format = fmt_name == "auto" ? data::TokenFormat::kAuto
-                   : fmt_name == "text" ? data::TokenFormat::kText
-                   : fmt_name == "uint16" ? data::TokenFormat::kUint16
-                                          : data::TokenFormat::kUint32;
-  STRATA_RETURN_IF_ERROR(d.String("loss_mask", &c->data.loss_mask));
-  STRATA_RETURN_IF_ERROR(d.Double("eval_fraction", &c->data.eval_fraction, 0.001, 0.5));
-  STRATA_RETURN_IF_ERROR(d.String("eval_path", &c->data.eval_path));
-  STRATA_RETURN_IF_ERROR(d.Int("epochs", &c->data.epochs, 0, int64_t{1} << 30));
-  std::string packing = "windows", long_examples = "split";
-  STRATA_RETURN_IF_ERROR(d.Choice("packing", &packing, {"windows", "none", "packed"}));
-  STRATA_RETURN_IF_ERROR(d.Choice("long_examples", &long_examples, {"split", "truncate"}));
-  c->data.packing = packing == "windows" ? data::Packing::kWindows
-                    : packing == "none"  ? data::Packing::kNone
-                                         : data::Packing::kPacked;
-  c->data.long_examples = long_examples == "split" ? data::LongExamples::kSplit : data::LongExamples::kTruncate;
-  c->data.seed = c->seed;
-  d.UnusedKeys(&c->warnings);
   return Status();
 }
 
@@ -173,7 +148,7 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
     l.UnusedKeys(&c->warnings);
     if (Status v = model::Validate(c->model); !v.ok()) return v;
   }
-  STRATA_RETURN_IF_ERROR(ParseStrataData(s, c));
+  STRATA_RETURN_IF_ERROR(ParseDataSection(s, c));
   s.UnusedKeys(&c->warnings);
   return Status();
 }

@@ -311,6 +311,8 @@ StatusOr<std::string> ComposeConfigText(const std::string& path, const std::stri
 // keys added after GPT-2 / LLaMA are written only where they differ from the default.
 nlohmann::json ModelConfigJson(const model::ModelConfig& m);
 StatusOr<model::ModelConfig> ParseModelConfigJson(const nlohmann::json& model_section, const std::string& origin);
+// The data section as strata.data keys, every one spelled out (data_section.cc reads them).
+nlohmann::json DataConfigJson(const data::DataConfig& d);
 
 // Parses a ds_config-style JSON text. `origin` names the file in messages.
 StatusOr<TrainConfig> ParseTrainConfig(const std::string& json_text, const std::string& origin);

@@ -496,5 +496,24 @@ TEST(Config, NoDecayIsTrainersGroupsOrTheWrittenPatterns) {
       << eight_listed.status().message();
 }
 
+// strata.data as `config check` prints it (DataConfigJson) reads back as the same section,
+// every key included; a bad choice names the key.
+TEST(Config, DataSectionPrintsEveryKeyAndReadsBack) {
+  auto c = ParseTrainConfig(R"({"strata": {"data": {"path": "t.u16", "format": "uint16", "loss_mask": "none",
+      "eval_path": "v.u16", "epochs": 2, "packing": "packed", "long_examples": "truncate"}}})", "test");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const nlohmann::json printed = DataConfigJson(c->data);
+  EXPECT_EQ(printed.size(), 8u) << printed.dump();
+  auto back = ParseTrainConfig(nlohmann::json({{"strata", {{"data", printed}}}}).dump(), "printed");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(DataConfigJson(back->data), printed);
+  EXPECT_EQ(back->data.packing, data::Packing::kPacked);
+  EXPECT_EQ(back->data.long_examples, data::LongExamples::kTruncate);
+  EXPECT_EQ(back->data.format, data::TokenFormat::kUint16);
+  auto bad = ParseTrainConfig(R"({"strata": {"data": {"packing": "greedy"}}})", "test");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("packing"), std::string::npos) << bad.status().message();
+}
+
 }  // namespace
 }  // namespace strata
