@@ -230,6 +230,14 @@ Status TrainRun::CreateEngine() {
       return InvalidArgument("strata.data.epochs {}: {} window(s) of {} tokens an epoch fill no batch of {}",
                              cfg_.data.epochs, data_->epoch_windows(), cfg_.model.seq_len + 1, cfg_.train_batch);
     cfg_.steps = std::min(cfg_.steps, epoch_steps);
+    // The schedule was settled before the data was read: it still ends where strata.steps did.
+    const LrScheduleKind kind = cfg_.schedule.kind;
+    const bool decays = kind == LrScheduleKind::kWarmupDecayLR || kind == LrScheduleKind::kWarmupCosineLR;
+    if (lead() && decays && cfg_.steps < cfg_.schedule.total_num_steps)
+      LogWarn("strata.data.epochs {} ends the run after {} steps, before scheduler.params.total_num_steps {}: the "
+              "learning rate will not have decayed to its end; set scheduler.params.total_num_steps to {} for a "
+              "schedule that ends with the epochs", cfg_.data.epochs, cfg_.steps, cfg_.schedule.total_num_steps,
+              cfg_.steps);
   }
   EngineHooks hooks;
   if (!init_from().empty() && a_.resume.empty()) {

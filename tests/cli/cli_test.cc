@@ -317,6 +317,20 @@ TEST(Cli, TrainWritesMetricsAndASummaryAndExportLoadsBack) {
 
 // The same property as Checkpoint.ResumeAfterNSteps..., end to end: 2 local ranks over the
 // TCP ring, a resume from the command line, compared through the exported fp32 weights.
+// Epochs that end the run before the decaying schedule does are said, with the value to set.
+TEST(Cli, EpochsEndingBeforeTheScheduleAreWarnedAbout) {
+  testing::TempDir dir;
+  const std::string text = dir.path() + "/t.txt";
+  std::ofstream(text) << std::string(6000, 'a') + std::string(6000, 'b');
+  auto r = RunStrata("train --set strata.model.n_layer=1 --set strata.model.d_model=32 --set strata.eval_interval=0 "
+                     "--set strata.data.path=" + text + " --set strata.data.epochs=1 "
+                     "--set zero_optimization.offload_param.device=cpu --set zero_optimization.offload_optimizer.device=cpu");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("strata.data.epochs 1 ends the run after 11 steps, before scheduler.params.total_num_steps 300"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("summary: 11 steps"), std::string::npos) << r.out;
+}
+
 TEST(Cli, ResumeFromTheCommandLineEqualsUninterruptedTrainingBitwise) {
   testing::TempDir dir;
   const std::string common = "train --nproc 2 --set strata.model.n_layer=1 --set strata.model.d_model=32 "
