@@ -262,6 +262,9 @@ def nf4(out):
     import torch
     import bitsandbytes.functional as F
     from safetensors.torch import save_file
+    # bitsandbytes' CPU dequantisation of a tensor whose last block is partial goes through
+    # torch.compile, 20 s of compiling here for the same arithmetic eagerly.
+    torch._dynamo.config.disable = True
     g = torch.Generator().manual_seed(3)
     cases = {"square": torch.randn(128, 64, generator=g) * 0.02,
              "tail": torch.randn(300, 77, generator=g),           # a last block of 60, 361 blocks
@@ -298,7 +301,7 @@ def check(args):
 
 
 def run(cmd, args):
-    if cmd in ("make", "logits", "generate", "peft", "decay", "examples", "nf4"):
+    if cmd in ("make", "logits", "generate", "peft", "decay", "examples"):  # nf4 needs no transformers
         from transformers.utils import logging
         logging.disable_progress_bar()
     if cmd == "check":
