@@ -72,7 +72,12 @@ double MeasureAdam(const TrainConfig& cfg) {
   const size_t n = size_t{16} << 20;
   std::vector<float> p(n, 0.5f), m(n, 0.f), v(n, 0.f), g(n, 1e-3f);
   std::vector<uint16_t> half(cfg.compute_dtype == DType::kF32 ? 0 : n);
-  AdamSpans spans{.params = p, .exp_avg = m, .exp_avg_sq = v, .grad = g, .half_out = half};
+  AdamSpans spans;
+  spans.params = p;
+  spans.exp_avg = m;
+  spans.exp_avg_sq = v;
+  spans.grad = g;
+  spans.half_out = half;
   AdamHyperParams hp;
   hp.weight_decay = cfg.weight_decay;
   hp.step = 2;

@@ -24,9 +24,14 @@ TEST(LongestSequence, FindsTheLastLengthThatFitsToTheToken) {
       return e;
     });
     EXPECT_EQ(s.tokens, limit < kShortestSequence ? 0 : limit);
-    if (limit >= kShortestSequence) EXPECT_EQ(s.estimate.activations, static_cast<uint64_t>(limit));
-    if (limit < kLongestSequenceTried) EXPECT_EQ(s.bound, "too long: " + std::to_string(std::max(limit, kShortestSequence - 1) + 1));
-    else EXPECT_EQ(s.bound, "");
+    if (limit >= kShortestSequence) {
+      EXPECT_EQ(s.estimate.activations, static_cast<uint64_t>(limit));
+    }
+    if (limit < kLongestSequenceTried) {
+      EXPECT_EQ(s.bound, "too long: " + std::to_string(std::max(limit, kShortestSequence - 1) + 1));
+    } else {
+      EXPECT_EQ(s.bound, "");
+    }
     EXPECT_LE(calls, 60);
   }
 }
