@@ -10,9 +10,12 @@
 namespace strata::ckpt {
 namespace {
 
-// The parts of each fused group, by the fused name: their indices in `names`, by part.
+constexpr size_t kUnseen = static_cast<size_t>(-1);
+
+// One fused group's parts: their indices in the list, by part (kUnseen: not in it), and where
+// the joined tensor goes (its first part's index).
 struct Group {
-  std::vector<size_t> at;  // per part, index into the list; npos while unseen
+  std::vector<size_t> at;
   size_t first = 0;
 };
 
@@ -25,7 +28,7 @@ Status Fuse(const model::ModelConfig& config, std::vector<T>* items, NameOf name
     if (!rows[i]) continue;
     Group& g = groups[rows[i]->fused];
     if (g.at.empty()) {
-      g.at.assign(static_cast<size_t>(rows[i]->parts), std::string::npos);
+      g.at.assign(static_cast<size_t>(rows[i]->parts), kUnseen);
       g.first = i;
     }
     g.at[static_cast<size_t>(rows[i]->part)] = i;
@@ -42,7 +45,7 @@ Status Fuse(const model::ModelConfig& config, std::vector<T>* items, NameOf name
     if (g.first != i) continue;  // joined at its group's first part
     std::vector<T*> parts;
     for (size_t at : g.at) {
-      if (at == std::string::npos)
+      if (at == kUnseen)
         return Error(StatusCode::kDataLoss, "'{}' cannot be written: one of the projections it joins is missing",
                      rows[i]->fused);
       parts.push_back(&(*items)[at]);

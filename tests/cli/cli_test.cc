@@ -321,7 +321,7 @@ TEST(Cli, TrainWritesMetricsAndASummaryAndExportLoadsBack) {
 TEST(Cli, EpochsEndingBeforeTheScheduleAreWarnedAbout) {
   testing::TempDir dir;
   const std::string text = dir.path() + "/t.txt";
-  std::ofstream(text) << std::string(6000, 'a') + std::string(6000, 'b');
+  testing::WriteBytes(text, std::string(6000, 'a') + std::string(6000, 'b'));
   auto r = RunStrata("train --set strata.model.n_layer=1 --set strata.model.d_model=32 --set strata.eval_interval=0 "
                      "--set strata.data.path=" + text + " --set strata.data.epochs=1 "
                      "--set zero_optimization.offload_param.device=cpu --set zero_optimization.offload_optimizer.device=cpu");
