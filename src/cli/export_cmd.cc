@@ -43,7 +43,8 @@ void AddExportCommand(CLI::App& app, Action* action) {
   cmd->add_option("--out", a->out, "output folder (config.json, model-0000N-of-0000M.safetensors, index, tokenizer "
                                    "files), or a FILE.safetensors for the weights alone; LoRA: the PEFT "
                                    "adapter folder (adapter_config.json, adapter_model.safetensors)")->required();
-  cmd->add_option("--dtype", a->dtype, "fp32 (default), bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  auto* dtype_opt = cmd->add_option("--dtype", a->dtype, "fp32 (default; bf16 for a model merged onto an NF4 base), "
+                                                      "bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   auto* shard_opt = cmd->add_option("--max-shard-size", a->max_shard_size, "folder: largest safetensors shard (default "
                                                                          "5GB, as transformers)");
   cmd->add_option("--hf-source", a->hf_source, "folder: the Hugging Face folder to copy tokenizer files from, or that a "
@@ -57,13 +58,16 @@ void AddExportCommand(CLI::App& app, Action* action) {
   cmd->callback([=] {
     *action = [=] {
       StopOnSignals();  // a stopped export removes its temporary output
-      const ckpt::ExportDType dtype = a->dtype == "bf16"   ? ckpt::ExportDType::kBF16
-                                      : a->dtype == "fp16" ? ckpt::ExportDType::kF16
-                                                           : ckpt::ExportDType::kF32;
       const bool file = a->out.ends_with(".safetensors");
       bool peft = false;
       auto run = [&]() -> StatusOr<ckpt::ExportReport> {
-        STRATA_ASSIGN_OR_RETURN(const bool lora, ckpt::IsLoraCheckpoint(a->checkpoint));
+        STRATA_ASSIGN_OR_RETURN(const model::LoraConfig lora_config, ckpt::CheckpointLora(a->checkpoint));
+        const bool lora = lora_config.enabled();
+        // QLoRA: the merged weights are no longer on the NF4 grid; bf16 as QLoRA's recipes merge.
+        if (a->merge_lora && lora_config.nf4_base() && dtype_opt->count() == 0) a->dtype = "bf16";
+        const ckpt::ExportDType dtype = a->dtype == "bf16"   ? ckpt::ExportDType::kBF16
+                                        : a->dtype == "fp16" ? ckpt::ExportDType::kF16
+                                                             : ckpt::ExportDType::kF32;
         if (a->merge_lora && !lora)
           return InvalidArgument("--merge-lora: '{}' has no LoRA adapters (its run had no strata.lora); drop the flag",
                                  a->checkpoint);

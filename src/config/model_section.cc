@@ -9,6 +9,7 @@ Status ParseLora(JsonReader& l, model::LoraConfig* lora) {
   STRATA_RETURN_IF_ERROR(l.Int("r", &lora->r, 0, 1 << 16));
   STRATA_RETURN_IF_ERROR(l.Double("alpha", &lora->alpha, 0, 1e9));
   STRATA_RETURN_IF_ERROR(l.Double("dropout", &lora->dropout, 0, 1));
+  STRATA_RETURN_IF_ERROR(l.Choice("base_dtype", &lora->base_dtype, {"", "nf4"}));
   if (lora->target_modules.empty()) lora->target_modules = {"q_proj", "v_proj"};  // PEFT's default for LLaMA
   return l.StringList("target_modules", &lora->target_modules);
 }
@@ -114,9 +115,11 @@ nlohmann::json ModelConfigJson(const model::ModelConfig& m) {
   if (m.max_positions != d.max_positions) j["max_positions"] = m.max_positions;
   if (m.sliding_window != d.sliding_window) j["sliding_window"] = m.sliding_window;
   if (!m.hf_model_type.empty()) j["hf_model_type"] = m.hf_model_type;
-  if (m.lora.enabled())
+  if (m.lora.enabled()) {
     j["lora"] = {{"r", m.lora.r}, {"alpha", m.lora.alpha}, {"dropout", m.lora.dropout},
                  {"target_modules", m.lora.target_modules}};
+    if (!m.lora.base_dtype.empty()) j["lora"]["base_dtype"] = m.lora.base_dtype;
+  }
   if (m.rope_scaling.factor != 0)
     j["rope_scaling"] = {{"factor", m.rope_scaling.factor},
                          {"low_freq_factor", m.rope_scaling.low_freq_factor},

@@ -23,7 +23,7 @@ bool Engine::Impl::AccumulatesInPlace(int b) const {
   const torch::ScalarType scalar = compute_scalar();
   for (size_t i = 0; i < br.params.size(); ++i) {
     const ParamSlot& s = br.slots[i];
-    if (s.offset + s.numel <= acc.begin || s.offset >= acc.begin + acc.len) continue;
+    if (s.offset + s.stored <= acc.begin || s.offset >= acc.begin + acc.len) continue;
     const torch::Tensor& g = br.params[i].grad();
     if (!g.defined() || !g.is_contiguous() || g.scalar_type() != scalar || g.numel() != s.numel) return false;
   }
@@ -48,7 +48,7 @@ Status Engine::Impl::AccumulateInPlace(int b, const MicroBatch& mb) {
     for (size_t i : br.by_offset) {
       const ParamSlot& s = br.slots[i];
       torch::Tensor& param = br.params[i];
-      const int64_t lo = std::max(s.offset, range.begin), hi = std::min(s.offset + s.numel, range.begin + range.len);
+      const int64_t lo = std::max(s.offset, range.begin), hi = std::min(s.offset + s.stored, range.begin + range.len);
       if (lo < hi) {
         if (mb.first) zero(covered - range.begin, lo - range.begin);
         const auto n = static_cast<size_t>(hi - lo), at = static_cast<size_t>(lo - range.begin);

@@ -150,7 +150,8 @@ void Engine::set_counters(const EngineCounters& c) {
 
 std::vector<Engine::ParamInfo> Engine::BlockParams(int block) const {
   std::vector<ParamInfo> out;
-  for (const ParamSlot& s : impl_->model.blocks.at(block).slots) out.push_back({s.name, s.shape, s.offset, s.numel});
+  for (const ParamSlot& s : impl_->model.blocks.at(block).slots)
+    out.push_back({s.name, s.shape, s.offset, s.numel, s.nf4 ? s.stored : 0});
   return out;
 }
 

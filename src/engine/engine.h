@@ -129,6 +129,7 @@ class Engine {
     std::string name;
     std::vector<int64_t> shape;
     int64_t offset = 0, numel = 0;
+    int64_t nf4_stored = 0;  // QLoRA: an NF4 weight's blob, in elements of the group (Note [NF4 base]); else 0
   };
   std::vector<ParamInfo> BlockParams(int block) const;
 

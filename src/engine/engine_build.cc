@@ -1,6 +1,7 @@
 // The Engine's creation, after the plan: the pinned pools, the swap store, every block's
 // initial state written to its tiers (Note [Building blocks]) and the device buffers.
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <numeric>
@@ -10,6 +11,7 @@
 #include "src/config/decay_groups.h"
 #include "src/engine/engine_impl.h"
 #include "src/model/hf_names.h"
+#include "src/model/nf4.h"
 #include "strata/cpu_adam.h"
 #include "strata/check.h"
 
@@ -130,6 +132,8 @@ Status Engine::Impl::OpenStore(const EngineHooks& hooks) {
 struct Engine::Impl::Staging {
   torch::Tensor flat;          // fp32 [max padded]: the block's parameters, in flat order
   torch::Tensor working;       // compute dtype [max working range] (unused in fp32)
+  // QLoRA: the block's NF4 blobs by slot index, until its working range is stored.
+  std::vector<std::pair<size_t, std::vector<std::byte>>> nf4_blobs;
   std::vector<Event> writes;  // in flight from this set
   Status WaitWrites() {
     Status first;
@@ -156,13 +160,13 @@ Status Engine::Impl::BuildBlocks(const EngineHooks& hooks, const std::function<v
   HostArrays memory;
   std::vector<Staging> staging(sets);
   for (Staging& s : staging) {
-    STRATA_ASSIGN_OR_RETURN(std::byte * flat, memory.Reserve(plan.max_padded * sizeof(float)));
+    STRATA_ASSIGN_OR_RETURN(std::byte * flat, memory.Reserve(plan.staging_numel() * sizeof(float)));
     std::byte* working = nullptr;
     if (compute_scalar() != torch::kFloat32) {
       STRATA_ASSIGN_OR_RETURN(working, memory.Reserve(max_working * torch::elementSize(compute_scalar())));
     }
     STRATA_RETURN_IF_ERROR(TorchCall("creation staging", [&] {
-      s.flat = torch::from_blob(flat, {plan.max_padded}, torch::kFloat32);
+      s.flat = torch::from_blob(flat, {plan.staging_numel()}, torch::kFloat32);
       if (working) s.working = torch::from_blob(working, {max_working}, compute_scalar());
     }));
   }
@@ -228,24 +232,30 @@ Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, con
   const BlockPlan& bp = plan.blocks[b];
   const bool owner = model.tie && b == model.tie->owner_block;
   br.module = std::move(module);
+  // As the model computes with them (with NF4 weights the group stores fewer elements).
+  const int64_t block_numel = model.spec->block_parameters(b);
+  const int64_t adapters_begin = cfg.model.lora.enabled() ? block_numel - model.spec->trainable_parameters(b) : 0;
   int64_t numel = 0;
   STRATA_RETURN_IF_ERROR(TorchCall("model", [&] {
     // Registration order; the offsets are where MakeBlock put them (adapters last).
     for (const auto& item : br.module->named_parameters(/*recurse=*/true)) {
       torch::Tensor p = item.value();
       const int64_t offset = p.data_ptr<float>() - st.flat.data_ptr<float>();
-      const bool adapter = offset >= bp.trainable_begin && bp.trainable_begin > 0;
-      STRATA_CHECK(offset >= 0 && offset + p.numel() <= bp.layout.numel && adapter == IsAdapterName(item.key()))
+      const bool adapter = offset >= adapters_begin && adapters_begin > 0;
+      STRATA_CHECK(offset >= 0 && offset + p.numel() <= block_numel && adapter == IsAdapterName(item.key()))
           << "block " << b << ": parameter " << item.key() << " lies at flat offset " << offset;
-      br.slots.push_back({item.key(), p.sizes().vec(), offset, p.numel()});
-      if (bp.trainable_begin > 0 && !adapter) p.set_requires_grad(false);  // LoRA: the base is frozen
+      const bool nf4 = model::StoredInNf4(cfg.model, b, item.key());
+      br.slots.push_back({item.key(), p.sizes().vec(), offset, p.numel(), p.numel(), nf4});
+      br.nf4 = br.nf4 || nf4;
+      if (adapters_begin > 0 && !adapter) p.set_requires_grad(false);  // LoRA: the base is frozen
       br.params.push_back(p);
       if (owner && item.key() == model.tie->owner_param) br.tied_slot = static_cast<int>(br.slots.size() - 1);
       numel += p.numel();
     }
   }));
-  STRATA_CHECK(numel == bp.layout.numel) << "block " << b << " has " << numel << " parameters, the plan "
-                                         << bp.layout.numel;
+  STRATA_CHECK(numel == block_numel) << "block " << b << " has " << numel << " parameters, the model " << block_numel;
+  STRATA_CHECK(br.nf4 || numel == bp.layout.numel) << "block " << b << " has " << numel << " parameters, the plan "
+                                                   << bp.layout.numel;
   br.by_offset.resize(br.slots.size());
   std::iota(br.by_offset.begin(), br.by_offset.end(), size_t{0});
   std::sort(br.by_offset.begin(), br.by_offset.end(),
@@ -264,9 +274,11 @@ Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, con
   if (owner && br.tied_slot < 0)
     return Status(StatusCode::kInternal, fmt::format("tied parameter '{}' not found in block {}", model.tie->owner_param, b));
   torch::Tensor flat;  // this block's flat group: its parameters, then zero padding
+  st.nf4_blobs.clear();
+  if (br.nf4) STRATA_RETURN_IF_ERROR(PackNf4Weights(b, st));  // now in the group's layout, the blobs apart
   STRATA_RETURN_IF_ERROR(TorchCall("flatten", [&] {
     flat = st.flat.narrow(0, 0, bp.layout.padded);
-    flat.narrow(0, numel, bp.layout.padded - numel).zero_();
+    flat.narrow(0, bp.layout.numel, bp.layout.padded - bp.layout.numel).zero_();
   }));
   STRATA_RETURN_IF_ERROR(StoreInitialState(b, flat, st));
   // Not faulted here: creation does not touch it, the first backward does, while it waits
@@ -315,6 +327,7 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
     else if (compute_scalar() != torch::kFloat32)
       working = converted.copy_(working);
   }));
+  PlaceNf4Blobs(b, st, working);
   if (plan.resident[b]) {  // its home is the device: no store tensor
     bufs.resident.resize(plan.blocks.size());
     bufs.resident_ready.resize(plan.blocks.size());
@@ -346,6 +359,52 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
   return Status();
 }
 
+// Note [NF4 base] (nf4_blob.h). The staging holds the block as MakeBlock laid it out; the
+// group's layout is the same order with each NF4 weight in its blob's elements, so every
+// parameter moves down or stays, and walking them by offset never overwrites one not yet
+// read (a blob is never longer than its weight's elements: checked).
+Status Engine::Impl::PackNf4Weights(int b, Staging& st) {
+  BlockRuntime& br = model.blocks[b];
+  const int64_t esize = static_cast<int64_t>(plan.dsize);
+  int64_t at = 0, decoded = 0;
+  STRATA_RETURN_IF_ERROR(TorchCall("quantise NF4", [&] {
+    torch::NoGradGuard no_grad;
+    for (size_t i : br.by_offset) {
+      ParamSlot& s = br.slots[i];
+      const torch::Tensor from = st.flat.narrow(0, s.offset, s.numel);
+      if (s.nf4) {
+        std::vector<std::byte> blob = model::Nf4Blob(model::QuantizeNf4(from.view(s.shape)));
+        s.stored = static_cast<int64_t>(blob.size()) / esize;
+        STRATA_CHECK(s.stored <= s.numel) << s.name << ": an NF4 blob longer than the weight";
+        st.flat.narrow(0, at, s.stored).zero_();
+        st.nf4_blobs.push_back({i, std::move(blob)});
+        s.decoded_at = decoded;
+        decoded += s.numel;
+      } else if (at != s.offset) {
+        std::memmove(st.flat.data_ptr<float>() + at, from.data_ptr<float>(), s.numel * sizeof(float));
+      }
+      s.offset = at;
+      at += s.stored;
+    }
+  }));
+  const BlockPlan& bp = plan.blocks[b];
+  STRATA_CHECK(at == bp.layout.numel && decoded <= plan.max_decoded)
+      << "block " << b << " stores " << at << " elements (" << decoded << " in NF4), the plan " << bp.layout.numel;
+  return Status();
+}
+
+void Engine::Impl::PlaceNf4Blobs(int b, const Staging& st, const torch::Tensor& working) {
+  const BlockPlan& bp = plan.blocks[b];
+  auto* dst = static_cast<std::byte*>(working.data_ptr());
+  for (const auto& [i, blob] : st.nf4_blobs) {
+    const ParamSlot& s = model.blocks[b].slots[i];
+    const int64_t lo = std::max(s.offset, bp.working.begin), hi = std::min(s.offset + s.stored, bp.working.end());
+    if (lo < hi)
+      std::memcpy(dst + (lo - bp.working.begin) * plan.dsize, blob.data() + (lo - s.offset) * plan.dsize,
+                  (hi - lo) * plan.dsize);
+  }
+}
+
 Status Engine::Impl::AllocateDeviceBuffers() {
   const auto on = torch::TensorOptions().device(io.dev->device());
   const auto host = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(io.dev->device().is_cuda());
@@ -367,6 +426,11 @@ Status Engine::Impl::AllocateDeviceBuffers() {
         g.host = torch::empty({plan.lora ? plan.max_grad_flat : plan.grads_sharded ? plan.max_shard : plan.max_padded}, host);
     }
     if (model.tie) bufs.pending_tied = torch::zeros({plan.tied_numel}, on.dtype(torch::kFloat32));
+    for (int i = 0; i < plan.decode_slots(); ++i) {
+      bufs.decoded.push_back(torch::empty({plan.max_decoded}, on.dtype(compute_scalar())));
+      stats.ledger.Add(StateKind::kGatherBuffers, Residence::kDevice, plan.max_decoded * plan.dsize);
+    }
+    if (plan.decode_slots() > 0) bufs.nf4_tables = model::Nf4Tables::On(io.dev->device());
     if (plan.device_accum) {
       bufs.accum_read.resize(plan.blocks.size());
       for (const BlockPlan& bp : plan.blocks) {

@@ -28,6 +28,7 @@
 #include "src/engine/update/update_mode.h"
 #include "src/engine/update/update_window.h"
 #include "src/model/model.h"
+#include "src/model/nf4.h"
 #include "src/model/packed_sequences.h"
 #include "strata/cpu_adam.h"
 #include "strata/pinned_pool.h"
@@ -40,6 +41,12 @@ struct ParamSlot {
   std::vector<int64_t> shape;
   int64_t offset = 0;  // elements from the start of the flat group
   int64_t numel = 0;
+  // Elements it occupies in the flat group: numel, or for an NF4 weight its blob's bytes in
+  // compute-dtype elements (Note [NF4 base]); such a weight is dequantised at decoded_at of
+  // a decode buffer for compute.
+  int64_t stored = 0;
+  bool nf4 = false;
+  int64_t decoded_at = 0;
 };
 
 // One optimizer sub-group: the plan's range and the store's three state tensors.
@@ -55,6 +62,7 @@ struct BlockRuntime {
   std::vector<torch::Tensor> params;  // the module's parameters, in flat order
   std::vector<ParamSlot> slots;
   std::vector<size_t> by_offset;      // slot indices by flat offset (LoRA's adapters lie last, registered inside)
+  bool nf4 = false;                   // some slot is an NF4 weight (QLoRA)
   int tied_slot = -1;                 // owner: index of the slot the head borrows
   TensorHandle working;
   TensorHandle adapter;               // LoRA, working weights on NVMe: plan.blocks[i].adapter (host memory)
@@ -98,6 +106,11 @@ struct DeviceBuffers {
   // accumulator range), and the copy to the host that last read it.
   std::vector<torch::Tensor> accum;
   std::vector<Event> accum_read;
+  // QLoRA: plan.decode_slots() buffers of plan.max_decoded elements (compute dtype), taken in
+  // turn by the blocks bound with NF4 weights, and the code tables on the device.
+  std::vector<torch::Tensor> decoded;
+  size_t next_decode = 0;
+  model::Nf4Tables nf4_tables;
   std::vector<torch::Tensor> resident;       // per block: its working weights, when resident
   std::vector<Event> resident_ready;   // per block: the copy that last wrote them
   size_t next_gather = 0, next_grad = 0;
@@ -243,6 +256,12 @@ struct Engine::Impl {
   Status BuildBlock(int b, std::shared_ptr<model::Block> module, const EngineHooks& hooks, Staging& st);
   void MarkNoDecay();  // every block's BlockRuntime::no_decay (strata.no_decay)
   Status StoreInitialState(int b, const torch::Tensor& flat, Staging& st);
+  // QLoRA (nf4_group.cc): block b's parameters in st.flat moved from the model's layout to the
+  // group's, each NF4 weight quantised into st.nf4_blobs and its place zeroed; then its bytes
+  // copied into the working range's compute-dtype values (`working`, from element
+  // plan.blocks[b].working.begin).
+  Status PackNf4Weights(int b, Staging& st);
+  void PlaceNf4Blobs(int b, const Staging& st, const torch::Tensor& working);
   Status AllocateDeviceBuffers();
   torch::ScalarType compute_scalar() const;
   int num_blocks() const { return static_cast<int>(model.blocks.size()); }

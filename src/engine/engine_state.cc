@@ -29,7 +29,8 @@ StatusOr<NamedTensors> Engine::MasterParameters(int block) {
     STRATA_RETURN_IF_ERROR(m.io.comm->AllGather(shard.data_ptr(), full.data_ptr(), layout.shard, DType::kF32));
   }
   NamedTensors out;
-  for (const ParamSlot& s : br.slots) out.push_back({s.name, full.narrow(0, s.offset, s.numel).view(s.shape).clone()});
+  for (const ParamSlot& s : br.slots)  // an NF4 weight is frozen: no master, zero as the rest of the base
+    out.push_back({s.name, s.nf4 ? torch::zeros(s.shape) : full.narrow(0, s.offset, s.numel).view(s.shape).clone()});
   return out;
 }
 

@@ -81,8 +81,7 @@ Status Gatherer::Acquire(int block) {
   const Gathered& g = gathered_[acquired_++];
   STRATA_RETURN_IF_ERROR(m_.ComputeAfter(g.ready, "wait gather"));
   if (g.slot) in_use_.push_back(g.slot);
-  Bind(block, g.full);
-  return Status();
+  return TorchCall("bind weights", [&] { Bind(block, g.full); });
 }
 
 void Gatherer::Release() {
@@ -92,11 +91,24 @@ void Gatherer::Release() {
   in_use_.clear();
 }
 
+// QLoRA: a block's NF4 weights are dequantised from the gathered blobs into the next decode
+// buffer, on the compute stream (Note [NF4 base]); the buffers turn over as the gather
+// buffers do, so each lives until the compute that read it is done.
 void Gatherer::Bind(int block, const torch::Tensor& full) {
   BlockRuntime& br = m_.model.blocks[block];
+  torch::Tensor decoded;
+  if (br.nf4) decoded = m_.bufs.decoded[m_.bufs.next_decode++ % m_.bufs.decoded.size()];
+  Tracer::Span span(m_.io.tracer, Track::kCompute, br.nf4 ? "dequantise g" + std::to_string(block) : std::string());
+  torch::NoGradGuard no_grad;
   for (size_t i = 0; i < br.params.size(); ++i) {
     const ParamSlot& s = br.slots[i];
-    br.params[i].set_data(full.narrow(0, s.offset, s.numel).view(s.shape));
+    if (!s.nf4) {
+      br.params[i].set_data(full.narrow(0, s.offset, s.numel).view(s.shape));
+      continue;
+    }
+    torch::Tensor out = decoded.narrow(0, s.decoded_at, s.numel);
+    model::DequantizeNf4Blob(full.narrow(0, s.offset, s.stored).view(torch::kUInt8), s.numel, out, m_.bufs.nf4_tables);
+    br.params[i].set_data(out.view(s.shape));
   }
 }
 

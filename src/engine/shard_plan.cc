@@ -56,6 +56,10 @@ ModelShape ModelShape::Of(const model::ModelConfig& config, int64_t params) {
   for (int b = 0; b < spec.num_blocks(); ++b) {
     s.block_numels.push_back(scaled(spec.block_parameters(b)));
     if (config.lora.enabled()) s.block_trainable.push_back(scaled(spec.trainable_parameters(b)));
+    if (config.lora.nf4_base()) {
+      s.block_nf4.push_back(scaled(spec.nf4_parameters(b)));
+      s.block_nf4_bytes.push_back(scaled(spec.nf4_bytes(b)) / 4 * 4);
+    }
   }
   if (auto tie = spec.tie()) {
     s.tied_owner = tie->owner_block;
@@ -90,7 +94,12 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
   p.creation_draws = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, world), 1, 4);
   for (size_t b = 0; b < model.block_numels.size(); ++b) {
     const int64_t numel = model.block_numels[b];
-    p.AddBlock(numel, model.block_trainable.empty() ? numel : model.block_trainable[b], SubGroupStep(cfg.sub_group_size));
+    // QLoRA: the NF4 weights' elements are stored as their blobs' bytes (Note [NF4 base]).
+    const int64_t nf4 = model.block_nf4.empty() ? 0 : model.block_nf4[b];
+    const int64_t stored = numel - nf4 + (nf4 > 0 ? model.block_nf4_bytes[b] / static_cast<int64_t>(p.dsize) : 0);
+    p.max_block_numel = std::max(p.max_block_numel, numel);
+    p.max_decoded = std::max(p.max_decoded, nf4);
+    p.AddBlock(stored, model.block_trainable.empty() ? stored : model.block_trainable[b], SubGroupStep(cfg.sub_group_size));
   }
   p.PlanDevice(cfg);
   p.format = StateFormat::Of(cfg, p.AnyResident());
@@ -237,7 +246,8 @@ void ShardPlan::PlanLedger() {
     if (speculative[i]) ledger.Add(StateKind::kSpeculationBackup, Residence::kCpu, SpeculationBackupBytes(i));
   }
   const int64_t tied_padded = tied_slot ? blocks[tied_owner].layout.padded : 0;
-  ledger.Add(StateKind::kGatherBuffers, Residence::kDevice, (gather_slots * max_padded + tied_padded) * dsize);
+  ledger.Add(StateKind::kGatherBuffers, Residence::kDevice,
+             (gather_slots * max_padded + tied_padded + decode_slots() * max_decoded) * dsize);
   ledger.Add(StateKind::kPinnedBuffers, Residence::kCpu,
              param_pool.region_bytes() + optim_pool.region_bytes() + park_pool.region_bytes());
 }

@@ -85,6 +85,9 @@ struct PoolPlan {
 struct ModelShape {
   std::vector<int64_t> block_numels;
   std::vector<int64_t> block_trainable;  // trainable elements at the end of each block (LoRA); empty: all
+  // QLoRA: per block the elements of its NF4 weights and the bytes of their blobs (a multiple
+  // of 4): the flat group holds the bytes in their place (Note [NF4 base]). Empty: none.
+  std::vector<int64_t> block_nf4, block_nf4_bytes;
   int tied_owner = -1;        // block whose padded group the second gather buffer holds
   int64_t tied_numel = 0;     // elements of the tied weight (its pending fp32 gradient)
   // The config's model, or rescaled so that it has `params` parameters (> 0; the
@@ -120,6 +123,13 @@ struct ShardPlan {
   int tied_owner = -1;
   int64_t tied_numel = 0;
   int64_t max_padded = 0, max_shard = 0, max_sub_group = 0;
+  // The most parameters of a block as the model computes with them (its creation staging), and
+  // the most NF4 elements a block dequantises for compute (QLoRA; else 0).
+  int64_t max_block_numel = 0, max_decoded = 0;
+  // Dequantisation buffers (compute dtype, max_decoded elements each), one per gather buffer:
+  // a block's NF4 weights live there while it runs.
+  int64_t staging_numel() const { return std::max(max_padded, max_block_numel); }  // fp32 creation staging
+  int decode_slots() const { return max_decoded > 0 ? std::max(1, gather_slots) : 0; }
   uint64_t max_working_bytes = 0;
   bool host_device = true;
   // Blocks whose initial weights are drawn at once while the engine is created (Note

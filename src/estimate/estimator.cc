@@ -82,7 +82,7 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   }
   e.transients = plan.max_grad_flat * (plan.dsize + 4);  // a block's weight gradients, and in fp32 (LoRA: adapters')
   e.runtime = kRuntimeBytes;
-  e.creation = (plan.creation_draws + 1) * plan.max_padded * (4 + (cfg.compute_dtype == DType::kF32 ? 0 : plan.dsize));
+  e.creation = (plan.creation_draws + 1) * plan.staging_numel() * (4 + (cfg.compute_dtype == DType::kF32 ? 0 : plan.dsize));
   // Page-locked: the pinned pools, and the cpu tier's working weights when it is pinned
   // (mlock; the optimizer states there are pageable: no device copies them).
   for (const PoolPlan* pool : {&plan.param_pool, &plan.optim_pool, &plan.park_pool})

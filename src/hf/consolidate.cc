@@ -1,9 +1,11 @@
 #include "src/hf/consolidate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "src/model/hf_names.h"
+#include "src/model/nf4_blob.h"
 #include "src/hf/lora_export.h"
 #include "src/checkpoint/manifest.h"
 #include "src/engine/shard_plan.h"
@@ -60,6 +62,9 @@ StatusOr<Consolidator> Consolidator::Open(const std::string& checkpoint) {
     cfg.model = c.model_;
     cfg.zero_stage = c.manifest_.at("zero_stage").get<int>();
     cfg.sub_group_size = c.manifest_.at("sub_group_size").get<int64_t>();
+    const std::string compute = c.manifest_.at("compute_dtype").get<std::string>();  // NF4 blobs' element size
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16})
+      if (compute == DTypeName(t)) cfg.compute_dtype = t;
     const ModelShape shape = ModelShape::Of(c.model_);
     for (int r = 0; r < world; ++r) {
       const ShardPlan plan = ShardPlan::Make(cfg, shape, world, r);
@@ -95,7 +100,11 @@ StatusOr<FlatBlock> Consolidator::Flat(int i, bool with_base) const {
   const nlohmann::json& blk = manifest_["layout"][i];
   const int b = blk.at("block").get<int>();
   const int64_t padded = blk.at("padded").get<int64_t>();
-  FlatBlock flat{b, std::vector<float>(padded, 0.f), std::vector<char>(padded, 0)};
+  FlatBlock flat;
+  flat.block = b;
+  flat.values.assign(padded, 0.f);
+  flat.seen.assign(padded, 0);
+  flat.keep_raw = model_.lora.nf4_base();
   if (with_base && lora()) STRATA_RETURN_IF_ERROR(ReadWorking(&flat));
   for (const SafetensorsFile& f : files_)
     for (const TensorView& t : f.tensors()) {
@@ -132,8 +141,44 @@ Status Consolidator::ReadWorking(FlatBlock* flat) const {
         return Error(StatusCode::kDataLoss, "'{}': tensor '{}' ({} x {}) does not fit the working range [{}, {}) of "
                      "block {}", files_[r].path(), name, n, t->dtype, w.begin, w.end(), b);
       std::memset(flat->seen.data() + at, 1, n);
+      if (flat->keep_raw) {  // NF4 blobs are bytes, not values
+        flat->esize = static_cast<int64_t>(t->bytes.size()) / n;
+        flat->raw.resize(padded * flat->esize);
+        std::memcpy(flat->raw.data() + at * flat->esize, t->bytes.data(), t->bytes.size());
+      }
     }
   }
+  return Status();
+}
+
+// A QLoRA block (Note [NF4 base]): its NF4 weights' blobs decoded, and every parameter laid
+// end to end at new offsets, as the model computes with them.
+Status Consolidator::ExpandNf4(FlatBlock* flat, nlohmann::json* params) const {
+  FlatBlock out;
+  out.block = flat->block;
+  for (nlohmann::json& p : *params) {
+    const int64_t off = p.at("offset").get<int64_t>(), numel = Numel(p.at("shape").get<std::vector<int64_t>>());
+    const int64_t stored = p.value("nf4_stored", int64_t{0});
+    const int64_t len = stored > 0 ? stored : numel, at = static_cast<int64_t>(out.values.size());
+    if (off < 0 || off + len > static_cast<int64_t>(flat->values.size()) ||
+        (stored > 0 && (flat->esize == 0 || model::Nf4BlobBytes(numel) > stored * flat->esize)))
+      return Error(StatusCode::kDataLoss, "'{}': parameter '{}' of block {} lies outside its flat group", step_dir_,
+                   p.at("name").get<std::string>(), flat->block);
+    out.values.resize(at + numel);
+    out.seen.resize(at + numel);
+    if (stored > 0) {
+      const bool seen = std::all_of(flat->seen.begin() + off, flat->seen.begin() + off + stored, [](char c) { return c; });
+      model::DecodeNf4Blob(std::span(flat->raw).subspan(off * flat->esize, stored * flat->esize), numel,
+                           out.values.data() + at);
+      std::fill(out.seen.begin() + at, out.seen.end(), seen);
+      p.erase("nf4_stored");
+    } else {
+      std::copy_n(flat->values.begin() + off, numel, out.values.begin() + at);
+      std::copy_n(flat->seen.begin() + off, numel, out.seen.begin() + at);
+    }
+    p["offset"] = at;
+  }
+  *flat = std::move(out);
   return Status();
 }
 
@@ -181,10 +226,12 @@ StatusOr<ExportedTensor> Consolidator::Extract(const FlatBlock& flat, const nloh
 StatusOr<std::vector<ExportedTensor>> Consolidator::Block(int i, ExportDType dtype) const {
   const nlohmann::json& blk = manifest_["layout"][i];
   STRATA_ASSIGN_OR_RETURN(FlatBlock flat, Flat(i, /*with_base=*/true));
-  if (lora()) STRATA_RETURN_IF_ERROR(MergeAdapters(blk.at("params"), model_.lora.scale(), step_dir_, &flat));
+  nlohmann::json params = blk.at("params");
+  if (model_.lora.nf4_base()) STRATA_RETURN_IF_ERROR(ExpandNf4(&flat, &params));
+  if (lora()) STRATA_RETURN_IF_ERROR(MergeAdapters(params, model_.lora.scale(), step_dir_, &flat));
   const bool gpt2 = model_.arch == model::Arch::kGpt2;
   std::vector<ExportedTensor> out;
-  for (const nlohmann::json& p : blk.at("params")) {
+  for (const nlohmann::json& p : params) {
     const std::string name = p.at("name").get<std::string>();
     if (lora() && IsAdapterName(name)) continue;
     const HfName hf = ToHfName(gpt2, static_cast<int>(model_.n_layer), flat.block, name);

@@ -32,6 +32,10 @@ struct FlatBlock {
   int block = 0;
   std::vector<float> values;
   std::vector<char> seen;
+  // QLoRA: the working weights' bytes too (esize bytes an element), where NF4 blobs lie.
+  bool keep_raw = false;
+  std::vector<std::byte> raw;
+  int64_t esize = 0;
 };
 
 // An output tensor's name, dtype, shape and size, known from the manifest alone.
@@ -73,6 +77,8 @@ class Consolidator {
   Consolidator() = default;
   // Every rank's working weights of flat->block into *flat (the frozen base of a LoRA block).
   Status ReadWorking(FlatBlock* flat) const;
+  // QLoRA: *flat with its NF4 weights decoded and *params' offsets moved to match.
+  Status ExpandNf4(FlatBlock* flat, nlohmann::json* params) const;
 
   std::string step_dir_;
   nlohmann::json manifest_;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "src/model/model_config.h"
 #include "strata/status.h"
 
 namespace strata::ckpt {
@@ -73,9 +74,9 @@ struct HfFolderOptions {
 StatusOr<ExportReport> ExportHfFolder(const std::string& checkpoint, const std::string& out,
                                       const HfFolderOptions& options);
 
-// True when the checkpoint (folder or step folder) was trained with strata.lora. Reads the
+// The checkpoint's strata.lora (r = 0 when it was trained without adapters). Reads the
 // manifest only.
-StatusOr<bool> IsLoraCheckpoint(const std::string& checkpoint);
+StatusOr<model::LoraConfig> CheckpointLora(const std::string& checkpoint);
 
 struct PeftOptions {
   ExportDType dtype = ExportDType::kF32;

@@ -201,13 +201,13 @@ void DescribeMerge(const Consolidator& c, ExportReport* rep) {
                                            "and merge it onto that model (peft's merge_and_unload)"));
 }
 
-StatusOr<bool> IsLoraCheckpoint(const std::string& checkpoint) {
+StatusOr<model::LoraConfig> CheckpointLora(const std::string& checkpoint) {
   STRATA_ASSIGN_OR_RETURN(std::string step_dir, ResolveStepDir(checkpoint));
   STRATA_ASSIGN_OR_RETURN(nlohmann::json m, ReadManifest(step_dir));
   const std::string where = "'" + step_dir + "/manifest.json'";
   if (!m.contains("model")) return Error(StatusCode::kDataLoss, "{}: no \"model\"", where);
   STRATA_ASSIGN_OR_RETURN(model::ModelConfig model, ParseModelConfigJson(m["model"], where));
-  return model.lora.enabled();
+  return model.lora;
 }
 
 StatusOr<ExportReport> ExportPeftAdapter(const std::string& checkpoint, const std::string& out,

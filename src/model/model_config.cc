@@ -1,6 +1,8 @@
 // ModelConfig validation and the arithmetic of blocks (model_config.h), without LibTorch.
 #include "src/model/model_config.h"
 
+#include "src/model/nf4_blob.h"
+
 #include "strata/check.h"
 
 namespace strata::model {
@@ -136,6 +138,9 @@ Status Validate(const ModelConfig& c) {
   if (!(c.rope_theta > 0)) return InvalidArgument("model config: rope_theta = {} must be positive", c.rope_theta);
   if (!(c.init_std >= 0)) return InvalidArgument("model config: init_std = {} must be >= 0", c.init_std);
   if (c.lora.r < 0) return InvalidArgument("strata.lora.r = {} must be >= 0 (0 = no adapters)", c.lora.r);
+  if (!c.lora.base_dtype.empty() && !c.lora.enabled())
+    return InvalidArgument("strata.lora.base_dtype = \"{}\" needs adapters (strata.lora.r > 0): a base that is "
+                           "trained is kept in the compute dtype", c.lora.base_dtype);
   if (c.lora.enabled()) {
     if (c.arch != Arch::kLlama)
       return InvalidArgument("strata.lora: adapters are built for the LLaMA family (llama, mistral, qwen2, qwen3), "
@@ -147,6 +152,9 @@ Status Validate(const ModelConfig& c) {
     if (!(c.lora.dropout >= 0 && c.lora.dropout < 1))
       return InvalidArgument("strata.lora.dropout = {} must be in [0, 1)", c.lora.dropout);
     if (!(c.lora.alpha > 0)) return InvalidArgument("strata.lora.alpha = {} must be positive", c.lora.alpha);
+    if (!c.lora.base_dtype.empty() && c.lora.base_dtype != "nf4")
+      return InvalidArgument("strata.lora.base_dtype = \"{}\": use \"nf4\" (QLoRA's 4-bit base) or leave it out "
+                             "(the compute dtype)", c.lora.base_dtype);
     if (c.lora.target_modules.empty())
       return InvalidArgument("strata.lora.target_modules is empty: name at least one of q_proj, k_proj, v_proj, "
                              "o_proj, gate_proj, up_proj, down_proj");
@@ -159,6 +167,10 @@ Status Validate(const ModelConfig& c) {
     }
   }
   return Status::Ok();
+}
+
+bool StoredInNf4(const ModelConfig& c, int index, const std::string& name) {
+  return c.lora.nf4_base() && index >= 1 && index <= c.n_layer && name.ends_with("_proj.weight");
 }
 
 bool IsAdapterName(const std::string& name) { return name.ends_with(".lora_A") || name.ends_with(".lora_B"); }
@@ -203,6 +215,25 @@ int64_t ModelSpec::block_parameters(int index) const {
 
 int64_t ModelSpec::trainable_parameters(int index) const {
   return config_.lora.enabled() ? LoraParameters(config_, index) : block_parameters(index);
+}
+
+std::vector<int64_t> ModelSpec::nf4_weights(int index) const {
+  const ModelConfig& c = config_;
+  if (!StoredInNf4(c, index, "self_attn.q_proj.weight")) return {};
+  const int64_t C = c.d_model, q = c.n_head * HeadDim(c), kv = KvHeads(c) * HeadDim(c), F = FfnHidden(c);
+  return {q * C, kv * C, kv * C, C * q, F * C, F * C, C * F};  // q k v o, gate up down
+}
+
+int64_t ModelSpec::nf4_parameters(int index) const {
+  int64_t n = 0;
+  for (int64_t w : nf4_weights(index)) n += w;
+  return n;
+}
+
+int64_t ModelSpec::nf4_bytes(int index) const {
+  int64_t n = 0;
+  for (int64_t w : nf4_weights(index)) n += Nf4BlobBytes(w);
+  return n;
 }
 
 int64_t ModelSpec::num_parameters() const {

@@ -36,7 +36,11 @@ struct LoraConfig {
   double alpha = 16;
   double dropout = 0;  // on the adapter's input, training only (Note [LoRA dropout])
   std::vector<std::string> target_modules;
+  // (base_dtype) "" = the compute dtype; "nf4" = QLoRA: the frozen base's projection weights
+  // stored and moved in NF4 (Note [NF4 base] in nf4_blob.h), dequantised per block for compute.
+  std::string base_dtype;
   bool enabled() const { return r > 0; }
+  bool nf4_base() const { return enabled() && base_dtype == "nf4"; }
   bool Targets(const std::string& projection) const;
   double scale() const { return alpha / static_cast<double>(r); }
   bool operator==(const LoraConfig&) const = default;
@@ -77,6 +81,8 @@ struct ModelConfig {
 // LoRA's parameters ("self_attn.q_proj.lora_A", "mlp.down_proj.lora_B"): trainable, never in
 // a base model's files.
 bool IsAdapterName(const std::string& name);
+// QLoRA: whether parameter `name` of block `index` is stored in NF4 (a layer's *_proj.weight).
+bool StoredInNf4(const ModelConfig& config, int index, const std::string& name);
 
 // Per-head width: head_dim, or d_model / n_head when it is 0.
 int64_t HeadDim(const ModelConfig& config);
@@ -136,6 +142,12 @@ class ModelSpec {
   // Of those, the trainable ones: all of them, or with LoRA the adapters only, which come
   // last in the block's flat layout (Note [Block parameters]): [base | adapters].
   int64_t trainable_parameters(int index) const;
+  // QLoRA (lora.nf4_base()): the elements of that block's weights stored in NF4 (the layers'
+  // seven projection weights, in flat order), and the bytes their NF4 forms take (blobs of
+  // Nf4BlobBytes each); none otherwise.
+  std::vector<int64_t> nf4_weights(int index) const;
+  int64_t nf4_parameters(int index) const;
+  int64_t nf4_bytes(int index) const;
   int64_t num_parameters() const;             // all blocks (a tied weight counted once)
   // Training FLOPs per token: 6 * parameters (embedding tables excluded; the LM head's
   // [V, C] matmul counted, tied or not) + attention 12 * n_layer * n_head * head dim * seq_len

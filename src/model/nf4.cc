@@ -14,14 +14,17 @@
 //     bins over [-1, 1] (bin (v + 1) / 2 * 65535 + 1/2, truncated; each bin holds the code
 //     nearest the bin's value), which is not always the code nearest v itself (near a
 //     midpoint the bin's value decides); a block of zeros has absmax 0 and codes 0.
-// The tensor arithmetic (the mean, the reciprocals, linspace for the dynamic code) goes through
-// LibTorch's kernels, as bitsandbytes' own does, so it rounds alike.
+// The tensor arithmetic (the mean, the reciprocals) goes through LibTorch's kernels, as
+// bitsandbytes' own does, so it rounds alike; the dynamic code's linspace is LibTorch's fp32
+// one, written out (nf4_blob.cc).
 #include "src/model/nf4.h"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 
+#include "src/model/nf4_blob.h"
 #include "strata/check.h"
 
 namespace strata::model {
@@ -29,12 +32,7 @@ namespace {
 
 constexpr int64_t kBlock = 64, kAbsmaxBlock = 256, kBins = 65536;
 
-// NormalFloat4: the 16 values of the QLoRA paper's data type.
-constexpr std::array<float, 16> kNf4 = {
-    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f,
-    -0.18477343022823334f, -0.09105003625154495f, 0.0f, 0.07958029955625534f, 0.16093020141124725f,
-    0.24611230194568634f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,
-    0.7229568362236023f, 1.0f};
+const std::array<float, 16>& kNf4 = Nf4Values();
 
 // bins[i]: the dynamic code nearest -1 + 2i / 65535 (by the midpoints, ties to the lower code).
 std::vector<uint8_t> DynamicBins(const torch::Tensor& code) {
@@ -90,27 +88,9 @@ const torch::Tensor& Nf4Code() {
   return code;
 }
 
-// bitsandbytes' create_dynamic_map(signed=True): for exponents 1e-6 .. 1, the means of
-// consecutive points of linspace(0.1, 1, 2^i + 1) scaled by 10^(i-6), both signs, then 0 and
-// 1, sorted.
 const torch::Tensor& DynamicCode() {
-  static const torch::Tensor code = [] {
-    std::vector<float> values;
-    for (int i = 0; i < 7; ++i) {
-      const torch::Tensor b = torch::linspace(0.1, 1, (1 << i) + 1, torch::kFloat32);
-      const torch::Tensor means = (b.narrow(0, 0, b.size(0) - 1) + b.narrow(0, 1, b.size(0) - 1)) / 2.0;
-      const double scale = std::pow(10.0, i - 6);
-      for (const torch::Tensor& t : {means * scale, means * -scale}) {
-        const float* p = t.data_ptr<float>();
-        values.insert(values.end(), p, p + t.numel());
-      }
-    }
-    values.push_back(0.0f);
-    values.push_back(1.0f);
-    std::sort(values.begin(), values.end());
-    STRATA_CHECK(values.size() == 256) << values.size();
-    return torch::tensor(values);
-  }();
+  static const torch::Tensor code =
+      torch::tensor(std::vector<float>(DynamicCodeValues().begin(), DynamicCodeValues().end()));
   return code;
 }
 
@@ -163,6 +143,40 @@ torch::Tensor DequantizeNf4(const Nf4Tensor& q, torch::ScalarType dtype) {
     o[i] = kNf4[i % 2 == 0 ? byte >> 4 : byte & 0x0F] * am[i / kBlock];
   }
   return out.view(q.shape).to(dtype);
+}
+
+std::vector<std::byte> Nf4Blob(const Nf4Tensor& q) {
+  const Nf4BlobLayout l = Nf4BlobLayout::Of(q.numel());
+  std::vector<std::byte> blob(l.bytes, std::byte{0});
+  std::memcpy(blob.data(), q.packed.data_ptr(), l.absmax_q_at);
+  std::memcpy(blob.data() + l.absmax_q_at, q.absmax_q.data_ptr(), l.blocks);
+  std::memcpy(blob.data() + l.absmax2_at, q.absmax2.data_ptr(), 4 * l.blocks2);
+  std::memcpy(blob.data() + l.offset_at, &q.offset, 4);
+  return blob;
+}
+
+Nf4Tables Nf4Tables::On(const torch::Device& device) { return {Nf4Code().to(device), DynamicCode().to(device)}; }
+
+// The arithmetic of DequantizeNf4 (and so of bitsandbytes) as tensor operations, so that it
+// runs where the blob is: absmax = dynamic[code] * absmax2 + offset per block, then each
+// element = nf4[code] * its block's absmax, rounded once to out's dtype.
+void DequantizeNf4Blob(const torch::Tensor& blob, int64_t n, torch::Tensor out, const Nf4Tables& tables) {
+  const Nf4BlobLayout l = Nf4BlobLayout::Of(n);
+  STRATA_CHECK(blob.scalar_type() == torch::kUInt8 && blob.numel() >= l.bytes && out.numel() == n)
+      << "an NF4 blob of " << blob.numel() << " bytes for " << out.numel() << " elements";
+  // The fp32 fields need not be 4-byte aligned within the group: copied out first.
+  const torch::Tensor absmax2 = blob.narrow(0, l.absmax2_at, 4 * l.blocks2).clone().view(torch::kFloat32);
+  const torch::Tensor offset = blob.narrow(0, l.offset_at, 4).clone().view(torch::kFloat32);
+  const torch::Tensor aq = blob.narrow(0, l.absmax_q_at, l.blocks).to(torch::kLong);
+  torch::Tensor absmax = tables.dynamic.index_select(0, aq) *
+                         absmax2.repeat_interleave(256).narrow(0, 0, l.blocks);
+  absmax = absmax + offset;
+  const torch::Tensor packed = blob.narrow(0, 0, l.absmax_q_at);
+  const torch::Tensor codes =
+      torch::stack({packed.bitwise_right_shift(4), packed.bitwise_and(15)}, 1).view({-1}).narrow(0, 0, n);
+  const torch::Tensor values = tables.nf4.index_select(0, codes.to(torch::kLong)) *
+                               absmax.repeat_interleave(64).narrow(0, 0, n);
+  out.view({-1}).copy_(values);
 }
 
 }  // namespace strata::model

@@ -4,6 +4,7 @@
 
 #include <torch/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -32,5 +33,16 @@ Nf4Tensor QuantizeNf4(const torch::Tensor& w);
 // Back to `dtype`: code * absmax per block, the absmax from its 8-bit code (as bitsandbytes'
 // dequantize_4bit).
 torch::Tensor DequantizeNf4(const Nf4Tensor& q, torch::ScalarType dtype = torch::kFloat32);
+
+// q as the flat group stores it (Note [NF4 base] in nf4_blob.h).
+std::vector<std::byte> Nf4Blob(const Nf4Tensor& q);
+// The code tables on the device that dequantises.
+struct Nf4Tables {
+  torch::Tensor nf4, dynamic;  // fp32 [16], [256]
+  static Nf4Tables On(const torch::Device& device);
+};
+// The n elements of `blob` (uint8, on any device, at least Nf4BlobBytes(n)) into `out` (n
+// elements of any float dtype, on the blob's device): DequantizeNf4's values, bitwise.
+void DequantizeNf4Blob(const torch::Tensor& blob, int64_t n, torch::Tensor out, const Nf4Tables& tables);
 
 }  // namespace strata::model

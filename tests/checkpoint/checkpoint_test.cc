@@ -441,27 +441,33 @@ TEST(Checkpoint, ReshardingARoundTripIsExact) {
 
 // LoRA (2 ranks, base on NVMe: rank 1's layer ranges are split into a frozen "working" and
 // a host "adapter" tensor, rank 0 holds no optimizer state): a resume is bitwise, and so is a
-// restore on 1 rank or with the base in host memory (where nothing is split) and back.
+// restore on 1 rank or with the base in host memory (where nothing is split) and back; with
+// the base in the compute dtype and in NF4 (QLoRA: the groups hold the blobs' bytes).
 TEST(Checkpoint, LoraResumesAndReshardsBitwise) {
   TempDir dir;
-  TrainConfig cfg = ResumeConfig(dir.path());
-  cfg.model.arch = model::Arch::kLlama;
-  cfg.model.lora.r = 4;
-  cfg.model.lora.target_modules = {"q_proj", "v_proj", "down_proj"};
-  const std::string ck = dir.path() + "/ckpt";
-  const Params straight = ExpectResumeIsBitwise(cfg, ck);
-  Params at3;
-  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 3, "", ck, &at3); }), "");
-  for (const auto& [world, offload] : {std::pair{1, OffloadDevice::kNvme}, std::pair{2, OffloadDevice::kCpu}}) {
-    SCOPED_TRACE(::testing::Message() << world << " rank(s), offload " << OffloadDeviceName(offload));
-    TrainConfig other = cfg;
-    other.offload_param.device = other.offload_optimizer.device = offload;
-    const std::string mid = dir.path() + "/lora-mid" + std::to_string(world);
-    Params restored, resumed;
-    ASSERT_EQ(RunRanks(world, [&](int r, Communicator& c) { return Train(other, r, c, 3, 3, ck, mid, &restored); }), "");
-    testing::ExpectBitwiseEqual(at3, restored);
-    ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 3, 6, mid, "", &resumed); }), "");
-    testing::ExpectBitwiseEqual(straight, resumed);
+  for (const char* base : {"", "nf4"}) {
+    SCOPED_TRACE(::testing::Message() << "base_dtype \"" << base << "\"");
+    TrainConfig cfg = ResumeConfig(dir.path());
+    cfg.model.arch = model::Arch::kLlama;
+    cfg.model.lora.r = 4;
+    cfg.model.lora.target_modules = {"q_proj", "v_proj", "down_proj"};
+    cfg.model.lora.base_dtype = base;
+    const std::string ck = dir.path() + "/ckpt" + base;
+    const Params straight = ExpectResumeIsBitwise(cfg, ck);
+    Params at3;
+    ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 3, "", ck, &at3); }), "");
+    for (const auto& [world, offload] : {std::pair{1, OffloadDevice::kNvme}, std::pair{2, OffloadDevice::kCpu}}) {
+      SCOPED_TRACE(::testing::Message() << world << " rank(s), offload " << OffloadDeviceName(offload));
+      TrainConfig other = cfg;
+      other.offload_param.device = other.offload_optimizer.device = offload;
+      const std::string mid = dir.path() + "/lora-mid" + base + std::to_string(world);
+      Params restored, resumed;
+      ASSERT_EQ(RunRanks(world, [&](int r, Communicator& c) { return Train(other, r, c, 3, 3, ck, mid, &restored); }),
+                "");
+      testing::ExpectBitwiseEqual(at3, restored);
+      ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 3, 6, mid, "", &resumed); }), "");
+      testing::ExpectBitwiseEqual(straight, resumed);
+    }
   }
 }
 

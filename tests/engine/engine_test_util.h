@@ -87,7 +87,9 @@ struct RunResult {
 
 // `fake`: each rank runs on a fake asynchronous device (compute_device.h) with these
 // options, its collectives on a second set of local communicators; null: the host.
-inline RunResult RunEngine(const TrainConfig& cfg, int world, int64_t steps, const FakeDeviceOptions* fake = nullptr) {
+// `hooks`: given to every rank's Engine::Create.
+inline RunResult RunEngine(const TrainConfig& cfg, int world, int64_t steps, const FakeDeviceOptions* fake = nullptr,
+                           const EngineHooks& hooks = {}) {
   auto data = data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
   EXPECT_TRUE(data.ok()) << data.status().ToString();
   auto comms = MakeLocalCommunicators(world);
@@ -108,7 +110,7 @@ inline RunResult RunEngine(const TrainConfig& cfg, int world, int64_t steps, con
       }
       auto settled = TrySettle(cfg, world, device->is_host());
       if (!settled.ok()) return fail(settled.status());
-      auto engine = Engine::Create(*settled, comms[r].get(), nullptr, {}, device.get());
+      auto engine = Engine::Create(*settled, comms[r].get(), nullptr, hooks, device.get());
       if (!engine.ok()) return fail(engine.status());
       for (int64_t s = 0; s < steps; ++s) {
         auto st = (*engine)->Step(s, **data);

@@ -61,7 +61,8 @@ TrainConfig Shrunk(const std::string& file, const std::string& dir) {
 TEST(Estimate, ShippedConfigsMatchTheEngineLedgerExactly) {
   testing::TempDir dir;
   for (const char* file : {"tiny_cpu.json", "gpt2_124m_cpu_offload.json", "llama_1b_nvme.json", "llama_7b_gpu.json",
-                           "llama_4.9b_24g_host.json", "llama_70b_lora_gpu.json"}) {
+                           "llama_4.9b_24g_host.json", "llama_70b_lora_gpu.json",
+                           "llama_70b_qlora_gpu.json"}) {
     const TrainConfig base = Shrunk(file, dir.path());
     for (int world : {1, 2, 3}) ExpectEstimateMatchesLedger(base, world, file);
     for (int stage : {0, 1, 2}) {
@@ -123,6 +124,42 @@ TEST(Estimate, LoraMatchesTheEngineLedgerExactly) {
   for (int b = 0; b < spec.num_blocks(); ++b) trainable += spec.trainable_parameters(b);
   EXPECT_GE(e.ledger.Of(StateKind::kMaster), static_cast<uint64_t>(trainable) * 4);
   EXPECT_LT(e.ledger.Of(StateKind::kMaster), static_cast<uint64_t>(trainable + 2 * kShardAlign) * 4);  // + padding
+}
+
+// QLoRA (NF4 base): the blobs' bytes in every tier, the decode buffers on the device.
+TEST(Estimate, QloraMatchesTheEngineLedgerExactly) {
+  testing::TempDir dir;
+  TrainConfig c = Shrunk("llama_70b_qlora_gpu.json", dir.path());
+  ASSERT_TRUE(c.model.lora.nf4_base());
+  for (DType d : {DType::kBF16, DType::kF32}) {
+    c.compute_dtype = d;
+    for (int world : {1, 2}) {
+      c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNone;
+      ExpectEstimateMatchesLedger(c, world, "qlora, all resident", /*on_device=*/true);
+      c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+      ExpectEstimateMatchesLedger(c, world, "qlora on nvme", /*on_device=*/true);
+      ExpectEstimateMatchesLedger(c, world, "qlora on nvme");
+    }
+  }
+}
+
+// The shipped 70 B QLoRA config at full size on the GPU machine (one H100, 80 GB): the whole
+// NF4 base resident on the GPU, with room to spare, where the bf16 base (138 GB) is not.
+TEST(Estimate, The70bQloraBaseFitsOneH100) {
+  auto cfg = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/llama_70b_qlora_gpu.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  ResolvePrecision(&*cfg, /*on_gpu=*/true);
+  const RunConfig run = testing::Settled(*cfg, 1, /*host_device=*/false);
+  const MemoryEstimate e = EstimateMemory(*run, 1, 0, {false});
+  const uint64_t on_gpu = e.ledger.At(StateKind::kWorking, Residence::kDevice);
+  EXPECT_GT(on_gpu, 34'000'000'000ull);  // 69 B parameters at about 4.13 bits (the embeddings and head in bf16)
+  EXPECT_LT(on_gpu, 38'000'000'000ull);
+  EXPECT_EQ(e.ledger.At(StateKind::kWorking, Residence::kCpu) + e.ledger.At(StateKind::kWorking, Residence::kNvme), 0u);
+  EXPECT_LT(e.device_peak(), 80'000'000'000ull) << "device peak " << e.device_peak();
+  TrainConfig bf16 = *cfg;
+  bf16.model.lora.base_dtype = "";
+  const MemoryEstimate b = EstimateMemory(*testing::Settled(bf16, 1, false), 1, 0, {false});
+  EXPECT_GT(b.device_peak(), 80'000'000'000ull);
 }
 
 // On a device: resident blocks (all, some, none), double-buffered gathers and gradient

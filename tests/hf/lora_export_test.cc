@@ -234,8 +234,8 @@ TEST(LoraExport, MisuseNamesTheFlagAndNothingIsWritten) {
   const std::string ck = dir.path() + "/lora", plain = dir.path() + "/plain";
   Train(LoraCfg(dir.path()), 1, 1, ck);
   Train(LoraCfg(dir.path(), /*lora=*/false), 1, 1, plain);
-  ASSERT_TRUE(*ckpt::IsLoraCheckpoint(ck));
-  ASSERT_FALSE(*ckpt::IsLoraCheckpoint(plain));
+  ASSERT_TRUE(ckpt::CheckpointLora(ck)->enabled());
+  ASSERT_FALSE(ckpt::CheckpointLora(plain)->enabled());
 
   const std::string file = dir.path() + "/x.safetensors", folder = dir.path() + "/x";
   auto f = ckpt::ExportCheckpoint(ck, file, ckpt::ExportDType::kF32);
