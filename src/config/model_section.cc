@@ -1,6 +1,8 @@
 // strata.model (model_section.h) and the model section of checkpoint manifests.
 #include "src/config/model_section.h"
 
+#include <algorithm>
+
 #include "src/model/hf_config.h"
 
 namespace strata {
@@ -15,6 +17,22 @@ Status ParseLora(JsonReader& l, model::LoraConfig* lora) {
 }
 
 namespace {
+
+// strata.model.gemma (model_config.h GemmaOptions).
+Status ParseGemma(JsonReader& g, model::GemmaOptions* o) {
+  STRATA_RETURN_IF_ERROR(g.Double("query_pre_attn_scalar", &o->query_pre_attn_scalar, 0, 1e9));
+  STRATA_RETURN_IF_ERROR(g.Double("attn_softcap", &o->attn_softcap, 0, 1e9));
+  STRATA_RETURN_IF_ERROR(g.Double("final_softcap", &o->final_softcap, 0, 1e9));
+  STRATA_RETURN_IF_ERROR(g.Double("rope_local_theta", &o->rope_local_theta, 0, 1e12));
+  if (const nlohmann::json* l = g.Raw("sliding_layers")) {
+    if (!l->is_array() || !std::all_of(l->begin(), l->end(), [](const nlohmann::json& v) { return v.is_boolean(); }))
+      return InvalidArgument("{}: a list of true (a sliding-window layer) or false, one per layer; got {}",
+                             g.PathOf("sliding_layers"), l->dump());
+    o->sliding_layers.clear();
+    for (const nlohmann::json& v : *l) o->sliding_layers.push_back(v.get<bool>());
+  }
+  return Status();
+}
 
 // The strata.model keys into *mc (each absent key keeps *mc's value).
 Status ParseModelKeys(JsonReader& m, model::ModelConfig* mc, std::vector<std::string>* warnings) {
@@ -39,7 +57,13 @@ Status ParseModelKeys(JsonReader& m, model::ModelConfig* mc, std::vector<std::st
   STRATA_RETURN_IF_ERROR(m.Bool("qk_norm", &mc->qk_norm));
   STRATA_RETURN_IF_ERROR(m.Int("max_positions", &mc->max_positions, 0, L::kPositions));
   STRATA_RETURN_IF_ERROR(m.Int("sliding_window", &mc->sliding_window, 0, L::kPositions));
-  STRATA_RETURN_IF_ERROR(m.Choice("hf_model_type", &mc->hf_model_type, {"", "gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3"}));
+  STRATA_RETURN_IF_ERROR(m.Choice("hf_model_type", &mc->hf_model_type,
+                                  {"", "gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text"}));
+  if (m.Has("gemma")) {
+    STRATA_ASSIGN_OR_RETURN(JsonReader g, m.Child("gemma"));
+    STRATA_RETURN_IF_ERROR(ParseGemma(g, &mc->gemma));
+    g.UnusedKeys(warnings);
+  }
   STRATA_ASSIGN_OR_RETURN(JsonReader r, m.Child("rope_scaling"));
   model::RopeScaling& rs = mc->rope_scaling;
   STRATA_RETURN_IF_ERROR(r.Double("factor", &rs.factor, 0, 1e6));
@@ -115,6 +139,12 @@ nlohmann::json ModelConfigJson(const model::ModelConfig& m) {
   if (m.max_positions != d.max_positions) j["max_positions"] = m.max_positions;
   if (m.sliding_window != d.sliding_window) j["sliding_window"] = m.sliding_window;
   if (!m.hf_model_type.empty()) j["hf_model_type"] = m.hf_model_type;
+  if (m.gemma != model::GemmaOptions{}) {
+    const model::GemmaOptions& g = m.gemma;
+    j["gemma"] = {{"query_pre_attn_scalar", g.query_pre_attn_scalar}, {"attn_softcap", g.attn_softcap},
+                  {"final_softcap", g.final_softcap}, {"rope_local_theta", g.rope_local_theta},
+                  {"sliding_layers", g.sliding_layers}};
+  }
   if (m.lora.enabled()) {
     j["lora"] = {{"r", m.lora.r}, {"alpha", m.lora.alpha}, {"dropout", m.lora.dropout},
                  {"target_modules", m.lora.target_modules}};

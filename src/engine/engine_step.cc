@@ -52,7 +52,8 @@ Status Accumulate(std::byte* acc, bool bf16, const torch::Tensor& part, double i
 // With strata.loss_chunk > 0 the head's logits are made a tile at a time (Note [Tiled loss]).
 torch::Tensor MicroBatchLoss(model::Block& head, const torch::Tensor& x, const torch::Tensor& targets,
                              const torch::Tensor& mask, double weight, int64_t chunk) {
-  torch::Tensor loss = chunk > 0 ? model::TiledLanguageModelLoss(head.HeadHidden(x), head.HeadWeight(), targets, mask, chunk)
+  torch::Tensor loss = chunk > 0 ? model::TiledLanguageModelLoss(head.HeadHidden(x), head.HeadWeight(), targets, mask, chunk,
+                                                                   head.LogitSoftcap())
                        : mask.defined() ? model::MaskedLanguageModelLoss(head.Forward(x), targets, mask)
                                         : model::LanguageModelLoss(head.Forward(x), targets);
   return !mask.defined() || weight == 1.0 ? loss : loss * weight;

@@ -3,6 +3,7 @@
 #include "src/model/hf_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "src/base/input_file.h"
@@ -21,7 +22,9 @@ constexpr Family kFamilies[] = {{"gpt2", "GPT2LMHeadModel", "GPT2Model"},
                                 {"mistral", "MistralForCausalLM", "MistralModel"},
                                 {"qwen2", "Qwen2ForCausalLM", "Qwen2Model"},
                                 {"qwen3", "Qwen3ForCausalLM", "Qwen3Model"},
-                                {"phi3", "Phi3ForCausalLM", "Phi3Model"}};
+                                {"phi3", "Phi3ForCausalLM", "Phi3Model"},
+                                {"gemma2", "Gemma2ForCausalLM", "Gemma2Model"},
+                                {"gemma3_text", "Gemma3ForCausalLM", "Gemma3TextModel"}};
 
 std::string Supported() {
   std::string s;
@@ -126,6 +129,24 @@ Status ReadGpt2(const Keys& k, ModelConfig* c) {
   return k.Expect("add_cross_attention", false, "cross-attention layers");
 }
 
+// transformers 5's Gemma 3: {"full_attention": {...}, "sliding_attention": {...}}, plain RoPE
+// each, the sliding layers' base kept apart (rope_local_theta).
+Status ReadRopePerLayerType(const Keys& k, const std::string& key, ModelConfig* c) {
+  for (const auto& [layer_type, params] : k.json()[key].items()) {
+    const Keys rk(params, fmt::format("{}: \"{}\": \"{}\"", k.origin(), key, layer_type));
+    if (!params.is_object() || (layer_type != "full_attention" && layer_type != "sliding_attention"))
+      return InvalidArgument("{}: expected an object per layer type (full_attention, sliding_attention)", rk.origin());
+    std::string type = "default";
+    STRATA_RETURN_IF_ERROR(rk.String(rk.Present("rope_type") ? "rope_type" : "type", &type));
+    if (type != "default")
+      return InvalidArgument("{}: rope_type \"{}\" is not supported for Gemma (plain RoPE, \"default\", only)",
+                             rk.origin(), type);
+    STRATA_RETURN_IF_ERROR(rk.Double("rope_theta", layer_type == "full_attention" ? &c->rope_theta
+                                                                                   : &c->gemma.rope_local_theta));
+  }
+  return Status();
+}
+
 // rope_theta and the scaling, from transformers 5's rope_parameters or 4's rope_theta +
 // rope_scaling (whose type may be spelled "rope_type" or "type").
 Status ReadRope(const Keys& k, ModelConfig* c) {
@@ -135,6 +156,8 @@ Status ReadRope(const Keys& k, ModelConfig* c) {
   if (!k.Present(key)) return Status();
   const nlohmann::json& r = k.json()[key];
   if (!r.is_object()) return k.Bad(key, "an object");
+  if (r.contains("full_attention") || r.contains("sliding_attention"))  // Gemma 3: per layer type
+    return ReadRopePerLayerType(k, key, c);
   const Keys rk(r, fmt::format("{}: \"{}\"", k.origin(), key));
   STRATA_RETURN_IF_ERROR(rk.Double("rope_theta", &c->rope_theta));
   std::string type = "default";
@@ -174,11 +197,53 @@ Status ReadSlidingWindow(const Keys& k, const std::string& type, ModelConfig* c)
   return Status();
 }
 
+// What Gemma 2 / 3 add (GemmaOptions), with Gemma2Config's and Gemma3TextConfig's defaults.
+Status ReadGemma(const Keys& k, const std::string& type, ModelConfig* c) {
+  GemmaOptions& g = c->gemma;
+  const bool v2 = type == "gemma2";
+  g.query_pre_attn_scalar = 256;
+  g.attn_softcap = v2 ? 50.0 : 0;
+  g.final_softcap = v2 ? 30.0 : 0;
+  if (!v2 && g.rope_local_theta == 0) g.rope_local_theta = 10000;
+  STRATA_RETURN_IF_ERROR(k.Double("query_pre_attn_scalar", &g.query_pre_attn_scalar));
+  STRATA_RETURN_IF_ERROR(k.Double("attn_logit_softcapping", &g.attn_softcap));  // null: none
+  STRATA_RETURN_IF_ERROR(k.Double("final_logit_softcapping", &g.final_softcap));
+  if (k.Present("attn_logit_softcapping") == false && k.json().contains("attn_logit_softcapping")) g.attn_softcap = 0;
+  if (k.Present("final_logit_softcapping") == false && k.json().contains("final_logit_softcapping")) g.final_softcap = 0;
+  STRATA_RETURN_IF_ERROR(k.Double("rope_local_base_freq", &g.rope_local_theta));
+  if (g.rope_local_theta == c->rope_theta) g.rope_local_theta = 0;
+  std::string act = "gelu_pytorch_tanh";
+  STRATA_RETURN_IF_ERROR(k.String(k.Present("hidden_activation") ? "hidden_activation" : "hidden_act", &act));
+  if (act != "gelu_pytorch_tanh")
+    return InvalidArgument("{}: \"hidden_activation\": \"{}\" is not supported (Strata's Gemma MLP is GeGLU with the "
+                           "tanh GELU, gelu_pytorch_tanh)", k.origin(), act);
+  // Which layers slide: layer_types, else the family's pattern (every 2nd / 6th layer global).
+  g.sliding_layers.clear();
+  if (k.Present("layer_types")) {
+    const nlohmann::json& t = k.json()["layer_types"];
+    if (!t.is_array() || static_cast<int64_t>(t.size()) != c->n_layer) return k.Bad("layer_types", "a list, one per layer");
+    for (const auto& v : t) {
+      if (v != "sliding_attention" && v != "full_attention")
+        return k.Bad("layer_types", "\"sliding_attention\" or \"full_attention\" per layer");
+      g.sliding_layers.push_back(v == "sliding_attention");
+    }
+  } else {
+    int64_t pattern = v2 ? 2 : 6;
+    STRATA_RETURN_IF_ERROR(k.Int(k.Present("sliding_window_pattern") ? "sliding_window_pattern" : "_sliding_window_pattern",
+                                 &pattern, false));
+    for (int64_t i = 0; i < c->n_layer; ++i) g.sliding_layers.push_back(pattern <= 0 || (i + 1) % pattern != 0);
+  }
+  if (std::none_of(g.sliding_layers.begin(), g.sliding_layers.end(), [](bool b) { return b; })) g.sliding_layers.clear();
+  else STRATA_RETURN_IF_ERROR(k.Int("sliding_window", &c->sliding_window, false));
+  STRATA_RETURN_IF_ERROR(k.Expect("attention_dropout", 0.0, "dropout while training"));
+  return k.Expect("use_bidirectional_attention", false, "bidirectional attention");
+}
+
 Status ReadLlamaFamily(const Keys& k, const std::string& type, ModelConfig* c) {
   c->arch = Arch::kLlama;
-  c->tie_embeddings = false;  // the default of all four configs
-  c->norm_eps = 1e-6;
   c->hf_model_type = type == "llama" ? "" : type;
+  c->tie_embeddings = IsGemma(*c);  // the default of the LLaMA-shaped configs; Gemma ties
+  c->norm_eps = 1e-6;
   STRATA_RETURN_IF_ERROR(k.Int("vocab_size", &c->vocab_size, true));
   STRATA_RETURN_IF_ERROR(k.Int("hidden_size", &c->d_model, true));
   STRATA_RETURN_IF_ERROR(k.Int("intermediate_size", &c->ffn_hidden, true));
@@ -193,6 +258,12 @@ Status ReadLlamaFamily(const Keys& k, const std::string& type, ModelConfig* c) {
   if (c->n_head > 0 && c->head_dim > 0 && c->d_model % c->n_head == 0 && c->head_dim == c->d_model / c->n_head)
     c->head_dim = 0;
   STRATA_RETURN_IF_ERROR(ReadRope(k, c));
+  if (IsGemma(*c)) {
+    if (c->head_dim == 0 && !k.Present("head_dim")) c->head_dim = 256;  // Gemma's default
+    c->qk_norm = type == "gemma3_text";
+    STRATA_RETURN_IF_ERROR(ReadGemma(k, type, c));
+    return k.Expect("attention_bias", false, "biases on q_proj, k_proj, v_proj and o_proj");
+  }
   STRATA_RETURN_IF_ERROR(ReadSlidingWindow(k, type, c));
   STRATA_RETURN_IF_ERROR(k.Expect("hidden_act", "silu", "Strata's LLaMA-family MLP is SwiGLU"));
   STRATA_RETURN_IF_ERROR(k.Expect("mlp_bias", false, "biases in the MLP"));
@@ -235,6 +306,36 @@ StatusOr<ModelConfig> ReadHfModelConfig(const std::string& dir) {
   return ModelConfigFromHf(j, "'" + path + "'");
 }
 
+namespace {
+
+// Gemma's keys (ReadGemma's), replacing LLaMA's activation and rope entries.
+void GemmaConfigJson(const ModelConfig& c, nlohmann::ordered_json* j) {
+  const GemmaOptions& g = c.gemma;
+  const bool v2 = c.hf_model_type == "gemma2";
+  j->erase("hidden_act");
+  j->erase("rope_scaling");
+  (*j)["hidden_activation"] = "gelu_pytorch_tanh";
+  // An integer in Gemma's configs (transformers checks the type).
+  (*j)["query_pre_attn_scalar"] = g.query_pre_attn_scalar > 0 ? std::llround(g.query_pre_attn_scalar) : HeadDim(c);
+  (*j)["attn_logit_softcapping"] = g.attn_softcap > 0 ? nlohmann::json(g.attn_softcap) : nlohmann::json(nullptr);
+  (*j)["final_logit_softcapping"] = g.final_softcap > 0 ? nlohmann::json(g.final_softcap) : nlohmann::json(nullptr);
+  nlohmann::json types = nlohmann::json::array();
+  for (int64_t i = 0; i < c.n_layer; ++i)
+    types.push_back(!g.sliding_layers.empty() && g.sliding_layers[i] ? "sliding_attention" : "full_attention");
+  (*j)["layer_types"] = types;
+  (*j)["attention_bias"] = false;
+  (*j)["attention_dropout"] = 0.0;
+  const double local = g.rope_local_theta > 0 ? g.rope_local_theta : c.rope_theta;
+  if (v2) {
+    (*j)["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}};
+  } else {
+    (*j)["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", c.rope_theta}}},
+                               {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", local}}}};
+  }
+}
+
+}  // namespace
+
 std::string HfModelType(const ModelConfig& c) {
   if (!c.hf_model_type.empty()) return c.hf_model_type;
   return c.arch == Arch::kGpt2 ? "gpt2" : "llama";
@@ -264,6 +365,7 @@ nlohmann::ordered_json HfConfigJson(const ModelConfig& c, const std::string& tor
     if (type == "qwen3") j["attention_bias"] = false;
     if (type != "llama") j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
     if (type == "qwen2" || type == "qwen3") j["use_sliding_window"] = c.sliding_window > 0;
+    if (IsGemma(c)) GemmaConfigJson(c, &j);
   }
   j.update({{"tie_word_embeddings", c.tie_embeddings}, {"torch_dtype", torch_dtype}});
   return j;

@@ -244,14 +244,16 @@ inline torch::Tensor RepeatKv(const torch::Tensor& x, int64_t H) {
 // rounding). Where the kernel SDPA would choose for grouped heads is its math fallback (which
 // builds the [T, S] scores and repeats the heads itself; on CUDA in fp32, for one), the heads
 // are repeated here and the fused kernel that takes them runs.
+// `scale`: the scores' factor (none: 1 / sqrt(D)).
 inline torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                            const std::optional<torch::Tensor>& mask, bool causal) {
+                            const std::optional<torch::Tensor>& mask, bool causal,
+                            std::optional<double> scale = std::nullopt) {
   const int64_t H = q.size(1);
-  if (k.size(1) == H) return at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal);
+  if (k.size(1) == H) return at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, scale);
   constexpr int64_t kMathFallback = 0;  // sdp::SDPBackend::math
-  if (at::_fused_sdp_choice(q, k, v, mask, 0.0, causal, std::nullopt, /*enable_gqa=*/true) != kMathFallback)
-    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, std::nullopt, /*enable_gqa=*/true);
-  return at::scaled_dot_product_attention(q, RepeatKv(k, H), RepeatKv(v, H), mask, 0.0, causal);
+  if (at::_fused_sdp_choice(q, k, v, mask, 0.0, causal, scale, /*enable_gqa=*/true) != kMathFallback)
+    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, scale, /*enable_gqa=*/true);
+  return at::scaled_dot_product_attention(q, RepeatKv(k, H), RepeatKv(v, H), mask, 0.0, causal, scale);
 }
 
 // With a PackedSequencesScope armed, within each packed example only (Note [Packed sequences]).
@@ -352,15 +354,21 @@ inline void InitialiseBlock(torch::nn::Module& block, uint64_t seed, int index) 
 // The head, shared by both architectures: final norm (registered as `norm_name`), then the
 // LM head "lm_head.weight" [V, C] without bias, or, with tied embeddings, the embedding's
 // table bound through BindTiedWeight (not a parameter of this block).
+// `softcap` > 0 (Gemma 2's final_logit_softcapping): logits = cap * tanh(logits / cap).
 template <typename Norm>
 class LmHead final : public Block {
  public:
-  LmHead(const ModelConfig& c, const std::string& norm_name) : tied_(c.tie_embeddings) {
+  LmHead(const ModelConfig& c, const std::string& norm_name, double softcap = 0)
+      : tied_(c.tie_embeddings), softcap_(softcap) {
     norm_ = register_module(norm_name, std::make_shared<Norm>(c.d_model, c.norm_eps));
     if (!tied_) lm_head_ = register_module("lm_head", std::make_shared<Linear>(c.d_model, c.vocab_size, false, c.init_std));
   }
   BlockKind kind() const override { return BlockKind::kHead; }
-  torch::Tensor Forward(const torch::Tensor& x) override { return torch::linear(HeadHidden(x), HeadWeight()); }
+  torch::Tensor Forward(const torch::Tensor& x) override {
+    const torch::Tensor logits = torch::linear(HeadHidden(x), HeadWeight());
+    return softcap_ > 0 ? torch::tanh(logits / softcap_) * softcap_ : logits;
+  }
+  double LogitSoftcap() const override { return softcap_; }
   torch::Tensor HeadHidden(const torch::Tensor& x) override { return norm_->Forward(x); }
   torch::Tensor HeadWeight() const override {
     if (!tied_) return lm_head_->weight();
@@ -374,6 +382,7 @@ class LmHead final : public Block {
 
  private:
   bool tied_;
+  double softcap_;
   std::shared_ptr<Norm> norm_;
   std::shared_ptr<Linear> lm_head_;
   torch::Tensor tied_weight_;

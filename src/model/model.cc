@@ -28,8 +28,9 @@ std::shared_ptr<Block> MakeBlock(const ModelSpec& spec, int index, const torch::
     detail::ParameterArena*& current;
     ~Reset() { current = nullptr; }
   } reset{current};
-  return spec.config().arch == Arch::kGpt2 ? detail::MakeGpt2Block(spec.config(), index)
-                                           : detail::MakeLlamaBlock(spec.config(), index);
+  if (spec.config().arch == Arch::kGpt2) return detail::MakeGpt2Block(spec.config(), index);
+  return IsGemma(spec.config()) ? detail::MakeGemmaBlock(spec.config(), index)
+                                : detail::MakeLlamaBlock(spec.config(), index);
 }
 
 LoraDropoutScope::LoraDropoutScope(uint64_t seed) { detail::LoraDropout::Current() = {true, seed, 0}; }

@@ -47,6 +47,9 @@ class Block : public torch::nn::Module {
     STRATA_CHECK(false) << "HeadWeight on a block that is not a head";
     return {};
   }
+  // kHead: the cap of the logits' soft-capping, cap * tanh(logits / cap), that Forward applies
+  // and the tiled loss must too (Gemma 2); 0 = none.
+  virtual double LogitSoftcap() const { return 0; }
   // Forward for positions past..past+T-1 of a sequence whose first `past` positions were fed
   // before: a layer attends to `cache` (its earlier keys/values) and appends its new ones.
   // Inference only; Forward (training) is untouched by it. The default serves blocks without

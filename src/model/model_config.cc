@@ -53,7 +53,8 @@ int64_t LlamaBlockParameters(const ModelConfig& c, int index) {
   const int64_t biases = c.qkv_bias ? q_out + 2 * kv_out : 0, qk_norms = c.qk_norm ? 2 * D : 0;
   switch (KindOf(c, index)) {
     case BlockKind::kEmbedding: return V * C;
-    case BlockKind::kLayer: return 2 * C + C * q_out + 2 * C * kv_out + q_out * C + 3 * C * F + biases + qk_norms;
+    case BlockKind::kLayer:  // Gemma: two more norms, before and after the MLP
+      return (IsGemma(c) ? 4 : 2) * C + C * q_out + 2 * C * kv_out + q_out * C + 3 * C * F + biases + qk_norms;
     case BlockKind::kHead: return C + (c.tie_embeddings ? 0 : V * C);
   }
   return 0;
@@ -80,6 +81,61 @@ bool LoraConfig::Targets(const std::string& projection) const {
   for (const std::string& t : target_modules)
     if (t == projection) return true;
   return false;
+}
+
+// The Gemma options belong to Gemma, and make sense there.
+static Status ValidateGemma(const ModelConfig& c) {
+  const GemmaOptions& g = c.gemma;
+  if (!IsGemma(c)) {
+    if (g == GemmaOptions{}) return Status::Ok();
+    return InvalidArgument("model config: strata.model.gemma is for hf_model_type gemma2 or gemma3_text, not \"{}\"",
+                           c.hf_model_type);
+  }
+  if (c.arch != Arch::kLlama) return InvalidArgument("model config: Gemma is LLaMA-shaped (arch llama)");
+  if (!(g.query_pre_attn_scalar >= 0 && g.attn_softcap >= 0 && g.final_softcap >= 0 && g.rope_local_theta >= 0))
+    return InvalidArgument("strata.model.gemma: query_pre_attn_scalar, attn_softcap, final_softcap and "
+                           "rope_local_theta must be >= 0 (0 = off / the default)");
+  if (!g.sliding_layers.empty() && static_cast<int64_t>(g.sliding_layers.size()) != c.n_layer)
+    return InvalidArgument("strata.model.gemma.sliding_layers has {} entries for {} layers", g.sliding_layers.size(),
+                           c.n_layer);
+  if (c.lora.enabled())
+    return InvalidArgument("strata.lora: adapters on Gemma are not built yet (their PEFT export is unchecked); train "
+                           "Gemma without strata.lora");
+  return Status::Ok();
+}
+
+// strata.lora against the model it adapts.
+static Status ValidateLora(const ModelConfig& c) {
+  if (c.lora.r < 0) return InvalidArgument("strata.lora.r = {} must be >= 0 (0 = no adapters)", c.lora.r);
+  if (!c.lora.base_dtype.empty() && !c.lora.enabled())
+    return InvalidArgument("strata.lora.base_dtype = \"{}\" needs adapters (strata.lora.r > 0): a base that is "
+                           "trained is kept in the compute dtype", c.lora.base_dtype);
+  if (c.lora.enabled()) {
+    if (c.arch != Arch::kLlama)
+      return InvalidArgument("strata.lora: adapters are built for the LLaMA family (llama, mistral, qwen2, qwen3), "
+                             "not GPT-2");
+    if (c.hf_model_type == "phi3")
+      return InvalidArgument("strata.lora: Phi-3 fuses q/k/v into qkv_proj and gate/up into gate_up_proj, which "
+                             "Strata's adapters (one per unfused projection) cannot be exported as; train Phi-3 "
+                             "without strata.lora");
+    if (!(c.lora.dropout >= 0 && c.lora.dropout < 1))
+      return InvalidArgument("strata.lora.dropout = {} must be in [0, 1)", c.lora.dropout);
+    if (!(c.lora.alpha > 0)) return InvalidArgument("strata.lora.alpha = {} must be positive", c.lora.alpha);
+    if (!c.lora.base_dtype.empty() && c.lora.base_dtype != "nf4")
+      return InvalidArgument("strata.lora.base_dtype = \"{}\": use \"nf4\" (QLoRA's 4-bit base) or leave it out "
+                             "(the compute dtype)", c.lora.base_dtype);
+    if (c.lora.target_modules.empty())
+      return InvalidArgument("strata.lora.target_modules is empty: name at least one of q_proj, k_proj, v_proj, "
+                             "o_proj, gate_proj, up_proj, down_proj");
+    for (const std::string& t : c.lora.target_modules) {
+      bool known = false;
+      for (const char* p : kLoraProjections) known = known || t == p;
+      if (!known)
+        return InvalidArgument("strata.lora.target_modules: \"{}\" is not one of q_proj, k_proj, v_proj, o_proj, "
+                               "gate_proj, up_proj, down_proj", t);
+    }
+  }
+  return Status::Ok();
 }
 
 Status Validate(const ModelConfig& c) {
@@ -127,51 +183,25 @@ Status Validate(const ModelConfig& c) {
                            r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_positions);
   }
   const bool llama_kin = c.hf_model_type == "mistral" || c.hf_model_type == "qwen2" || c.hf_model_type == "qwen3" ||
-                         c.hf_model_type == "phi3";
+                         c.hf_model_type == "phi3" || IsGemma(c);
   if (!c.hf_model_type.empty() && !llama_kin &&
       c.hf_model_type != (c.arch == Arch::kGpt2 ? "gpt2" : "llama")) {
     return InvalidArgument("model config: hf_model_type \"{}\" is not one of gpt2 (GPT-2), llama, mistral, qwen2, "
-                           "qwen3, phi3 (LLaMA family)", c.hf_model_type);
+                           "qwen3, phi3, gemma2, gemma3_text (LLaMA family)", c.hf_model_type);
   }
+  STRATA_RETURN_IF_ERROR(ValidateGemma(c));
   if (c.ffn_hidden < 0) return InvalidArgument("model config: ffn_hidden = {} must be >= 0 (0 = default)", c.ffn_hidden);
   if (!(c.norm_eps > 0)) return InvalidArgument("model config: norm_eps = {} must be positive", c.norm_eps);
   if (!(c.rope_theta > 0)) return InvalidArgument("model config: rope_theta = {} must be positive", c.rope_theta);
   if (!(c.init_std >= 0)) return InvalidArgument("model config: init_std = {} must be >= 0", c.init_std);
-  if (c.lora.r < 0) return InvalidArgument("strata.lora.r = {} must be >= 0 (0 = no adapters)", c.lora.r);
-  if (!c.lora.base_dtype.empty() && !c.lora.enabled())
-    return InvalidArgument("strata.lora.base_dtype = \"{}\" needs adapters (strata.lora.r > 0): a base that is "
-                           "trained is kept in the compute dtype", c.lora.base_dtype);
-  if (c.lora.enabled()) {
-    if (c.arch != Arch::kLlama)
-      return InvalidArgument("strata.lora: adapters are built for the LLaMA family (llama, mistral, qwen2, qwen3), "
-                             "not GPT-2");
-    if (c.hf_model_type == "phi3")
-      return InvalidArgument("strata.lora: Phi-3 fuses q/k/v into qkv_proj and gate/up into gate_up_proj, which "
-                             "Strata's adapters (one per unfused projection) cannot be exported as; train Phi-3 "
-                             "without strata.lora");
-    if (!(c.lora.dropout >= 0 && c.lora.dropout < 1))
-      return InvalidArgument("strata.lora.dropout = {} must be in [0, 1)", c.lora.dropout);
-    if (!(c.lora.alpha > 0)) return InvalidArgument("strata.lora.alpha = {} must be positive", c.lora.alpha);
-    if (!c.lora.base_dtype.empty() && c.lora.base_dtype != "nf4")
-      return InvalidArgument("strata.lora.base_dtype = \"{}\": use \"nf4\" (QLoRA's 4-bit base) or leave it out "
-                             "(the compute dtype)", c.lora.base_dtype);
-    if (c.lora.target_modules.empty())
-      return InvalidArgument("strata.lora.target_modules is empty: name at least one of q_proj, k_proj, v_proj, "
-                             "o_proj, gate_proj, up_proj, down_proj");
-    for (const std::string& t : c.lora.target_modules) {
-      bool known = false;
-      for (const char* p : kLoraProjections) known = known || t == p;
-      if (!known)
-        return InvalidArgument("strata.lora.target_modules: \"{}\" is not one of q_proj, k_proj, v_proj, o_proj, "
-                               "gate_proj, up_proj, down_proj", t);
-    }
-  }
-  return Status::Ok();
+  return ValidateLora(c);
 }
 
 bool StoredInNf4(const ModelConfig& c, int index, const std::string& name) {
   return c.lora.nf4_base() && index >= 1 && index <= c.n_layer && name.ends_with("_proj.weight");
 }
+
+bool IsGemma(const ModelConfig& c) { return c.hf_model_type == "gemma2" || c.hf_model_type == "gemma3_text"; }
 
 bool IsAdapterName(const std::string& name) { return name.ends_with(".lora_A") || name.ends_with(".lora_B"); }
 

@@ -48,6 +48,20 @@ struct LoraConfig {
 inline constexpr const char* kLoraProjections[] = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                    "gate_proj", "up_proj", "down_proj"};
 
+// Gemma 2 and Gemma 3 (text) (hf_model_type "gemma2", "gemma3_text"; gemma.cc): LLaMA's block
+// with Gemma's (1 + w) RMSNorms computed in fp32, norms before and after the attention and
+// the MLP, the embedding scaled by sqrt(d_model), a tanh-GELU MLP and the options below
+// (Hugging Face config.json names in parentheses). Gemma 3 also normalises q and k per head
+// (qk_norm). Empty for every other family.
+struct GemmaOptions {
+  double query_pre_attn_scalar = 0;  // (query_pre_attn_scalar) attention scores scaled by its -1/2 power; 0 = head dim
+  double attn_softcap = 0;           // (attn_logit_softcapping) scores = cap * tanh(scores / cap); 0 = none
+  double final_softcap = 0;          // (final_logit_softcapping) the same on the logits; 0 = none
+  double rope_local_theta = 0;       // (rope_local_base_freq) RoPE base of the sliding-window layers; 0 = rope_theta
+  std::vector<bool> sliding_layers;  // (layer_types) which layers are "sliding_attention"; empty = none
+  bool operator==(const GemmaOptions&) const = default;
+};
+
 // The LLaMA-shaped variants (Mistral, Qwen2/2.5, Qwen3, Phi-3) are Arch::kLlama with the
 // flags below; hf_model_type says which Hugging Face family `export` writes back (and, for
 // Phi-3, that its HF tensors fuse some projections: hf_names.h). Every
@@ -74,13 +88,16 @@ struct ModelConfig {
   RopeScaling rope_scaling;     // (rope_scaling / rope_parameters, rope_type "llama3")
   int64_t max_positions = 0;    // (max_position_embeddings, GPT-2 n_positions) 0 = seq_len; GPT-2's wpe rows
   int64_t sliding_window = 0;   // (sliding_window) Mistral/Qwen: 0 = none; seq_len must not exceed it
-  std::string hf_model_type;    // "" = the arch's own ("gpt2", "llama"); "mistral", "qwen2", "qwen3", "phi3"
+  std::string hf_model_type;    // "" = the arch's own ("gpt2", "llama"); "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text"
+  GemmaOptions gemma;           // Gemma 2 / 3 only
   LoraConfig lora;              // adapters (strata.lora); off by default
 };
 
 // LoRA's parameters ("self_attn.q_proj.lora_A", "mlp.down_proj.lora_B"): trainable, never in
 // a base model's files.
 bool IsAdapterName(const std::string& name);
+// Gemma 2 or Gemma 3 (text): gemma.cc's blocks.
+bool IsGemma(const ModelConfig& config);
 // QLoRA: whether parameter `name` of block `index` is stored in NF4 (a layer's *_proj.weight).
 bool StoredInNf4(const ModelConfig& config, int index, const std::string& name);
 

@@ -75,7 +75,7 @@ const torch::Tensor& PackedLayout::PositionsOn(const torch::Device& device) cons
 namespace detail {
 
 torch::Tensor PackedCausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                    const PackedLayout& layout) {
+                                    const PackedLayout& layout, const SegmentAttention& attend) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   STRATA_CHECK(layout.rows() == B && layout.length() == T)
       << "packed layout of " << layout.rows() << " x " << layout.length() << " for queries " << q.sizes();
@@ -87,7 +87,8 @@ torch::Tensor PackedCausalAttention(const torch::Tensor& q, const torch::Tensor&
     parts.reserve(segments.size());
     for (const auto& [start, length] : segments) {
       auto slice = [&](const torch::Tensor& x) { return x.narrow(0, b, 1).narrow(2, start, length); };
-      parts.push_back(Attend(slice(q), slice(k), slice(v), std::nullopt, /*causal=*/true));
+      parts.push_back(attend ? attend(slice(q), slice(k), slice(v))
+                             : Attend(slice(q), slice(k), slice(v), std::nullopt, /*causal=*/true));
     }
     rows.push_back(parts.size() == 1 ? parts[0] : torch::cat(parts, 2));  // [1, H, T, D]
   }

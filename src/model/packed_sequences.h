@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -57,8 +58,12 @@ namespace detail {
 // Causal attention of q [B, H, T, D] over k, v [B, Hkv, T, D] within each example of the
 // layout: one kernel call per example (a variable-length attention), nothing computed across
 // examples. Returns [B, T, H * D] like CausalAttention.
+// `attend` (q, k, v of one example, [1, H|Hkv, t, D]) -> [1, H, t, D] causal attention; none:
+// SDPA's, as CausalAttention's.
+using SegmentAttention =
+    std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v)>;
 torch::Tensor PackedCausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                    const PackedLayout& layout);
+                                    const PackedLayout& layout, const SegmentAttention& attend = {});
 
 }  // namespace detail
 }  // namespace strata::model

@@ -9,6 +9,8 @@
 //             times g / count (zero where masked), cast to the compute dtype as the untiled
 //             path's cast does; grad_hidden_tile = that x W, grad_W += that^T x hidden_tile,
 //             summed over the tiles in fp32 and cast to W's dtype once.
+// With a final soft-cap (Gemma 2) each tile's logits are capped, cap * tanh(z / cap), before
+// the fp32 softmax, and the backward multiplies by the cap's derivative, 1 - tanh(z / cap)^2.
 // The same arithmetic as LanguageModelLoss except the order of the sums over tokens (the loss,
 // and grad_W over tiles): in fp32 within rounding of the untiled loss (tiled_loss_test.cc:
 // relative 1e-6 on the loss, 1e-5 on the gradients). In bf16 each tile's grad_W is rounded to
@@ -31,18 +33,24 @@ constexpr int64_t kIgnore = -100;  // as cross_entropy's ignore_index
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// Gemma 2's final soft-capping, cap * tanh(logits / cap), in the logits' dtype as transformers
+// computes it; cap 0: the logits.
+torch::Tensor Capped(const torch::Tensor& logits, double cap) {
+  return cap > 0 ? torch::tanh(logits / cap) * cap : logits;
+}
+
 class TiledCrossEntropy : public torch::autograd::Function<TiledCrossEntropy> {
  public:
   // hidden [N, C], weight [V, C], targets [N] (kIgnore where masked); `count` the unmasked.
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
-                               const torch::Tensor& targets, int64_t chunk, int64_t count) {
+                               const torch::Tensor& targets, int64_t chunk, int64_t count, double softcap) {
     const int64_t n = hidden.size(0);
     torch::Tensor lse = torch::empty({n}, hidden.options().dtype(torch::kFloat32));
     torch::Tensor total = torch::zeros({}, lse.options());
     for (int64_t at = 0; at < n; at += chunk) {
       const int64_t len = std::min(chunk, n - at);
       const torch::Tensor t = targets.narrow(0, at, len);
-      const torch::Tensor logits = torch::linear(hidden.narrow(0, at, len), weight).to(torch::kFloat32);
+      const torch::Tensor logits = Capped(torch::linear(hidden.narrow(0, at, len), weight), softcap).to(torch::kFloat32);
       const torch::Tensor l = logits.logsumexp(1);
       lse.narrow(0, at, len).copy_(l);
       const torch::Tensor picked = logits.gather(1, t.clamp_min(0).unsqueeze(1)).squeeze(1);
@@ -51,6 +59,7 @@ class TiledCrossEntropy : public torch::autograd::Function<TiledCrossEntropy> {
     ctx->save_for_backward({hidden, weight, targets, lse});
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["count"] = count;
+    ctx->saved_data["softcap"] = softcap;
     return count > 0 ? total / static_cast<double>(count) : total;
   }
 
@@ -58,6 +67,7 @@ class TiledCrossEntropy : public torch::autograd::Function<TiledCrossEntropy> {
     const variable_list saved = ctx->get_saved_variables();
     const torch::Tensor &hidden = saved[0], &weight = saved[1], &targets = saved[2], &lse = saved[3];
     const int64_t chunk = ctx->saved_data["chunk"].toInt(), count = ctx->saved_data["count"].toInt();
+    const double softcap = ctx->saved_data["softcap"].toDouble();
     const torch::Tensor g = count > 0 ? grads[0].to(torch::kFloat32) / static_cast<double>(count) : grads[0] * 0;
     torch::Tensor grad_hidden = torch::empty_like(hidden);
     torch::Tensor grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
@@ -65,22 +75,26 @@ class TiledCrossEntropy : public torch::autograd::Function<TiledCrossEntropy> {
     for (int64_t at = 0; at < n; at += chunk) {
       const int64_t len = std::min(chunk, n - at);
       const torch::Tensor t = targets.narrow(0, at, len), h = hidden.narrow(0, at, len);
-      torch::Tensor p = (torch::linear(h, weight).to(torch::kFloat32) - lse.narrow(0, at, len).unsqueeze(1)).exp_();
+      const torch::Tensor z = torch::linear(h, weight);
+      torch::Tensor p = (Capped(z, softcap).to(torch::kFloat32) - lse.narrow(0, at, len).unsqueeze(1)).exp_();
       const torch::Tensor index = t.clamp_min(0).unsqueeze(1);
       p.scatter_add_(1, index, torch::full(index.sizes(), -1.0, p.options()));
       p.mul_((t != kIgnore).to(torch::kFloat32).unsqueeze(1) * g);
+      if (softcap > 0) p.mul_(1 - torch::tanh(z / softcap).to(torch::kFloat32).square());  // d cap*tanh(z/cap) / dz
       const torch::Tensor d = p.to(hidden.scalar_type());
       grad_hidden.narrow(0, at, len).copy_(torch::mm(d, weight));
       grad_weight += torch::mm(d.t(), h).to(torch::kFloat32);
     }
-    return {grad_hidden, grad_weight.to(weight.scalar_type()), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad_hidden, grad_weight.to(weight.scalar_type()), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
 }  // namespace
 
 torch::Tensor TiledLanguageModelLoss(const torch::Tensor& hidden, const torch::Tensor& weight,
-                                     const torch::Tensor& targets, const torch::Tensor& mask, int64_t chunk) {
+                                     const torch::Tensor& targets, const torch::Tensor& mask, int64_t chunk,
+                                     double softcap) {
   STRATA_CHECK(hidden.dim() == 3 && targets.dim() == 2 && hidden.sizes().slice(0, 2) == targets.sizes() &&
                weight.dim() == 2 && weight.size(1) == hidden.size(2) && chunk > 0)
       << "hidden " << hidden.sizes() << " weight " << weight.sizes() << " targets " << targets.sizes() << " chunk "
@@ -94,7 +108,7 @@ torch::Tensor TiledLanguageModelLoss(const torch::Tensor& hidden, const torch::T
     t = t.masked_fill(mask.reshape({n}).logical_not(), kIgnore);
     count = mask.sum().item<int64_t>();
   }
-  return TiledCrossEntropy::apply(hidden.reshape({n, hidden.size(2)}), weight, t, chunk, count);
+  return TiledCrossEntropy::apply(hidden.reshape({n, hidden.size(2)}), weight, t, chunk, count, softcap);
 }
 
 }  // namespace strata::model

@@ -13,8 +13,10 @@ namespace strata::model {
 // computes it from full logits: the logits of each tile in the compute dtype, the softmax in
 // fp32. With `mask` (bool [B, T]) as MaskedLanguageModelLoss: the mean over unmasked targets,
 // and 0 with no gradient where none is unmasked. Differentiable in `hidden` and `weight`;
-// the backward recomputes each tile's logits. `chunk` > 0 tokens per tile.
+// the backward recomputes each tile's logits. `chunk` > 0 tokens per tile. `softcap` > 0: the
+// logits are soft-capped first, as the head's Forward does (Block::LogitSoftcap).
 torch::Tensor TiledLanguageModelLoss(const torch::Tensor& hidden, const torch::Tensor& weight,
-                                     const torch::Tensor& targets, const torch::Tensor& mask, int64_t chunk);
+                                     const torch::Tensor& targets, const torch::Tensor& mask, int64_t chunk,
+                                     double softcap = 0);
 
 }  // namespace strata::model

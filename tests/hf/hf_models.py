@@ -3,7 +3,7 @@
   hf_models.py check [MODULE...]     exit 0 when torch + transformers + safetensors (and the
                                      MODULEs, e.g. peft, bitsandbytes) are installed
   hf_models.py make ARCH DIR         a small randomly initialised model of ARCH (gpt2, llama,
-                                     mistral, qwen2, qwen3, phi3) saved with save_pretrained into
+                                     mistral, qwen2, qwen3, phi3, gemma2, gemma3) saved with save_pretrained into
                                      DIR in at least 3 shards (model.safetensors.index.json),
                                      plus DIR/strata_model.json (the same model as
                                      strata.model keys), DIR/reference.safetensors (tokens,
@@ -88,6 +88,14 @@ def _model(arch):
         cfg = t.Phi3Config(**common, tie_word_embeddings=False, pad_token_id=0, bos_token_id=0, eos_token_id=0,
                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
         return t.Phi3ForCausalLM(cfg)
+    gemma = dict(common, head_dim=16, query_pre_attn_scalar=24, sliding_window=48)
+    if arch == "gemma2":  # soft-capped attention and logits, scores scaled by 24^-1/2 (not head_dim's), GQA, tied
+        return t.Gemma2ForCausalLM(t.Gemma2Config(**gemma))
+    if arch == "gemma3":  # q/k norms, a sliding layer with its own RoPE base before a global one
+        cfg = t.Gemma3TextConfig(**gemma, layer_types=["sliding_attention", "full_attention"],
+                                 rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                                  "full_attention": {"rope_type": "default", "rope_theta": 1e6}})
+        return t.Gemma3ForCausalLM(cfg)
     raise SystemExit(f"unknown arch {arch}")
 
 

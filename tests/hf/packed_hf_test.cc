@@ -77,7 +77,7 @@ TEST_P(HfPackedExamples, EachExampleLossIsTransformersOnItAlone) {
   EXPECT_EQ(rc, 0) << out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, HfPackedExamples, ::testing::Values("gpt2", "llama", "qwen2"));
+INSTANTIATE_TEST_SUITE_P(Families, HfPackedExamples, ::testing::Values("gpt2", "llama", "qwen2", "gemma2"));
 
 }  // namespace
 }  // namespace strata

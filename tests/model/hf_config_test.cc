@@ -214,6 +214,20 @@ TEST(HfConfig, WrittenConfigReadsBackTheSame) {
   qwen3.qk_norm = true;
   qwen3.head_dim = 64;
   configs.push_back(qwen3);
+  ModelConfig gemma2 = llama;
+  gemma2.rope_scaling = {};
+  gemma2.hf_model_type = "gemma2";
+  gemma2.tie_embeddings = true;
+  gemma2.head_dim = 32;
+  gemma2.sliding_window = 128;
+  gemma2.gemma = {24, 50, 30, 0, {true, false}};
+  configs.push_back(gemma2);
+  ModelConfig gemma3 = gemma2;
+  gemma3.hf_model_type = "gemma3_text";
+  gemma3.qk_norm = true;
+  gemma3.rope_theta = 1e6;
+  gemma3.gemma = {32, 0, 0, 10000, {true, false}};
+  configs.push_back(gemma3);
   for (ModelConfig c : configs) {
     c.ffn_hidden = FfnHidden(c);  // written out explicitly
     c.max_positions = MaxPositions(c);
@@ -228,7 +242,56 @@ TEST(HfConfig, WrittenConfigReadsBackTheSame) {
     EXPECT_EQ(back->qk_norm, c.qk_norm);
     EXPECT_EQ(back->hf_model_type, c.hf_model_type);
     EXPECT_EQ(back->sliding_window, c.sliding_window);
+    EXPECT_TRUE(back->gemma == c.gemma) << HfModelType(c);
   }
+}
+
+// Gemma's keys: each family's defaults where config.json is silent, null soft-caps, the
+// sliding layers from layer_types or the pattern, and what Strata does not implement named.
+TEST(HfConfig, ReadsGemmaAndNamesWhatItCannotDo) {
+  nlohmann::json j = Llama();
+  j["model_type"] = "gemma2";
+  j["architectures"] = {"Gemma2ForCausalLM"};
+  j.erase("hidden_act");
+  j.erase("tie_word_embeddings");
+  j["sliding_window"] = 4096;
+  auto g2 = ModelConfigFromHf(j, "x");
+  ASSERT_TRUE(g2.ok()) << g2.status().ToString();
+  EXPECT_TRUE(g2->tie_embeddings);
+  EXPECT_EQ(g2->head_dim, 256);
+  EXPECT_TRUE(g2->gemma == (GemmaOptions{256, 50, 30, 0, {true, false}}));
+  ModelConfig adapted = *g2;
+  adapted.lora.r = 4;
+  adapted.lora.target_modules = {"q_proj"};
+  EXPECT_NE(Validate(adapted).message().find("strata.lora: adapters on Gemma are not built yet"), std::string::npos);
+  ModelConfig stray = *ModelConfigFromHf(Llama(), "x");
+  stray.gemma.attn_softcap = 50;
+  EXPECT_NE(Validate(stray).message().find("strata.model.gemma is for hf_model_type gemma2 or gemma3_text"),
+            std::string::npos);
+  j["attn_logit_softcapping"] = nullptr;
+  j["final_logit_softcapping"] = nullptr;
+  j["layer_types"] = {"full_attention", "full_attention"};
+  auto plain = ModelConfigFromHf(j, "x");
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_TRUE(plain->gemma == (GemmaOptions{256, 0, 0, 0, {}}));
+  nlohmann::json g3 = Llama();
+  g3["model_type"] = "gemma3_text";
+  g3["architectures"] = {"Gemma3ForCausalLM"};
+  g3.erase("hidden_act");
+  g3["rope_parameters"] = {{"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
+                           {"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e6}}}};
+  auto three = ModelConfigFromHf(g3, "x");
+  ASSERT_TRUE(three.ok()) << three.status().ToString();
+  EXPECT_TRUE(three->qk_norm);
+  EXPECT_EQ(three->rope_theta, 1e6);
+  EXPECT_TRUE(three->gemma == (GemmaOptions{256, 0, 0, 10000, {true, true}}));  // every 6th layer is global
+  g3["rope_parameters"]["full_attention"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  EXPECT_ERROR_HAS(g3, "\"full_attention\": rope_type \"linear\" is not supported for Gemma");
+  j["hidden_activation"] = "gelu";
+  EXPECT_ERROR_HAS(j, "\"hidden_activation\": \"gelu\" is not supported");
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["layer_types"] = {"full_attention"};
+  EXPECT_ERROR_HAS(j, "\"layer_types\" must be a list, one per layer");
 }
 
 // ModelSpec's counts (no LibTorch: the estimator's and the shard plan's) equal the blocks.
@@ -239,12 +302,13 @@ TEST(HfConfig, ParameterCountsOfTheVariantsMatchTheBlocks) {
   c.n_head = 4;
   c.n_kv_head = 2;
   c.seq_len = 16;
-  for (int variant = 0; variant < 4; ++variant) {
+  for (int variant = 0; variant < 6; ++variant) {
     ModelConfig v = c;
     v.qkv_bias = variant == 1;
-    v.qk_norm = variant >= 2;
+    v.qk_norm = variant >= 2 && variant != 4;
     v.head_dim = variant == 3 ? 32 : 0;  // n_head * head_dim = 128 != d_model
     v.tie_embeddings = variant % 2 == 0;
+    if (variant >= 4) v.hf_model_type = variant == 4 ? "gemma2" : "gemma3_text";  // two more norms
     ASSERT_TRUE(Validate(v).ok()) << Validate(v).ToString();
     const ModelSpec spec(v);
     for (int b = 0; b < spec.num_blocks(); ++b) {

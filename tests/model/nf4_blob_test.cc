@@ -4,7 +4,12 @@
 // loop of the export) gives DequantizeNf4's values bitwise, in every dtype.
 #include <gtest/gtest.h>
 
-#include <torch/torch.h>
+#include <torch/types.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "src/model/nf4.h"
 #include "src/model/nf4_blob.h"

@@ -2,7 +2,8 @@
 // equals the untiled LanguageModelLoss / MaskedLanguageModelLoss within fp32 rounding of it
 // (relative 1e-6 on the loss, 1e-5 on the gradients of the hidden state, the final norm and
 // the head's weight or the tied table), for GPT-2 (LayerNorm, tied), LLaMA (RMSNorm, untied)
-// and Qwen2-like (RMSNorm, tied, a vocabulary ten times the width) heads, with and without a
+// Qwen2-like (RMSNorm, tied, a vocabulary ten times the width) and Gemma 2 (its (1 + w) norm,
+// tied, the logits soft-capped, which the tiled backward differentiates) heads, with and without a
 // loss mask, at tiles of 1 token, an odd size, the whole micro-batch and more; in bf16 within
 // bf16 rounding; and with every target masked, 0 and no gradient, as the untiled loss.
 #include <gtest/gtest.h>
@@ -20,12 +21,14 @@ struct HeadCase {
   Arch arch;
   bool tie;
   int64_t vocab;
+  double softcap = 0;  // > 0: Gemma 2's head, its logits soft-capped
 };
 
 constexpr HeadCase kHeads[] = {
     {"gpt2_tied", Arch::kGpt2, true, 96},
     {"llama_untied", Arch::kLlama, false, 64},
     {"qwen2_like_tied", Arch::kLlama, true, 320},
+    {"gemma2_softcapped_tied", Arch::kLlama, true, 128, 2.5},  // a cap the logits reach
 };
 
 // The loss and the gradients of everything it depends on.
@@ -40,6 +43,10 @@ class TiledLoss : public ::testing::TestWithParam<int> {
   void MakeHead(const HeadCase& k, torch::ScalarType dtype) {
     ModelConfig c = testing::Tiny(k.arch, k.tie);
     c.vocab_size = k.vocab;
+    if (k.softcap > 0) {
+      c.hf_model_type = "gemma2";
+      c.gemma.final_softcap = k.softcap;
+    }
     const ModelSpec spec(c);
     head_ = MakeBlock(spec, spec.num_blocks() - 1);
     head_->to(dtype);
@@ -58,7 +65,8 @@ class TiledLoss : public ::testing::TestWithParam<int> {
     for (auto& p : head_->parameters()) p.mutable_grad() = torch::Tensor();
     if (table_.defined()) table_.mutable_grad() = torch::Tensor();
     torch::Tensor h = hidden0_.clone().requires_grad_(true);
-    torch::Tensor loss = chunk > 0  ? TiledLanguageModelLoss(head_->HeadHidden(h), head_->HeadWeight(), targets_, mask, chunk)
+    torch::Tensor loss = chunk > 0  ? TiledLanguageModelLoss(head_->HeadHidden(h), head_->HeadWeight(), targets_, mask, chunk,
+                                                             head_->LogitSoftcap())
                          : mask.defined() ? MaskedLanguageModelLoss(head_->Forward(h), targets_, mask)
                                           : LanguageModelLoss(head_->Forward(h), targets_);
     loss.backward();

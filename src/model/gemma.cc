@@ -1,0 +1,217 @@
+// Gemma 2 and Gemma 3 (text) as blocks: LLaMA's shape (llama.cc) with Gemma's differences
+// (GemmaOptions in model_config.h). Parameter names are Hugging Face's Gemma2ForCausalLM /
+// Gemma3ForCausalLM names without the "model." / "model.layers.<i>." prefixes, registered in
+// execution order (Note [Block parameters]):
+//   embedding  wte.weight [V, C]                  (HF: model.embed_tokens.weight), times sqrt(C)
+//   layer      input_layernorm.weight [C]
+//              self_attn.q_proj.weight [H*D, C], self_attn.k_proj.weight [Hkv*D, C],
+//              self_attn.v_proj.weight [Hkv*D, C]
+//                (Gemma 3: self_attn.q_norm.weight [D], self_attn.k_norm.weight [D])
+//              self_attn.o_proj.weight [C, H*D]
+//              post_attention_layernorm.weight [C], pre_feedforward_layernorm.weight [C]
+//              mlp.gate_proj.weight [F, C], mlp.up_proj.weight [F, C], mlp.down_proj.weight [C, F]
+//              post_feedforward_layernorm.weight [C]
+//   head       norm.weight [C] (the tied embedding as the LM head, or lm_head.weight [V, C])
+// Every norm is Gemma's: in fp32, scaled by (1 + weight), cast back (weights start at 0).
+// Attention scores are scaled by query_pre_attn_scalar^-1/2; with attn_softcap (Gemma 2) they
+// are soft-capped, cap * tanh(scores / cap), before the mask and an fp32 softmax, which no
+// fused kernel does: those layers build the [T, T] scores as transformers' eager attention
+// does. Sliding-window layers (Gemma 3) rotate with their own RoPE base; their window is the
+// whole sequence (Validate() keeps seq_len within it).
+#include <cmath>
+#include <limits>
+#include <tuple>
+
+#include "src/model/blocks.h"
+#include "src/model/layers.h"
+#include "src/model/tiled_rows.h"
+
+namespace strata::model::detail {
+namespace {
+
+class GemmaRmsNorm : public Leaf {
+ public:
+  GemmaRmsNorm(int64_t dim, double eps) : eps_(eps) { weight_ = AddParameter("weight", {dim}); }
+  torch::Tensor Forward(const torch::Tensor& x) const {
+    const torch::Tensor x32 = x.to(torch::kFloat32);
+    const torch::Tensor normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+    return (normed * (1.0 + weight_.to(torch::kFloat32))).to(x.scalar_type());
+  }
+  void Initialise(WeightDraws&) override { weight_.zero_(); }  // a scale of 1 + 0
+
+ private:
+  torch::Tensor weight_;
+  double eps_;
+};
+
+class GemmaEmbedding final : public Block {
+ public:
+  explicit GemmaEmbedding(const ModelConfig& c) : scale_(std::sqrt(static_cast<double>(c.d_model))) {
+    wte_ = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.d_model, c.init_std));
+  }
+  BlockKind kind() const override { return BlockKind::kEmbedding; }
+  torch::Tensor Forward(const torch::Tensor& tokens) override {
+    STRATA_CHECK(tokens.dim() == 2) << "tokens must be [B, T], got " << tokens.sizes();
+    const torch::Tensor e = wte_->Forward(tokens);
+    return e * torch::scalar_tensor(scale_, e.options());  // sqrt(C) rounded to the dtype, as transformers
+  }
+
+ private:
+  double scale_;
+  std::shared_ptr<Embedding> wte_;
+};
+
+// Causal attention of q [B, H, T, D] over k, v [B, Hkv, S, D] (`keep`: bool [T, S], or
+// undefined for plain causal with S = T), scores scaled by `scale` and soft-capped by `cap`
+// (0: none, SDPA's kernels). Returns [B, H, T, D].
+torch::Tensor GemmaAttend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                          const torch::Tensor& keep, double scale, double cap) {
+  if (cap == 0)
+    return Attend(q, k, v, keep.defined() ? std::optional<torch::Tensor>(keep) : std::nullopt, !keep.defined(), scale);
+  const int64_t H = q.size(1), T = q.size(2), S = k.size(2);
+  torch::Tensor scores = torch::matmul(q, RepeatKv(k, H).transpose(2, 3)) * scale;
+  scores = torch::tanh(scores / cap) * cap;
+  const torch::Tensor allowed =
+      keep.defined() ? keep : torch::ones({T, S}, q.options().dtype(torch::kBool)).tril(S - T);
+  scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  const torch::Tensor p = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+  return torch::matmul(p, RepeatKv(v, H));
+}
+
+class GemmaAttention final : public torch::nn::Module {
+ public:
+  GemmaAttention(const ModelConfig& c, bool sliding)
+      : n_head_(c.n_head), n_kv_head_(c.n_kv_head > 0 ? c.n_kv_head : c.n_head), head_dim_(HeadDim(c)),
+        rope_theta_(sliding && c.gemma.rope_local_theta > 0 ? c.gemma.rope_local_theta : c.rope_theta),
+        scale_(1.0 / std::sqrt(c.gemma.query_pre_attn_scalar > 0 ? c.gemma.query_pre_attn_scalar
+                                                                  : static_cast<double>(HeadDim(c)))),
+        cap_(c.gemma.attn_softcap) {
+    const int64_t C = c.d_model, q_out = n_head_ * head_dim_, kv_out = n_kv_head_ * head_dim_;
+    q_proj_ = register_module("q_proj", std::make_shared<Linear>(C, q_out, false, c.init_std));
+    k_proj_ = register_module("k_proj", std::make_shared<Linear>(C, kv_out, false, c.init_std));
+    v_proj_ = register_module("v_proj", std::make_shared<Linear>(C, kv_out, false, c.init_std));
+    if (c.qk_norm) {
+      q_norm_ = register_module("q_norm", std::make_shared<GemmaRmsNorm>(head_dim_, c.norm_eps));
+      k_norm_ = register_module("k_norm", std::make_shared<GemmaRmsNorm>(head_dim_, c.norm_eps));
+    }
+    o_proj_ = register_module("o_proj", std::make_shared<Linear>(q_out, C, false, c.init_std));
+  }
+  torch::Tensor Forward(const torch::Tensor& x) {
+    auto [q, k, v] = Project(x, 0);
+    const int64_t B = q.size(0), T = q.size(2);
+    if (const PackedLayout* packed = PackedLayout::Current()) {  // Note [Packed sequences]
+      auto attend = [this](const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
+        return GemmaAttend(a, b, c, {}, scale_, cap_);
+      };
+      return o_proj_->Forward(PackedCausalAttention(q, k, v, *packed, attend));
+    }
+    return o_proj_->Forward(GemmaAttend(q, k, v, {}, scale_, cap_).transpose(1, 2).reshape({B, T, -1}));
+  }
+  torch::Tensor ForwardCached(const torch::Tensor& x, int64_t past, KvCache& cache) {
+    auto [q, k, v] = Project(x, past);
+    cache.k = past == 0 ? k : torch::cat({cache.k, k}, 2);
+    cache.v = past == 0 ? v : torch::cat({cache.v, v}, 2);
+    const int64_t B = q.size(0), T = q.size(2);
+    auto i64 = torch::TensorOptions().dtype(torch::kLong).device(q.device());
+    const torch::Tensor keep = torch::arange(past + T, i64).unsqueeze(0) <= (torch::arange(T, i64) + past).unsqueeze(1);
+    return o_proj_->Forward(
+        GemmaAttend(q, cache.k, cache.v, keep, scale_, cap_).transpose(1, 2).reshape({B, T, -1}));
+  }
+
+ private:
+  // q [B, H, T, D], k, v [B, Hkv, T, D] for positions past..past+T-1, RoPE applied.
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Project(const torch::Tensor& x, int64_t past) const {
+    const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
+    torch::Tensor q = q_proj_->Forward(x).view({B, T, n_head_, D});
+    torch::Tensor k = k_proj_->Forward(x).view({B, T, n_kv_head_, D});
+    if (q_norm_) {  // Gemma 3: per head, before RoPE
+      q = q_norm_->Forward(q);
+      k = k_norm_->Forward(k);
+    }
+    q = q.transpose(1, 2);
+    k = k.transpose(1, 2);
+    torch::Tensor v = v_proj_->Forward(x).view({B, T, n_kv_head_, D}).transpose(1, 2);
+    const PackedLayout* packed = past == 0 ? PackedLayout::Current() : nullptr;
+    auto [cos, sin] = packed ? RopeTablesAt(packed->PositionsOn(q.device()), D, rope_theta_, q)
+                             : RopeTables(T, D, rope_theta_, q, {}, past);
+    return {ApplyRope(q, cos, sin), ApplyRope(k, cos, sin), v};
+  }
+
+  int64_t n_head_, n_kv_head_, head_dim_;
+  double rope_theta_, scale_, cap_;
+  std::shared_ptr<Linear> q_proj_, k_proj_, v_proj_, o_proj_;
+  std::shared_ptr<GemmaRmsNorm> q_norm_, k_norm_;
+};
+
+// GeGLU: down(gelu_tanh(gate(x)) * up(x)).
+class GemmaMlp final : public torch::nn::Module {
+ public:
+  explicit GemmaMlp(const ModelConfig& c) {
+    const int64_t C = c.d_model, F = FfnHidden(c);
+    gate_proj_ = register_module("gate_proj", std::make_shared<Linear>(C, F, false, c.init_std));
+    up_proj_ = register_module("up_proj", std::make_shared<Linear>(C, F, false, c.init_std));
+    down_proj_ = register_module("down_proj", std::make_shared<Linear>(F, C, false, c.init_std));
+  }
+  torch::Tensor Forward(const torch::Tensor& x) {
+    return RowWise([this](const torch::Tensor& t) { return Whole(t); }, x, *this);  // Note [Tiled MLP]
+  }
+  torch::Tensor Whole(const torch::Tensor& x) {
+    return down_proj_->Forward(torch::gelu(gate_proj_->Forward(x), "tanh") * up_proj_->Forward(x));
+  }
+
+ private:
+  std::shared_ptr<Linear> gate_proj_, up_proj_, down_proj_;
+};
+
+class GemmaLayer final : public Block {
+ public:
+  GemmaLayer(const ModelConfig& c, bool sliding) {
+    input_layernorm_ = register_module("input_layernorm", std::make_shared<GemmaRmsNorm>(c.d_model, c.norm_eps));
+    self_attn_ = register_module("self_attn", std::make_shared<GemmaAttention>(c, sliding));
+    post_attention_layernorm_ =
+        register_module("post_attention_layernorm", std::make_shared<GemmaRmsNorm>(c.d_model, c.norm_eps));
+    pre_feedforward_layernorm_ =
+        register_module("pre_feedforward_layernorm", std::make_shared<GemmaRmsNorm>(c.d_model, c.norm_eps));
+    mlp_ = register_module("mlp", std::make_shared<GemmaMlp>(c));
+    post_feedforward_layernorm_ =
+        register_module("post_feedforward_layernorm", std::make_shared<GemmaRmsNorm>(c.d_model, c.norm_eps));
+  }
+  BlockKind kind() const override { return BlockKind::kLayer; }
+  torch::Tensor Forward(const torch::Tensor& x) override {
+    return Mlp(x + post_attention_layernorm_->Forward(self_attn_->Forward(input_layernorm_->Forward(x))));
+  }
+  torch::Tensor ForwardCached(const torch::Tensor& x, int64_t past, KvCache& cache) override {
+    const torch::Tensor a = self_attn_->ForwardCached(input_layernorm_->Forward(x), past, cache);
+    return Mlp(x + post_attention_layernorm_->Forward(a));
+  }
+
+ private:
+  torch::Tensor Mlp(const torch::Tensor& h) {
+    return h + post_feedforward_layernorm_->Forward(mlp_->Forward(pre_feedforward_layernorm_->Forward(h)));
+  }
+  std::shared_ptr<GemmaRmsNorm> input_layernorm_, post_attention_layernorm_, pre_feedforward_layernorm_,
+      post_feedforward_layernorm_;
+  std::shared_ptr<GemmaAttention> self_attn_;
+  std::shared_ptr<GemmaMlp> mlp_;
+};
+
+}  // namespace
+
+std::shared_ptr<Block> MakeGemmaBlock(const ModelConfig& config, int index) {
+  std::shared_ptr<Block> block;
+  switch (KindOf(config, index)) {
+    case BlockKind::kEmbedding: block = std::make_shared<GemmaEmbedding>(config); break;
+    case BlockKind::kLayer: {
+      const auto& sliding = config.gemma.sliding_layers;
+      block = std::make_shared<GemmaLayer>(config, !sliding.empty() && sliding[index - 1]);
+      break;
+    }
+    case BlockKind::kHead:
+      block = std::make_shared<LmHead<GemmaRmsNorm>>(config, "norm", config.gemma.final_softcap);
+      break;
+  }
+  InitialiseBlock(*block, config.seed, index);
+  return block;
+}
+
+}  // namespace strata::model::detail
