@@ -18,20 +18,33 @@ Status ParseLora(JsonReader& l, model::LoraConfig* lora) {
 
 namespace {
 
+// A list of true / false, one per layer, at `key`.
+Status ParseLayerFlags(JsonReader& r, const std::string& key, const char* what, std::vector<bool>* out) {
+  if (const nlohmann::json* l = r.Raw(key)) {
+    if (!l->is_array() || !std::all_of(l->begin(), l->end(), [](const nlohmann::json& v) { return v.is_boolean(); }))
+      return InvalidArgument("{}: a list of true ({}) or false, one per layer; got {}", r.PathOf(key), what, l->dump());
+    out->clear();
+    for (const nlohmann::json& v : *l) out->push_back(v.get<bool>());
+  }
+  return Status();
+}
+
 // strata.model.gemma (model_config.h GemmaOptions).
 Status ParseGemma(JsonReader& g, model::GemmaOptions* o) {
   STRATA_RETURN_IF_ERROR(g.Double("query_pre_attn_scalar", &o->query_pre_attn_scalar, 0, 1e9));
   STRATA_RETURN_IF_ERROR(g.Double("attn_softcap", &o->attn_softcap, 0, 1e9));
   STRATA_RETURN_IF_ERROR(g.Double("final_softcap", &o->final_softcap, 0, 1e9));
   STRATA_RETURN_IF_ERROR(g.Double("rope_local_theta", &o->rope_local_theta, 0, 1e12));
-  if (const nlohmann::json* l = g.Raw("sliding_layers")) {
-    if (!l->is_array() || !std::all_of(l->begin(), l->end(), [](const nlohmann::json& v) { return v.is_boolean(); }))
-      return InvalidArgument("{}: a list of true (a sliding-window layer) or false, one per layer; got {}",
-                             g.PathOf("sliding_layers"), l->dump());
-    o->sliding_layers.clear();
-    for (const nlohmann::json& v : *l) o->sliding_layers.push_back(v.get<bool>());
-  }
-  return Status();
+  return ParseLayerFlags(g, "sliding_layers", "a sliding-window layer", &o->sliding_layers);
+}
+
+// strata.model.moe (model_config.h MoeOptions).
+Status ParseMoe(JsonReader& e, model::MoeOptions* o) {
+  STRATA_RETURN_IF_ERROR(e.Int("num_experts", &o->num_experts, 1, 4096));
+  STRATA_RETURN_IF_ERROR(e.Int("top_k", &o->top_k, 1, 4096));
+  STRATA_RETURN_IF_ERROR(e.Int("expert_ffn", &o->expert_ffn, 1, model::ModelLimits::kFfnHidden));
+  STRATA_RETURN_IF_ERROR(e.Bool("norm_topk_prob", &o->norm_topk_prob));
+  return ParseLayerFlags(e, "dense_layers", "a dense MLP", &o->dense_layers);
 }
 
 // The strata.model keys into *mc (each absent key keeps *mc's value).
@@ -58,7 +71,13 @@ Status ParseModelKeys(JsonReader& m, model::ModelConfig* mc, std::vector<std::st
   STRATA_RETURN_IF_ERROR(m.Int("max_positions", &mc->max_positions, 0, L::kPositions));
   STRATA_RETURN_IF_ERROR(m.Int("sliding_window", &mc->sliding_window, 0, L::kPositions));
   STRATA_RETURN_IF_ERROR(m.Choice("hf_model_type", &mc->hf_model_type,
-                                  {"", "gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text"}));
+                                  {"", "gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text",
+                                   "mixtral", "qwen3_moe", "olmoe"}));
+  if (m.Has("moe")) {
+    STRATA_ASSIGN_OR_RETURN(JsonReader e, m.Child("moe"));
+    STRATA_RETURN_IF_ERROR(ParseMoe(e, &mc->moe));
+    e.UnusedKeys(warnings);
+  }
   if (m.Has("gemma")) {
     STRATA_ASSIGN_OR_RETURN(JsonReader g, m.Child("gemma"));
     STRATA_RETURN_IF_ERROR(ParseGemma(g, &mc->gemma));
@@ -139,6 +158,9 @@ nlohmann::json ModelConfigJson(const model::ModelConfig& m) {
   if (m.max_positions != d.max_positions) j["max_positions"] = m.max_positions;
   if (m.sliding_window != d.sliding_window) j["sliding_window"] = m.sliding_window;
   if (!m.hf_model_type.empty()) j["hf_model_type"] = m.hf_model_type;
+  if (m.moe != model::MoeOptions{})
+    j["moe"] = {{"num_experts", m.moe.num_experts}, {"top_k", m.moe.top_k}, {"expert_ffn", m.moe.expert_ffn},
+                {"norm_topk_prob", m.moe.norm_topk_prob}, {"dense_layers", m.moe.dense_layers}};
   if (m.gemma != model::GemmaOptions{}) {
     const model::GemmaOptions& g = m.gemma;
     j["gemma"] = {{"query_pre_attn_scalar", g.query_pre_attn_scalar}, {"attn_softcap", g.attn_softcap},

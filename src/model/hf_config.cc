@@ -1,5 +1,6 @@
 // config.json -> ModelConfig and back (hf_config.h). Keys and defaults follow transformers'
-// GPT2Config, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config and Phi3Config.
+// GPT2Config, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, Phi3Config, Gemma2Config,
+// Gemma3TextConfig, MixtralConfig, Qwen3MoeConfig and OlmoeConfig.
 #include "src/model/hf_config.h"
 
 #include <algorithm>
@@ -24,7 +25,10 @@ constexpr Family kFamilies[] = {{"gpt2", "GPT2LMHeadModel", "GPT2Model"},
                                 {"qwen3", "Qwen3ForCausalLM", "Qwen3Model"},
                                 {"phi3", "Phi3ForCausalLM", "Phi3Model"},
                                 {"gemma2", "Gemma2ForCausalLM", "Gemma2Model"},
-                                {"gemma3_text", "Gemma3ForCausalLM", "Gemma3TextModel"}};
+                                {"gemma3_text", "Gemma3ForCausalLM", "Gemma3TextModel"},
+                                {"mixtral", "MixtralForCausalLM", "MixtralModel"},
+                                {"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeModel"},
+                                {"olmoe", "OlmoeForCausalLM", "OlmoeModel"}};
 
 std::string Supported() {
   std::string s;
@@ -187,8 +191,8 @@ Status ReadRope(const Keys& k, ModelConfig* c) {
 // "sliding_attention" entry in layer_types). Strata's full causal attention equals it for
 // sequences up to the window, which Validate() checks against seq_len.
 Status ReadSlidingWindow(const Keys& k, const std::string& type, ModelConfig* c) {
-  bool active = type == "mistral" || type == "phi3";
-  if (type == "qwen2" || type == "qwen3") {
+  bool active = type == "mistral" || type == "phi3" || type == "mixtral";
+  if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") {
     STRATA_RETURN_IF_ERROR(k.Bool("use_sliding_window", &active));
     if (k.Present("layer_types") && k.json()["layer_types"].is_array())
       for (const auto& t : k.json()["layer_types"]) active = active || t == "sliding_attention";
@@ -239,6 +243,39 @@ Status ReadGemma(const Keys& k, const std::string& type, ModelConfig* c) {
   return k.Expect("use_bidirectional_attention", false, "bidirectional attention");
 }
 
+// The experts of Mixtral, Qwen3-MoE and OLMoE (MoeOptions), with their configs' defaults.
+Status ReadMoe(const Keys& k, const std::string& type, ModelConfig* c) {
+  MoeOptions& m = c->moe;
+  const bool mixtral = type == "mixtral", qwen = type == "qwen3_moe";
+  m.num_experts = mixtral ? 8 : qwen ? 128 : 64;
+  m.top_k = mixtral ? 2 : 8;
+  // transformers 5 writes num_local_experts for Qwen3-MoE too; its 4.x configs say num_experts.
+  STRATA_RETURN_IF_ERROR(k.Int(k.Present("num_local_experts") ? "num_local_experts" : "num_experts", &m.num_experts, false));
+  STRATA_RETURN_IF_ERROR(k.Int("num_experts_per_tok", &m.top_k, false));
+  m.expert_ffn = c->ffn_hidden;  // Mixtral's and OLMoE's experts are intermediate_size wide
+  if (qwen) STRATA_RETURN_IF_ERROR(k.Int("moe_intermediate_size", &m.expert_ffn, true));
+  m.norm_topk_prob = mixtral;  // Mixtral always renormalises
+  if (!mixtral) STRATA_RETURN_IF_ERROR(k.Bool("norm_topk_prob", &m.norm_topk_prob));
+  if (qwen) {  // a dense MLP in mlp_only_layers and off the decoder_sparse_step
+    int64_t step = 1;
+    STRATA_RETURN_IF_ERROR(k.Int("decoder_sparse_step", &step, false));
+    std::vector<int64_t> dense;
+    if (k.Present("mlp_only_layers")) {
+      const nlohmann::json& l = k.json()["mlp_only_layers"];
+      if (!l.is_array() || !std::all_of(l.begin(), l.end(), [](const auto& v) { return v.is_number_integer(); }))
+        return k.Bad("mlp_only_layers", "a list of layer indices");
+      for (const auto& v : l) dense.push_back(v.get<int64_t>());
+    }
+    for (int64_t i = 0; i < c->n_layer; ++i)
+      m.dense_layers.push_back(std::find(dense.begin(), dense.end(), i) != dense.end() || step < 1 || (i + 1) % step != 0);
+    if (std::none_of(m.dense_layers.begin(), m.dense_layers.end(), [](bool b) { return b; })) m.dense_layers.clear();
+  }
+  if (type == "olmoe") STRATA_RETURN_IF_ERROR(k.Expect("clip_qkv", nullptr, "clipping q, k and v"));
+  if (mixtral) STRATA_RETURN_IF_ERROR(k.Expect("router_jitter_noise", 0.0, "noise on the router's input"));
+  return k.Expect("output_router_logits", false,
+                  "the router's auxiliary load-balancing loss in the training loss is not built yet");
+}
+
 Status ReadLlamaFamily(const Keys& k, const std::string& type, ModelConfig* c) {
   c->arch = Arch::kLlama;
   c->hf_model_type = type == "llama" ? "" : type;
@@ -268,7 +305,8 @@ Status ReadLlamaFamily(const Keys& k, const std::string& type, ModelConfig* c) {
   STRATA_RETURN_IF_ERROR(k.Expect("hidden_act", "silu", "Strata's LLaMA-family MLP is SwiGLU"));
   STRATA_RETURN_IF_ERROR(k.Expect("mlp_bias", false, "biases in the MLP"));
   c->qkv_bias = type == "qwen2";  // Qwen2's q/k/v projections always carry biases
-  c->qk_norm = type == "qwen3";
+  c->qk_norm = type == "qwen3" || type == "qwen3_moe";
+  if (IsMoe(*c)) STRATA_RETURN_IF_ERROR(ReadMoe(k, type, c));
   if (type == "phi3") {  // LLaMA's block under fused names (hf_names.h); what else Phi3Config may say
     STRATA_RETURN_IF_ERROR(k.Expect("partial_rotary_factor", 1.0, "rotary embedding on part of each head"));
     for (const char* dropout : {"resid_pdrop", "embd_pdrop", "attention_dropout"})
@@ -334,6 +372,27 @@ void GemmaConfigJson(const ModelConfig& c, nlohmann::ordered_json* j) {
   }
 }
 
+// The experts' keys (ReadMoe's).
+void MoeConfigJson(const ModelConfig& c, nlohmann::ordered_json* j) {
+  const MoeOptions& m = c.moe;
+  const std::string type = c.hf_model_type;
+  (*j)[type == "olmoe" ? "num_experts" : "num_local_experts"] = m.num_experts;  // as transformers 5 writes them
+  (*j)["num_experts_per_tok"] = m.top_k;
+  if (type != "qwen3_moe") (*j)["intermediate_size"] = m.expert_ffn;  // the experts' width there
+  (*j)["output_router_logits"] = false;
+  if (type == "mixtral") (*j)["router_jitter_noise"] = 0.0;
+  if (type != "mixtral") (*j)["norm_topk_prob"] = m.norm_topk_prob;
+  if (type == "olmoe") (*j)["clip_qkv"] = nullptr;
+  if (type == "qwen3_moe") {
+    (*j)["moe_intermediate_size"] = m.expert_ffn;
+    (*j)["decoder_sparse_step"] = 1;
+    nlohmann::json dense = nlohmann::json::array();
+    for (size_t i = 0; i < m.dense_layers.size(); ++i)
+      if (m.dense_layers[i]) dense.push_back(i);
+    (*j)["mlp_only_layers"] = dense;
+  }
+}
+
 }  // namespace
 
 std::string HfModelType(const ModelConfig& c) {
@@ -362,10 +421,11 @@ nlohmann::ordered_json HfConfigJson(const ModelConfig& c, const std::string& tor
                            {"high_freq_factor", c.rope_scaling.high_freq_factor},
                            {"original_max_position_embeddings", c.rope_scaling.original_max_positions}};
     if (type == "llama") j.update({{"attention_bias", false}, {"mlp_bias", false}});
-    if (type == "qwen3") j["attention_bias"] = false;
+    if (type == "qwen3" || IsMoe(c)) j["attention_bias"] = false;
     if (type != "llama") j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
-    if (type == "qwen2" || type == "qwen3") j["use_sliding_window"] = c.sliding_window > 0;
+    if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") j["use_sliding_window"] = c.sliding_window > 0;
     if (IsGemma(c)) GemmaConfigJson(c, &j);
+    if (IsMoe(c)) MoeConfigJson(c, &j);
   }
   j.update({{"tie_word_embeddings", c.tie_embeddings}, {"torch_dtype", torch_dtype}});
   return j;

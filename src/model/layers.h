@@ -101,6 +101,12 @@ class Leaf : public torch::nn::Module {
   }
 };
 
+// A layer's MLP, dense (SwiGLU) or a mixture of experts (moe.h).
+class FeedForward : public torch::nn::Module {
+ public:
+  virtual torch::Tensor Forward(const torch::Tensor& x) = 0;
+};
+
 // A projection's LoRA adapter: rank r, scale alpha / r and dropout on its input; r = 0 for none.
 struct Adapter {
   int64_t r = 0;

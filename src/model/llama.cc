@@ -1,4 +1,7 @@
-// LLaMA as blocks (also Mistral, Qwen2/2.5 and Qwen3, which share its names). Parameter
+// LLaMA as blocks (also Mistral, Qwen2/2.5, Qwen3 and the mixtures of experts Mixtral, Qwen3-MoE
+// and OLMoE, which share its names; their sparse MLPs are moe.h's, registered as "mlp" or, in
+// Mixtral, "block_sparse_moe": gate.weight [E, C], experts.<j>.{gate,up,down}_proj.weight or
+// experts.<j>.{w1,w3,w2}.weight; OLMoE's q_norm / k_norm [H*D], [Hkv*D] normalise whole projections). Parameter
 // names are Hugging Face's LlamaForCausalLM names without the "model." / "model.layers.<i>."
 // prefixes, registered in execution order (Note [Block parameters]); D = HeadDim() (C / n_head
 // unless head_dim is set), Hkv = n_kv_head, F = FfnHidden():
@@ -20,6 +23,7 @@
 
 #include "src/model/blocks.h"
 #include "src/model/layers.h"
+#include "src/model/moe.h"
 #include "src/model/tiled_rows.h"
 
 namespace strata::model::detail {
@@ -55,6 +59,10 @@ class LlamaAttention final : public torch::nn::Module {
       q_norm_ = register_module("q_norm", std::make_shared<RmsNorm>(head_dim_, c.norm_eps));
       k_norm_ = register_module("k_norm", std::make_shared<RmsNorm>(head_dim_, c.norm_eps));
     }
+    if (c.hf_model_type == "olmoe") {  // over the whole projections, before the heads are split
+      q_norm_full_ = register_module("q_norm", std::make_shared<RmsNorm>(q_out, c.norm_eps));
+      k_norm_full_ = register_module("k_norm", std::make_shared<RmsNorm>(kv_out, c.norm_eps));
+    }
     o_proj_ = register_module("o_proj", std::make_shared<Linear>(q_out, C, false, c.init_std, AdapterFor(c.lora, "o_proj")));
   }
   torch::Tensor Forward(const torch::Tensor& x) {
@@ -70,8 +78,13 @@ class LlamaAttention final : public torch::nn::Module {
   // q [B, H, T, D], k, v [B, Hkv, T, D] for positions past..past+T-1, RoPE applied.
   std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Project(const torch::Tensor& x, int64_t past) const {
     const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
-    torch::Tensor q = q_proj_->Forward(x).view({B, T, n_head_, D});
-    torch::Tensor k = k_proj_->Forward(x).view({B, T, n_kv_head_, D});
+    torch::Tensor q = q_proj_->Forward(x), k = k_proj_->Forward(x);
+    if (q_norm_full_) {  // OLMoE
+      q = q_norm_full_->Forward(q);
+      k = k_norm_full_->Forward(k);
+    }
+    q = q.view({B, T, n_head_, D});
+    k = k.view({B, T, n_kv_head_, D});
     if (q_norm_) {  // Qwen3: per head, before RoPE
       q = q_norm_->Forward(q);
       k = k_norm_->Forward(k);
@@ -90,10 +103,11 @@ class LlamaAttention final : public torch::nn::Module {
   RopeScaling rope_scaling_;
   std::shared_ptr<Linear> q_proj_, k_proj_, v_proj_, o_proj_;
   std::shared_ptr<RmsNorm> q_norm_, k_norm_;  // null unless qk_norm
+  std::shared_ptr<RmsNorm> q_norm_full_, k_norm_full_;  // OLMoE only
 };
 
 // SwiGLU: down(silu(gate(x)) * up(x)).
-class LlamaMlp final : public torch::nn::Module {
+class LlamaMlp final : public FeedForward {
  public:
   explicit LlamaMlp(const ModelConfig& c) {
     const int64_t C = c.d_model, F = FfnHidden(c);
@@ -101,7 +115,7 @@ class LlamaMlp final : public torch::nn::Module {
     up_proj_ = register_module("up_proj", std::make_shared<Linear>(C, F, false, c.init_std, AdapterFor(c.lora, "up_proj")));
     down_proj_ = register_module("down_proj", std::make_shared<Linear>(F, C, false, c.init_std, AdapterFor(c.lora, "down_proj")));
   }
-  torch::Tensor Forward(const torch::Tensor& x) {
+  torch::Tensor Forward(const torch::Tensor& x) override {
     return RowWise([this](const torch::Tensor& t) { return Whole(t); }, x, *this);  // Note [Tiled MLP]
   }
   torch::Tensor Whole(const torch::Tensor& x) {
@@ -114,12 +128,15 @@ class LlamaMlp final : public torch::nn::Module {
 
 class LlamaLayer final : public Block {
  public:
-  explicit LlamaLayer(const ModelConfig& c) {
+  LlamaLayer(const ModelConfig& c, int64_t layer) {
     input_layernorm_ = register_module("input_layernorm", std::make_shared<RmsNorm>(c.d_model, c.norm_eps));
     self_attn_ = register_module("self_attn", std::make_shared<LlamaAttention>(c));
     post_attention_layernorm_ =
         register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.d_model, c.norm_eps));
-    mlp_ = register_module("mlp", std::make_shared<LlamaMlp>(c));
+    if (SparseLayer(c, layer))  // Mixtral's sparse MLP is block_sparse_moe
+      mlp_ = register_module(c.hf_model_type == "mixtral" ? "block_sparse_moe" : "mlp", std::make_shared<MoeMlp>(c));
+    else
+      mlp_ = register_module("mlp", std::make_shared<LlamaMlp>(c));
   }
   BlockKind kind() const override { return BlockKind::kLayer; }
   torch::Tensor Forward(const torch::Tensor& x) override {
@@ -134,7 +151,7 @@ class LlamaLayer final : public Block {
  private:
   std::shared_ptr<RmsNorm> input_layernorm_, post_attention_layernorm_;
   std::shared_ptr<LlamaAttention> self_attn_;
-  std::shared_ptr<LlamaMlp> mlp_;
+  std::shared_ptr<FeedForward> mlp_;
 };
 
 }  // namespace
@@ -143,7 +160,7 @@ std::shared_ptr<Block> MakeLlamaBlock(const ModelConfig& config, int index) {
   std::shared_ptr<Block> block;
   switch (KindOf(config, index)) {
     case BlockKind::kEmbedding: block = std::make_shared<LlamaEmbedding>(config); break;
-    case BlockKind::kLayer: block = std::make_shared<LlamaLayer>(config); break;
+    case BlockKind::kLayer: block = std::make_shared<LlamaLayer>(config, index - 1); break;
     case BlockKind::kHead: block = std::make_shared<LmHead<RmsNorm>>(config, "norm"); break;
   }
   InitialiseBlock(*block, config.seed, index);

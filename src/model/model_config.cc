@@ -50,11 +50,15 @@ int64_t Gpt2BlockParameters(const ModelConfig& c, int index) {
 int64_t LlamaBlockParameters(const ModelConfig& c, int index) {
   const int64_t C = c.d_model, V = c.vocab_size, F = FfnHidden(c), D = HeadDim(c);
   const int64_t q_out = c.n_head * D, kv_out = KvHeads(c) * D;
-  const int64_t biases = c.qkv_bias ? q_out + 2 * kv_out : 0, qk_norms = c.qk_norm ? 2 * D : 0;
+  const int64_t biases = c.qkv_bias ? q_out + 2 * kv_out : 0, qk_norms = c.qk_norm ? 2 * D : 0;  // per head
   switch (KindOf(c, index)) {
     case BlockKind::kEmbedding: return V * C;
-    case BlockKind::kLayer:  // Gemma: two more norms, before and after the MLP
-      return (IsGemma(c) ? 4 : 2) * C + C * q_out + 2 * C * kv_out + q_out * C + 3 * C * F + biases + qk_norms;
+    case BlockKind::kLayer: {  // Gemma: two more norms, before and after the MLP; MoE: a router and experts
+      const int64_t mlp = SparseLayer(c, index - 1)
+                              ? c.moe.num_experts * C + c.moe.num_experts * 3 * C * c.moe.expert_ffn : 3 * C * F;
+      const int64_t full_qk_norms = c.hf_model_type == "olmoe" ? q_out + kv_out : 0;  // over whole projections
+      return (IsGemma(c) ? 4 : 2) * C + C * q_out + 2 * C * kv_out + q_out * C + mlp + biases + qk_norms + full_qk_norms;
+    }
     case BlockKind::kHead: return C + (c.tie_embeddings ? 0 : V * C);
   }
   return 0;
@@ -101,6 +105,26 @@ static Status ValidateGemma(const ModelConfig& c) {
   if (c.lora.enabled())
     return InvalidArgument("strata.lora: adapters on Gemma are not built yet (their PEFT export is unchecked); train "
                            "Gemma without strata.lora");
+  return Status::Ok();
+}
+
+// The expert options belong to the mixtures of experts.
+static Status ValidateMoe(const ModelConfig& c) {
+  const MoeOptions& m = c.moe;
+  if (!IsMoe(c)) {
+    if (m == MoeOptions{}) return Status::Ok();
+    return InvalidArgument("model config: strata.model.moe is for hf_model_type mixtral, qwen3_moe or olmoe, not "
+                           "\"{}\"", c.hf_model_type);
+  }
+  if (m.num_experts < 1 || m.num_experts > 4096 || m.top_k < 1 || m.top_k > m.num_experts || m.expert_ffn < 1 ||
+      m.expert_ffn > ModelLimits::kFfnHidden)
+    return InvalidArgument("strata.model.moe: needs 1 <= top_k ({}) <= num_experts ({}) <= 4096 and expert_ffn ({}) "
+                           "in [1, {}]", m.top_k, m.num_experts, m.expert_ffn, ModelLimits::kFfnHidden);
+  if (!m.dense_layers.empty() && static_cast<int64_t>(m.dense_layers.size()) != c.n_layer)
+    return InvalidArgument("strata.model.moe.dense_layers has {} entries for {} layers", m.dense_layers.size(), c.n_layer);
+  if (c.lora.enabled())
+    return InvalidArgument("strata.lora: adapters on mixtures of experts are not built yet; train {} without "
+                           "strata.lora", c.hf_model_type);
   return Status::Ok();
 }
 
@@ -183,13 +207,14 @@ Status Validate(const ModelConfig& c) {
                            r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_positions);
   }
   const bool llama_kin = c.hf_model_type == "mistral" || c.hf_model_type == "qwen2" || c.hf_model_type == "qwen3" ||
-                         c.hf_model_type == "phi3" || IsGemma(c);
+                         c.hf_model_type == "phi3" || IsGemma(c) || IsMoe(c);
   if (!c.hf_model_type.empty() && !llama_kin &&
       c.hf_model_type != (c.arch == Arch::kGpt2 ? "gpt2" : "llama")) {
     return InvalidArgument("model config: hf_model_type \"{}\" is not one of gpt2 (GPT-2), llama, mistral, qwen2, "
-                           "qwen3, phi3, gemma2, gemma3_text (LLaMA family)", c.hf_model_type);
+                           "qwen3, phi3, gemma2, gemma3_text, mixtral, qwen3_moe, olmoe (LLaMA family)", c.hf_model_type);
   }
   STRATA_RETURN_IF_ERROR(ValidateGemma(c));
+  STRATA_RETURN_IF_ERROR(ValidateMoe(c));
   if (c.ffn_hidden < 0) return InvalidArgument("model config: ffn_hidden = {} must be >= 0 (0 = default)", c.ffn_hidden);
   if (!(c.norm_eps > 0)) return InvalidArgument("model config: norm_eps = {} must be positive", c.norm_eps);
   if (!(c.rope_theta > 0)) return InvalidArgument("model config: rope_theta = {} must be positive", c.rope_theta);
@@ -202,6 +227,14 @@ bool StoredInNf4(const ModelConfig& c, int index, const std::string& name) {
 }
 
 bool IsGemma(const ModelConfig& c) { return c.hf_model_type == "gemma2" || c.hf_model_type == "gemma3_text"; }
+
+bool IsMoe(const ModelConfig& c) {
+  return c.hf_model_type == "mixtral" || c.hf_model_type == "qwen3_moe" || c.hf_model_type == "olmoe";
+}
+
+bool SparseLayer(const ModelConfig& c, int64_t layer) {
+  return IsMoe(c) && !(layer < static_cast<int64_t>(c.moe.dense_layers.size()) && c.moe.dense_layers[layer]);
+}
 
 bool IsAdapterName(const std::string& name) { return name.ends_with(".lora_A") || name.ends_with(".lora_B"); }
 

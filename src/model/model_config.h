@@ -62,6 +62,20 @@ struct GemmaOptions {
   bool operator==(const GemmaOptions&) const = default;
 };
 
+// Mixtures of experts (hf_model_type "mixtral", "qwen3_moe", "olmoe"; moe.cc): a sparse layer's
+// MLP is a router (gate [E, C]) choosing top_k of num_experts SwiGLU experts per token, whose
+// outputs are summed weighted by the router's softmax probabilities (renormalised over the
+// chosen with norm_topk_prob; Mixtral always). Every expert's weights are in the layer's
+// block and move with it. Empty (num_experts 0) for dense families.
+struct MoeOptions {
+  int64_t num_experts = 0;       // (num_local_experts / num_experts)
+  int64_t top_k = 0;             // (num_experts_per_tok)
+  int64_t expert_ffn = 0;        // (moe_intermediate_size; Mixtral, OLMoE: intermediate_size) each expert's hidden width
+  bool norm_topk_prob = false;   // (norm_topk_prob) the chosen probabilities renormalised to sum to 1
+  std::vector<bool> dense_layers;  // (mlp_only_layers, decoder_sparse_step) layers with a dense MLP instead; empty = none
+  bool operator==(const MoeOptions&) const = default;
+};
+
 // The LLaMA-shaped variants (Mistral, Qwen2/2.5, Qwen3, Phi-3) are Arch::kLlama with the
 // flags below; hf_model_type says which Hugging Face family `export` writes back (and, for
 // Phi-3, that its HF tensors fuse some projections: hf_names.h). Every
@@ -90,6 +104,7 @@ struct ModelConfig {
   int64_t sliding_window = 0;   // (sliding_window) Mistral/Qwen: 0 = none; seq_len must not exceed it
   std::string hf_model_type;    // "" = the arch's own ("gpt2", "llama"); "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text"
   GemmaOptions gemma;           // Gemma 2 / 3 only
+  MoeOptions moe;               // Mixtral, Qwen3-MoE, OLMoE only
   LoraConfig lora;              // adapters (strata.lora); off by default
 };
 
@@ -98,6 +113,9 @@ struct ModelConfig {
 bool IsAdapterName(const std::string& name);
 // Gemma 2 or Gemma 3 (text): gemma.cc's blocks.
 bool IsGemma(const ModelConfig& config);
+// Mixtral, Qwen3-MoE or OLMoE; and whether layer `layer` (0-based) has experts.
+bool IsMoe(const ModelConfig& config);
+bool SparseLayer(const ModelConfig& config, int64_t layer);
 // QLoRA: whether parameter `name` of block `index` is stored in NF4 (a layer's *_proj.weight).
 bool StoredInNf4(const ModelConfig& config, int index, const std::string& name);
 

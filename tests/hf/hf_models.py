@@ -3,7 +3,8 @@
   hf_models.py check [MODULE...]     exit 0 when torch + transformers + safetensors (and the
                                      MODULEs, e.g. peft, bitsandbytes) are installed
   hf_models.py make ARCH DIR         a small randomly initialised model of ARCH (gpt2, llama,
-                                     mistral, qwen2, qwen3, phi3, gemma2, gemma3) saved with save_pretrained into
+                                     mistral, qwen2, qwen3, phi3, gemma2, gemma3, mixtral,
+                                     qwen3moe, olmoe) saved with save_pretrained into
                                      DIR in at least 3 shards (model.safetensors.index.json),
                                      plus DIR/strata_model.json (the same model as
                                      strata.model keys), DIR/reference.safetensors (tokens,
@@ -88,6 +89,18 @@ def _model(arch):
         cfg = t.Phi3Config(**common, tie_word_embeddings=False, pad_token_id=0, bos_token_id=0, eos_token_id=0,
                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
         return t.Phi3ForCausalLM(cfg)
+    moe = dict(common, num_experts_per_tok=2, output_router_logits=False)
+    moe.pop("intermediate_size")
+    if arch == "mixtral":  # 4 experts (w1/w3/w2 names), top-2 renormalised
+        return t.MixtralForCausalLM(t.MixtralConfig(**moe, intermediate_size=96, num_local_experts=4,
+                                                    tie_word_embeddings=False))
+    if arch == "qwen3moe":  # 4 experts of 32, top-2 renormalised, q/k norms, the first layer dense
+        return t.Qwen3MoeForCausalLM(t.Qwen3MoeConfig(**moe, intermediate_size=96, moe_intermediate_size=32,
+                                                      num_experts=4, norm_topk_prob=True, head_dim=16,
+                                                      mlp_only_layers=[0], tie_word_embeddings=False))
+    if arch == "olmoe":  # 4 experts, top-2 not renormalised, q/k norms over the whole projections
+        return t.OlmoeForCausalLM(t.OlmoeConfig(**moe, intermediate_size=32, num_experts=4, norm_topk_prob=False,
+                                                pad_token_id=0, bos_token_id=0, eos_token_id=0))
     gemma = dict(common, head_dim=16, query_pre_attn_scalar=24, sliding_window=48)
     if arch == "gemma2":  # soft-capped attention and logits, scores scaled by 24^-1/2 (not head_dim's), GQA, tied
         return t.Gemma2ForCausalLM(t.Gemma2Config(**gemma))
