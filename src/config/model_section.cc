@@ -44,6 +44,7 @@ Status ParseMoe(JsonReader& e, model::MoeOptions* o) {
   STRATA_RETURN_IF_ERROR(e.Int("top_k", &o->top_k, 1, 4096));
   STRATA_RETURN_IF_ERROR(e.Int("expert_ffn", &o->expert_ffn, 1, model::ModelLimits::kFfnHidden));
   STRATA_RETURN_IF_ERROR(e.Bool("norm_topk_prob", &o->norm_topk_prob));
+  STRATA_RETURN_IF_ERROR(e.Double("aux_loss_coef", &o->aux_loss_coef, 0, 1e3));
   return ParseLayerFlags(e, "dense_layers", "a dense MLP", &o->dense_layers);
 }
 
@@ -160,7 +161,8 @@ nlohmann::json ModelConfigJson(const model::ModelConfig& m) {
   if (!m.hf_model_type.empty()) j["hf_model_type"] = m.hf_model_type;
   if (m.moe != model::MoeOptions{})
     j["moe"] = {{"num_experts", m.moe.num_experts}, {"top_k", m.moe.top_k}, {"expert_ffn", m.moe.expert_ffn},
-                {"norm_topk_prob", m.moe.norm_topk_prob}, {"dense_layers", m.moe.dense_layers}};
+                {"norm_topk_prob", m.moe.norm_topk_prob}, {"dense_layers", m.moe.dense_layers},
+                {"aux_loss_coef", m.moe.aux_loss_coef}};
   if (m.gemma != model::GemmaOptions{}) {
     const model::GemmaOptions& g = m.gemma;
     j["gemma"] = {{"query_pre_attn_scalar", g.query_pre_attn_scalar}, {"attn_softcap", g.attn_softcap},

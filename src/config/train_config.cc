@@ -344,6 +344,9 @@ Status CheckKeys(const TrainConfig& c) {
   if (c.fuse_micro_batches && c.model.lora.dropout > 0)
     return InvalidArgument("strata.fuse_micro_batches: not with strata.model.lora.dropout {} (its masks are drawn per "
                            "micro-batch); set the dropout to 0 or fuse_micro_batches to false", c.model.lora.dropout);
+  if (c.fuse_micro_batches && c.model.moe.aux_loss_coef > 0)
+    return InvalidArgument("strata.fuse_micro_batches: not with strata.model.moe.aux_loss_coef {} (the router's "
+                           "load-balancing loss is taken per micro-batch); set one of them off", c.model.moe.aux_loss_coef);
   if (c.block_inputs && *c.block_inputs != BlockInputsAt::kDevice && c.recompute == Recompute::kNever)
     return InvalidArgument("strata.block_inputs \"{}\": needs recomputation (strata.recompute \"never\" keeps every "
                            "block's activations where they were made, which moving its input would not free)",

@@ -30,6 +30,7 @@
 #include "src/model/model.h"
 #include "src/model/nf4.h"
 #include "src/model/packed_sequences.h"
+#include "src/model/router_loss.h"
 #include "strata/cpu_adam.h"
 #include "strata/pinned_pool.h"
 #include "strata/tiered_store.h"
@@ -151,6 +152,9 @@ struct Activations {
   // Packed examples (strata.data.packing): the rows' layout, armed around every block's forward
   // and recomputation (Note [Packed sequences]); null for plain rows.
   std::shared_ptr<const model::PackedLayout> packing;
+  // Mixtures of experts with a load-balancing loss: this pass's (Note [Router loss]), armed as
+  // the packing is; null otherwise.
+  std::shared_ptr<model::RouterLoss> router;
   void Reset(int blocks, bool keep) {
     inputs.assign(blocks, torch::Tensor());
     outputs.assign(keep ? blocks : 0, torch::Tensor());
@@ -277,6 +281,7 @@ struct Engine::Impl {
   Status AcquireHead(Gatherer& gather);
   Status BackwardBlock(int b, Activations& act, const MicroBatch& mb);
   bool BackwardVisits(int b) const;
+  std::shared_ptr<model::RouterLoss> NewRouterLoss() const;
   // The two schedules of a step's micro-batches (strata.schedule); each adds their losses.
   Status MicroBatchMajor(const StepInputs& in, Gatherer& gather, double* loss_sum);
   Status LayerMajor(const StepInputs& in, Gatherer& gather, double* loss_sum);  // engine_layer_major.cc

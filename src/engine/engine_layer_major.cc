@@ -64,6 +64,7 @@ Status Engine::Impl::LayerMajor(const StepInputs& in, Gatherer& gather, double* 
     acts[p].stash = &stash;
     acts[p].pass = p;
     if (!fused) acts[p].packing = model::PackedLayout::Of(in.batches[p].positions);
+    acts[p].router = NewRouterLoss();  // (none when fused: refused with a load-balancing loss)
   }
   if (fused && in.batches[0].positions.defined()) {  // the stacked rows' positions, stacked alike
     std::vector<torch::Tensor> positions;

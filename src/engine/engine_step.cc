@@ -283,6 +283,7 @@ Status Engine::Impl::ForwardBlock(int b, Pass pass, torch::Tensor* x, Activation
     if (train) ArmLoraDropout(b, mb, &dropout);
     std::optional<model::PackedSequencesScope> packed;  // eval: Forward armed it
     if (act) packed.emplace(act->packing);
+    const model::RouterLossScope router(train && act ? act->router.get() : nullptr);
     const model::MlpTilingScope mlp_tiles(cfg.mlp_chunk);  // Note [Tiled MLP]
     if (train && cfg.keep_activations) {  // each block its own graph, from its input (a leaf) to its output
       torch::Tensor in = b == 0 ? *x : x->detach().requires_grad_(true);
@@ -321,6 +322,8 @@ StatusOr<double> Engine::Impl::HeadPass(const torch::Tensor& x, const torch::Ten
     torch::Tensor in = x.detach().requires_grad_(true);
     torch::Tensor l = MicroBatchLoss(head, in, targets, mask, weight, cfg.loss_chunk);
     loss = l.item<double>();
+    // The routers' load-balancing loss: its gradient reaches them in their layers' backward.
+    if (act->router) loss += act->router->Finish(optimizer.scaler.scale());
     (l * optimizer.scaler.scale()).backward();
     act->grad_out = in.grad();
     if (model.tie) {
@@ -351,6 +354,7 @@ Status Engine::Impl::BackwardBlock(int b, Activations& act, const MicroBatch& mb
     std::optional<model::LoraDropoutScope> dropout;
     ArmLoraDropout(b, mb, &dropout);  // a recomputation draws the forward's masks
     const model::PackedSequencesScope packed(act.packing);
+    const model::RouterLossScope router(act.router.get());
     const model::MlpTilingScope mlp_tiles(cfg.mlp_chunk);
     if (!act.outputs.empty()) {  // kept
       act.outputs[b].backward(act.grad_out);
@@ -365,6 +369,13 @@ Status Engine::Impl::BackwardBlock(int b, Activations& act, const MicroBatch& mb
     }
     act.inputs[b] = torch::Tensor();  // the checkpoint is spent
   });
+}
+
+// A micro-batch's load-balancing loss (Note [Router loss]), or null without one.
+std::shared_ptr<model::RouterLoss> Engine::Impl::NewRouterLoss() const {
+  const model::MoeOptions& moe = cfg.model.moe;
+  if (moe.aux_loss_coef <= 0) return nullptr;
+  return std::make_shared<model::RouterLoss>(moe.num_experts, moe.top_k, moe.aux_loss_coef);
 }
 
 // The backward stops above a frozen embedding (LoRA: not in the visit plan).
@@ -384,6 +395,7 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_wei
   if (train) {
     act->Reset(n, cfg.keep_activations);
     act->packing = packing;  // armed per block, in its forward and its backward
+    act->router = NewRouterLoss();
   }
   std::optional<model::PackedSequencesScope> packed;
   if (!train) packed.emplace(packing);

@@ -272,8 +272,12 @@ Status ReadMoe(const Keys& k, const std::string& type, ModelConfig* c) {
   }
   if (type == "olmoe") STRATA_RETURN_IF_ERROR(k.Expect("clip_qkv", nullptr, "clipping q, k and v"));
   if (mixtral) STRATA_RETURN_IF_ERROR(k.Expect("router_jitter_noise", 0.0, "noise on the router's input"));
-  return k.Expect("output_router_logits", false,
-                  "the router's auxiliary load-balancing loss in the training loss is not built yet");
+  bool aux = false;  // the load-balancing loss joins the training loss only with output_router_logits
+  STRATA_RETURN_IF_ERROR(k.Bool("output_router_logits", &aux));
+  m.aux_loss_coef = mixtral ? 0.001 : qwen ? 0.001 : 0.01;
+  STRATA_RETURN_IF_ERROR(k.Double("router_aux_loss_coef", &m.aux_loss_coef));
+  if (!aux) m.aux_loss_coef = 0;
+  return Status();
 }
 
 Status ReadLlamaFamily(const Keys& k, const std::string& type, ModelConfig* c) {
@@ -379,7 +383,8 @@ void MoeConfigJson(const ModelConfig& c, nlohmann::ordered_json* j) {
   (*j)[type == "olmoe" ? "num_experts" : "num_local_experts"] = m.num_experts;  // as transformers 5 writes them
   (*j)["num_experts_per_tok"] = m.top_k;
   if (type != "qwen3_moe") (*j)["intermediate_size"] = m.expert_ffn;  // the experts' width there
-  (*j)["output_router_logits"] = false;
+  (*j)["output_router_logits"] = m.aux_loss_coef > 0;
+  if (m.aux_loss_coef > 0) (*j)["router_aux_loss_coef"] = m.aux_loss_coef;
   if (type == "mixtral") (*j)["router_jitter_noise"] = 0.0;
   if (type != "mixtral") (*j)["norm_topk_prob"] = m.norm_topk_prob;
   if (type == "olmoe") (*j)["clip_qkv"] = nullptr;

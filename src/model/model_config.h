@@ -73,6 +73,10 @@ struct MoeOptions {
   int64_t expert_ffn = 0;        // (moe_intermediate_size; Mixtral, OLMoE: intermediate_size) each expert's hidden width
   bool norm_topk_prob = false;   // (norm_topk_prob) the chosen probabilities renormalised to sum to 1
   std::vector<bool> dense_layers;  // (mlp_only_layers, decoder_sparse_step) layers with a dense MLP instead; empty = none
+  // (router_aux_loss_coef, when output_router_logits) the Switch Transformer load-balancing
+  // loss of each micro-batch's routing, times this, added to its training loss (Note [Router
+  // loss] in router_loss.h); 0 = none.
+  double aux_loss_coef = 0;
   bool operator==(const MoeOptions&) const = default;
 };
 

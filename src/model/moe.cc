@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "src/model/router_loss.h"
+
 namespace strata::model::detail {
 
 Expert::Expert(const ModelConfig& c, bool mixtral_names) {
@@ -46,7 +48,9 @@ torch::Tensor MoeMlp::Forward(const torch::Tensor& x) {
                             weights.index({token, slot}).unsqueeze(-1);
     out.index_add_(0, token, y);
   }
-  return out.view(x.sizes());
+  out = out.view(x.sizes());
+  if (RouterLoss* loss = RouterLoss::Current()) out = loss->Record(out, probs, chosen);  // Note [Router loss]
+  return out;
 }
 
 }  // namespace strata::model::detail

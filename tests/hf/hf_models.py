@@ -89,7 +89,8 @@ def _model(arch):
         cfg = t.Phi3Config(**common, tie_word_embeddings=False, pad_token_id=0, bos_token_id=0, eos_token_id=0,
                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
         return t.Phi3ForCausalLM(cfg)
-    moe = dict(common, num_experts_per_tok=2, output_router_logits=False)
+    # The router's load-balancing loss in the training loss, at a coefficient that moves it.
+    moe = dict(common, num_experts_per_tok=2, output_router_logits=True, router_aux_loss_coef=0.05)
     moe.pop("intermediate_size")
     if arch == "mixtral":  # 4 experts (w1/w3/w2 names), top-2 renormalised
         return t.MixtralForCausalLM(t.MixtralConfig(**moe, intermediate_size=96, num_local_experts=4,
@@ -222,8 +223,11 @@ def _train(d, tokens, steps, lr, wd, grouped):
     inputs, targets = tokens[None, :-1], tokens[None, 1:]
     losses = []
     for _ in range(steps):
-        logits = model(inputs).logits.float()
+        out = model(inputs)
+        logits = out.logits.float()
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+        if getattr(out, "aux_loss", None) is not None:  # mixtures of experts: as their forward adds it to a loss
+            loss = loss + model.config.router_aux_loss_coef * out.aux_loss
         losses.append(loss.item())
         opt.zero_grad()
         loss.backward()

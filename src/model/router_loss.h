@@ -1,0 +1,58 @@
+// Note [Router loss]
+// The mixtures of experts' load-balancing loss (Switch Transformer's, as transformers'
+// load_balancing_loss_func computes it when output_router_logits is set): over one
+// micro-batch's rows of every sparse layer, with T_e the (row, choice) pairs routed to expert
+// e and P_e the sum of the router's probabilities for e over R rows in all,
+//   aux = E * sum_e (T_e / R) * (P_e / R),   added to the training loss times aux_loss_coef.
+// Its gradient reaches a layer's router probabilities p[n, e] as coef * E * T_e / R^2 (T is
+// a count: no gradient), which needs every layer's routing. Blocks run one at a time, so the
+// engine arms a RouterLoss per micro-batch around its block forwards and recomputations
+// (RouterLossScope): each sparse layer's first forward adds its counts and sums; the head's
+// pass finishes the loss (Finish) before its backward; and each layer's output carries an
+// autograd node that, in that layer's backward (recomputed or kept), adds the gradient to its
+// probabilities, scaled as the loss is (the loss scaler's factor).
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+
+namespace strata::model {
+
+class RouterLoss {
+ public:
+  RouterLoss(int64_t experts, int64_t top_k, double coef) : experts_(experts), top_k_(top_k), coef_(coef) {}
+  // A sparse layer's routing: probabilities [N, E] (fp32, with their graph) and the chosen
+  // experts [N, top_k]. Returns `out` (the layer's MLP output) carrying the loss's gradient to
+  // `probs`; the counts only before Finish.
+  torch::Tensor Record(const torch::Tensor& out, const torch::Tensor& probs, const torch::Tensor& chosen);
+  // coef * aux of the layers recorded (0 when none were). `seed`: what the loss's gradient is
+  // scaled by in the backward (the loss scaler's factor).
+  double Finish(double seed);
+  // Record's gradient for rows of one layer: coef * E * T / R^2 * seed, [1, E] on `device`.
+  torch::Tensor ProbGradient(const torch::Device& device) const;
+  // Armed on this thread (RouterLossScope), or null.
+  static RouterLoss* Current();
+
+ private:
+  int64_t experts_, top_k_;
+  double coef_;
+  torch::Tensor tokens_, probs_;  // fp32 [E]: T and P so far
+  double rows_ = 0, seed_ = 0;
+  bool finished_ = false;
+  torch::Tensor gradient_;  // fp32 [1, E], once finished
+};
+
+// While it lives, the MoE layers run on this thread record into `loss` (null: nothing).
+class RouterLossScope {
+ public:
+  explicit RouterLossScope(RouterLoss* loss);
+  ~RouterLossScope();
+  RouterLossScope(const RouterLossScope&) = delete;
+  RouterLossScope& operator=(const RouterLossScope&) = delete;
+
+ private:
+  RouterLoss* previous_;
+};
+
+}  // namespace strata::model
