@@ -12,6 +12,7 @@
 //              mlp.gate_proj.weight [F, C], mlp.up_proj.weight [F, C], mlp.down_proj.weight [C, F]
 //              post_feedforward_layernorm.weight [C]
 //   head       norm.weight [C] (the tied embedding as the LM head, or lm_head.weight [V, C])
+// With strata.lora the targeted projections carry adapters as LLaMA's do (llama.cc).
 // Every norm is Gemma's: in fp32, scaled by (1 + weight), cast back (weights start at 0).
 // Attention scores are scaled by query_pre_attn_scalar^-1/2; with attn_softcap (Gemma 2) they
 // are soft-capped, cap * tanh(scores / cap), before the mask and an fp32 softmax, which no
@@ -87,14 +88,14 @@ class GemmaAttention final : public torch::nn::Module {
                                                                   : static_cast<double>(HeadDim(c)))),
         cap_(c.gemma.attn_softcap) {
     const int64_t C = c.d_model, q_out = n_head_ * head_dim_, kv_out = n_kv_head_ * head_dim_;
-    q_proj_ = register_module("q_proj", std::make_shared<Linear>(C, q_out, false, c.init_std));
-    k_proj_ = register_module("k_proj", std::make_shared<Linear>(C, kv_out, false, c.init_std));
-    v_proj_ = register_module("v_proj", std::make_shared<Linear>(C, kv_out, false, c.init_std));
+    q_proj_ = register_module("q_proj", std::make_shared<Linear>(C, q_out, false, c.init_std, AdapterFor(c.lora, "q_proj")));
+    k_proj_ = register_module("k_proj", std::make_shared<Linear>(C, kv_out, false, c.init_std, AdapterFor(c.lora, "k_proj")));
+    v_proj_ = register_module("v_proj", std::make_shared<Linear>(C, kv_out, false, c.init_std, AdapterFor(c.lora, "v_proj")));
     if (c.qk_norm) {
       q_norm_ = register_module("q_norm", std::make_shared<GemmaRmsNorm>(head_dim_, c.norm_eps));
       k_norm_ = register_module("k_norm", std::make_shared<GemmaRmsNorm>(head_dim_, c.norm_eps));
     }
-    o_proj_ = register_module("o_proj", std::make_shared<Linear>(q_out, C, false, c.init_std));
+    o_proj_ = register_module("o_proj", std::make_shared<Linear>(q_out, C, false, c.init_std, AdapterFor(c.lora, "o_proj")));
   }
   torch::Tensor Forward(const torch::Tensor& x) {
     auto [q, k, v] = Project(x, 0);
@@ -148,9 +149,9 @@ class GemmaMlp final : public torch::nn::Module {
  public:
   explicit GemmaMlp(const ModelConfig& c) {
     const int64_t C = c.d_model, F = FfnHidden(c);
-    gate_proj_ = register_module("gate_proj", std::make_shared<Linear>(C, F, false, c.init_std));
-    up_proj_ = register_module("up_proj", std::make_shared<Linear>(C, F, false, c.init_std));
-    down_proj_ = register_module("down_proj", std::make_shared<Linear>(F, C, false, c.init_std));
+    gate_proj_ = register_module("gate_proj", std::make_shared<Linear>(C, F, false, c.init_std, AdapterFor(c.lora, "gate_proj")));
+    up_proj_ = register_module("up_proj", std::make_shared<Linear>(C, F, false, c.init_std, AdapterFor(c.lora, "up_proj")));
+    down_proj_ = register_module("down_proj", std::make_shared<Linear>(F, C, false, c.init_std, AdapterFor(c.lora, "down_proj")));
   }
   torch::Tensor Forward(const torch::Tensor& x) {
     return RowWise([this](const torch::Tensor& t) { return Whole(t); }, x, *this);  // Note [Tiled MLP]

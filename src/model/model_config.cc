@@ -102,9 +102,6 @@ static Status ValidateGemma(const ModelConfig& c) {
   if (!g.sliding_layers.empty() && static_cast<int64_t>(g.sliding_layers.size()) != c.n_layer)
     return InvalidArgument("strata.model.gemma.sliding_layers has {} entries for {} layers", g.sliding_layers.size(),
                            c.n_layer);
-  if (c.lora.enabled())
-    return InvalidArgument("strata.lora: adapters on Gemma are not built yet (their PEFT export is unchecked); train "
-                           "Gemma without strata.lora");
   return Status::Ok();
 }
 
@@ -122,9 +119,14 @@ static Status ValidateMoe(const ModelConfig& c) {
                            "in [1, {}]", m.top_k, m.num_experts, m.expert_ffn, ModelLimits::kFfnHidden);
   if (!m.dense_layers.empty() && static_cast<int64_t>(m.dense_layers.size()) != c.n_layer)
     return InvalidArgument("strata.model.moe.dense_layers has {} entries for {} layers", m.dense_layers.size(), c.n_layer);
-  if (c.lora.enabled())
-    return InvalidArgument("strata.lora: adapters on mixtures of experts are not built yet; train {} without "
-                           "strata.lora", c.hf_model_type);
+  if (c.lora.enabled()) {  // on attention only: the experts' projections are not single modules in PEFT's view
+    for (const char* mlp : {"gate_proj", "up_proj", "down_proj"})
+      if (c.lora.Targets(mlp))
+        return InvalidArgument("strata.lora.target_modules: \"{}\": adapters on the experts of {} are not built yet; "
+                               "target q_proj, k_proj, v_proj and o_proj", mlp, c.hf_model_type);
+    if (c.lora.nf4_base())
+      return InvalidArgument("strata.lora.base_dtype \"nf4\": not for mixtures of experts yet ({})", c.hf_model_type);
+  }
   return Status::Ok();
 }
 

@@ -1,6 +1,7 @@
 // LoRA exports against peft and transformers (needs the Python peers with peft; skipped with
 // the reason otherwise). For a LLaMA (3.1 rope scaling, GQA, untied), Qwen2 (q/k/v biases,
-// tied) and Qwen3 (q/k norms) model written by transformers, Strata fine-tunes rank-4 adapters
+// tied), Qwen3 (q/k norms), Gemma 2 (soft-capped, tied) and Qwen3-MoE (its attention only)
+// model written by transformers, Strata fine-tunes rank-4 adapters
 // on all seven projections from the folder (strata.model.from, fp32 compute, 2 ranks, 5 steps),
 // and `strata export` writes the PEFT adapter folder and the merged model folder. Then
 //   (a) peft.PeftModel.from_pretrained(the folder's model, the adapter) gives Strata's own
@@ -29,14 +30,16 @@ namespace fs = std::filesystem;
 
 class PeftVsStrata : public testing::HfPeftTest {};
 
-// The folder's architecture, adapters on every projection, fp32, sequences of 32.
-TrainConfig LoraFrom(const std::string& folder, const std::string& nvme) {
+// The folder's architecture, adapters on every projection (a mixture of experts': on its
+// attention), fp32, sequences of 32.
+TrainConfig LoraFrom(const std::string& folder, const std::string& nvme, bool experts) {
+  const std::string targets = experts ? R"(["q_proj", "k_proj", "v_proj", "o_proj"])"
+                                      : R"(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])";
   auto c = ParseTrainConfig(R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3},
       "bf16": {"enabled": false},
       "optimizer": {"type": "AdamW", "params": {"lr": 0.02, "weight_decay": 0.0}},
       "strata": {"model": {"from": )" + nlohmann::json(folder).dump() + R"(, "seq_len": 32},
-                 "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
-                                                                 "gate_proj", "up_proj", "down_proj"]}}})",
+                 "lora": {"r": 4, "alpha": 8, "target_modules": )" + targets + R"(}}})",
                             "test");
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   c->offload_param.nvme_path = c->offload_optimizer.nvme_path = nvme;
@@ -48,7 +51,7 @@ TEST_P(PeftVsStrata, AdapterAndMergedFolderGiveStrataLogits) {
   const std::string hf = dir.path() + "/" + GetParam();
   std::string out;
   ASSERT_EQ(testing::RunHfModels("make " + GetParam() + " " + hf, &out), 0) << out;
-  const TrainConfig cfg = LoraFrom(hf, dir.path());
+  const TrainConfig cfg = LoraFrom(hf, dir.path(), GetParam() == "qwen3moe");
   ASSERT_EQ(cfg.compute_dtype, DType::kF32);
   const model::ModelSpec spec(cfg.model);
   auto w = ckpt::HfWeights::Open(hf, cfg.model);
@@ -122,7 +125,7 @@ TEST_P(PeftVsStrata, AdapterAndMergedFolderGiveStrataLogits) {
   EXPECT_EQ(rc, 0) << out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, PeftVsStrata, ::testing::Values("llama", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Models, PeftVsStrata, ::testing::Values("llama", "qwen2", "qwen3", "gemma2", "qwen3moe"));
 
 }  // namespace
 }  // namespace strata

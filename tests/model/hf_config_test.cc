@@ -263,7 +263,16 @@ TEST(HfConfig, ReadsGemmaAndNamesWhatItCannotDo) {
   ModelConfig adapted = *g2;
   adapted.lora.r = 4;
   adapted.lora.target_modules = {"q_proj"};
-  EXPECT_NE(Validate(adapted).message().find("strata.lora: adapters on Gemma are not built yet"), std::string::npos);
+  EXPECT_TRUE(Validate(adapted).ok()) << Validate(adapted).ToString();  // LoRA on Gemma's projections
+  ModelConfig experts = *ModelConfigFromHf(Llama(), "x");
+  experts.hf_model_type = "qwen3_moe";
+  experts.moe = {4, 2, 32, true, {}, 0};
+  experts.lora.r = 4;
+  experts.lora.target_modules = {"q_proj", "up_proj"};
+  EXPECT_NE(Validate(experts).message().find("\"up_proj\": adapters on the experts of qwen3_moe are not built yet"),
+            std::string::npos) << Validate(experts).ToString();
+  experts.lora.target_modules = {"q_proj", "v_proj"};
+  EXPECT_TRUE(Validate(experts).ok()) << Validate(experts).ToString();
   ModelConfig stray = *ModelConfigFromHf(Llama(), "x");
   stray.gemma.attn_softcap = 50;
   EXPECT_NE(Validate(stray).message().find("strata.model.gemma is for hf_model_type gemma2 or gemma3_text"),
