@@ -29,6 +29,17 @@ Status ParseLayerFlags(JsonReader& r, const std::string& key, const char* what, 
   return Status();
 }
 
+// A list of numbers at `key` (longrope's factors).
+Status ParseFactors(JsonReader& r, const std::string& key, std::vector<double>* out) {
+  if (const nlohmann::json* l = r.Raw(key)) {
+    if (!l->is_array() || !std::all_of(l->begin(), l->end(), [](const nlohmann::json& v) { return v.is_number(); }))
+      return InvalidArgument("{}: a list of numbers, one per rotated frequency; got {}", r.PathOf(key), l->dump());
+    out->clear();
+    for (const nlohmann::json& v : *l) out->push_back(v.get<double>());
+  }
+  return Status();
+}
+
 // strata.model.gemma (model_config.h GemmaOptions).
 Status ParseGemma(JsonReader& g, model::GemmaOptions* o) {
   STRATA_RETURN_IF_ERROR(g.Double("query_pre_attn_scalar", &o->query_pre_attn_scalar, 0, 1e9));
@@ -90,6 +101,10 @@ Status ParseModelKeys(JsonReader& m, model::ModelConfig* mc, std::vector<std::st
   STRATA_RETURN_IF_ERROR(r.Double("low_freq_factor", &rs.low_freq_factor, 0, 1e6));
   STRATA_RETURN_IF_ERROR(r.Double("high_freq_factor", &rs.high_freq_factor, 0, 1e6));
   STRATA_RETURN_IF_ERROR(r.Int("original_max_positions", &rs.original_max_positions, 1, L::kPositions));
+  STRATA_RETURN_IF_ERROR(ParseFactors(r, "short_factor", &rs.short_factor));
+  STRATA_RETURN_IF_ERROR(ParseFactors(r, "long_factor", &rs.long_factor));
+  STRATA_RETURN_IF_ERROR(r.Double("attention_factor", &rs.attention_factor, 0, 1e3));
+  STRATA_RETURN_IF_ERROR(m.Double("partial_rotary", &mc->partial_rotary, 0, 1));
   r.UnusedKeys(warnings);
   if (m.Has("lora")) {  // checkpoint manifests; users write strata.lora
     STRATA_ASSIGN_OR_RETURN(JsonReader l, m.Child("lora"));
@@ -174,6 +189,12 @@ nlohmann::json ModelConfigJson(const model::ModelConfig& m) {
                  {"target_modules", m.lora.target_modules}};
     if (!m.lora.base_dtype.empty()) j["lora"]["base_dtype"] = m.lora.base_dtype;
   }
+  if (m.partial_rotary != 1) j["partial_rotary"] = m.partial_rotary;
+  if (m.rope_scaling.longrope())
+    j["rope_scaling"] = {{"original_max_positions", m.rope_scaling.original_max_positions},
+                         {"short_factor", m.rope_scaling.short_factor},
+                         {"long_factor", m.rope_scaling.long_factor},
+                         {"attention_factor", m.rope_scaling.attention_factor}};
   if (m.rope_scaling.factor != 0)
     j["rope_scaling"] = {{"factor", m.rope_scaling.factor},
                          {"low_freq_factor", m.rope_scaling.low_freq_factor},

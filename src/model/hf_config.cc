@@ -151,12 +151,35 @@ Status ReadRopePerLayerType(const Keys& k, const std::string& key, ModelConfig* 
   return Status();
 }
 
+// A list of positive numbers at `key` of `rk`.
+Status ReadFactors(const Keys& rk, const std::string& key, std::vector<double>* out) {
+  if (!rk.Present(key)) return rk.Missing(key);
+  const nlohmann::json& l = rk.json()[key];
+  if (!l.is_array() || l.empty() || !std::all_of(l.begin(), l.end(), [](const auto& v) { return v.is_number(); }))
+    return rk.Bad(key, "a list of numbers");
+  out->clear();
+  for (const auto& v : l) out->push_back(v.get<double>());
+  return Status();
+}
+
+// Phi-3.5/4's longrope (RopeScaling): its factors, the original length (in the rope entry or,
+// as Phi3Config keeps it, at the top level) and an optional attention factor.
+Status ReadLongrope(const Keys& k, const Keys& rk, ModelConfig* c) {
+  RopeScaling& s = c->rope_scaling;
+  STRATA_RETURN_IF_ERROR(ReadFactors(rk, "short_factor", &s.short_factor));
+  STRATA_RETURN_IF_ERROR(ReadFactors(rk, "long_factor", &s.long_factor));
+  const Keys& at = rk.Present("original_max_position_embeddings") ? rk : k;
+  STRATA_RETURN_IF_ERROR(at.Int("original_max_position_embeddings", &s.original_max_positions, true));
+  return rk.Double("attention_factor", &s.attention_factor);
+}
+
 // rope_theta and the scaling, from transformers 5's rope_parameters or 4's rope_theta +
 // rope_scaling (whose type may be spelled "rope_type" or "type").
 Status ReadRope(const Keys& k, ModelConfig* c) {
   const bool v5 = k.Present("rope_parameters");
   const std::string key = v5 ? "rope_parameters" : "rope_scaling";
   STRATA_RETURN_IF_ERROR(k.Double("rope_theta", &c->rope_theta));
+  STRATA_RETURN_IF_ERROR(k.Double("partial_rotary_factor", &c->partial_rotary));  // Phi3Config keeps it here
   if (!k.Present(key)) return Status();
   const nlohmann::json& r = k.json()[key];
   if (!r.is_object()) return k.Bad(key, "an object");
@@ -166,13 +189,12 @@ Status ReadRope(const Keys& k, ModelConfig* c) {
   STRATA_RETURN_IF_ERROR(rk.Double("rope_theta", &c->rope_theta));
   std::string type = "default";
   STRATA_RETURN_IF_ERROR(rk.String(rk.Present("rope_type") ? "rope_type" : "type", &type));
-  double partial = 1;
-  STRATA_RETURN_IF_ERROR(rk.Double("partial_rotary_factor", &partial));
-  if (partial != 1) return InvalidArgument("{}: partial_rotary_factor {} is not supported (1 only)", rk.origin(), partial);
+  STRATA_RETURN_IF_ERROR(rk.Double("partial_rotary_factor", &c->partial_rotary));
   if (type == "default") return Status();
+  if (type == "longrope") return ReadLongrope(k, rk, c);
   if (type != "llama3")
-    return InvalidArgument("{}: rope_type \"{}\" is not supported (Strata implements plain RoPE, \"default\", and "
-                           "LLaMA 3.1's \"llama3\")", rk.origin(), type);
+    return InvalidArgument("{}: rope_type \"{}\" is not supported (Strata implements plain RoPE, \"default\", "
+                           "LLaMA 3.1's \"llama3\" and Phi's \"longrope\")", rk.origin(), type);
   RopeScaling& s = c->rope_scaling;
   for (const char* req : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
     if (!rk.Present(req)) return rk.Missing(req);
@@ -312,7 +334,6 @@ Status ReadLlamaFamily(const Keys& k, const std::string& type, ModelConfig* c) {
   c->qk_norm = type == "qwen3" || type == "qwen3_moe";
   if (IsMoe(*c)) STRATA_RETURN_IF_ERROR(ReadMoe(k, type, c));
   if (type == "phi3") {  // LLaMA's block under fused names (hf_names.h); what else Phi3Config may say
-    STRATA_RETURN_IF_ERROR(k.Expect("partial_rotary_factor", 1.0, "rotary embedding on part of each head"));
     for (const char* dropout : {"resid_pdrop", "embd_pdrop", "attention_dropout"})
       STRATA_RETURN_IF_ERROR(k.Expect(dropout, 0.0, "dropout while training"));
   }
@@ -332,6 +353,7 @@ StatusOr<ModelConfig> ModelConfigFromHf(const nlohmann::json& j, const std::stri
   STRATA_RETURN_IF_ERROR(type == "gpt2" ? ReadGpt2(k, &c) : ReadLlamaFamily(k, type, &c));
   c.seq_len = std::min(c.max_positions, kDefaultHfSeqLen);
   if (c.sliding_window > 0) c.seq_len = std::min(c.seq_len, c.sliding_window);
+  if (c.rope_scaling.longrope()) c.seq_len = std::min(c.seq_len, c.rope_scaling.original_max_positions);
   if (Status s = Validate(c); !s.ok()) return s.WithContext(origin);
   return c;
 }
@@ -419,6 +441,13 @@ nlohmann::ordered_json HfConfigJson(const ModelConfig& c, const std::string& tor
               {"num_attention_heads", c.n_head}, {"num_key_value_heads", c.n_kv_head > 0 ? c.n_kv_head : c.n_head},
               {"head_dim", HeadDim(c)}, {"max_position_embeddings", MaxPositions(c)}, {"rms_norm_eps", c.norm_eps},
               {"hidden_act", "silu"}, {"rope_theta", c.rope_theta}, {"rope_scaling", nullptr}});
+    if (c.partial_rotary != 1) j["partial_rotary_factor"] = c.partial_rotary;
+    if (c.rope_scaling.longrope()) {
+      const RopeScaling& r = c.rope_scaling;
+      j["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", r.short_factor}, {"long_factor", r.long_factor}};
+      if (r.attention_factor > 0) j["rope_scaling"]["attention_factor"] = r.attention_factor;
+      j["original_max_position_embeddings"] = r.original_max_positions;
+    }
     if (c.rope_scaling.factor != 0)
       j["rope_scaling"] = {{"rope_type", "llama3"},
                            {"factor", c.rope_scaling.factor},

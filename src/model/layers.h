@@ -291,6 +291,10 @@ inline torch::Tensor CachedCausalAttention(const torch::Tensor& q, const torch::
 // original/wavelength (Hugging Face's _compute_llama3_parameters, same fp32 operations).
 inline torch::Tensor RopeInverseFrequencies(int64_t D, double theta, const RopeScaling& scaling,
                                             const torch::TensorOptions& f32) {
+  if (scaling.longrope()) {  // Phi's: each frequency divided by its factor (transformers' _compute_longrope_parameters)
+    const torch::Tensor ext = torch::tensor(std::vector<float>(scaling.short_factor.begin(), scaling.short_factor.end()), f32);
+    return 1.0 / (ext * torch::pow(theta, torch::arange(0, D, 2, f32) / static_cast<double>(D)));
+  }
   torch::Tensor inv_freq = 1.0 / torch::pow(theta, torch::arange(0, D, 2, f32) / static_cast<double>(D));
   if (scaling.factor == 0) return inv_freq;
   const double original = static_cast<double>(scaling.original_max_positions);
@@ -317,6 +321,9 @@ inline std::pair<torch::Tensor, torch::Tensor> RopeTables(int64_t T, int64_t D, 
   torch::Tensor positions = past == 0 ? torch::arange(T, f32) : torch::arange(past, past + T, f32);
   torch::Tensor freqs = torch::outer(positions, inv_freq);  // [T, D/2]
   torch::Tensor angles = torch::cat({freqs, freqs}, -1);                // [T, D]
+  if (scaling.longrope())  // its attention factor (resolved by the caller: RopeAttentionFactor)
+    return {(angles.cos() * scaling.attention_factor).to(like.scalar_type()),
+            (angles.sin() * scaling.attention_factor).to(like.scalar_type())};
   return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
 }
 
@@ -328,12 +335,20 @@ inline std::pair<torch::Tensor, torch::Tensor> RopeTablesAt(const torch::Tensor&
   torch::Tensor inv_freq = RopeInverseFrequencies(D, theta, scaling, f32);
   torch::Tensor freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq;  // [B, T, D/2]
   torch::Tensor angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);          // [B, 1, T, D]
+  if (scaling.longrope())
+    return {(angles.cos() * scaling.attention_factor).to(like.scalar_type()),
+            (angles.sin() * scaling.attention_factor).to(like.scalar_type())};
   return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
 }
 
 // x [B, H, T, D] rotated by position: x * cos + rotate_half(x) * sin, where
 // rotate_half(x) = [-x2, x1] for the halves x1 = x[..., :D/2], x2 = x[..., D/2:].
+// With cos / sin narrower than x (partial rotary), its first cos.size(-1) dims only; the rest pass.
 inline torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t rotated_dims = cos.size(-1);
+  if (rotated_dims < x.size(-1))
+    return torch::cat({ApplyRope(x.narrow(-1, 0, rotated_dims), cos, sin),
+                       x.narrow(-1, rotated_dims, x.size(-1) - rotated_dims)}, -1);
   const int64_t half = x.size(-1) / 2;
   torch::Tensor rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
   return x * cos + rotated * sin;

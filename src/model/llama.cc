@@ -49,8 +49,9 @@ class LlamaEmbedding final : public Block {
 class LlamaAttention final : public torch::nn::Module {
  public:
   explicit LlamaAttention(const ModelConfig& c)
-      : n_head_(c.n_head), n_kv_head_(KvHeads(c)), head_dim_(HeadDim(c)), rope_theta_(c.rope_theta),
-        rope_scaling_(c.rope_scaling) {
+      : n_head_(c.n_head), n_kv_head_(KvHeads(c)), head_dim_(HeadDim(c)), rotary_dim_(RotaryDim(c)),
+        rope_theta_(c.rope_theta), rope_scaling_(c.rope_scaling) {
+    rope_scaling_.attention_factor = RopeAttentionFactor(c);
     const int64_t C = c.d_model, q_out = n_head_ * head_dim_, kv_out = n_kv_head_ * head_dim_;
     q_proj_ = register_module("q_proj", std::make_shared<Linear>(C, q_out, c.qkv_bias, c.init_std, AdapterFor(c.lora, "q_proj")));
     k_proj_ = register_module("k_proj", std::make_shared<Linear>(C, kv_out, c.qkv_bias, c.init_std, AdapterFor(c.lora, "k_proj")));
@@ -93,12 +94,13 @@ class LlamaAttention final : public torch::nn::Module {
     k = k.transpose(1, 2);  // [B, Hkv, T, D]
     torch::Tensor v = v_proj_->Forward(x).view({B, T, n_kv_head_, D}).transpose(1, 2);
     const PackedLayout* packed = past == 0 ? PackedLayout::Current() : nullptr;  // Note [Packed sequences]
-    auto [cos, sin] = packed ? RopeTablesAt(packed->PositionsOn(q.device()), D, rope_theta_, q, rope_scaling_)
-                             : RopeTables(T, D, rope_theta_, q, rope_scaling_, past);  // recomputed: not state to shard
+    const int64_t R = rotary_dim_;  // D, or fewer (partial rotary: the rest of each head passes)
+    auto [cos, sin] = packed ? RopeTablesAt(packed->PositionsOn(q.device()), R, rope_theta_, q, rope_scaling_)
+                             : RopeTables(T, R, rope_theta_, q, rope_scaling_, past);  // recomputed: not state to shard
     return {ApplyRope(q, cos, sin), ApplyRope(k, cos, sin), v};
   }
 
-  int64_t n_head_, n_kv_head_, head_dim_;
+  int64_t n_head_, n_kv_head_, head_dim_, rotary_dim_;
   double rope_theta_;
   RopeScaling rope_scaling_;
   std::shared_ptr<Linear> q_proj_, k_proj_, v_proj_, o_proj_;

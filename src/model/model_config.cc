@@ -1,6 +1,9 @@
 // ModelConfig validation and the arithmetic of blocks (model_config.h), without LibTorch.
 #include "src/model/model_config.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "src/model/nf4_blob.h"
 
 #include "strata/check.h"
@@ -85,6 +88,29 @@ bool LoraConfig::Targets(const std::string& projection) const {
   for (const std::string& t : target_modules)
     if (t == projection) return true;
   return false;
+}
+
+// Partial rotary embedding and longrope (Phi-3.5/4).
+static Status ValidateRotary(const ModelConfig& c) {
+  const RopeScaling& r = c.rope_scaling;
+  if (c.arch != Arch::kLlama)
+    return c.partial_rotary == 1 && !r.longrope() ? Status::Ok()
+                                                  : InvalidArgument("model config: partial_rotary and longrope are LLaMA-family keys");
+  if (!(c.partial_rotary > 0 && c.partial_rotary <= 1) || RotaryDim(c) < 2 || RotaryDim(c) % 2 != 0)
+    return InvalidArgument("model config: partial_rotary {} of head dim {} rotates {} dims; it must be in (0, 1] and "
+                           "rotate an even number >= 2", c.partial_rotary, HeadDim(c), RotaryDim(c));
+  if (!r.longrope()) return Status::Ok();
+  const auto half = static_cast<size_t>(RotaryDim(c) / 2);
+  if (r.factor != 0 || r.short_factor.size() != half || r.long_factor.size() != half ||
+      !std::all_of(r.short_factor.begin(), r.short_factor.end(), [](double f) { return f > 0; }))
+    return InvalidArgument("model config: longrope needs {} positive short_factor and long_factor entries (one per "
+                           "rotated frequency) and no llama3 factor; got {} and {}", half, r.short_factor.size(),
+                           r.long_factor.size());
+  if (c.seq_len > r.original_max_positions)
+    return InvalidArgument("model config: seq_len = {} exceeds rope_scaling original_max_position_embeddings = {}: "
+                           "longrope's long factors (for longer sequences) are not built; set seq_len <= {}",
+                           c.seq_len, r.original_max_positions, r.original_max_positions);
+  return Status::Ok();
 }
 
 // The Gemma options belong to Gemma, and make sense there.
@@ -201,6 +227,7 @@ Status Validate(const ModelConfig& c) {
                            "which equals sliding-window attention only for sequences up to the window; set seq_len "
                            "<= {}", c.seq_len, c.sliding_window, c.sliding_window);
   }
+  STRATA_RETURN_IF_ERROR(ValidateRotary(c));
   const RopeScaling& r = c.rope_scaling;
   if (r.factor != 0 && !(r.factor >= 1 && r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor &&
                          r.original_max_positions > 0)) {
@@ -226,6 +253,19 @@ Status Validate(const ModelConfig& c) {
 
 bool StoredInNf4(const ModelConfig& c, int index, const std::string& name) {
   return c.lora.nf4_base() && index >= 1 && index <= c.n_layer && name.ends_with("_proj.weight");
+}
+
+int64_t RotaryDim(const ModelConfig& c) {
+  return static_cast<int64_t>(static_cast<double>(HeadDim(c)) * c.partial_rotary);
+}
+
+double RopeAttentionFactor(const ModelConfig& c) {
+  const RopeScaling& r = c.rope_scaling;
+  if (!r.longrope()) return 1;
+  if (r.attention_factor > 0) return r.attention_factor;
+  const double original = static_cast<double>(r.original_max_positions);
+  const double factor = static_cast<double>(MaxPositions(c)) / original;
+  return factor <= 1 ? 1 : std::sqrt(1 + std::log(factor) / std::log(original));
 }
 
 bool IsGemma(const ModelConfig& c) { return c.hf_model_type == "gemma2" || c.hf_model_type == "gemma3_text"; }

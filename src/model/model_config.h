@@ -19,11 +19,18 @@ enum class Arch { kGpt2, kLlama };
 // wavelengths above original_max_positions / low_freq_factor are stretched by `factor`,
 // those below original_max_positions / high_freq_factor kept, the band between blended.
 // factor 0 = none (plain RoPE).
+// Or Phi-3.5/4's "longrope" (short_factor set): each frequency divided by its short factor,
+// and cos / sin times attention_factor (0: sqrt(1 + ln(max / original) / ln(original)), 1 when
+// max_positions <= original). Its long factors, for sequences past original_max_positions,
+// are kept for export only: seq_len must stay within original_max_positions.
 struct RopeScaling {
   double factor = 0;
   double low_freq_factor = 1;
   double high_freq_factor = 4;
   int64_t original_max_positions = 8192;
+  std::vector<double> short_factor, long_factor;  // longrope: one per rotated frequency
+  double attention_factor = 0;
+  bool longrope() const { return !short_factor.empty(); }
   bool operator==(const RopeScaling&) const = default;
 };
 
@@ -103,7 +110,8 @@ struct ModelConfig {
   int64_t head_dim = 0;         // (head_dim) 0 = d_model / n_head; Qwen3 sets it, n_head * head_dim may differ from d_model
   bool qkv_bias = false;        // Qwen2: q_proj, k_proj, v_proj carry biases (o_proj does not)
   bool qk_norm = false;         // Qwen3: RMSNorm over each head of q and k, before RoPE
-  RopeScaling rope_scaling;     // (rope_scaling / rope_parameters, rope_type "llama3")
+  RopeScaling rope_scaling;     // (rope_scaling / rope_parameters, rope_type "llama3" or "longrope")
+  double partial_rotary = 1;    // (partial_rotary_factor) RoPE on the first head_dim * this dims of each head (Phi-4-mini)
   int64_t max_positions = 0;    // (max_position_embeddings, GPT-2 n_positions) 0 = seq_len; GPT-2's wpe rows
   int64_t sliding_window = 0;   // (sliding_window) Mistral/Qwen: 0 = none; seq_len must not exceed it
   std::string hf_model_type;    // "" = the arch's own ("gpt2", "llama"); "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text"
@@ -115,6 +123,10 @@ struct ModelConfig {
 // LoRA's parameters ("self_attn.q_proj.lora_A", "mlp.down_proj.lora_B"): trainable, never in
 // a base model's files.
 bool IsAdapterName(const std::string& name);
+// The dims of each head RoPE rotates (head_dim * partial_rotary, truncated as transformers does).
+int64_t RotaryDim(const ModelConfig& config);
+// The factor cos and sin are scaled by (longrope's attention factor; else 1).
+double RopeAttentionFactor(const ModelConfig& config);
 // Gemma 2 or Gemma 3 (text): gemma.cc's blocks.
 bool IsGemma(const ModelConfig& config);
 // Mixtral, Qwen3-MoE or OLMoE; and whether layer `layer` (0-based) has experts.

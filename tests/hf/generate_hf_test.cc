@@ -73,7 +73,7 @@ TEST_P(GenerateVsTransformers, GreedyTwentyTokensEqualTransformersGenerate) {
   EXPECT_EQ(GeneratedIds(r.out), through_eos) << "eos " << eos << "\n" << r.out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, GenerateVsTransformers, ::testing::Values("gpt2", "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mixtral", "qwen3moe", "olmoe"));
+INSTANTIATE_TEST_SUITE_P(Models, GenerateVsTransformers, ::testing::Values("gpt2", "llama", "qwen2", "qwen3", "phi3", "phi4", "gemma2", "gemma3", "mixtral", "qwen3moe", "olmoe"));
 
 // Without the peers: the errors name the bad flag or file.
 TEST(GenerateCli, BadModelAndPromptAreNamed) {

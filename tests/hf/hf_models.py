@@ -3,7 +3,7 @@
   hf_models.py check [MODULE...]     exit 0 when torch + transformers + safetensors (and the
                                      MODULEs, e.g. peft, bitsandbytes) are installed
   hf_models.py make ARCH DIR         a small randomly initialised model of ARCH (gpt2, llama,
-                                     mistral, qwen2, qwen3, phi3, gemma2, gemma3, mixtral,
+                                     mistral, qwen2, qwen3, phi3, phi4, gemma2, gemma3, mixtral,
                                      qwen3moe, olmoe) saved with save_pretrained into
                                      DIR in at least 3 shards (model.safetensors.index.json),
                                      plus DIR/strata_model.json (the same model as
@@ -90,6 +90,12 @@ def _model(arch):
                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
         return t.Phi3ForCausalLM(cfg)
     # The router's load-balancing loss in the training loss, at a coefficient that moves it.
+    if arch == "phi4":  # Phi-4-mini's shape: RoPE on half of each head, longrope's short factors, tied
+        cfg = t.Phi3Config(**dict(common, max_position_embeddings=256), original_max_position_embeddings=64,
+                           partial_rotary_factor=0.5, tie_word_embeddings=True, pad_token_id=0, bos_token_id=0,
+                           eos_token_id=0, rope_scaling={"type": "longrope", "long_factor": [1.0, 1.5, 2.0, 3.0],
+                                                         "short_factor": [1.0, 1.1, 1.25, 1.5]})
+        return t.Phi3ForCausalLM(cfg)
     moe = dict(common, num_experts_per_tok=2, output_router_logits=True, router_aux_loss_coef=0.05)
     moe.pop("intermediate_size")
     if arch == "mixtral":  # 4 experts (w1/w3/w2 names), top-2 renormalised

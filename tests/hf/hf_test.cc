@@ -150,7 +150,7 @@ TEST_P(HuggingFace, FolderInMatchesTransformersLogitsAndFolderOutLoadsBack) {
   EXPECT_EQ(rc, 0) << out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, HuggingFace, ::testing::Values("gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mixtral", "qwen3moe", "olmoe"));
+INSTANTIATE_TEST_SUITE_P(Models, HuggingFace, ::testing::Values("gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "phi4", "gemma2", "gemma3", "mixtral", "qwen3moe", "olmoe"));
 
 }  // namespace
 }  // namespace strata
