@@ -11,7 +11,6 @@
 
 #include <cstdint>
 #include <fstream>
-#include <random>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +21,7 @@
 #include "src/hf/export.h"
 #include "src/hf/hf_loader.h"
 #include "hf/hf_peers.h"
+#include "hf/one_window.h"
 #include "support/cli_run.h"
 #include "support/temp_dir.h"
 #include "support/settled.h"
@@ -32,17 +32,6 @@ namespace {
 constexpr int kQloraSteps = 10;
 constexpr int kQloraSeq = 32;
 
-
-// 2 x (seq + 1) tokens: with eval_fraction 0.5 every row of every step is tokens [0, seq].
-std::string WriteQloraWindow(const std::string& dir, int64_t vocab) {
-  const std::string path = dir + "/tokens.u16";
-  std::mt19937 rng(11);
-  std::vector<uint16_t> tokens(2 * (kQloraSeq + 1));
-  for (uint16_t& t : tokens) t = static_cast<uint16_t>(rng() % static_cast<uint32_t>(vocab));
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(tokens.data()),
-                                              static_cast<std::streamsize>(tokens.size() * 2));
-  return path;
-}
 
 TEST(QloraVsPeftAndBitsandbytes, SameLossesAdaptersAndMergedWeights) {
   testing::RequireHfPeers(" peft bitsandbytes", "torch + transformers + safetensors + peft + bitsandbytes");
@@ -59,32 +48,10 @@ TEST(QloraVsPeftAndBitsandbytes, SameLossesAdaptersAndMergedWeights) {
                                              "down_proj"]}}})", "test");
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   TrainConfig cfg = *parsed;
-  cfg.offload_param.nvme_path = cfg.offload_optimizer.nvme_path = dir.path();
-  cfg.offload_param.device = cfg.offload_optimizer.device = OffloadDevice::kNvme;
-  cfg.data.path = WriteQloraWindow(dir.path(), cfg.model.vocab_size);
-  cfg.data.format = data::TokenFormat::kUint16;
-  cfg.data.eval_fraction = 0.5;
-  auto w = ckpt::HfWeights::Open(hf, cfg.model);
-  ASSERT_TRUE(w.ok()) << w.status().ToString();
-  auto data = data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
-  ASSERT_TRUE(data.ok()) << data.status().ToString();
-
+  testing::TrainOnOneWindow(dir.path(), kQloraSeq, 11, &cfg);
   const std::string initial = dir.path() + "/ckpt0", ck = dir.path() + "/ckpt";
   std::vector<double> losses;
-  const int blocks = model::ModelSpec(cfg.model).num_blocks();
-  ASSERT_EQ(testing::RunRanks(2,
-                              [&](int rank, Communicator& c) -> Status {
-                                STRATA_ASSIGN_OR_RETURN(const RunConfig settled, testing::TrySettle(cfg, c.world_size()));
-                                STRATA_ASSIGN_OR_RETURN(
-                                    auto e, Engine::Create(settled, &c, nullptr, ckpt::MakeInitFromHooks(*w, blocks)));
-                                STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(*e, c, cfg, initial, 0));
-                                for (int s = 0; s < kQloraSteps; ++s) {
-                                  STRATA_ASSIGN_OR_RETURN(StepStats st, e->Step(s, **data));
-                                  if (rank == 0) losses.push_back(st.loss);
-                                }
-                                return ckpt::SaveCheckpoint(*e, c, cfg, ck, kQloraSteps);
-                              }),
-            "");
+  ASSERT_EQ(testing::TrainTwoRanksFromFolder(cfg, hf, kQloraSteps, ck, initial, &losses), "");
   const std::string init_adapter = dir.path() + "/adapter0", adapter = dir.path() + "/adapter",
                     merged = dir.path() + "/merged";
   ASSERT_TRUE(ckpt::ExportPeftAdapter(initial, init_adapter, {}).ok());
