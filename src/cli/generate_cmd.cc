@@ -164,7 +164,10 @@ int Run(const Args& a) {
   if (bytes) std::fputs(a.prompt.c_str(), stdout);
   else std::printf("prompt:%s\ngenerated:", [&] {
     std::string s;
-    for (int64_t t : *prompt) s += " " + std::to_string(t);
+    for (int64_t t : *prompt) {  // (appended in two steps: GCC 12 warns falsely about " " + string)
+      s += ' ';
+      s += std::to_string(t);
+    }
     return s;
   }().c_str());
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(a.seed);

@@ -31,6 +31,14 @@ struct RopeScaling {
   std::vector<double> short_factor, long_factor;  // longrope: one per rotated frequency
   double attention_factor = 0;
   bool longrope() const { return !short_factor.empty(); }
+  static RopeScaling Llama3(double factor, double low, double high, int64_t original) {
+    RopeScaling r;
+    r.factor = factor;
+    r.low_freq_factor = low;
+    r.high_freq_factor = high;
+    r.original_max_positions = original;
+    return r;
+  }
   bool operator==(const RopeScaling&) const = default;
 };
 

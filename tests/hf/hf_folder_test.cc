@@ -36,7 +36,7 @@ TrainConfig Qwen3Config(const std::string& nvme) {
   m.ffn_hidden = 96;
   m.tie_embeddings = false;
   m.max_positions = 64;
-  m.rope_scaling = {.factor = 4.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0, .original_max_positions = 16};
+  m.rope_scaling = model::RopeScaling::Llama3(4.0, 1.0, 4.0, 16);
   EXPECT_TRUE(model::Validate(m).ok()) << model::Validate(m).ToString();
   return c;
 }

@@ -17,7 +17,7 @@ using testing::Tiny;
 std::vector<std::pair<std::string, ModelConfig>> Flavours() {
   ModelConfig llama3 = Tiny(Arch::kLlama, /*tie=*/false);
   llama3.rope_theta = 500000;
-  llama3.rope_scaling = {.factor = 8.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0, .original_max_positions = 4};
+  llama3.rope_scaling = RopeScaling::Llama3(8.0, 1.0, 4.0, 4);
   ModelConfig qwen2 = Tiny(Arch::kLlama);
   qwen2.qkv_bias = true;
   ModelConfig qwen3 = Tiny(Arch::kLlama, /*tie=*/false);

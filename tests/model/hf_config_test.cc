@@ -87,7 +87,7 @@ TEST(HfConfig, ReadsBothRopeSpellings) {
     auto c = ModelConfigFromHf(j, "x");
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     EXPECT_EQ(c->rope_theta, 500000.0);
-    EXPECT_EQ(c->rope_scaling, (RopeScaling{.factor = 8.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0, .original_max_positions = 8192}));
+    EXPECT_EQ(c->rope_scaling, RopeScaling::Llama3(8.0, 1.0, 4.0, 8192));
   }
 }
 
@@ -197,7 +197,7 @@ TEST(HfConfig, WrittenConfigReadsBackTheSame) {
   llama.n_kv_head = 2;
   llama.tie_embeddings = false;
   llama.rope_theta = 500000;
-  llama.rope_scaling = {.factor = 8.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0, .original_max_positions = 64};
+  llama.rope_scaling = RopeScaling::Llama3(8.0, 1.0, 4.0, 64);
   configs.push_back(llama);
   ModelConfig mistral = llama;
   mistral.rope_scaling = {};
