@@ -148,7 +148,8 @@ TEST(Estimate, QloraMatchesTheEngineLedgerExactly) {
 TEST(Estimate, The70bQloraBaseFitsOneH100) {
   auto cfg = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/llama_70b_qlora_gpu.json");
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
-  ResolvePrecision(&*cfg, /*on_gpu=*/true);
+  cfg->bf16_auto = false;  // bf16, as on the GPU (settled here without one, "auto" would follow this CPU)
+  cfg->compute_dtype = DType::kBF16;
   const RunConfig run = testing::Settled(*cfg, 1, /*host_device=*/false);
   const MemoryEstimate e = EstimateMemory(*run, 1, 0, {false});
   const uint64_t on_gpu = e.ledger.At(StateKind::kWorking, Residence::kDevice);
