@@ -344,10 +344,11 @@ void TrainRun::PrintStartup() {
                                        "{} steps and at the end", cfg_.eval_batches, cfg_.micro_batch,
                                        cfg_.model.seq_len, cfg_.eval_interval));
   if (cfg_.model.lora.enabled()) {
-    int64_t trainable = 0;
-    for (int i = 0; i < spec.num_blocks(); ++i) trainable += spec.trainable_parameters(i);
-    int64_t nf4 = 0;
-    for (int i = 0; i < spec.num_blocks(); ++i) nf4 += spec.nf4_parameters(i);
+    int64_t trainable = 0, nf4 = 0;
+    for (int i = 0; i < spec.num_blocks(); ++i) {
+      trainable += spec.trainable_parameters(i);
+      nf4 += spec.nf4_parameters(i);
+    }
     const std::string base = cfg_.model.lora.nf4_base()
         ? fmt::format("NF4 for the layers' projections ({:.1f} M, 4.13 bits each: strata.lora.base_dtype), {} for the "
                       "rest", nf4 / 1e6, DTypeName(cfg_.compute_dtype))

@@ -18,24 +18,15 @@ Status ParseLora(JsonReader& l, model::LoraConfig* lora) {
 
 namespace {
 
-// A list of true / false, one per layer, at `key`.
-Status ParseLayerFlags(JsonReader& r, const std::string& key, const char* what, std::vector<bool>* out) {
+// A list at `key` whose every entry `is` accepts, as T; `what` says what each entry is.
+template <typename T>
+Status ParseList(JsonReader& r, const std::string& key, bool (nlohmann::json::*is)() const noexcept, const char* what,
+                 std::vector<T>* out) {
   if (const nlohmann::json* l = r.Raw(key)) {
-    if (!l->is_array() || !std::all_of(l->begin(), l->end(), [](const nlohmann::json& v) { return v.is_boolean(); }))
-      return InvalidArgument("{}: a list of true ({}) or false, one per layer; got {}", r.PathOf(key), what, l->dump());
+    if (!l->is_array() || !std::all_of(l->begin(), l->end(), [&](const nlohmann::json& v) { return (v.*is)(); }))
+      return InvalidArgument("{}: a list of {}; got {}", r.PathOf(key), what, l->dump());
     out->clear();
-    for (const nlohmann::json& v : *l) out->push_back(v.get<bool>());
-  }
-  return Status();
-}
-
-// A list of numbers at `key` (longrope's factors).
-Status ParseFactors(JsonReader& r, const std::string& key, std::vector<double>* out) {
-  if (const nlohmann::json* l = r.Raw(key)) {
-    if (!l->is_array() || !std::all_of(l->begin(), l->end(), [](const nlohmann::json& v) { return v.is_number(); }))
-      return InvalidArgument("{}: a list of numbers, one per rotated frequency; got {}", r.PathOf(key), l->dump());
-    out->clear();
-    for (const nlohmann::json& v : *l) out->push_back(v.get<double>());
+    for (const nlohmann::json& v : *l) out->push_back(v.get<T>());
   }
   return Status();
 }
@@ -46,7 +37,8 @@ Status ParseGemma(JsonReader& g, model::GemmaOptions* o) {
   STRATA_RETURN_IF_ERROR(g.Double("attn_softcap", &o->attn_softcap, 0, 1e9));
   STRATA_RETURN_IF_ERROR(g.Double("final_softcap", &o->final_softcap, 0, 1e9));
   STRATA_RETURN_IF_ERROR(g.Double("rope_local_theta", &o->rope_local_theta, 0, 1e12));
-  return ParseLayerFlags(g, "sliding_layers", "a sliding-window layer", &o->sliding_layers);
+  return ParseList(g, "sliding_layers", &nlohmann::json::is_boolean,
+                   "true (a sliding-window layer) or false, one per layer", &o->sliding_layers);
 }
 
 // strata.model.moe (model_config.h MoeOptions).
@@ -56,7 +48,8 @@ Status ParseMoe(JsonReader& e, model::MoeOptions* o) {
   STRATA_RETURN_IF_ERROR(e.Int("expert_ffn", &o->expert_ffn, 1, model::ModelLimits::kFfnHidden));
   STRATA_RETURN_IF_ERROR(e.Bool("norm_topk_prob", &o->norm_topk_prob));
   STRATA_RETURN_IF_ERROR(e.Double("aux_loss_coef", &o->aux_loss_coef, 0, 1e3));
-  return ParseLayerFlags(e, "dense_layers", "a dense MLP", &o->dense_layers);
+  return ParseList(e, "dense_layers", &nlohmann::json::is_boolean, "true (a dense MLP) or false, one per layer",
+                   &o->dense_layers);
 }
 
 // The strata.model keys into *mc (each absent key keeps *mc's value).
@@ -82,6 +75,7 @@ Status ParseModelKeys(JsonReader& m, model::ModelConfig* mc, std::vector<std::st
   STRATA_RETURN_IF_ERROR(m.Bool("qk_norm", &mc->qk_norm));
   STRATA_RETURN_IF_ERROR(m.Int("max_positions", &mc->max_positions, 0, L::kPositions));
   STRATA_RETURN_IF_ERROR(m.Int("sliding_window", &mc->sliding_window, 0, L::kPositions));
+  STRATA_RETURN_IF_ERROR(m.Double("partial_rotary", &mc->partial_rotary, 0, 1));
   STRATA_RETURN_IF_ERROR(m.Choice("hf_model_type", &mc->hf_model_type,
                                   {"", "gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text",
                                    "mixtral", "qwen3_moe", "olmoe"}));
@@ -101,10 +95,11 @@ Status ParseModelKeys(JsonReader& m, model::ModelConfig* mc, std::vector<std::st
   STRATA_RETURN_IF_ERROR(r.Double("low_freq_factor", &rs.low_freq_factor, 0, 1e6));
   STRATA_RETURN_IF_ERROR(r.Double("high_freq_factor", &rs.high_freq_factor, 0, 1e6));
   STRATA_RETURN_IF_ERROR(r.Int("original_max_positions", &rs.original_max_positions, 1, L::kPositions));
-  STRATA_RETURN_IF_ERROR(ParseFactors(r, "short_factor", &rs.short_factor));
-  STRATA_RETURN_IF_ERROR(ParseFactors(r, "long_factor", &rs.long_factor));
+  STRATA_RETURN_IF_ERROR(
+      ParseList(r, "short_factor", &nlohmann::json::is_number, "numbers, one per rotated frequency", &rs.short_factor));
+  STRATA_RETURN_IF_ERROR(
+      ParseList(r, "long_factor", &nlohmann::json::is_number, "numbers, one per rotated frequency", &rs.long_factor));
   STRATA_RETURN_IF_ERROR(r.Double("attention_factor", &rs.attention_factor, 0, 1e3));
-  STRATA_RETURN_IF_ERROR(m.Double("partial_rotary", &mc->partial_rotary, 0, 1));
   r.UnusedKeys(warnings);
   if (m.Has("lora")) {  // checkpoint manifests; users write strata.lora
     STRATA_ASSIGN_OR_RETURN(JsonReader l, m.Child("lora"));

@@ -260,7 +260,7 @@ struct Engine::Impl {
   Status BuildBlock(int b, std::shared_ptr<model::Block> module, const EngineHooks& hooks, Staging& st);
   void MarkNoDecay();  // every block's BlockRuntime::no_decay (strata.no_decay)
   Status StoreInitialState(int b, const torch::Tensor& flat, Staging& st);
-  // QLoRA (nf4_group.cc): block b's parameters in st.flat moved from the model's layout to the
+  // QLoRA (engine_build.cc): block b's parameters in st.flat moved from the model's layout to the
   // group's, each NF4 weight quantised into st.nf4_blobs and its place zeroed; then its bytes
   // copied into the working range's compute-dtype values (`working`, from element
   // plan.blocks[b].working.begin).

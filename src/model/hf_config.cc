@@ -232,10 +232,11 @@ Status ReadGemma(const Keys& k, const std::string& type, ModelConfig* c) {
   g.final_softcap = v2 ? 30.0 : 0;
   if (!v2 && g.rope_local_theta == 0) g.rope_local_theta = 10000;
   STRATA_RETURN_IF_ERROR(k.Double("query_pre_attn_scalar", &g.query_pre_attn_scalar));
-  STRATA_RETURN_IF_ERROR(k.Double("attn_logit_softcapping", &g.attn_softcap));  // null: none
-  STRATA_RETURN_IF_ERROR(k.Double("final_logit_softcapping", &g.final_softcap));
-  if (k.Present("attn_logit_softcapping") == false && k.json().contains("attn_logit_softcapping")) g.attn_softcap = 0;
-  if (k.Present("final_logit_softcapping") == false && k.json().contains("final_logit_softcapping")) g.final_softcap = 0;
+  for (auto [key, cap] : {std::pair{"attn_logit_softcapping", &g.attn_softcap},
+                          std::pair{"final_logit_softcapping", &g.final_softcap}}) {
+    if (k.json().contains(key) && k.json()[key].is_null()) *cap = 0;  // null: none
+    STRATA_RETURN_IF_ERROR(k.Double(key, cap));
+  }
   STRATA_RETURN_IF_ERROR(k.Double("rope_local_base_freq", &g.rope_local_theta));
   if (g.rope_local_theta == c->rope_theta) g.rope_local_theta = 0;
   std::string act = "gelu_pytorch_tanh";
@@ -296,7 +297,7 @@ Status ReadMoe(const Keys& k, const std::string& type, ModelConfig* c) {
   if (mixtral) STRATA_RETURN_IF_ERROR(k.Expect("router_jitter_noise", 0.0, "noise on the router's input"));
   bool aux = false;  // the load-balancing loss joins the training loss only with output_router_logits
   STRATA_RETURN_IF_ERROR(k.Bool("output_router_logits", &aux));
-  m.aux_loss_coef = mixtral ? 0.001 : qwen ? 0.001 : 0.01;
+  m.aux_loss_coef = type == "olmoe" ? 0.01 : 0.001;
   STRATA_RETURN_IF_ERROR(k.Double("router_aux_loss_coef", &m.aux_loss_coef));
   if (!aux) m.aux_loss_coef = 0;
   return Status();

@@ -32,8 +32,6 @@ namespace {
 
 constexpr int64_t kBlock = 64, kAbsmaxBlock = 256, kBins = 65536;
 
-const std::array<float, 16>& kNf4 = Nf4Values();
-
 // bins[i]: the dynamic code nearest -1 + 2i / 65535 (by the midpoints, ties to the lower code).
 std::vector<uint8_t> DynamicBins(const torch::Tensor& code) {
   const float* c = code.data_ptr<float>();
@@ -84,7 +82,7 @@ int64_t Nf4Tensor::bytes() const {
 }
 
 const torch::Tensor& Nf4Code() {
-  static const torch::Tensor code = torch::tensor(std::vector<float>(kNf4.begin(), kNf4.end()));
+  static const torch::Tensor code = torch::tensor(std::vector<float>(Nf4Values().begin(), Nf4Values().end()));
   return code;
 }
 
@@ -127,21 +125,10 @@ Nf4Tensor QuantizeNf4(const torch::Tensor& w) {
 torch::Tensor DequantizeNf4(const Nf4Tensor& q, torch::ScalarType dtype) {
   const int64_t n = q.numel(), blocks = q.absmax_q.numel();
   STRATA_CHECK(q.packed.numel() == (n + 1) / 2 && blocks == (n + kBlock - 1) / kBlock) << "a malformed NF4 tensor";
-  const float* dynamic = DynamicCode().data_ptr<float>();
-  const uint8_t* aq = q.absmax_q.data_ptr<uint8_t>();
-  const float* a2 = q.absmax2.data_ptr<float>();
-  torch::Tensor absmax = torch::empty({blocks}, torch::kFloat32);
-  float* am = absmax.data_ptr<float>();
-  for (int64_t b = 0; b < blocks; ++b) am[b] = dynamic[aq[b]] * a2[b / kAbsmaxBlock];
-  absmax = absmax + torch::tensor(q.offset);  // as bitsandbytes: a tensor add
-  am = absmax.data_ptr<float>();
+  // The blob's decoding (nf4_blob.cc), the one loop that spells out bitsandbytes' arithmetic.
+  const std::vector<std::byte> blob = Nf4Blob(q);
   torch::Tensor out = torch::empty({n}, torch::kFloat32);
-  float* o = out.data_ptr<float>();
-  const uint8_t* p = q.packed.data_ptr<uint8_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    const uint8_t byte = p[i / 2];
-    o[i] = kNf4[i % 2 == 0 ? byte >> 4 : byte & 0x0F] * am[i / kBlock];
-  }
+  DecodeNf4Blob(blob, n, out.data_ptr<float>());
   return out.view(q.shape).to(dtype);
 }
 
