@@ -122,6 +122,12 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   phase("finishing");
   STRATA_RETURN_IF_ERROR(AllocateDeviceBuffers());
   STRATA_RETURN_IF_ERROR(optimizer.mode->Allocate());
+  if (model::IsMoe(cfg.model)) {  // Note [Expert-aware fetching]
+    for (const BlockPlan& bp : plan.blocks) {
+      experts.routed.emplace_back(bp.experts.count, 0);
+      experts.steps.emplace_back(bp.experts.count, 0);
+    }
+  }
   if (!(stats.ledger == plan.ledger))  // a bug: the plan and the engine disagree on a rule
     return Error(StatusCode::kInternal, "the engine allocated {}/{}/{} bytes (device/cpu/nvme), its ShardPlan says "
                  "{}/{}/{}", stats.ledger.Total(Residence::kDevice), stats.ledger.Total(Residence::kCpu),

@@ -222,6 +222,16 @@ struct StateStore {
   } restoring;
 };
 
+// Mixtures of experts (Note [Expert-aware fetching]), per block (empty for a dense block) and
+// per expert: whether some token of the running step chose it (any micro-batch of this rank;
+// after RoutedInStep's all-reduce, of any rank), and the Adam steps applied to it so far (its
+// own bias correction: a step that did not route to it does not count).
+struct ExpertState {
+  std::vector<std::vector<uint8_t>> routed;
+  std::vector<std::vector<int64_t>> steps;
+  bool any() const { return !routed.empty(); }
+};
+
 // What the engine measured of itself.
 struct EngineStats {
   MemoryLedger ledger;  // what Init allocated
@@ -244,6 +254,7 @@ struct Engine::Impl {
   DeviceBuffers bufs;
   Optimizer optimizer{*this};
   EngineStats stats;
+  ExpertState experts;
   StepStats step_counts;  // what the schedules count of the running step (its block inputs' bytes)
   std::function<void(size_t done, size_t total)> on_step_visit;  // Engine::OnStepVisit
 

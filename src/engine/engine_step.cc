@@ -15,6 +15,7 @@
 
 #include <limits>
 
+#include "src/engine/block_routing.h"
 #include "src/engine/engine_impl.h"
 #include "src/model/tiled_loss.h"
 #include "src/model/tiled_rows.h"
@@ -284,6 +285,7 @@ Status Engine::Impl::ForwardBlock(int b, Pass pass, torch::Tensor* x, Activation
     std::optional<model::PackedSequencesScope> packed;  // eval: Forward armed it
     if (act) packed.emplace(act->packing);
     const model::RouterLossScope router(train && act ? act->router.get() : nullptr);
+    BlockRouting routing(*this, b, train);  // Note [Expert-aware fetching]
     const model::MlpTilingScope mlp_tiles(cfg.mlp_chunk);  // Note [Tiled MLP]
     if (train && cfg.keep_activations) {  // each block its own graph, from its input (a leaf) to its output
       torch::Tensor in = b == 0 ? *x : x->detach().requires_grad_(true);
@@ -355,6 +357,7 @@ Status Engine::Impl::BackwardBlock(int b, Activations& act, const MicroBatch& mb
     ArmLoraDropout(b, mb, &dropout);  // a recomputation draws the forward's masks
     const model::PackedSequencesScope packed(act.packing);
     const model::RouterLossScope router(act.router.get());
+    BlockRouting routing(*this, b, /*train=*/true);
     const model::MlpTilingScope mlp_tiles(cfg.mlp_chunk);
     if (!act.outputs.empty()) {  // kept
       act.outputs[b].backward(act.grad_out);
@@ -450,6 +453,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   const int world = m.io.comm->world_size(), rank = m.io.comm->rank();
   UpdateMode& mode = *m.optimizer.mode;
   m.optimizer.window.DropEarlyStates();  // left by a step that failed before its optimizer ran
+  for (auto& routed : m.experts.routed) std::fill(routed.begin(), routed.end(), 0);
   for (auto& sums : m.optimizer.early_sums) sums.reset();  // likewise
   STRATA_RETURN_IF_ERROR(m.FlushRestoringWorking());  // a checkpoint's last masters (RestoreState)
 

@@ -60,6 +60,10 @@ ModelShape ModelShape::Of(const model::ModelConfig& config, int64_t params) {
       s.block_nf4.push_back(scaled(spec.nf4_parameters(b)));
       s.block_nf4_bytes.push_back(scaled(spec.nf4_bytes(b)) / 4 * 4);
     }
+    if (model::IsMoe(config)) {
+      const model::ExpertSpan e = spec.experts(b);
+      s.block_experts.push_back({scaled(e.begin), scaled(e.numel), e.count});
+    }
   }
   if (auto tie = spec.tie()) {
     s.tied_owner = tie->owner_block;
@@ -100,6 +104,7 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
     p.max_block_numel = std::max(p.max_block_numel, numel);
     p.max_decoded = std::max(p.max_decoded, nf4);
     p.AddBlock(stored, model.block_trainable.empty() ? stored : model.block_trainable[b], SubGroupStep(cfg.sub_group_size));
+    if (!model.block_experts.empty()) p.blocks.back().experts = model.block_experts[b];  // (no NF4 with MoE)
   }
   p.PlanDevice(cfg);
   p.format = StateFormat::Of(cfg, p.AnyResident());

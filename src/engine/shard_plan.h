@@ -63,6 +63,7 @@ struct BlockPlan {
   // host memory as its own tensor (kAdapter) so that an update never rewrites the frozen
   // base on disk; the kWorking tensor is then [working.begin, adapter.begin). Else empty.
   ElementRange adapter;
+  model::ExpertSpan experts;  // a sparse layer's experts (Note [Expert-aware fetching]); count 0 else
   int64_t working_tensor_len() const { return working.len - adapter.len; }
 
   int64_t num_sub_groups() const { return (optimizer.len + sub_group_step - 1) / sub_group_step; }
@@ -88,6 +89,8 @@ struct ModelShape {
   // QLoRA: per block the elements of its NF4 weights and the bytes of their blobs (a multiple
   // of 4): the flat group holds the bytes in their place (Note [NF4 base]). Empty: none.
   std::vector<int64_t> block_nf4, block_nf4_bytes;
+  // Mixtures of experts: per block its experts' span (count 0: dense). Empty: no sparse layer.
+  std::vector<model::ExpertSpan> block_experts;
   int tied_owner = -1;        // block whose padded group the second gather buffer holds
   int64_t tied_numel = 0;     // elements of the tied weight (its pending fp32 gradient)
   // The config's model, or rescaled so that it has `params` parameters (> 0; the

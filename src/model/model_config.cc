@@ -341,6 +341,13 @@ int64_t ModelSpec::nf4_bytes(int index) const {
   return n;
 }
 
+ExpertSpan ModelSpec::experts(int index) const {
+  const ModelConfig& c = config_;
+  if (c.arch == Arch::kGpt2 || KindOf(c, index) != BlockKind::kLayer || !SparseLayer(c, index - 1)) return {};
+  const int64_t numel = 3 * c.d_model * c.moe.expert_ffn, count = c.moe.num_experts;
+  return {LlamaBlockParameters(c, index) - numel * count, numel, count};  // the block's base ends with them
+}
+
 int64_t ModelSpec::num_parameters() const {
   int64_t total = 0;
   for (int i = 0; i < num_blocks(); ++i) total += block_parameters(i);

@@ -191,6 +191,15 @@ struct Tie {
   int user_block = 0;
 };
 
+// A mixture-of-experts layer's experts in its block's flat layout: `count` experts of `numel`
+// elements each (gate, up, down), one after another from element `begin`; the router and
+// attention lie before them, LoRA's adapters after (Note [Expert-aware fetching]).
+struct ExpertSpan {
+  int64_t begin = 0, numel = 0, count = 0;  // count 0: a dense block
+  int64_t end() const { return begin + numel * count; }
+  bool operator==(const ExpertSpan&) const = default;
+};
+
 class ModelSpec {
  public:
   explicit ModelSpec(ModelConfig config);  // config must pass Validate() (STRATA_CHECKed)
@@ -207,6 +216,8 @@ class ModelSpec {
   std::vector<int64_t> nf4_weights(int index) const;
   int64_t nf4_parameters(int index) const;
   int64_t nf4_bytes(int index) const;
+  // A sparse layer's experts (count 0 for every other block).
+  ExpertSpan experts(int index) const;
   int64_t num_parameters() const;             // all blocks (a tied weight counted once)
   // Training FLOPs per token: 6 * parameters (embedding tables excluded; the LM head's
   // [V, C] matmul counted, tied or not) + attention 12 * n_layer * n_head * head dim * seq_len

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "src/model/expert_routing.h"
 #include "src/model/router_loss.h"
 
 namespace strata::model::detail {
@@ -38,6 +39,8 @@ torch::Tensor MoeMlp::Forward(const torch::Tensor& x) {
   const torch::Tensor order = chosen.reshape({-1}).argsort(/*stable=*/true).cpu();
   const torch::Tensor counts = torch::bincount(chosen.reshape({-1}).cpu(), {}, static_cast<int64_t>(experts_.size()));
   const int64_t* count = counts.data_ptr<int64_t>();
+  if (ExpertRouting* routing = ExpertRouting::Current())  // Note [Expert-aware fetching]
+    routing->Routed({count, experts_.size()});
   int64_t at = 0;
   for (size_t e = 0; e < experts_.size(); ++e) {
     if (count[e] == 0) continue;  // unchosen: runs nothing (and gets no gradient)

@@ -1,0 +1,39 @@
+// Note [Expert-aware fetching]
+// A token of a mixture-of-experts layer uses top_k of its experts, so a micro-batch needs only
+// the experts some token of it chose, and the others' bytes need not move at all. The router
+// runs first; a sparse layer then tells the ExpertRouting armed on its thread which experts
+// were chosen (Routed) before any of them runs, and the engine brings those to the compute
+// device (the block's router, attention and norms came with the block's own fetch). An expert
+// no token chose runs nothing, so its weights are never read; it gets no gradient, and the
+// optimizer skips it as torch.optim.AdamW skips a parameter without one (no moment decay, no
+// weight decay, and its own step count for the bias correction).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace strata::model {
+
+class ExpertRouting {
+ public:
+  virtual ~ExpertRouting() = default;
+  // `counts[e]`: the (token, choice) pairs routed to expert e by a sparse layer's router. Every
+  // expert with a count must be usable when this returns (errors: thrown).
+  virtual void Routed(std::span<const int64_t> counts) = 0;
+  // Armed on this thread (ExpertRoutingScope), or null.
+  static ExpertRouting* Current();
+};
+
+// While it lives, the sparse layers run on this thread report to `routing` (null: nothing).
+class ExpertRoutingScope {
+ public:
+  explicit ExpertRoutingScope(ExpertRouting* routing);
+  ~ExpertRoutingScope();
+  ExpertRoutingScope(const ExpertRoutingScope&) = delete;
+  ExpertRoutingScope& operator=(const ExpertRoutingScope&) = delete;
+
+ private:
+  ExpertRouting* previous_;
+};
+
+}  // namespace strata::model
