@@ -47,6 +47,32 @@ bool PartsEventState::Ready() {
   return pending_ == 0;
 }
 
+namespace {
+class AllOfState final : public EventState {
+ public:
+  explicit AllOfState(EventList events) : events_(std::move(events)) {}
+  bool Ready() override {
+    for (const Event& e : events_)
+      if (!e.Ready()) return false;
+    return true;
+  }
+  Status Wait() override {
+    Status first;
+    for (const Event& e : events_)
+      if (Status s = e.Wait(); !s.ok() && first.ok()) first = s;
+    return first;
+  }
+
+ private:
+  EventList events_;
+};
+}  // namespace
+
+Event AllOf(EventList events) {
+  if (events.size() == 1) return events[0];
+  return Event(std::make_shared<AllOfState>(std::move(events)));
+}
+
 Event Event::Failed(Status status) {
   auto s = std::make_shared<HostEventState>();
   s->Set(std::move(status));

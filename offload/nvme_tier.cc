@@ -172,12 +172,12 @@ StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Open(NvmeTierOptions options) {
   return std::unique_ptr<NvmeTier>(new NvmeTier(std::move(impl)));
 }
 
-StatusOr<ExtentId> NvmeTier::Allocate(const std::string& name, uint64_t bytes) {
+StatusOr<ExtentId> NvmeTier::Allocate(const std::string& name, uint64_t bytes, bool packed) {
   if (bytes == 0) return InvalidArgument("tensor '{}' has 0 bytes", name);
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu);
   const uint64_t capacity = RoundUp(bytes, kAlign);
-  const uint64_t align = bytes >= m.options.block_size ? m.options.block_size : kAlign;
+  const uint64_t align = bytes >= m.options.block_size && !packed ? m.options.block_size : kAlign;
   bool grows = false;
   const uint64_t offset = m.Place(capacity, align, &grows);
   if (grows) {

@@ -33,7 +33,15 @@ struct TieredStore::Entry {
   Residency residency = Residency::kZero;
   std::byte* cpu = nullptr;  // kCpu home
   bool pinned = false;
-  ExtentId extent = 0;       // kNvme home
+  ExtentId extent = 0;       // kNvme home (its first part's)
+  // Where its parts begin (bytes; empty: one part) and, on NVMe, their extents.
+  std::vector<uint64_t> parts;
+  std::vector<ExtentId> part_extents;
+  int num_parts() const { return parts.empty() ? 1 : static_cast<int>(parts.size()); }
+  std::pair<uint64_t, uint64_t> part(int i) const {
+    if (parts.empty()) return {0, bytes};
+    return {parts[i], i + 1 < static_cast<int>(parts.size()) ? parts[i + 1] : bytes};
+  }
   std::shared_ptr<WriteBackRecord> pending;  // this tensor's write-back in flight
 };
 
@@ -68,7 +76,7 @@ StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOptions op
 }
 
 StatusOr<TensorHandle> TieredStore::Register(const std::string& name, uint64_t bytes, Tier home,
-                                             HostPinning pinning) {
+                                             HostPinning pinning, std::vector<uint64_t> parts) {
   State& st = *state_;
   std::lock_guard<std::mutex> lock(st.mu);
   if (st.by_name.count(name)) return Error(StatusCode::kAlreadyExists, "tensor '{}' is already registered", name);
@@ -79,10 +87,14 @@ StatusOr<TensorHandle> TieredStore::Register(const std::string& name, uint64_t b
     return Error(StatusCode::kResourceExhausted,
                  "tensor '{}' ({} bytes) does not fit the {} tier: {} of its {} bytes budget are used", name, bytes,
                  TierName(home), st.used[tier], budget);
+  for (size_t i = 0; i < parts.size(); ++i)
+    if ((i == 0 && parts[0] != 0) || (i > 0 && parts[i] <= parts[i - 1]) || parts[i] >= bytes)
+      return InvalidArgument("tensor '{}': its parts must begin at 0 and ascend within its {} bytes", name, bytes);
   Entry e;
   e.name = name;
   e.bytes = bytes;
   e.home = home;
+  if (parts.size() > 1) e.parts = std::move(parts);
   if (home == Tier::kCpu) {
     STRATA_ASSIGN_OR_RETURN(e.cpu, AllocateHostMemory(bytes));
     if (options_.pin_cpu_tier && pinning == HostPinning::kPageLocked) {
@@ -96,7 +108,16 @@ StatusOr<TensorHandle> TieredStore::Register(const std::string& name, uint64_t b
     if (!nvme_)
       return Error(StatusCode::kFailedPrecondition, "tensor '{}' has home nvme but the store has no NVMe tier "
                    "(set nvme_path)", name);
-    STRATA_ASSIGN_OR_RETURN(e.extent, nvme_->Allocate(name, bytes));
+    if (e.parts.empty()) {
+      STRATA_ASSIGN_OR_RETURN(e.extent, nvme_->Allocate(name, bytes));
+    } else {
+      for (int i = 0; i < e.num_parts(); ++i) {
+        const auto [lo, hi] = e.part(i);
+        STRATA_ASSIGN_OR_RETURN(ExtentId id, nvme_->Allocate(fmt::format("{} part {}", name, i), hi - lo, /*packed=*/true));
+        e.part_extents.push_back(id);
+      }
+      e.extent = e.part_extents[0];
+    }
   }
   st.used[tier] += bytes;
   st.entries.push_back(std::move(e));
@@ -183,7 +204,32 @@ Event TieredStore::Write(TensorHandle t, std::span<const std::byte> src) {
     std::memcpy(e.cpu, src.data(), e.bytes);
     return Event();
   }
-  return nvme_->Write(e.extent, src);
+  return NvmeWrite(e, src);
+}
+
+Event TieredStore::NvmeWrite(const Entry& e, std::span<const std::byte> src) {
+  if (e.parts.empty()) return nvme_->Write(e.extent, src);
+  EventList events;
+  for (int i = 0; i < e.num_parts(); ++i) {
+    const auto [lo, hi] = e.part(i);
+    events.push_back(nvme_->Write(e.part_extents[i], src.subspan(lo, hi - lo)));
+  }
+  return AllOf(std::move(events));
+}
+
+Event TieredStore::NvmeRead(const Entry& e, std::span<std::byte> dst, std::span<const int> parts) {
+  if (e.parts.empty()) return nvme_->Read(e.extent, dst);
+  EventList events;
+  auto read = [&](int i) {
+    const auto [lo, hi] = e.part(i);
+    events.push_back(nvme_->Read(e.part_extents[i], dst.subspan(lo, hi - lo)));
+  };
+  if (parts.empty()) {
+    for (int i = 0; i < e.num_parts(); ++i) read(i);
+  } else {
+    for (int i : parts) read(i);
+  }
+  return AllOf(std::move(events));
 }
 
 Event TieredStore::WriteBack(TensorHandle t, PinnedBuffer lease) {
@@ -199,7 +245,7 @@ Event TieredStore::WriteBack(TensorHandle t, PinnedBuffer lease) {
   }
   auto w = std::make_shared<WriteBackRecord>();
   w->tensor = t.index;
-  w->event = nvme_->Write(e.extent, {lease.data(), e.bytes});
+  w->event = NvmeWrite(e, {lease.data(), e.bytes});
   w->lease = std::move(lease);
   std::lock_guard<std::mutex> lock(state_->mu);
   e.residency = Residency::kResident;
@@ -208,30 +254,41 @@ Event TieredStore::WriteBack(TensorHandle t, PinnedBuffer lease) {
   return w->event;
 }
 
-Event TieredStore::Read(TensorHandle t, std::span<std::byte> dst) {
-  if (ReadFromWriteBack(t, dst)) return Event();
+Event TieredStore::Read(TensorHandle t, std::span<std::byte> dst) { return ReadParts(t, dst, {}); }
+
+Event TieredStore::ReadParts(TensorHandle t, std::span<std::byte> dst, std::span<const int> parts) {
+  if (ReadFromWriteBack(t, dst, parts)) return Event();
   WaitForWriteBack(t);
   Entry& e = Get(t);
   STRATA_CHECK(dst.size() == e.bytes) << "read of " << dst.size() << " bytes from tensor '" << e.name << "' of "
                                       << e.bytes;
+  for (int i : parts) STRATA_CHECK(i >= 0 && i < e.num_parts()) << "tensor '" << e.name << "' has no part " << i;
+  // Applies fn to the listed parts (all when none are listed).
+  auto each = [&](auto&& fn) {
+    if (parts.empty()) {
+      for (int i = 0; i < e.num_parts(); ++i) fn(e.part(i));
+    } else {
+      for (int i : parts) fn(e.part(i));
+    }
+  };
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (e.residency == Residency::kFailed)
       return Event::Failed(Error(StatusCode::kDataLoss, "tensor '{}' holds no valid data: its last write failed",
                                   e.name));
     if (e.residency == Residency::kZero) {  // Note [Known zero]
-      std::memset(dst.data(), 0, e.bytes);
+      each([&](std::pair<uint64_t, uint64_t> p) { std::memset(dst.data() + p.first, 0, p.second - p.first); });
       return Event();
     }
   }
   if (e.home == Tier::kCpu) {
-    std::memcpy(dst.data(), e.cpu, e.bytes);
+    each([&](std::pair<uint64_t, uint64_t> p) { std::memcpy(dst.data() + p.first, e.cpu + p.first, p.second - p.first); });
     return Event();
   }
-  return nvme_->Read(e.extent, dst);
+  return NvmeRead(e, dst, parts);
 }
 
-bool TieredStore::ReadFromWriteBack(TensorHandle t, std::span<std::byte> dst) {
+bool TieredStore::ReadFromWriteBack(TensorHandle t, std::span<std::byte> dst, std::span<const int> parts) {
   std::shared_ptr<WriteBackRecord> w;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
@@ -243,7 +300,15 @@ bool TieredStore::ReadFromWriteBack(TensorHandle t, std::span<std::byte> dst) {
     w = e.pending;
     ++w->copying;
   }
-  std::memcpy(dst.data(), w->lease.data(), dst.size());
+  const Entry& e = Get(t);
+  if (parts.empty()) {
+    std::memcpy(dst.data(), w->lease.data(), dst.size());
+  } else {
+    for (int i : parts) {
+      const auto [lo, hi] = e.part(i);
+      std::memcpy(dst.data() + lo, w->lease.data() + lo, hi - lo);
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     --w->copying;
@@ -322,6 +387,8 @@ StatusOr<TensorHandle> TieredStore::Find(const std::string& name) const {
 
 const std::string& TieredStore::name(TensorHandle t) const { return Get(t).name; }
 uint64_t TieredStore::bytes(TensorHandle t) const { return Get(t).bytes; }
+int TieredStore::num_parts(TensorHandle t) const { return Get(t).num_parts(); }
+std::pair<uint64_t, uint64_t> TieredStore::part(TensorHandle t, int i) const { return Get(t).part(i); }
 Tier TieredStore::home(TensorHandle t) const { return Get(t).home; }
 uint64_t TieredStore::used_bytes(Tier tier) const {
   std::lock_guard<std::mutex> lock(state_->mu);

@@ -81,4 +81,7 @@ class [[nodiscard]] Event {
 };
 using EventList = std::vector<Event>;
 
+// Happens once every one of `events` has; carries the first error among them (in order).
+Event AllOf(EventList events);
+
 }  // namespace strata

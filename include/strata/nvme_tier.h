@@ -92,8 +92,10 @@ class NvmeTier {
   // Waits for in-flight I/O, then removes the swap folder.
   ~NvmeTier();
 
-  // Reserves an extent for `bytes` (> 0). kResourceExhausted when the disk is full.
-  StatusOr<ExtentId> Allocate(const std::string& name, uint64_t bytes);
+  // Reserves an extent for `bytes` (> 0). kResourceExhausted when the disk is full. `packed`:
+  // 4 KiB-aligned whatever its size (a part of a tensor cut into many, which would waste up
+  // to a block each aligned to block_size).
+  StatusOr<ExtentId> Allocate(const std::string& name, uint64_t bytes, bool packed = false);
   // Returns the extent's space for reuse. No I/O of it may be in flight (checked).
   void Free(ExtentId id);
 

@@ -76,9 +76,11 @@ class TieredStore {
 
   // Registers a tensor of `bytes` bytes whose home is `home`. Names must be unique.
   // kResourceExhausted if the tier's budget (or the disk) cannot hold it. `pinning` matters
-  // only for kCpu.
+  // only for kCpu. `parts`: where the tensor's parts begin (bytes, ascending, the first 0), or
+  // empty for one part. On NVMe each part is its own extent, with its own checksums, so that
+  // ReadParts reads some without the others (Note [Expert-aware fetching]: a layer's experts).
   StatusOr<TensorHandle> Register(const std::string& name, uint64_t bytes, Tier home,
-                                  HostPinning pinning = HostPinning::kPageLocked);
+                                  HostPinning pinning = HostPinning::kPageLocked, std::vector<uint64_t> parts = {});
 
   // Copies src (exactly the tensor's bytes) to the tensor's home, after the tensor's
   // write-back in flight (if any). `src` must stay valid and unchanged until the event
@@ -92,6 +94,12 @@ class TieredStore {
   // never written reads as zeros, with no I/O (the event is done on return). Refused for
   // a tensor whose last write failed.
   Event Read(TensorHandle t, std::span<std::byte> dst);
+  // Read() of the listed parts only (indices into the tensor's parts), each into its place in
+  // `dst` (the whole tensor's bytes); the rest of `dst` is left as it is.
+  Event ReadParts(TensorHandle t, std::span<std::byte> dst, std::span<const int> parts);
+  int num_parts(TensorHandle t) const;
+  // Part i's bytes [first, second) within the tensor.
+  std::pair<uint64_t, uint64_t> part(TensorHandle t, int i) const;
 
   // A buffer of `pool`: a free one, else (blocking) the one the oldest write-back holding
   // a buffer of `pool` releases. nullopt when none is free and no write-back holds one.
@@ -128,7 +136,11 @@ class TieredStore {
   const Entry& Get(TensorHandle t) const;
   // Waits for `t`'s write-back in flight, if any (traced through on_wait).
   void WaitForWriteBack(TensorHandle t);
-  bool ReadFromWriteBack(TensorHandle t, std::span<std::byte> dst);  // false: none in flight
+  // false: none in flight. `parts`: those only (empty: all).
+  bool ReadFromWriteBack(TensorHandle t, std::span<std::byte> dst, std::span<const int> parts = {});
+  // The NVMe transfers of a tensor, one per part (`parts`: those only; empty: all).
+  Event NvmeWrite(const Entry& e, std::span<const std::byte> src);
+  Event NvmeRead(const Entry& e, std::span<std::byte> dst, std::span<const int> parts);
   // Releases the leases of completed write-backs, oldest first; records failures.
   void RetireFinished();
   void Retire(WriteBackRecord& w);
