@@ -87,9 +87,16 @@ nlohmann::json Layout(const Engine& e) {
   return out;
 }
 
-void RestoreCounters(Engine& engine, const nlohmann::json& c) {
-  engine.set_counters({c.at("adam_steps").get<int64_t>(), c.at("loss_scale").get<double>(),
-                       c.at("clean_steps").get<int64_t>(), c.at("hysteresis_left").get<int>()});
+Status RestoreCounters(Engine& engine, const nlohmann::json& c, const std::string& step_dir) {
+  EngineCounters counters{c.at("adam_steps").get<int64_t>(), c.at("loss_scale").get<double>(),
+                          c.at("clean_steps").get<int64_t>(), c.at("hysteresis_left").get<int>(), {}};
+  // (absent before mixtures of experts skipped unchosen experts: each took every step)
+  if (c.contains("expert_steps")) counters.expert_steps = c["expert_steps"].get<std::vector<std::vector<int64_t>>>();
+  if (!engine.ExpertStepsFit(counters.expert_steps))
+    return Error(StatusCode::kFailedPrecondition, "'{}': counters.expert_steps does not have this model's experts",
+                 step_dir);
+  engine.set_counters(counters);
+  return Status();
 }
 
 // Rank 0's part of the commit: manifest, rename, `latest`, pruning.
@@ -123,6 +130,7 @@ Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, co
       {"data_position", {{"next_step", step}, {"note", "batches are a pure function of (seed, step)"}}},
       {"layout", Layout(engine)},
       {"files", files}};
+  if (!c.expert_steps.empty()) manifest["counters"]["expert_steps"] = c.expert_steps;
   STRATA_RETURN_IF_ERROR(WriteFileAtomically((fs::path(tmp) / "manifest.json").string(), manifest.dump(1)));
   for (int r = 0; r < world; ++r) {  // their content is in the manifest now
     std::error_code ec;
@@ -234,7 +242,7 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
                 "stage {}, sub_group_size {}", step_dir, m["world_size"].dump(), m["zero_stage"].dump(),
                 m["sub_group_size"].dump(), comm.world_size(), cfg.zero_stage, cfg.sub_group_size);
       STRATA_RETURN_IF_ERROR(RestoreResharded(engine, cfg, m, step_dir));
-      RestoreCounters(engine, m["counters"]);
+      STRATA_RETURN_IF_ERROR(RestoreCounters(engine, m["counters"], step_dir));
       step = m["step"].get<int64_t>();
       return Status();
     }
@@ -252,7 +260,7 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
     if (restored != engine.plan().NumKeys())
       return Error(StatusCode::kFailedPrecondition, "{}: it holds {} tensors, this run's state has {}", mismatch,
                    restored, engine.plan().NumKeys());
-    RestoreCounters(engine, m["counters"]);
+    STRATA_RETURN_IF_ERROR(RestoreCounters(engine, m["counters"], step_dir));
     step = m["step"].get<int64_t>();
     return Status();
   };

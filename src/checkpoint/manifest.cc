@@ -55,6 +55,15 @@ std::string ManifestProblem(const nlohmann::json& j) {
     if (j.contains(k) && !j[k].is_number_integer()) return fmt::format("\"{}\" is not an integer", k);
   for (const char* k : {"adam_steps", "clean_steps", "hysteresis_left", "loss_scale"})
     if (!j["counters"].contains(k) || !j["counters"][k].is_number()) return fmt::format("counters.{} is not a number", k);
+  if (j["counters"].contains("expert_steps")) {  // per block, per expert: counts
+    const nlohmann::json& steps = j["counters"]["expert_steps"];
+    bool counts = steps.is_array();
+    for (const nlohmann::json& block : counts ? steps : nlohmann::json::array()) {
+      counts = counts && block.is_array();
+      for (const nlohmann::json& n : counts ? block : nlohmann::json::array()) counts = counts && IsCount(n);
+    }
+    if (!counts) return "counters.expert_steps is not a list of lists of counts";
+  }
   if (!j["files"].is_array() || j["files"].size() != j["world_size"].get<size_t>())
     return fmt::format("{} files listed for world size {}", j["files"].is_array() ? j["files"].size() : 0,
                        j["world_size"].dump());

@@ -110,6 +110,10 @@ void Progress::OnStep(const StepStats& st) {
                         {"optimizer_s", st.optimizer_s}, {"optimizer_wait_s", st.optimizer_wait_s},
                         {"nvme_read_bytes", st.nvme_read_bytes},
                         {"nvme_write_bytes", st.nvme_write_bytes}};
+    if (st.experts_routed > 0) {  // Note [Expert-aware fetching]
+      j["experts_routed"] = st.experts_routed;
+      j["experts_fetched"] = st.experts_fetched;
+    }
     if (st.speculated_blocks > 0) {
       j["speculated_blocks"] = st.speculated_blocks;
       j["redone_blocks"] = st.redone_blocks;

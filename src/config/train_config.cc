@@ -358,6 +358,10 @@ Status CheckKeys(const TrainConfig& c) {
   STRATA_RETURN_IF_ERROR(CheckHostBlocks(c));
   STRATA_RETURN_IF_ERROR(CheckSplitMaster(c));
   STRATA_RETURN_IF_ERROR(CheckNoDecay(c));
+  if (model::IsMoe(c.model) && c.optimizer_overlap == OptimizerOverlap::kSpeculative)
+    return InvalidArgument("strata.optimizer_overlap \"speculative\": not for mixtures of experts (which experts an "
+                           "update skips is known only once every rank's routing is, after the backward); use "
+                           "\"forward\", \"none\" or \"delayed\"");
   if (c.moments_8bit && c.optimizer_overlap == OptimizerOverlap::kSpeculative)  // (its backups index fixed bytes)
     return InvalidArgument("strata.adam_states \"8bit\": not with strata.optimizer_overlap \"speculative\" (its "
                            "backups hold fp32 or bf16 moments); use \"forward\", \"none\" or \"delayed\"");

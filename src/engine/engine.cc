@@ -145,13 +145,27 @@ const std::byte* Engine::Impl::HostWorking(int b) {
 EngineCounters Engine::counters() const {
   if (Status q = impl_->Quiesce(); !q.ok()) LogError("{}", q.message());
   const auto s = impl_->optimizer.scaler.state();
-  return {impl_->optimizer.adam_steps, s.scale, s.clean_steps, s.hysteresis_left};
+  return {impl_->optimizer.adam_steps, s.scale, s.clean_steps, s.hysteresis_left, impl_->experts.steps};
 }
 
 void Engine::set_counters(const EngineCounters& c) {
   if (Status q = impl_->Quiesce(); !q.ok()) LogError("{}", q.message());
   impl_->optimizer.adam_steps = c.adam_steps;
   impl_->optimizer.scaler.set_state({c.loss_scale, c.clean_steps, c.hysteresis_left});
+  std::vector<std::vector<int64_t>>& steps = impl_->experts.steps;
+  for (size_t b = 0; b < steps.size(); ++b) {  // (the caller checked the shape: ExpertStepsFit)
+    for (size_t e = 0; e < steps[b].size(); ++e)
+      steps[b][e] = c.expert_steps.empty() ? c.adam_steps : c.expert_steps.at(b).at(e);
+  }
+}
+
+bool Engine::ExpertStepsFit(const std::vector<std::vector<int64_t>>& steps) const {
+  if (steps.empty()) return true;
+  const std::vector<std::vector<int64_t>>& ours = impl_->experts.steps;
+  if (steps.size() != ours.size()) return false;
+  for (size_t b = 0; b < ours.size(); ++b)
+    if (steps[b].size() != ours[b].size()) return false;
+  return true;
 }
 
 std::vector<Engine::ParamInfo> Engine::BlockParams(int block) const {

@@ -82,6 +82,10 @@ struct EngineCounters {
   double loss_scale = 1;
   int64_t clean_steps = 0;
   int hysteresis_left = 0;
+  // Mixtures of experts: per block, per expert of a sparse layer (empty lists for the others),
+  // the Adam steps applied to it (an update skips an expert no token chose: Note [Expert-aware
+  // fetching]). Empty: every expert took adam_steps.
+  std::vector<std::vector<int64_t>> expert_steps;
 };
 
 class Engine {
@@ -123,6 +127,8 @@ class Engine {
   Status RestoreState(const TensorKey& key, std::span<const std::byte> bytes);
   EngineCounters counters() const;
   void set_counters(const EngineCounters& c);
+  // Whether `steps` (EngineCounters::expert_steps) has this model's shape (or is empty).
+  bool ExpertStepsFit(const std::vector<std::vector<int64_t>>& steps) const;
   // Where this rank's parameters live: the parameter slots (name, shape, flat offset) of
   // each block's flat group, for consolidating checkpoints.
   struct ParamInfo {

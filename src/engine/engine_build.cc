@@ -10,6 +10,7 @@
 
 #include "src/config/decay_groups.h"
 #include "src/engine/engine_impl.h"
+#include "src/engine/expert_parts.h"
 #include "src/model/hf_names.h"
 #include "src/model/nf4.h"
 #include "strata/cpu_adam.h"
@@ -306,7 +307,11 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
                                                             : plan.OptimizerResidence(b);
     // Optimizer states: updated in place by the CPU Adam, never copied to a device.
     const HostPinning pinning = working ? HostPinning::kPageLocked : HostPinning::kPageable;
-    STRATA_ASSIGN_OR_RETURN(*h, state.store->Register(key.Name(), bytes, TierOf(home), pinning));
+    // A sparse layer's working weights on NVMe: an extent per part (Note [Expert-aware fetching]).
+    std::vector<uint64_t> parts;
+    if (key.role == TensorRole::kWorking && home == Residence::kNvme)
+      for (const WorkingPart& p : PartsOfWorking(plan, b)) parts.push_back(static_cast<uint64_t>(p.begin) * plan.dsize);
+    STRATA_ASSIGN_OR_RETURN(*h, state.store->Register(key.Name(), bytes, TierOf(home), pinning, std::move(parts)));
     if (!init.empty()) st.writes.push_back(state.store->Write(*h, init));
     const StateKind kind = working                              ? StateKind::kWorking
                            : key.role == TensorRole::kMaster ? StateKind::kMaster

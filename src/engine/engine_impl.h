@@ -24,6 +24,7 @@
 #include "src/engine/engine.h"
 #include "src/engine/loss_scaler.h"
 #include "src/engine/block_inputs.h"
+#include "src/engine/expert_parts.h"
 #include "src/engine/prefetch.h"
 #include "src/engine/update/update_mode.h"
 #include "src/engine/update/update_window.h"
@@ -229,6 +230,9 @@ struct StateStore {
 struct ExpertState {
   std::vector<std::vector<uint8_t>> routed;
   std::vector<std::vector<int64_t>> steps;
+  // The update launched last (read by the optimizer thread while it runs): each expert's Adam
+  // step in it, or 0 where it is not updated.
+  std::shared_ptr<const std::vector<std::vector<int64_t>>> update_steps;
   bool any() const { return !routed.empty(); }
 };
 
@@ -255,6 +259,7 @@ struct Engine::Impl {
   Optimizer optimizer{*this};
   EngineStats stats;
   ExpertState experts;
+  Gatherer* gatherer = nullptr;  // the pass's, while one runs (routed fetches find it)
   StepStats step_counts;  // what the schedules count of the running step (its block inputs' bytes)
   std::function<void(size_t done, size_t total)> on_step_visit;  // Engine::OnStepVisit
 
@@ -330,6 +335,9 @@ struct Engine::Impl {
   // the update (the update itself: update/); AwaitBlock before a block's weights are used,
   // Quiesce before anything reads the whole state.
   StatusOr<bool> OptimizerStep(int64_t step, StepStats* stats);
+  // Mixtures of experts: the step's routing joined over the ranks, and each expert's Adam step
+  // for the update (ExpertState::update_steps; Note [Expert-aware fetching]).
+  Status CountExpertSteps();
   Status LaunchUpdate(const AdamHyperParams& hp, Verdict verdict, int64_t step);
   Status AwaitBlock(int b);
   Status WaitForUpdate(int b, const char* what);  // block b's part of the running update
@@ -363,6 +371,10 @@ class Gatherer {
   Gatherer(Engine::Impl& m, std::vector<Visit> plan, PrefetchScheduler* prefetch, bool report_visits = false);
   ~Gatherer();
   Status Acquire(int block);
+  // A sparse layer of the block acquired last chose these experts (counts per expert): those it
+  // has not fetched yet are read and copied in, the compute waiting for them (Note
+  // [Expert-aware fetching]). Nothing for a block fetched whole.
+  Status FetchExperts(int block, std::span<const int64_t> counts);
   // `slot`, acquired earlier and released since, is read again by the next compute.
   void Reuse(GatherSlot* slot) { in_use_.push_back(slot); }
   void Release();
@@ -372,8 +384,17 @@ class Gatherer {
     torch::Tensor full;
     Event ready;
     GatherSlot* slot = nullptr;  // null: a resident block bound in place
+    // Fetching routed experts only: where the block's working weights are read from (the lease
+    // of its NVMe read, or the cpu tier), its parts, the experts fetched so far, and the copies.
+    PinnedBuffer lease;
+    const std::byte* src = nullptr;
+    std::vector<WorkingPart> parts;
+    std::vector<uint8_t> fetched;
+    EventList copies;
   };
   Status Issue(const Visit& v);
+  Status IssueRouted(int b, GatherSlot& slot, const torch::Tensor& full);
+  Event CopyPart(Gathered& g, int64_t begin, int64_t len, const EventList& after);
   void Bind(int block, const torch::Tensor& full);
 
   Engine::Impl& m_;
@@ -384,6 +405,8 @@ class Gatherer {
   size_t acquired_ = 0;
   bool report_visits_;
   std::vector<GatherSlot*> in_use_;  // acquired, not yet released
+  std::vector<size_t> holding_;      // acquired, not yet released, holding a lease (routed fetches)
+  Gatherer* previous_;               // (Engine::Impl::gatherer before this one)
 };
 
 

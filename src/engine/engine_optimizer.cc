@@ -69,6 +69,7 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
 
   AdamHyperParams hp = NextHyperParams();
   ++optimizer.adam_steps;
+  if (experts.any()) STRATA_RETURN_IF_ERROR(CountExpertSteps());
   hp.clip_coef = ClipCoefficient(stats->grad_norm, cfg.gradient_clipping);
   // Updates made early assumed clip coefficient 1 (exactly what ClipCoefficient returns when
   // the norm is within bounds) and otherwise these very hyper-parameters.
@@ -78,6 +79,28 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   STRATA_RETURN_IF_ERROR(LaunchUpdate(hp, verdict, step));
   if (mode.StepWaitsForUpdate()) STRATA_RETURN_IF_ERROR(Quiesce());
   return true;
+}
+
+// An expert some token of some rank chose in the step has a gradient and takes an Adam step
+// of its own count; the others are skipped, as torch.optim.AdamW skips a parameter whose
+// gradient is None (no moment decay, no weight decay).
+Status Engine::Impl::CountExpertSteps() {
+  std::vector<float> routed;
+  for (const auto& block : experts.routed)
+    for (uint8_t r : block) routed.push_back(r);
+  if (io.comm->world_size() > 1 && !routed.empty())
+    STRATA_RETURN_IF_ERROR(io.comm->AllReduce(routed.data(), routed.size(), DType::kF32, ReduceOp::kSum));
+  auto steps = std::make_shared<std::vector<std::vector<int64_t>>>(experts.steps.size());
+  size_t at = 0;
+  for (size_t b = 0; b < experts.steps.size(); ++b) {
+    for (int64_t& count : experts.steps[b]) {
+      const bool chosen = routed[at++] > 0;
+      count += chosen;
+      (*steps)[b].push_back(chosen ? count : 0);
+    }
+  }
+  experts.update_steps = std::move(steps);
+  return Status();
 }
 
 std::span<const float> Engine::Impl::GradF32(int b, ElementRange range) const {

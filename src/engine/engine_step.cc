@@ -17,6 +17,7 @@
 
 #include "src/engine/block_routing.h"
 #include "src/engine/engine_impl.h"
+#include "src/engine/expert_parts.h"
 #include "src/model/tiled_loss.h"
 #include "src/model/tiled_rows.h"
 #include "src/engine/loss_weights.h"
@@ -100,10 +101,17 @@ std::unique_ptr<PrefetchScheduler> Engine::Impl::MakePrefetcher(const std::vecto
   // whose step reads the old weights (Note [Delayed update]).
   const auto& ready = optimizer.run.block_ready;
   const bool waits = optimizer.mode->ComputeWaits();
-  for (const Visit& v : order)
-    if (model.blocks[v.block].working.valid() && state.store->home(model.blocks[v.block].working) == Tier::kNvme)
-      items.push_back({v.block, model.blocks[v.block].working,
-                       waits && v.block < static_cast<int>(ready.size()) ? ready[v.block] : Event()});
+  for (const Visit& v : order) {
+    if (!model.blocks[v.block].working.valid() || state.store->home(model.blocks[v.block].working) != Tier::kNvme)
+      continue;
+    items.push_back({v.block, model.blocks[v.block].working,
+                     waits && v.block < static_cast<int>(ready.size()) ? ready[v.block] : Event(), {}});
+    // A sparse layer fetching its routed experts reads its other parts ahead, the experts once
+    // routed (Note [Expert-aware fetching]).
+    const std::vector<WorkingPart> parts = PartsOfWorking(plan, v.block);
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (parts[i].expert < 0) items.back().parts.push_back(static_cast<int>(i));
+  }
   if (items.empty()) return nullptr;
   const uint64_t budget = std::max<uint64_t>(1, cfg.prefetch_bucket_size * DTypeSize(cfg.compute_dtype));
   return std::make_unique<PrefetchScheduler>(std::move(items), state.store.get(), state.pools.param.get(), budget, io.tracer);
@@ -480,6 +488,8 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
     Status s = m.cfg.layer_major ? m.LayerMajor(in, gather, &loss_sum) : m.MicroBatchMajor(in, gather, &loss_sum);
     st.block_inputs_written = m.step_counts.block_inputs_written;
     st.block_inputs_read = m.step_counts.block_inputs_read;
+    st.experts_routed = m.step_counts.experts_routed;
+    st.experts_fetched = m.step_counts.experts_fetched;
     if (!s.ok()) return s.WithContext(fmt::format("step {}", step));
     cleanup.Dismiss();
   }

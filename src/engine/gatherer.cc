@@ -13,11 +13,17 @@ Gatherer::Gatherer(Engine::Impl& m, std::vector<Visit> plan, PrefetchScheduler* 
       plan_(std::move(plan)),
       prefetch_(prefetch),
       lookahead_(m.bufs.gather.size() > 1 ? 1 : 0),
-      report_visits_(report_visits) {}
+      report_visits_(report_visits),
+      previous_(m.gatherer) {
+  m.gatherer = this;
+}
 
 Gatherer::~Gatherer() {
   // Gathers issued but never used (an error ended the pass): their copies read leases.
   for (size_t v = acquired_; v < gathered_.size(); ++v) gathered_[v].ready.Wait().IgnoreError();
+  for (Gathered& g : gathered_)
+    for (const Event& e : g.copies) e.Wait().IgnoreError();
+  m_.gatherer = previous_;
 }
 
 // Starts visit v: the block's shard copied in (from the cpu tier or a prefetched NVMe
@@ -34,6 +40,7 @@ Status Gatherer::Issue(const Visit& v) {
   }
   GatherSlot& slot = v.tied ? m_.bufs.tied : m_.bufs.gather[m_.bufs.next_gather++ % m_.bufs.gather.size()];
   torch::Tensor full = slot.full.narrow(0, 0, layout.padded);
+  if (plan.FetchesRouted(b)) return IssueRouted(b, slot, full);
   Event ready;
   if (plan.resident[b]) {  // stage 3: the shard is on the device
     ready = m_.io.dev->AllGather(m_.bufs.resident[b].data_ptr(), full.data_ptr(), layout.shard, plan.compute,
@@ -68,6 +75,68 @@ Status Gatherer::Issue(const Visit& v) {
   return Status();
 }
 
+// Note [Expert-aware fetching]: a sparse layer's block is copied in without its experts (its
+// NVMe read brought only the other parts); the lease stays with the visit, for the experts'
+// reads, until the visit is released. This rank holds the block's whole working weights (no
+// all-gather: ShardPlan::fetch_routed).
+Status Gatherer::IssueRouted(int b, GatherSlot& slot, const torch::Tensor& full) {
+  Gathered g{full, Event(), &slot};
+  g.src = m_.HostWorking(b);
+  const BlockPlan& bp = m_.plan.blocks[b];
+  STRATA_CHECK(bp.working.begin == 0 && bp.working.len == bp.layout.padded) << "block " << b << " is sharded";
+  if (!g.src) {
+    STRATA_ASSIGN_OR_RETURN(g.lease, prefetch_->Take(b));
+    g.src = g.lease.data();
+    if (m_.model.blocks[b].adapter.valid()) {  // LoRA's adapters, after the base (as in Issue)
+      const std::span<std::byte> adapter = m_.state.store->CpuMemory(m_.model.blocks[b].adapter);
+      std::memcpy(g.lease.data() + bp.working_tensor_len() * m_.plan.dsize, adapter.data(), adapter.size());
+    }
+  }
+  g.parts = PartsOfWorking(m_.plan, b);
+  g.fetched.assign(bp.experts.count, 0);
+  EventList copies;
+  for (const WorkingPart& p : g.parts)
+    if (p.expert < 0) copies.push_back(CopyPart(g, p.begin, p.len, {slot.released}));
+  if (bp.adapter.len > 0) copies.push_back(CopyPart(g, bp.working_tensor_len(), bp.adapter.len, {slot.released}));
+  g.ready = AllOf(copies);
+  g.copies.push_back(g.ready);
+  gathered_.push_back(std::move(g));
+  return Status();
+}
+
+// Elements [begin, +len) of the working range (the whole group: it starts at 0), from the
+// visit's source into its gather buffer.
+Event Gatherer::CopyPart(Gathered& g, int64_t begin, int64_t len, const EventList& after) {
+  return m_.io.dev->CopyIn(g.full.narrow(0, begin, len), g.src + begin * m_.plan.dsize, after);
+}
+
+Status Gatherer::FetchExperts(int block, std::span<const int64_t> counts) {
+  STRATA_CHECK(acquired_ > 0 && plan_[acquired_ - 1].block == block)
+      << "experts of block " << block << " routed while block " << (acquired_ > 0 ? plan_[acquired_ - 1].block : -1)
+      << " is acquired";
+  Gathered& g = gathered_[acquired_ - 1];
+  if (g.fetched.empty()) return Status();  // fetched whole
+  std::vector<int> want;  // parts
+  for (size_t i = 0; i < g.parts.size(); ++i) {
+    const int e = g.parts[i].expert;
+    if (e < 0 || e >= static_cast<int>(counts.size()) || counts[e] == 0 || g.fetched[e]) continue;
+    g.fetched[e] = 1;
+    want.push_back(static_cast<int>(i));
+  }
+  if (want.empty()) return Status();
+  m_.step_counts.experts_fetched += static_cast<int64_t>(want.size());
+  if (g.lease.valid()) {  // from NVMe, into their places in the lease
+    Tracer::Span wait(m_.io.tracer, Track::kWait, "wait experts g" + std::to_string(block));
+    const TensorHandle h = m_.model.blocks[block].working;
+    STRATA_RETURN_IF_ERROR(m_.state.store->ReadParts(h, g.lease.span().subspan(0, m_.state.store->bytes(h)), want).Wait());
+  }
+  EventList copies;
+  for (int i : want) copies.push_back(CopyPart(g, g.parts[i].begin, g.parts[i].len, {g.slot->released}));
+  Event ready = AllOf(copies);
+  g.copies.push_back(ready);
+  return m_.ComputeAfter(ready, "wait experts");
+}
+
 Status Gatherer::Acquire(int block) {
   STRATA_CHECK(acquired_ < plan_.size() && plan_[acquired_].block == block)
       << "gather plan expected block " << (acquired_ < plan_.size() ? plan_[acquired_].block : -1) << ", got "
@@ -81,10 +150,16 @@ Status Gatherer::Acquire(int block) {
   const Gathered& g = gathered_[acquired_++];
   STRATA_RETURN_IF_ERROR(m_.ComputeAfter(g.ready, "wait gather"));
   if (g.slot) in_use_.push_back(g.slot);
+  if (g.lease.valid()) holding_.push_back(acquired_ - 1);
   return TorchCall("bind weights", [&] { Bind(block, g.full); });
 }
 
 void Gatherer::Release() {
+  for (size_t v : holding_) {  // the lease goes back once the copies from it are done
+    Gathered& g = gathered_[v];
+    m_.ReleaseAfter(std::move(g.lease), AllOf(g.copies));
+  }
+  holding_.clear();
   if (in_use_.empty()) return;
   const Event done = m_.io.dev->RecordCompute();
   for (GatherSlot* s : in_use_) s->released = done;

@@ -14,7 +14,7 @@ void PrefetchScheduler::IssueMore() {
   while (next_issue_ < plan_.size()) {
     const Item& item = plan_[next_issue_];
     if (!item.ready.Ready()) return;  // Take() waits for it
-    const uint64_t bytes = store_->bytes(item.tensor);
+    const uint64_t bytes = store_->bytes(item.tensor);  // the buffer's; a read of parts moves less
     // See Note [Prefetch budget]: the next block to take is always allowed.
     if (!in_flight_.empty() && in_flight_bytes_ + bytes > budget_) return;
     std::optional<PinnedBuffer> buf = pool_->TryAcquire();
@@ -30,7 +30,7 @@ void PrefetchScheduler::IssueMore() {
     }
     STRATA_CHECK(bytes <= buf->size()) << "block " << item.block << " needs " << bytes << " bytes, buffers have "
                                        << buf->size();
-    Event t = store_->Read(item.tensor, {buf->data(), bytes});
+    Event t = store_->ReadParts(item.tensor, {buf->data(), bytes}, item.parts);
     in_flight_.push_back({item.block, std::move(*buf), std::move(t), bytes});
     in_flight_bytes_ += bytes;
     high_water_ = std::max(high_water_, in_flight_bytes_);

@@ -24,7 +24,6 @@
 #include "strata/event.h"
 #include "strata/pinned_pool.h"
 #include "strata/status.h"
-#include "strata/event.h"
 #include "strata/tiered_store.h"
 #include "strata/trace.h"
 
@@ -36,6 +35,9 @@ class PrefetchScheduler {
     int block = 0;        // what Take() is asked for
     TensorHandle tensor;  // what is read: the block's working weights in the store
     Event ready;    // the read may start once this happened (the block's optimizer update)
+    // Only these parts of the tensor (TieredStore::ReadParts), into their places in the buffer;
+    // empty: all of it.
+    std::vector<int> parts;
   };
 
   // `store`, `pool` and `tracer` (may be null) are borrowed.

@@ -1,5 +1,7 @@
 #include "src/engine/shard_plan.h"
 
+#include "src/engine/expert_parts.h"
+
 #include "src/engine/update/mode_facts.h"
 
 #include <algorithm>
@@ -104,9 +106,13 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
     p.max_block_numel = std::max(p.max_block_numel, numel);
     p.max_decoded = std::max(p.max_decoded, nf4);
     p.AddBlock(stored, model.block_trainable.empty() ? stored : model.block_trainable[b], SubGroupStep(cfg.sub_group_size));
-    if (!model.block_experts.empty()) p.blocks.back().experts = model.block_experts[b];  // (no NF4 with MoE)
+    if (!model.block_experts.empty()) {  // (no NF4 with MoE)
+      p.blocks.back().experts = model.block_experts[b];
+      CutAtExperts(p.blocks.back());
+    }
   }
   p.PlanDevice(cfg);
+  p.fetch_routed = cfg.expert_fetch == ExpertFetch::kRouted && (!p.weights_sharded || world == 1) && !cfg.keep_activations;
   p.format = StateFormat::Of(cfg, p.AnyResident());
   p.PlanOptimizerPool(cfg);
   p.PlanAdapters();
@@ -163,6 +169,24 @@ void ShardPlan::AddBlock(int64_t numel, int64_t trainable, int64_t sub_group_ste
   max_working_bytes = std::max<uint64_t>(max_working_bytes, b.working.len * dsize);
   max_sub_group = std::max(max_sub_group, std::min(b.sub_group_step, b.optimizer.len));
   blocks.push_back(std::move(b));
+}
+
+// BlockPlan::cuts: the optimizer range's pieces between its experts' boundaries, each split
+// every sub_group_step elements.
+void ShardPlan::CutAtExperts(BlockPlan& b) {
+  const model::ExpertSpan& x = b.experts;
+  if (x.count == 0 || b.optimizer.len == 0) return;
+  std::vector<int64_t> ends;  // relative to optimizer.begin, ascending, the last the range's end
+  for (int64_t e = 0; e <= x.count; ++e) {
+    const int64_t at = x.begin + e * x.numel - b.optimizer.begin;
+    if (at > 0 && at < b.optimizer.len) ends.push_back(at);
+  }
+  ends.push_back(b.optimizer.len);
+  int64_t from = 0;
+  for (int64_t end : ends) {
+    for (int64_t at = from; at < end; at += b.sub_group_step) b.cuts.push_back(at);
+    from = end;
+  }
 }
 
 // Residency, buffers and pools, which depend on the device.
@@ -236,15 +260,27 @@ void ShardPlan::PlanLedger() {
     const uint64_t working = b.working_tensor_len() * dsize;
     ledger.Add(StateKind::kWorking, WorkingResidence(i), working);
     ledger.Add(StateKind::kWorking, Residence::kCpu, b.adapter.len * dsize);
-    if (WorkingResidence(i) == Residence::kNvme) nvme_on_disk += RoundUp(working, kPage);
+    if (WorkingResidence(i) == Residence::kNvme) {  // one extent, or one per part
+      const std::vector<WorkingPart> parts = PartsOfWorking(*this, i);
+      if (parts.empty()) nvme_on_disk += RoundUp(working, kPage);
+      for (const WorkingPart& part : parts) nvme_on_disk += RoundUp(part.len * dsize, kPage);
+    }
     const int64_t n = b.num_sub_groups(), full = b.optimizer.len / b.sub_group_step;
     for (auto [k, role] : {std::pair{StateKind::kMaster, TensorRole::kMaster}, std::pair{StateKind::kAdamM, TensorRole::kAdamM},
                            std::pair{StateKind::kAdamV, TensorRole::kAdamV}}) {
+      const bool nvme = OptimizerResidence(i) == Residence::kNvme;
+      if (!b.cuts.empty()) {  // a sparse layer's: one by one
+        for (int64_t g = 0; g < n; ++g) {
+          const uint64_t bytes = format.StoredBytes(role, b.sub_group(g).len);
+          ledger.Add(k, OptimizerResidence(i), bytes);
+          if (nvme) nvme_on_disk += RoundUp(bytes, kPage);
+        }
+        continue;
+      }
       const uint64_t full_bytes = format.StoredBytes(role, b.sub_group_step),
                      tail_bytes = format.StoredBytes(role, b.optimizer.len - full * b.sub_group_step);
       ledger.Add(k, OptimizerResidence(i), full * full_bytes + tail_bytes);
-      if (OptimizerResidence(i) == Residence::kNvme)
-        nvme_on_disk += full * RoundUp(full_bytes, kPage) + (n > full ? RoundUp(tail_bytes, kPage) : 0);
+      if (nvme) nvme_on_disk += full * RoundUp(full_bytes, kPage) + (n > full ? RoundUp(tail_bytes, kPage) : 0);
     }
     ledger.Add(StateKind::kGradAccum, Residence::kCpu, b.grad.len * gsize);
     if (device_accum) ledger.Add(StateKind::kGradAccum, Residence::kDevice, b.grad.len * 4);
@@ -306,9 +342,11 @@ int64_t ShardPlan::SubGroupLen(const TensorKey& key) const {
   STRATA_CHECK(key.block >= 0 && key.block < static_cast<int>(blocks.size())) << "block " << key.block;
   const BlockPlan& b = blocks[key.block];
   const int64_t rel = key.offset - b.optimizer.begin;
-  STRATA_CHECK(rel >= 0 && rel < b.optimizer.len && rel % b.sub_group_step == 0)
+  const auto cut = std::lower_bound(b.cuts.begin(), b.cuts.end(), rel);
+  const bool found = b.cuts.empty() ? rel % b.sub_group_step == 0 : cut != b.cuts.end() && *cut == rel;
+  STRATA_CHECK(rel >= 0 && rel < b.optimizer.len && found)
       << "no optimizer sub-group of block " << key.block << " starts at " << key.offset;
-  return b.sub_group(rel / b.sub_group_step).len;
+  return b.sub_group(b.cuts.empty() ? rel / b.sub_group_step : cut - b.cuts.begin()).len;
 }
 
 uint64_t ShardPlan::TensorBytes(const TensorKey& key) const {

@@ -66,10 +66,25 @@ struct BlockPlan {
   model::ExpertSpan experts;  // a sparse layer's experts (Note [Expert-aware fetching]); count 0 else
   int64_t working_tensor_len() const { return working.len - adapter.len; }
 
-  int64_t num_sub_groups() const { return (optimizer.len + sub_group_step - 1) / sub_group_step; }
+  // A sparse layer's sub-groups also end where its experts do, so that each lies in one expert
+  // or in none (Note [Expert-aware fetching]: an expert no token chose is not updated): where
+  // they start, relative to optimizer.begin. Empty: every sub_group_step elements.
+  std::vector<int64_t> cuts;
+
+  int64_t num_sub_groups() const {
+    return cuts.empty() ? (optimizer.len + sub_group_step - 1) / sub_group_step : static_cast<int64_t>(cuts.size());
+  }
   ElementRange sub_group(int64_t i) const {
+    if (!cuts.empty()) {
+      const int64_t end = i + 1 < static_cast<int64_t>(cuts.size()) ? cuts[i + 1] : optimizer.len;
+      return {optimizer.begin + cuts[i], end - cuts[i]};
+    }
     const int64_t lo = i * sub_group_step;
     return {optimizer.begin + lo, std::min(sub_group_step, optimizer.len - lo)};
+  }
+  // The expert holding flat element `at` (-1: none).
+  int ExpertAt(int64_t at) const {
+    return at >= experts.begin && at < experts.end() ? static_cast<int>((at - experts.begin) / experts.numel) : -1;
   }
 };
 
@@ -142,6 +157,13 @@ struct ShardPlan {
   // Blocks whose working weights live on the device (strata.resident_blocks; non-host
   // devices only): no store home, no copy per use; updated by one copy per step.
   std::vector<bool> resident;
+  // Mixtures of experts (Note [Expert-aware fetching]): a sparse layer's block fetches its
+  // routed experts only (strata.expert_fetch "routed") where this rank reads the block's whole
+  // working weights itself (stages 1-2, or one rank), recomputes it in the backward (no kept
+  // activations) and keeps it off the device between uses; its working tensor is then in parts
+  // (expert_parts.h). With ZeRO-3 over several ranks every expert is all-gathered.
+  bool fetch_routed = false;
+  bool FetchesRouted(int b) const { return fetch_routed && blocks[b].experts.count > 0 && !resident[b]; }
   bool AnyResident() const { return std::find(resident.begin(), resident.end(), true) != resident.end(); }
   int gather_slots = 1;       // gather buffers of the largest padded group (0: every block resident, stage < 3)
   bool tied_slot = false;     // a gather buffer for the tied owner during the head
@@ -210,6 +232,7 @@ struct ShardPlan {
 
  private:
   void AddBlock(int64_t numel, int64_t trainable, int64_t sub_group_step);
+  static void CutAtExperts(BlockPlan& b);
   void PlanAdapters();
   void PlanDevice(const TrainConfig& cfg);
   void PlanOptimizerPool(const TrainConfig& cfg);

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "strata/cast.h"
 #include "strata/check.h"
 
 namespace strata {
@@ -145,6 +146,19 @@ AdamSpans StateFormat::UpdateSpans(const std::array<std::span<std::byte>, 3>& st
 
 void StateFormat::FinishUpdate(const std::array<std::span<std::byte>, 3>& states, std::byte* out, int64_t len) const {
   if (compute_ == DType::kF32 && master_ == MasterFormat::kFp32) std::memcpy(out, states[0].data(), len * 4);
+}
+
+void StateFormat::KeepWeights(const std::array<std::span<std::byte>, 3>& states, std::byte* out, int64_t len) const {
+  if (master_ != MasterFormat::kFp32) return;  // in the working weights, or their high halves
+  const std::span<const float> master = As<float>(states[0]).first(static_cast<size_t>(len));
+  if (compute_ == DType::kF32) {
+    std::memcpy(out, master.data(), len * 4);
+  } else if (compute_ == DType::kBF16) {
+    CastFp32ToBf16(master, {reinterpret_cast<uint16_t*>(out), master.size()});
+  } else {
+    auto* half = reinterpret_cast<uint16_t*>(out);
+    for (size_t i = 0; i < master.size(); ++i) half[i] = Fp32ToFp16(master[i]);
+  }
 }
 
 void StateFormat::ReadMaster(std::span<const std::byte> working, std::span<const std::byte> stored,

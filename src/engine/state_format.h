@@ -90,6 +90,10 @@ class StateFormat {
                         std::span<const float> grad, std::span<const uint16_t> grad_bf16, uint64_t seed, int64_t step,
                         int block, int64_t first) const;
   // After AdamStep: fp32 compute with a master of its own copies it to the working weights.
+  // A sub-group left as it is (an expert no token chose): `out` gets the working weights its
+  // stored master stands for, as an update would have written them; where `out` holds them
+  // already (the master kept in or beside the working weights), nothing.
+  void KeepWeights(const std::array<std::span<std::byte>, 3>& states, std::byte* out, int64_t len) const;
   void FinishUpdate(const std::array<std::span<std::byte>, 3>& states, std::byte* out, int64_t len) const;
 
   // The fp32 master of `len` elements from its stored bytes and the working weights that

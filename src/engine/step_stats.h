@@ -30,6 +30,10 @@ struct StepStats {
   // strata.block_inputs "nvme": the saved block inputs' bytes written to the swap file, and
   // read back (not those still in memory when needed: Note [Block inputs in the tiers]).
   uint64_t block_inputs_written = 0, block_inputs_read = 0;
+  // Mixtures of experts (Note [Expert-aware fetching]): over the step's visits of sparse layers
+  // (forwards, recomputations), the experts some token chose, as the routers reported them, and
+  // the experts' parts the fetches read (0 where every expert is fetched with its block).
+  int64_t experts_routed = 0, experts_fetched = 0;
 };
 
 }  // namespace strata

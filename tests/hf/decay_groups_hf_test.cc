@@ -57,7 +57,7 @@ TEST_P(HfDecayGroups, TrainerGroupsMatchTransformersAndAdamW) {
   EXPECT_EQ(rc, 0) << out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, HfDecayGroups, ::testing::Values("gpt2", "llama", "phi3", "phi4", "gemma2", "gemma3", "mixtral", "qwen3moe", "olmoe"));
+INSTANTIATE_TEST_SUITE_P(Models, HfDecayGroups, ::testing::Values("gpt2", "llama", "phi3", "phi4", "gemma2", "gemma3", "mixtral", "qwen3moe", "qwen3moe_sparse", "olmoe"));
 
 }  // namespace
 }  // namespace strata

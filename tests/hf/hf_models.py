@@ -4,7 +4,7 @@
                                      MODULEs, e.g. peft, bitsandbytes) are installed
   hf_models.py make ARCH DIR         a small randomly initialised model of ARCH (gpt2, llama,
                                      mistral, qwen2, qwen3, phi3, phi4, gemma2, gemma3, mixtral,
-                                     qwen3moe, olmoe) saved with save_pretrained into
+                                     qwen3moe, qwen3moe_sparse, olmoe) saved with save_pretrained into
                                      DIR in at least 3 shards (model.safetensors.index.json),
                                      plus DIR/strata_model.json (the same model as
                                      strata.model keys), DIR/reference.safetensors (tokens,
@@ -105,6 +105,10 @@ def _model(arch):
         return t.Qwen3MoeForCausalLM(t.Qwen3MoeConfig(**moe, intermediate_size=96, moe_intermediate_size=32,
                                                       num_experts=4, norm_topk_prob=True, head_dim=16,
                                                       mlp_only_layers=[0], tie_word_embeddings=False))
+    if arch == "qwen3moe_sparse":  # 64 experts of 16, top-2: a window of 32 tokens leaves many unchosen
+        return t.Qwen3MoeForCausalLM(t.Qwen3MoeConfig(**moe, intermediate_size=96, moe_intermediate_size=16,
+                                                      num_experts=64, norm_topk_prob=True, head_dim=16,
+                                                      tie_word_embeddings=False))
     if arch == "olmoe":  # 4 experts, top-2 not renormalised, q/k norms over the whole projections
         return t.OlmoeForCausalLM(t.OlmoeConfig(**moe, intermediate_size=32, num_experts=4, norm_topk_prob=False,
                                                 pad_token_id=0, bos_token_id=0, eos_token_id=0))
@@ -216,6 +220,50 @@ def peft_logits(d, adapter, strata_logits, merged):
 DECAY_TOLERANCE = 1e-5
 
 
+class _PerExpert:
+    """transformers stores a layer's experts fused ([E, ...] tensors), so torch.optim.AdamW
+    would step every expert of it, chosen or not (a zero gradient decays the moments and the
+    weight). Each expert is its own parameter here, a view of its slice of the fused tensor,
+    whose gradient is None in a step where no token chose it: AdamW then skips it, as it does
+    for per-expert nn.Linear models and as Strata does."""
+
+    def __init__(self, model):
+        import torch
+        self.views, self.chosen, self.skipped = {}, {}, 0
+        modules = dict(model.named_modules())
+        for name, p in model.named_parameters():
+            owner = name.rsplit(".", 1)[0]
+            if p.dim() == 3 and owner.endswith(".experts"):
+                self.views[name] = (p, owner, [torch.nn.Parameter(p.data[e]) for e in range(p.shape[0])])
+                if owner not in self.chosen:
+                    self.chosen[owner] = torch.zeros(p.shape[0], dtype=torch.bool)
+                    modules[owner].register_forward_pre_hook(self._hook(owner))
+
+    def _hook(self, owner):
+        def record(module, args):  # experts(hidden_states, top_k_index, top_k_weights)
+            self.chosen[owner] |= torch_bincount(args[1], self.chosen[owner].numel()) > 0
+        return record
+
+    def params(self, name, p):
+        return self.views[name][2] if name in self.views else [p]
+
+    def start_step(self):
+        for c in self.chosen.values():
+            c.zero_()
+
+    def pass_gradients(self):  # after backward
+        for fused, owner, views in self.views.values():
+            for e, v in enumerate(views):
+                v.grad = fused.grad[e].clone() if self.chosen[owner][e] else None
+                self.skipped += v.grad is None
+            fused.grad = None
+
+
+def torch_bincount(index, n):
+    import torch
+    return torch.bincount(index.reshape(-1), minlength=n)[:n]
+
+
 def _train(d, tokens, steps, lr, wd, grouped):
     import torch
     import torch.nn.functional as F
@@ -223,12 +271,15 @@ def _train(d, tokens, steps, lr, wd, grouped):
     model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
     decay = set(Trainer.get_decay_parameter_names(None, model)) if grouped else {n for n, _ in model.named_parameters()}
     params = dict(model.named_parameters())
-    groups = [{"params": [p for n, p in params.items() if n in decay], "weight_decay": wd},
-              {"params": [p for n, p in params.items() if n not in decay], "weight_decay": 0.0}]
+    experts = _PerExpert(model)
+    groups = [{"params": [v for n, p in params.items() if n in decay for v in experts.params(n, p)], "weight_decay": wd},
+              {"params": [v for n, p in params.items() if n not in decay for v in experts.params(n, p)],
+               "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8)
     inputs, targets = tokens[None, :-1], tokens[None, 1:]
     losses = []
     for _ in range(steps):
+        experts.start_step()
         out = model(inputs)
         logits = out.logits.float()
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
@@ -237,7 +288,10 @@ def _train(d, tokens, steps, lr, wd, grouped):
         losses.append(loss.item())
         opt.zero_grad()
         loss.backward()
+        experts.pass_gradients()
         opt.step()
+    if experts.views:
+        print(f"experts skipped by AdamW (no token chose them), over {steps} steps: {experts.skipped // 2}")
     return model, losses, len(params) - len(decay & set(params))
 
 

@@ -152,11 +152,19 @@ Status UpdateWindow::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
                                     std::byte* out) {
   STRATA_ASSIGN_OR_RETURN(auto states, StateSpans(b, sg, cur));
   const StateFormat& format = m_.plan.format;
+  AdamHyperParams own = hp;
+  if (const int e = m_.plan.blocks[b].ExpertAt(sg.range.begin); e >= 0 && m_.experts.update_steps) {
+    own.step = (*m_.experts.update_steps)[b][e];  // Note [Expert-aware fetching]
+    if (own.step == 0) {  // not chosen: its states stay (not written back), its weights too
+      format.KeepWeights(states, out, sg.range.len);
+      return Status();
+    }
+  }
   std::span<const float> grad;
   std::span<const uint16_t> grad_bf16;
   if (m_.plan.gsize == 2) grad_bf16 = m_.GradBf16(b, sg.range);
   else grad = m_.GradF32(b, sg.range);
-  AdamSpans spans = format.UpdateSpans(states, out, sg.range.len, grad, grad_bf16, m_.cfg.seed, hp.step, b,
+  AdamSpans spans = format.UpdateSpans(states, out, sg.range.len, grad, grad_bf16, m_.cfg.seed, own.step, b,
                                        sg.range.begin);
   std::vector<std::pair<size_t, size_t>> no_decay;  // strata.no_decay, in the sub-group's elements
   for (const auto& [lo, hi] : m_.model.blocks[b].no_decay) {
@@ -166,7 +174,7 @@ Status UpdateWindow::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   spans.no_decay = no_decay;
   {
     Tracer::Span s(m_.io.tracer, Track::kOptimizer, "adam b" + std::to_string(b));
-    STRATA_RETURN_IF_ERROR(AdamStep(hp, spans, {.num_threads = m_.optimizer.threads}));
+    STRATA_RETURN_IF_ERROR(AdamStep(own, spans, {.num_threads = m_.optimizer.threads}));
     format.FinishUpdate(states, out, sg.range.len);
   }
   if (cur) {

@@ -1,0 +1,123 @@
+// Expert-aware fetching (Note [Expert-aware fetching]): a sparse layer's block reads its
+// router, attention and norms, then only the experts some token of the micro-batch chose.
+// On a tiny 16-expert top-2 model whose micro-batches of 8 tokens leave experts unchosen, the
+// NVMe bytes a step reads are the other parts' for every visit plus one expert's for each
+// expert the routers reported choosing, and training is bitwise that of fetching every expert,
+// on every path that fetches so (and on those that fetch whole).
+#include <gtest/gtest.h>
+
+#include "src/engine/expert_parts.h"
+#include "strata/communicator.h"
+#include "strata/trace.h"
+#include "support/settled.h"
+#include "tests/engine/engine_test_util.h"
+
+namespace strata {
+namespace {
+
+using testing::RunEngine;
+using testing::RunResult;
+using testing::TempDir;
+
+TrainConfig SixteenExperts(const std::string& dir, ExpertFetch fetch) {
+  TrainConfig c = testing::TinyConfig(dir);
+  c.model.arch = model::Arch::kLlama;
+  c.model.hf_model_type = "qwen3_moe";
+  c.model.qk_norm = true;
+  c.model.n_kv_head = 2;
+  c.model.seq_len = 8;
+  c.model.moe = {16, 2, 32, true, {}, 0.01};
+  c.micro_batch = 1;  // 8 tokens choose at most 16 of the (16 x 2) pairs: some experts go unchosen
+  c.grad_accum = 2;
+  c.compute_dtype = DType::kBF16;  // the master apart: the update reads no working weights
+  c.lr = 0.01;
+  c.optimizer_overlap = OptimizerOverlap::kNone;
+  c.schedule_setting = StepSchedule::kMicroBatch;
+  c.model.tie_embeddings = false;
+  c.offload_param.device = OffloadDevice::kNvme;
+  c.offload_optimizer.device = OffloadDevice::kCpu;
+  c.expert_fetch = fetch;
+  return c;
+}
+
+// The NVMe bytes of one step's visits: each block's working weights whole, a sparse layer's
+// without its experts, and `routed` experts of `expert_bytes` each.
+uint64_t FetchBytes(const ShardPlan& plan, int micro_batches, int64_t routed, uint64_t* expert_bytes) {
+  uint64_t bytes = 0;
+  for (const Visit& v : plan.Visits(micro_batches, /*backward=*/true)) {
+    const std::vector<WorkingPart> parts = PartsOfWorking(plan, v.block);
+    if (parts.empty()) bytes += plan.blocks[v.block].working_tensor_len() * plan.dsize;
+    for (const WorkingPart& p : parts) {
+      if (p.expert < 0) bytes += p.len * plan.dsize;
+      else *expert_bytes = p.len * plan.dsize;
+    }
+  }
+  return bytes + static_cast<uint64_t>(routed) * *expert_bytes;
+}
+
+TEST(ExpertFetch, ReadsTheRoutedExpertsOnly) {
+  TempDir dir;
+  const TrainConfig c = SixteenExperts(dir.path(), ExpertFetch::kRouted);
+  auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  auto comm = MakeSingleRankCommunicator();
+  Tracer tracer;
+  auto engine = Engine::Create(testing::Settled(c), comm.get(), &tracer);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  const ShardPlan& plan = (*engine)->plan();
+  ASSERT_TRUE(plan.FetchesRouted(1));
+  const int sparse_visits = 2 * static_cast<int>(c.grad_accum) * static_cast<int>(c.model.n_layer);  // forward, recomputation
+  for (int s = 0; s < 3; ++s) {
+    SCOPED_TRACE(::testing::Message() << "step " << s);
+    const NvmeTierStats before = (*engine)->nvme_stats();
+    auto st = (*engine)->Step(s, **data);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    ASSERT_TRUE((*engine)->Finish().ok());  // its write-backs done: the next step reads the disk
+    uint64_t expert_bytes = 0;
+    const uint64_t want = FetchBytes(plan, static_cast<int>(c.grad_accum), st->experts_routed, &expert_bytes);
+    EXPECT_EQ(st->nvme_read_bytes, want) << st->experts_routed << " experts routed, " << expert_bytes << " B each";
+    EXPECT_EQ((*engine)->nvme_stats().bytes_read - before.bytes_read, want);
+    EXPECT_EQ(st->experts_fetched, st->experts_routed);
+    EXPECT_LT(st->experts_routed, 16 * sparse_visits);  // the check means something
+    EXPECT_GT(st->experts_routed, 0);
+    std::printf("step %d: %ld experts routed of %d, %lu B read\n", s, static_cast<long>(st->experts_routed), 16 * sparse_visits, static_cast<unsigned long>(st->nvme_read_bytes));
+  }
+}
+
+TEST(ExpertFetch, TrainsBitwiseAsFetchingEveryExpert) {
+  TempDir dir;
+  const FakeDeviceOptions delays{.seed = 11, .max_delay_us = 200, .copy_gbps = 0, .poison = true};
+  struct Variant {
+    const char* name;
+    int world;
+    bool fake;
+    void (*edit)(TrainConfig&);
+  };
+  const Variant variants[] = {
+      {"one rank, NVMe", 1, false, [](TrainConfig&) {}},
+      {"two ranks, stage 2, cpu tier", 2, false, [](TrainConfig& c) {
+         c.zero_stage = 2;  // (the working weights on NVMe are for stage 3)
+         c.offload_param.device = OffloadDevice::kCpu;
+       }},
+      {"fake device, NVMe", 1, true, [](TrainConfig&) {}},
+      {"fake device, cpu tier", 1, true, [](TrainConfig& c) { c.offload_param.device = OffloadDevice::kCpu; }},
+      {"layer-major", 1, false, [](TrainConfig& c) { c.schedule_setting = StepSchedule::kLayerMajor; }},
+      {"optimizer overlapping the forward", 1, true, [](TrainConfig& c) { c.optimizer_overlap = OptimizerOverlap::kForward; }},
+      {"two ranks, stage 3 (fetched whole)", 2, false, [](TrainConfig&) {}},
+      {"kept activations (fetched whole)", 1, false, [](TrainConfig& c) { c.recompute = Recompute::kNever; }},
+  };
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(v.name);
+    TrainConfig routed = SixteenExperts(dir.path(), ExpertFetch::kRouted), all = routed;
+    v.edit(routed);
+    v.edit(all);
+    all.expert_fetch = ExpertFetch::kAll;
+    const RunResult want = RunEngine(all, v.world, 3, v.fake ? &delays : nullptr);
+    const RunResult got = RunEngine(routed, v.world, 3, v.fake ? &delays : nullptr);
+    testing::ExpectSameRun(want, got, 3);
+    for (int s = 0; s < 3; ++s) EXPECT_EQ(want.stats[s].experts_fetched, 0) << "step " << s;
+  }
+}
+
+}  // namespace
+}  // namespace strata
