@@ -1,6 +1,7 @@
 // Mixtures of experts in the step's traffic (src/estimate/expert_traffic.h): the expected share
 // of experts a visit reads at uniform routing, where routed fetching applies, the NVMe and link
-// bytes of a tiny 16-expert top-2 model against the arithmetic.
+// bytes of a tiny 16-expert top-2 model against the arithmetic, and the shipped Qwen3-30B-A3B
+// configs on the GPU machine (one H100 80 GB, 128 GiB host memory, 60 GiB of free disk).
 #include "src/estimate/expert_traffic.h"
 
 #include <cmath>
@@ -113,6 +114,40 @@ TEST(ExpertTraffic, ResidentSparseBlocksAreNotFetched) {
   EXPECT_TRUE(FetchesRoutedExperts(*run, plan, 3));
   const LinkTraffic l = EstimateLinkTraffic(*run, plan);
   EXPECT_NEAR(static_cast<double>(l.in_all_experts - l.in), 6 * (1 - ExpectedExpertShare(16, 2, 8)) * kExpertBytes, 1);
+}
+
+// The GPU machine as `strata estimate --device cuda --device-memory 80G --host-memory 128G
+// --disk-free 60G` states it, with the device at 80 GB (an H100's 80 GiB less what it keeps).
+MachineCapacity GpuMachine() { return {128ull << 30, 60ull << 30, "/var/tmp/strata", 80'000'000'000ull}; }
+
+StatusOr<SettledRun> SettledOnTheGpuMachine(const std::string& file, const MachineCapacity& m) {
+  auto cfg = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/" + file);
+  if (!cfg.ok()) return cfg.status();
+  cfg->bf16_auto = false;  // bf16, as on the GPU (settled here, "auto" would follow this CPU)
+  cfg->compute_dtype = DType::kBF16;
+  return SettleRunConfig(*cfg, {1, 1, /*on_gpu=*/true, {.host = false}, &m});
+}
+
+TEST(ExpertTraffic, Qwen3MoeLoraFitsOneH100) {
+  const MachineCapacity m = GpuMachine();
+  auto s = SettledOnTheGpuMachine("qwen3_30b_a3b_lora_gpu.json", m);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const MemoryEstimate& e = s->estimate;
+  EXPECT_GT(e.parameters, 30'400'000'000);  // Qwen3-30B-A3B: 30.5 B
+  EXPECT_LT(e.parameters, 30'600'000'000);
+  EXPECT_TRUE(CheckFits(e, m, 1).ok()) << CheckFits(e, m, 1).message();
+}
+
+TEST(ExpertTraffic, Qwen3MoeFullFineTuningDoesNotFitTheGpuMachine) {
+  const MachineCapacity m = GpuMachine();
+  auto s = SettledOnTheGpuMachine("qwen3_30b_a3b_full_gpu.json", m);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const MemoryEstimate& e = s->estimate;
+  const Status fits = CheckFits(e, m, 1);
+  EXPECT_FALSE(fits.ok());
+  // bf16 weights, split master, 8-bit moments, bf16 accumulators: about 8 B per parameter off
+  // the GPU, more than host memory and disk hold together.
+  EXPECT_GT(e.node_host_bytes(1) + e.node_nvme_bytes(1), m.host_available + m.nvme_free);
 }
 
 }  // namespace
