@@ -10,6 +10,7 @@
 #include "src/cli/stop_on_signal.h"
 #include "src/cli/train_config_cli.h"
 #include "src/estimate/estimator.h"
+#include "src/estimate/expert_traffic.h"
 #include "src/estimate/fit_advice.h"
 #include "src/estimate/host_blocks_fit.h"
 #include "src/estimate/largest_fit.h"
@@ -95,8 +96,9 @@ void PrintStepTraffic(const TrainConfig& cfg, const MemoryEstimate& e, int64_t p
   const ShardPlan plan = ShardPlan::Make(cfg, ModelShape::Of(cfg.model, params), e.world, 0, device);
   if (!device.host) {
     const LinkTraffic l = EstimateLinkTraffic(cfg, plan);
-    std::printf("device link per step (per rank): %s in (working weights), %s out (gradients); %.1f / %.1f B/param\n",
-                HumanBytes(l.in).c_str(), HumanBytes(l.out).c_str(), l.in / per_param, l.out / per_param);
+    std::printf("device link per step (per rank): %s in (working weights%s), %s out (gradients); %.1f / %.1f B/param\n",
+                HumanBytes(l.in).c_str(), l.in == l.in_all_experts ? "" : ", the routed experts at uniform routing",
+                HumanBytes(l.out).c_str(), l.in / per_param, l.out / per_param);
   }
   if (cfg.grad_accum > 1)
     std::printf("schedule: %s; the blocks' inputs kept for the backward: %s (%.1f B/param), written once and read "
@@ -111,11 +113,12 @@ void PrintStepTraffic(const TrainConfig& cfg, const MemoryEstimate& e, int64_t p
                 : cfg.block_inputs_at == BlockInputsAt::kHost
                     ? "host, copied out after each block's forward (strata.block_inputs host)"
                     : "device");
+  std::printf("%s", FormatExpertTraffic(cfg, plan).c_str());
   const StepTraffic t = EstimateStepTraffic(cfg, plan);
   if (t.written == 0 && t.read_at_most == 0) return;
-  std::printf("NVMe traffic per step (per rank): %s written (%.1f B/param), %s read (%.1f B/param)%s\n",
+  std::printf("NVMe traffic per step (per rank): %s written (%.1f B/param), %s read (%.1f B/param%s)%s\n",
               HumanBytes(t.written).c_str(), t.written / per_param, HumanBytes(t.read_at_most).c_str(),
-              t.read_at_most / per_param,
+              t.read_at_most / per_param, t.read_at_most == t.read_all_experts ? "" : "; the routed experts at uniform routing",
               t.read_served == t.read_at_most
                   ? ""
                   : fmt::format(", or {} when the next forward finds the update's writes in flight, as when the "

@@ -20,6 +20,8 @@ const char* BlockInputsName(BlockInputsAt at) {
   return "?";
 }
 
+const char* ExpertFetchName(ExpertFetch f) { return f == ExpertFetch::kRouted ? "routed" : "all"; }
+
 BlockInputsAt WrittenBlockInputs(const TrainConfig& c, bool host_device) {
   if (!c.block_inputs || c.keep_activations) return BlockInputsAt::kDevice;
   if (*c.block_inputs == BlockInputsAt::kHost && host_device) return BlockInputsAt::kDevice;
@@ -30,7 +32,7 @@ namespace {
 constexpr int64_t kMaxTokens = int64_t{1} << 50;
 }  // namespace
 
-// strata.schedule, fuse_micro_batches, block_inputs, loss_chunk and mlp_chunk.
+// strata.schedule, fuse_micro_batches, block_inputs, expert_fetch, loss_chunk and mlp_chunk.
 Status ParseSchedule(JsonReader& s, TrainConfig* c) {
   std::string schedule = StepScheduleName(c->schedule_setting);
   STRATA_RETURN_IF_ERROR(s.Choice("schedule", &schedule, {"auto", "micro_batch", "layer_major"}));
@@ -44,6 +46,9 @@ Status ParseSchedule(JsonReader& s, TrainConfig* c) {
                     : inputs == "device" ? std::optional(BlockInputsAt::kDevice)
                     : inputs == "host"   ? std::optional(BlockInputsAt::kHost)
                                          : std::optional(BlockInputsAt::kNvme);
+  std::string fetch = ExpertFetchName(c->expert_fetch);
+  STRATA_RETURN_IF_ERROR(s.Choice("expert_fetch", &fetch, {"routed", "all"}));
+  c->expert_fetch = fetch == "routed" ? ExpertFetch::kRouted : ExpertFetch::kAll;
   STRATA_RETURN_IF_ERROR(s.Int("loss_chunk", &c->loss_chunk, 0, kMaxTokens));  // ("auto" keeps -1)
   return s.Int("mlp_chunk", &c->mlp_chunk, 0, kMaxTokens);
 }

@@ -1,5 +1,6 @@
-// Folder-private: the keys of strata's section that order a step's work and say where its
-// activations wait (schedule, fuse_micro_batches, block_inputs, loss_chunk, mlp_chunk).
+// Folder-private: the keys of strata's section that order a step's work, say what it fetches
+// and where its activations wait (schedule, fuse_micro_batches, block_inputs, expert_fetch,
+// loss_chunk, mlp_chunk).
 #pragma once
 
 #include "src/config/json_reader.h"

@@ -101,6 +101,14 @@ struct TrainConfig;
 // input is saved alone); "host" on the host device is where they are made; unset: device.
 BlockInputsAt WrittenBlockInputs(const TrainConfig& c, bool host_device);
 
+// strata.expert_fetch: which experts of a sparse layer a visit of its block reads from the
+// working weights' tier (Note [Expert-aware fetching]).
+enum class ExpertFetch {
+  kRouted,  // those some token of the visit routed to; the rest of the block whole
+  kAll,     // every expert, the whole block
+};
+const char* ExpertFetchName(ExpertFetch f);
+
 // strata.recompute: whether backward recomputes each block from its saved input.
 enum class Recompute {
   kAuto,    // keep every block's activations when the estimate says they fit, else recompute
@@ -191,6 +199,10 @@ struct TrainConfig {
   // backward), "nvme" (the rank's swap file), "auto" (nullopt: settled by the estimate).
   std::optional<BlockInputsAt> block_inputs;
   BlockInputsAt block_inputs_at = BlockInputsAt::kDevice;  // settled (EstimateResolvingAutos)
+  // strata.expert_fetch: with mixtures of experts, whether a visit of a sparse layer's block
+  // reads only the routed experts (where the rank reads the block whole itself and it is not
+  // resident on the device) or every expert.
+  ExpertFetch expert_fetch = ExpertFetch::kRouted;
   // strata.loss_chunk: tokens per tile of the head's loss (Note [Tiled loss]); 0 the whole
   // micro-batch at once; "auto" (-1) settled by ResolveTileSizes.
   int64_t loss_chunk = -1;

@@ -1,10 +1,36 @@
 #include "src/estimate/step_traffic.h"
 
+#include <cmath>
+
 #include "src/engine/update/mode_facts.h"
+#include "src/estimate/expert_traffic.h"
 
 namespace strata {
+namespace {
+
+double ShareAt(const TrainConfig& cfg, int64_t tokens) {
+  return ExpectedExpertShare(cfg.model.moe.num_experts, cfg.model.moe.top_k, tokens);
+}
+
+// Per pass (every block visited once, forward or backward), the expected bytes of the working
+// tensors on NVMe that routing leaves unread: the experts no token chose.
+uint64_t UnroutedNvmeBytes(const TrainConfig& cfg, const ShardPlan& plan, double share) {
+  double unread = 0;
+  for (int b = 0; b < static_cast<int>(plan.blocks.size()); ++b) {
+    if (!FetchesRoutedExperts(cfg, plan, b) || plan.WorkingResidence(b) != Residence::kNvme) continue;
+    const BlockPlan& bp = plan.blocks[b];
+    unread += (1 - share) * static_cast<double>(ExpertBytesIn(plan, b, {bp.working.begin, bp.working_tensor_len()}));
+  }
+  return static_cast<uint64_t>(std::llround(unread));
+}
+
+}  // namespace
 
 StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
+  return EstimateStepTraffic(cfg, plan, TokensPerVisit(cfg));
+}
+
+StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan, int64_t tokens_per_visit) {
   const MemoryLedger& ledger = plan.ledger;
   StepTraffic t;
   for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV})
@@ -13,30 +39,44 @@ StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
   const bool frozen = cfg.model.lora.enabled();  // the base weights are never written
   const bool served = !frozen && FactsOf(cfg).forward_reads_write_backs;
   // Forward and backward of each pass (each micro-batch, or once layer-major); an update whose master the working weights hold
-  // (split: its high halves; fp32 compute: all of it) reads the weights it replaces once more.
-  const uint64_t working_reads = 2 * static_cast<uint64_t>(BlockPasses(cfg)) + (plan.format.MasterFromWorking() && !frozen ? 1 : 0);
+  // (split: its high halves; fp32 compute: all of it) reads the weights it replaces once more, whole.
+  const uint64_t visits = 2 * static_cast<uint64_t>(BlockPasses(cfg));
+  const uint64_t working_reads = visits + (plan.format.MasterFromWorking() && !frozen ? 1 : 0);
+  const uint64_t unread = UnroutedNvmeBytes(cfg, plan, ShareAt(cfg, tokens_per_visit));
   t.written = t.states + (frozen ? 0 : t.working);
-  t.read_at_most = t.states + working_reads * t.working;
-  t.read_served = t.read_at_most - (served ? t.working : 0);
+  t.read_all_experts = t.states + working_reads * t.working;
+  t.read_at_most = t.read_all_experts - visits * unread;
+  t.read_served = t.read_at_most - (served ? t.working - unread : 0);
   if (cfg.block_inputs_at == BlockInputsAt::kNvme && !cfg.keep_activations) {  // each layer's input, each micro-batch
     const auto inputs = static_cast<uint64_t>(cfg.micro_batch * cfg.model.seq_len * cfg.model.d_model * cfg.grad_accum *
                                               cfg.model.n_layer) * plan.dsize;
     t.written += inputs;
     t.read_at_most += inputs;
     t.read_served += inputs;
+    t.read_all_experts += inputs;
   }
   return t;
 }
 
 LinkTraffic EstimateLinkTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
+  return EstimateLinkTraffic(cfg, plan, TokensPerVisit(cfg));
+}
+
+LinkTraffic EstimateLinkTraffic(const TrainConfig& cfg, const ShardPlan& plan, int64_t tokens_per_visit) {
   LinkTraffic t;
   if (plan.host_device || plan.blocks.empty()) return t;
   // Every gather of a block that is not resident copies its shard (or, unsharded, its whole
-  // group) in (Gatherer::Issue), once per visit of the engine's own plan.
+  // group) in (Gatherer::Issue), once per visit of the engine's own plan; of a sparse layer's
+  // block read whole, its routed experts only.
+  const double share = ShareAt(cfg, tokens_per_visit);
+  double unread = 0;
   for (const Visit& v : plan.Visits(static_cast<int>(BlockPasses(cfg)), /*backward=*/true)) {
     if (plan.resident[v.block]) continue;
     const ShardLayout& l = plan.blocks[v.block].layout;
-    t.in += static_cast<uint64_t>(plan.weights_sharded ? l.shard : l.padded) * plan.dsize;
+    const ElementRange copied = plan.weights_sharded ? ElementRange{l.begin(), l.shard} : ElementRange{0, l.padded};
+    t.in += static_cast<uint64_t>(copied.len) * plan.dsize;
+    if (FetchesRoutedExperts(cfg, plan, v.block))
+      unread += (1 - share) * static_cast<double>(ExpertBytesIn(plan, v.block, copied));
   }
   const auto micro_batches = static_cast<uint64_t>(cfg.grad_accum);
   for (int b = 0; b < static_cast<int>(plan.blocks.size()); ++b) {
@@ -48,6 +88,8 @@ LinkTraffic EstimateLinkTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
                                                        : plan.GradFlatLen(b);
     t.out += (plan.device_accum ? 1 : micro_batches) * copied * 4;
   }
+  t.in_all_experts = t.in;
+  t.in -= static_cast<uint64_t>(std::llround(unread));
   return t;
 }
 

@@ -21,23 +21,32 @@ struct StepTraffic {
   // last block turns from forward to backward), or when the optimizer overlaps the forward
   // and the first forward of a block finds the write-back of its update still in flight
   // (Note [Write-backs]): `read_served` then, as when the disk is what the step waits for.
+  // Mixtures of experts: a visit that reads only the routed experts (FetchesRoutedExperts)
+  // counts its experts at their expected share at uniform routing (expert_traffic.h), the
+  // most spread routing; the update's reads are whole.
   uint64_t read_at_most = 0;
   uint64_t read_served = 0;
+  uint64_t read_all_experts = 0;  // read_at_most with every visit reading every expert
   uint64_t states = 0;   // of which master, m and v: read and written once
   uint64_t working = 0;  // the working weights on NVMe
 };
 
-// From `plan`'s ledger (its NVMe bytes) and where it keeps the master.
+// From `plan`'s ledger (its NVMe bytes) and where it keeps the master; a visit of a block
+// computes `tokens_per_visit` tokens (the config's: TokensPerVisit).
 StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan);
+StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan, int64_t tokens_per_visit);
 
 // Per rank, per training step off the host (a GPU, the fake device): the bytes its copies
 // move over the host link. In: the working weights of every block that is not resident, at
 // each gather (forward and backward of each micro-batch; the head once), and the resident
 // blocks' updated ranges once. Out: the reduced gradients, of every micro-batch, or once per
 // step when they are summed on the device (Note [Device accumulation]). Zero on the host.
+// Mixtures of experts: `in` at uniform routing, as StepTraffic's reads.
 struct LinkTraffic {
   uint64_t in = 0, out = 0;
+  uint64_t in_all_experts = 0;  // `in` with every gather copying every expert
 };
 LinkTraffic EstimateLinkTraffic(const TrainConfig& cfg, const ShardPlan& plan);
+LinkTraffic EstimateLinkTraffic(const TrainConfig& cfg, const ShardPlan& plan, int64_t tokens_per_visit);
 
 }  // namespace strata

@@ -434,6 +434,21 @@ TEST(Config, DeviceAccumulationIsAutoTrueOrFalse) {
     EXPECT_NE(bad.status().message().find(part), std::string::npos) << bad.status().message();
 }
 
+// strata.expert_fetch: "routed" (the default) or "all"; anything else names the key and the choices.
+TEST(Config, ExpertFetchIsRoutedOrAll) {
+  auto absent = ParseTrainConfig("{}", "e.json");
+  ASSERT_TRUE(absent.ok()) << absent.status().message();
+  EXPECT_EQ(absent->expert_fetch, ExpertFetch::kRouted);
+  auto all = ParseTrainConfig(R"({"strata": {"expert_fetch": "all"}})", "e.json");
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  EXPECT_EQ(all->expert_fetch, ExpertFetch::kAll);
+  EXPECT_TRUE(all->warnings.empty());
+  auto bad = ParseTrainConfig(R"({"strata": {"expert_fetch": "some"}})", "e.json");
+  ASSERT_FALSE(bad.ok());
+  for (const char* part : {"strata.expert_fetch", "\"some\"", "\"routed\"", "\"all\""})
+    EXPECT_NE(bad.status().message().find(part), std::string::npos) << bad.status().message();
+}
+
 TEST(Config, MasterWeightsAreFp32OrSplitWithAnUpdateThatReadsThem) {
   auto absent = ParseTrainConfig("{}", "m.json");
   ASSERT_TRUE(absent.ok()) << absent.status().message();
