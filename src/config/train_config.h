@@ -64,10 +64,6 @@ struct ScheduleConfig {
   double warmup_min_ratio = 0;      // WarmupCosineLR: first lr / peak
 };
 
-// strata.expert_fetch: which experts of a sparse layer a fetch brings (Note [Expert-aware
-// fetching]): those some token chose, or all of them.
-enum class ExpertFetch { kRouted, kAll };
-
 // strata.optimizer_overlap: when the CPU optimizer's step runs.
 enum class OptimizerOverlap {
   kNone,     // after the backward, the step waits for it (the plain schedule)
@@ -209,7 +205,6 @@ struct TrainConfig {
   // strata.mlp_chunk: tokens per tile of each MLP (Note [Tiled MLP]); 0 untiled; "auto" (-1)
   // settled by ResolveTileSizes.
   int64_t mlp_chunk = -1;
-  ExpertFetch expert_fetch = ExpertFetch::kRouted;  // strata.expert_fetch
   Recompute recompute = Recompute::kAuto;  // strata.recompute (activation_checkpointing present: kAlways)
   // What the engine does, settled by SettleRunConfig through ResolveRecompute (kAuto: from the estimate);
   // false = recompute until SettleRunConfig decides (src/settle).

@@ -26,8 +26,7 @@ int64_t TokensPerVisit(const TrainConfig& cfg) {
 bool ExpertsShardedAcrossRanks(const ShardPlan& plan) { return plan.weights_sharded && plan.world > 1; }
 
 bool FetchesRoutedExperts(const TrainConfig& cfg, const ShardPlan& plan, int b) {
-  return cfg.expert_fetch == ExpertFetch::kRouted && plan.blocks[b].experts.count > 0 &&
-         !ExpertsShardedAcrossRanks(plan) && !plan.resident.at(b);
+  return cfg.expert_fetch == ExpertFetch::kRouted && plan.FetchesRouted(b);  // (the plan settles it from cfg)
 }
 
 uint64_t ExpertBytesIn(const ShardPlan& plan, int b, ElementRange read) {

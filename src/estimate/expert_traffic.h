@@ -21,9 +21,9 @@ double ExpectedExpertShare(int64_t num_experts, int64_t top_k, int64_t tokens);
 // Tokens one visit of a block computes: a micro-batch's; layer-major, the whole step's.
 int64_t TokensPerVisit(const TrainConfig& cfg);
 
-// Whether a visit of block b reads only the experts its tokens routed to: a sparse layer's
-// block, strata.expert_fetch "routed", this rank reading the block's whole working weights
-// itself (one rank, or weights not sharded) and the block not resident on the device.
+// Whether a visit of block b reads only the experts its tokens routed to: the engine's rule
+// (ShardPlan::FetchesRouted: a sparse layer's block, strata.expert_fetch "routed", this rank
+// reading the block's whole working weights itself, recomputed, not resident on the device).
 bool FetchesRoutedExperts(const TrainConfig& cfg, const ShardPlan& plan, int b);
 
 // ZeRO-3 across ranks: each rank reads its shard of a sparse block whole, every expert in it.

@@ -355,14 +355,19 @@ int64_t ModelSpec::num_parameters() const {
 }
 
 // The embedding tables are lookups, not matmuls, so they are left out; the LM head's
-// [V, C] matmul is counted whether its weight is its own or the tied table.
+// [V, C] matmul is counted whether its weight is its own or the tied table; of a sparse
+// layer's experts, the top_k a token runs.
 double ModelSpec::train_flops_per_token() const {
   const ModelConfig& c = config_;
   // Frozen weights (LoRA's base) cost their forward and the input gradient only: 4, not 6.
   double trainable = 0, frozen = 0;
   for (int i = 1; i < num_blocks(); ++i) {
-    trainable += static_cast<double>(trainable_parameters(i));
-    frozen += static_cast<double>(block_parameters(i) - trainable_parameters(i));
+    // A token runs top_k of a sparse layer's experts: the others cost it nothing.
+    const ExpertSpan x = experts(i);
+    const double idle = static_cast<double>(x.numel) * static_cast<double>(x.count - (x.count > 0 ? c.moe.top_k : 0));
+    const double base = static_cast<double>(block_parameters(i) - trainable_parameters(i));
+    trainable += static_cast<double>(trainable_parameters(i)) - (c.lora.enabled() ? 0 : idle);
+    frozen += base - (c.lora.enabled() ? idle : 0);
   }
   const double table = c.tie_embeddings ? static_cast<double>(c.vocab_size) * static_cast<double>(c.d_model) : 0;
   (c.lora.enabled() ? frozen : trainable) += table;

@@ -220,8 +220,8 @@ class ModelSpec {
   ExpertSpan experts(int index) const;
   int64_t num_parameters() const;             // all blocks (a tied weight counted once)
   // Training FLOPs per token: 6 * parameters (embedding tables excluded; the LM head's
-  // [V, C] matmul counted, tied or not) + attention 12 * n_layer * n_head * head dim * seq_len
-  // (forward + backward, no recomputation).
+  // [V, C] matmul counted, tied or not; of a sparse layer's experts only top_k) + attention
+  // 12 * n_layer * n_head * head dim * seq_len (forward + backward, no recomputation).
   double train_flops_per_token() const;
 
  private:

@@ -23,6 +23,8 @@ namespace strata {
 namespace {
 namespace fs = std::filesystem;
 using testing::CollectMaster;
+using testing::ExpectResumeIsBitwise;
+using testing::Train;
 using testing::Params;
 using testing::RunRanks;
 using testing::TempDir;
@@ -38,32 +40,6 @@ TrainConfig ResumeConfig(const std::string& dir) {
   c.schedule.warmup_num_steps = 2;
   c.schedule.total_num_steps = 6;
   return c;
-}
-
-// Trains steps [from, to) on a fresh engine, optionally resuming / saving; collects master.
-Status Train(const TrainConfig& cfg, int rank, Communicator& comm, int64_t from, int64_t to, const std::string& resume,
-             const std::string& save, Params* out, EngineHooks hooks = {}) {
-  STRATA_ASSIGN_OR_RETURN(auto data, data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len));
-  STRATA_ASSIGN_OR_RETURN(const RunConfig settled, testing::TrySettle(cfg, comm.world_size()));
-  STRATA_ASSIGN_OR_RETURN(auto engine, Engine::Create(settled, &comm, nullptr, std::move(hooks)));
-  if (!resume.empty()) {
-    STRATA_ASSIGN_OR_RETURN(int64_t step, ckpt::LoadCheckpoint(*engine, comm, cfg, resume));
-    if (step != from) return Error(StatusCode::kInternal, "resumed at step {}, expected {}", step, from);
-  }
-  for (int64_t s = from; s < to; ++s) STRATA_RETURN_IF_ERROR(engine->Step(s, *data).status());
-  if (!save.empty()) STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(*engine, comm, cfg, save, to));
-  return out ? CollectMaster(*engine, rank, out) : Status();
-}
-
-// 2 ranks: 6 steps straight, and 3 steps saved to `ck` then resumed for 3 more; the master
-// weights of both runs must be bitwise equal. Returns the straight run's.
-Params ExpectResumeIsBitwise(const TrainConfig& cfg, const std::string& ck) {
-  Params straight, resumed;
-  EXPECT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 6, "", "", &straight); }), "");
-  EXPECT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 3, "", ck, nullptr); }), "");
-  EXPECT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 3, 6, ck, "", &resumed); }), "");
-  testing::ExpectBitwiseEqual(straight, resumed);
-  return straight;
 }
 
 // Tensors of rank 0's shard at step 3 (as ExpectResumeIsBitwise saves it) whose name contains
