@@ -13,7 +13,8 @@ namespace strata {
 // update has written them, Note [Known zero]); no evaluation, no rolled-back speculation.
 struct StepTraffic {
   // Every state on NVMe the step updates, written once: working weights (unless frozen,
-  // LoRA's base), fp32 master, m and v. A write still in flight when a step ends counts in
+  // LoRA's base), fp32 master, m and v (mixtures of experts: not those of an expert no token
+  // of the step chose, at uniform routing). A write still in flight when a step ends counts in
   // the next, so single steps scatter around it.
   uint64_t written = 0;
   // At most: the optimizer states once, and the working weights once per forward and once

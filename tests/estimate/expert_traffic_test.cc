@@ -78,6 +78,27 @@ TEST(ExpertTraffic, BytesPerStepAtUniformRoutingAreTheArithmetic) {
   EXPECT_EQ(FormatExpertTraffic(*run, plan).find("routing saves"), std::string::npos);  // 8 tokens: it saves
 }
 
+// The update skips an expert no token of the step chose: its master, m and v (fp32, 12 B an
+// element, on NVMe) are not written, at 2 x 4 x 3 = 24 tokens a step, and on 2 ranks at 48.
+TEST(ExpertTraffic, UnchosenExpertsStatesAreNotWritten) {
+  for (int world : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << world << " rank(s)");
+    const RunConfig run = testing::Settled(TinyMoe(), world, false);
+    const ShardPlan plan = PlanOf(*run, world);
+    uint64_t expert_states = 0;  // this rank's optimizer range within experts, 12 B an element
+    for (int b = 1; b <= kSparseLayers; ++b) {
+      const BlockPlan& bp = plan.blocks[b];
+      const int64_t lo = std::max(bp.optimizer.begin, bp.experts.begin);
+      const int64_t hi = std::min(bp.optimizer.begin + bp.optimizer.len, bp.experts.end());
+      expert_states += hi > lo ? static_cast<uint64_t>(hi - lo) * 12 : 0;
+    }
+    ASSERT_GT(expert_states, 0u);
+    const double unchosen = std::pow(7.0 / 8, 24 * world);
+    const StepTraffic t = EstimateStepTraffic(*run, plan);
+    EXPECT_NEAR(static_cast<double>(t.written), t.states - unchosen * expert_states + t.working, 1);
+  }
+}
+
 TEST(ExpertTraffic, EveryExpertWithFetchAllOrZero3AcrossRanks) {
   const RunConfig all = testing::Settled(TinyMoe(R"("expert_fetch": "all",)"), 1, false);
   const ShardPlan plan = PlanOf(*all);
