@@ -315,3 +315,68 @@ TEST(TieredStore, AFailedWriteBackIsRefusedOnRead) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// A tensor registered in parts (Note [Expert-aware fetching]): each part its own NVMe extent,
+// so ReadParts moves the listed parts' bytes only, into their places, from the disk, known
+// zeros or the cpu tier alike (and from a write-back in flight: the next test).
+TEST(TieredStore, PartsReadAlone) {
+  TempDir dir;
+  auto store = MakeStore(dir.path());
+  const std::vector<uint64_t> parts = {0, 1000, 5000, 70001};  // unaligned, of 100,000 bytes
+  const auto src = RandomBytes(100'000, 5);
+  for (Tier tier : {Tier::kCpu, Tier::kNvme}) {
+    SCOPED_TRACE(TierName(tier));
+    auto h = store->Register(std::string("parted.") + TierName(tier), src.size(), tier, HostPinning::kPageable, parts);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_EQ(store->num_parts(*h), 4);
+    EXPECT_EQ(store->part(*h, 2), (std::pair<uint64_t, uint64_t>{5000, 70001}));
+    std::vector<std::byte> dst(src.size(), std::byte{0x5a});
+    ASSERT_TRUE(store->ReadParts(*h, dst, std::vector<int>{1}).Wait().ok());  // never written: zeros
+    EXPECT_EQ(dst[999], std::byte{0x5a});
+    EXPECT_EQ(dst[1000], std::byte{0});
+    EXPECT_EQ(dst[5000], std::byte{0x5a});
+    ASSERT_TRUE(store->Write(*h, src).Wait().ok());
+    const uint64_t before = tier == Tier::kNvme ? store->nvme()->stats().bytes_read : 0;
+    std::fill(dst.begin(), dst.end(), std::byte{0x5a});
+    ASSERT_TRUE(store->ReadParts(*h, dst, std::vector<int>{1, 3}).Wait().ok());
+    EXPECT_EQ(0, std::memcmp(dst.data() + 1000, src.data() + 1000, 4000));
+    EXPECT_EQ(0, std::memcmp(dst.data() + 70001, src.data() + 70001, 100'000 - 70001));
+    EXPECT_EQ(dst[0], std::byte{0x5a});
+    EXPECT_EQ(dst[69'999], std::byte{0x5a});
+    if (tier == Tier::kNvme) EXPECT_EQ(store->nvme()->stats().bytes_read - before, 4000u + 100'000 - 70001);
+    std::fill(dst.begin(), dst.end(), std::byte{0});
+    ASSERT_TRUE(store->Read(*h, dst).Wait().ok());  // every part
+    EXPECT_EQ(dst, src);
+  }
+  // Parts out of order, or beyond the tensor: refused, naming the tensor.
+  auto bad = store->Register("bad", 100, Tier::kNvme, HostPinning::kPageable, {0, 50, 40});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'bad'"), std::string::npos) << bad.status().ToString();
+}
+
+TEST(TieredStore, PartsFromAWriteBackInFlight) {
+  TempDir dir;
+  auto store = StoreOnAFaultyDisk(dir.path(), {{IoOp::kWrite, /*nth=*/4, testing::FaultKind::kSlow, 0, 300000}});
+  auto pool = PinnedPool::Create(1, 65536, nullptr);
+  ASSERT_TRUE(pool.ok());
+  auto h = *store->Register("parted", 65536, Tier::kNvme, HostPinning::kPageLocked, {0, 4096, 40000});
+  ASSERT_TRUE(store->Write(h, std::vector<std::byte>(65536, std::byte{1})).Wait().ok());  // requests 0-2
+  PinnedBuffer b = (*pool)->Acquire();
+  const auto fresh = RandomBytes(65536, 2);
+  std::memcpy(b.data(), fresh.data(), fresh.size());
+  const Event written = store->WriteBack(h, std::move(b));  // its second part (request 4) 300 ms late
+  const uint64_t before = store->nvme()->stats().bytes_read;
+  std::vector<std::byte> dst(65536, std::byte{0});
+  ASSERT_TRUE(store->ReadParts(h, dst, std::vector<int>{2}).Wait().ok());
+  EXPECT_EQ(0, std::memcmp(dst.data() + 40000, fresh.data() + 40000, 65536 - 40000));
+  EXPECT_EQ(dst[0], std::byte{0});
+  EXPECT_FALSE(written.Ready());
+  EXPECT_EQ(store->nvme()->stats().bytes_read, before);
+  ASSERT_TRUE(store->FlushWrites().ok());
+}
+
+}  // namespace
+}  // namespace strata
