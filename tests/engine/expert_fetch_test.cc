@@ -80,8 +80,35 @@ TEST(ExpertFetch, ReadsTheRoutedExpertsOnly) {
     EXPECT_EQ(st->experts_fetched, st->experts_routed);
     EXPECT_LT(st->experts_routed, 16 * sparse_visits);  // the check means something
     EXPECT_GT(st->experts_routed, 0);
-    std::printf("step %d: %ld experts routed of %d, %lu B read\n", s, static_cast<long>(st->experts_routed), 16 * sparse_visits, static_cast<unsigned long>(st->nvme_read_bytes));
+    const uint64_t every = FetchBytes(plan, static_cast<int>(c.grad_accum), 16 * sparse_visits, &expert_bytes);
+    std::printf("step %d: %ld of %d experts routed: %lu B read (every expert: %lu B)\n", s,
+                static_cast<long>(st->experts_routed), 16 * sparse_visits, static_cast<unsigned long>(st->nvme_read_bytes),
+                static_cast<unsigned long>(every));
   }
+}
+
+// Evaluation fetches the routed experts as training does (nothing recorded for the update).
+TEST(ExpertFetch, EvaluatesAsFetchingEveryExpert) {
+  TempDir dir;
+  double losses[2] = {0, 0};
+  int64_t fetched[2] = {0, 0};
+  for (ExpertFetch fetch : {ExpertFetch::kRouted, ExpertFetch::kAll}) {
+    const TrainConfig c = SixteenExperts(dir.path(), fetch);
+    auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
+    ASSERT_TRUE(data.ok()) << data.status().ToString();
+    auto comm = MakeSingleRankCommunicator();
+    auto engine = Engine::Create(testing::Settled(c), comm.get(), nullptr);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    auto st = (*engine)->Step(0, **data);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    auto loss = (*engine)->EvalLoss(**data, 3);
+    ASSERT_TRUE(loss.ok()) << loss.status().ToString();
+    losses[fetch == ExpertFetch::kAll] = *loss;
+    fetched[fetch == ExpertFetch::kAll] = st->experts_fetched;
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_GT(fetched[0], 0);
+  EXPECT_EQ(fetched[1], 0);
 }
 
 TEST(ExpertFetch, TrainsBitwiseAsFetchingEveryExpert) {
