@@ -73,6 +73,8 @@ class ComputeDevice {
   virtual Event ReduceScatter(const void* full, void* shard, size_t count, DType dtype, ReduceOp op,
                                     const EventList& after) = 0;
   virtual Event AllReduce(void* data, size_t count, DType dtype, ReduceOp op, const EventList& after) = 0;
+  // `count` elements at `data` from rank `root` to every rank's `data`.
+  virtual Event Broadcast(void* data, size_t count, DType dtype, int root, const EventList& after) = 0;
   // Compute issued from now on runs after `e` (its error, if it failed, is returned).
   virtual Status ComputeAfter(const Event& e) = 0;
   // Happens when the compute issued so far has completed.

@@ -65,6 +65,12 @@ class FakeAsyncDevice final : public ComputeDevice {
     return coll_.Submit({after, nullptr, [=, this] { return comm_->AllReduce(data, count, dtype, op); }, "all-reduce",
                          count * DTypeSize(dtype), {}});
   }
+  Event Broadcast(void* data, size_t count, DType dtype, int root, const EventList& after) override {
+    const size_t n = count * DTypeSize(dtype);
+    // Every rank but the root receives: their bytes are poisoned until it lands.
+    return coll_.Submit({after, comm_->rank() == root ? nullptr : Poisoner(data, n),
+                         [=, this] { return comm_->Broadcast(data, count, dtype, root); }, "broadcast", n, {}});
+  }
   Status ComputeAfter(const Event& e) override { return e.Wait(); }
   Event RecordCompute() override { return Event(); }  // compute ran on the caller: done
   Event OnHost(std::function<Status()> fn, const EventList& after) override {

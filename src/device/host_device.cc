@@ -48,6 +48,10 @@ class HostDevice final : public ComputeDevice {
     if (Status s = WaitAll(after); !s.ok()) return Event::Failed(s);
     return Done(comm_->AllReduce(data, count, dtype, op));
   }
+  Event Broadcast(void* data, size_t count, DType dtype, int root, const EventList& after) override {
+    if (Status s = WaitAll(after); !s.ok()) return Event::Failed(s);
+    return Done(comm_->Broadcast(data, count, dtype, root));
+  }
   Status ComputeAfter(const Event& e) override { return e.Wait(); }
   Event RecordCompute() override { return Event(); }
   Event OnHost(std::function<Status()> fn, const EventList& after) override {
@@ -87,6 +91,9 @@ class SynchronousDevice final : public ComputeDevice {
   }
   Event AllReduce(void* data, size_t count, DType dtype, ReduceOp op, const EventList& after) override {
     return Waited(inner_->AllReduce(data, count, dtype, op, after), "wait all-reduce");
+  }
+  Event Broadcast(void* data, size_t count, DType dtype, int root, const EventList& after) override {
+    return Waited(inner_->Broadcast(data, count, dtype, root, after), "wait broadcast");
   }
   Status ComputeAfter(const Event& e) override { return inner_->ComputeAfter(e); }
   Event RecordCompute() override { return inner_->RecordCompute(); }

@@ -394,7 +394,7 @@ class Gatherer {
   };
   Status Issue(const Visit& v);
   Status IssueRouted(int b, GatherSlot& slot, const torch::Tensor& full);
-  Event CopyPart(Gathered& g, int64_t begin, int64_t len, const EventList& after);
+  EventList FetchRange(Gathered& g, const BlockPlan& bp, int64_t lo, int64_t hi, const EventList& after);
   void Bind(int block, const torch::Tensor& full);
 
   Engine::Impl& m_;

@@ -75,15 +75,13 @@ Status Gatherer::Issue(const Visit& v) {
   return Status();
 }
 
-// Note [Expert-aware fetching]: a sparse layer's block is copied in without its experts (its
-// NVMe read brought only the other parts); the lease stays with the visit, for the experts'
-// reads, until the visit is released. This rank holds the block's whole working weights (no
-// all-gather: ShardPlan::fetch_routed).
+// Note [Expert-aware fetching]: a sparse layer's block is brought in without its experts (its
+// NVMe read brought only this rank's other parts); the lease stays with the visit, for the
+// experts' reads, until the visit is released.
 Status Gatherer::IssueRouted(int b, GatherSlot& slot, const torch::Tensor& full) {
   Gathered g{full, Event(), &slot};
   g.src = m_.HostWorking(b);
   const BlockPlan& bp = m_.plan.blocks[b];
-  STRATA_CHECK(bp.working.begin == 0 && bp.working.len == bp.layout.padded) << "block " << b << " is sharded";
   if (!g.src) {
     STRATA_ASSIGN_OR_RETURN(g.lease, prefetch_->Take(b));
     g.src = g.lease.data();
@@ -94,20 +92,35 @@ Status Gatherer::IssueRouted(int b, GatherSlot& slot, const torch::Tensor& full)
   }
   g.parts = PartsOfWorking(m_.plan, b);
   g.fetched.assign(bp.experts.count, 0);
-  EventList copies;
-  for (const WorkingPart& p : g.parts)
-    if (p.expert < 0) copies.push_back(CopyPart(g, p.begin, p.len, {slot.released}));
-  if (bp.adapter.len > 0) copies.push_back(CopyPart(g, bp.working_tensor_len(), bp.adapter.len, {slot.released}));
-  g.ready = AllOf(copies);
+  EventList events = FetchRange(g, bp, 0, bp.experts.begin, {slot.released});
+  for (const Event& e : FetchRange(g, bp, bp.experts.end(), bp.layout.padded, {slot.released})) events.push_back(e);
+  g.ready = AllOf(events);
   g.copies.push_back(g.ready);
   gathered_.push_back(std::move(g));
   return Status();
 }
 
-// Elements [begin, +len) of the working range (the whole group: it starts at 0), from the
-// visit's source into its gather buffer.
-Event Gatherer::CopyPart(Gathered& g, int64_t begin, int64_t len, const EventList& after) {
-  return m_.io.dev->CopyIn(g.full.narrow(0, begin, len), g.src + begin * m_.plan.dsize, after);
+// Flat elements [lo, hi) of the block into the visit's gather buffer: the pieces this rank
+// holds copied in from its source; with ZeRO-3 across ranks each rank's piece then broadcast
+// from it, in rank order (every rank issues the same broadcasts).
+EventList Gatherer::FetchRange(Gathered& g, const BlockPlan& bp, int64_t lo, int64_t hi, const EventList& after) {
+  EventList events;
+  const ShardLayout& l = bp.layout;
+  const size_t dsize = m_.plan.dsize;
+  auto* full = static_cast<std::byte*>(g.full.data_ptr());
+  if (!m_.plan.weights_sharded || l.world == 1) {  // this rank holds the whole group
+    if (lo < hi) events.push_back(m_.io.dev->CopyIn(g.full.narrow(0, lo, hi - lo), g.src + lo * dsize, after));
+    return events;
+  }
+  for (int q = 0; q < l.world; ++q) {
+    const int64_t from = std::max(lo, q * l.shard), to = std::min(hi, (q + 1) * l.shard);
+    if (from >= to) continue;
+    EventList ready = after;
+    if (q == l.rank)
+      ready.push_back(m_.io.dev->CopyIn(g.full.narrow(0, from, to - from), g.src + (from - l.begin()) * dsize, after));
+    events.push_back(m_.io.dev->Broadcast(full + from * dsize, to - from, m_.plan.compute, q, ready));
+  }
+  return events;
 }
 
 Status Gatherer::FetchExperts(int block, std::span<const int64_t> counts) {
@@ -116,23 +129,34 @@ Status Gatherer::FetchExperts(int block, std::span<const int64_t> counts) {
       << " is acquired";
   Gathered& g = gathered_[acquired_ - 1];
   if (g.fetched.empty()) return Status();  // fetched whole
-  std::vector<int> want;  // parts
-  for (size_t i = 0; i < g.parts.size(); ++i) {
-    const int e = g.parts[i].expert;
-    if (e < 0 || e >= static_cast<int>(counts.size()) || counts[e] == 0 || g.fetched[e]) continue;
+  const BlockPlan& bp = m_.plan.blocks[block];
+  std::vector<float> chosen(g.fetched.size(), 0.0f);
+  for (size_t e = 0; e < chosen.size() && e < counts.size(); ++e) chosen[e] = counts[e] > 0 ? 1.0f : 0.0f;
+  if (m_.plan.weights_sharded && bp.layout.world > 1)  // every rank gathers what some rank's tokens chose
+    STRATA_RETURN_IF_ERROR(m_.io.comm->AllReduce(chosen.data(), chosen.size(), DType::kF32, ReduceOp::kSum));
+  std::vector<int> want;  // experts
+  for (size_t e = 0; e < chosen.size(); ++e) {
+    if (chosen[e] == 0 || g.fetched[e]) continue;
     g.fetched[e] = 1;
-    want.push_back(static_cast<int>(i));
+    want.push_back(static_cast<int>(e));
   }
   if (want.empty()) return Status();
   m_.step_counts.experts_fetched += static_cast<int64_t>(want.size());
-  if (g.lease.valid()) {  // from NVMe, into their places in the lease
+  if (g.lease.valid()) {  // this rank's parts of them from NVMe, into their places in the lease
+    std::vector<int> parts;
+    for (size_t i = 0; i < g.parts.size(); ++i)
+      if (g.parts[i].expert >= 0 && std::find(want.begin(), want.end(), g.parts[i].expert) != want.end())
+        parts.push_back(static_cast<int>(i));
     Tracer::Span wait(m_.io.tracer, Track::kWait, "wait experts g" + std::to_string(block));
     const TensorHandle h = m_.model.blocks[block].working;
-    STRATA_RETURN_IF_ERROR(m_.state.store->ReadParts(h, g.lease.span().subspan(0, m_.state.store->bytes(h)), want).Wait());
+    STRATA_RETURN_IF_ERROR(m_.state.store->ReadParts(h, g.lease.span().subspan(0, m_.state.store->bytes(h)), parts).Wait());
   }
-  EventList copies;
-  for (int i : want) copies.push_back(CopyPart(g, g.parts[i].begin, g.parts[i].len, {g.slot->released}));
-  Event ready = AllOf(copies);
+  EventList events;
+  const model::ExpertSpan& x = bp.experts;
+  for (int e : want)
+    for (const Event& ev : FetchRange(g, bp, x.begin + e * x.numel, x.begin + (e + 1) * x.numel, {g.slot->released}))
+      events.push_back(ev);
+  Event ready = AllOf(events);
   g.copies.push_back(ready);
   return m_.ComputeAfter(ready, "wait experts");
 }
@@ -143,8 +167,11 @@ Status Gatherer::Acquire(int block) {
       << block;
   if (report_visits_ && m_.on_step_visit) m_.on_step_visit(acquired_, plan_.size());
   // This visit, and the ones ahead whose blocks the optimizer has finished (never waiting for
-  // the optimizer on a block that is not needed yet).
-  while (gathered_.size() < std::min(plan_.size(), acquired_ + 1 + lookahead_) &&
+  // the optimizer on a block that is not needed yet). Not ahead of a sparse layer's block
+  // gathered across ranks: its experts' broadcasts come while it runs, and every rank must
+  // issue its collectives in one order, whichever blocks its optimizer has finished.
+  const bool holds = m_.plan.FetchesRouted(block) && m_.plan.weights_sharded && m_.plan.world > 1;
+  while (gathered_.size() < std::min(plan_.size(), acquired_ + 1 + (holds ? 0 : lookahead_)) &&
          (gathered_.size() == acquired_ || m_.BlockReady(plan_[gathered_.size()].block)))
     STRATA_RETURN_IF_ERROR(Issue(plan_[gathered_.size()]));
   const Gathered& g = gathered_[acquired_++];

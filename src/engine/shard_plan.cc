@@ -112,7 +112,7 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
     }
   }
   p.PlanDevice(cfg);
-  p.fetch_routed = cfg.expert_fetch == ExpertFetch::kRouted && (!p.weights_sharded || world == 1) && !cfg.keep_activations;
+  p.fetch_routed = cfg.expert_fetch == ExpertFetch::kRouted && !cfg.keep_activations;
   p.format = StateFormat::Of(cfg, p.AnyResident());
   p.PlanOptimizerPool(cfg);
   p.PlanAdapters();

@@ -158,10 +158,10 @@ struct ShardPlan {
   // devices only): no store home, no copy per use; updated by one copy per step.
   std::vector<bool> resident;
   // Mixtures of experts (Note [Expert-aware fetching]): a sparse layer's block fetches its
-  // routed experts only (strata.expert_fetch "routed") where this rank reads the block's whole
-  // working weights itself (stages 1-2, or one rank), recomputes it in the backward (no kept
-  // activations) and keeps it off the device between uses; its working tensor is then in parts
-  // (expert_parts.h). With ZeRO-3 over several ranks every expert is all-gathered.
+  // routed experts only (strata.expert_fetch "routed") where it is recomputed in the backward
+  // (no kept activations) and kept off the device between uses; its working tensor is then in
+  // parts (expert_parts.h). With ZeRO-3 over several ranks the ranks gather the experts some
+  // rank's tokens chose, each rank's pieces broadcast from it.
   bool fetch_routed = false;
   bool FetchesRouted(int b) const { return fetch_routed && blocks[b].experts.count > 0 && !resident[b]; }
   bool AnyResident() const { return std::find(resident.begin(), resident.end(), true) != resident.end(); }

@@ -19,8 +19,9 @@ double ExpectedExpertShare(int64_t num_experts, int64_t top_k, int64_t tokens) {
   return -std::expm1(static_cast<double>(tokens) * std::log1p(-missed));
 }
 
-int64_t TokensPerVisit(const TrainConfig& cfg) {
-  return cfg.micro_batch * cfg.model.seq_len * (cfg.layer_major ? cfg.grad_accum : 1);
+int64_t TokensPerVisit(const TrainConfig& cfg, const ShardPlan& plan) {
+  return cfg.micro_batch * cfg.model.seq_len * (cfg.layer_major ? cfg.grad_accum : 1) *
+         (ExpertsShardedAcrossRanks(plan) ? plan.world : 1);
 }
 
 bool ExpertsShardedAcrossRanks(const ShardPlan& plan) { return plan.weights_sharded && plan.world > 1; }
@@ -46,9 +47,7 @@ int64_t TokensForAllButOnePercent(int64_t num_experts, int64_t top_k) {
 // Why no visit reads fewer experts, or "" where some do.
 std::string WhyEveryExpert(const TrainConfig& cfg, const ShardPlan& plan, int sparse, int fetching) {
   if (cfg.expert_fetch == ExpertFetch::kAll) return "strata.expert_fetch \"all\": every visit reads every expert";
-  if (ExpertsShardedAcrossRanks(plan))
-    return fmt::format("ZeRO-3 across {} ranks: each rank reads its shard of a sparse block whole, every expert in it "
-                       "(routed fetching needs one rank, or zero_optimization.stage < 3)", plan.world);
+  if (cfg.keep_activations) return "strata.recompute \"never\": a kept backward reads every expert";
   if (fetching == 0) return fmt::format("all {} sparse blocks are resident on the device: nothing is fetched", sparse);
   return "";
 }
@@ -78,15 +77,18 @@ std::string FormatExpertTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
     fetching += plan.blocks[b].experts.count > 0 && !plan.resident[b];
   }
   if (sparse == 0) return "";
-  const int64_t tokens = TokensPerVisit(cfg);
+  const int64_t tokens = TokensPerVisit(cfg, plan);
   const double share = ExpectedExpertShare(moe.num_experts, moe.top_k, tokens);
   std::string out = fmt::format(
       "mixture of experts: {} experts in each of {} sparse layers, top-{}, {} tokens per visit of a block ({}); "
       "expected share of a layer's experts some token routes to at uniform routing, 1 - (1 - {}/{})^tokens: {:.2f}%\n",
       moe.num_experts, sparse, moe.top_k, tokens,
-      cfg.layer_major ? fmt::format("micro-batch {} x seq {} x {} micro-batches, layer-major", cfg.micro_batch,
-                                    cfg.model.seq_len, cfg.grad_accum)
-                      : fmt::format("micro-batch {} x seq {}", cfg.micro_batch, cfg.model.seq_len),
+      (cfg.layer_major ? fmt::format("micro-batch {} x seq {} x {} micro-batches, layer-major", cfg.micro_batch,
+                                     cfg.model.seq_len, cfg.grad_accum)
+                       : fmt::format("micro-batch {} x seq {}", cfg.micro_batch, cfg.model.seq_len)) +
+          (ExpertsShardedAcrossRanks(plan)
+               ? fmt::format(" x {} ranks: ZeRO-3 ranks gather the experts some rank's tokens chose", plan.world)
+               : std::string()),
       moe.top_k, moe.num_experts, 100 * share);
   if (const std::string why = WhyEveryExpert(cfg, plan, sparse, fetching); !why.empty()) return out + why + "\n";
   const StepTraffic s = EstimateStepTraffic(cfg, plan);

@@ -45,7 +45,7 @@ uint64_t ExpertStateBytesOnNvme(const ShardPlan& plan) {
 }  // namespace
 
 StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
-  return EstimateStepTraffic(cfg, plan, TokensPerVisit(cfg));
+  return EstimateStepTraffic(cfg, plan, TokensPerVisit(cfg, plan));
 }
 
 StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan, int64_t tokens_per_visit) {
@@ -80,7 +80,7 @@ StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan, i
 }
 
 LinkTraffic EstimateLinkTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
-  return EstimateLinkTraffic(cfg, plan, TokensPerVisit(cfg));
+  return EstimateLinkTraffic(cfg, plan, TokensPerVisit(cfg, plan));
 }
 
 LinkTraffic EstimateLinkTraffic(const TrainConfig& cfg, const ShardPlan& plan, int64_t tokens_per_visit) {

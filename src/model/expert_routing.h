@@ -3,10 +3,11 @@
 // the experts some token of it chose, and the others' bytes need not move at all. The router
 // runs first; a sparse layer then tells the ExpertRouting armed on its thread which experts
 // were chosen (Routed) before any of them runs, and the engine brings those to the compute
-// device (the block's router, attention and norms came with the block's own fetch). An expert
-// no token chose runs nothing, so its weights are never read; it gets no gradient, and the
-// optimizer skips it as torch.optim.AdamW skips a parameter without one (no moment decay, no
-// weight decay, and its own step count for the bias correction).
+// device (the block's router, attention and norms came with the block's own fetch; across
+// ZeRO-3 ranks, the experts some rank's tokens chose, each rank's pieces broadcast from it).
+// An expert no token chose runs nothing, so its weights are never read; it gets no gradient,
+// and the optimizer skips it as torch.optim.AdamW skips a parameter without one (no moment
+// decay, no weight decay, and its own step count for the bias correction).
 #pragma once
 
 #include <cstdint>

@@ -52,7 +52,7 @@ constexpr int kSparseLayers = 3;
 TEST(ExpertTraffic, BytesPerStepAtUniformRoutingAreTheArithmetic) {
   const RunConfig run = testing::Settled(TinyMoe(), 1, /*host_device=*/false);
   const ShardPlan plan = PlanOf(*run);
-  ASSERT_EQ(TokensPerVisit(*run), 8);
+  ASSERT_EQ(TokensPerVisit(*run, plan), 8);
   ASSERT_EQ(plan.compute, DType::kBF16);
   for (int b = 1; b <= kSparseLayers; ++b) {
     ASSERT_TRUE(FetchesRoutedExperts(*run, plan, b));
@@ -99,29 +99,42 @@ TEST(ExpertTraffic, UnchosenExpertsStatesAreNotWritten) {
   }
 }
 
-TEST(ExpertTraffic, EveryExpertWithFetchAllOrZero3AcrossRanks) {
+TEST(ExpertTraffic, EveryExpertWithFetchAllOrKeptActivations) {
   const RunConfig all = testing::Settled(TinyMoe(R"("expert_fetch": "all",)"), 1, false);
   const ShardPlan plan = PlanOf(*all);
   EXPECT_FALSE(FetchesRoutedExperts(*all, plan, 1));
   StepTraffic t = EstimateStepTraffic(*all, plan);
   EXPECT_EQ(t.read_at_most, t.read_all_experts);
   EXPECT_NE(FormatExpertTraffic(*all, plan).find("expert_fetch \"all\""), std::string::npos);
-  // ZeRO-3 over 2 ranks: each rank reads its shard whole.
+  const RunConfig kept = testing::Settled(TinyMoe(R"("recompute": "never",)"), 1, false);
+  EXPECT_FALSE(FetchesRoutedExperts(*kept, PlanOf(*kept), 1));
+}
+
+// ZeRO-3 over 2 ranks: the ranks gather the experts some rank's tokens chose, so a visit's
+// share is that of both ranks' 8 tokens; each rank reads its pieces of them.
+TEST(ExpertTraffic, Zero3RanksGatherWhatAnyRankChose) {
   const RunConfig two = testing::Settled(TinyMoe(), 2, false);
   const ShardPlan sharded = PlanOf(*two, 2);
-  EXPECT_FALSE(FetchesRoutedExperts(*two, sharded, 1));
-  t = EstimateStepTraffic(*two, sharded);
-  EXPECT_EQ(t.read_at_most, t.read_all_experts);
-  const LinkTraffic l = EstimateLinkTraffic(*two, sharded);
-  EXPECT_EQ(l.in, l.in_all_experts);
-  EXPECT_NE(FormatExpertTraffic(*two, sharded).find("ZeRO-3 across 2 ranks"), std::string::npos);
+  EXPECT_TRUE(FetchesRoutedExperts(*two, sharded, 1));
+  EXPECT_EQ(TokensPerVisit(*two, sharded), 16);
+  const StepTraffic t = EstimateStepTraffic(*two, sharded);
+  EXPECT_LT(t.read_at_most, t.read_all_experts);
+  double unread = 0;  // per pass: this rank's pieces of the experts no token of either rank chose
+  for (int b = 1; b <= kSparseLayers; ++b) {
+    const BlockPlan& bp = sharded.blocks[b];
+    const int64_t lo = std::max(bp.working.begin, bp.experts.begin);
+    const int64_t hi = std::min(bp.working.begin + bp.working.len, bp.experts.end());
+    unread += hi > lo ? std::pow(7.0 / 8, 16) * (hi - lo) * 2 : 0;
+  }
+  EXPECT_NEAR(static_cast<double>(t.read_all_experts - t.read_at_most), 6 * unread, 6);
+  EXPECT_NE(FormatExpertTraffic(*two, sharded).find("x 2 ranks: ZeRO-3 ranks gather"), std::string::npos);
   // A dense model reads what it always did.
   TrainConfig dense = TinyMoe();
   dense.model.hf_model_type = "qwen3";
   dense.model.moe = {};
   const RunConfig d = testing::Settled(dense, 1, false);
-  t = EstimateStepTraffic(*d, PlanOf(*d));
-  EXPECT_EQ(t.read_at_most, t.read_all_experts);
+  const StepTraffic dt = EstimateStepTraffic(*d, PlanOf(*d));
+  EXPECT_EQ(dt.read_at_most, dt.read_all_experts);
   EXPECT_EQ(FormatExpertTraffic(*d, PlanOf(*d)), "");
 }
 

@@ -32,6 +32,7 @@ class StreamCollectives {
   virtual Status ReduceScatterOn(void* stream, const void* full, void* shard, size_t count, DType dtype,
                                  ReduceOp op) = 0;
   virtual Status AllReduceOn(void* stream, void* data, size_t count, DType dtype, ReduceOp op) = 0;
+  virtual Status BroadcastOn(void* stream, void* data, size_t count, DType dtype, int root) = 0;
   // An asynchronous NCCL error (a peer died mid-collective), if any.
   virtual Status AsyncError() = 0;
 };

@@ -75,6 +75,9 @@ class CudaDevice final : public ComputeDevice {
   Event AllReduce(void* data, size_t count, DType dtype, ReduceOp op, const EventList& after) override {
     return Collective(after, "all-reduce", [&](void* s) { return streams_->AllReduceOn(s, data, count, dtype, op); });
   }
+  Event Broadcast(void* data, size_t count, DType dtype, int root, const EventList& after) override {
+    return Collective(after, "broadcast", [&](void* s) { return streams_->BroadcastOn(s, data, count, dtype, root); });
+  }
   Status ComputeAfter(const Event& e) override { return Order(guard_.getStream(device_), {e}); }
   Event RecordCompute() override { return Record(guard_.getStream(device_)); }
   Event OnHost(std::function<Status()> fn, const EventList& after) override {

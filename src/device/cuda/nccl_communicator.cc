@@ -81,6 +81,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator, public StreamCollect
     return Nccl(ncclAllReduce(data, data, count, NcclType(dtype), Op(op), comm_, static_cast<cudaStream_t>(stream)),
                 "all-reduce", rank_);
   }
+  Status BroadcastOn(void* stream, void* data, size_t count, DType dtype, int root) override {
+    return Nccl(ncclBroadcast(data, data, count, NcclType(dtype), root, comm_, static_cast<cudaStream_t>(stream)),
+                "broadcast", rank_);
+  }
   Status AsyncError() override {
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(comm_, &async);
