@@ -33,14 +33,22 @@ struct TieredStore::Entry {
   Residency residency = Residency::kZero;
   std::byte* cpu = nullptr;  // kCpu home
   bool pinned = false;
-  ExtentId extent = 0;       // kNvme home (its first part's)
-  // Where its parts begin (bytes; empty: one part) and, on NVMe, their extents.
+  // Where its parts begin (bytes; empty: one part) and, on NVMe, each part's extent.
   std::vector<uint64_t> parts;
-  std::vector<ExtentId> part_extents;
+  std::vector<ExtentId> extents;
   int num_parts() const { return parts.empty() ? 1 : static_cast<int>(parts.size()); }
   std::pair<uint64_t, uint64_t> part(int i) const {
     if (parts.empty()) return {0, bytes};
     return {parts[i], i + 1 < static_cast<int>(parts.size()) ? parts[i + 1] : bytes};
+  }
+  // fn(index, first byte, end byte) for each of `which` parts, or for every part when none are.
+  template <typename Fn>
+  void ForParts(std::span<const int> which, Fn&& fn) const {
+    if (which.empty()) {
+      for (int i = 0; i < num_parts(); ++i) fn(i, part(i).first, part(i).second);
+    } else {
+      for (int i : which) fn(i, part(i).first, part(i).second);
+    }
   }
   std::shared_ptr<WriteBackRecord> pending;  // this tensor's write-back in flight
 };
@@ -108,15 +116,12 @@ StatusOr<TensorHandle> TieredStore::Register(const std::string& name, uint64_t b
     if (!nvme_)
       return Error(StatusCode::kFailedPrecondition, "tensor '{}' has home nvme but the store has no NVMe tier "
                    "(set nvme_path)", name);
-    if (e.parts.empty()) {
-      STRATA_ASSIGN_OR_RETURN(e.extent, nvme_->Allocate(name, bytes));
-    } else {
-      for (int i = 0; i < e.num_parts(); ++i) {
-        const auto [lo, hi] = e.part(i);
-        STRATA_ASSIGN_OR_RETURN(ExtentId id, nvme_->Allocate(fmt::format("{} part {}", name, i), hi - lo, /*packed=*/true));
-        e.part_extents.push_back(id);
-      }
-      e.extent = e.part_extents[0];
+    for (int i = 0; i < e.num_parts(); ++i) {
+      const auto [lo, hi] = e.part(i);
+      const bool packed = e.num_parts() > 1;
+      const std::string extent = packed ? fmt::format("{} part {}", name, i) : name;
+      STRATA_ASSIGN_OR_RETURN(ExtentId id, nvme_->Allocate(extent, hi - lo, packed));
+      e.extents.push_back(id);
     }
   }
   st.used[tier] += bytes;
@@ -208,27 +213,18 @@ Event TieredStore::Write(TensorHandle t, std::span<const std::byte> src) {
 }
 
 Event TieredStore::NvmeWrite(const Entry& e, std::span<const std::byte> src) {
-  if (e.parts.empty()) return nvme_->Write(e.extent, src);
   EventList events;
-  for (int i = 0; i < e.num_parts(); ++i) {
-    const auto [lo, hi] = e.part(i);
-    events.push_back(nvme_->Write(e.part_extents[i], src.subspan(lo, hi - lo)));
-  }
+  e.ForParts({}, [&](int i, uint64_t lo, uint64_t hi) {
+    events.push_back(nvme_->Write(e.extents[i], src.subspan(lo, hi - lo)));
+  });
   return AllOf(std::move(events));
 }
 
 Event TieredStore::NvmeRead(const Entry& e, std::span<std::byte> dst, std::span<const int> parts) {
-  if (e.parts.empty()) return nvme_->Read(e.extent, dst);
   EventList events;
-  auto read = [&](int i) {
-    const auto [lo, hi] = e.part(i);
-    events.push_back(nvme_->Read(e.part_extents[i], dst.subspan(lo, hi - lo)));
-  };
-  if (parts.empty()) {
-    for (int i = 0; i < e.num_parts(); ++i) read(i);
-  } else {
-    for (int i : parts) read(i);
-  }
+  e.ForParts(parts, [&](int i, uint64_t lo, uint64_t hi) {
+    events.push_back(nvme_->Read(e.extents[i], dst.subspan(lo, hi - lo)));
+  });
   return AllOf(std::move(events));
 }
 
@@ -263,26 +259,18 @@ Event TieredStore::ReadParts(TensorHandle t, std::span<std::byte> dst, std::span
   STRATA_CHECK(dst.size() == e.bytes) << "read of " << dst.size() << " bytes from tensor '" << e.name << "' of "
                                       << e.bytes;
   for (int i : parts) STRATA_CHECK(i >= 0 && i < e.num_parts()) << "tensor '" << e.name << "' has no part " << i;
-  // Applies fn to the listed parts (all when none are listed).
-  auto each = [&](auto&& fn) {
-    if (parts.empty()) {
-      for (int i = 0; i < e.num_parts(); ++i) fn(e.part(i));
-    } else {
-      for (int i : parts) fn(e.part(i));
-    }
-  };
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (e.residency == Residency::kFailed)
       return Event::Failed(Error(StatusCode::kDataLoss, "tensor '{}' holds no valid data: its last write failed",
                                   e.name));
     if (e.residency == Residency::kZero) {  // Note [Known zero]
-      each([&](std::pair<uint64_t, uint64_t> p) { std::memset(dst.data() + p.first, 0, p.second - p.first); });
+      e.ForParts(parts, [&](int, uint64_t lo, uint64_t hi) { std::memset(dst.data() + lo, 0, hi - lo); });
       return Event();
     }
   }
   if (e.home == Tier::kCpu) {
-    each([&](std::pair<uint64_t, uint64_t> p) { std::memcpy(dst.data() + p.first, e.cpu + p.first, p.second - p.first); });
+    e.ForParts(parts, [&](int, uint64_t lo, uint64_t hi) { std::memcpy(dst.data() + lo, e.cpu + lo, hi - lo); });
     return Event();
   }
   return NvmeRead(e, dst, parts);
@@ -300,15 +288,9 @@ bool TieredStore::ReadFromWriteBack(TensorHandle t, std::span<std::byte> dst, st
     w = e.pending;
     ++w->copying;
   }
-  const Entry& e = Get(t);
-  if (parts.empty()) {
-    std::memcpy(dst.data(), w->lease.data(), dst.size());
-  } else {
-    for (int i : parts) {
-      const auto [lo, hi] = e.part(i);
-      std::memcpy(dst.data() + lo, w->lease.data() + lo, hi - lo);
-    }
-  }
+  Get(t).ForParts(parts, [&](int, uint64_t lo, uint64_t hi) {
+    std::memcpy(dst.data() + lo, w->lease.data() + lo, hi - lo);
+  });
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     --w->copying;

@@ -225,7 +225,7 @@ struct StateStore {
 
 // Mixtures of experts (Note [Expert-aware fetching]), per block (empty for a dense block) and
 // per expert: whether some token of the running step chose it (any micro-batch of this rank;
-// after RoutedInStep's all-reduce, of any rank), and the Adam steps applied to it so far (its
+// after CountExpertSteps' all-reduce, of any rank), and the Adam steps applied to it so far (its
 // own bias correction: a step that did not route to it does not count).
 struct ExpertState {
   std::vector<std::vector<uint8_t>> routed;
@@ -381,6 +381,7 @@ class Gatherer {
 
  private:
   struct Gathered {
+    Gathered(torch::Tensor f, Event r, GatherSlot* s) : full(std::move(f)), ready(std::move(r)), slot(s) {}
     torch::Tensor full;
     Event ready;
     GatherSlot* slot = nullptr;  // null: a resident block bound in place

@@ -108,7 +108,7 @@ EventList Gatherer::FetchRange(Gathered& g, const BlockPlan& bp, int64_t lo, int
   const ShardLayout& l = bp.layout;
   const size_t dsize = m_.plan.dsize;
   auto* full = static_cast<std::byte*>(g.full.data_ptr());
-  if (!m_.plan.weights_sharded || l.world == 1) {  // this rank holds the whole group
+  if (!m_.plan.GathersAcrossRanks()) {  // this rank holds the whole group
     if (lo < hi) events.push_back(m_.io.dev->CopyIn(g.full.narrow(0, lo, hi - lo), g.src + lo * dsize, after));
     return events;
   }
@@ -132,7 +132,7 @@ Status Gatherer::FetchExperts(int block, std::span<const int64_t> counts) {
   const BlockPlan& bp = m_.plan.blocks[block];
   std::vector<float> chosen(g.fetched.size(), 0.0f);
   for (size_t e = 0; e < chosen.size() && e < counts.size(); ++e) chosen[e] = counts[e] > 0 ? 1.0f : 0.0f;
-  if (m_.plan.weights_sharded && bp.layout.world > 1)  // every rank gathers what some rank's tokens chose
+  if (m_.plan.GathersAcrossRanks())  // every rank gathers what some rank's tokens chose
     STRATA_RETURN_IF_ERROR(m_.io.comm->AllReduce(chosen.data(), chosen.size(), DType::kF32, ReduceOp::kSum));
   std::vector<int> want;  // experts
   for (size_t e = 0; e < chosen.size(); ++e) {
@@ -170,7 +170,7 @@ Status Gatherer::Acquire(int block) {
   // the optimizer on a block that is not needed yet). Not ahead of a sparse layer's block
   // gathered across ranks: its experts' broadcasts come while it runs, and every rank must
   // issue its collectives in one order, whichever blocks its optimizer has finished.
-  const bool holds = m_.plan.FetchesRouted(block) && m_.plan.weights_sharded && m_.plan.world > 1;
+  const bool holds = m_.plan.FetchesRouted(block) && m_.plan.GathersAcrossRanks();
   while (gathered_.size() < std::min(plan_.size(), acquired_ + 1 + (holds ? 0 : lookahead_)) &&
          (gathered_.size() == acquired_ || m_.BlockReady(plan_[gathered_.size()].block)))
     STRATA_RETURN_IF_ERROR(Issue(plan_[gathered_.size()]));

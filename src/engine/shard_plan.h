@@ -184,6 +184,8 @@ struct ShardPlan {
   // Gradients are reduce-scattered (stages 2-3, several ranks, no LoRA), else all-reduced or,
   // alone, kept as flattened.
   bool ScattersGradients() const { return grads_sharded && !lora && world > 1; }
+  // Each rank holds a shard of the working weights, gathered from every rank for each use.
+  bool GathersAcrossRanks() const { return weights_sharded && world > 1; }
   // The blocks whose working weights the micro-batches read, in order: forward 0..N-2 (the
   // tied owner into its own slot, where the head finds it again: read once for both), the
   // head, then, when training, backward N-2..0 (LoRA: a frozen embedding has none).

@@ -21,13 +21,7 @@ double ExpectedExpertShare(int64_t num_experts, int64_t top_k, int64_t tokens) {
 
 int64_t TokensPerVisit(const TrainConfig& cfg, const ShardPlan& plan) {
   return cfg.micro_batch * cfg.model.seq_len * (cfg.layer_major ? cfg.grad_accum : 1) *
-         (ExpertsShardedAcrossRanks(plan) ? plan.world : 1);
-}
-
-bool ExpertsShardedAcrossRanks(const ShardPlan& plan) { return plan.weights_sharded && plan.world > 1; }
-
-bool FetchesRoutedExperts(const TrainConfig& cfg, const ShardPlan& plan, int b) {
-  return cfg.expert_fetch == ExpertFetch::kRouted && plan.FetchesRouted(b);  // (the plan settles it from cfg)
+         (plan.GathersAcrossRanks() ? plan.world : 1);
 }
 
 uint64_t ExpertBytesIn(const ShardPlan& plan, int b, ElementRange read) {
@@ -86,7 +80,7 @@ std::string FormatExpertTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
       (cfg.layer_major ? fmt::format("micro-batch {} x seq {} x {} micro-batches, layer-major", cfg.micro_batch,
                                      cfg.model.seq_len, cfg.grad_accum)
                        : fmt::format("micro-batch {} x seq {}", cfg.micro_batch, cfg.model.seq_len)) +
-          (ExpertsShardedAcrossRanks(plan)
+          (plan.GathersAcrossRanks()
                ? fmt::format(" x {} ranks: ZeRO-3 ranks gather the experts some rank's tokens chose", plan.world)
                : std::string()),
       moe.top_k, moe.num_experts, 100 * share);

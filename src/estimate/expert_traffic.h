@@ -22,15 +22,6 @@ double ExpectedExpertShare(int64_t num_experts, int64_t top_k, int64_t tokens);
 // step's); with ZeRO-3 across ranks, every rank's (they gather the experts together).
 int64_t TokensPerVisit(const TrainConfig& cfg, const ShardPlan& plan);
 
-// Whether a visit of block b reads only the experts its tokens routed to: the engine's rule
-// (ShardPlan::FetchesRouted: a sparse layer's block, strata.expert_fetch "routed", this rank
-// reading the block's whole working weights itself, recomputed, not resident on the device).
-bool FetchesRoutedExperts(const TrainConfig& cfg, const ShardPlan& plan, int b);
-
-// ZeRO-3 across ranks: the ranks gather a sparse block's experts together (the ones some
-// rank's tokens chose), each reading its pieces of them.
-bool ExpertsShardedAcrossRanks(const ShardPlan& plan);
-
 // Bytes of block b's experts within `read` (elements of its flat group), in the compute dtype.
 uint64_t ExpertBytesIn(const ShardPlan& plan, int b, ElementRange read);
 

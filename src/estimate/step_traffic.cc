@@ -17,7 +17,7 @@ double ShareAt(const TrainConfig& cfg, int64_t tokens) {
 uint64_t UnroutedNvmeBytes(const TrainConfig& cfg, const ShardPlan& plan, double share) {
   double unread = 0;
   for (int b = 0; b < static_cast<int>(plan.blocks.size()); ++b) {
-    if (!FetchesRoutedExperts(cfg, plan, b) || plan.WorkingResidence(b) != Residence::kNvme) continue;
+    if (!plan.FetchesRouted(b) || plan.WorkingResidence(b) != Residence::kNvme) continue;
     const BlockPlan& bp = plan.blocks[b];
     unread += (1 - share) * static_cast<double>(ExpertBytesIn(plan, b, {bp.working.begin, bp.working_tensor_len()}));
   }
@@ -96,7 +96,7 @@ LinkTraffic EstimateLinkTraffic(const TrainConfig& cfg, const ShardPlan& plan, i
     const ShardLayout& l = plan.blocks[v.block].layout;
     const ElementRange copied = plan.weights_sharded ? ElementRange{l.begin(), l.shard} : ElementRange{0, l.padded};
     t.in += static_cast<uint64_t>(copied.len) * plan.dsize;
-    if (FetchesRoutedExperts(cfg, plan, v.block))
+    if (plan.FetchesRouted(v.block))
       unread += (1 - share) * static_cast<double>(ExpertBytesIn(plan, v.block, copied));
   }
   const auto micro_batches = static_cast<uint64_t>(cfg.grad_accum);

@@ -22,7 +22,7 @@ struct StepTraffic {
   // last block turns from forward to backward), or when the optimizer overlaps the forward
   // and the first forward of a block finds the write-back of its update still in flight
   // (Note [Write-backs]): `read_served` then, as when the disk is what the step waits for.
-  // Mixtures of experts: a visit that reads only the routed experts (FetchesRoutedExperts)
+  // Mixtures of experts: a visit that reads only the routed experts (ShardPlan::FetchesRouted)
   // counts its experts at their expected share at uniform routing (expert_traffic.h), the
   // most spread routing; the update's reads are whole.
   uint64_t read_at_most = 0;

@@ -132,9 +132,7 @@ class GemmaAttention final : public torch::nn::Module {
     q = q.transpose(1, 2);
     k = k.transpose(1, 2);
     torch::Tensor v = v_proj_->Forward(x).view({B, T, n_kv_head_, D}).transpose(1, 2);
-    const PackedLayout* packed = past == 0 ? PackedLayout::Current() : nullptr;
-    auto [cos, sin] = packed ? RopeTablesAt(packed->PositionsOn(q.device()), D, rope_theta_, q)
-                             : RopeTables(T, D, rope_theta_, q, {}, past);
+    auto [cos, sin] = RopeTablesFor(q, D, rope_theta_, {}, past);
     return {ApplyRope(q, cos, sin), ApplyRope(k, cos, sin), v};
   }
 

@@ -308,6 +308,16 @@ inline torch::Tensor RopeInverseFrequencies(int64_t D, double theta, const RopeS
   return torch::where(medium, blended, scaled);
 }
 
+// cos and sin of RoPE's angles in the dtype of `like` (longrope: times its attention factor,
+// resolved by the caller: RopeAttentionFactor).
+inline std::pair<torch::Tensor, torch::Tensor> RopeCosSin(const torch::Tensor& angles, const RopeScaling& scaling,
+                                                          const torch::Tensor& like) {
+  if (scaling.longrope())
+    return {(angles.cos() * scaling.attention_factor).to(like.scalar_type()),
+            (angles.sin() * scaling.attention_factor).to(like.scalar_type())};
+  return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
+}
+
 // RoPE tables for positions 0..T-1 and head dim D: cos, sin [T, D] with the dtype and
 // device of `like`, laid out for the rotate-half convention (frequency j at columns j and
 // j + D/2). Computed in fp32 like Hugging Face's LlamaRotaryEmbedding so that imported
@@ -320,11 +330,7 @@ inline std::pair<torch::Tensor, torch::Tensor> RopeTables(int64_t T, int64_t D, 
   torch::Tensor inv_freq = RopeInverseFrequencies(D, theta, scaling, f32);
   torch::Tensor positions = past == 0 ? torch::arange(T, f32) : torch::arange(past, past + T, f32);
   torch::Tensor freqs = torch::outer(positions, inv_freq);  // [T, D/2]
-  torch::Tensor angles = torch::cat({freqs, freqs}, -1);                // [T, D]
-  if (scaling.longrope())  // its attention factor (resolved by the caller: RopeAttentionFactor)
-    return {(angles.cos() * scaling.attention_factor).to(like.scalar_type()),
-            (angles.sin() * scaling.attention_factor).to(like.scalar_type())};
-  return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
+  return RopeCosSin(torch::cat({freqs, freqs}, -1), scaling, like);  // [T, D]
 }
 
 // RopeTables at explicit positions [B, T] (int64, on the device): cos, sin [B, 1, T, D], which
@@ -334,11 +340,16 @@ inline std::pair<torch::Tensor, torch::Tensor> RopeTablesAt(const torch::Tensor&
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(like.device());
   torch::Tensor inv_freq = RopeInverseFrequencies(D, theta, scaling, f32);
   torch::Tensor freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq;  // [B, T, D/2]
-  torch::Tensor angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);          // [B, 1, T, D]
-  if (scaling.longrope())
-    return {(angles.cos() * scaling.attention_factor).to(like.scalar_type()),
-            (angles.sin() * scaling.attention_factor).to(like.scalar_type())};
-  return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
+  return RopeCosSin(torch::cat({freqs, freqs}, -1).unsqueeze(1), scaling, like);  // [B, 1, T, D]
+}
+
+// The tables for one attention call on q [B, H, T, D]: in a pass over packed examples at their
+// own positions (Note [Packed sequences]), else at past..past+T-1.
+inline std::pair<torch::Tensor, torch::Tensor> RopeTablesFor(const torch::Tensor& q, int64_t D, double theta,
+                                                             const RopeScaling& scaling, int64_t past) {
+  const PackedLayout* packed = past == 0 ? PackedLayout::Current() : nullptr;
+  return packed ? RopeTablesAt(packed->PositionsOn(q.device()), D, theta, q, scaling)
+                : RopeTables(q.size(2), D, theta, q, scaling, past);  // recomputed: not state to shard
 }
 
 // x [B, H, T, D] rotated by position: x * cos + rotate_half(x) * sin, where

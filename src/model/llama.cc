@@ -93,10 +93,8 @@ class LlamaAttention final : public torch::nn::Module {
     q = q.transpose(1, 2);  // [B, H, T, D]
     k = k.transpose(1, 2);  // [B, Hkv, T, D]
     torch::Tensor v = v_proj_->Forward(x).view({B, T, n_kv_head_, D}).transpose(1, 2);
-    const PackedLayout* packed = past == 0 ? PackedLayout::Current() : nullptr;  // Note [Packed sequences]
-    const int64_t R = rotary_dim_;  // D, or fewer (partial rotary: the rest of each head passes)
-    auto [cos, sin] = packed ? RopeTablesAt(packed->PositionsOn(q.device()), R, rope_theta_, q, rope_scaling_)
-                             : RopeTables(T, R, rope_theta_, q, rope_scaling_, past);  // recomputed: not state to shard
+    // rotary_dim_: D, or fewer (partial rotary: the rest of each head passes)
+    auto [cos, sin] = RopeTablesFor(q, rotary_dim_, rope_theta_, rope_scaling_, past);
     return {ApplyRope(q, cos, sin), ApplyRope(k, cos, sin), v};
   }
 

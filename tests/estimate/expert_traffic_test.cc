@@ -55,10 +55,10 @@ TEST(ExpertTraffic, BytesPerStepAtUniformRoutingAreTheArithmetic) {
   ASSERT_EQ(TokensPerVisit(*run, plan), 8);
   ASSERT_EQ(plan.compute, DType::kBF16);
   for (int b = 1; b <= kSparseLayers; ++b) {
-    ASSERT_TRUE(FetchesRoutedExperts(*run, plan, b));
+    ASSERT_TRUE(plan.FetchesRouted(b));
     EXPECT_EQ(static_cast<uint64_t>(plan.blocks[b].experts.numel * plan.blocks[b].experts.count) * 2, kExpertBytes);
   }
-  EXPECT_FALSE(FetchesRoutedExperts(*run, plan, 0));  // the embedding and head are dense
+  EXPECT_FALSE(plan.FetchesRouted(0));  // the embedding and head are dense
   const double p = 1 - std::pow(7.0 / 8, 8);
   const double unread_per_pass = kSparseLayers * (1 - p) * kExpertBytes;  // every block visited once
   const uint64_t visits = 2 * 3;  // forward and backward of 3 micro-batches
@@ -102,12 +102,12 @@ TEST(ExpertTraffic, UnchosenExpertsStatesAreNotWritten) {
 TEST(ExpertTraffic, EveryExpertWithFetchAllOrKeptActivations) {
   const RunConfig all = testing::Settled(TinyMoe(R"("expert_fetch": "all",)"), 1, false);
   const ShardPlan plan = PlanOf(*all);
-  EXPECT_FALSE(FetchesRoutedExperts(*all, plan, 1));
+  EXPECT_FALSE(plan.FetchesRouted(1));
   StepTraffic t = EstimateStepTraffic(*all, plan);
   EXPECT_EQ(t.read_at_most, t.read_all_experts);
   EXPECT_NE(FormatExpertTraffic(*all, plan).find("expert_fetch \"all\""), std::string::npos);
   const RunConfig kept = testing::Settled(TinyMoe(R"("recompute": "never",)"), 1, false);
-  EXPECT_FALSE(FetchesRoutedExperts(*kept, PlanOf(*kept), 1));
+  EXPECT_FALSE(PlanOf(*kept).FetchesRouted(1));
 }
 
 // ZeRO-3 over 2 ranks: the ranks gather the experts some rank's tokens chose, so a visit's
@@ -115,7 +115,7 @@ TEST(ExpertTraffic, EveryExpertWithFetchAllOrKeptActivations) {
 TEST(ExpertTraffic, Zero3RanksGatherWhatAnyRankChose) {
   const RunConfig two = testing::Settled(TinyMoe(), 2, false);
   const ShardPlan sharded = PlanOf(*two, 2);
-  EXPECT_TRUE(FetchesRoutedExperts(*two, sharded, 1));
+  EXPECT_TRUE(sharded.FetchesRouted(1));
   EXPECT_EQ(TokensPerVisit(*two, sharded), 16);
   const StepTraffic t = EstimateStepTraffic(*two, sharded);
   EXPECT_LT(t.read_at_most, t.read_all_experts);
@@ -144,8 +144,8 @@ TEST(ExpertTraffic, ResidentSparseBlocksAreNotFetched) {
   c.resident_blocks = 3;  // the embedding and the first two layers
   const RunConfig run = testing::Settled(c, 1, false);
   const ShardPlan plan = PlanOf(*run);
-  EXPECT_FALSE(FetchesRoutedExperts(*run, plan, 2));
-  EXPECT_TRUE(FetchesRoutedExperts(*run, plan, 3));
+  EXPECT_FALSE(plan.FetchesRouted(2));
+  EXPECT_TRUE(plan.FetchesRouted(3));
   const LinkTraffic l = EstimateLinkTraffic(*run, plan);
   EXPECT_NEAR(static_cast<double>(l.in_all_experts - l.in), 6 * (1 - ExpectedExpertShare(16, 2, 8)) * kExpertBytes, 1);
 }
