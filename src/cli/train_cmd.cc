@@ -353,10 +353,12 @@ void TrainRun::PrintStartup() {
         ? fmt::format("NF4 for the layers' projections ({:.1f} M, 4.13 bits each: strata.lora.base_dtype), {} for the "
                       "rest", nf4 / 1e6, DTypeName(cfg_.compute_dtype))
         : DTypeName(cfg_.compute_dtype);
+    std::vector<std::string> targets = cfg_.model.lora.target_modules;
+    for (const std::string& t : cfg_.model.lora.target_parameters) targets.push_back(t);
     progress_->Message(fmt::format("LoRA: r {}, alpha {} on {}: {:.3f} M trainable parameters ({:.2f}%); the base is "
                                    "frozen ({} weights only: no master copy, gradients or Adam states)",
-                                   cfg_.model.lora.r, cfg_.model.lora.alpha, fmt::join(cfg_.model.lora.target_modules, ", "),
-                                   trainable / 1e6, 100.0 * trainable / spec.num_parameters(), base));
+                                   cfg_.model.lora.r, cfg_.model.lora.alpha, fmt::join(targets, ", "), trainable / 1e6,
+                                   100.0 * trainable / spec.num_parameters(), base));
   }
   if (!init_from().empty() && a_.resume.empty()) progress_->Message("initial weights from " + init_from());
   if (!a_.resume.empty()) progress_->Message(fmt::format("resumed from {} at step {}", a_.resume, start_));

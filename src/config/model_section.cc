@@ -12,7 +12,9 @@ Status ParseLora(JsonReader& l, model::LoraConfig* lora) {
   STRATA_RETURN_IF_ERROR(l.Double("alpha", &lora->alpha, 0, 1e9));
   STRATA_RETURN_IF_ERROR(l.Double("dropout", &lora->dropout, 0, 1));
   STRATA_RETURN_IF_ERROR(l.Choice("base_dtype", &lora->base_dtype, {"", "nf4"}));
-  if (lora->target_modules.empty()) lora->target_modules = {"q_proj", "v_proj"};  // PEFT's default for LLaMA
+  STRATA_RETURN_IF_ERROR(l.StringList("target_parameters", &lora->target_parameters));
+  // PEFT's default for LLaMA, unless only parameters (a mixture of experts' experts) are targeted.
+  if (lora->target_modules.empty() && lora->target_parameters.empty()) lora->target_modules = {"q_proj", "v_proj"};
   return l.StringList("target_modules", &lora->target_modules);
 }
 
@@ -182,6 +184,7 @@ nlohmann::json ModelConfigJson(const model::ModelConfig& m) {
   if (m.lora.enabled()) {
     j["lora"] = {{"r", m.lora.r}, {"alpha", m.lora.alpha}, {"dropout", m.lora.dropout},
                  {"target_modules", m.lora.target_modules}};
+    if (!m.lora.target_parameters.empty()) j["lora"]["target_parameters"] = m.lora.target_parameters;
     if (!m.lora.base_dtype.empty()) j["lora"]["base_dtype"] = m.lora.base_dtype;
   }
   if (m.partial_rotary != 1) j["partial_rotary"] = m.partial_rotary;

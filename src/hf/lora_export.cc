@@ -21,9 +21,11 @@ using model::ToHfName;
 namespace fs = std::filesystem;
 namespace {
 
-// "r 4, alpha 8 on q_proj, v_proj"
+// "r 4, alpha 8 on q_proj, v_proj" (", experts.down_proj")
 std::string Summary(const model::LoraConfig& l) {
-  return fmt::format("r {}, alpha {} on {}", l.r, l.alpha, fmt::join(l.target_modules, ", "));
+  std::vector<std::string> targets = l.target_modules;
+  targets.insert(targets.end(), l.target_parameters.begin(), l.target_parameters.end());
+  return fmt::format("r {}, alpha {} on {}", l.r, l.alpha, fmt::join(targets, ", "));
 }
 
 // lora_alpha as PEFT writes it: an integer when it is one.
@@ -44,7 +46,9 @@ nlohmann::ordered_json AdapterConfig(const model::LoraConfig& l, const std::stri
   j["r"] = l.r;
   j["lora_alpha"] = Alpha(l.alpha);
   j["lora_dropout"] = l.dropout;
-  j["target_modules"] = l.target_modules;
+  // (null beside target_parameters alone, as PEFT writes target_modules=None)
+  j["target_modules"] = l.target_modules.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(l.target_modules);
+  if (!l.target_parameters.empty()) j["target_parameters"] = l.target_parameters;  // PEFT 0.17 on
   j["bias"] = "none";
   j["fan_in_fan_out"] = false;
   j["use_rslora"] = false;
@@ -58,8 +62,25 @@ nlohmann::ordered_json AdapterConfig(const model::LoraConfig& l, const std::stri
   return j;
 }
 
-// Every adapter of the checkpoint under PEFT's saved names:
-// "base_model.model.model.layers.<i>.self_attn.q_proj.lora_A.weight" (layer i = block i + 1).
+// An adapter's PEFT name: "base_model.model.model.layers.<i>.self_attn.q_proj.lora_A.weight"
+// (layer i = block i + 1). A sparse layer's expert adapters (Note [Expert adapters]) are on
+// the module transformers names "mlp.experts" (Mixtral's too), where PEFT nests one wrapper
+// per targeted tensor in their order there: gate_up_proj's under "base_layer." when
+// down_proj is targeted as well.
+std::string PeftName(const Consolidator& c, int block, const std::string& name) {
+  const model::LoraConfig& l = c.model().lora;
+  for (const char* tensor : model::kLoraExpertTensors) {
+    const std::string fused = fmt::format(".experts.{}.", tensor);
+    const size_t at = name.find(fused);
+    if (at == std::string::npos) continue;
+    const bool nested = std::string(tensor) == "gate_up_proj" && l.TargetsExperts("down_proj");
+    return fmt::format("base_model.model.model.layers.{}.mlp.experts.{}{}.weight", block - 1, nested ? "base_layer." : "",
+                       name.substr(at + fused.size()));
+  }
+  return "base_model.model." + ToHfName(/*gpt2=*/false, static_cast<int>(c.model().n_layer), block, name).name + ".weight";
+}
+
+// Every adapter of the checkpoint under PEFT's saved names (PeftName).
 Status AdapterTensors(const Consolidator& c, ExportDType dtype, std::vector<ExportedTensor>* out) {
   for (int i = 0; i < c.num_blocks(); ++i) {
     const nlohmann::json& params = c.manifest()["layout"][i].at("params");
@@ -70,9 +91,8 @@ Status AdapterTensors(const Consolidator& c, ExportDType dtype, std::vector<Expo
     for (const nlohmann::json& p : params) {
       const std::string name = p.at("name").get<std::string>();
       if (!IsAdapterName(name)) continue;
-      const HfName hf = ToHfName(/*gpt2=*/false, static_cast<int>(c.model().n_layer), flat.block, name);
       STRATA_ASSIGN_OR_RETURN(ExportedTensor t,
-                              c.Extract(flat, p, "base_model.model." + hf.name + ".weight", /*transpose=*/false, dtype));
+                              c.Extract(flat, p, PeftName(c, flat.block, name), /*transpose=*/false, dtype));
       out->push_back(std::move(t));
     }
   }
@@ -113,63 +133,19 @@ StatusOr<ExportReport> Peft(const std::string& checkpoint, const std::string& ou
   STRATA_RETURN_IF_ERROR(f.Publish());  // on any error above, f's destructor removes the temporary
   rep.details.push_back(fmt::format("adapter_config.json: LORA, {}, base_model_name_or_path {}", Summary(c.model().lora),
                                     config["base_model_name_or_path"].dump()));
-  rep.details.push_back(fmt::format("adapter_model.safetensors: lora_A [r, in] and lora_B [out, r] of {} projections",
-                                    rep.tensors / 2));
+  int64_t experts = 0;
+  for (const ExportedTensor& t : tensors) experts += t.view.name.find(".mlp.experts.") != std::string::npos;
+  rep.details.push_back(fmt::format("adapter_model.safetensors: lora_A [r, in] and lora_B [out, r] of {} projections{}",
+                                    (rep.tensors - experts) / 2,
+                                    experts == 0 ? "" : fmt::format(", and lora_A [r x experts, in] and lora_B [out, r x "
+                                                                    "experts] of {} fused expert tensors (PEFT >= 0.17's "
+                                                                    "target_parameters)", experts / 2)));
   rep.details.push_back(fmt::format("load: peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({}), "
                                     "\"{}\")", rep.source.empty() ? "BASE" : nlohmann::json(rep.source).dump(), f.target()));
   return rep;
 }
 
 }  // namespace
-
-Status MergeAdapters(const nlohmann::json& params, double scale, const std::string& where, FlatBlock* flat) {
-  std::map<std::string, const nlohmann::json*> by_name;
-  for (const nlohmann::json& p : params) by_name[p.at("name").get<std::string>()] = &p;
-  const int b = flat->block;
-  for (const auto& [name, pa] : by_name) {
-    if (!name.ends_with(".lora_A")) continue;
-    const std::string module = name.substr(0, name.size() - 7);
-    const auto pb = by_name.find(module + ".lora_B"), pw = by_name.find(module + ".weight");
-    if (pb == by_name.end() || pw == by_name.end())
-      return Error(StatusCode::kDataLoss, "'{}/manifest.json': block {} has '{}' but no '{}.lora_B' and '{}.weight'",
-                   where, b, name, module, module);
-    const auto sa = pa->at("shape").get<std::vector<int64_t>>(), sb = pb->second->at("shape").get<std::vector<int64_t>>(),
-               sw = pw->second->at("shape").get<std::vector<int64_t>>();
-    if (sa.size() != 2 || sb.size() != 2 || sw.size() != 2 || sb[1] != sa[0] || sw[0] != sb[0] || sw[1] != sa[1])
-      return Error(StatusCode::kDataLoss, "'{}/manifest.json': block {}: '{}' [{}], '{}.lora_B' [{}] and '{}.weight' "
-                   "[{}] do not compose", where, b, name, fmt::join(sa, ", "), module, fmt::join(sb, ", "), module,
-                   fmt::join(sw, ", "));
-    const int64_t r = sa[0], in = sa[1], out = sw[0];
-    const int64_t oa = pa->at("offset").get<int64_t>(), ob = pb->second->at("offset").get<int64_t>(),
-                  ow = pw->second->at("offset").get<int64_t>();
-    const int64_t padded = static_cast<int64_t>(flat->values.size());
-    for (const auto& [off, n, what] : {std::tuple{oa, r * in, name}, std::tuple{ob, out * r, module + ".lora_B"},
-                                       std::tuple{ow, out * in, module + ".weight"}}) {
-      if (off < 0 || off + n > padded)
-        return Error(StatusCode::kDataLoss, "'{}': parameter '{}' of block {} lies outside its flat group", where, what, b);
-    }
-    for (const auto& [off, n, what] : {std::tuple{oa, r * in, name}, std::tuple{ob, out * r, module + ".lora_B"}})
-      for (int64_t i = off; i < off + n; ++i)
-        if (!flat->seen[i])
-          return Error(StatusCode::kDataLoss, "'{}': no rank file holds element {} of block {} ('{}')", where, i, b, what);
-    const float* A = flat->values.data() + oa;
-    const float* B = flat->values.data() + ob;
-    float* W = flat->values.data() + ow;
-    const float s = static_cast<float>(scale);
-    std::vector<float> delta(in);
-    for (int64_t o = 0; o < out; ++o) {
-      std::fill(delta.begin(), delta.end(), 0.f);
-      for (int64_t k = 0; k < r; ++k) {
-        const float c = B[o * r + k];
-        const float* a = A + k * in;
-        for (int64_t i = 0; i < in; ++i) delta[i] += c * a[i];
-      }
-      float* w = W + o * in;
-      for (int64_t i = 0; i < in; ++i) w[i] += s * delta[i];
-    }
-  }
-  return Status();
-}
 
 Status CheckLoraMerge(const Consolidator& c, bool merge_lora, bool single_file) {
   if (!c.lora() || merge_lora) return Status();
@@ -185,12 +161,17 @@ Status CheckLoraMerge(const Consolidator& c, bool merge_lora, bool single_file) 
 }
 
 void DescribeMerge(const Consolidator& c, ExportReport* rep) {
-  int64_t merged = 0;
+  int64_t merged = 0, fused = 0;
   for (const nlohmann::json& blk : c.manifest()["layout"])
-    for (const nlohmann::json& p : blk.at("params")) merged += p.at("name").get<std::string>().ends_with(".lora_A");
+    for (const nlohmann::json& p : blk.at("params")) {
+      const std::string name = p.at("name").get<std::string>();
+      if (!name.ends_with(".lora_A")) continue;
+      (name.find(".experts.") != std::string::npos ? fused : merged) += 1;
+    }
   const model::LoraConfig& l = c.model().lora;
-  rep->details.push_back(fmt::format("merged the LoRA adapters ({}) into {} projections: W + {} * B @ A", Summary(l),
-                                     merged, l.scale()));
+  rep->details.push_back(fmt::format("merged the LoRA adapters ({}) into {} projections{}: W + {} * B @ A", Summary(l),
+                                     merged, fused == 0 ? "" : fmt::format(" and the experts of {} fused tensors", fused),
+                                     l.scale()));
   const std::string compute = c.manifest().value("compute_dtype", std::string("fp32"));
   if (compute != "fp32")
     rep->notes.push_back(fmt::format("the merged base weights are the run's {} working copy (a LoRA run keeps no fp32 "

@@ -67,6 +67,15 @@ int64_t LlamaBlockParameters(const ModelConfig& c, int index) {
   return 0;
 }
 
+// One expert's share of a sparse layer's expert adapters: r * (in + out) of each fused tensor
+// adapted (Note [Expert adapters]).
+int64_t ExpertAdapterParameters(const ModelConfig& c) {
+  if (!c.lora.enabled()) return 0;
+  const int64_t C = c.d_model, F = c.moe.expert_ffn;
+  return (c.lora.TargetsExperts("gate_up_proj") ? c.lora.r * (C + 2 * F) : 0) +
+         (c.lora.TargetsExperts("down_proj") ? c.lora.r * (F + C) : 0);
+}
+
 // The adapters of a LLaMA layer: r * (in + out) per targeted projection.
 int64_t LoraParameters(const ModelConfig& c, int index) {
   if (!c.lora.enabled() || KindOf(c, index) != BlockKind::kLayer) return 0;
@@ -79,6 +88,7 @@ int64_t LoraParameters(const ModelConfig& c, int index) {
   int64_t n = 0;
   for (const auto& [name, sum] : in_out)
     if (c.lora.Targets(name)) n += c.lora.r * sum;
+  if (IsMoe(c) && SparseLayer(c, index - 1)) n += c.moe.num_experts * ExpertAdapterParameters(c);
   return n;
 }
 
@@ -87,6 +97,18 @@ int64_t LoraParameters(const ModelConfig& c, int index) {
 bool LoraConfig::Targets(const std::string& projection) const {
   for (const std::string& t : target_modules)
     if (t == projection) return true;
+  return false;
+}
+
+// PEFT matches a target parameter by the end of its name: these are the ends that name a
+// layer's experts.
+static bool NamesExpertTensor(const std::string& entry, const std::string& tensor) {
+  return entry == tensor || entry == "experts." + tensor || entry == "mlp.experts." + tensor;
+}
+
+bool LoraConfig::TargetsExperts(const std::string& tensor) const {
+  for (const std::string& t : target_parameters)
+    if (NamesExpertTensor(t, tensor)) return true;
   return false;
 }
 
@@ -145,14 +167,45 @@ static Status ValidateMoe(const ModelConfig& c) {
                            "in [1, {}]", m.top_k, m.num_experts, m.expert_ffn, ModelLimits::kFfnHidden);
   if (!m.dense_layers.empty() && static_cast<int64_t>(m.dense_layers.size()) != c.n_layer)
     return InvalidArgument("strata.model.moe.dense_layers has {} entries for {} layers", m.dense_layers.size(), c.n_layer);
-  if (c.lora.enabled()) {  // on attention only: the experts' projections are not single modules in PEFT's view
+  if (c.lora.enabled()) {  // the experts are one fused tensor each in PEFT's view: target_parameters
     for (const char* mlp : {"gate_proj", "up_proj", "down_proj"})
       if (c.lora.Targets(mlp))
-        return InvalidArgument("strata.lora.target_modules: \"{}\": adapters on the experts of {} are not built yet; "
-                               "target q_proj, k_proj, v_proj and o_proj", mlp, c.hf_model_type);
+        return InvalidArgument("strata.lora.target_modules: \"{}\": the experts of {} are adapted as PEFT adapts "
+                               "transformers' fused expert tensors: strata.lora.target_parameters [\"experts.gate_up_proj\", "
+                               "\"experts.down_proj\"]", mlp, c.hf_model_type);
     if (c.lora.nf4_base())
       return InvalidArgument("strata.lora.base_dtype \"nf4\": not for mixtures of experts yet ({})", c.hf_model_type);
   }
+  return Status::Ok();
+}
+
+// strata.lora's target_modules and target_parameters.
+static Status ValidateLoraTargets(const ModelConfig& c) {
+  const LoraConfig& l = c.lora;
+  if (l.target_modules.empty() && l.target_parameters.empty())
+    return InvalidArgument("strata.lora.target_modules is empty: name at least one of q_proj, k_proj, v_proj, "
+                           "o_proj, gate_proj, up_proj, down_proj (or a mixture of experts' target_parameters)");
+  for (const std::string& t : l.target_modules) {
+    bool known = false;
+    for (const char* p : kLoraProjections) known = known || t == p;
+    if (!known)
+      return InvalidArgument("strata.lora.target_modules: \"{}\" is not one of q_proj, k_proj, v_proj, o_proj, "
+                             "gate_proj, up_proj, down_proj", t);
+  }
+  for (const std::string& t : l.target_parameters) {
+    bool known = false;
+    for (const char* p : kLoraExpertTensors) known = known || NamesExpertTensor(t, p);
+    if (!known)
+      return InvalidArgument("strata.lora.target_parameters: \"{}\" is not experts.gate_up_proj or "
+                             "experts.down_proj (a mixture of experts' fused expert tensors, as PEFT names them)", t);
+    if (!IsMoe(c))
+      return InvalidArgument("strata.lora.target_parameters: \"{}\" names a mixture of experts' experts, and {} has "
+                             "none", t, c.hf_model_type.empty() ? "this model" : "\"" + c.hf_model_type + "\"");
+  }
+  if (!l.target_parameters.empty() && l.dropout != 0)  // as PEFT's ParamWrapper refuses it
+    return InvalidArgument("strata.lora.dropout = {} with target_parameters: an expert adapter's dropout on its input "
+                           "cannot be factored out of the adapted expert weights (PEFT refuses it too); set 0",
+                           l.dropout);
   return Status::Ok();
 }
 
@@ -176,16 +229,7 @@ static Status ValidateLora(const ModelConfig& c) {
     if (!c.lora.base_dtype.empty() && c.lora.base_dtype != "nf4")
       return InvalidArgument("strata.lora.base_dtype = \"{}\": use \"nf4\" (QLoRA's 4-bit base) or leave it out "
                              "(the compute dtype)", c.lora.base_dtype);
-    if (c.lora.target_modules.empty())
-      return InvalidArgument("strata.lora.target_modules is empty: name at least one of q_proj, k_proj, v_proj, "
-                             "o_proj, gate_proj, up_proj, down_proj");
-    for (const std::string& t : c.lora.target_modules) {
-      bool known = false;
-      for (const char* p : kLoraProjections) known = known || t == p;
-      if (!known)
-        return InvalidArgument("strata.lora.target_modules: \"{}\" is not one of q_proj, k_proj, v_proj, o_proj, "
-                               "gate_proj, up_proj, down_proj", t);
-    }
+    STRATA_RETURN_IF_ERROR(ValidateLoraTargets(c));
   }
   return Status::Ok();
 }
@@ -366,7 +410,9 @@ double ModelSpec::train_flops_per_token() const {
     const ExpertSpan x = experts(i);
     const double idle = static_cast<double>(x.numel) * static_cast<double>(x.count - (x.count > 0 ? c.moe.top_k : 0));
     const double base = static_cast<double>(block_parameters(i) - trainable_parameters(i));
-    trainable += static_cast<double>(trainable_parameters(i)) - (c.lora.enabled() ? 0 : idle);
+    const double idle_adapters = static_cast<double>(ExpertAdapterParameters(c)) *
+                                 static_cast<double>(x.count - (x.count > 0 ? c.moe.top_k : 0));
+    trainable += static_cast<double>(trainable_parameters(i)) - (c.lora.enabled() ? idle_adapters : idle);
     frozen += base - (c.lora.enabled() ? idle : 0);
   }
   const double table = c.tie_embeddings ? static_cast<double>(c.vocab_size) * static_cast<double>(c.d_model) : 0;

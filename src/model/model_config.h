@@ -46,22 +46,29 @@ struct RopeScaling {
 // (alpha / r) * (x A^T) B^T with A [r, in] and B [out, r], B starting at zero; W and every
 // other base parameter is frozen. r = 0: none. LLaMA family only; targets are HF's
 // projection names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj).
+// A mixture of experts' experts are adapted through target_parameters, as PEFT adapts
+// transformers' fused expert tensors (Note [Expert adapters] in moe.h): "experts.gate_up_proj"
+// and "experts.down_proj" (also written "gate_up_proj", "mlp.experts.gate_up_proj", ...).
 struct LoraConfig {
   int64_t r = 0;
   double alpha = 16;
   double dropout = 0;  // on the adapter's input, training only (Note [LoRA dropout])
   std::vector<std::string> target_modules;
+  std::vector<std::string> target_parameters;
   // (base_dtype) "" = the compute dtype; "nf4" = QLoRA: the frozen base's projection weights
   // stored and moved in NF4 (Note [NF4 base] in nf4_blob.h), dequantised per block for compute.
   std::string base_dtype;
   bool enabled() const { return r > 0; }
   bool nf4_base() const { return enabled() && base_dtype == "nf4"; }
   bool Targets(const std::string& projection) const;
+  // Whether target_parameters names the experts' fused `tensor` (gate_up_proj or down_proj).
+  bool TargetsExperts(const std::string& tensor) const;
   double scale() const { return alpha / static_cast<double>(r); }
   bool operator==(const LoraConfig&) const = default;
 };
 inline constexpr const char* kLoraProjections[] = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                    "gate_proj", "up_proj", "down_proj"};
+inline constexpr const char* kLoraExpertTensors[] = {"gate_up_proj", "down_proj"};
 
 // Gemma 2 and Gemma 3 (text) (hf_model_type "gemma2", "gemma3_text"; gemma.cc): LLaMA's block
 // with Gemma's (1 + w) RMSNorms computed in fp32, norms before and after the attention and

@@ -1,6 +1,7 @@
 // Mixture-of-experts MLP (moe.h).
 #include "src/model/moe.h"
 
+#include <cmath>
 #include <string>
 
 #include "src/model/expert_routing.h"
@@ -16,8 +17,35 @@ Expert::Expert(const ModelConfig& c, bool mixtral_names) {
   down_ = register_module(mixtral_names ? "w2" : "down_proj", std::make_shared<Linear>(F, C, false, c.init_std));
 }
 
-torch::Tensor Expert::Forward(const torch::Tensor& x) const {
-  return down_->Forward(torch::silu(gate_->Forward(x)) * up_->Forward(x));
+torch::Tensor Expert::Forward(const torch::Tensor& x, const ExpertAdapters& lora, int64_t e) const {
+  torch::Tensor gate = gate_->Forward(x), up = up_->Forward(x);
+  if (lora.gate_up) {
+    const torch::Tensor d = lora.gate_up->Delta(x, e);
+    const int64_t F = gate.size(-1);
+    gate = gate + d.narrow(-1, 0, F);
+    up = up + d.narrow(-1, F, F);
+  }
+  const torch::Tensor h = torch::silu(gate) * up;
+  const torch::Tensor y = down_->Forward(h);
+  return lora.down ? y + lora.down->Delta(h, e) : y;
+}
+
+ExpertAdapter::ExpertAdapter(int64_t experts, int64_t in, int64_t out, Adapter adapter)
+    : experts_(experts), r_(adapter.r), out_(out), scale_(adapter.scale) {
+  lora_a_ = AddAdapterParameter("lora_A", {adapter.r * experts, in});
+  lora_b_ = AddAdapterParameter("lora_B", {out, adapter.r * experts});
+}
+
+torch::Tensor ExpertAdapter::Delta(const torch::Tensor& x, int64_t e) const {
+  const torch::Tensor a = lora_a_.narrow(0, e * r_, r_);                  // [r, in]
+  const torch::Tensor b = lora_b_.view({out_, r_, experts_}).select(2, e);  // [out, r]
+  return torch::linear(torch::linear(x, a), b) * scale_;
+}
+
+void ExpertAdapter::InitialiseAdapters(at::Generator& gen) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(lora_a_.size(1)));
+  lora_a_.uniform_(-bound, bound, gen);
+  lora_b_.zero_();
 }
 
 MoeMlp::MoeMlp(const ModelConfig& c)
@@ -26,6 +54,13 @@ MoeMlp::MoeMlp(const ModelConfig& c)
   auto experts = register_module("experts", std::make_shared<torch::nn::Module>());
   for (int64_t e = 0; e < c.moe.num_experts; ++e)
     experts_.push_back(experts->register_module(std::to_string(e), std::make_shared<Expert>(c, c.hf_model_type == "mixtral")));
+  // After the experts, gate_up before down: the adapters' order in the block's layout.
+  const Adapter adapter = c.lora.enabled() ? Adapter{c.lora.r, c.lora.scale(), 0} : Adapter{};
+  const int64_t E = c.moe.num_experts, C = c.d_model, F = c.moe.expert_ffn;
+  if (adapter.r > 0 && c.lora.TargetsExperts("gate_up_proj"))
+    lora_.gate_up = experts->register_module("gate_up_proj", std::make_shared<ExpertAdapter>(E, C, 2 * F, adapter));
+  if (adapter.r > 0 && c.lora.TargetsExperts("down_proj"))
+    lora_.down = experts->register_module("down_proj", std::make_shared<ExpertAdapter>(E, F, C, adapter));
 }
 
 torch::Tensor MoeMlp::Forward(const torch::Tensor& x) {
@@ -47,7 +82,7 @@ torch::Tensor MoeMlp::Forward(const torch::Tensor& x) {
     const torch::Tensor flat = order.narrow(0, at, count[e]).to(x.device());
     at += count[e];
     const torch::Tensor token = flat.div(top_k_, "floor"), slot = flat.remainder(top_k_);
-    const torch::Tensor y = experts_[e]->Forward(tokens.index_select(0, token)) *
+    const torch::Tensor y = experts_[e]->Forward(tokens.index_select(0, token), lora_, static_cast<int64_t>(e)) *
                             weights.index({token, slot}).unsqueeze(-1);
     out.index_add_(0, token, y);
   }

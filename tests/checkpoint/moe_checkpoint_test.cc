@@ -1,7 +1,8 @@
 // Checkpoints of a mixture of experts whose updates skip the experts no token chose (Note
 // [Expert-aware fetching]): each expert's own Adam step count is saved and restored
 // (counters.expert_steps), so resuming, also resharded to another rank count, is bitwise the
-// uninterrupted run; a manifest whose counts do not fit the model is refused by name.
+// uninterrupted run, with LoRA on the experts too; a manifest whose counts do not fit the
+// model is refused by name.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -57,6 +58,29 @@ TEST(MoeCheckpoint, ResumesBitwiseWithEachExpertsStepCount) {
   ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return testing::Train(cfg, r, c, 3, 6, mid, "", &resumed); }),
             "");
   testing::ExpectBitwiseEqual(straight, resumed);
+}
+
+// LoRA on the experts (Note [Expert adapters]): the adapters of every expert are one trained
+// range, stepped whole, and resume bitwise, also resharded.
+TEST(MoeCheckpoint, ExpertAdaptersResumeBitwise) {
+  TempDir dir;
+  TrainConfig cfg = SparseMoeConfig(dir.path());
+  cfg.model.lora.r = 2;
+  cfg.model.lora.target_modules = {"o_proj"};
+  cfg.model.lora.target_parameters = {"experts.gate_up_proj", "experts.down_proj"};
+  const std::string ck = dir.path() + "/ckpt";
+  const Params straight = testing::ExpectResumeIsBitwise(cfg, ck);
+  Params restored, resumed;
+  const std::string mid = dir.path() + "/mid";
+  ASSERT_EQ(RunRanks(1, [&](int r, Communicator& c) { return testing::Train(cfg, r, c, 3, 3, ck, mid, &restored); }),
+            "");
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return testing::Train(cfg, r, c, 3, 6, mid, "", &resumed); }),
+            "");
+  testing::ExpectBitwiseEqual(straight, resumed);
+  int adapters = 0;
+  for (const auto& block : straight)
+    for (const auto& [name, value] : block) adapters += name.find("experts.gate_up_proj.lora_B") != std::string::npos;
+  EXPECT_EQ(adapters, cfg.model.n_layer);
 }
 
 TEST(MoeCheckpoint, ExpertStepsOfAnotherShapeAreRefused) {

@@ -3,6 +3,8 @@
 // and device path.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "src/engine/shard_plan.h"
 #include "src/model/model.h"
 #include "tests/engine/engine_test_util.h"
@@ -175,6 +177,38 @@ TEST(Lora, ConfigErrorsNameTheKey) {
            {R"({"r": 8, "gpt2": 1})", "LLaMA family"}}) {
     auto c = parse(bad);
     ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(c.status().message().find(says), std::string::npos) << c.status().message();
+  }
+}
+
+// A mixture of experts' experts are targeted as PEFT targets transformers' fused expert
+// tensors (target_parameters); the counts follow the layout of Note [Expert adapters].
+TEST(Lora, ExpertTargetsAreParametersAsPeftNamesThem) {
+  auto parse = [](const std::string& model, const std::string& lora) {
+    return ParseTrainConfig(R"({"strata": {"model": {"arch": "llama", "vocab_size": 256, "seq_len": 32, "n_layer": 2,
+        "d_model": 64, "n_head": 4)" + model + R"(}, "lora": )" + lora + "}}", "test");
+  };
+  const std::string moe = R"(, "hf_model_type": "qwen3_moe", "moe": {"num_experts": 4, "top_k": 2, "expert_ffn": 32})";
+  auto only = parse(moe, R"({"r": 2, "target_parameters": ["experts.gate_up_proj", "mlp.experts.down_proj"]})");
+  ASSERT_TRUE(only.ok()) << only.status().ToString();
+  EXPECT_TRUE(only->model.lora.target_modules.empty());  // PEFT: no default modules beside parameters
+  EXPECT_TRUE(only->model.lora.TargetsExperts("gate_up_proj") && only->model.lora.TargetsExperts("down_proj"));
+  const model::ModelSpec spec(only->model);
+  EXPECT_EQ(spec.trainable_parameters(1), 4 * 2 * (64 + 2 * 32) + 4 * 2 * (32 + 64));
+  auto both = parse(moe, R"({"r": 2, "target_modules": ["q_proj"], "target_parameters": "down_proj"})");
+  ASSERT_TRUE(both.ok()) << both.status().ToString();
+  EXPECT_EQ(model::ModelSpec(both->model).trainable_parameters(1), 2 * (64 + 64) + 4 * 2 * (32 + 64));
+  auto round = ParseModelConfigJson(ModelConfigJson(both->model), "manifest");  // a checkpoint's model section
+  ASSERT_TRUE(round.ok()) << round.status().ToString();
+  EXPECT_EQ(round->lora, both->model.lora);
+  for (const auto& [model, lora, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {moe, R"({"r": 2, "target_parameters": ["experts.gate_proj"]})", "\"experts.gate_proj\" is not"},
+           {"", R"({"r": 2, "target_parameters": ["experts.down_proj"]})", "strata.lora.target_parameters"},
+           {moe, R"({"r": 2, "dropout": 0.1, "target_parameters": ["down_proj"]})", "strata.lora.dropout"},
+           {moe, R"({"r": 2, "target_modules": ["up_proj"]})", "strata.lora.target_parameters"},
+           {moe, R"({"r": 2, "target_parameters": 3})", "strata.lora.target_parameters"}}) {
+    auto c = parse(model, lora);
+    ASSERT_FALSE(c.ok()) << lora;
     EXPECT_NE(c.status().message().find(says), std::string::npos) << c.status().message();
   }
 }

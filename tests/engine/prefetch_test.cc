@@ -39,7 +39,7 @@ struct Fixture {
   }
   std::vector<PrefetchScheduler::Item> Plan(const std::vector<int>& blocks) const {
     std::vector<PrefetchScheduler::Item> items;
-    for (int g : blocks) items.push_back({g, tensors[g], {}});
+    for (int g : blocks) items.push_back({g, tensors[g], {}, {}});
     return items;
   }
 };

@@ -1,8 +1,9 @@
 // LoRA exports against peft and transformers (needs the Python peers with peft; skipped with
 // the reason otherwise). For a LLaMA (3.1 rope scaling, GQA, untied), Qwen2 (q/k/v biases,
-// tied), Qwen3 (q/k norms), Gemma 2 (soft-capped, tied) and Qwen3-MoE (its attention only)
-// model written by transformers, Strata fine-tunes rank-4 adapters
-// on all seven projections from the folder (strata.model.from, fp32 compute, 2 ranks, 5 steps),
+// tied), Qwen3 (q/k norms), Gemma 2 (soft-capped, tied), Qwen3-MoE and Mixtral model written
+// by transformers, Strata fine-tunes rank-4 adapters on all seven projections (a mixture of
+// experts': its attention's and its experts' fused tensors, PEFT's target_parameters) from the
+// folder (strata.model.from, fp32 compute, 2 ranks, 5 steps),
 // and `strata export` writes the PEFT adapter folder and the merged model folder. Then
 //   (a) peft.PeftModel.from_pretrained(the folder's model, the adapter) gives Strata's own
 //       logits (FullModel with the adapters: the base from the folder, the adapters from the
@@ -31,9 +32,10 @@ namespace fs = std::filesystem;
 class PeftVsStrata : public testing::HfPeftTest {};
 
 // The folder's architecture, adapters on every projection (a mixture of experts': on its
-// attention), fp32, sequences of 32.
+// attention and its experts), fp32, sequences of 32.
 TrainConfig LoraFrom(const std::string& folder, const std::string& nvme, bool experts) {
-  const std::string targets = experts ? R"(["q_proj", "k_proj", "v_proj", "o_proj"])"
+  const std::string targets = experts ? R"(["q_proj", "k_proj", "v_proj", "o_proj"],
+                                           "target_parameters": ["experts.gate_up_proj", "experts.down_proj"])"
                                       : R"(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])";
   auto c = ParseTrainConfig(R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3},
       "bf16": {"enabled": false},
@@ -51,7 +53,7 @@ TEST_P(PeftVsStrata, AdapterAndMergedFolderGiveStrataLogits) {
   const std::string hf = dir.path() + "/" + GetParam();
   std::string out;
   ASSERT_EQ(testing::RunHfModels("make " + GetParam() + " " + hf, &out), 0) << out;
-  const TrainConfig cfg = LoraFrom(hf, dir.path(), GetParam() == "qwen3moe");
+  const TrainConfig cfg = LoraFrom(hf, dir.path(), GetParam() == "qwen3moe" || GetParam() == "mixtral");
   ASSERT_EQ(cfg.compute_dtype, DType::kF32);
   const model::ModelSpec spec(cfg.model);
   auto w = ckpt::HfWeights::Open(hf, cfg.model);
@@ -125,7 +127,7 @@ TEST_P(PeftVsStrata, AdapterAndMergedFolderGiveStrataLogits) {
   EXPECT_EQ(rc, 0) << out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, PeftVsStrata, ::testing::Values("llama", "qwen2", "qwen3", "gemma2", "qwen3moe"));
+INSTANTIATE_TEST_SUITE_P(Models, PeftVsStrata, ::testing::Values("llama", "qwen2", "qwen3", "gemma2", "qwen3moe", "mixtral"));
 
 }  // namespace
 }  // namespace strata

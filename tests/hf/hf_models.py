@@ -37,6 +37,12 @@
                                      quantisation) and over its dequantised fp32 weights, against
                                      Strata's LOSSES, trained ADAPTER folder and merged bf16
                                      folder MERGED; exits 1 beyond the QLORA_* tolerances
+  hf_models.py expert-lora DIR TOKENS STEPS LR INIT_ADAPTER LOSSES ADAPTER MERGED
+                                     LoRA on a mixture of experts' attention and experts (PEFT's
+                                     target_parameters): peft trained as for qlora over DIR's fp32
+                                     model, against Strata's LOSSES, ADAPTER and merged fp32
+                                     folder MERGED, and a run holding unchosen experts' slices,
+                                     which must differ (peft_training.py)
   hf_models.py decay DIR TOKENS STEPS LR WD STRATA LOSSES
                                      weight-decay groups: DIR's model trained by torch.optim.AdamW
                                      for STEPS steps on the one window TOKENS (FILE:N, the first N
@@ -383,115 +389,6 @@ def nf4(out):
     print(f"bitsandbytes NF4 of {len(cases)} tensors in {out}")
 
 
-# QLoRA, fp32 compute, 10 AdamW steps on one window. Strata's NF4 weights dequantise to
-# bitsandbytes' exactly (nf4 above), so Strata is held to peft on transformers' fp32 model
-# given those dequantised weights as tightly as any fp32 comparison; peft on bitsandbytes'
-# Linear4bit itself computes its matmuls with a transposed operand (other kernels, other
-# rounding), and the run shows how far that alone moves peft, which bounds the looser check.
-# lora_B starts at zero, so its relative differences read large: the adapters are also
-# compared by what they compute (the window's logits with each side's adapters).
-QLORA_TOLERANCE = {  # relative: per-step loss, the adapters' 2-norms, max |logit difference| / max |logit|
-    "fp32": {"loss": 1e-5, "adapters": 1e-4, "logits": 1e-5},
-    "bitsandbytes": {"loss": 1e-4, "adapters": 5e-2, "logits": 1e-2},
-}
-QLORA_MERGED_TOLERANCE = 3e-3   # relative 2-norm, per merged bf16 weight (bf16 rounds to 2^-9)
-
-
-def _peft_train(model, inputs, targets, steps, lr, eps):
-    import torch
-    import torch.nn.functional as F
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, betas=(0.9, 0.999), eps=eps,
-                            weight_decay=0.0)
-    losses = []
-    for _ in range(steps):
-        logits = model(inputs).logits.float()
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
-        losses.append(loss.item())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return losses
-
-
-def _adapter_params(model):
-    return {k.replace(".default", ""): p for k, p in model.named_parameters() if ".lora_" in k}
-
-
-def _compare_qlora(name, model, inputs, losses, strata_losses, strata_adapters):
-    """Losses, adapters and logits (with gradients on, the training kernels) against Strata's."""
-    import torch
-    params = _adapter_params(model)
-    if set(params) != set(strata_adapters):
-        raise SystemExit(f"adapter tensors differ: {sorted(set(params) ^ set(strata_adapters))[:4]}")
-    got = {"loss": max(abs(a - b) / abs(b) for a, b in zip(strata_losses, losses)),
-           "adapters": max(((p - strata_adapters[k]).norm() / p.norm()).item() for k, p in params.items())}
-    theirs = model(inputs).logits.float().detach()
-    with torch.no_grad():
-        for k, p in params.items():
-            p.copy_(strata_adapters[k])
-    ours = model(inputs).logits.float().detach()
-    got["logits"] = ((ours - theirs).abs().max() / theirs.abs().max()).item()
-    tol = QLORA_TOLERANCE[name]
-    print(f"peft on {name} ({len(losses)} steps, losses {losses[0]:.5f} -> {losses[-1]:.5f}): relative differences "
-          f"from Strata's: " + ", ".join(f"{k} {v:.3g} (tolerance {tol[k]})" for k, v in got.items()))
-    return all(got[k] <= tol[k] for k in tol) and losses[-1] < losses[0]
-
-
-def qlora(d, tokens_file, steps, lr, init_adapter, losses_file, adapter, merged):
-    """QLoRA: Strata's run (LOSSES, its trained ADAPTER folder and merged bf16 folder MERGED)
-    against peft from Strata's initial adapters INIT_ADAPTER, trained by torch.optim.AdamW on
-    the one window TOKENS, over DIR's model (a) in 4 bits by bitsandbytes (NF4, double
-    quantisation, fp32 compute) and (b) in fp32 with bitsandbytes' dequantised weights."""
-    import numpy as np
-    import torch
-    import bitsandbytes as bnb
-    from peft import PeftModel
-    from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-    torch._dynamo.config.disable = True  # bitsandbytes' CPU paths compile otherwise (see nf4)
-    path, n = tokens_file.rsplit(":", 1)
-    tokens = torch.from_numpy(np.fromfile(path, dtype=np.uint16)[: int(n)].astype(np.int64))
-    inputs, targets = tokens[None, :-1], tokens[None, 1:]
-    strata_losses = json.load(open(losses_file))
-    strata_adapters = {k: v.float() for k, v in load_file(os.path.join(adapter, "adapter_model.safetensors")).items()}
-    quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                               bnb_4bit_compute_dtype=torch.float32)
-    four_bit = AutoModelForCausalLM.from_pretrained(d, quantization_config=quant, dtype=torch.float32, device_map="cpu")
-    # Dequantised now: bitsandbytes repacks a 4-bit weight for its CPU kernels at the first
-    # forward without gradients, after which dequantize_4bit no longer reads it.
-    with torch.no_grad():
-        dequantised = {name + ".weight": bnb.functional.dequantize_4bit(m.weight.data, m.weight.quant_state).float()
-                       for name, m in four_bit.named_modules() if isinstance(m, bnb.nn.Linear4bit)}
-        fp32 = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
-        for key, w in dequantised.items():
-            fp32.get_parameter(key).copy_(w)
-    ok = len(dequantised) > 0
-    runs = {}
-    for name, base in (("bitsandbytes", four_bit), ("fp32", fp32)):
-        model = PeftModel.from_pretrained(base, init_adapter, is_trainable=True)
-        losses = _peft_train(model, inputs, targets, int(steps), float(lr), 1e-8)
-        runs[name] = (losses, {k: p.detach().clone() for k, p in _adapter_params(model).items()})
-        ok = _compare_qlora(name, model, inputs, losses, strata_losses, strata_adapters) and ok
-    (l4, a4), (l32, a32) = runs["bitsandbytes"], runs["fp32"]
-    print(f"peft on bitsandbytes against peft on fp32 (the same weights): loss "
-          f"{max(abs(a - b) / abs(b) for a, b in zip(l4, l32)):.3g}, adapters "
-          f"{max(((a4[k] - a32[k]).norm() / a32[k].norm()).item() for k in a32):.3g}")
-    # The merged folder: each quantised projection dequantised plus Strata's adapter, the rest as loaded.
-    merged_sd = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.bfloat16).state_dict()
-    scale = json.load(open(os.path.join(adapter, "adapter_config.json")))
-    scale = scale["lora_alpha"] / scale["r"]
-    merged_diff = 0.0
-    for key, w in dequantised.items():
-        a = strata_adapters.get("base_model.model." + key.replace(".weight", ".lora_A.weight"))
-        b = strata_adapters.get("base_model.model." + key.replace(".weight", ".lora_B.weight"))
-        if a is not None:
-            w = w + scale * (b @ a)
-        merged_diff = max(merged_diff, ((merged_sd[key].float() - w).norm() / w.norm()).item())
-    print(f"merged bf16 folder: {len(dequantised)} quantised weights within {merged_diff:.3g} of the dequantised "
-          f"base + alpha/r * B @ A (tolerance {QLORA_MERGED_TOLERANCE})")
-    sys.exit(0 if ok and merged_diff <= QLORA_MERGED_TOLERANCE else 1)
-
-
 def check(args):
     """Installed, found without importing them (an import of torch + transformers takes
     seconds, and every test asks): a peer that is present but broken fails the test's own
@@ -507,7 +404,7 @@ def check(args):
 
 
 def run(cmd, args):
-    if cmd in ("make", "logits", "generate", "peft", "decay", "examples", "qlora"):  # nf4 needs no transformers
+    if cmd in ("make", "logits", "generate", "peft", "decay", "examples", "qlora", "expert-lora"):  # nf4 needs no transformers
         from transformers.utils import logging
         logging.disable_progress_bar()
     if cmd == "check":
@@ -529,7 +426,11 @@ def run(cmd, args):
     elif cmd == "nf4":
         nf4(args[0])
     elif cmd == "qlora":
+        from peft_training import qlora
         qlora(*args[0:8])
+    elif cmd == "expert-lora":
+        from peft_training import expert_lora
+        expert_lora(*args[0:8])
     else:
         sys.exit(f"hf_models.py: unknown command {cmd!r}")
 

@@ -269,9 +269,12 @@ TEST(HfConfig, ReadsGemmaAndNamesWhatItCannotDo) {
   experts.moe = {4, 2, 32, true, {}, 0};
   experts.lora.r = 4;
   experts.lora.target_modules = {"q_proj", "up_proj"};
-  EXPECT_NE(Validate(experts).message().find("\"up_proj\": adapters on the experts of qwen3_moe are not built yet"),
+  EXPECT_NE(Validate(experts).message().find("\"up_proj\": the experts of qwen3_moe are adapted as PEFT adapts "
+                                             "transformers' fused expert tensors: strata.lora.target_parameters"),
             std::string::npos) << Validate(experts).ToString();
   experts.lora.target_modules = {"q_proj", "v_proj"};
+  EXPECT_TRUE(Validate(experts).ok()) << Validate(experts).ToString();
+  experts.lora.target_parameters = {"experts.gate_up_proj"};
   EXPECT_TRUE(Validate(experts).ok()) << Validate(experts).ToString();
   ModelConfig stray = *ModelConfigFromHf(Llama(), "x");
   stray.gemma.attn_softcap = 50;

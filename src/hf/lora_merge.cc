@@ -1,0 +1,147 @@
+// MergeAdapters (lora_export.h): a LoRA checkpoint's adapters folded into its base weights,
+// per projection and per expert of a sparse layer's adapted fused tensors.
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include <fmt/ranges.h>
+
+#include "src/hf/lora_export.h"
+
+namespace strata::ckpt {
+namespace {
+
+// One parameter of a block's layout, checked to lie in the flat group (and, for an adapter,
+// to have been read).
+struct Param {
+  const float* at = nullptr;
+  float* mutable_at = nullptr;
+  std::vector<int64_t> shape;
+};
+
+class BlockParams {
+ public:
+  BlockParams(const nlohmann::json& params, const std::string& where, FlatBlock* flat) : where_(where), flat_(flat) {
+    for (const nlohmann::json& p : params) by_name_[p.at("name").get<std::string>()] = &p;
+  }
+  bool Has(const std::string& name) const { return by_name_.contains(name); }
+  const std::map<std::string, const nlohmann::json*>& all() const { return by_name_; }
+
+  // `name` with `dims` dimensions; `read`: every element must come from a rank file.
+  StatusOr<Param> Get(const std::string& name, size_t dims, bool read) const {
+    const auto it = by_name_.find(name);
+    if (it == by_name_.end())
+      return Error(StatusCode::kDataLoss, "'{}/manifest.json': block {} has no '{}'", where_, flat_->block, name);
+    Param p;
+    p.shape = it->second->at("shape").get<std::vector<int64_t>>();
+    if (p.shape.size() != dims)
+      return Error(StatusCode::kDataLoss, "'{}/manifest.json': block {}: '{}' is [{}], not {}-dimensional", where_,
+                   flat_->block, name, fmt::join(p.shape, ", "), dims);
+    int64_t n = 1;
+    for (int64_t d : p.shape) n *= d;
+    const int64_t off = it->second->at("offset").get<int64_t>();
+    if (off < 0 || n < 0 || off + n > static_cast<int64_t>(flat_->values.size()))
+      return Error(StatusCode::kDataLoss, "'{}': parameter '{}' of block {} lies outside its flat group", where_, name,
+                   flat_->block);
+    if (read)
+      for (int64_t i = off; i < off + n; ++i)
+        if (!flat_->seen[i])
+          return Error(StatusCode::kDataLoss, "'{}': no rank file holds element {} of block {} ('{}')", where_, i,
+                       flat_->block, name);
+    p.mutable_at = flat_->values.data() + off;
+    p.at = p.mutable_at;
+    return p;
+  }
+  Status Mismatch(const std::string& what) const {
+    return Error(StatusCode::kDataLoss, "'{}/manifest.json': block {}: {} do not compose", where_, flat_->block, what);
+  }
+
+ private:
+  std::string where_;
+  FlatBlock* flat_;
+  std::map<std::string, const nlohmann::json*> by_name_;
+};
+
+// W[o, i] += s * sum_k B[o * b_row + k * b_rank] * A[k * in + i] for o < out, k < r: each
+// element's delta summed over the r terms first, then added once.
+void AddLowRank(const float* A, const float* B, int64_t b_row, int64_t b_rank, int64_t r, int64_t in, int64_t out,
+                float s, float* W) {
+  std::vector<float> delta(in);
+  for (int64_t o = 0; o < out; ++o) {
+    std::fill(delta.begin(), delta.end(), 0.f);
+    for (int64_t k = 0; k < r; ++k) {
+      const float c = B[o * b_row + k * b_rank];
+      const float* a = A + k * in;
+      for (int64_t i = 0; i < in; ++i) delta[i] += c * a[i];
+    }
+    float* w = W + o * in;
+    for (int64_t i = 0; i < in; ++i) w[i] += s * delta[i];
+  }
+}
+
+// A projection's X.lora_A [r, in] and X.lora_B [out, r] into X.weight [out, in].
+Status MergeProjection(const BlockParams& ps, const std::string& module, float s) {
+  STRATA_ASSIGN_OR_RETURN(const Param a, ps.Get(module + ".lora_A", 2, true));
+  STRATA_ASSIGN_OR_RETURN(const Param b, ps.Get(module + ".lora_B", 2, true));
+  STRATA_ASSIGN_OR_RETURN(const Param w, ps.Get(module + ".weight", 2, false));
+  const int64_t r = a.shape[0], in = a.shape[1], out = w.shape[0];
+  if (b.shape[1] != r || b.shape[0] != out || w.shape[1] != in)
+    return ps.Mismatch(fmt::format("'{}.lora_A' [{}], '{}.lora_B' [{}] and '{}.weight' [{}]", module,
+                                   fmt::join(a.shape, ", "), module, fmt::join(b.shape, ", "), module,
+                                   fmt::join(w.shape, ", ")));
+  AddLowRank(a.at, b.at, r, 1, r, in, out, s, w.mutable_at);
+  return Status();
+}
+
+// A sparse layer's adapter of a fused expert tensor ("<mlp>.experts.gate_up_proj" or
+// ".down_proj", Note [Expert adapters]) into each expert's weights: gate_up's first F rows
+// into its gate projection and the next F into its up projection (Mixtral: w1, w3; down: w2).
+Status MergeExperts(const BlockParams& ps, const std::string& module, float s) {
+  const bool gate_up = module.ends_with(".gate_up_proj");
+  const std::string experts = module.substr(0, module.rfind('.') + 1);  // "<mlp>.experts."
+  const bool mixtral = ps.Has(experts + "0.w1.weight");
+  const std::vector<std::string> targets =
+      gate_up ? std::vector<std::string>{mixtral ? "w1" : "gate_proj", mixtral ? "w3" : "up_proj"}
+              : std::vector<std::string>{mixtral ? "w2" : "down_proj"};
+  int64_t E = 0;
+  while (ps.Has(fmt::format("{}{}.{}.weight", experts, E, targets[0]))) ++E;
+  STRATA_ASSIGN_OR_RETURN(const Param a, ps.Get(module + ".lora_A", 2, true));
+  STRATA_ASSIGN_OR_RETURN(const Param b, ps.Get(module + ".lora_B", 2, true));
+  if (E == 0 || a.shape[0] % E != 0 || b.shape[1] != a.shape[0])
+    return ps.Mismatch(fmt::format("'{}.lora_A' [{}] and '{}.lora_B' [{}] of {} experts", module,
+                                   fmt::join(a.shape, ", "), module, fmt::join(b.shape, ", "), E));
+  const int64_t r = a.shape[0] / E, in = a.shape[1], rows = b.shape[0] / static_cast<int64_t>(targets.size());
+  for (int64_t e = 0; e < E; ++e) {
+    for (size_t t = 0; t < targets.size(); ++t) {
+      const std::string name = fmt::format("{}{}.{}.weight", experts, e, targets[t]);
+      STRATA_ASSIGN_OR_RETURN(const Param w, ps.Get(name, 2, false));
+      if (w.shape[0] != rows || w.shape[1] != in || rows * static_cast<int64_t>(targets.size()) != b.shape[0])
+        return ps.Mismatch(fmt::format("'{}.lora_B' [{}] and '{}' [{}]", module, fmt::join(b.shape, ", "), name,
+                                       fmt::join(w.shape, ", ")));
+      // Expert e's A rows e*r.., its B columns e, E + e, ... (rank-major), from row t * rows.
+      AddLowRank(a.at + e * r * in, b.at + static_cast<int64_t>(t) * rows * r * E + e, r * E, E, r, in, rows, s,
+                 w.mutable_at);
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status MergeAdapters(const nlohmann::json& params, double scale, const std::string& where, FlatBlock* flat) {
+  const BlockParams ps(params, where, flat);
+  const float s = static_cast<float>(scale);
+  for (const auto& [name, p] : ps.all()) {
+    if (!name.ends_with(".lora_A")) continue;
+    const std::string module = name.substr(0, name.size() - 7);
+    if (!ps.Has(module + ".lora_B"))
+      return Error(StatusCode::kDataLoss, "'{}/manifest.json': block {} has '{}' but no '{}.lora_B'", where,
+                   flat->block, name, module);
+    const bool expert = module.ends_with(".experts.gate_up_proj") || module.ends_with(".experts.down_proj");
+    STRATA_RETURN_IF_ERROR(expert ? MergeExperts(ps, module, s) : MergeProjection(ps, module, s));
+  }
+  return Status();
+}
+
+}  // namespace strata::ckpt
