@@ -36,6 +36,18 @@ TrainConfig SparseMoeConfig(const std::string& dir) {
   return c;
 }
 
+// The 2-rank checkpoint `ck` of step 3 resumed by one rank into `mid` and from there by two
+// to step 6: bitwise `straight` (the uninterrupted 6 steps).
+void ExpectReshardedResumeIsBitwise(const TrainConfig& cfg, const std::string& ck, const std::string& mid,
+                                    const Params& straight) {
+  Params restored, resumed;
+  ASSERT_EQ(RunRanks(1, [&](int r, Communicator& c) { return testing::Train(cfg, r, c, 3, 3, ck, mid, &restored); }),
+            "");
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return testing::Train(cfg, r, c, 3, 6, mid, "", &resumed); }),
+            "");
+  testing::ExpectBitwiseEqual(straight, resumed);
+}
+
 TEST(MoeCheckpoint, ResumesBitwiseWithEachExpertsStepCount) {
   TempDir dir;
   const TrainConfig cfg = SparseMoeConfig(dir.path());
@@ -51,13 +63,7 @@ TEST(MoeCheckpoint, ResumesBitwiseWithEachExpertsStepCount) {
   EXPECT_GT(behind, 0) << "every expert was chosen in every step: the counts are not what the test sees";
 
   // Resharded to one rank and back: the counts follow the model, not the ranks.
-  Params restored, resumed;
-  const std::string mid = dir.path() + "/mid";
-  ASSERT_EQ(RunRanks(1, [&](int r, Communicator& c) { return testing::Train(cfg, r, c, 3, 3, ck, mid, &restored); }),
-            "");
-  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return testing::Train(cfg, r, c, 3, 6, mid, "", &resumed); }),
-            "");
-  testing::ExpectBitwiseEqual(straight, resumed);
+  ExpectReshardedResumeIsBitwise(cfg, ck, dir.path() + "/mid", straight);
 }
 
 // LoRA on the experts (Note [Expert adapters]): the adapters of every expert are one trained
@@ -70,13 +76,7 @@ TEST(MoeCheckpoint, ExpertAdaptersResumeBitwise) {
   cfg.model.lora.target_parameters = {"experts.gate_up_proj", "experts.down_proj"};
   const std::string ck = dir.path() + "/ckpt";
   const Params straight = testing::ExpectResumeIsBitwise(cfg, ck);
-  Params restored, resumed;
-  const std::string mid = dir.path() + "/mid";
-  ASSERT_EQ(RunRanks(1, [&](int r, Communicator& c) { return testing::Train(cfg, r, c, 3, 3, ck, mid, &restored); }),
-            "");
-  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return testing::Train(cfg, r, c, 3, 6, mid, "", &resumed); }),
-            "");
-  testing::ExpectBitwiseEqual(straight, resumed);
+  ExpectReshardedResumeIsBitwise(cfg, ck, dir.path() + "/mid", straight);
   int adapters = 0;
   for (const auto& block : straight)
     for (const auto& [name, value] : block) adapters += name.find("experts.gate_up_proj.lora_B") != std::string::npos;

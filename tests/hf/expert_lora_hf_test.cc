@@ -33,36 +33,23 @@ TEST(ExpertLoraVsPeft, SameLossesAdaptersAndMergedModel) {
   const std::string hf = dir.path() + "/qwen3moe_sparse";
   std::string out;
   ASSERT_EQ(testing::RunHfModels("make qwen3moe_sparse " + hf, &out), 0) << out;
-  auto parsed = ParseTrainConfig(R"({"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 0,
-      "bf16": {"enabled": false}, "zero_optimization": {"stage": 3},
-      "optimizer": {"type": "AdamW", "params": {"lr": 0.005, "weight_decay": 0.0}},
-      "strata": {"model": {"from": )" + nlohmann::json(hf).dump() + R"(, "seq_len": 32},
-                 "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
-                          "target_parameters": ["experts.gate_up_proj", "experts.down_proj"]}}})", "test");
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  TrainConfig cfg = *parsed;
-  testing::TrainOnOneWindow(dir.path(), kExpertLoraSeq, 13, &cfg);
-  const std::string initial = dir.path() + "/ckpt0", ck = dir.path() + "/ckpt";
-  std::vector<double> losses;
-  ASSERT_EQ(testing::TrainTwoRanksFromFolder(cfg, hf, kExpertLoraSteps, ck, initial, &losses), "");
-  const std::string init_adapter = dir.path() + "/adapter0", adapter = dir.path() + "/adapter",
-                    merged = dir.path() + "/merged";
-  ASSERT_TRUE(ckpt::ExportPeftAdapter(initial, init_adapter, {}).ok());
-  testing::CliRun r = testing::RunStrata("export " + ck + " --out " + adapter);
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("fused expert tensors"), std::string::npos) << r.out;
-  r = testing::RunStrata("export " + ck + " --out " + merged + " --merge-lora --dtype fp32");
+  const testing::LoraBesidePeft run = testing::TrainLoraBesidePeft(
+      dir.path(), hf, R"({"r": 4, "alpha": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+          "target_parameters": ["experts.gate_up_proj", "experts.down_proj"]})", 0.005, kExpertLoraSeq, 13,
+      kExpertLoraSteps);
+  ASSERT_EQ(run.error, "");
+  EXPECT_NE(run.export_out.find("fused expert tensors"), std::string::npos) << run.export_out;
+  const std::string merged = dir.path() + "/merged";
+  const testing::CliRun r = testing::RunStrata("export " + run.ck + " --out " + merged + " --merge-lora --dtype fp32");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("the experts of"), std::string::npos) << r.out;
-  std::ifstream in(adapter + "/adapter_config.json");
+  std::ifstream in(run.adapter + "/adapter_config.json");
   const nlohmann::json ac = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   EXPECT_EQ(ac.value("target_parameters", nlohmann::json()),
             nlohmann::json({"experts.gate_up_proj", "experts.down_proj"}));
-  const std::string losses_file = dir.path() + "/losses.json";
-  std::ofstream(losses_file) << nlohmann::json(losses).dump();
-  const int rc = testing::RunHfModels(fmt::format("expert-lora {} {}:{} {} 0.005 {} {} {} {}", hf, cfg.data.path,
-                                                  kExpertLoraSeq + 1, kExpertLoraSteps, init_adapter, losses_file,
-                                                  adapter, merged),
+  const int rc = testing::RunHfModels(fmt::format("expert-lora {} {}:{} {} 0.005 {} {} {} {}", hf, run.cfg.data.path,
+                                                  kExpertLoraSeq + 1, kExpertLoraSteps, run.init_adapter,
+                                                  run.losses_file, run.adapter, merged),
                                       &out);
   std::printf("%s", out.c_str());
   EXPECT_EQ(rc, 0) << out;

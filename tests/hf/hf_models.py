@@ -273,9 +273,19 @@ def torch_bincount(index, n):
     return torch.bincount(index.reshape(-1), minlength=n)[:n]
 
 
+def training_loss(model, out, targets):
+    """Mean cross-entropy of the output's logits (fp32), plus a mixture of experts' router
+    loss as their forward adds it to a loss."""
+    import torch.nn.functional as F
+    logits = out.logits.float()
+    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+    if getattr(out, "aux_loss", None) is not None:
+        loss = loss + model.config.router_aux_loss_coef * out.aux_loss
+    return loss
+
+
 def _train(d, tokens, steps, lr, wd, grouped, per_expert=True):
     import torch
-    import torch.nn.functional as F
     from transformers import AutoModelForCausalLM, Trainer
     model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
     decay = set(Trainer.get_decay_parameter_names(None, model)) if grouped else {n for n, _ in model.named_parameters()}
@@ -289,11 +299,7 @@ def _train(d, tokens, steps, lr, wd, grouped, per_expert=True):
     losses = []
     for _ in range(steps):
         experts.start_step()
-        out = model(inputs)
-        logits = out.logits.float()
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
-        if getattr(out, "aux_loss", None) is not None:  # mixtures of experts: as their forward adds it to a loss
-            loss = loss + model.config.router_aux_loss_coef * out.aux_loss
+        loss = training_loss(model, model(inputs), targets)
         losses.append(loss.item())
         opt.zero_grad()
         loss.backward()

@@ -31,16 +31,12 @@ QLORA_MERGED_TOLERANCE = 3e-3   # relative 2-norm, per merged bf16 weight (bf16 
 
 def _peft_train(model, inputs, targets, steps, lr, eps, after_backward=None):
     import torch
-    import torch.nn.functional as F
+    from hf_models import training_loss
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, betas=(0.9, 0.999), eps=eps,
                             weight_decay=0.0)
     losses = []
     for _ in range(steps):
-        out = model(inputs)
-        logits = out.logits.float()
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
-        if getattr(out, "aux_loss", None) is not None:  # mixtures of experts: as their forward adds it to a loss
-            loss = loss + model.config.router_aux_loss_coef * out.aux_loss
+        loss = training_loss(model, model(inputs), targets)
         losses.append(loss.item())
         opt.zero_grad()
         loss.backward()

@@ -39,31 +39,18 @@ TEST(QloraVsPeftAndBitsandbytes, SameLossesAdaptersAndMergedWeights) {
   const std::string hf = dir.path() + "/llama";
   std::string out;
   ASSERT_EQ(testing::RunHfModels("make llama " + hf, &out), 0) << out;
-  auto parsed = ParseTrainConfig(R"({"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 0,
-      "bf16": {"enabled": false}, "zero_optimization": {"stage": 3},
-      "optimizer": {"type": "AdamW", "params": {"lr": 0.002, "weight_decay": 0.0}},
-      "strata": {"model": {"from": )" + nlohmann::json(hf).dump() + R"(, "seq_len": 32},
-                 "lora": {"r": 4, "alpha": 8, "base_dtype": "nf4",
-                          "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                             "down_proj"]}}})", "test");
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  TrainConfig cfg = *parsed;
-  testing::TrainOnOneWindow(dir.path(), kQloraSeq, 11, &cfg);
-  const std::string initial = dir.path() + "/ckpt0", ck = dir.path() + "/ckpt";
-  std::vector<double> losses;
-  ASSERT_EQ(testing::TrainTwoRanksFromFolder(cfg, hf, kQloraSteps, ck, initial, &losses), "");
-  const std::string init_adapter = dir.path() + "/adapter0", adapter = dir.path() + "/adapter",
-                    merged = dir.path() + "/merged";
-  ASSERT_TRUE(ckpt::ExportPeftAdapter(initial, init_adapter, {}).ok());
-  testing::CliRun r = testing::RunStrata("export " + ck + " --out " + adapter);
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  r = testing::RunStrata("export " + ck + " --out " + merged + " --merge-lora");  // bf16 by default over NF4
+  const testing::LoraBesidePeft run = testing::TrainLoraBesidePeft(
+      dir.path(), hf, R"({"r": 4, "alpha": 8, "base_dtype": "nf4", "target_modules": ["q_proj", "k_proj", "v_proj",
+          "o_proj", "gate_proj", "up_proj", "down_proj"]})", 0.002, kQloraSeq, 11, kQloraSteps);
+  ASSERT_EQ(run.error, "");
+  const std::string merged = dir.path() + "/merged";
+  // bf16 by default over NF4
+  const testing::CliRun r = testing::RunStrata("export " + run.ck + " --out " + merged + " --merge-lora");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("bf16"), std::string::npos) << r.out;
-  const std::string losses_file = dir.path() + "/losses.json";
-  std::ofstream(losses_file) << nlohmann::json(losses).dump();
-  const int rc = testing::RunHfModels(fmt::format("qlora {} {}:{} {} 0.002 {} {} {} {}", hf, cfg.data.path,
-                                                  kQloraSeq + 1, kQloraSteps, init_adapter, losses_file, adapter, merged),
+  const int rc = testing::RunHfModels(fmt::format("qlora {} {}:{} {} 0.002 {} {} {} {}", hf, run.cfg.data.path,
+                                                  kQloraSeq + 1, kQloraSteps, run.init_adapter, run.losses_file,
+                                                  run.adapter, merged),
                                       &out);
   std::printf("%s", out.c_str());
   EXPECT_EQ(rc, 0) << out;
