@@ -2,8 +2,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <map>
-#include <tuple>
 
 #include <fmt/ranges.h>
 
@@ -14,9 +12,6 @@
 
 namespace strata::ckpt {
 
-using model::CanonicalHfName;
-using model::HfName;
-using model::IsHfBuffer;
 using model::ToHfName;
 namespace fs = std::filesystem;
 namespace {
