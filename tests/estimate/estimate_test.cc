@@ -1,5 +1,5 @@
 // The estimator's per-rank bytes against what the engine allocates (Engine::ledger()), for
-// the shipped tiny config and variations of stage, offload, precision and architecture.
+// the shipped configs (shrunk) and variations of stage, offload, precision and architecture.
 #include "src/estimate/estimator.h"
 #include "src/estimate/host_blocks_fit.h"
 #include "src/estimate/largest_fit.h"
@@ -53,6 +53,8 @@ TrainConfig Shrunk(const std::string& file, const std::string& dir) {
   m.n_head = 4;
   m.n_kv_head = m.arch == model::Arch::kLlama ? 2 : 0;
   m.ffn_hidden = 0;
+  m.head_dim = 0;
+  if (m.moe.num_experts > 0) m.moe = {8, 2, 32, m.moe.norm_topk_prob, {}, m.moe.aux_loss_coef};
   cfg->sub_group_size = 5000;
   cfg->offload_param.nvme_path = cfg->offload_optimizer.nvme_path = dir;
   return *cfg;
@@ -124,6 +126,26 @@ TEST(Estimate, LoraMatchesTheEngineLedgerExactly) {
   for (int b = 0; b < spec.num_blocks(); ++b) trainable += spec.trainable_parameters(b);
   EXPECT_GE(e.ledger.Of(StateKind::kMaster), static_cast<uint64_t>(trainable) * 4);
   EXPECT_LT(e.ledger.Of(StateKind::kMaster), static_cast<uint64_t>(trainable + 2 * kShardAlign) * 4);  // + padding
+}
+
+// Mixtures of experts (the shipped Qwen3-30B-A3B configs with 8 experts a layer): full
+// fine-tuning in its smallest formats, LoRA on the attention, and on the experts as well
+// (Note [Expert adapters]), on the host and on a device.
+TEST(Estimate, MixturesOfExpertsMatchTheEngineLedgerExactly) {
+  testing::TempDir dir;
+  for (const char* file : {"qwen3_30b_a3b_full_gpu.json", "qwen3_30b_a3b_lora_gpu.json"}) {
+    TrainConfig c = Shrunk(file, dir.path());
+    ASSERT_EQ(c.model.moe.num_experts, 8) << file;
+    for (bool experts : {false, true}) {
+      if (experts && !c.model.lora.enabled()) continue;
+      if (experts) c.model.lora.target_parameters = {"experts.gate_up_proj", "experts.down_proj"};
+      for (int world : {1, 2}) {
+        ExpectEstimateMatchesLedger(c, world, fmt::format("{}{}", file, experts ? ", expert adapters" : ""));
+        ExpectEstimateMatchesLedger(c, world, fmt::format("{}{}", file, experts ? ", expert adapters" : ""),
+                                    /*on_device=*/true);
+      }
+    }
+  }
 }
 
 // QLoRA (NF4 base): the blobs' bytes in every tier, the decode buffers on the device.
