@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include <fmt/ranges.h>
 
@@ -130,11 +132,13 @@ StatusOr<ExportReport> Peft(const std::string& checkpoint, const std::string& ou
                                     config["base_model_name_or_path"].dump()));
   int64_t experts = 0;
   for (const ExportedTensor& t : tensors) experts += t.view.name.find(".mlp.experts.") != std::string::npos;
-  rep.details.push_back(fmt::format("adapter_model.safetensors: lora_A [r, in] and lora_B [out, r] of {} projections{}",
-                                    (rep.tensors - experts) / 2,
-                                    experts == 0 ? "" : fmt::format(", and lora_A [r x experts, in] and lora_B [out, r x "
-                                                                    "experts] of {} fused expert tensors (PEFT >= 0.17's "
-                                                                    "target_parameters)", experts / 2)));
+  std::vector<std::string> kinds;
+  if (rep.tensors > experts)
+    kinds.push_back(fmt::format("lora_A [r, in] and lora_B [out, r] of {} projections", (rep.tensors - experts) / 2));
+  if (experts > 0)
+    kinds.push_back(fmt::format("lora_A [r x experts, in] and lora_B [out, r x experts] of {} fused expert tensors "
+                                "(PEFT >= 0.17's target_parameters)", experts / 2));
+  rep.details.push_back(fmt::format("adapter_model.safetensors: {}", fmt::join(kinds, "; ")));
   rep.details.push_back(fmt::format("load: peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({}), "
                                     "\"{}\")", rep.source.empty() ? "BASE" : nlohmann::json(rep.source).dump(), f.target()));
   return rep;
@@ -164,9 +168,11 @@ void DescribeMerge(const Consolidator& c, ExportReport* rep) {
       (name.find(".experts.") != std::string::npos ? fused : merged) += 1;
     }
   const model::LoraConfig& l = c.model().lora;
-  rep->details.push_back(fmt::format("merged the LoRA adapters ({}) into {} projections{}: W + {} * B @ A", Summary(l),
-                                     merged, fused == 0 ? "" : fmt::format(" and the experts of {} fused tensors", fused),
-                                     l.scale()));
+  std::vector<std::string> into;
+  if (merged > 0) into.push_back(fmt::format("{} projections", merged));
+  if (fused > 0) into.push_back(fmt::format("the experts of {} fused tensors", fused));
+  rep->details.push_back(fmt::format("merged the LoRA adapters ({}) into {}: W + {} * B @ A", Summary(l),
+                                     fmt::join(into, " and "), l.scale()));
   const std::string compute = c.manifest().value("compute_dtype", std::string("fp32"));
   if (compute != "fp32")
     rep->notes.push_back(fmt::format("the merged base weights are the run's {} working copy (a LoRA run keeps no fp32 "
