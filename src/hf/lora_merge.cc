@@ -1,5 +1,6 @@
 // MergeAdapters (lora_export.h): a LoRA checkpoint's adapters folded into its base weights,
-// per projection and per expert of a sparse layer's adapted fused tensors.
+// per projection, per fused projection (Phi-3's) and per expert of a sparse layer's adapted
+// fused tensors.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -94,37 +95,58 @@ Status MergeProjection(const BlockParams& ps, const std::string& module, float s
   return Status();
 }
 
-// A sparse layer's adapter of a fused expert tensor ("<mlp>.experts.gate_up_proj" or
-// ".down_proj", Note [Expert adapters]) into each expert's weights: gate_up's first F rows
-// into its gate projection and the next F into its up projection (Mixtral: w1, w3; down: w2).
-Status MergeExperts(const BlockParams& ps, const std::string& module, float s) {
-  const bool gate_up = module.ends_with(".gate_up_proj");
-  const std::string experts = module.substr(0, module.rfind('.') + 1);  // "<mlp>.experts."
-  const bool mixtral = ps.Has(experts + "0.w1.weight");
-  const std::vector<std::string> targets =
-      gate_up ? std::vector<std::string>{mixtral ? "w1" : "gate_proj", mixtral ? "w3" : "up_proj"}
-              : std::vector<std::string>{mixtral ? "w2" : "down_proj"};
-  int64_t E = 0;
-  while (ps.Has(fmt::format("{}{}.{}.weight", experts, E, targets[0]))) ++E;
+// A StackedAdapter's lora_A [r * E, in] and lora_B [out, r * E] (model/layers.h) into the
+// weights `targets[e]` of each matrix e: its delta's rows in their order, each weight taking
+// as many as it has.
+Status MergeStacked(const BlockParams& ps, const std::string& module, const std::vector<std::vector<std::string>>& targets,
+                    float s) {
   STRATA_ASSIGN_OR_RETURN(const Param a, ps.Get(module + ".lora_A", 2, true));
   STRATA_ASSIGN_OR_RETURN(const Param b, ps.Get(module + ".lora_B", 2, true));
+  const auto E = static_cast<int64_t>(targets.size());
   if (E == 0 || a.shape[0] % E != 0 || b.shape[1] != a.shape[0])
-    return ps.Mismatch(fmt::format("'{}.lora_A' [{}] and '{}.lora_B' [{}] of {} experts", module,
+    return ps.Mismatch(fmt::format("'{}.lora_A' [{}] and '{}.lora_B' [{}] of {} stacked matrices", module,
                                    fmt::join(a.shape, ", "), module, fmt::join(b.shape, ", "), E));
-  const int64_t r = a.shape[0] / E, in = a.shape[1], rows = b.shape[0] / static_cast<int64_t>(targets.size());
+  const int64_t r = a.shape[0] / E, in = a.shape[1];
   for (int64_t e = 0; e < E; ++e) {
-    for (size_t t = 0; t < targets.size(); ++t) {
-      const std::string name = fmt::format("{}{}.{}.weight", experts, e, targets[t]);
+    int64_t row = 0;
+    for (const std::string& name : targets[e]) {
       STRATA_ASSIGN_OR_RETURN(const Param w, ps.Get(name, 2, false));
-      if (w.shape[0] != rows || w.shape[1] != in || rows * static_cast<int64_t>(targets.size()) != b.shape[0])
+      if (w.shape[1] != in || row + w.shape[0] > b.shape[0])
         return ps.Mismatch(fmt::format("'{}.lora_B' [{}] and '{}' [{}]", module, fmt::join(b.shape, ", "), name,
                                        fmt::join(w.shape, ", ")));
-      // Expert e's A rows e*r.., its B columns e, E + e, ... (rank-major), from row t * rows.
-      AddLowRank(a.at + e * r * in, b.at + static_cast<int64_t>(t) * rows * r * E + e, r * E, E, r, in, rows, s,
-                 w.mutable_at);
+      // Matrix e's A rows e*r.., its B columns e, E + e, ... (rank-major), from row `row`.
+      AddLowRank(a.at + e * r * in, b.at + row * r * E + e, r * E, E, r, in, w.shape[0], s, w.mutable_at);
+      row += w.shape[0];
     }
+    if (row != b.shape[0])
+      return ps.Mismatch(fmt::format("'{}.lora_B' [{}] and the {} rows of {}", module, fmt::join(b.shape, ", "), row,
+                                     fmt::join(targets[e], ", ")));
   }
   return Status();
+}
+
+// The weights a fused adapter adapts (Note [Expert adapters]; Phi-3's fused projections):
+// "<mlp>.experts.gate_up_proj" each expert's gate and up (Mixtral: w1, w3), ".down_proj" its
+// down (w2); "self_attn.qkv_proj" q, k, v; "mlp.gate_up_proj" gate, up. Empty: a plain projection.
+std::vector<std::vector<std::string>> FusedTargets(const BlockParams& ps, const std::string& module) {
+  const std::string parent = module.substr(0, module.rfind('.') + 1);
+  const bool gate_up = module.ends_with(".gate_up_proj");
+  if (parent.ends_with(".experts.")) {
+    const bool mixtral = ps.Has(parent + "0.w1.weight");
+    const std::vector<std::string> names = gate_up ? std::vector<std::string>{mixtral ? "w1" : "gate_proj",
+                                                                              mixtral ? "w3" : "up_proj"}
+                                                   : std::vector<std::string>{mixtral ? "w2" : "down_proj"};
+    std::vector<std::vector<std::string>> targets;
+    while (ps.Has(fmt::format("{}{}.{}.weight", parent, targets.size(), names[0]))) {
+      targets.emplace_back();
+      for (const std::string& n : names) targets.back().push_back(fmt::format("{}{}.{}.weight", parent, targets.size() - 1, n));
+    }
+    return targets.empty() ? std::vector<std::vector<std::string>>{{}} : targets;  // (none found: a mismatch)
+  }
+  if (module.ends_with("self_attn.qkv_proj"))
+    return {{parent + "q_proj.weight", parent + "k_proj.weight", parent + "v_proj.weight"}};
+  if (gate_up) return {{parent + "gate_proj.weight", parent + "up_proj.weight"}};
+  return {};
 }
 
 }  // namespace
@@ -138,8 +160,8 @@ Status MergeAdapters(const nlohmann::json& params, double scale, const std::stri
     if (!ps.Has(module + ".lora_B"))
       return Error(StatusCode::kDataLoss, "'{}/manifest.json': block {} has '{}' but no '{}.lora_B'", where,
                    flat->block, name, module);
-    const bool expert = module.ends_with(".experts.gate_up_proj") || module.ends_with(".experts.down_proj");
-    STRATA_RETURN_IF_ERROR(expert ? MergeExperts(ps, module, s) : MergeProjection(ps, module, s));
+    const std::vector<std::vector<std::string>> fused = FusedTargets(ps, module);
+    STRATA_RETURN_IF_ERROR(fused.empty() ? MergeProjection(ps, module, s) : MergeStacked(ps, module, fused, s));
   }
   return Status();
 }

@@ -177,6 +177,38 @@ class Linear : public Leaf {
   double init_std_, scale_, dropout_;
 };
 
+// PEFT's LoRA adapter of one fused tensor of `stack` matrices [out, in]: lora_A [r * stack, in]
+// and lora_B [out, r * stack], matrix e's delta weight being scale * B_e A_e with A_e the rows
+// e*r .. e*r + r-1 of A and B_e the columns e, stack + e, ..., (r-1)*stack + e of B. Stack E:
+// transformers' fused experts (Note [Expert adapters] in moe.h); stack 1: a fused projection
+// that Strata keeps apart (Phi-3's qkv_proj, gate_up_proj), its outputs split by the caller.
+class StackedAdapter final : public Leaf {
+ public:
+  StackedAdapter(int64_t stack, int64_t in, int64_t out, Adapter adapter)
+      : stack_(stack), r_(adapter.r), out_(out), scale_(adapter.scale), dropout_(adapter.dropout) {
+    lora_a_ = AddAdapterParameter("lora_A", {adapter.r * stack, in});
+    lora_b_ = AddAdapterParameter("lora_B", {out, adapter.r * stack});
+  }
+  // scale * (x A_e^T) B_e^T: [..., out], with dropout on x (Note [LoRA dropout]).
+  torch::Tensor Delta(const torch::Tensor& x, int64_t e = 0) const {
+    const torch::Tensor a = lora_a_.narrow(0, e * r_, r_);                 // [r, in]
+    const torch::Tensor b = lora_b_.view({out_, r_, stack_}).select(2, e);  // [out, r]
+    return torch::linear(torch::linear(LoraDropout::Current().Apply(x, dropout_), a), b) * scale_;
+  }
+  void Initialise(WeightDraws&) override {}
+  // As PEFT's: A kaiming-uniform (bound 1 / sqrt(in)), B zero.
+  void InitialiseAdapters(at::Generator& gen) override {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(lora_a_.size(1)));
+    lora_a_.uniform_(-bound, bound, gen);
+    lora_b_.zero_();
+  }
+
+ private:
+  torch::Tensor lora_a_, lora_b_;
+  int64_t stack_, r_, out_;
+  double scale_, dropout_;
+};
+
 // A lookup table [rows, dim].
 class Embedding : public Leaf {
  public:

@@ -56,6 +56,8 @@ class LlamaAttention final : public torch::nn::Module {
     q_proj_ = register_module("q_proj", std::make_shared<Linear>(C, q_out, c.qkv_bias, c.init_std, AdapterFor(c.lora, "q_proj")));
     k_proj_ = register_module("k_proj", std::make_shared<Linear>(C, kv_out, c.qkv_bias, c.init_std, AdapterFor(c.lora, "k_proj")));
     v_proj_ = register_module("v_proj", std::make_shared<Linear>(C, kv_out, c.qkv_bias, c.init_std, AdapterFor(c.lora, "v_proj")));
+    if (const Adapter a = AdapterFor(c.lora, "qkv_proj"); a.r > 0)  // Phi-3's fused q, k, v: one adapter
+      qkv_lora_ = register_module("qkv_proj", std::make_shared<StackedAdapter>(1, C, q_out + 2 * kv_out, a));
     if (c.qk_norm) {
       q_norm_ = register_module("q_norm", std::make_shared<RmsNorm>(head_dim_, c.norm_eps));
       k_norm_ = register_module("k_norm", std::make_shared<RmsNorm>(head_dim_, c.norm_eps));
@@ -79,7 +81,14 @@ class LlamaAttention final : public torch::nn::Module {
   // q [B, H, T, D], k, v [B, Hkv, T, D] for positions past..past+T-1, RoPE applied.
   std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Project(const torch::Tensor& x, int64_t past) const {
     const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
-    torch::Tensor q = q_proj_->Forward(x), k = k_proj_->Forward(x);
+    torch::Tensor q = q_proj_->Forward(x), k = k_proj_->Forward(x), v = v_proj_->Forward(x);
+    if (qkv_lora_) {
+      const torch::Tensor d = qkv_lora_->Delta(x);
+      const int64_t q_out = q.size(-1), kv_out = k.size(-1);
+      q = q + d.narrow(-1, 0, q_out);
+      k = k + d.narrow(-1, q_out, kv_out);
+      v = v + d.narrow(-1, q_out + kv_out, kv_out);
+    }
     if (q_norm_full_) {  // OLMoE
       q = q_norm_full_->Forward(q);
       k = k_norm_full_->Forward(k);
@@ -92,7 +101,7 @@ class LlamaAttention final : public torch::nn::Module {
     }
     q = q.transpose(1, 2);  // [B, H, T, D]
     k = k.transpose(1, 2);  // [B, Hkv, T, D]
-    torch::Tensor v = v_proj_->Forward(x).view({B, T, n_kv_head_, D}).transpose(1, 2);
+    v = v.view({B, T, n_kv_head_, D}).transpose(1, 2);
     // rotary_dim_: D, or fewer (partial rotary: the rest of each head passes)
     auto [cos, sin] = RopeTablesFor(q, rotary_dim_, rope_theta_, rope_scaling_, past);
     return {ApplyRope(q, cos, sin), ApplyRope(k, cos, sin), v};
@@ -102,6 +111,7 @@ class LlamaAttention final : public torch::nn::Module {
   double rope_theta_;
   RopeScaling rope_scaling_;
   std::shared_ptr<Linear> q_proj_, k_proj_, v_proj_, o_proj_;
+  std::shared_ptr<StackedAdapter> qkv_lora_;  // LoRA on Phi-3's qkv_proj; null else
   std::shared_ptr<RmsNorm> q_norm_, k_norm_;  // null unless qk_norm
   std::shared_ptr<RmsNorm> q_norm_full_, k_norm_full_;  // OLMoE only
 };
@@ -113,17 +123,27 @@ class LlamaMlp final : public FeedForward {
     const int64_t C = c.d_model, F = FfnHidden(c);
     gate_proj_ = register_module("gate_proj", std::make_shared<Linear>(C, F, false, c.init_std, AdapterFor(c.lora, "gate_proj")));
     up_proj_ = register_module("up_proj", std::make_shared<Linear>(C, F, false, c.init_std, AdapterFor(c.lora, "up_proj")));
+    if (const Adapter a = AdapterFor(c.lora, "gate_up_proj"); a.r > 0)  // Phi-3's fused gate, up: one adapter
+      gate_up_lora_ = register_module("gate_up_proj", std::make_shared<StackedAdapter>(1, C, 2 * F, a));
     down_proj_ = register_module("down_proj", std::make_shared<Linear>(F, C, false, c.init_std, AdapterFor(c.lora, "down_proj")));
   }
   torch::Tensor Forward(const torch::Tensor& x) override {
     return RowWise([this](const torch::Tensor& t) { return Whole(t); }, x, *this);  // Note [Tiled MLP]
   }
   torch::Tensor Whole(const torch::Tensor& x) {
-    return down_proj_->Forward(torch::silu(gate_proj_->Forward(x)) * up_proj_->Forward(x));
+    torch::Tensor gate = gate_proj_->Forward(x), up = up_proj_->Forward(x);
+    if (gate_up_lora_) {
+      const torch::Tensor d = gate_up_lora_->Delta(x);
+      const int64_t F = gate.size(-1);
+      gate = gate + d.narrow(-1, 0, F);
+      up = up + d.narrow(-1, F, F);
+    }
+    return down_proj_->Forward(torch::silu(gate) * up);
   }
 
  private:
   std::shared_ptr<Linear> gate_proj_, up_proj_, down_proj_;
+  std::shared_ptr<StackedAdapter> gate_up_lora_;  // LoRA on Phi-3's gate_up_proj; null else
 };
 
 class LlamaLayer final : public Block {

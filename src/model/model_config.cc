@@ -84,7 +84,8 @@ int64_t LoraParameters(const ModelConfig& c, int index) {
   const std::pair<const char*, int64_t> in_out[] = {{"q_proj", C + q_out},  {"k_proj", C + kv_out},
                                                     {"v_proj", C + kv_out}, {"o_proj", q_out + C},
                                                     {"gate_proj", C + F},   {"up_proj", C + F},
-                                                    {"down_proj", F + C}};
+                                                    {"down_proj", F + C},   {"qkv_proj", C + q_out + 2 * kv_out},
+                                                    {"gate_up_proj", C + 2 * F}};
   int64_t n = 0;
   for (const auto& [name, sum] : in_out)
     if (c.lora.Targets(name)) n += c.lora.r * sum;
@@ -185,12 +186,20 @@ static Status ValidateLoraTargets(const ModelConfig& c) {
   if (l.target_modules.empty() && l.target_parameters.empty())
     return InvalidArgument("strata.lora.target_modules is empty: name at least one of q_proj, k_proj, v_proj, "
                            "o_proj, gate_proj, up_proj, down_proj (or a mixture of experts' target_parameters)");
+  const bool phi3 = c.hf_model_type == "phi3";
   for (const std::string& t : l.target_modules) {
-    bool known = false;
+    bool known = false, fused = false;
     for (const char* p : kLoraProjections) known = known || t == p;
-    if (!known)
+    for (const char* p : kLoraFusedProjections) fused = fused || t == p;
+    if (!known && !fused)
       return InvalidArgument("strata.lora.target_modules: \"{}\" is not one of q_proj, k_proj, v_proj, o_proj, "
-                             "gate_proj, up_proj, down_proj", t);
+                             "gate_proj, up_proj, down_proj (Phi-3: qkv_proj, o_proj, gate_up_proj, down_proj)", t);
+    if (fused && !phi3)
+      return InvalidArgument("strata.lora.target_modules: \"{}\" is Phi-3's fused projection; {} has q_proj, k_proj, "
+                             "v_proj and gate_proj, up_proj", t, c.hf_model_type.empty() ? "this model" : c.hf_model_type);
+    if (phi3 && t != "o_proj" && t != "down_proj" && !fused)
+      return InvalidArgument("strata.lora.target_modules: \"{}\": Phi-3 fuses q/k/v into qkv_proj and gate/up into "
+                             "gate_up_proj; target those (as PEFT does), o_proj and down_proj", t);
   }
   for (const std::string& t : l.target_parameters) {
     bool known = false;
@@ -219,10 +228,6 @@ static Status ValidateLora(const ModelConfig& c) {
     if (c.arch != Arch::kLlama)
       return InvalidArgument("strata.lora: adapters are built for the LLaMA family (llama, mistral, qwen2, qwen3), "
                              "not GPT-2");
-    if (c.hf_model_type == "phi3")
-      return InvalidArgument("strata.lora: Phi-3 fuses q/k/v into qkv_proj and gate/up into gate_up_proj, which "
-                             "Strata's adapters (one per unfused projection) cannot be exported as; train Phi-3 "
-                             "without strata.lora");
     if (!(c.lora.dropout >= 0 && c.lora.dropout < 1))
       return InvalidArgument("strata.lora.dropout = {} must be in [0, 1)", c.lora.dropout);
     if (!(c.lora.alpha > 0)) return InvalidArgument("strata.lora.alpha = {} must be positive", c.lora.alpha);

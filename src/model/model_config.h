@@ -45,7 +45,8 @@ struct RopeScaling {
 // Low-rank adapters (strata.lora, PEFT's LoRA): each targeted projection y = x W^T + b gains
 // (alpha / r) * (x A^T) B^T with A [r, in] and B [out, r], B starting at zero; W and every
 // other base parameter is frozen. r = 0: none. LLaMA family only; targets are HF's
-// projection names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj).
+// projection names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; Phi-3's
+// are qkv_proj, o_proj, gate_up_proj, down_proj, its q/k/v and gate/up fused).
 // A mixture of experts' experts are adapted through target_parameters, as PEFT adapts
 // transformers' fused expert tensors (Note [Expert adapters] in moe.h): "experts.gate_up_proj"
 // and "experts.down_proj" (also written "gate_up_proj", "mlp.experts.gate_up_proj", ...).
@@ -68,6 +69,8 @@ struct LoraConfig {
 };
 inline constexpr const char* kLoraProjections[] = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                    "gate_proj", "up_proj", "down_proj"};
+// Phi-3's fused projections (Strata keeps q/k/v and gate/up apart; one adapter each, as PEFT's).
+inline constexpr const char* kLoraFusedProjections[] = {"qkv_proj", "gate_up_proj"};
 inline constexpr const char* kLoraExpertTensors[] = {"gate_up_proj", "down_proj"};
 
 // Gemma 2 and Gemma 3 (text) (hf_model_type "gemma2", "gemma3_text"; gemma.cc): LLaMA's block

@@ -1,7 +1,6 @@
 // Mixture-of-experts MLP (moe.h).
 #include "src/model/moe.h"
 
-#include <cmath>
 #include <string>
 
 #include "src/model/expert_routing.h"
@@ -30,24 +29,6 @@ torch::Tensor Expert::Forward(const torch::Tensor& x, const ExpertAdapters& lora
   return lora.down ? y + lora.down->Delta(h, e) : y;
 }
 
-ExpertAdapter::ExpertAdapter(int64_t experts, int64_t in, int64_t out, Adapter adapter)
-    : experts_(experts), r_(adapter.r), out_(out), scale_(adapter.scale) {
-  lora_a_ = AddAdapterParameter("lora_A", {adapter.r * experts, in});
-  lora_b_ = AddAdapterParameter("lora_B", {out, adapter.r * experts});
-}
-
-torch::Tensor ExpertAdapter::Delta(const torch::Tensor& x, int64_t e) const {
-  const torch::Tensor a = lora_a_.narrow(0, e * r_, r_);                  // [r, in]
-  const torch::Tensor b = lora_b_.view({out_, r_, experts_}).select(2, e);  // [out, r]
-  return torch::linear(torch::linear(x, a), b) * scale_;
-}
-
-void ExpertAdapter::InitialiseAdapters(at::Generator& gen) {
-  const double bound = 1.0 / std::sqrt(static_cast<double>(lora_a_.size(1)));
-  lora_a_.uniform_(-bound, bound, gen);
-  lora_b_.zero_();
-}
-
 MoeMlp::MoeMlp(const ModelConfig& c)
     : top_k_(c.moe.top_k), renormalise_(c.moe.norm_topk_prob || c.hf_model_type == "mixtral") {
   gate_ = register_module("gate", std::make_shared<Linear>(c.d_model, c.moe.num_experts, false, c.init_std));
@@ -58,9 +39,9 @@ MoeMlp::MoeMlp(const ModelConfig& c)
   const Adapter adapter = c.lora.enabled() ? Adapter{c.lora.r, c.lora.scale(), 0} : Adapter{};
   const int64_t E = c.moe.num_experts, C = c.d_model, F = c.moe.expert_ffn;
   if (adapter.r > 0 && c.lora.TargetsExperts("gate_up_proj"))
-    lora_.gate_up = experts->register_module("gate_up_proj", std::make_shared<ExpertAdapter>(E, C, 2 * F, adapter));
+    lora_.gate_up = experts->register_module("gate_up_proj", std::make_shared<StackedAdapter>(E, C, 2 * F, adapter));
   if (adapter.r > 0 && c.lora.TargetsExperts("down_proj"))
-    lora_.down = experts->register_module("down_proj", std::make_shared<ExpertAdapter>(E, F, C, adapter));
+    lora_.down = experts->register_module("down_proj", std::make_shared<StackedAdapter>(E, F, C, adapter));
 }
 
 torch::Tensor MoeMlp::Forward(const torch::Tensor& x) {

@@ -18,25 +18,10 @@ namespace strata::model::detail {
 // slices of the gradient and AdamW steps them (to PEFT the adapter is one parameter; an
 // expert's own weights under full fine-tuning are skipped instead). gate_up's adapter feeds
 // gate (its first F outputs) and up (the next F) from one x A_e^T. No dropout: PEFT cannot
-// factor it out of the adapted weights and refuses it.
-class ExpertAdapter final : public Leaf {
- public:
-  ExpertAdapter(int64_t experts, int64_t in, int64_t out, Adapter adapter);
-  // scale * (x A_e^T) B_e^T: [n, out].
-  torch::Tensor Delta(const torch::Tensor& x, int64_t e) const;
-  void Initialise(WeightDraws&) override {}
-  // As PEFT's: A kaiming-uniform (bound 1 / sqrt(in)), B zero.
-  void InitialiseAdapters(at::Generator& gen) override;
-
- private:
-  torch::Tensor lora_a_, lora_b_;
-  int64_t experts_, r_, out_;
-  double scale_;
-};
-
+// factor it out of the adapted weights and refuses it. (StackedAdapter in layers.h.)
 // A sparse layer's expert adapters; null where not targeted.
 struct ExpertAdapters {
-  std::shared_ptr<ExpertAdapter> gate_up, down;
+  std::shared_ptr<StackedAdapter> gate_up, down;
 };
 
 // One SwiGLU expert: down(silu(gate(x)) * up(x)), under its family's names (Qwen3-MoE and

@@ -182,8 +182,9 @@ TEST(Lora, ConfigErrorsNameTheKey) {
 }
 
 // A mixture of experts' experts are targeted as PEFT targets transformers' fused expert
-// tensors (target_parameters); the counts follow the layout of Note [Expert adapters].
-TEST(Lora, ExpertTargetsAreParametersAsPeftNamesThem) {
+// tensors (target_parameters), Phi-3's fused projections as PEFT names them; the counts
+// follow the layout of StackedAdapter (layers.h).
+TEST(Lora, FusedTargetsAsPeftNamesThem) {
   auto parse = [](const std::string& model, const std::string& lora) {
     return ParseTrainConfig(R"({"strata": {"model": {"arch": "llama", "vocab_size": 256, "seq_len": 32, "n_layer": 2,
         "d_model": 64, "n_head": 4)" + model + R"(}, "lora": )" + lora + "}}", "test");
@@ -198,6 +199,10 @@ TEST(Lora, ExpertTargetsAreParametersAsPeftNamesThem) {
   auto both = parse(moe, R"({"r": 2, "target_modules": ["q_proj"], "target_parameters": "down_proj"})");
   ASSERT_TRUE(both.ok()) << both.status().ToString();
   EXPECT_EQ(model::ModelSpec(both->model).trainable_parameters(1), 2 * (64 + 64) + 4 * 2 * (32 + 64));
+  auto phi3 = parse(R"(, "hf_model_type": "phi3")", R"({"r": 2, "target_modules": ["qkv_proj", "gate_up_proj"]})");
+  ASSERT_TRUE(phi3.ok()) << phi3.status().ToString();
+  EXPECT_EQ(model::ModelSpec(phi3->model).trainable_parameters(1),
+            2 * (64 + 3 * 64) + 2 * (64 + 2 * model::FfnHidden(phi3->model)));
   auto round = ParseModelConfigJson(ModelConfigJson(both->model), "manifest");  // a checkpoint's model section
   ASSERT_TRUE(round.ok()) << round.status().ToString();
   EXPECT_EQ(round->lora, both->model.lora);
@@ -206,7 +211,9 @@ TEST(Lora, ExpertTargetsAreParametersAsPeftNamesThem) {
            {"", R"({"r": 2, "target_parameters": ["experts.down_proj"]})", "strata.lora.target_parameters"},
            {moe, R"({"r": 2, "dropout": 0.1, "target_parameters": ["down_proj"]})", "strata.lora.dropout"},
            {moe, R"({"r": 2, "target_modules": ["up_proj"]})", "strata.lora.target_parameters"},
-           {moe, R"({"r": 2, "target_parameters": 3})", "strata.lora.target_parameters"}}) {
+           {moe, R"({"r": 2, "target_parameters": 3})", "strata.lora.target_parameters"},
+           {"", R"({"r": 2, "target_modules": ["qkv_proj"]})", "is Phi-3's fused projection"},
+           {R"(, "hf_model_type": "phi3")", R"({"r": 2, "target_modules": ["q_proj"]})", "Phi-3 fuses q/k/v"}}) {
     auto c = parse(model, lora);
     ASSERT_FALSE(c.ok()) << lora;
     EXPECT_NE(c.status().message().find(says), std::string::npos) << c.status().message();

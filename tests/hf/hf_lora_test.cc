@@ -1,8 +1,9 @@
 // LoRA exports against peft and transformers (needs the Python peers with peft; skipped with
 // the reason otherwise). For a LLaMA (3.1 rope scaling, GQA, untied), Qwen2 (q/k/v biases,
-// tied), Qwen3 (q/k norms), Gemma 2 (soft-capped, tied), Qwen3-MoE and Mixtral model written
-// by transformers, Strata fine-tunes rank-4 adapters on all seven projections (a mixture of
-// experts': its attention's and its experts' fused tensors, PEFT's target_parameters) from the
+// tied), Qwen3 (q/k norms), Gemma 2 (soft-capped, tied), Qwen3-MoE, Mixtral and Phi-3 model
+// written by transformers, Strata fine-tunes rank-4 adapters on all seven projections (a
+// mixture of experts': its attention's and its experts' fused tensors, PEFT's
+// target_parameters; Phi-3's: qkv_proj, o_proj, gate_up_proj, down_proj) from the
 // folder (strata.model.from, fp32 compute, 2 ranks, 5 steps),
 // and `strata export` writes the PEFT adapter folder and the merged model folder. Then
 //   (a) peft.PeftModel.from_pretrained(the folder's model, the adapter) gives Strata's own
@@ -32,11 +33,14 @@ namespace fs = std::filesystem;
 class PeftVsStrata : public testing::HfPeftTest {};
 
 // The folder's architecture, adapters on every projection (a mixture of experts': on its
-// attention and its experts), fp32, sequences of 32.
-TrainConfig LoraFrom(const std::string& folder, const std::string& nvme, bool experts) {
-  const std::string targets = experts ? R"(["q_proj", "k_proj", "v_proj", "o_proj"],
-                                           "target_parameters": ["experts.gate_up_proj", "experts.down_proj"])"
-                                      : R"(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])";
+// attention and its experts; Phi-3's: on its fused ones), fp32, sequences of 32.
+TrainConfig LoraFrom(const std::string& folder, const std::string& nvme, const std::string& arch) {
+  const std::string targets =
+      arch == "qwen3moe" || arch == "mixtral"
+          ? R"(["q_proj", "k_proj", "v_proj", "o_proj"],
+               "target_parameters": ["experts.gate_up_proj", "experts.down_proj"])"
+      : arch == "phi3" ? R"(["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])"
+                       : R"(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])";
   auto c = ParseTrainConfig(R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3},
       "bf16": {"enabled": false},
       "optimizer": {"type": "AdamW", "params": {"lr": 0.02, "weight_decay": 0.0}},
@@ -53,7 +57,7 @@ TEST_P(PeftVsStrata, AdapterAndMergedFolderGiveStrataLogits) {
   const std::string hf = dir.path() + "/" + GetParam();
   std::string out;
   ASSERT_EQ(testing::RunHfModels("make " + GetParam() + " " + hf, &out), 0) << out;
-  const TrainConfig cfg = LoraFrom(hf, dir.path(), GetParam() == "qwen3moe" || GetParam() == "mixtral");
+  const TrainConfig cfg = LoraFrom(hf, dir.path(), GetParam());
   ASSERT_EQ(cfg.compute_dtype, DType::kF32);
   const model::ModelSpec spec(cfg.model);
   auto w = ckpt::HfWeights::Open(hf, cfg.model);
@@ -127,7 +131,8 @@ TEST_P(PeftVsStrata, AdapterAndMergedFolderGiveStrataLogits) {
   EXPECT_EQ(rc, 0) << out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, PeftVsStrata, ::testing::Values("llama", "qwen2", "qwen3", "gemma2", "qwen3moe", "mixtral"));
+INSTANTIATE_TEST_SUITE_P(Models, PeftVsStrata, ::testing::Values("llama", "qwen2", "qwen3", "gemma2", "qwen3moe", "mixtral",
+                                                                 "phi3"));
 
 }  // namespace
 }  // namespace strata
