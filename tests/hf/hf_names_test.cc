@@ -56,15 +56,20 @@ TEST(HfNames, Phi3FusesQkvAndGateUp) {
   EXPECT_FALSE(FusedRowsOf(c, "model.layers.1.self_attn.q_proj.weight"));
 }
 
-TEST(HfNames, Phi3RefusesLoraNamingTheKey) {
+// Phi-3's adapters are on its fused projections, as PEFT names them; the unfused names are
+// refused, naming the fused ones.
+TEST(HfNames, Phi3LoraTargetsItsFusedProjections) {
   ModelConfig c;
   c.arch = Arch::kLlama;
   c.hf_model_type = "phi3";
   c.lora.r = 8;
+  c.lora.target_modules = {"q_proj", "v_proj"};
   const Status s = Validate(c);
   EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("strata.lora"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("strata.lora.target_modules"), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find("qkv_proj"), std::string::npos) << s.ToString();
+  c.lora.target_modules = {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c).ToString();
 }
 
 }  // namespace
