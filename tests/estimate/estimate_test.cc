@@ -136,6 +136,8 @@ TEST(Estimate, MixturesOfExpertsMatchTheEngineLedgerExactly) {
   for (const char* file : {"qwen3_30b_a3b_full_gpu.json", "qwen3_30b_a3b_lora_gpu.json"}) {
     TrainConfig c = Shrunk(file, dir.path());
     ASSERT_EQ(c.model.moe.num_experts, 8) << file;
+    c.bf16_auto = false;  // bf16, as on the GPU ("auto" would follow this CPU; the split master needs bf16)
+    c.compute_dtype = DType::kBF16;
     for (bool experts : {false, true}) {
       if (experts && !c.model.lora.enabled()) continue;
       if (experts) c.model.lora.target_parameters = {"experts.gate_up_proj", "experts.down_proj"};
