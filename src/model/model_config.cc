@@ -207,9 +207,12 @@ static Status ValidateLoraTargets(const ModelConfig& c) {
     if (!known)
       return InvalidArgument("strata.lora.target_parameters: \"{}\" is not experts.gate_up_proj or "
                              "experts.down_proj (a mixture of experts' fused expert tensors, as PEFT names them)", t);
-    if (!IsMoe(c))
+    bool sparse = false;  // (PEFT too refuses a target that matches nothing)
+    for (int64_t layer = 0; layer < c.n_layer; ++layer) sparse = sparse || SparseLayer(c, layer);
+    if (!sparse)
       return InvalidArgument("strata.lora.target_parameters: \"{}\" names a mixture of experts' experts, and {} has "
-                             "none", t, c.hf_model_type.empty() ? "this model" : "\"" + c.hf_model_type + "\"");
+                             "none{}", t, c.hf_model_type.empty() ? "this model" : "\"" + c.hf_model_type + "\"",
+                             IsMoe(c) ? " (strata.model.moe.dense_layers makes every layer dense)" : "");
   }
   if (!l.target_parameters.empty() && l.dropout != 0)  // as PEFT's ParamWrapper refuses it
     return InvalidArgument("strata.lora.dropout = {} with target_parameters: an expert adapter's dropout on its input "

@@ -213,6 +213,9 @@ TEST(Lora, FusedTargetsAsPeftNamesThem) {
            {moe, R"({"r": 2, "target_modules": ["up_proj"]})", "strata.lora.target_parameters"},
            {moe, R"({"r": 2, "target_parameters": 3})", "strata.lora.target_parameters"},
            {"", R"({"r": 2, "target_modules": ["qkv_proj"]})", "is Phi-3's fused projection"},
+           {R"(, "hf_model_type": "qwen3_moe", "moe": {"num_experts": 4, "top_k": 2, "expert_ffn": 32,
+                 "dense_layers": [true, true]})",
+            R"({"r": 2, "target_parameters": ["down_proj"]})", "makes every layer dense"},
            {R"(, "hf_model_type": "phi3")", R"({"r": 2, "target_modules": ["q_proj"]})", "Phi-3 fuses q/k/v"}}) {
     auto c = parse(model, lora);
     ASSERT_FALSE(c.ok()) << lora;
