@@ -3,7 +3,6 @@
 // fused tensors.
 #include <algorithm>
 #include <map>
-#include <optional>
 #include <vector>
 
 #include <fmt/ranges.h>
@@ -16,8 +15,7 @@ namespace {
 // One parameter of a block's layout, checked to lie in the flat group (and, for an adapter,
 // to have been read).
 struct Param {
-  const float* at = nullptr;
-  float* mutable_at = nullptr;
+  float* at = nullptr;
   std::vector<int64_t> shape;
 };
 
@@ -50,8 +48,7 @@ class BlockParams {
         if (!flat_->seen[i])
           return Error(StatusCode::kDataLoss, "'{}': no rank file holds element {} of block {} ('{}')", where_, i,
                        flat_->block, name);
-    p.mutable_at = flat_->values.data() + off;
-    p.at = p.mutable_at;
+    p.at = flat_->values.data() + off;
     return p;
   }
   Status Mismatch(const std::string& what) const {
@@ -91,7 +88,7 @@ Status MergeProjection(const BlockParams& ps, const std::string& module, float s
     return ps.Mismatch(fmt::format("'{}.lora_A' [{}], '{}.lora_B' [{}] and '{}.weight' [{}]", module,
                                    fmt::join(a.shape, ", "), module, fmt::join(b.shape, ", "), module,
                                    fmt::join(w.shape, ", ")));
-  AddLowRank(a.at, b.at, r, 1, r, in, out, s, w.mutable_at);
+  AddLowRank(a.at, b.at, r, 1, r, in, out, s, w.at);
   return Status();
 }
 
@@ -115,7 +112,7 @@ Status MergeStacked(const BlockParams& ps, const std::string& module, const std:
         return ps.Mismatch(fmt::format("'{}.lora_B' [{}] and '{}' [{}]", module, fmt::join(b.shape, ", "), name,
                                        fmt::join(w.shape, ", ")));
       // Matrix e's A rows e*r.., its B columns e, E + e, ... (rank-major), from row `row`.
-      AddLowRank(a.at + e * r * in, b.at + row * r * E + e, r * E, E, r, in, w.shape[0], s, w.mutable_at);
+      AddLowRank(a.at + e * r * in, b.at + row * r * E + e, r * E, E, r, in, w.shape[0], s, w.at);
       row += w.shape[0];
     }
     if (row != b.shape[0])

@@ -24,6 +24,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 
 #include "src/model/model.h"
@@ -189,11 +190,18 @@ class StackedAdapter final : public Leaf {
     lora_a_ = AddAdapterParameter("lora_A", {adapter.r * stack, in});
     lora_b_ = AddAdapterParameter("lora_B", {out, adapter.r * stack});
   }
-  // scale * (x A_e^T) B_e^T: [..., out], with dropout on x (Note [LoRA dropout]).
-  torch::Tensor Delta(const torch::Tensor& x, int64_t e = 0) const {
+  // Matrix e's delta scale * (x A_e^T) B_e^T ([..., out], with dropout on x: Note [LoRA
+  // dropout]) added to `outputs`, each taking as many of its columns as it has, in order.
+  void AddTo(const torch::Tensor& x, std::initializer_list<torch::Tensor*> outputs, int64_t e = 0) const {
     const torch::Tensor a = lora_a_.narrow(0, e * r_, r_);                 // [r, in]
     const torch::Tensor b = lora_b_.view({out_, r_, stack_}).select(2, e);  // [out, r]
-    return torch::linear(torch::linear(LoraDropout::Current().Apply(x, dropout_), a), b) * scale_;
+    const torch::Tensor d = torch::linear(torch::linear(LoraDropout::Current().Apply(x, dropout_), a), b) * scale_;
+    int64_t at = 0;
+    for (torch::Tensor* y : outputs) {
+      const int64_t n = y->size(-1);
+      *y = *y + d.narrow(-1, at, n);
+      at += n;
+    }
   }
   void Initialise(WeightDraws&) override {}
   // As PEFT's: A kaiming-uniform (bound 1 / sqrt(in)), B zero.

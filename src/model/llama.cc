@@ -82,13 +82,7 @@ class LlamaAttention final : public torch::nn::Module {
   std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Project(const torch::Tensor& x, int64_t past) const {
     const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
     torch::Tensor q = q_proj_->Forward(x), k = k_proj_->Forward(x), v = v_proj_->Forward(x);
-    if (qkv_lora_) {
-      const torch::Tensor d = qkv_lora_->Delta(x);
-      const int64_t q_out = q.size(-1), kv_out = k.size(-1);
-      q = q + d.narrow(-1, 0, q_out);
-      k = k + d.narrow(-1, q_out, kv_out);
-      v = v + d.narrow(-1, q_out + kv_out, kv_out);
-    }
+    if (qkv_lora_) qkv_lora_->AddTo(x, {&q, &k, &v});
     if (q_norm_full_) {  // OLMoE
       q = q_norm_full_->Forward(q);
       k = k_norm_full_->Forward(k);
@@ -132,12 +126,7 @@ class LlamaMlp final : public FeedForward {
   }
   torch::Tensor Whole(const torch::Tensor& x) {
     torch::Tensor gate = gate_proj_->Forward(x), up = up_proj_->Forward(x);
-    if (gate_up_lora_) {
-      const torch::Tensor d = gate_up_lora_->Delta(x);
-      const int64_t F = gate.size(-1);
-      gate = gate + d.narrow(-1, 0, F);
-      up = up + d.narrow(-1, F, F);
-    }
+    if (gate_up_lora_) gate_up_lora_->AddTo(x, {&gate, &up});
     return down_proj_->Forward(torch::silu(gate) * up);
   }
 

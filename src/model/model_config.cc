@@ -201,14 +201,14 @@ static Status ValidateLoraTargets(const ModelConfig& c) {
       return InvalidArgument("strata.lora.target_modules: \"{}\": Phi-3 fuses q/k/v into qkv_proj and gate/up into "
                              "gate_up_proj; target those (as PEFT does), o_proj and down_proj", t);
   }
+  bool sparse = false;  // (PEFT too refuses a target that matches nothing)
+  for (int64_t layer = 0; layer < c.n_layer; ++layer) sparse = sparse || SparseLayer(c, layer);
   for (const std::string& t : l.target_parameters) {
     bool known = false;
     for (const char* p : kLoraExpertTensors) known = known || NamesExpertTensor(t, p);
     if (!known)
       return InvalidArgument("strata.lora.target_parameters: \"{}\" is not experts.gate_up_proj or "
                              "experts.down_proj (a mixture of experts' fused expert tensors, as PEFT names them)", t);
-    bool sparse = false;  // (PEFT too refuses a target that matches nothing)
-    for (int64_t layer = 0; layer < c.n_layer; ++layer) sparse = sparse || SparseLayer(c, layer);
     if (!sparse)
       return InvalidArgument("strata.lora.target_parameters: \"{}\" names a mixture of experts' experts, and {} has "
                              "none{}", t, c.hf_model_type.empty() ? "this model" : "\"" + c.hf_model_type + "\"",

@@ -18,15 +18,11 @@ Expert::Expert(const ModelConfig& c, bool mixtral_names) {
 
 torch::Tensor Expert::Forward(const torch::Tensor& x, const ExpertAdapters& lora, int64_t e) const {
   torch::Tensor gate = gate_->Forward(x), up = up_->Forward(x);
-  if (lora.gate_up) {
-    const torch::Tensor d = lora.gate_up->Delta(x, e);
-    const int64_t F = gate.size(-1);
-    gate = gate + d.narrow(-1, 0, F);
-    up = up + d.narrow(-1, F, F);
-  }
+  if (lora.gate_up) lora.gate_up->AddTo(x, {&gate, &up}, e);
   const torch::Tensor h = torch::silu(gate) * up;
-  const torch::Tensor y = down_->Forward(h);
-  return lora.down ? y + lora.down->Delta(h, e) : y;
+  torch::Tensor y = down_->Forward(h);
+  if (lora.down) lora.down->AddTo(h, {&y}, e);
+  return y;
 }
 
 MoeMlp::MoeMlp(const ModelConfig& c)
