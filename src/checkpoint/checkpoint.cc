@@ -1,5 +1,6 @@
 #include "src/checkpoint/checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "src/base/temporaries.h"
@@ -144,6 +145,11 @@ Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, co
   STRATA_RETURN_IF_ERROR(FsyncDir(dir));
   if (opt.crash_hook) opt.crash_hook("before_latest");
   STRATA_RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / "latest").string(), StepDirName(step) + "\n"));
+  for (const std::string& earlier : opt.replaces)  // another run's, replaced (train --overwrite)
+    if (fs::path(earlier).filename() != fs::path(final_dir).filename()) {
+      STRATA_RETURN_IF_ERROR(RemoveAll(earlier));
+      LogInfo("removed '{}', which another run had left in '{}' (--overwrite)", earlier, dir);
+    }
   if (opt.keep > 0) {
     auto steps = ListSteps(dir);
     for (size_t i = 0; i + opt.keep < steps.size(); ++i)
@@ -156,14 +162,22 @@ Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, co
 
 nlohmann::json ModelConfigJson(const model::ModelConfig& m) { return strata::ModelConfigJson(m); }
 
-Status CheckSaveFolder(const std::string& save, const std::string& resume, bool overwrite) {
+StatusOr<std::vector<std::string>> CheckSaveFolder(const std::string& save, const std::string& resume,
+                                                   bool overwrite) {
   std::error_code ec;
   const auto steps = ListSteps(save);
-  if (overwrite || (steps.empty() && !fs::exists(fs::path(save) / "latest", ec))) return Status();
+  if (steps.empty() && !fs::exists(fs::path(save) / "latest", ec)) return std::vector<std::string>{};
   if (!resume.empty()) {  // resuming from this very folder (or one of its steps) goes on saving there
     const fs::path r = fs::weakly_canonical(fs::absolute(resume), ec);
     const fs::path root = fs::exists(r / "manifest.json", ec) ? r.parent_path() : r;
-    if (root == fs::weakly_canonical(fs::absolute(save), ec)) return Status();
+    if (root == fs::weakly_canonical(fs::absolute(save), ec)) return std::vector<std::string>{};
+  }
+  if (overwrite) {  // every step folder there, complete or not ("step_N.tmp" of a crashed save)
+    std::vector<std::string> replaced;
+    for (const auto& e : fs::directory_iterator(save, ec))
+      if (e.path().filename().string().starts_with("step_") && e.is_directory(ec)) replaced.push_back(e.path().string());
+    std::sort(replaced.begin(), replaced.end());
+    return replaced;
   }
   const std::string newest = steps.empty() ? "a 'latest' file" : fs::path(steps.back().second).filename().string();
   return Error(StatusCode::kAlreadyExists,

@@ -17,6 +17,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "src/engine/engine.h"
 #include "strata/communicator.h"
@@ -29,13 +30,20 @@ struct SaveOptions {
   // Tests: called at named points of the commit ("shard_partly_written" after the first tensor, "before_rename",
   // "before_latest") on every rank; the hook may kill the process.
   std::function<void(const std::string& point)> crash_hook;
+  // What an earlier run left in the folder that this run replaces (train --overwrite): removed
+  // by the commit of this save once `latest` names it (CheckSaveFolder lists them).
+  std::vector<std::string> replaces;
 };
 
 // Whether a run may save into `save` (before it saves anything): a folder holding no
 // checkpoint, or the one the run resumes from (`resume`, the folder or one of its step
-// folders), or any with `overwrite` (train --overwrite: its steps are then pruned or replaced
-// as the run saves). Otherwise the error names the folder, its latest step and the ways on.
-Status CheckSaveFolder(const std::string& save, const std::string& resume, bool overwrite);
+// folders), or any with `overwrite` (train --overwrite). Otherwise the error names the
+// folder, its latest step and the ways on. Returns what another run left there that this
+// run replaces (with `overwrite`: its step folders, finished or not), for
+// SaveOptions::replaces: removed only once this run's first checkpoint is in place, so that
+// a run that never saves loses nothing, and pruning and `latest` then see this run's steps
+// alone.
+StatusOr<std::vector<std::string>> CheckSaveFolder(const std::string& save, const std::string& resume, bool overwrite);
 
 // Writes the state after `step` optimizer steps (the next step to run is `step`).
 Status SaveCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg, const std::string& dir,

@@ -9,6 +9,7 @@
 #include "src/cli/commands.h"
 #include "src/cli/stop_on_signal.h"
 #include "src/cli/train_config_cli.h"
+#include "src/estimate/estimate_flags.h"
 #include "src/estimate/estimator.h"
 #include "src/estimate/expert_traffic.h"
 #include "src/estimate/fit_advice.h"
@@ -167,6 +168,7 @@ struct EstimateArgs {
   std::vector<std::string> sets;
   int nproc = 1;
   double params = 0;
+  bool params_given = false;
   bool max = false;
   bool max_seq = false;
   std::string device;         // "" = the config's strata.device
@@ -175,16 +177,18 @@ struct EstimateArgs {
   std::string disk_free;      // "" = the swap folder's free space here
 };
 
-// This machine, or the one --host-memory / --disk-free describe.
-StatusOr<MachineCapacity> MachineFor(const EstimateArgs& a, const TrainConfig& cfg) {
-  MachineCapacity m = ProbeMachine(cfg);
-  for (auto [text, flag, field] : {std::tuple{&a.host_memory, "--host-memory", &m.host_available},
-                                   std::tuple{&a.disk_free, "--disk-free", &m.nvme_free}}) {
+// The flags that describe the machine and the model's size, parsed and checked.
+StatusOr<EstimateFlags> ReadFlags(const EstimateArgs& a) {
+  EstimateFlags f;
+  if (a.params_given) f.params = a.params;
+  for (auto [text, flag, field] : {std::tuple{&a.host_memory, "--host-memory", &f.host_memory},
+                                   std::tuple{&a.disk_free, "--disk-free", &f.disk_free},
+                                   std::tuple{&a.device_memory, "--device-memory", &f.device_memory}}) {
     if (text->empty()) continue;
     STRATA_ASSIGN_OR_RETURN(*field, bench::ParseBytes(*text, flag));
   }
-  if (!a.disk_free.empty() && m.nvme_dir.empty()) m.nvme_dir = "(the planned swap folder)";
-  return m;
+  STRATA_RETURN_IF_ERROR(CheckEstimateFlags(f));
+  return f;
 }
 
 // "fits this machine: yes", or no with what would make it fit; then, where host blocks were
@@ -219,16 +223,14 @@ void PrintLongestSequence(const TrainConfig& written, int nproc, int64_t params,
 }  // namespace
 
 int RunEstimate(const EstimateArgs& a) {
+  const StatusOr<EstimateFlags> flags = ReadFlags(a);
+  if (!flags.ok()) {
+    std::fprintf(stderr, "error: %s\n", flags.status().message().c_str());
+    return 2;
+  }
   std::vector<std::string> sets = a.sets;
   if (!a.device.empty()) sets.push_back("strata.device=" + a.device);
-  if (!a.device_memory.empty()) {
-    auto bytes = bench::ParseBytes(a.device_memory, "--device-memory");
-    if (!bytes.ok()) {
-      std::fprintf(stderr, "error: %s\n", bytes.status().message().c_str());
-      return 2;
-    }
-    sets.push_back(fmt::format("strata.device_memory={}", *bytes));
-  }
+  if (flags->device_memory) sets.push_back(fmt::format("strata.device_memory={}", *flags->device_memory));
   std::string origin;
   auto written = ReadTrainConfig(a.config, a.strata_file, sets, &origin);
   if (!written.ok()) {
@@ -241,15 +243,11 @@ int RunEstimate(const EstimateArgs& a) {
     return 2;
   }
   const bool gpu = SpecNamesGpu(written->device);
-  auto machine = MachineFor(a, *written);
-  if (!machine.ok()) {
-    std::fprintf(stderr, "error: %s\n", machine.status().message().c_str());
-    return 2;
-  }
-  const MachineCapacity& m = *machine;
-  const bool planned = !a.host_memory.empty() || !a.disk_free.empty();
+  const MachineCapacity m = PlannedMachine(ProbeMachine(*written), *flags);
+  const int64_t params = ScaledParameters(*flags);
+  const bool planned = flags->host_memory || flags->disk_free;
   const bool states_nvme = written->offload_optimizer.device == OffloadDevice::kNvme;
-  auto settled = SettleRunConfig(*written, {a.nproc, a.nproc, gpu, {!gpu}, &m, static_cast<int64_t>(a.params)});
+  auto settled = SettleRunConfig(*written, {a.nproc, a.nproc, gpu, {!gpu}, &m, params});
   if (!settled.ok()) {
     std::fprintf(stderr, "error: %s\n", settled.status().WithContext(origin).message().c_str());
     return 1;
@@ -277,12 +275,12 @@ int RunEstimate(const EstimateArgs& a) {
               HumanBytes(e.node_nvme_bytes(a.nproc)).c_str(),
               m.nvme_dir.empty() ? "-" : HumanBytes(m.nvme_free).c_str(),
               m.nvme_dir.empty() ? "" : (" in " + m.nvme_dir).c_str());
-  PrintStepTraffic(*cfg, e, static_cast<int64_t>(a.params), {!gpu});
-  PrintVerdict(*cfg, a.nproc, static_cast<int64_t>(a.params), {!gpu}, m, e, planned,
+  PrintStepTraffic(*cfg, e, params, {!gpu});
+  PrintVerdict(*cfg, a.nproc, params, {!gpu}, m, e, planned,
                states_nvme && !host_blocks_auto);
   if (a.max) PrintLargestFit(*cfg, a.nproc, {!gpu}, m);
-  if (a.max_seq) PrintLongestSequence(*written, a.nproc, static_cast<int64_t>(a.params), gpu, m);
-  return a.machine.empty() ? 0 : PrintStepTime(a.machine, *cfg, a.nproc, static_cast<int64_t>(a.params), {!gpu}, rates);
+  if (a.max_seq) PrintLongestSequence(*written, a.nproc, params, gpu, m);
+  return a.machine.empty() ? 0 : PrintStepTime(a.machine, *cfg, a.nproc, params, {!gpu}, rates);
 }
 
 void AddEstimateCommand(CLI::App& app, Action* action) {
@@ -293,7 +291,8 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
   cmd->add_option("--strata", a->strata_file, "a second JSON file holding the \"strata\" section");
   cmd->add_option("--set", a->sets, "override a config key");
   cmd->add_option("--nproc", a->nproc, "ranks on this node (the world size)")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--params", a->params, "scale the config's model to this many parameters (e.g. 1e9)");
+  auto* params = cmd->add_option("--params", a->params, "scale the config's model to this many parameters (e.g. 1e9; "
+                                                        "1e3 to 1e15)");
   cmd->add_flag("--max", a->max, "the largest model of the config's shape (scaled as --params does) that fits this "
                                  "machine with the best tier placement, beside the physical limit");
   cmd->add_flag("--max-seq", a->max_seq, "the longest sequence (strata.model.seq_len) that fits this machine at the "
@@ -308,7 +307,10 @@ void AddEstimateCommand(CLI::App& app, Action* action) {
                                                    "instead of this one's MemAvailable");
   cmd->add_option("--disk-free", a->disk_free, "plan for another machine: the free space of its swap folder "
                                                "(e.g. 60G) instead of this one's");
-  cmd->callback([=] { *action = [=] { return RunEstimate(*a); }; });
+  cmd->callback([=] {
+    a->params_given = params->count() > 0;
+    *action = [=] { return RunEstimate(*a); };
+  });
 }
 
 }  // namespace strata::cli

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "src/base/stop_signals.h"
 #include "src/base/temporaries.h"
 #include "strata/log.h"
 #include "strata/nvme_tier.h"
@@ -33,7 +34,8 @@ std::mutex g_ending_mu;
 
 void WaitForTheWatcher() { g_ending_mu.lock(); }  // never unlocked: the process is ending
 
-void OnSignal(int sig) {
+void OnSignal(int sig, siginfo_t* info, void*) {
+  if (RaisedByOwnWrite(sig, info, getpid())) return;  // the write fails with EFBIG and says which file
   const unsigned char b = static_cast<unsigned char>(sig);
   const int saved = errno;
   ssize_t ignored = write(g_wake[1], &b, 1);  // async-signal-safe; a full pipe means one is pending anyway
@@ -88,11 +90,16 @@ void StopOnSignals() {
   fcntl(g_wake[0], F_SETFL, 0);
   std::thread(Watch).detach();
   struct sigaction sa = {};
-  sa.sa_handler = OnSignal;
+  sa.sa_sigaction = OnSignal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
+  for (int sig : kStopSignals) {
+    // A signal the caller ignores stays ignored (nohup's SIGHUP), except SIGPIPE: ignored, a
+    // reader that went away would go unnoticed (the output's writes fail without a word).
+    struct sigaction old = {};
+    if (sig != SIGPIPE && sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    sigaction(sig, &sa, nullptr);
+  }
 }
 
 }  // namespace strata::cli

@@ -18,6 +18,7 @@
 #include "src/checkpoint/checkpoint.h"
 #include "src/config/decay_groups.h"
 #include "src/base/durable_file.h"
+#include "src/base/temporaries.h"
 #include "src/hf/hf_loader.h"
 #include "src/cli/commands.h"
 #include "src/cli/default_config.h"
@@ -102,6 +103,8 @@ class TrainRun {
   std::unique_ptr<Progress> progress_;
   std::unique_ptr<StepHeartbeat> heartbeat_;  // lead rank: progress within a long step
   std::unique_ptr<FolderLock> save_lock_;  // rank 0's claim on --save
+  TempPath unsaved_save_dir_;  // a --save folder this run created: removed unless a checkpoint lands in it
+  std::vector<std::string> replaced_;  // --overwrite: another run's step folders there, removed at the first save
   std::unique_ptr<StartupProgress> startup_;      // from the data to the first step
   uint64_t rss_before_engine_ = 0, file_before_engine_ = 0;
   double predicted_step_s_ = 0;  // --predict: the step-time model's, 0 = none
@@ -140,9 +143,14 @@ Status TrainRun::Configure() {
     sets.push_back("strata.model.from=" + nlohmann::json(a_.init_from).dump());
   STRATA_ASSIGN_OR_RETURN(cfg_, ReadTrainConfig(a_.config, a_.strata_file, sets, &origin_));
   // Before any rank connects: every rank sees the same folder and stops; rank 0 says why.
-  if (!a_.save.empty())
-    if (Status s = ckpt::CheckSaveFolder(a_.save, a_.resume, a_.overwrite); !s.ok())
-      return lead() ? s : Status(s.code(), "");
+  if (!a_.save.empty()) {
+    StatusOr<std::vector<std::string>> replaced = ckpt::CheckSaveFolder(a_.save, a_.resume, a_.overwrite);
+    if (!replaced.ok()) return lead() ? replaced.status() : Status(replaced.status().code(), "");
+    replaced_ = std::move(replaced).value();
+    if (lead() && !replaced_.empty())
+      LogInfo("--overwrite: the {} step folder(s) another run left in '{}' are removed when this run's first "
+              "checkpoint is in place", replaced_.size(), a_.save);
+  }
   if (lead()) {
     for (const auto& w : cfg_.warnings) LogWarn("config key '{}' is not used by Strata; ignored", w);
     for (const auto& n : cfg_.notes) LogInfo("config: {}", n);
@@ -167,7 +175,10 @@ Status TrainRun::Connect() {
   if (!device.ok()) return device.status().WithContext(fmt::format("rank {}", env_.rank));
   device_ = std::move(device).value();
   if (lead() && !a_.save.empty()) {  // before any step: a second run on it stops here
+    std::error_code ec;
+    const bool fresh = !std::filesystem::exists(std::filesystem::symlink_status(a_.save, ec));
     STRATA_ASSIGN_OR_RETURN(save_lock_, FolderLock::Take(a_.save));
+    if (fresh) unsaved_save_dir_ = TempPath(a_.save);
   }
   // The config settled for this run on this machine; refused before any state is allocated
   // when it cannot fit: host memory, NVMe, and a GPU's own memory.
@@ -374,12 +385,17 @@ Status TrainRun::Eval(int64_t step) {
 Status TrainRun::Save(int64_t step) {
   ckpt::SaveOptions so;
   so.keep = cfg_.keep_checkpoints;
+  so.replaces = replaced_;
   if (!cfg_.debug_crash_in_save.empty())
-    so.crash_hook = [point = cfg_.debug_crash_in_save](const std::string& p) {
-      if (p == point) std::raise(SIGKILL);  // tests: a process killed in the middle of a save
+    so.crash_hook = [point = cfg_.debug_crash_in_save, sig = cfg_.debug_crash_signal](const std::string& p) {
+      if (p != point) return;
+      std::raise(sig);  // tests: a process killed or stopped in the middle of a save
+      for (;;) pause();  // a stop signal: the watcher ends the process; the save goes no further
     };
   const auto t0 = std::chrono::steady_clock::now();
   STRATA_RETURN_IF_ERROR(ckpt::SaveCheckpoint(*engine_, *comm_, cfg_, a_.save, step, so));
+  unsaved_save_dir_.Release();  // it holds a checkpoint now
+  replaced_.clear();             // (removed by that save)
   if (lead()) progress_->OnSave(step, a_.save, Seconds(t0));
   last_saved_ = step;
   return Status();
@@ -453,7 +469,7 @@ int RunTrain(const TrainArgs& a) {
     LaunchOptions lo;
     lo.nproc = a.nproc;
     lo.argv = CurrentArgv();
-    return LaunchLocalRanks(lo);  // it forwards SIGINT/SIGTERM to the ranks
+    return LaunchLocalRanks(lo);  // it forwards the stop signals to the ranks
   }
   StopOnSignals();
   return TrainRun(a).Run();

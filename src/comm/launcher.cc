@@ -11,6 +11,7 @@
 #include <cstring>
 #include <optional>
 
+#include "src/base/stop_signals.h"
 #include "src/comm/socket.h"
 #include "strata/check.h"
 #include "strata/log.h"
@@ -90,7 +91,7 @@ void SignalRunning(std::vector<Child>& children, int sig) {
 }
 
 // Reaps the children that have exited; returns the code of the first failure among them.
-std::optional<int> Reap(std::vector<Child>& children, bool stopping) {
+std::optional<int> Reap(std::vector<Child>& children, bool stopping, int forwarded) {
   std::optional<int> failure;
   for (Child& c : children) {
     if (!c.running) continue;
@@ -106,7 +107,7 @@ std::optional<int> Reap(std::vector<Child>& children, bool stopping) {
       code = 128 + WTERMSIG(status);
       // While stopping, the ranks end on the signal they were sent (their own handlers exit
       // with 128 + it); one that died of anything else is named, as a stop it did not finish.
-      if (!stopping || (WTERMSIG(status) != SIGTERM && WTERMSIG(status) != SIGINT))
+      if (!stopping || (WTERMSIG(status) != SIGTERM && WTERMSIG(status) != forwarded))
         LogError("rank {} killed by signal {} ({}){}", c.rank, WTERMSIG(status), strsignal(WTERMSIG(status)),
                  stopping ? " while stopping" : "");
     } else {
@@ -145,14 +146,18 @@ int LaunchLocalRanks(const LaunchOptions& opts) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGCHLD);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
+  for (int sig : kStopSignals) {  // each forwarded to the ranks, which stop cleanly on it
+    struct sigaction old = {};
+    if (sig != SIGPIPE && sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;  // (nohup)
+    sigaddset(&set, sig);
+  }
   SignalBlock block(set);
 
   std::vector<Child> children(static_cast<size_t>(opts.nproc));
   const pid_t self = getpid();
   std::optional<int> result;
   bool stopping = false;
+  int forwarded = 0;  // the stop signal passed on to the ranks, if any
   Clock::time_point kill_at = Clock::time_point::max();  // SIGKILL what still runs after the grace
   auto stop_all = [&] {
     if (stopping) return;
@@ -181,8 +186,9 @@ int LaunchLocalRanks(const LaunchOptions& opts) {
     timespec tick{0, 100 * 1000 * 1000};
     siginfo_t info;
     int sig = sigtimedwait(&set, &info, &tick);
-    if (sig == SIGINT || sig == SIGTERM) {
+    if (sig > 0 && sig != SIGCHLD && !RaisedByOwnWrite(sig, &info, self)) {
       LogWarn("launcher: got {}, forwarding it to the ranks", strsignal(sig));
+      forwarded = sig;
       SignalRunning(children, sig);
       if (!result) result = 128 + sig;
       if (!stopping) {
@@ -190,7 +196,7 @@ int LaunchLocalRanks(const LaunchOptions& opts) {
         kill_at = Clock::now() + opts.grace;
       }
     }
-    std::optional<int> failure = Reap(children, stopping);
+    std::optional<int> failure = Reap(children, stopping, forwarded);
     if (failure && !result) {
       result = failure;
       stop_all();

@@ -26,13 +26,14 @@ struct LaunchOptions {
 
 // Starts the ranks with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, MASTER_PORT and
 // STRATA_LAUNCHED=1 added to this process's environment; their stdout/stderr are ours,
-// unprefixed. Blocks until every child has exited. SIGINT/SIGTERM received meanwhile are
-// forwarded to the children. If a child exits non-zero or is killed, the others are
+// unprefixed. Blocks until every child has exited. A stop signal received meanwhile
+// (src/base/stop_signals.h: SIGINT, SIGTERM, SIGHUP, SIGPIPE, ...; one the caller ignores
+// stays ignored) is forwarded to the children. If a child exits non-zero or is killed, the others are
 // terminated (SIGTERM, then SIGKILL after `grace`) and the result is that child's code
 // (128 + signal when killed), logged as "rank N exited with code C" / "rank N killed by
 // signal S". Returns 0 when all ranks succeed, and 1 if the children could not be started
-// (logged). Call from the main thread, before other threads start: it blocks SIGCHLD,
-// SIGINT and SIGTERM in the calling thread while it runs.
+// (logged). Call from the main thread, before other threads start: it blocks SIGCHLD
+// and the stop signals in the calling thread while it runs.
 int LaunchLocalRanks(const LaunchOptions& options);
 
 }  // namespace strata

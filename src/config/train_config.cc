@@ -140,6 +140,7 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   c->device_memory = static_cast<uint64_t>(device_memory);
   STRATA_RETURN_IF_ERROR(
       s.Choice("debug_crash_in_save", &c->debug_crash_in_save, {"", "shard_partly_written", "before_rename", "before_latest"}));
+  STRATA_RETURN_IF_ERROR(s.Int("debug_crash_signal", &c->debug_crash_signal, 1, 31));
 
   STRATA_RETURN_IF_ERROR(ParseModelSection(s, c));
   if (s.Has("lora")) {  // after the model, which strata.model.from may have replaced

@@ -157,6 +157,7 @@ struct TrainConfig {
   int64_t save_interval = 0;         // strata.save_interval: checkpoint every K steps with --save (0 = at the end only)
   int keep_checkpoints = 2;          // strata.keep_checkpoints: step folders kept (0 = all)
   std::string debug_crash_in_save;   // tests: kill the process at this point of a checkpoint save
+  int debug_crash_signal = 9;        // tests: ... with this signal (SIGKILL; a stop signal tests the clean stop)
   // strata.max_skipped_steps: without a dynamic loss scale, this many non-finite steps in a
   // row end the run with an error (0 = never).
   int64_t max_skipped_steps = 3;

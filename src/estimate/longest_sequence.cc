@@ -1,5 +1,9 @@
 #include "src/estimate/longest_sequence.h"
 
+#include <algorithm>
+
+#include <fmt/format.h>
+
 namespace strata {
 
 LongestSequence FindLongestSequence(const FitsAtLength& fits_at) {
@@ -10,14 +14,18 @@ LongestSequence FindLongestSequence(const FitsAtLength& fits_at) {
   best = {kShortestSequence, *e, ""};
   int64_t lo = kShortestSequence, hi = 0;  // lo fits; hi does not (0: none found yet)
   while (hi == 0 && lo < kLongestSequenceTried) {
-    if (auto at = fits_at(2 * lo, &bound)) {
-      lo *= 2;
+    const int64_t next = std::min(2 * lo, kLongestSequenceTried);
+    if (auto at = fits_at(next, &bound)) {
+      lo = next;
       best = {lo, *at, ""};
     } else {
-      hi = 2 * lo;
+      hi = next;
       best.bound = bound;
     }
   }
+  if (hi == 0)
+    best.bound = fmt::format("{} tokens is the longest sequence Strata accepts (strata.model.seq_len)",
+                             kLongestSequenceTried);
   while (hi - lo > 1 && hi != 0) {
     const int64_t mid = lo + (hi - lo) / 2;
     if (auto at = fits_at(mid, &bound)) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "src/estimate/estimator.h"
+#include "src/model/model_config.h"
 
 namespace strata {
 
@@ -18,12 +19,14 @@ struct LongestSequence {
   std::string bound;        // why the next length (one token more) does not fit; empty: none failed
 };
 
-inline constexpr int64_t kShortestSequence = 128, kLongestSequenceTried = int64_t{1} << 26;
+// The longest length tried is the longest Strata accepts at all (strata.model.seq_len's limit).
+inline constexpr int64_t kShortestSequence = 128, kLongestSequenceTried = model::ModelLimits::kSeqLen;
 
 // The estimate of the run at `tokens` per sequence when it fits, else nullopt with why in *bound.
 using FitsAtLength = std::function<std::optional<MemoryEstimate>(int64_t tokens, std::string* bound)>;
 
-// Fits are monotone in the length: doubles from kShortestSequence, then bisects to the token.
+// Fits are monotone in the length: doubles from kShortestSequence (up to kLongestSequenceTried),
+// then bisects to the token. Where even kLongestSequenceTried fits, `bound` says it is the limit.
 LongestSequence FindLongestSequence(const FitsAtLength& fits_at);
 
 }  // namespace strata

@@ -14,7 +14,7 @@ namespace {
 StatusOr<ExportReport> Export(const std::string& checkpoint, const std::string& out, ExportDType dtype, bool merge_lora,
                               bool overwrite) {
   STRATA_ASSIGN_OR_RETURN(Consolidator c, Consolidator::Open(checkpoint));
-  STRATA_RETURN_IF_ERROR(CheckOutsideCheckpoint(out, checkpoint, c.step_dir()));
+  STRATA_RETURN_IF_ERROR(CheckExportTarget(out, checkpoint, c.step_dir(), c.manifest(), "", overwrite));
   STRATA_ASSIGN_OR_RETURN(OutFile f, OutFile::Make(out, overwrite));  // before the work: a refusal comes at once
   STRATA_RETURN_IF_ERROR(CheckLoraMerge(c, merge_lora, /*single_file=*/true));
   ExportReport rep;

@@ -6,6 +6,7 @@
 #include "src/base/input_file.h"
 #include "src/base/json_text.h"
 #include "src/base/durable_file.h"
+#include "src/checkpoint/manifest.h"
 #include "src/checkpoint/safetensors.h"
 
 namespace strata::ckpt {
@@ -67,11 +68,13 @@ std::string WhyNotReplaceable(const std::string& out, const char* kind) {
 
 std::map<std::string, std::string> ExportMetadata() { return {{"format", "pt"}, {kWrittenByKey, kWrittenBy}}; }
 
-Status CheckOutsideCheckpoint(const std::string& out, const std::string& checkpoint, const std::string& step_dir) {
+Status CheckExportTarget(const std::string& out, const std::string& checkpoint, const std::string& step_dir,
+                         const nlohmann::json& manifest, const std::string& option, bool overwrite) {
   std::vector<std::string> reads = {checkpoint, step_dir};
   std::error_code ec;
   const std::string save = fs::path(Trimmed(step_dir)).parent_path().string();
-  if (!save.empty() && fs::exists(fs::path(save) / "latest", ec)) reads.push_back(save);  // its sibling steps too
+  const bool in_save_folder = !save.empty() && fs::exists(fs::path(save) / "latest", ec);
+  if (in_save_folder) reads.push_back(save);  // its sibling steps too
   const fs::path o = Canonical(out);
   for (const std::string& r : reads) {
     const fs::path c = Canonical(r);
@@ -81,6 +84,28 @@ Status CheckOutsideCheckpoint(const std::string& out, const std::string& checkpo
     if (Within(c, o))
       return InvalidArgument("--out '{}' holds the checkpoint '{}' being exported: replacing it would delete the "
                              "checkpoint; write the export elsewhere", out, r);
+  }
+  if (overwrite) return Status();
+  // The base folders in reach, and who names each.
+  std::vector<std::pair<std::string, std::string>> bases;
+  if (!option.empty()) bases.emplace_back(option, "--hf-source");
+  auto named_by = [&](const nlohmann::json& m, const std::string& where) {
+    const nlohmann::json* source = m.is_object() && m.contains("hf_source") ? &m["hf_source"] : nullptr;
+    if (source && source->is_string() && !source->get<std::string>().empty())
+      bases.emplace_back(source->get<std::string>(), fmt::format("the hf_source of '{}'", where));
+  };
+  named_by(manifest, step_dir);
+  if (in_save_folder)
+    for (const auto& [step, dir] : ListSteps(save))
+      if (StatusOr<nlohmann::json> m = ReadManifest(dir); m.ok()) named_by(*m, dir);
+  for (const auto& [base, who] : bases) {
+    const fs::path b = Canonical(base);
+    if (!Within(o, b) && !Within(b, o)) continue;
+    return Error(StatusCode::kAlreadyExists,
+                 "--out '{}' {} the Hugging Face folder '{}' ({}), the base this checkpoint was trained from: "
+                 "replacing it would lose that model (a QLoRA checkpoint keeps only its 4-bit codes, and a LoRA "
+                 "export names it as its base); write the export elsewhere, or pass --overwrite to replace it",
+                 out, Within(o, b) ? (o == b ? "is" : "lies inside") : "holds", base, who);
   }
   return Status();
 }

@@ -1,6 +1,10 @@
 // Folder-private: where an export writes, so that it never loses what it did not write and
 // never leaves a half-written output. The rules (export.h states them for users):
 //   * the output is never inside the checkpoint being read, nor holds it;
+//   * the output never replaces (nor lies in, nor holds) a Hugging Face folder a checkpoint
+//     in reach names as its base (its `hf_source`: the run's --init-from), whoever wrote it,
+//     unless the caller says so (--overwrite): with QLoRA the checkpoint keeps only the 4-bit
+//     codes, and a LoRA export names that folder as its base;
 //   * an existing output is replaced only when strata export wrote it (a folder's
 //     `.strata-export.json` lists every file an export put there; a file's safetensors
 //     metadata says "written_by": "strata export") and nothing else was added since, or when
@@ -30,8 +34,11 @@ inline constexpr const char* kWrittenBy = "strata export";
 std::map<std::string, std::string> ExportMetadata();
 
 // An error unless `out` lies outside every folder of `checkpoint` that the export reads (the
-// path given, its step folder, and the save folder holding `latest`) and holds none of them.
-Status CheckOutsideCheckpoint(const std::string& out, const std::string& checkpoint, const std::string& step_dir);
+// path given, its step folder, and the save folder holding `latest`) and holds none of them;
+// and, unless `overwrite`, outside every base folder in reach (the `hf_source` of `manifest`,
+// of the save folder's other steps, and --hf-source `option`) and holding none of them.
+Status CheckExportTarget(const std::string& out, const std::string& checkpoint, const std::string& step_dir,
+                         const nlohmann::json& manifest, const std::string& option, bool overwrite);
 
 // A folder being exported: files go into a temporary folder beside OUT, which replaces OUT
 // on Publish(). `kind` names what it is ("a model folder", "a PEFT adapter folder").

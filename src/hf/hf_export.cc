@@ -111,7 +111,7 @@ Status CopySideFiles(const std::string& source, OutFolder& out, ExportReport* re
 StatusOr<ExportReport> Export(const std::string& checkpoint, const std::string& out, const HfFolderOptions& o) {
   if (o.max_shard_bytes == 0) return InvalidArgument("the maximum shard size must be positive");
   STRATA_ASSIGN_OR_RETURN(Consolidator c, Consolidator::Open(checkpoint));
-  STRATA_RETURN_IF_ERROR(CheckOutsideCheckpoint(out, checkpoint, c.step_dir()));
+  STRATA_RETURN_IF_ERROR(CheckExportTarget(out, checkpoint, c.step_dir(), c.manifest(), o.source, o.overwrite));
   STRATA_RETURN_IF_ERROR(CheckLoraMerge(c, o.merge_lora, /*single_file=*/false));
   ExportReport rep;
   rep.step_dir = c.step_dir();

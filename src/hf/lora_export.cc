@@ -98,7 +98,7 @@ Status AdapterTensors(const Consolidator& c, ExportDType dtype, std::vector<Expo
 
 StatusOr<ExportReport> Peft(const std::string& checkpoint, const std::string& out, const PeftOptions& o) {
   STRATA_ASSIGN_OR_RETURN(Consolidator c, Consolidator::Open(checkpoint));
-  STRATA_RETURN_IF_ERROR(CheckOutsideCheckpoint(out, checkpoint, c.step_dir()));
+  STRATA_RETURN_IF_ERROR(CheckExportTarget(out, checkpoint, c.step_dir(), c.manifest(), o.source, o.overwrite));
   if (!c.lora())
     return Error(StatusCode::kFailedPrecondition, "'{}' has no LoRA adapters (its run had no strata.lora): export it as "
                  "a model folder or a .safetensors file", c.step_dir());

@@ -13,6 +13,9 @@ class RunConfigSettler {
 };
 
 StatusOr<SettledRun> SettleRunConfig(TrainConfig c, const SettleContext& ctx) {
+  // What the parser checked may have been changed since (--max-seq's lengths): the model's
+  // arithmetic below needs a valid one.
+  if (Status v = model::Validate(c.model); !v.ok()) return v.WithContext("strata.model");
   STRATA_RETURN_IF_ERROR(ResolveBatch(&c, ctx.world));
   ResolvePrecision(&c, ctx.on_gpu);
   ResolveSchedule(&c, ctx.device.host);

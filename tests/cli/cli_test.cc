@@ -236,6 +236,46 @@ TEST(Cli, EstimatePrintsTiersAndTheVerdict) {
   EXPECT_NE(r.out.find("--host-memory"), std::string::npos) << r.out;
 }
 
+// A machine without host memory or free disk is no machine (0 also meant "unknown" to the fit
+// check: --max found a 10^15-parameter model "fitting"), and a parameter count that is no
+// number, negative or beyond 10^15 used to be dropped for the config's own model: each is an
+// error naming the flag.
+TEST(Cli, EstimateRefusesAnImpossibleMachineOrModelSize) {
+  struct Case {
+    const char* args;
+    const char* says;
+  };
+  for (const Case& c : {Case{"--max --host-memory 0", "--host-memory 0: a machine with no host memory"},
+                        Case{"--max-seq --host-memory 0", "--host-memory 0: a machine with no host memory"},
+                        Case{"--disk-free 0", "--disk-free 0: a machine with no free disk"},
+                        Case{"--device cuda --device-memory 0", "--device-memory 0: a machine with no GPU memory"},
+                        Case{"--params nan", "--params nan: must be a number of parameters from 1e+03 to 1e+15"},
+                        Case{"--params -1e9", "--params -1000000000: must be a number of parameters"},
+                        Case{"--params 1e30", "--params 1e+30: must be a number of parameters"},
+                        Case{"--params 0", "--params 0: must be a number of parameters"}}) {
+    auto r = RunStrata(std::string("estimate ") + c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << c.args << "\n" << r.out;
+  }
+  auto r = RunStrata("estimate --params 1e3");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("0.000998 M parameters"), std::string::npos) << r.out;  // (each block rounded)
+}
+
+// --max-seq used to try lengths past the longest Strata accepts (and past the model's own
+// max_positions), aborting on an internal check; it stops at the limit and says so.
+TEST(Cli, EstimateMaxSeqStopsAtTheLongestSequenceStrataAccepts) {
+  auto r = RunStrata("estimate --max-seq --host-memory 100T --set strata.model.seq_len=1048576");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.signal, 0) << r.out;
+  EXPECT_NE(r.out.find("1048576 tokens (1024.0 K)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1048576 tokens is the longest sequence Strata accepts"), std::string::npos) << r.out;
+  r = RunStrata("estimate --max-seq --host-memory 100T --set strata.model.max_positions=4096");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("4096 tokens (4.0 K)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("seq_len = 4097 exceeds max_positions = 4096"), std::string::npos) << r.out;
+}
+
 // "494.8 kB", "7.66 MB", "1.02 GB", "512 B" (HumanBytes) -> bytes.
 double ParseHumanBytes(const std::string& number, const std::string& unit) {
   const double scale = unit == "GB" ? 1e9 : unit == "MB" ? 1e6 : unit == "kB" ? 1e3 : 1;

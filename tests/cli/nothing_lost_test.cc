@@ -111,6 +111,59 @@ TEST(NothingLost, ExportNeverReplacesAFolderItDidNotWriteNorWritesIntoTheCheckpo
   EXPECT_FALSE(fs::exists(model + "/LICENSE"));
 }
 
+// --overwrite replaces the earlier run: its step folders (a crashed save's too) go once this
+// run's first checkpoint is in place, so that pruning and `latest` see this run's steps alone
+// (they used to stay: the newer foreign step outlived this run's own, pruned in its place); a
+// run stopped before it saves leaves the earlier run's checkpoints as they were.
+TEST(NothingLost, OverwriteRemovesTheEarlierRunsStepsOnceItSaves) {
+  testing::TempDir dir;
+  const std::string ck = dir.path() + "/ck";
+  ASSERT_EQ(RunStrata(Train(dir.path(), "--steps 4 --save " + ck + " --save-interval 2")).exit_code, 0);
+  fs::create_directories(ck + "/step_00000006.tmp");  // a save the earlier run did not finish
+  const auto earlier = Snapshot(ck);
+  auto killed = RunStrata(Train(dir.path(), "--steps 2 --save " + ck + " --seed 7 --overwrite "
+                                            "--set strata.debug_crash_in_save=shard_partly_written"));
+  EXPECT_EQ(killed.signal, SIGKILL) << killed.out;
+  auto after = Snapshot(ck);
+  after.erase(".strata.lock");  // (the pid of its last holder)
+  for (const auto& [name, bytes] : earlier) EXPECT_TRUE(name == ".strata.lock" || after[name] == bytes) << name;
+  EXPECT_EQ(Read(ck + "/latest"), "step_00000004\n");  // (the killed save left its step_00000002.tmp: a SIGKILL)
+  auto forced = RunStrata(Train(dir.path(), "--steps 2 --save " + ck + " --seed 7 --overwrite --save-interval 1"));
+  ASSERT_EQ(forced.exit_code, 0) << forced.out;
+  EXPECT_TRUE(Has(forced, "removed '" + ck + "/step_00000004', which another run had left")) << forced.out;
+  EXPECT_EQ(testing::EntryNames(ck),
+            (std::vector<std::string>{".strata.lock", "latest", "step_00000001", "step_00000002"}));
+  EXPECT_EQ(Read(ck + "/latest"), "step_00000002\n");
+  auto resumed = RunStrata(Train(dir.path(), "--steps 3 --save " + ck + " --seed 7 --resume " + ck));
+  EXPECT_TRUE(Has(resumed, "at step 2")) << resumed.out;
+}
+
+// A run fine-tuned from an earlier export: exporting it back over that folder (its hf_source)
+// used to replace it with exit 0, since an earlier export may be replaced; the base is now
+// refused whoever wrote it, and replaced only when told.
+TEST(NothingLost, ExportNeverReplacesTheFolderItsCheckpointWasTrainedFrom) {
+  testing::TempDir dir;
+  const std::string first = dir.path() + "/first", src = dir.path() + "/src", ck = dir.path() + "/ck";
+  ASSERT_EQ(RunStrata(Train(dir.path(), "--steps 1 --save " + first)).exit_code, 0);
+  ASSERT_EQ(RunStrata("export " + first + " --out " + src).exit_code, 0);
+  auto tuned = RunStrata(Train(dir.path(), "--steps 2 --save-interval 1 --init-from " + src + " --save " + ck));
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.out;
+  const auto base = Snapshot(src);
+  for (const std::string& out : {src, src + "/", src + "/model.safetensors", dir.path() + "/./src"}) {
+    auto over = RunStrata("export " + ck + " --out " + out);
+    EXPECT_EQ(over.exit_code, 1) << over.out;
+    EXPECT_TRUE(Has(over, "the base this checkpoint was trained from")) << over.out;
+    EXPECT_EQ(Snapshot(src), base);
+  }
+  auto older = RunStrata("export " + ck + "/step_00000001 --out " + src);  // any step of that run
+  EXPECT_EQ(older.exit_code, 1) << older.out;
+  EXPECT_EQ(Snapshot(src), base);
+  EXPECT_EQ(testing::EntryNames(dir.path()), (std::vector<std::string>{"ck", "first", "src"})) << "a temporary was left";
+  auto told = RunStrata("export " + ck + " --out " + src + " --overwrite");
+  EXPECT_EQ(told.exit_code, 0) << told.out;
+  EXPECT_TRUE(Has(told, "-> " + src)) << told.out;
+}
+
 TEST(NothingLost, AnExportOntoAFullDiskLeavesNoTemporary) {
   testing::TempDir dir;
   const std::string ck = dir.path() + "/ck";

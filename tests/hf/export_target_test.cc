@@ -32,14 +32,38 @@ TEST(ExportTarget, TheOutputMayNeitherLieInsideTheCheckpointNorHoldIt) {
   const std::string ck = FakeSaveFolder(dir.path()), step = ck + "/step_00000010";
   for (const std::string& out : {step + "/rank0.safetensors", step, ck + "/step_00000005/x.safetensors", ck + "/",
                                  ck + "/../ck/export"}) {
-    const Status s = CheckOutsideCheckpoint(out, ck, step);
+    const Status s = CheckExportTarget(out, ck, step, {}, "", false);
     EXPECT_FALSE(s.ok()) << out;
     EXPECT_NE(s.message().find("lies inside the checkpoint folder"), std::string::npos) << s.ToString();
   }
-  const Status holds = CheckOutsideCheckpoint(dir.path(), step, step);
+  const Status holds = CheckExportTarget(dir.path(), step, step, {}, "", false);
   EXPECT_NE(holds.message().find("holds the checkpoint"), std::string::npos) << holds.ToString();
-  EXPECT_TRUE(CheckOutsideCheckpoint(dir.path() + "/ck2", ck, step).ok());
-  EXPECT_TRUE(CheckOutsideCheckpoint(dir.path() + "/export.safetensors", step, step).ok());
+  EXPECT_TRUE(CheckExportTarget(dir.path() + "/ck2", ck, step, {}, "", false).ok());
+  EXPECT_TRUE(CheckExportTarget(dir.path() + "/export.safetensors", step, step, {}, "", false).ok());
+}
+
+// The folder a run was trained from (its hf_source, an earlier export or not) is no output,
+// nor is anything in it or holding it, unless --overwrite; --hf-source names a base too.
+TEST(ExportTarget, TheBaseFolderTheCheckpointWasTrainedFromIsNotReplaced) {
+  testing::TempDir dir;
+  const std::string ck = FakeSaveFolder(dir.path()), step = ck + "/step_00000010";
+  const std::string base = dir.path() + "/base", other = dir.path() + "/other";
+  const nlohmann::json manifest = {{"hf_source", base}};
+  for (const std::string& out : {base, base + "/", base + "/model.safetensors", dir.path() + "/../" +
+                                 fs::path(dir.path()).filename().string() + "/base"}) {
+    const Status s = CheckExportTarget(out, ck, step, manifest, "", false);
+    EXPECT_EQ(s.code(), StatusCode::kAlreadyExists) << out;
+    EXPECT_NE(s.message().find("the Hugging Face folder '" + base + "' (the hf_source of '" + step + "')"),
+              std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("--overwrite"), std::string::npos) << s.ToString();
+    EXPECT_TRUE(CheckExportTarget(out, ck, step, manifest, "", true).ok()) << out;
+  }
+  const Status holds = CheckExportTarget(dir.path() + "/models", ck, step, {{"hf_source", dir.path() + "/models/base"}},
+                                         "", false);
+  EXPECT_NE(holds.message().find("holds the Hugging Face folder"), std::string::npos) << holds.ToString();
+  EXPECT_TRUE(CheckExportTarget(other, ck, step, manifest, "", false).ok());
+  const Status option = CheckExportTarget(other, ck, step, {}, other, false);
+  EXPECT_NE(option.message().find("(--hf-source)"), std::string::npos) << option.ToString();
 }
 
 TEST(ExportTarget, AFolderStrataExportDidNotWriteIsNotReplaced) {

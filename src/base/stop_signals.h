@@ -1,0 +1,23 @@
+// The signals that end a process by default and that a Strata process turns into a clean
+// stop instead (its swap folders and unfinished outputs removed, exit 128 + the signal):
+// Ctrl-C, kill, a closed terminal (SIGHUP), Ctrl-\ (SIGQUIT), an alarm, the user signals, a
+// reader that went away (SIGPIPE: `strata train | head`), and a file-size limit sent from
+// outside (SIGXFSZ; one raised by this process's own write is left to that write, which then
+// fails with EFBIG and reports the file). The launcher of local ranks forwards the same list.
+#pragma once
+
+#include <signal.h>
+
+namespace strata {
+
+inline constexpr int kStopSignals[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT, SIGALRM,
+                                       SIGUSR1, SIGUSR2, SIGPIPE, SIGXFSZ};
+
+// Whether `info` describes a signal the kernel raised for this process's own write: a
+// file-size limit (SIGXFSZ) reached by a write or an allocation of ours. That write fails with
+// EFBIG, which its caller reports naming the file; the signal itself changes nothing.
+inline bool RaisedByOwnWrite(int sig, const siginfo_t* info, pid_t self) {
+  return sig == SIGXFSZ && info != nullptr && info->si_code == SI_USER && info->si_pid == self;
+}
+
+}  // namespace strata
