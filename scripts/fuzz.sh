@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}; shift || true
-targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_safetensors fuzz_manifest fuzz_tokens fuzz_examples fuzz_hf_config)
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_safetensors fuzz_manifest fuzz_tokens fuzz_examples fuzz_hf_config fuzz_estimate)
 command -v clang++ >/dev/null || { echo "[fuzz] clang++ is missing: run scripts/setup.sh --fuzz" >&2; exit 1; }
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
 if [ ! -f build-fuzz/build.ninja ]; then

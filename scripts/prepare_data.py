@@ -19,10 +19,13 @@ Outputs (src/data/token_file.h, src/data/loss_mask.h, src/data/examples.h):
           EOS after an example is trained when the example's last token is;
   OUT.u16.examples: where each example starts, its first token's index as a little-endian
           uint64 (the first 0), for strata.data.packing "none" and "packed".
+Each side file starts with a 32-byte header naming its kind and the token file it belongs to
+(its token count and the CRC-32 of its bytes; src/data/side_file.h), so that Strata refuses a
+side file left beside a token file it was not written for.
 Strata finds the mask and the examples next to the token file (strata.data.loss_mask
 "auto"). All three are written under temporary names in OUT's folder and renamed into place
-only when complete, so a run that fails or is stopped (SIGINT, SIGTERM, SIGHUP) leaves
-earlier outputs as they were.
+only when complete, so a run that fails or is stopped (SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+SIGALRM, SIGUSR1/2) leaves earlier outputs as they were.
 
 Inputs are checked and parsed before the tokenizer loads. Errors (an input that is missing
 or not a regular file, bytes that are not UTF-8, a JSONL line that is not a JSON object of
@@ -49,7 +52,9 @@ import re
 import secrets
 import signal
 import stat
+import struct
 import sys
+import zlib
 
 MAX_LINE_BYTES = 64 << 20  # a JSONL line (one example) longer than this is refused
 MAX_DEPTH = 100  # deeper JSON is refused before json.loads, which recurses (RecursionError)
@@ -80,7 +85,8 @@ class Interrupted(BaseException):
 
 
 class Signals:
-    """SIGINT, SIGTERM and SIGHUP raise Interrupted at once, except while temporary outputs
+    """The stop signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2) raise
+    Interrupted at once, except while temporary outputs
     exist: then they are held until the next check(), so that the stop unwinds through code
     that removes the temporaries rather than through the middle of creating or renaming them."""
 
@@ -88,7 +94,10 @@ class Signals:
         self.deferred, self.pending = False, None
 
     def install(self):
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        # Every signal that would end the process; SIGPIPE and SIGXFSZ Python ignores already,
+        # so that a write fails with an OSError (EPIPE, EFBIG), which cleans up the same way.
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM, signal.SIGUSR1,
+                       signal.SIGUSR2):
             if signal.getsignal(signum) != signal.SIG_IGN:  # a signal ignored by the caller (nohup) stays so
                 signal.signal(signum, self.handle)
 
@@ -358,6 +367,16 @@ def fsync_folder(folder):
             os.close(fd)
 
 
+SIDE_MAGIC = {"examples": b"STRATA-EXAMPLES\n", "mask": b"STRATA-LOSSMASK\n"}
+SIDE_HEADER_BYTES = 32
+
+
+def side_header(kind, tokens, crc):
+    """The header of a side file (src/data/side_file.h): its kind, then the token count and the
+    CRC-32 of the token file it belongs to, then the format version."""
+    return SIDE_MAGIC[kind] + struct.pack("<QII", tokens, crc, 1)
+
+
 class Writer:
     """Appends examples to the token file and the mask, counting what it wrote."""
 
@@ -374,6 +393,9 @@ class Writer:
         self.tokens_file = outputs.create(self.tokens_path)
         self.examples = self.tokens = self.trained = self.longest = 0
         self.lengths = []
+        self.crc = 0  # of the token file's bytes, for the side files' headers
+        for f in (self.mask_file, self.examples_file):
+            f.write(bytes(SIDE_HEADER_BYTES))  # filled in by finish()
 
     def add(self, ids, mask):
         if not ids or ids[-1] != self.eos:  # the tokenizer or the template may have ended it already
@@ -382,12 +404,20 @@ class Writer:
         if sys.byteorder == "big":
             tokens.byteswap()
         self.examples_file.write(self.tokens.to_bytes(8, "little"))  # where this example starts
-        self.tokens_file.write(tokens.tobytes())
+        data = tokens.tobytes()
+        self.tokens_file.write(data)
+        self.crc = zlib.crc32(data, self.crc)
         self.mask_file.write(bytes(mask))
         self.examples += 1
         self.tokens += len(ids)
         self.trained += sum(mask)
         self.lengths.append(len(ids))
+
+    def finish(self):
+        """Writes the side files' headers, now that the token file is complete."""
+        for kind, f in (("mask", self.mask_file), ("examples", self.examples_file)):
+            f.seek(0)
+            f.write(side_header(kind, self.tokens, self.crc))
 
 
 def output_path(out, vocab):
@@ -421,6 +451,7 @@ def write_outputs(path, examples, tok, vocab):
         for where, obj in examples:
             SIGNALS.check()
             w.add(*encode(tok, *segments(tok, where, obj)))
+        w.finish()
         outputs.commit()
         return w
     except OSError as e:

@@ -24,7 +24,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 # --- Debian packages -------------------------------------------------------------------
 debs=(build-essential cmake ninja-build ccache pkg-config python3-venv
       liburing-dev libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
-      libcli11-dev libxxhash-dev libfmt-dev libaio-dev fio)
+      libcli11-dev libxxhash-dev libfmt-dev libaio-dev fio zlib1g-dev)
 [ $want_fuzz = 1 ] && debs+=(clang)  # libFuzzer (scripts/fuzz.sh)
 missing=()
 for p in "${debs[@]}"; do

@@ -175,10 +175,17 @@ Status TrainRun::Connect() {
   if (!device.ok()) return device.status().WithContext(fmt::format("rank {}", env_.rank));
   device_ = std::move(device).value();
   if (lead() && !a_.save.empty()) {  // before any step: a second run on it stops here
+    // The topmost folder of --save that does not exist yet: Take creates it (and those below).
+    namespace fs = std::filesystem;
     std::error_code ec;
-    const bool fresh = !std::filesystem::exists(std::filesystem::symlink_status(a_.save, ec));
+    fs::path created;
+    for (fs::path p = fs::path(a_.save).lexically_normal(); !p.empty() && !fs::exists(fs::symlink_status(p, ec));
+         p = p.parent_path()) {
+      created = p;
+      if (p == p.parent_path()) break;
+    }
     STRATA_ASSIGN_OR_RETURN(save_lock_, FolderLock::Take(a_.save));
-    if (fresh) unsaved_save_dir_ = TempPath(a_.save);
+    if (!created.empty()) unsaved_save_dir_ = TempPath(created.string());
   }
   // The config settled for this run on this machine; refused before any state is allocated
   // when it cannot fit: host memory, NVMe, and a GPU's own memory.

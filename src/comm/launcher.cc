@@ -119,6 +119,20 @@ std::optional<int> Reap(std::vector<Child>& children, bool stopping, int forward
   return failure;
 }
 
+// SIGCHLD and the stop signals, each forwarded to the ranks (which stop cleanly on it); one the
+// caller ignores stays ignored (nohup's SIGHUP), except SIGPIPE, as in the ranks.
+sigset_t WaitedSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  for (int sig : kStopSignals) {
+    struct sigaction old = {};
+    if (sig != SIGPIPE && sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    sigaddset(&set, sig);
+  }
+  return set;
+}
+
 }  // namespace
 
 bool IsLaunchedRank() {
@@ -143,14 +157,7 @@ int LaunchLocalRanks(const LaunchOptions& opts) {
   images.reserve(static_cast<size_t>(opts.nproc));
   for (int r = 0; r < opts.nproc; ++r) images.push_back(MakeImage(opts, r, port, argv));
 
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGCHLD);
-  for (int sig : kStopSignals) {  // each forwarded to the ranks, which stop cleanly on it
-    struct sigaction old = {};
-    if (sig != SIGPIPE && sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;  // (nohup)
-    sigaddset(&set, sig);
-  }
+  const sigset_t set = WaitedSignals();
   SignalBlock block(set);
 
   std::vector<Child> children(static_cast<size_t>(opts.nproc));

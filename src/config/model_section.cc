@@ -15,10 +15,27 @@ Status ParseLora(JsonReader& l, model::LoraConfig* lora) {
   STRATA_RETURN_IF_ERROR(l.StringList("target_parameters", &lora->target_parameters));
   // PEFT's default for LLaMA, unless only parameters (a mixture of experts' experts) are targeted.
   if (lora->target_modules.empty() && lora->target_parameters.empty()) lora->target_modules = {"q_proj", "v_proj"};
-  return l.StringList("target_modules", &lora->target_modules);
+  STRATA_RETURN_IF_ERROR(l.StringList("target_modules", &lora->target_modules));
+  // Adapter settings without a rank would build no adapter and train the whole model.
+  if (!l.Has("r"))
+    for (const char* key : {"target_modules", "target_parameters", "alpha", "dropout"})
+      if (l.Has(key))
+        return InvalidArgument("{} is set but {} is not: without a rank no adapter is built and the whole model "
+                               "would be trained; set {} (e.g. 16) for LoRA, or leave strata.lora out for full "
+                               "fine-tuning", l.PathOf(key), l.PathOf("r"), l.PathOf("r"));
+  return Status();
 }
 
 namespace {
+
+using R = model::ModelRanges;  // the bounds every source of a model config is read against
+
+Status Int(JsonReader& r, const char* key, int64_t* out, model::ValueRange range) {
+  return r.Int(key, out, static_cast<int64_t>(range.lo), static_cast<int64_t>(range.hi));
+}
+Status Double(JsonReader& r, const char* key, double* out, model::ValueRange range) {
+  return r.Double(key, out, range.lo, range.hi);
+}
 
 // A list at `key` whose every entry `is` accepts, as T; `what` says what each entry is.
 template <typename T>
@@ -35,49 +52,48 @@ Status ParseList(JsonReader& r, const std::string& key, bool (nlohmann::json::*i
 
 // strata.model.gemma (model_config.h GemmaOptions).
 Status ParseGemma(JsonReader& g, model::GemmaOptions* o) {
-  STRATA_RETURN_IF_ERROR(g.Double("query_pre_attn_scalar", &o->query_pre_attn_scalar, 0, 1e9));
-  STRATA_RETURN_IF_ERROR(g.Double("attn_softcap", &o->attn_softcap, 0, 1e9));
-  STRATA_RETURN_IF_ERROR(g.Double("final_softcap", &o->final_softcap, 0, 1e9));
-  STRATA_RETURN_IF_ERROR(g.Double("rope_local_theta", &o->rope_local_theta, 0, 1e12));
+  STRATA_RETURN_IF_ERROR(Double(g, "query_pre_attn_scalar", &o->query_pre_attn_scalar, R::kGemmaScale));
+  STRATA_RETURN_IF_ERROR(Double(g, "attn_softcap", &o->attn_softcap, R::kGemmaScale));
+  STRATA_RETURN_IF_ERROR(Double(g, "final_softcap", &o->final_softcap, R::kGemmaScale));
+  STRATA_RETURN_IF_ERROR(Double(g, "rope_local_theta", &o->rope_local_theta, R::kRopeLocalTheta));
   return ParseList(g, "sliding_layers", &nlohmann::json::is_boolean,
                    "true (a sliding-window layer) or false, one per layer", &o->sliding_layers);
 }
 
 // strata.model.moe (model_config.h MoeOptions).
 Status ParseMoe(JsonReader& e, model::MoeOptions* o) {
-  STRATA_RETURN_IF_ERROR(e.Int("num_experts", &o->num_experts, 1, 4096));
-  STRATA_RETURN_IF_ERROR(e.Int("top_k", &o->top_k, 1, 4096));
-  STRATA_RETURN_IF_ERROR(e.Int("expert_ffn", &o->expert_ffn, 1, model::ModelLimits::kFfnHidden));
+  STRATA_RETURN_IF_ERROR(Int(e, "num_experts", &o->num_experts, R::kExperts));
+  STRATA_RETURN_IF_ERROR(Int(e, "top_k", &o->top_k, R::kExperts));
+  STRATA_RETURN_IF_ERROR(Int(e, "expert_ffn", &o->expert_ffn, R::kExpertFfn));
   STRATA_RETURN_IF_ERROR(e.Bool("norm_topk_prob", &o->norm_topk_prob));
-  STRATA_RETURN_IF_ERROR(e.Double("aux_loss_coef", &o->aux_loss_coef, 0, 1e3));
+  STRATA_RETURN_IF_ERROR(Double(e, "aux_loss_coef", &o->aux_loss_coef, R::kAuxLossCoef));
   return ParseList(e, "dense_layers", &nlohmann::json::is_boolean, "true (a dense MLP) or false, one per layer",
                    &o->dense_layers);
 }
 
 // The strata.model keys into *mc (each absent key keeps *mc's value).
 Status ParseModelKeys(JsonReader& m, model::ModelConfig* mc, std::vector<std::string>* warnings) {
-  using L = model::ModelLimits;  // the bounds Validate applies to every source
   std::string arch = mc->arch == model::Arch::kGpt2 ? "gpt2" : "llama";
   STRATA_RETURN_IF_ERROR(m.Choice("arch", &arch, {"gpt2", "llama"}));
   mc->arch = arch == "gpt2" ? model::Arch::kGpt2 : model::Arch::kLlama;
-  STRATA_RETURN_IF_ERROR(m.Int("vocab_size", &mc->vocab_size, 2, L::kVocab));
-  STRATA_RETURN_IF_ERROR(m.Int("seq_len", &mc->seq_len, 1, L::kSeqLen));
-  STRATA_RETURN_IF_ERROR(m.Int("n_layer", &mc->n_layer, 1, L::kLayers));
-  STRATA_RETURN_IF_ERROR(m.Int("d_model", &mc->d_model, 1, L::kDModel));
-  STRATA_RETURN_IF_ERROR(m.Int("n_head", &mc->n_head, 1, L::kHeads));
-  STRATA_RETURN_IF_ERROR(m.Int("n_kv_head", &mc->n_kv_head, 0, L::kHeads));
-  STRATA_RETURN_IF_ERROR(m.Int("ffn_hidden", &mc->ffn_hidden, 0, L::kFfnHidden));
+  STRATA_RETURN_IF_ERROR(Int(m, "vocab_size", &mc->vocab_size, R::kVocab));
+  STRATA_RETURN_IF_ERROR(Int(m, "seq_len", &mc->seq_len, R::kSeqLen));
+  STRATA_RETURN_IF_ERROR(Int(m, "n_layer", &mc->n_layer, R::kLayers));
+  STRATA_RETURN_IF_ERROR(Int(m, "d_model", &mc->d_model, R::kDModel));
+  STRATA_RETURN_IF_ERROR(Int(m, "n_head", &mc->n_head, R::kHeads));
+  STRATA_RETURN_IF_ERROR(Int(m, "n_kv_head", &mc->n_kv_head, R::kKvHeads));
+  STRATA_RETURN_IF_ERROR(Int(m, "ffn_hidden", &mc->ffn_hidden, R::kFfnHidden));
   STRATA_RETURN_IF_ERROR(m.Bool("tie_embeddings", &mc->tie_embeddings));
-  STRATA_RETURN_IF_ERROR(m.Double("norm_eps", &mc->norm_eps, 0, 1));
-  STRATA_RETURN_IF_ERROR(m.Double("rope_theta", &mc->rope_theta, 1, 1e9));
-  STRATA_RETURN_IF_ERROR(m.Double("init_std", &mc->init_std, 0, 10));
+  STRATA_RETURN_IF_ERROR(Double(m, "norm_eps", &mc->norm_eps, R::kNormEps));
+  STRATA_RETURN_IF_ERROR(Double(m, "rope_theta", &mc->rope_theta, R::kRopeTheta));
+  STRATA_RETURN_IF_ERROR(Double(m, "init_std", &mc->init_std, R::kInitStd));
   // The LLaMA-family extensions (Mistral, Qwen2, Qwen3; model_config.h).
-  STRATA_RETURN_IF_ERROR(m.Int("head_dim", &mc->head_dim, 0, L::kHeadDim));
+  STRATA_RETURN_IF_ERROR(Int(m, "head_dim", &mc->head_dim, R::kHeadDim));
   STRATA_RETURN_IF_ERROR(m.Bool("qkv_bias", &mc->qkv_bias));
   STRATA_RETURN_IF_ERROR(m.Bool("qk_norm", &mc->qk_norm));
-  STRATA_RETURN_IF_ERROR(m.Int("max_positions", &mc->max_positions, 0, L::kPositions));
-  STRATA_RETURN_IF_ERROR(m.Int("sliding_window", &mc->sliding_window, 0, L::kPositions));
-  STRATA_RETURN_IF_ERROR(m.Double("partial_rotary", &mc->partial_rotary, 0, 1));
+  STRATA_RETURN_IF_ERROR(Int(m, "max_positions", &mc->max_positions, R::kPositions));
+  STRATA_RETURN_IF_ERROR(Int(m, "sliding_window", &mc->sliding_window, R::kPositions));
+  STRATA_RETURN_IF_ERROR(Double(m, "partial_rotary", &mc->partial_rotary, R::kPartialRotary));
   STRATA_RETURN_IF_ERROR(m.Choice("hf_model_type", &mc->hf_model_type,
                                   {"", "gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text",
                                    "mixtral", "qwen3_moe", "olmoe"}));
@@ -93,15 +109,15 @@ Status ParseModelKeys(JsonReader& m, model::ModelConfig* mc, std::vector<std::st
   }
   STRATA_ASSIGN_OR_RETURN(JsonReader r, m.Child("rope_scaling"));
   model::RopeScaling& rs = mc->rope_scaling;
-  STRATA_RETURN_IF_ERROR(r.Double("factor", &rs.factor, 0, 1e6));
-  STRATA_RETURN_IF_ERROR(r.Double("low_freq_factor", &rs.low_freq_factor, 0, 1e6));
-  STRATA_RETURN_IF_ERROR(r.Double("high_freq_factor", &rs.high_freq_factor, 0, 1e6));
-  STRATA_RETURN_IF_ERROR(r.Int("original_max_positions", &rs.original_max_positions, 1, L::kPositions));
+  STRATA_RETURN_IF_ERROR(Double(r, "factor", &rs.factor, R::kRopeFactor));
+  STRATA_RETURN_IF_ERROR(Double(r, "low_freq_factor", &rs.low_freq_factor, R::kRopeFactor));
+  STRATA_RETURN_IF_ERROR(Double(r, "high_freq_factor", &rs.high_freq_factor, R::kRopeFactor));
+  STRATA_RETURN_IF_ERROR(Int(r, "original_max_positions", &rs.original_max_positions, R::kOriginalPositions));
   STRATA_RETURN_IF_ERROR(
       ParseList(r, "short_factor", &nlohmann::json::is_number, "numbers, one per rotated frequency", &rs.short_factor));
   STRATA_RETURN_IF_ERROR(
       ParseList(r, "long_factor", &nlohmann::json::is_number, "numbers, one per rotated frequency", &rs.long_factor));
-  STRATA_RETURN_IF_ERROR(r.Double("attention_factor", &rs.attention_factor, 0, 1e3));
+  STRATA_RETURN_IF_ERROR(Double(r, "attention_factor", &rs.attention_factor, R::kAttentionFactor));
   r.UnusedKeys(warnings);
   if (m.Has("lora")) {  // checkpoint manifests; users write strata.lora
     STRATA_ASSIGN_OR_RETURN(JsonReader l, m.Child("lora"));

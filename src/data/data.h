@@ -15,6 +15,7 @@
 
 #include "src/data/data_config.h"
 #include "src/data/examples.h"
+#include "src/data/side_file.h"
 #include "strata/status.h"
 
 namespace strata::data {
@@ -80,6 +81,12 @@ class TokenDataset {
   bool epochs_ = false;
   Packing packing_ = Packing::kWindows;
   ExampleRows rows_[2];  // train, eval: with examples only
+  // What identifies the token file and the validation file, for their side files (side_file.h).
+  TokenFingerprint fingerprints_[2];
+  // The side file (and the token file it belongs to) as read, checked against that token
+  // file's fingerprint; an unfingerprinted one is noted in the description.
+  StatusOr<std::string> ReadSideFile(const std::string& side_path, SideKind kind, const std::string& token_path,
+                                     const TokenFingerprint& fingerprint);
   std::string description_;
 };
 

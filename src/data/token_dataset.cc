@@ -14,6 +14,7 @@
 #include "src/data/data.h"
 #include "src/data/examples.h"
 #include "src/data/loss_mask.h"
+#include "src/data/side_file.h"
 #include "src/data/token_file.h"
 #include "strata/check.h"
 
@@ -65,10 +66,10 @@ std::string Millions(size_t n) { return fmt::format("{:.2f} M tokens", static_ca
 
 namespace {
 
-// The tokens of `path` ("" = the built-in text) appended to *tokens; what they are, for the
-// start-up line.
+// The tokens of `path` ("" = the built-in text) appended to *tokens, and what identifies the
+// file (its side files were written for it); what they are, for the start-up line.
 StatusOr<std::string> LoadTokens(const std::string& path, TokenFormat format_setting, int64_t vocab_size,
-                                 std::vector<int32_t>* tokens) {
+                                 std::vector<int32_t>* tokens, TokenFingerprint* fingerprint) {
   std::vector<int32_t> read;
   std::string description;
   if (path.empty()) {
@@ -78,6 +79,7 @@ StatusOr<std::string> LoadTokens(const std::string& path, TokenFormat format_set
     const TokenFormat format = ResolveTokenFormat(format_setting, path);
     STRATA_ASSIGN_OR_RETURN(std::string bytes, ReadTokenFile(path));
     STRATA_RETURN_IF_ERROR(DecodeTokens(bytes, format, vocab_size, path, read));
+    *fingerprint = {read.size(), Crc32(bytes)};
     const char* kind = format == TokenFormat::kText     ? "text, byte tokens"
                        : format == TokenFormat::kUint16 ? "uint16"
                                                         : "uint32";
@@ -98,7 +100,8 @@ StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const DataConfig& con
   }
   std::unique_ptr<TokenDataset> ds(new TokenDataset());
   const std::string name = config.path.empty() ? "built-in text" : config.path;
-  STRATA_ASSIGN_OR_RETURN(ds->description_, LoadTokens(config.path, config.format, vocab_size, &ds->tokens_));
+  STRATA_ASSIGN_OR_RETURN(ds->description_,
+                          LoadTokens(config.path, config.format, vocab_size, &ds->tokens_, &ds->fingerprints_[0]));
   const bool examples = config.packing != Packing::kWindows;
   if (examples && config.path.empty())
     return InvalidArgument("strata.data.packing '{}' needs a token file with its examples (strata.data.path; "
@@ -107,7 +110,7 @@ StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const DataConfig& con
   if (!config.eval_path.empty()) {  // a validation file: held out after the training tokens
     const auto n_train = static_cast<int64_t>(ds->tokens_.size());
     STRATA_ASSIGN_OR_RETURN(std::string eval,
-                            LoadTokens(config.eval_path, config.format, vocab_size, &ds->tokens_));
+                            LoadTokens(config.eval_path, config.format, vocab_size, &ds->tokens_, &ds->fingerprints_[1]));
     ds->description_ += "; held out: " + eval;
     ds->eval_begin_ = n_train;
     const int64_t n_eval = static_cast<int64_t>(ds->tokens_.size()) - n_train;
@@ -149,12 +152,12 @@ StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const DataConfig& con
 Status TokenDataset::OpenExamples(const DataConfig& config) {
   const auto n = static_cast<int64_t>(tokens_.size());
   std::vector<int64_t> starts;
-  for (auto [path, offset, count] :
-       {std::tuple{config.path, int64_t{0}, config.eval_path.empty() ? n : eval_begin_},
-        std::tuple{config.eval_path, eval_begin_, n - eval_begin_}}) {
+  for (auto [path, offset, count, fingerprint] :
+       {std::tuple{config.path, int64_t{0}, config.eval_path.empty() ? n : eval_begin_, fingerprints_[0]},
+        std::tuple{config.eval_path, eval_begin_, n - eval_begin_, fingerprints_[1]}}) {
     if (path.empty()) continue;
     const std::string examples_path = ExamplesPath(path);
-    StatusOr<std::string> bytes = ReadTokenFile(examples_path);
+    StatusOr<std::string> bytes = ReadSideFile(examples_path, SideKind::kExamples, path, fingerprint);
     if (!bytes.ok())
       return bytes.status().WithContext(
           fmt::format("the examples of '{}' (strata.data.packing; scripts/prepare_data.py writes PATH.examples)", path));
@@ -185,6 +188,18 @@ Status TokenDataset::OpenExamples(const DataConfig& config) {
   return Status();
 }
 
+StatusOr<std::string> TokenDataset::ReadSideFile(const std::string& side_path, SideKind kind,
+                                                 const std::string& token_path, const TokenFingerprint& fingerprint) {
+  STRATA_ASSIGN_OR_RETURN(std::string bytes, ReadTokenFile(side_path));
+  bool fingerprinted = false;
+  STRATA_ASSIGN_OR_RETURN(std::string_view payload,
+                          SideFilePayload(bytes, kind, fingerprint, side_path, token_path, &fingerprinted));
+  if (!fingerprinted)
+    description_ += fmt::format("; '{}' has no fingerprint of its token file (an older scripts/prepare_data.py's, or "
+                                "written by hand): only its size is checked", side_path);
+  return std::string(payload);
+}
+
 // Reads and checks the mask; a split whose mask trains nothing would make every loss 0 / 0.
 Status TokenDataset::OpenLossMask(const DataConfig& config) {
   const std::string path = ResolveLossMaskPath(config);
@@ -194,15 +209,15 @@ Status TokenDataset::OpenLossMask(const DataConfig& config) {
     return InvalidArgument("strata.data.loss_mask '{}' is set, but there is no token file (strata.data.path)", path);
   // One byte per token of each file: read where the file has a mask, else every target trains.
   const size_t train_tokens = config.eval_path.empty() ? tokens_.size() : static_cast<size_t>(eval_begin_);
-  for (auto [mask_path, token_path, count] :
-       {std::tuple{path, config.path, train_tokens},
-        std::tuple{eval_path, config.eval_path, tokens_.size() - train_tokens}}) {
+  for (auto [mask_path, token_path, count, fingerprint] :
+       {std::tuple{path, config.path, train_tokens, fingerprints_[0]},
+        std::tuple{eval_path, config.eval_path, tokens_.size() - train_tokens, fingerprints_[1]}}) {
     if (count == 0) continue;
     std::vector<uint8_t> part;
     if (mask_path.empty()) {
       part.assign(count, 1);
     } else {
-      StatusOr<std::string> bytes = ReadTokenFile(mask_path);
+      StatusOr<std::string> bytes = ReadSideFile(mask_path, SideKind::kLossMask, token_path, fingerprint);
       if (!bytes.ok())
         return bytes.status().WithContext(fmt::format("the loss mask of '{}' (strata.data.loss_mask)", token_path));
       STRATA_RETURN_IF_ERROR(DecodeLossMask(*bytes, count, mask_path, token_path, part));

@@ -1,5 +1,6 @@
 #include "src/hf/hf_loader.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "src/base/input_file.h"
@@ -27,6 +28,16 @@ std::string Shape(const std::vector<int64_t>& s) {
 }
 
 constexpr const char* kIndexName = "model.safetensors.index.json";
+
+// The first entries of a long list of problems, one a line, and how many more: a config that
+// does not match its weights (4096 experts on 4) must not bury the reason in 12,000 lines.
+std::string FirstFew(const std::vector<std::string>& problems) {
+  constexpr size_t kShown = 8;
+  std::string text = ":";
+  for (size_t i = 0; i < problems.size() && i < kShown; ++i) text += "\n  " + problems[i];
+  if (problems.size() > kShown) text += fmt::format("\n  ... and {} more", problems.size() - kShown);
+  return text;
+}
 
 }  // namespace
 
@@ -136,9 +147,11 @@ Status HfWeights::FillBlock(int block, std::vector<std::pair<std::string, torch:
     used_.insert(stored);
   }
   if (problems.empty()) return Status();
-  std::string msg = fmt::format("'{}' does not match the model (strata.model) in block {}:", path(), block);
-  for (const auto& p : problems) msg += "\n  " + p;
-  return Status(StatusCode::kInvalidArgument, msg);
+  const auto missing = std::count_if(problems.begin(), problems.end(),
+                                     [](const std::string& p) { return p.starts_with("missing tensor"); });
+  std::string msg = fmt::format("'{}' does not match the model (strata.model) in block {}: {} problem(s){}", path(),
+                                block, problems.size(), missing > 0 ? fmt::format(", {} missing tensor(s)", missing) : "");
+  return Status(StatusCode::kInvalidArgument, msg + FirstFew(problems));
 }
 
 Status HfWeights::CheckAllUsed() const {
@@ -152,12 +165,10 @@ Status HfWeights::CheckAllUsed() const {
     }
   }
   if (extra.empty()) return Status();
-  std::string msg = fmt::format("'{}' holds {} tensor(s) that the model (strata.model: {} layers, {}) does not have:",
+  std::string msg = fmt::format("'{}' holds {} tensor(s) that the model (strata.model: {} layers, {}) does not have",
                                 path(), extra.size(), config_.n_layer,
                                 config_.tie_embeddings ? "tied embeddings" : "untied LM head");
-  for (size_t i = 0; i < extra.size() && i < 20; ++i) msg += "\n  " + extra[i];
-  if (extra.size() > 20) msg += fmt::format("\n  ... and {} more", extra.size() - 20);
-  return Status(StatusCode::kInvalidArgument, msg);
+  return Status(StatusCode::kInvalidArgument, msg + FirstFew(extra));
 }
 
 EngineHooks MakeInitFromHooks(std::shared_ptr<HfWeights> weights, int num_blocks) {

@@ -13,6 +13,8 @@
 namespace strata::model {
 namespace {
 
+using R = ModelRanges;  // the bounds strata.model reads the same settings against
+
 struct Family {
   const char* model_type;
   const char* causal_lm;   // the architectures entry export writes
@@ -41,18 +43,27 @@ class Keys {
  public:
   Keys(const nlohmann::json& j, std::string origin) : j_(j), origin_(std::move(origin)) {}
   bool Present(const std::string& k) const { return j_.contains(k) && !j_[k].is_null(); }
-  Status Int(const std::string& k, int64_t* out, bool required) const {
+  // Numbers are read against the range the same setting has in strata.model (ModelRanges).
+  Status Int(const std::string& k, int64_t* out, bool required, ValueRange range = kAny) const {
     if (!Present(k)) return required ? Missing(k) : Status();
     if (!j_[k].is_number_integer()) return Bad(k, "an integer");
+    STRATA_RETURN_IF_ERROR(InRange(k, j_[k].get<double>(), range));
     *out = j_[k].get<int64_t>();
     return Status();
   }
-  Status Double(const std::string& k, double* out) const {
+  Status Double(const std::string& k, double* out, ValueRange range = kAny) const {
     if (!Present(k)) return Status();
     if (!j_[k].is_number()) return Bad(k, "a number");
+    STRATA_RETURN_IF_ERROR(InRange(k, j_[k].get<double>(), range));
     *out = j_[k].get<double>();
     return Status();
   }
+  Status InRange(const std::string& k, double v, ValueRange range) const {
+    if (range.Holds(v)) return Status();
+    return InvalidArgument("{}: \"{}\" = {} is outside [{}, {}], the range Strata accepts", origin_, k, j_[k].dump(),
+                           range.lo, range.hi);
+  }
+  static constexpr ValueRange kAny{-1e300, 1e300};
   Status Bool(const std::string& k, bool* out) const {
     if (!Present(k)) return Status();
     if (!j_[k].is_boolean()) return Bad(k, "true or false");
@@ -115,13 +126,13 @@ StatusOr<const Family*> FindFamily(const Keys& k) {
 Status ReadGpt2(const Keys& k, ModelConfig* c) {
   c->arch = Arch::kGpt2;
   c->tie_embeddings = true;  // GPT2Config's default
-  STRATA_RETURN_IF_ERROR(k.Int("vocab_size", &c->vocab_size, true));
-  STRATA_RETURN_IF_ERROR(k.Int("n_embd", &c->d_model, true));
-  STRATA_RETURN_IF_ERROR(k.Int("n_layer", &c->n_layer, true));
-  STRATA_RETURN_IF_ERROR(k.Int("n_head", &c->n_head, true));
-  STRATA_RETURN_IF_ERROR(k.Int("n_positions", &c->max_positions, true));
-  STRATA_RETURN_IF_ERROR(k.Int("n_inner", &c->ffn_hidden, false));
-  STRATA_RETURN_IF_ERROR(k.Double("layer_norm_epsilon", &c->norm_eps));
+  STRATA_RETURN_IF_ERROR(k.Int("vocab_size", &c->vocab_size, true, R::kVocab));
+  STRATA_RETURN_IF_ERROR(k.Int("n_embd", &c->d_model, true, R::kDModel));
+  STRATA_RETURN_IF_ERROR(k.Int("n_layer", &c->n_layer, true, R::kLayers));
+  STRATA_RETURN_IF_ERROR(k.Int("n_head", &c->n_head, true, R::kHeads));
+  STRATA_RETURN_IF_ERROR(k.Int("n_positions", &c->max_positions, true, R::kPositions));
+  STRATA_RETURN_IF_ERROR(k.Int("n_inner", &c->ffn_hidden, false, R::kFfnHidden));
+  STRATA_RETURN_IF_ERROR(k.Double("layer_norm_epsilon", &c->norm_eps, R::kNormEps));
   STRATA_RETURN_IF_ERROR(k.Bool("tie_word_embeddings", &c->tie_embeddings));
   std::string act = "gelu_new";
   STRATA_RETURN_IF_ERROR(k.String("activation_function", &act));
@@ -145,8 +156,8 @@ Status ReadRopePerLayerType(const Keys& k, const std::string& key, ModelConfig* 
     if (type != "default")
       return InvalidArgument("{}: rope_type \"{}\" is not supported for Gemma (plain RoPE, \"default\", only)",
                              rk.origin(), type);
-    STRATA_RETURN_IF_ERROR(rk.Double("rope_theta", layer_type == "full_attention" ? &c->rope_theta
-                                                                                   : &c->gemma.rope_local_theta));
+    STRATA_RETURN_IF_ERROR(rk.Double("rope_theta", layer_type == "full_attention" ? &c->rope_theta : &c->gemma.rope_local_theta,
+                                     layer_type == "full_attention" ? R::kRopeTheta : R::kRopeLocalTheta));
   }
   return Status();
 }
@@ -169,8 +180,8 @@ Status ReadLongrope(const Keys& k, const Keys& rk, ModelConfig* c) {
   STRATA_RETURN_IF_ERROR(ReadFactors(rk, "short_factor", &s.short_factor));
   STRATA_RETURN_IF_ERROR(ReadFactors(rk, "long_factor", &s.long_factor));
   const Keys& at = rk.Present("original_max_position_embeddings") ? rk : k;
-  STRATA_RETURN_IF_ERROR(at.Int("original_max_position_embeddings", &s.original_max_positions, true));
-  return rk.Double("attention_factor", &s.attention_factor);
+  STRATA_RETURN_IF_ERROR(at.Int("original_max_position_embeddings", &s.original_max_positions, true, R::kOriginalPositions));
+  return rk.Double("attention_factor", &s.attention_factor, R::kAttentionFactor);
 }
 
 // rope_theta and the scaling, from transformers 5's rope_parameters or 4's rope_theta +
@@ -178,18 +189,18 @@ Status ReadLongrope(const Keys& k, const Keys& rk, ModelConfig* c) {
 Status ReadRope(const Keys& k, ModelConfig* c) {
   const bool v5 = k.Present("rope_parameters");
   const std::string key = v5 ? "rope_parameters" : "rope_scaling";
-  STRATA_RETURN_IF_ERROR(k.Double("rope_theta", &c->rope_theta));
-  STRATA_RETURN_IF_ERROR(k.Double("partial_rotary_factor", &c->partial_rotary));  // Phi3Config keeps it here
+  STRATA_RETURN_IF_ERROR(k.Double("rope_theta", &c->rope_theta, R::kRopeTheta));
+  STRATA_RETURN_IF_ERROR(k.Double("partial_rotary_factor", &c->partial_rotary, R::kPartialRotary));  // Phi3Config keeps it here
   if (!k.Present(key)) return Status();
   const nlohmann::json& r = k.json()[key];
   if (!r.is_object()) return k.Bad(key, "an object");
   if (r.contains("full_attention") || r.contains("sliding_attention"))  // Gemma 3: per layer type
     return ReadRopePerLayerType(k, key, c);
   const Keys rk(r, fmt::format("{}: \"{}\"", k.origin(), key));
-  STRATA_RETURN_IF_ERROR(rk.Double("rope_theta", &c->rope_theta));
+  STRATA_RETURN_IF_ERROR(rk.Double("rope_theta", &c->rope_theta, R::kRopeTheta));
   std::string type = "default";
   STRATA_RETURN_IF_ERROR(rk.String(rk.Present("rope_type") ? "rope_type" : "type", &type));
-  STRATA_RETURN_IF_ERROR(rk.Double("partial_rotary_factor", &c->partial_rotary));
+  STRATA_RETURN_IF_ERROR(rk.Double("partial_rotary_factor", &c->partial_rotary, R::kPartialRotary));
   if (type == "default") return Status();
   if (type == "longrope") return ReadLongrope(k, rk, c);
   if (type != "llama3")
@@ -198,10 +209,10 @@ Status ReadRope(const Keys& k, ModelConfig* c) {
   RopeScaling& s = c->rope_scaling;
   for (const char* req : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
     if (!rk.Present(req)) return rk.Missing(req);
-  STRATA_RETURN_IF_ERROR(rk.Double("factor", &s.factor));
-  STRATA_RETURN_IF_ERROR(rk.Double("low_freq_factor", &s.low_freq_factor));
-  STRATA_RETURN_IF_ERROR(rk.Double("high_freq_factor", &s.high_freq_factor));
-  STRATA_RETURN_IF_ERROR(rk.Int("original_max_position_embeddings", &s.original_max_positions, true));
+  STRATA_RETURN_IF_ERROR(rk.Double("factor", &s.factor, R::kRopeFactor));
+  STRATA_RETURN_IF_ERROR(rk.Double("low_freq_factor", &s.low_freq_factor, R::kRopeFactor));
+  STRATA_RETURN_IF_ERROR(rk.Double("high_freq_factor", &s.high_freq_factor, R::kRopeFactor));
+  STRATA_RETURN_IF_ERROR(rk.Int("original_max_position_embeddings", &s.original_max_positions, true, R::kOriginalPositions));
   if (!(s.factor >= 1 && s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor && s.original_max_positions > 0))
     return InvalidArgument("{}: llama3 scaling needs factor >= 1 and 0 < low_freq_factor < high_freq_factor (got "
                            "factor {}, low_freq_factor {}, high_freq_factor {})", rk.origin(), s.factor,
@@ -219,7 +230,7 @@ Status ReadSlidingWindow(const Keys& k, const std::string& type, ModelConfig* c)
     if (k.Present("layer_types") && k.json()["layer_types"].is_array())
       for (const auto& t : k.json()["layer_types"]) active = active || t == "sliding_attention";
   }
-  if (active) STRATA_RETURN_IF_ERROR(k.Int("sliding_window", &c->sliding_window, false));
+  if (active) STRATA_RETURN_IF_ERROR(k.Int("sliding_window", &c->sliding_window, false, R::kPositions));
   return Status();
 }
 
@@ -231,13 +242,13 @@ Status ReadGemma(const Keys& k, const std::string& type, ModelConfig* c) {
   g.attn_softcap = v2 ? 50.0 : 0;
   g.final_softcap = v2 ? 30.0 : 0;
   if (!v2 && g.rope_local_theta == 0) g.rope_local_theta = 10000;
-  STRATA_RETURN_IF_ERROR(k.Double("query_pre_attn_scalar", &g.query_pre_attn_scalar));
+  STRATA_RETURN_IF_ERROR(k.Double("query_pre_attn_scalar", &g.query_pre_attn_scalar, R::kGemmaScale));
   for (auto [key, cap] : {std::pair{"attn_logit_softcapping", &g.attn_softcap},
                           std::pair{"final_logit_softcapping", &g.final_softcap}}) {
     if (k.json().contains(key) && k.json()[key].is_null()) *cap = 0;  // null: none
-    STRATA_RETURN_IF_ERROR(k.Double(key, cap));
+    STRATA_RETURN_IF_ERROR(k.Double(key, cap, R::kGemmaScale));
   }
-  STRATA_RETURN_IF_ERROR(k.Double("rope_local_base_freq", &g.rope_local_theta));
+  STRATA_RETURN_IF_ERROR(k.Double("rope_local_base_freq", &g.rope_local_theta, R::kRopeLocalTheta));
   if (g.rope_local_theta == c->rope_theta) g.rope_local_theta = 0;
   std::string act = "gelu_pytorch_tanh";
   STRATA_RETURN_IF_ERROR(k.String(k.Present("hidden_activation") ? "hidden_activation" : "hidden_act", &act));
@@ -261,7 +272,7 @@ Status ReadGemma(const Keys& k, const std::string& type, ModelConfig* c) {
     for (int64_t i = 0; i < c->n_layer; ++i) g.sliding_layers.push_back(pattern <= 0 || (i + 1) % pattern != 0);
   }
   if (std::none_of(g.sliding_layers.begin(), g.sliding_layers.end(), [](bool b) { return b; })) g.sliding_layers.clear();
-  else STRATA_RETURN_IF_ERROR(k.Int("sliding_window", &c->sliding_window, false));
+  else STRATA_RETURN_IF_ERROR(k.Int("sliding_window", &c->sliding_window, false, R::kPositions));
   STRATA_RETURN_IF_ERROR(k.Expect("attention_dropout", 0.0, "dropout while training"));
   return k.Expect("use_bidirectional_attention", false, "bidirectional attention");
 }
@@ -273,10 +284,11 @@ Status ReadMoe(const Keys& k, const std::string& type, ModelConfig* c) {
   m.num_experts = mixtral ? 8 : qwen ? 128 : 64;
   m.top_k = mixtral ? 2 : 8;
   // transformers 5 writes num_local_experts for Qwen3-MoE too; its 4.x configs say num_experts.
-  STRATA_RETURN_IF_ERROR(k.Int(k.Present("num_local_experts") ? "num_local_experts" : "num_experts", &m.num_experts, false));
-  STRATA_RETURN_IF_ERROR(k.Int("num_experts_per_tok", &m.top_k, false));
+  STRATA_RETURN_IF_ERROR(
+      k.Int(k.Present("num_local_experts") ? "num_local_experts" : "num_experts", &m.num_experts, false, R::kExperts));
+  STRATA_RETURN_IF_ERROR(k.Int("num_experts_per_tok", &m.top_k, false, R::kExperts));
   m.expert_ffn = c->ffn_hidden;  // Mixtral's and OLMoE's experts are intermediate_size wide
-  if (qwen) STRATA_RETURN_IF_ERROR(k.Int("moe_intermediate_size", &m.expert_ffn, true));
+  if (qwen) STRATA_RETURN_IF_ERROR(k.Int("moe_intermediate_size", &m.expert_ffn, true, R::kExpertFfn));
   m.norm_topk_prob = mixtral;  // Mixtral always renormalises
   if (!mixtral) STRATA_RETURN_IF_ERROR(k.Bool("norm_topk_prob", &m.norm_topk_prob));
   if (qwen) {  // a dense MLP in mlp_only_layers and off the decoder_sparse_step
@@ -298,7 +310,7 @@ Status ReadMoe(const Keys& k, const std::string& type, ModelConfig* c) {
   bool aux = false;  // the load-balancing loss joins the training loss only with output_router_logits
   STRATA_RETURN_IF_ERROR(k.Bool("output_router_logits", &aux));
   m.aux_loss_coef = type == "olmoe" ? 0.01 : 0.001;
-  STRATA_RETURN_IF_ERROR(k.Double("router_aux_loss_coef", &m.aux_loss_coef));
+  STRATA_RETURN_IF_ERROR(k.Double("router_aux_loss_coef", &m.aux_loss_coef, R::kAuxLossCoef));
   if (!aux) m.aux_loss_coef = 0;
   return Status();
 }
@@ -308,15 +320,15 @@ Status ReadLlamaFamily(const Keys& k, const std::string& type, ModelConfig* c) {
   c->hf_model_type = type == "llama" ? "" : type;
   c->tie_embeddings = IsGemma(*c);  // the default of the LLaMA-shaped configs; Gemma ties
   c->norm_eps = 1e-6;
-  STRATA_RETURN_IF_ERROR(k.Int("vocab_size", &c->vocab_size, true));
-  STRATA_RETURN_IF_ERROR(k.Int("hidden_size", &c->d_model, true));
-  STRATA_RETURN_IF_ERROR(k.Int("intermediate_size", &c->ffn_hidden, true));
-  STRATA_RETURN_IF_ERROR(k.Int("num_hidden_layers", &c->n_layer, true));
-  STRATA_RETURN_IF_ERROR(k.Int("num_attention_heads", &c->n_head, true));
-  STRATA_RETURN_IF_ERROR(k.Int("num_key_value_heads", &c->n_kv_head, false));
-  STRATA_RETURN_IF_ERROR(k.Int("head_dim", &c->head_dim, false));
-  STRATA_RETURN_IF_ERROR(k.Int("max_position_embeddings", &c->max_positions, true));
-  STRATA_RETURN_IF_ERROR(k.Double("rms_norm_eps", &c->norm_eps));
+  STRATA_RETURN_IF_ERROR(k.Int("vocab_size", &c->vocab_size, true, R::kVocab));
+  STRATA_RETURN_IF_ERROR(k.Int("hidden_size", &c->d_model, true, R::kDModel));
+  STRATA_RETURN_IF_ERROR(k.Int("intermediate_size", &c->ffn_hidden, true, R::kFfnHidden));
+  STRATA_RETURN_IF_ERROR(k.Int("num_hidden_layers", &c->n_layer, true, R::kLayers));
+  STRATA_RETURN_IF_ERROR(k.Int("num_attention_heads", &c->n_head, true, R::kHeads));
+  STRATA_RETURN_IF_ERROR(k.Int("num_key_value_heads", &c->n_kv_head, false, R::kKvHeads));
+  STRATA_RETURN_IF_ERROR(k.Int("head_dim", &c->head_dim, false, R::kHeadDim));
+  STRATA_RETURN_IF_ERROR(k.Int("max_position_embeddings", &c->max_positions, true, R::kPositions));
+  STRATA_RETURN_IF_ERROR(k.Double("rms_norm_eps", &c->norm_eps, R::kNormEps));
   STRATA_RETURN_IF_ERROR(k.Bool("tie_word_embeddings", &c->tie_embeddings));
   // The default, spelled out (divided, not multiplied: a hostile head_dim must not overflow).
   if (c->n_head > 0 && c->head_dim > 0 && c->d_model % c->n_head == 0 && c->head_dim == c->d_model / c->n_head)

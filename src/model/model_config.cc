@@ -36,6 +36,51 @@ Status WithinLimits(const ModelConfig& c) {
   return AtMost("rope_scaling.original_max_positions", c.rope_scaling.original_max_positions, L::kPositions);
 }
 
+Status InRange(const char* field, double value, ValueRange range, const char* meaning = "") {
+  if (range.Holds(value)) return Status::Ok();
+  return InvalidArgument("model config: {} = {} is outside [{}, {}], the range Strata accepts{}", field, value,
+                         range.lo, range.hi, meaning);
+}
+
+// Every setting within ModelRanges, whichever source it came from.
+Status WithinRanges(const ModelConfig& c) {
+  using R = ModelRanges;
+  const std::pair<const char*, double> sizes[] = {{"vocab_size", static_cast<double>(c.vocab_size)},
+                                                  {"seq_len", static_cast<double>(c.seq_len)},
+                                                  {"n_layer", static_cast<double>(c.n_layer)},
+                                                  {"d_model", static_cast<double>(c.d_model)},
+                                                  {"n_head", static_cast<double>(c.n_head)}};
+  const ValueRange size_ranges[] = {R::kVocab, R::kSeqLen, R::kLayers, R::kDModel, R::kHeads};
+  for (size_t i = 0; i < std::size(sizes); ++i)
+    STRATA_RETURN_IF_ERROR(InRange(sizes[i].first, sizes[i].second, size_ranges[i]));
+  STRATA_RETURN_IF_ERROR(InRange("n_kv_head", static_cast<double>(c.n_kv_head), R::kKvHeads, " (0 = n_head)"));
+  STRATA_RETURN_IF_ERROR(InRange("ffn_hidden", static_cast<double>(c.ffn_hidden), R::kFfnHidden, " (0 = the default)"));
+  STRATA_RETURN_IF_ERROR(InRange("head_dim", static_cast<double>(c.head_dim), R::kHeadDim, " (0 = d_model / n_head)"));
+  STRATA_RETURN_IF_ERROR(InRange("max_positions", static_cast<double>(c.max_positions), R::kPositions, " (0 = seq_len)"));
+  STRATA_RETURN_IF_ERROR(InRange("sliding_window", static_cast<double>(c.sliding_window), R::kPositions, " (0 = none)"));
+  STRATA_RETURN_IF_ERROR(InRange("norm_eps", c.norm_eps, R::kNormEps));
+  STRATA_RETURN_IF_ERROR(InRange("rope_theta", c.rope_theta, R::kRopeTheta));
+  STRATA_RETURN_IF_ERROR(InRange("init_std", c.init_std, R::kInitStd));
+  STRATA_RETURN_IF_ERROR(InRange("partial_rotary", c.partial_rotary, R::kPartialRotary));
+  const RopeScaling& r = c.rope_scaling;
+  STRATA_RETURN_IF_ERROR(InRange("rope_scaling.factor", r.factor, R::kRopeFactor));
+  STRATA_RETURN_IF_ERROR(InRange("rope_scaling.low_freq_factor", r.low_freq_factor, R::kRopeFactor));
+  STRATA_RETURN_IF_ERROR(InRange("rope_scaling.high_freq_factor", r.high_freq_factor, R::kRopeFactor));
+  STRATA_RETURN_IF_ERROR(InRange("rope_scaling.original_max_positions", static_cast<double>(r.original_max_positions),
+                                 R::kOriginalPositions));
+  STRATA_RETURN_IF_ERROR(InRange("rope_scaling.attention_factor", r.attention_factor, R::kAttentionFactor));
+  for (const std::vector<double>* factors : {&r.short_factor, &r.long_factor})
+    for (double f : *factors)
+      STRATA_RETURN_IF_ERROR(InRange(factors == &r.short_factor ? "a rope_scaling.short_factor"
+                                                                : "a rope_scaling.long_factor", f, R::kLongropeFactor));
+  const GemmaOptions& g = c.gemma;
+  STRATA_RETURN_IF_ERROR(InRange("gemma.query_pre_attn_scalar", g.query_pre_attn_scalar, R::kGemmaScale));
+  STRATA_RETURN_IF_ERROR(InRange("gemma.attn_softcap", g.attn_softcap, R::kGemmaScale, " (0 = none)"));
+  STRATA_RETURN_IF_ERROR(InRange("gemma.final_softcap", g.final_softcap, R::kGemmaScale, " (0 = none)"));
+  STRATA_RETURN_IF_ERROR(InRange("gemma.rope_local_theta", g.rope_local_theta, R::kRopeLocalTheta));
+  return InRange("moe.aux_loss_coef", c.moe.aux_loss_coef, R::kAuxLossCoef, " (0 = no router loss)");
+}
+
 int64_t KvHeads(const ModelConfig& c) { return c.n_kv_head > 0 ? c.n_kv_head : c.n_head; }
 
 // Elements in the block's own parameters (a tied head has no lm_head); the blocks' layouts
@@ -244,6 +289,7 @@ static Status ValidateLora(const ModelConfig& c) {
 
 Status Validate(const ModelConfig& c) {
   STRATA_RETURN_IF_ERROR(WithinLimits(c));
+  STRATA_RETURN_IF_ERROR(WithinRanges(c));
   STRATA_RETURN_IF_ERROR(Positive("vocab_size", c.vocab_size));
   STRATA_RETURN_IF_ERROR(Positive("seq_len", c.seq_len));
   STRATA_RETURN_IF_ERROR(Positive("n_layer", c.n_layer));

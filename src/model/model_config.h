@@ -172,6 +172,39 @@ struct ModelLimits {
   static constexpr int64_t kPositions = int64_t{1} << 24;  // max_positions, sliding_window
 };
 
+// The range [lo, hi] each setting may take, whatever its source: strata.model (and --set), a
+// Hugging Face config.json and a checkpoint's manifest are read against these same bounds,
+// and Validate checks every one again, so that no source lets through what another refuses.
+struct ValueRange {
+  double lo, hi;
+  bool Holds(double v) const { return v >= lo && v <= hi; }  // (NaN: never)
+};
+struct ModelRanges {
+  using L = ModelLimits;
+  static constexpr ValueRange kVocab{2, L::kVocab};
+  static constexpr ValueRange kSeqLen{1, L::kSeqLen};
+  static constexpr ValueRange kLayers{1, L::kLayers};
+  static constexpr ValueRange kDModel{1, L::kDModel};
+  static constexpr ValueRange kHeads{1, L::kHeads};
+  static constexpr ValueRange kKvHeads{0, L::kHeads};          // 0 = n_head
+  static constexpr ValueRange kFfnHidden{0, L::kFfnHidden};    // 0 = the arch's default
+  static constexpr ValueRange kHeadDim{0, L::kHeadDim};        // 0 = d_model / n_head
+  static constexpr ValueRange kPositions{0, L::kPositions};    // max_positions (0 = seq_len), sliding_window (0 = none)
+  static constexpr ValueRange kOriginalPositions{1, L::kPositions};
+  static constexpr ValueRange kNormEps{0, 1};                   // and > 0
+  static constexpr ValueRange kRopeTheta{1, 1e9};
+  static constexpr ValueRange kInitStd{0, 10};
+  static constexpr ValueRange kPartialRotary{0, 1};             // and > 0
+  static constexpr ValueRange kRopeFactor{0, 1e6};              // llama3's factor, low and high frequency factors
+  static constexpr ValueRange kLongropeFactor{0, 1e6};          // each short / long factor, and > 0
+  static constexpr ValueRange kAttentionFactor{0, 1e3};
+  static constexpr ValueRange kGemmaScale{0, 1e9};              // query_pre_attn_scalar, the soft-caps
+  static constexpr ValueRange kRopeLocalTheta{0, 1e12};
+  static constexpr ValueRange kExperts{1, 4096};                // num_experts, top_k
+  static constexpr ValueRange kExpertFfn{1, L::kFfnHidden};
+  static constexpr ValueRange kAuxLossCoef{0, 1e3};
+};
+
 // Checks sizes (within ModelLimits; positive, d_model divisible by n_head unless head_dim is
 // set, n_head divisible by n_kv_head, even head dim for RoPE, seq_len within max_positions and
 // sliding_window, the LLaMA-only flags off for GPT-2); the error names the field and the

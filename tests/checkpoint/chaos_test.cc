@@ -1,6 +1,6 @@
 // Chaos: a 2-rank NVMe run checkpointing every step is killed again and again (seeded random
-// moments: SIGKILL to every process, SIGKILL to one rank only, SIGTERM/SIGINT to the
-// launcher, and kills planted inside a save), resumed from `latest` each time until it
+// moments: SIGKILL to every process, SIGKILL to one rank only, a stop signal to the launcher
+// (each of src/base/stop_signals.h in turn), and kills planted inside a save), resumed from `latest` each time until it
 // finishes; its export must equal an uninterrupted run's byte for byte, with no process and
 // no swap folder left behind. Label "slow" (about a minute); CI runs it.
 #include <fmt/format.h>
@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "src/base/stop_signals.h"
 #include "support/cli_run.h"
 #include "support/temp_dir.h"
 
@@ -128,7 +129,7 @@ TEST(Chaos, KilledAndResumedRunsEqualTheUninterruptedOneBitwise) {
   std::mt19937 rng(20261123);
   std::uniform_real_distribution<double> delay_s(0.2, 1.8);
   std::vector<std::string> moments;
-  int kills = 0;
+  int kills = 0, stops = 0;
   for (int trial = 0; trial < 60; ++trial) {
     const bool resume = fs::exists(ck + "/latest");
     std::string args = base + " --save " + ck + (resume ? " --resume " + ck : "");
@@ -147,6 +148,7 @@ TEST(Chaos, KilledAndResumedRunsEqualTheUninterruptedOneBitwise) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     std::string what, last = LastLine(ReadAll(trial_log));  // read before the kill: the moment it hit
+    int stop_signal = 0;
     if (!exited && kind >= 0 && kind <= 5) {
       what = "SIGKILL to all";
       ::kill(-c.pid, SIGKILL);
@@ -155,8 +157,9 @@ TEST(Chaos, KilledAndResumedRunsEqualTheUninterruptedOneBitwise) {
       const pid_t rank = SomeRank(c.pid);
       if (rank > 0) ::kill(rank, SIGKILL);
     } else if (!exited && kind == 8) {
-      what = trial % 2 ? "SIGTERM to the launcher" : "SIGINT to the launcher";
-      ::kill(c.pid, trial % 2 ? SIGTERM : SIGINT);
+      stop_signal = kStopSignals[stops++ % std::size(kStopSignals)];
+      what = fmt::format("SIG{} to the launcher", sigabbrev_np(stop_signal));
+      ::kill(c.pid, stop_signal);
     } else if (kind == 9) {
       what = "killed inside a save";
     }
@@ -170,11 +173,11 @@ TEST(Chaos, KilledAndResumedRunsEqualTheUninterruptedOneBitwise) {
       break;
     }
     ASSERT_FALSE(what.empty()) << "trial " << trial << " failed on its own:\n" << ReadAll(trial_log);
-    if (what.rfind("SIGTERM", 0) == 0 || what.rfind("SIGINT", 0) == 0) {  // a clean stop
+    if (stop_signal != 0) {  // a clean stop
       // Hit before its handlers were installed (still loading, on a loaded machine), it ends on
       // the signal itself, having made nothing yet: as a shell reports it, the same code.
       const int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-      EXPECT_EQ(code, what[3] == 'T' ? 143 : 130) << ReadAll(trial_log);
+      EXPECT_EQ(code, 128 + stop_signal) << ReadAll(trial_log);
       for (const std::string& f : SwapFolders(swap))  // none of its own left (older ones it may not have seen)
         EXPECT_TRUE(folders_before.count(f)) << f << " left by a clean stop\n" << ReadAll(trial_log);
     }

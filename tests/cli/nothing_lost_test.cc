@@ -164,6 +164,29 @@ TEST(NothingLost, ExportNeverReplacesTheFolderItsCheckpointWasTrainedFrom) {
   EXPECT_TRUE(Has(told, "-> " + src)) << told.out;
 }
 
+// A config.json that promises 4096 experts over weights of 4: the error names the first few
+// problems and how many there are (it used to print 12,283 lines, one per missing tensor).
+TEST(NothingLost, WeightsThatDoNotMatchTheConfigAreSummedUpNotListedInFull) {
+  testing::TempDir dir;
+  const std::string ck = dir.path() + "/ck", hf = dir.path() + "/hf";
+  const std::string moe = "--set strata.model.arch=llama --set strata.model.hf_model_type=qwen3_moe "
+                          "--set strata.model.qk_norm=true --set strata.model.moe.num_experts=4 "
+                          "--set strata.model.moe.top_k=2 --set strata.model.moe.expert_ffn=16 ";
+  ASSERT_EQ(RunStrata(Train(dir.path(), moe + "--steps 1 --save " + ck)).exit_code, 0);
+  ASSERT_EQ(RunStrata("export " + ck + " --out " + hf).exit_code, 0);
+  std::string config = Read(hf + "/config.json");
+  const std::string four = "\"num_local_experts\": 4,";
+  ASSERT_NE(config.find(four), std::string::npos) << config;
+  config.replace(config.find(four), four.size(), "\"num_local_experts\": 4096,");
+  std::ofstream(hf + "/config.json", std::ios::trunc) << config;
+  auto r = RunStrata(Train(dir.path(), "--steps 1 --init-from " + hf));
+  EXPECT_EQ(r.exit_code, 1) << r.out.substr(0, 3000);
+  EXPECT_TRUE(Has(r, "12277 problem(s), 12276 missing tensor(s):")) << r.out.substr(0, 3000);
+  EXPECT_TRUE(Has(r, "missing tensor 'model.layers.0.mlp.experts.4.gate_proj.weight'")) << r.out.substr(0, 3000);
+  EXPECT_TRUE(Has(r, "\n  ... and 12269 more")) << r.out.substr(0, 3000);
+  EXPECT_LT(std::count(r.out.begin(), r.out.end(), '\n'), 40) << r.out.substr(0, 3000);
+}
+
 TEST(NothingLost, AnExportOntoAFullDiskLeavesNoTemporary) {
   testing::TempDir dir;
   const std::string ck = dir.path() + "/ck";

@@ -115,6 +115,22 @@ TEST(Signals, EveryStopSignalEndsATwoRankRunCleanly) {
   }
 }
 
+// A run stopped before its first checkpoint leaves no --save folder it created (it used to
+// leave one holding only the lock file); a folder that was there before stays.
+TEST(Signals, ARunStoppedBeforeItSavedLeavesNoSaveFolder) {
+  testing::TempDir dir;
+  fs::create_directory(dir.path() + "/swap");
+  fs::create_directory(dir.path() + "/mine");
+  for (const std::string& save : {dir.path() + "/new/ckpt", dir.path() + "/mine"}) {
+    SCOPED_TRACE(save);
+    Stopped s = RunAndSignal(Base(dir.path(), 2) + " --steps 100000 --save-interval 1000 --save " + save, " 2", SIGHUP);
+    EXPECT_EQ(s.exit_code, 128 + SIGHUP) << s.out;
+    EXPECT_EQ(Leftovers(dir.path()), std::vector<std::string>{}) << s.out;
+  }
+  EXPECT_FALSE(fs::exists(dir.path() + "/new"));
+  EXPECT_TRUE(fs::is_directory(dir.path() + "/mine"));
+}
+
 // Each stop signal arriving while both ranks write their shards: the save's folder is removed,
 // `latest` still names the step before, and the run resumes from it.
 TEST(Signals, AStopInTheMiddleOfASaveLeavesTheCheckpointBefore) {
@@ -245,7 +261,9 @@ TEST(Signals, AStoppedExportLeavesNoTemporary) {
         ++stopped;
         EXPECT_TRUE((WIFEXITED(st) && WEXITSTATUS(st) == 128 + sig) || (WIFSIGNALED(st) && WTERMSIG(st) == sig)) << st;
         // Absent, or (a stop just after the rename into place) complete: the folder has its marker.
-        if (fs::is_directory(dir.path() + out)) EXPECT_TRUE(fs::exists(dir.path() + out + "/.strata-export.json"));
+        if (fs::is_directory(dir.path() + out)) {
+          EXPECT_TRUE(fs::exists(dir.path() + out + "/.strata-export.json"));
+        }
       }
       EXPECT_EQ(Leftovers(dir.path()), std::vector<std::string>{});
       fs::remove_all(dir.path() + out);

@@ -10,6 +10,7 @@
 
 #include "src/data/data.h"
 #include "src/data/examples.h"
+#include "src/data/side_file.h"
 #include "support/temp_dir.h"
 
 namespace strata::data {
@@ -211,6 +212,67 @@ TEST(ExampleData, MissingOrMismatchedExamplesAreErrorsNamingTheFiles) {
       << beyond.status().message();
   auto windows = TokenDataset::Open(f.Config(Packing::kWindows), 100000, 16);  // windows need no examples file
   EXPECT_TRUE(windows.ok()) << windows.status().ToString();
+}
+
+// A side file carries the fingerprint of the token file it was written for (side_file.h):
+// one of another token file, whose sizes fit, used to train with wrong boundaries or a wrong
+// mask; now it is refused naming both files, for the training file and the validation file
+// alike. A file without the header is read as before, and said to be unchecked.
+TEST(ExampleData, SideFilesOfAnotherTokenFileAreRefusedNamingBoth) {
+  ExampleFiles f(kLengths);
+  const std::string tokens = testing::ReadBytes(f.tokens);
+  const TokenFingerprint mine{tokens.size() / 4, Crc32(tokens)};
+  const std::string starts = testing::ReadBytes(f.tokens + ".examples"), mask = testing::ReadBytes(f.tokens + ".mask");
+  auto legacy = TokenDataset::Open(f.Config(Packing::kPacked), 100000, 16);
+  ASSERT_TRUE(legacy.ok()) << legacy.status().ToString();
+  EXPECT_NE((*legacy)->description().find("'" + f.tokens + ".examples' has no fingerprint of its token file"),
+            std::string::npos) << (*legacy)->description();
+  testing::WriteBytes(f.tokens + ".examples", SideFileHeader(SideKind::kExamples, mine) + starts);
+  testing::WriteBytes(f.tokens + ".mask", SideFileHeader(SideKind::kLossMask, mine) + mask);
+  auto checked = TokenDataset::Open(f.Config(Packing::kPacked), 100000, 16);
+  ASSERT_TRUE(checked.ok()) << checked.status().ToString();
+  EXPECT_EQ((*checked)->description().find("no fingerprint"), std::string::npos) << (*checked)->description();
+  EXPECT_EQ((*checked)->Get(Split::kTrain, 0, 4).positions.sum().item<int64_t>(),
+            (*legacy)->Get(Split::kTrain, 0, 4).positions.sum().item<int64_t>());  // the same rows
+
+  struct Case {
+    std::string what, side, bytes, says;
+  };
+  const TokenFingerprint other_count{mine.tokens + 1, mine.crc32}, other_crc{mine.tokens, mine.crc32 ^ 1};
+  for (const Case& c : std::vector<Case>{
+           {"count", ".examples", SideFileHeader(SideKind::kExamples, other_count) + starts,
+            fmt::format("was written for a token file of {} tokens", mine.tokens + 1)},
+           {"crc", ".examples", SideFileHeader(SideKind::kExamples, other_crc) + starts,
+            "the side file belongs to another token file"},
+           {"mask crc", ".mask", SideFileHeader(SideKind::kLossMask, other_crc) + mask,
+            "the side file belongs to another token file"},
+           {"kind", ".examples", SideFileHeader(SideKind::kLossMask, mine) + starts, "the side files were mixed up"},
+           {"short", ".mask", SideFileHeader(SideKind::kLossMask, mine).substr(0, 20), "cut short inside its 32-byte"},
+           {"version", ".mask", SideFileHeader(SideKind::kLossMask, mine).substr(0, 28) + Le(2, 4) + mask,
+            "format version 2"}}) {
+    SCOPED_TRACE(c.what);
+    const std::string saved = testing::ReadBytes(f.tokens + c.side);
+    testing::WriteBytes(f.tokens + c.side, c.bytes);
+    auto r = TokenDataset::Open(f.Config(Packing::kPacked), 100000, 16);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(c.says), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("'" + f.tokens + c.side + "'"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("'" + f.tokens + "'"), std::string::npos) << r.status().message();
+    testing::WriteBytes(f.tokens + c.side, saved);
+  }
+  // A validation file's examples, stale: (this case trained before, 40 examples in 99 rows).
+  ExampleFiles eval({4, 6, 5, 7});
+  DataConfig c = f.Config(Packing::kPacked);
+  c.eval_path = eval.tokens;
+  ASSERT_TRUE(TokenDataset::Open(c, 100000, 16).ok());
+  const std::string eval_tokens = testing::ReadBytes(eval.tokens);
+  testing::WriteBytes(eval.tokens + ".examples",
+                      SideFileHeader(SideKind::kExamples, {mine.tokens, mine.crc32}) + Le(0, 8) + Le(3, 8));
+  auto stale = TokenDataset::Open(c, 100000, 16);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_NE(stale.status().message().find(fmt::format("but '{}' has {} tokens (CRC-32 {:08x})", eval.tokens,
+                                                      eval_tokens.size() / 4, Crc32(eval_tokens))),
+            std::string::npos) << stale.status().message();
 }
 
 }  // namespace

@@ -12,11 +12,13 @@ import json
 import os
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -236,6 +238,11 @@ class PrepareDataErrors(unittest.TestCase):
     def test_sigint_while_writing_leaves_the_earlier_outputs(self):
         self.stop_while_writing(signal.SIGINT)
 
+    def test_every_other_stop_signal_while_writing_leaves_the_earlier_outputs(self):
+        for signum in (signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2):
+            with self.subTest(signal.Signals(signum).name):
+                self.stop_while_writing(signum)
+
     # Successful runs.
 
     def test_a_replaced_output_keeps_its_mode(self):
@@ -266,13 +273,17 @@ class PrepareDataErrors(unittest.TestCase):
             tokens.frombytes(f.read())
         if sys.byteorder == "big":
             tokens.byteswap()
+        with open(out + ".u16", "rb") as f:  # each side file starts with its token file's fingerprint
+            header = struct.pack("<QII", len(tokens), zlib.crc32(f.read()), 1)
         with open(out + ".u16.mask", "rb") as f:
+            self.assertEqual(f.read(32), b"STRATA-LOSSMASK\n" + header)
             mask = list(f.read())
         ids = lambda text: [stub_id(w) for w in text.split()]  # noqa: E731
         self.assertEqual(list(tokens), [1, *ids("once upon a time"), 2, 1, *ids("two plus three five"), 2,
                                         1, *ids("smile \U0001F600 [[[[["), 2])
         self.assertEqual(mask, [0, 1, 1, 1, 1, 1] + [0, 0, 0, 0, 1, 1] + [0, 1, 1, 1, 1])
         with open(out + ".u16.examples", "rb") as f:
+            self.assertEqual(f.read(32), b"STRATA-EXAMPLES\n" + header)
             starts = f.read()
         self.assertEqual([int.from_bytes(starts[i:i + 8], "little") for i in range(0, len(starts), 8)], [0, 6, 12])
 

@@ -12,10 +12,13 @@ import array
 import json
 import math
 import os
+import shutil
+import struct
 import subprocess
 import sys
 import tempfile
 import unittest
+import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "prepare_data.py")
@@ -54,20 +57,32 @@ def run(*args):
     return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
 
 
+def side_payload(path, magic):
+    """A side file's bytes after its header (src/data/side_file.h), checked against its token
+    file: the kind, the token count and the CRC-32 of the token file's bytes, version 1."""
+    with open(path, "rb") as f:
+        data = f.read()
+    token_path = path.rsplit(".", 1)[0]
+    with open(token_path, "rb") as f:
+        token_bytes = f.read()
+    tokens, crc, version = struct.unpack("<QII", data[16:32])
+    assert data[:16] == magic, data[:16]
+    assert (tokens, crc, version) == (len(token_bytes) // 2, zlib.crc32(token_bytes), 1), (tokens, crc, version)
+    return data[32:]
+
+
 def read(path):
     tokens = array.array("H")
     with open(path, "rb") as f:
         tokens.frombytes(f.read())
     if sys.byteorder == "big":
         tokens.byteswap()
-    with open(path + ".mask", "rb") as f:
-        mask = list(f.read())
+    mask = list(side_payload(path + ".mask", b"STRATA-LOSSMASK\n"))
     return list(tokens), mask
 
 
 def read_starts(path):
-    with open(path + ".examples", "rb") as f:
-        data = f.read()
+    data = side_payload(path + ".examples", b"STRATA-EXAMPLES\n")
     return [int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)]
 
 
@@ -204,6 +219,40 @@ class PrepareData(unittest.TestCase):
             self.assertEqual(len(losses), 3)
             self.assertTrue(all(math.isfinite(x) for x in losses), losses)
             os.remove(metrics)
+
+    @unittest.skipUnless(BINARY, "no strata binary given")
+    def test_a_side_file_of_another_token_file_is_refused_naming_both(self):
+        # A stale side file used to train with exit 0 when its sizes happened to fit (with
+        # strata.data.eval_path set, 40 examples in 99 rows, windows across real boundaries).
+        chat = [{"messages": [{"role": "user", "content": "hello how are you"},
+                              {"role": "assistant", "content": "fine thanks"}]}]
+        train, _ = self.prepare(self.write_jsonl("a.jsonl", [{"prompt": "what is two plus three",
+                                                               "completion": " five"}] * 40))
+        evals = os.path.join(self.dir, "out", "eval")
+        self.assertEqual(run("--tokenizer", self.tok_dir, "--out", evals, self.write_jsonl("e.jsonl", chat * 8))
+                         .returncode, 0)
+        other = os.path.join(self.dir, "out", "other")
+        self.assertEqual(run("--tokenizer", self.tok_dir, "--out", other,
+                             self.write_jsonl("b.jsonl", [{"text": "the cat sat on the mat"}] * 50)).returncode, 0)
+        sets = ["strata.model.vocab_size=64", "strata.model.seq_len=16", "strata.model.n_layer=1",
+                "strata.model.d_model=32", "strata.model.n_head=2", f"strata.data.path={train}",
+                f"strata.data.eval_path={evals}.u16", "strata.data.packing=packed", "strata.eval_batches=1",
+                "zero_optimization.offload_param.device=none", "zero_optimization.offload_optimizer.device=none",
+                "bf16.enabled=false"]
+        cmd = [BINARY, "train", "--steps", "1"] + [a for s in sets for a in ("--set", s)]
+        ok = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+        self.assertEqual(ok.returncode, 0, ok.stdout + ok.stderr)
+        for side in (".examples", ".mask"):
+            with self.subTest(side):
+                saved = train + side + ".saved"
+                shutil.copy(train + side, saved)
+                shutil.copy(other + ".u16" + side, train + side)
+                r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+                shutil.move(saved, train + side)
+                self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+                self.assertIn(f"'{train}{side}' was written for a token file of ", r.stderr)
+                self.assertIn(f"but '{train}' has ", r.stderr)
+                self.assertIn("the side file belongs to another token file", r.stderr)
 
 
 if __name__ == "__main__":

@@ -174,7 +174,12 @@ TEST(Lora, ConfigErrorsNameTheKey) {
            {R"({"r": 8, "dropout": 1.0})", "strata.lora.dropout"},
            {R"({"r": -1})", "strata.lora.r"},
            {R"({"r": 8, "target_modules": 3})", "strata.lora.target_modules"},
-           {R"({"r": 8, "gpt2": 1})", "LLaMA family"}}) {
+           {R"({"r": 8, "gpt2": 1})", "LLaMA family"},
+           // Without a rank these trained the whole model, without a word.
+           {R"({"target_parameters": ["experts.down_proj"]})",
+            "strata.lora.target_parameters is set but strata.lora.r is not: without a rank no adapter is built"},
+           {R"({"target_modules": ["q_proj"], "alpha": 32})", "strata.lora.target_modules is set but strata.lora.r"},
+           {R"({"dropout": 0.1})", "strata.lora.dropout is set but strata.lora.r is not"}}) {
     auto c = parse(bad);
     ASSERT_FALSE(c.ok()) << bad;
     EXPECT_NE(c.status().message().find(says), std::string::npos) << c.status().message();

@@ -1,5 +1,6 @@
 // libFuzzer target: examples files (src/data/examples.h) and the rows built from them. The
-// first two bytes give the token file's length, the third seq_len; the rest is the file. A
+// first two bytes give the token file's length, the third seq_len; the rest is the file, with
+// or without the header of side_file.h (read against a token file of that length, CRC 0). A
 // file that decodes must give rows within the tokens, of at most seq_len targets, filled with
 // positions that restart at 0 and padding that never trains.
 #include <cstddef>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "src/data/examples.h"
+#include "src/data/side_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace strata::data;
@@ -15,8 +17,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto tokens = static_cast<size_t>(1 + (data[0] << 8 | data[1]));
   const int64_t seq_len = 1 + data[2] % 64;
   std::vector<int64_t> starts;
-  const std::string_view bytes(reinterpret_cast<const char*>(data + 3), size - 3);
-  if (!DecodeExampleStarts(bytes, tokens, "fuzz.examples", "fuzz.u16", &starts).ok()) return 0;
+  const std::string_view file(reinterpret_cast<const char*>(data + 3), size - 3);
+  bool fingerprinted = false;
+  auto bytes = SideFilePayload(file, SideKind::kExamples, {tokens, 0}, "fuzz.examples", "fuzz.u16", &fingerprinted);
+  if (!bytes.ok()) return 0;
+  if (fingerprinted != (bytes->size() + kSideHeaderBytes == file.size())) __builtin_trap();
+  if (!DecodeExampleStarts(*bytes, tokens, "fuzz.examples", "fuzz.u16", &starts).ok()) return 0;
   std::vector<int32_t> ids(tokens, 1);
   std::vector<int64_t> in(seq_len), out(seq_len), pos(seq_len);
   std::vector<uint8_t> mask(static_cast<size_t>(seq_len));

@@ -138,11 +138,59 @@ TEST(HfConfig, SizesBeyondTheLimitsAreRefusedAsInStrataModel) {
            {"num_hidden_layers", "n_layer"}, {"max_position_embeddings", "max_positions"}}) {
     nlohmann::json j = Llama();
     j[key] = int64_t{3} << 31;
-    EXPECT_ERROR_HAS(j, "model config: " + field + " = 6442450944 exceeds the largest Strata accepts");
+    EXPECT_ERROR_HAS(j, "'x/config.json': \"" + key + "\" = 6442450944 is outside [");
+    (void)field;
   }
   nlohmann::json heads = Llama();
   heads["num_attention_heads"] = 8192;
-  EXPECT_ERROR_HAS(heads, "n_head = 8192 exceeds the largest Strata accepts, 4096");
+  EXPECT_ERROR_HAS(heads, "\"num_attention_heads\" = 8192 is outside [1, 4096], the range Strata accepts");
+}
+
+// Every number config.json holds gets the range the same setting has in strata.model (and
+// --set): a router loss coefficient of -1 or 1e300 used to train, a negative sliding window to
+// advise "set seq_len <= -1". The error names config.json's key; Validate refuses the same
+// values whatever their source.
+TEST(HfConfig, EveryValueGetsTheRangeItHasInStrataModel) {
+  nlohmann::json moe = Llama();
+  moe["model_type"] = "qwen3_moe";
+  moe["architectures"] = {"Qwen3MoeForCausalLM"};
+  moe["moe_intermediate_size"] = 32;
+  moe["num_experts"] = 4;
+  moe["num_experts_per_tok"] = 2;
+  moe["output_router_logits"] = true;
+  ASSERT_EQ(ErrorOf(moe), "");
+  struct Case {
+    std::string key;
+    nlohmann::json value;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"router_aux_loss_coef", -1, "\"router_aux_loss_coef\" = -1 is outside [0, 1000]"},
+           {"router_aux_loss_coef", 1e300, "\"router_aux_loss_coef\" = 1e+300 is outside [0, 1000]"},
+           {"num_experts_per_tok", 0, "\"num_experts_per_tok\" = 0 is outside [1, 4096]"},
+           {"rms_norm_eps", 1e300, "\"rms_norm_eps\" = 1e+300 is outside [0, 1]"},
+           {"rope_theta", 0.5, "\"rope_theta\" = 0.5 is outside [1, 1000000000]"},
+           {"num_key_value_heads", -2, "\"num_key_value_heads\" = -2 is outside [0, 4096]"},
+           {"partial_rotary_factor", 2, "\"partial_rotary_factor\" = 2 is outside [0, 1]"}}) {
+    nlohmann::json j = moe;
+    j[c.key] = c.value;
+    EXPECT_ERROR_HAS(j, "'x/config.json': " + c.says);
+  }
+  nlohmann::json mistral = Llama();
+  mistral["model_type"] = "mistral";
+  mistral["architectures"] = {"MistralForCausalLM"};
+  mistral["sliding_window"] = -1;
+  EXPECT_ERROR_HAS(mistral, "\"sliding_window\" = -1 is outside [0, 16777216], the range Strata accepts");
+  EXPECT_EQ(ErrorOf(mistral).find("seq_len <= -1"), std::string::npos);
+  // The same values however they arrive (strata.model, --set, a manifest, code): Validate.
+  auto c = ModelConfigFromHf(moe, "x");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  c->moe.aux_loss_coef = -1;
+  EXPECT_NE(Validate(*c).ToString().find("moe.aux_loss_coef = -1 is outside [0, 1000]"), std::string::npos);
+  c->moe.aux_loss_coef = 0.001;
+  c->sliding_window = -1;
+  EXPECT_NE(Validate(*c).ToString().find("sliding_window = -1 is outside [0, 16777216], the range Strata accepts "
+                                         "(0 = none)"), std::string::npos) << Validate(*c).ToString();
 }
 
 // A config.json nobody vouches for: a FIFO is refused at once (a plain open would wait for a

@@ -25,6 +25,8 @@ std::vector<std::string> EntryNames(const std::string& dir);
 
 // Writes `bytes` to `path` (created or replaced): a test's input files.
 void WriteBytes(const std::string& path, const std::string& bytes);
+// The whole file at `path` ("" if it cannot be read).
+std::string ReadBytes(const std::string& path);
 
 // A tmpfs folder (/dev/shm) for the fallback-engine tests, or "" if there is none.
 std::string TmpfsDir();
