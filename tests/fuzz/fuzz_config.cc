@@ -6,14 +6,10 @@
 #include <vector>
 
 #include "src/config/train_config.h"
+#include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string all(reinterpret_cast<const char*>(data), size);
-  std::vector<std::string> parts;
-  size_t start = 0;
-  for (size_t nul; (nul = all.find('\0', start)) != std::string::npos; start = nul + 1)
-    parts.push_back(all.substr(start, nul - start));
-  parts.push_back(all.substr(start));
+  const std::vector<std::string> parts = strata::fuzz::SplitAtNul(data, size);
   const std::vector<std::string> sets(parts.begin() + 1, parts.end());
   auto text = strata::ApplyOverrides(parts[0], sets);
   if (!text.ok()) return 0;

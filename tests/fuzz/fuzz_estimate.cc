@@ -22,6 +22,7 @@
 #include "src/estimate/step_time.h"
 #include "src/estimate/step_traffic.h"
 #include "src/settle/settle.h"
+#include "tests/fuzz/fuzz_input.h"
 
 namespace {
 
@@ -74,12 +75,7 @@ bool ParseFlags(const std::string& text, Flags* f) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string all(reinterpret_cast<const char*>(data), size);
-  std::vector<std::string> parts;
-  size_t start = 0;
-  for (size_t nul; (nul = all.find('\0', start)) != std::string::npos; start = nul + 1)
-    parts.push_back(all.substr(start, nul - start));
-  parts.push_back(all.substr(start));
+  const std::vector<std::string> parts = fuzz::SplitAtNul(data, size);
   if (parts.size() < 2) return 0;
   Flags f;
   if (!ParseFlags(parts[0], &f) || !CheckEstimateFlags(f.checked).ok()) return 0;
