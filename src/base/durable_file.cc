@@ -16,6 +16,7 @@
 namespace strata {
 
 StatusOr<DurableWriter> DurableWriter::Create(const std::string& path) {
+  const auto hold = HoldOffStops();  // (it may be a temporary a stop just removed: never made again)
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError(errno, "cannot create '{}'", path);
   return DurableWriter(fd, path);

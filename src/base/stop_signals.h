@@ -13,6 +13,12 @@ namespace strata {
 inline constexpr int kStopSignals[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT, SIGALRM,
                                        SIGUSR1, SIGUSR2, SIGPIPE, SIGXFSZ};
 
+// Whether `sig` stays ignored when the caller ignores it (nohup's SIGHUP; a shell's background
+// job's SIGQUIT). SIGINT and SIGTERM are always a stop, as they always were (a shell ignores
+// SIGINT in its background jobs, yet `kill -INT` to a run must stop it), and so is SIGPIPE:
+// ignored, a reader that went away would go unnoticed (the output's writes fail silently).
+inline bool KeepsCallersIgnore(int sig) { return sig != SIGINT && sig != SIGTERM && sig != SIGPIPE; }
+
 // Whether `info` describes a signal the kernel raised for this process's own write: a
 // file-size limit (SIGXFSZ) reached by a write or an allocation of ours. That write fails with
 // EFBIG, which its caller reports naming the file; the signal itself changes nothing.

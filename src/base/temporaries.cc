@@ -20,6 +20,10 @@ std::vector<std::string>& Paths() {
   static std::vector<std::string> paths;
   return paths;
 }
+std::shared_mutex& Making() {
+  static std::shared_mutex mu;
+  return mu;
+}
 
 }  // namespace
 
@@ -34,7 +38,11 @@ void ForgetTemporary(const std::string& path) {
   p.erase(std::remove(p.begin(), p.end(), path), p.end());
 }
 
+std::shared_lock<std::shared_mutex> HoldOffStops() { return std::shared_lock<std::shared_mutex>(Making()); }
+
 std::vector<std::string> RemoveTemporaries() {
+  // Never released: the process is ending, and whatever would make an entry now waits for that.
+  Making().lock();
   std::vector<std::string> taken;
   {
     std::lock_guard<std::mutex> lock(Mu());

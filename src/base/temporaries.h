@@ -4,18 +4,28 @@
 // neither a half-written file nor a temporary copy.
 #pragma once
 
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
 namespace strata {
 
 // A temporary path (file or folder) that this process writes; removed by RemoveTemporaries().
+// Register it before making it (or while holding HoldOffStops across both).
 void RegisterTemporary(const std::string& path);
 // The path was renamed into place or removed: no longer this registry's.
 void ForgetTemporary(const std::string& path);
 // Removes every registered path (folders with their contents) and returns them; for the
-// signal watcher and the last-resort error path. Safe from any thread.
+// signal watcher and the last-resort error path, on the process's way out. Safe from any
+// thread. It first waits for every HoldOffStops() in progress, and from then on every new one
+// waits forever: nothing is made after the removal ran.
 std::vector<std::string> RemoveTemporaries();
+
+// Held by a thread while it makes an entry on disk that may be (or lie inside) a registered
+// temporary (DurableWriter::Create, a temporary folder's mkdir, a rename to a temporary name):
+// a stop's removal never runs in the middle, and once a stop has begun the holder waits for
+// the process to end instead of making anything the removal would miss. Not recursive.
+[[nodiscard]] std::shared_lock<std::shared_mutex> HoldOffStops();
 
 // "DIR/.NAME.tmp-PID-N" beside `path`: unique within the process and across processes, hidden
 // from a plain `ls`, and recognisably Strata's.

@@ -196,9 +196,11 @@ Status SaveCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg
     fs::create_directories(dir, ec);
     if (ec) s = Error(StatusCode::kIoError, "cannot create checkpoint folder '{}': {}", dir, ec.message());
     if (s.ok()) s = RemoveAll(tmp);  // a crashed earlier save of this step
-    if (s.ok() && !fs::create_directory(tmp, ec))
-      s = Error(StatusCode::kIoError, "cannot create '{}': {}", tmp, ec.message());
-    if (s.ok()) RegisterTemporary(tmp);  // a stop (SIGINT, SIGTERM) mid-save removes it
+    if (s.ok()) {
+      RegisterTemporary(tmp);  // a stop (any stop signal) mid-save removes it
+      const auto hold = HoldOffStops();
+      if (!fs::create_directory(tmp, ec)) s = Error(StatusCode::kIoError, "cannot create '{}': {}", tmp, ec.message());
+    }
   }
   STRATA_RETURN_IF_ERROR(Agree(comm, s, "checkpoint: preparing the folder"));
 

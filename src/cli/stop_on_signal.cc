@@ -94,10 +94,8 @@ void StopOnSignals() {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART | SA_SIGINFO;
   for (int sig : kStopSignals) {
-    // A signal the caller ignores stays ignored (nohup's SIGHUP), except SIGPIPE: ignored, a
-    // reader that went away would go unnoticed (the output's writes fail without a word).
     struct sigaction old = {};
-    if (sig != SIGPIPE && sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    if (KeepsCallersIgnore(sig) && sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
     sigaction(sig, &sa, nullptr);
   }
 }

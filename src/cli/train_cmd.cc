@@ -184,8 +184,9 @@ Status TrainRun::Connect() {
       created = p;
       if (p == p.parent_path()) break;
     }
-    STRATA_ASSIGN_OR_RETURN(save_lock_, FolderLock::Take(a_.save));
     if (!created.empty()) unsaved_save_dir_ = TempPath(created.string());
+    const auto hold = HoldOffStops();  // (a stop meanwhile: the folder is never made)
+    STRATA_ASSIGN_OR_RETURN(save_lock_, FolderLock::Take(a_.save));
   }
   // The config settled for this run on this machine; refused before any state is allocated
   // when it cannot fit: host memory, NVMe, and a GPU's own memory.
@@ -411,6 +412,9 @@ Status TrainRun::Save(int64_t step) {
 // The steps, with the held-out loss at the start and every eval_interval steps, a
 // checkpoint every save_interval steps, and the trace of the last step.
 Status TrainRun::Loop() {
+  if (start_ >= cfg_.steps && lead())
+    progress_->Message(fmt::format("resumed at step {}, which is not before strata.steps {}: nothing to train (raise "
+                                   "--steps to go on); nothing is saved", start_, cfg_.steps));
   STRATA_RETURN_IF_ERROR(Eval(start_));
   for (int64_t step = start_; step < cfg_.steps; ++step) {
     const double trace_from = tracer_->Now();
@@ -436,8 +440,10 @@ Status TrainRun::Loop() {
 }
 
 Status TrainRun::Finish() {
-  if (!a_.save.empty() && last_saved_ != cfg_.steps) STRATA_RETURN_IF_ERROR(Save(cfg_.steps));
-  STRATA_RETURN_IF_ERROR(Eval(cfg_.steps));
+  // (A run resumed at or past strata.steps trained nothing: its state is the checkpoint's, and
+  // saving it as step `steps` would put an older step's name on a newer state.)
+  if (!a_.save.empty() && last_saved_ < cfg_.steps) STRATA_RETURN_IF_ERROR(Save(cfg_.steps));
+  STRATA_RETURN_IF_ERROR(Eval(std::max(start_, cfg_.steps)));
   // The last step's update may still run on the optimizer thread (optimizer_overlap): waited
   // for here, and said, so that an NVMe-bound one (30 s for a 3 B model here) is not a silent
   // pause after the summary, and its error is reported rather than lost at shutdown.

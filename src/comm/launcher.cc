@@ -120,14 +120,14 @@ std::optional<int> Reap(std::vector<Child>& children, bool stopping, int forward
 }
 
 // SIGCHLD and the stop signals, each forwarded to the ranks (which stop cleanly on it); one the
-// caller ignores stays ignored (nohup's SIGHUP), except SIGPIPE, as in the ranks.
+// caller ignores stays ignored where the ranks keep it so (KeepsCallersIgnore).
 sigset_t WaitedSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGCHLD);
   for (int sig : kStopSignals) {
     struct sigaction old = {};
-    if (sig != SIGPIPE && sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    if (KeepsCallersIgnore(sig) && sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
     sigaddset(&set, sig);
   }
   return set;

@@ -1,7 +1,13 @@
-// Element-wise reduction helpers shared by the communicators. Partial results are always
-// fp32 (Note [fp32 accumulation]): bf16/fp16 inputs are widened, summed in fp32 and rounded
-// once, with round-to-nearest-even, when the final value is stored.
+// Element-wise reduction helpers shared by the communicators (Note [fp32 accumulation]).
 // Folder-private: used by src/comm and its tests only.
+//
+// Note [fp32 accumulation]
+// A reduction's partial results are always fp32, whatever the dtype of the buffers: bf16 and
+// fp16 inputs are widened, summed in fp32 along the ring, and rounded once, with
+// round-to-nearest-even, when the final value is stored. Summing in bf16 would round at every
+// hop, so a gradient's error would grow with the rank count and its bits would depend on
+// where the ring starts; with one rounding at the end, every rank count gives the sum of the
+// same fp32 partials in the same order (Note [Ring order makes reductions deterministic]).
 #pragma once
 
 #include <cstddef>

@@ -1,23 +1,32 @@
 // Engine: the ZeRO training step of docs/DESIGN.md ("One training step") on one rank.
 //
 // Every block of the model is one flat group, padded and split into equal shards; the
-// ShardPlan (shard_plan.h) says which ranges this rank keeps and where. Per rank and block
-// the engine keeps, each in its home tier through the TieredStore:
-//   working weights (compute dtype): stage 3 a shard, else the full group   (offload_param)
-//   fp32 master, Adam m and v: this rank's optimizer range                  (offload_optimizer)
-//   fp32 gradient accumulator: stage >= 2 a shard, else the full group      (host memory)
-// A step: forward block by block (gather, run, keep only the block's input), the head's
-// forward and backward together, backward block by block by recomputation (gather again,
-// recompute, backprop, reduce gradients into the accumulator), then the global gradient
-// norm across ranks (with NaN/Inf detection: an fp16 overflow skips the step), then
-// CPU AdamW by sub-group, pipelined with the NVMe reads and writes of the optimizer state;
-// its fused output is the next step's working weights. The PrefetchScheduler keeps the
-// reads of upcoming working weights in flight while blocks compute. With several
-// micro-batches the forward and backward run micro-batch by micro-batch, or, layer-major
-// (strata.schedule), every micro-batch through one block before the next block.
+// ShardPlan (shard_plan.h) says which ranges this rank keeps and where, and its StateFormat
+// how each state is stored. Per rank and block the engine keeps, each in its home tier
+// through the TieredStore:
+//   working weights (compute dtype; a QLoRA base's projections in NF4): stage 3 a shard, else
+//     the full group (offload_param; on a GPU the first strata.resident_blocks stay there)
+//   master and Adam's m and v (fp32, or the formats strata.master_weights / adam_states name):
+//     this rank's optimizer range, in sub-groups (offload_optimizer; strata.host_blocks of
+//     them in host memory when the rest is on NVMe); with LoRA, the adapters' only
+//   gradient accumulator (fp32 or bf16): stage >= 2 a shard, else the full group (host memory,
+//     or summed on the device first)
+// A step: forward block by block (gather, run, keep the block's input in the tier
+// strata.block_inputs names, or its activations), the head's forward and backward together
+// (the loss tiled), backward block by block by recomputation (gather again, recompute,
+// backprop, reduce gradients into the accumulator), then the global gradient norm across
+// ranks (NaN/Inf: an fp16 overflow skips the step), then the CPU AdamW by sub-group on the
+// optimizer thread, pipelined with the NVMe reads and writes of the states (the UpdateWindow)
+// and overlapped with the next step's forward as strata.optimizer_overlap says (update/); its
+// fused output is the next step's working weights. The PrefetchScheduler keeps the reads of
+// upcoming working weights in flight while blocks compute; a mixture of experts' sparse
+// blocks fetch only the experts their router chose (Note [Expert-aware fetching]). With
+// several micro-batches the forward and backward run micro-batch by micro-batch, or,
+// layer-major (strata.schedule), every micro-batch through one block before the next block.
 //
 // The engine borrows the communicators, the compute device and the tracer; the caller owns
-// them. Blocks run on the compute device (the host, or a GPU); every state stays on the host.
+// them. Blocks run on the compute device (the host, a GPU, or the fake asynchronous device of
+// the tests); every state but a GPU's resident working weights stays on the host.
 // This header needs no LibTorch: callers that use the torch-typed parts (EngineHooks,
 // MasterParameters) include <torch/torch.h> themselves.
 #pragma once

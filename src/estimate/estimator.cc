@@ -65,7 +65,8 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   // with tiles of 1024, 8.4 x [B, T, C] less.)
   const double tokens = static_cast<double>(cfg.micro_batch) * m.seq_len;
   const double mlp_saved = 3.0 * f_over_c * (1.0 - static_cast<double>(MlpTileTokens(cfg)) / tokens);
-  const double working = (32 - mlp_saved) * (cfg.layer_major && cfg.fuse_micro_batches ? held : 1.0);
+  // (A dense width far beyond the measured shapes, F >> 8C, would make the fit negative.)
+  const double working = std::max(0.0, 32 - mlp_saved) * (cfg.layer_major && cfg.fuse_micro_batches ? held : 1.0);
   e.boundary_activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * n * held);
   e.activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * (held * (n + per_layer) + working) +
                                         3.0 * static_cast<double>(LossTileTokens(cfg)) * m.vocab_size * 4);

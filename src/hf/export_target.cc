@@ -1,5 +1,8 @@
 #include "src/hf/export_target.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+
 #include <filesystem>
 #include <set>
 
@@ -118,6 +121,7 @@ StatusOr<OutFolder> OutFolder::Make(const std::string& out, const char* kind, bo
   std::error_code ec;
   if (!parent.empty()) fs::create_directories(parent, ec);
   f.tmp_ = TempPath(TemporaryNameFor(f.target_));
+  const auto hold = HoldOffStops();
   if (!fs::create_directory(f.tmp_.path(), ec))
     return Error(StatusCode::kIoError, "cannot create '{}': {}", f.tmp_.path(), ec ? ec.message() : "it exists");
   return f;
@@ -144,6 +148,15 @@ Status OutFolder::Publish() {
   std::error_code ec;
   TempPath old;
   if (fs::exists(fs::symlink_status(target_, ec))) {
+    // One atomic swap where the file system has it: OUT is the old folder or the new, never
+    // absent, and a stop removes only the temporary name, which then holds the old one.
+    if (::renameat2(AT_FDCWD, tmp_.path().c_str(), AT_FDCWD, target_.c_str(), RENAME_EXCHANGE) == 0) {
+      const std::string parent = fs::path(target_).parent_path().string();
+      STRATA_RETURN_IF_ERROR(FsyncDir(parent.empty() ? "." : parent));
+      tmp_.Remove();  // the old folder, under the temporary name
+      return Status();
+    }
+    const auto hold = HoldOffStops();  // (the old folder moves to a registered name: both or neither)
     old = TempPath(TemporaryNameFor(target_));
     if (::rename(target_.c_str(), old.path().c_str()) != 0)
       return ErrnoError(errno, "rename '{}' to '{}'", target_, old.path());

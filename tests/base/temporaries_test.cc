@@ -2,8 +2,13 @@
 // publication; WriteFileAtomically leaves neither a temporary on failure nor a changed mode.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
+#include <sys/wait.h>
 
 #include <algorithm>
+#include <thread>
+#include <chrono>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -30,6 +35,16 @@ unsigned Mode(const std::string& path) {
   return st.st_mode & 07777;
 }
 
+// How many paths RemoveTemporaries takes, run in a child process: it is for the way out
+// (nothing is made after it), so the test process itself must not call it.
+int RemovedInAChild() {
+  const pid_t child = ::fork();
+  if (child == 0) _exit(static_cast<int>(std::min<size_t>(RemoveTemporaries().size(), 100)));
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
 TEST(Temporaries, NamesAreHiddenUniqueAndBesideTheOutput) {
   const std::string a = TemporaryNameFor("/x/out/model"), b = TemporaryNameFor("/x/out/model/");
   EXPECT_EQ(fs::path(a).parent_path(), "/x/out");
@@ -51,9 +66,10 @@ TEST(Temporaries, AScopeRemovesItsTemporaryUnlessReleased) {
   }
   EXPECT_FALSE(fs::exists(gone));
   EXPECT_TRUE(fs::exists(kept));
-  EXPECT_TRUE(RemoveTemporaries().empty());  // nothing left registered
+  EXPECT_EQ(RemovedInAChild(), 0);  // nothing left registered
 }
 
+// In a child process: RemoveTemporaries is for the way out (nothing is made after it).
 TEST(Temporaries, RemoveTemporariesTakesEveryRegisteredPath) {
   testing::TempDir dir;
   const std::string a = dir.path() + "/a", b = dir.path() + "/b";
@@ -61,9 +77,10 @@ TEST(Temporaries, RemoveTemporariesTakesEveryRegisteredPath) {
   fs::create_directory(b);
   RegisterTemporary(a);
   RegisterTemporary(b);
-  const std::vector<std::string> removed = RemoveTemporaries();
-  EXPECT_EQ(removed.size(), 2u);
+  EXPECT_EQ(RemovedInAChild(), 2);
   EXPECT_TRUE(testing::EntryNames(dir.path()).empty());
+  ForgetTemporary(a);  // (this process's registry still lists them)
+  ForgetTemporary(b);
 }
 
 TEST(AtomicWrite, AReplacedFileKeepsItsModeAndNoTemporaryStays) {
@@ -99,6 +116,34 @@ TEST(AtomicWrite, MappedFileRefusesAFifo) {
   auto m = MappedFile::Open(fifo);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("FIFO"), std::string::npos) << m.status().ToString();
+}
+
+// A stop's removal (RemoveTemporaries) against a thread about to write a registered temporary:
+// that thread used to make the file right after the removal, leaving it behind when the
+// process ended; now it waits for the end instead. In a child process, which the removal
+// leaves unable to make files.
+TEST(Temporaries, NothingIsMadeAfterAStopRemovedTheTemporaries) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/.out.tmp-1-0";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    RegisterTemporary(path);
+    std::atomic<bool> go{false};
+    std::thread writer([&] {
+      while (!go) std::this_thread::yield();
+      auto w = DurableWriter::Create(path);  // a write that was under way when the stop came
+      (void)w;
+    });
+    (void)RemoveTemporaries();
+    go = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    writer.detach();
+    _exit(fs::exists(path) ? 1 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the file was made after the removal";
+  EXPECT_FALSE(fs::exists(path));
 }
 
 }  // namespace

@@ -299,6 +299,24 @@ TEST(NothingLost, MetricsThatCannotBeWrittenAreSaidAndEarlierOnesKept) {
   EXPECT_EQ(std::count(both.begin(), both.end(), '\n'), 2 * std::count(first.begin(), first.end(), '\n'));
 }
 
+// A run resumed past its --steps trains nothing and saves nothing: it used to save the resumed
+// state as step_<steps>, an older step's name on a newer state, which `latest` then named.
+TEST(NothingLost, ARunResumedPastItsStepsSavesNothing) {
+  testing::TempDir dir;
+  const std::string ck = dir.path() + "/ck";
+  ASSERT_EQ(RunStrata(Train(dir.path(), "--steps 4 --save " + ck)).exit_code, 0);
+  const auto before = Snapshot(ck);
+  auto r = RunStrata(Train(dir.path(), "--steps 2 --save " + ck + " --resume " + ck));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(Has(r, "resumed at step 4, which is not before strata.steps 2: nothing to train")) << r.out;
+  auto after = Snapshot(ck);
+  after.erase(".strata.lock");
+  auto expected = before;
+  expected.erase(".strata.lock");
+  EXPECT_EQ(after, expected);
+  EXPECT_EQ(Read(ck + "/latest"), "step_00000004\n");
+}
+
 // The default spelled out is the same model: ffn_hidden 0 (4 x d_model for GPT-2) and 128.
 TEST(NothingLost, AModelSpelledWithItsDefaultsResumes) {
   testing::TempDir dir;

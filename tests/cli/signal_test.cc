@@ -33,7 +33,8 @@ struct Stopped {
 };
 
 // Starts `args`, waits for "train step   <after>" on its output, sends `sig` to it, and reaps it.
-Stopped RunAndSignal(const std::string& args, const std::string& after, int sig) {
+// `shell` runs before the binary is exec'ed (a `trap` that ignores a signal, as nohup does).
+Stopped RunAndSignal(const std::string& args, const std::string& after, int sig, const std::string& shell = "") {
   auto t0 = std::chrono::steady_clock::now();
   bool sent = false;
   const testing::CliRun r = testing::RunStrataWatching(args, [&](const std::string& out, pid_t pid) {
@@ -42,7 +43,7 @@ Stopped RunAndSignal(const std::string& args, const std::string& after, int sig)
       ::kill(pid, sig);
       sent = true;
     }
-  });
+  }, shell);
   Stopped s;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.out = r.out;
@@ -129,6 +130,29 @@ TEST(Signals, ARunStoppedBeforeItSavedLeavesNoSaveFolder) {
   }
   EXPECT_FALSE(fs::exists(dir.path() + "/new"));
   EXPECT_TRUE(fs::is_directory(dir.path() + "/mine"));
+}
+
+// A signal the caller ignores stays ignored (nohup's SIGHUP: the run goes on; SIGTERM then stops
+// it), except SIGINT and SIGTERM, which a shell's background job inherits ignored yet must stop.
+TEST(Signals, ACallersIgnoreHoldsForHangupButNotForInterrupt) {
+  testing::TempDir dir;
+  fs::create_directory(dir.path() + "/swap");
+  bool hup_sent = false, term_sent = false;
+  auto hup = testing::RunStrataWatching(Base(dir.path(), 2) + " --steps 100000",
+                                        [&](const std::string& out, pid_t pid) {
+                                          if (!hup_sent && out.find("train step    3") != std::string::npos) {
+                                            hup_sent = ::kill(pid, SIGHUP) == 0;
+                                          } else if (hup_sent && !term_sent &&
+                                                     out.find("train step    8") != std::string::npos) {
+                                            term_sent = ::kill(pid, SIGTERM) == 0;  // (it trained on past the hangup)
+                                          }
+                                        }, "trap '' HUP;");
+  EXPECT_TRUE(term_sent) << hup.out;
+  EXPECT_EQ(hup.exit_code, 128 + SIGTERM) << hup.out;
+  EXPECT_EQ(hup.out.find("got Hangup"), std::string::npos) << hup.out;
+  Stopped s = RunAndSignal(Base(dir.path(), 2) + " --steps 100000", " 3", SIGINT, "trap '' INT;");
+  EXPECT_EQ(s.exit_code, 128 + SIGINT) << s.out;
+  EXPECT_EQ(Leftovers(dir.path()), std::vector<std::string>{}) << s.out;
 }
 
 // Each stop signal arriving while both ranks write their shards: the save's folder is removed,
