@@ -10,8 +10,10 @@
      over 80 lines (bench/ and tests/ excepted).
   3. Owners: in src/, an update mode (strata.optimizer_overlap) is named only by the config
      parser and the update modes (src/engine/update/); a state format's settings and kinds only
-     by the config parser and the state format (src/engine/state_format.*). Everything else asks
-     them (UpdateModeFacts, UpdateMode, StateFormat).
+     by the config parser and the state format (src/engine/state_format.*); a model family's
+     name (hf_model_type compared with a name) only by the family table and the reader and
+     writer of config.json (src/model/model_family.*, src/model/hf_config.cc). Everything else
+     asks them (UpdateModeFacts, UpdateMode, StateFormat, ModelFamily).
 
 Prints every violation as FILE:LINE: message and exits 1 if there is any. Run by ctest.
 """
@@ -34,6 +36,8 @@ OWNED = [
     (re.compile(r"\bOptimizerOverlap::k\w+"), ("src/config/", "src/engine/update/"), "an update mode"),
     (re.compile(r"\b(split_master|moments_8bit|adam_states|MasterFormat::k\w+|MomentFormat::k\w+)\b"),
      ("src/config/", "src/engine/state_format."), "a state format"),
+    (re.compile(r'\bhf_model_type\s*[!=]='), ("src/model/model_family.", "src/model/hf_config.cc"),
+     "a model family (ask its ModelFamily row)"),
 ]
 
 

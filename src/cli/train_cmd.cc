@@ -37,6 +37,7 @@
 #include "src/estimate/host_blocks_fit.h"
 #include "src/estimate/step_time.h"
 #include "bench/machine_rates.h"
+#include "src/model/model_family.h"
 #include "src/settle/settle.h"
 #include "strata/log.h"
 
@@ -334,9 +335,7 @@ void TrainRun::PrintStartup() {
   progress_->Message(fmt::format(
       "strata train: {} model, {:.2f} M parameters, {} blocks; {} rank(s), ZeRO stage {}; params on {}, optimizer "
       "states on {}; {} compute on {} ({}); activations {}; batch {} = {} x {} accumulation{}{} x {} rank(s); data: {}",
-      !cfg_.model.hf_model_type.empty()          ? cfg_.model.hf_model_type
-      : cfg_.model.arch == model::Arch::kGpt2 ? "GPT-2"
-                                              : "LLaMA",
+      model::FamilyOf(cfg_.model).display,
       spec.num_parameters() / 1e6, engine_->num_blocks(),
       env_.world_size, cfg_.zero_stage, OffloadDeviceName(cfg_.offload_param.device),
       OptimizerStatesWhere(cfg_.offload_optimizer.device, device_.device->is_host()), DTypeName(cfg_.compute_dtype),
@@ -526,7 +525,7 @@ void AddTrainCommand(CLI::App& app, Action* action) {
   cmd->add_flag("--overwrite", a->overwrite, "let --save replace the checkpoints another run left in that folder "
                                              "(without it, a folder holding checkpoints is used only by --resume)");
   cmd->add_option("--init-from", a->init_from, "initial weights from a Hugging Face model folder (its config.json sets "
-                                               "the architecture: GPT-2, LLaMA, Mistral, Qwen2, Qwen3, Phi-3) or a safetensors "
+                                               "the architecture: " + model::FamilyDisplayNames() + ") or a safetensors "
                                                "file (architecture from strata.model)");
   cmd->add_option("--metrics", a->metrics, "write one JSON object per step to FILE.jsonl");
   cmd->add_flag("--predict", a->predict, "measure this machine first (a few seconds) and print the step-time model's "

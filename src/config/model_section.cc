@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "src/model/hf_config.h"
+#include "src/model/model_family.h"
 
 namespace strata {
 
@@ -94,9 +95,9 @@ Status ParseModelKeys(JsonReader& m, model::ModelConfig* mc, std::vector<std::st
   STRATA_RETURN_IF_ERROR(Int(m, "max_positions", &mc->max_positions, R::kPositions));
   STRATA_RETURN_IF_ERROR(Int(m, "sliding_window", &mc->sliding_window, R::kPositions));
   STRATA_RETURN_IF_ERROR(Double(m, "partial_rotary", &mc->partial_rotary, R::kPartialRotary));
-  STRATA_RETURN_IF_ERROR(m.Choice("hf_model_type", &mc->hf_model_type,
-                                  {"", "gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text",
-                                   "mixtral", "qwen3_moe", "olmoe"}));
+  std::vector<std::string> types = {""};
+  for (const model::ModelFamily& f : model::ModelFamilies()) types.emplace_back(f.model_type);
+  STRATA_RETURN_IF_ERROR(m.Choice("hf_model_type", &mc->hf_model_type, types));
   if (m.Has("moe")) {
     STRATA_ASSIGN_OR_RETURN(JsonReader e, m.Child("moe"));
     STRATA_RETURN_IF_ERROR(ParseMoe(e, &mc->moe));

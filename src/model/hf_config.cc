@@ -9,34 +9,14 @@
 
 #include "src/base/input_file.h"
 #include "src/base/json_text.h"
+#include "src/model/model_family.h"
 
 namespace strata::model {
 namespace {
 
 using R = ModelRanges;  // the bounds strata.model reads the same settings against
 
-struct Family {
-  const char* model_type;
-  const char* causal_lm;   // the architectures entry export writes
-  const char* base_model;  // also accepted when read (GPT2Model, LlamaModel, ...)
-};
-constexpr Family kFamilies[] = {{"gpt2", "GPT2LMHeadModel", "GPT2Model"},
-                                {"llama", "LlamaForCausalLM", "LlamaModel"},
-                                {"mistral", "MistralForCausalLM", "MistralModel"},
-                                {"qwen2", "Qwen2ForCausalLM", "Qwen2Model"},
-                                {"qwen3", "Qwen3ForCausalLM", "Qwen3Model"},
-                                {"phi3", "Phi3ForCausalLM", "Phi3Model"},
-                                {"gemma2", "Gemma2ForCausalLM", "Gemma2Model"},
-                                {"gemma3_text", "Gemma3ForCausalLM", "Gemma3TextModel"},
-                                {"mixtral", "MixtralForCausalLM", "MixtralModel"},
-                                {"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeModel"},
-                                {"olmoe", "OlmoeForCausalLM", "OlmoeModel"}};
-
-std::string Supported() {
-  std::string s;
-  for (const Family& f : kFamilies) s += fmt::format("{}{} ({})", s.empty() ? "" : ", ", f.model_type, f.causal_lm);
-  return s;
-}
+using Family = ModelFamily;  // (model_family.h: one row per family)
 
 // Typed reads of config.json keys; errors name the file and the key.
 class Keys {
@@ -96,7 +76,7 @@ class Keys {
 };
 
 // The family from model_type (else architectures); an unknown one is named with the list.
-StatusOr<const Family*> FindFamily(const Keys& k) {
+StatusOr<const Family*> FamilyOfConfigJson(const Keys& k) {
   std::string type;
   STRATA_RETURN_IF_ERROR(k.String("model_type", &type));
   std::vector<std::string> archs;
@@ -106,7 +86,7 @@ StatusOr<const Family*> FindFamily(const Keys& k) {
       return k.Bad("architectures", "a list of class names");
     for (const auto& v : a) archs.push_back(v.get<std::string>());
   }
-  for (const Family& f : kFamilies) {
+  for (const Family& f : ModelFamilies()) {
     const bool arch_match = std::any_of(archs.begin(), archs.end(),
                                         [&](const std::string& a) { return a == f.causal_lm || a == f.base_model; });
     if (type == f.model_type || (type.empty() && arch_match)) {
@@ -120,7 +100,8 @@ StatusOr<const Family*> FindFamily(const Keys& k) {
     return InvalidArgument("{}: neither \"model_type\" nor \"architectures\" says which model this is", k.origin());
   return InvalidArgument("{}: model_type {} / architectures {} is not supported; Strata reads {}", k.origin(),
                          k.Present("model_type") ? k.json()["model_type"].dump() : "(none)",
-                         k.Present("architectures") ? k.json()["architectures"].dump() : "(none)", Supported());
+                         k.Present("architectures") ? k.json()["architectures"].dump() : "(none)",
+                         FamilyTypesAndClasses());
 }
 
 Status ReadGpt2(const Keys& k, ModelConfig* c) {
@@ -223,9 +204,9 @@ Status ReadRope(const Keys& k, ModelConfig* c) {
 // Mistral's window applies to every layer; Qwen's only with use_sliding_window (or a
 // "sliding_attention" entry in layer_types). Strata's full causal attention equals it for
 // sequences up to the window, which Validate() checks against seq_len.
-Status ReadSlidingWindow(const Keys& k, const std::string& type, ModelConfig* c) {
-  bool active = type == "mistral" || type == "phi3" || type == "mixtral";
-  if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") {
+Status ReadSlidingWindow(const Keys& k, const Family& f, ModelConfig* c) {
+  bool active = f.sliding == Sliding::kAll;
+  if (f.sliding == Sliding::kWhenEnabled) {
     STRATA_RETURN_IF_ERROR(k.Bool("use_sliding_window", &active));
     if (k.Present("layer_types") && k.json()["layer_types"].is_array())
       for (const auto& t : k.json()["layer_types"]) active = active || t == "sliding_attention";
@@ -315,10 +296,11 @@ Status ReadMoe(const Keys& k, const std::string& type, ModelConfig* c) {
   return Status();
 }
 
-Status ReadLlamaFamily(const Keys& k, const std::string& type, ModelConfig* c) {
+Status ReadLlamaFamily(const Keys& k, const Family& f, ModelConfig* c) {
+  const std::string type(f.model_type);
   c->arch = Arch::kLlama;
   c->hf_model_type = type == "llama" ? "" : type;
-  c->tie_embeddings = IsGemma(*c);  // the default of the LLaMA-shaped configs; Gemma ties
+  c->tie_embeddings = f.ties_embeddings;  // the default of the family's config class
   c->norm_eps = 1e-6;
   STRATA_RETURN_IF_ERROR(k.Int("vocab_size", &c->vocab_size, true, R::kVocab));
   STRATA_RETURN_IF_ERROR(k.Int("hidden_size", &c->d_model, true, R::kDModel));
@@ -334,23 +316,23 @@ Status ReadLlamaFamily(const Keys& k, const std::string& type, ModelConfig* c) {
   if (c->n_head > 0 && c->head_dim > 0 && c->d_model % c->n_head == 0 && c->head_dim == c->d_model / c->n_head)
     c->head_dim = 0;
   STRATA_RETURN_IF_ERROR(ReadRope(k, c));
-  if (IsGemma(*c)) {
+  // What the family's blocks always have (Qwen2's q/k/v biases, Qwen3's and Gemma 3's q/k norms).
+  c->qkv_bias = f.qkv_bias == Has::kAlways;
+  c->qk_norm = f.qk_norm == Has::kAlways;
+  if (f.gemma) {
     if (c->head_dim == 0 && !k.Present("head_dim")) c->head_dim = 256;  // Gemma's default
-    c->qk_norm = type == "gemma3_text";
     STRATA_RETURN_IF_ERROR(ReadGemma(k, type, c));
     return k.Expect("attention_bias", false, "biases on q_proj, k_proj, v_proj and o_proj");
   }
-  STRATA_RETURN_IF_ERROR(ReadSlidingWindow(k, type, c));
+  STRATA_RETURN_IF_ERROR(ReadSlidingWindow(k, f, c));
   STRATA_RETURN_IF_ERROR(k.Expect("hidden_act", "silu", "Strata's LLaMA-family MLP is SwiGLU"));
   STRATA_RETURN_IF_ERROR(k.Expect("mlp_bias", false, "biases in the MLP"));
-  c->qkv_bias = type == "qwen2";  // Qwen2's q/k/v projections always carry biases
-  c->qk_norm = type == "qwen3" || type == "qwen3_moe";
-  if (IsMoe(*c)) STRATA_RETURN_IF_ERROR(ReadMoe(k, type, c));
-  if (type == "phi3") {  // LLaMA's block under fused names (hf_names.h); what else Phi3Config may say
+  if (f.experts) STRATA_RETURN_IF_ERROR(ReadMoe(k, type, c));
+  if (f.fused_projections) {  // LLaMA's block under fused names (hf_names.h); what else Phi3Config may say
     for (const char* dropout : {"resid_pdrop", "embd_pdrop", "attention_dropout"})
       STRATA_RETURN_IF_ERROR(k.Expect(dropout, 0.0, "dropout while training"));
   }
-  if (type != "qwen2")
+  if (f.qkv_bias != Has::kAlways)
     STRATA_RETURN_IF_ERROR(k.Expect("attention_bias", false, "biases on q_proj, k_proj, v_proj and o_proj"));
   return Status();
 }
@@ -360,10 +342,9 @@ Status ReadLlamaFamily(const Keys& k, const std::string& type, ModelConfig* c) {
 StatusOr<ModelConfig> ModelConfigFromHf(const nlohmann::json& j, const std::string& origin) {
   if (!j.is_object()) return InvalidArgument("{}: not a JSON object", origin);
   const Keys k(j, origin);
-  STRATA_ASSIGN_OR_RETURN(const Family* f, FindFamily(k));
+  STRATA_ASSIGN_OR_RETURN(const Family* f, FamilyOfConfigJson(k));
   ModelConfig c;
-  const std::string type = f->model_type;
-  STRATA_RETURN_IF_ERROR(type == "gpt2" ? ReadGpt2(k, &c) : ReadLlamaFamily(k, type, &c));
+  STRATA_RETURN_IF_ERROR(f->gpt2 ? ReadGpt2(k, &c) : ReadLlamaFamily(k, *f, &c));
   c.seq_len = std::min(c.max_positions, kDefaultHfSeqLen);
   if (c.sliding_window > 0) c.seq_len = std::min(c.seq_len, c.sliding_window);
   if (c.rope_scaling.longrope()) c.seq_len = std::min(c.seq_len, c.rope_scaling.original_max_positions);
@@ -435,17 +416,13 @@ void MoeConfigJson(const ModelConfig& c, nlohmann::ordered_json* j) {
 
 }  // namespace
 
-std::string HfModelType(const ModelConfig& c) {
-  if (!c.hf_model_type.empty()) return c.hf_model_type;
-  return c.arch == Arch::kGpt2 ? "gpt2" : "llama";
-}
+std::string HfModelType(const ModelConfig& c) { return std::string(FamilyOf(c).model_type); }
 
 nlohmann::ordered_json HfConfigJson(const ModelConfig& c, const std::string& torch_dtype) {
   const std::string type = HfModelType(c);
-  const Family* f = &kFamilies[0];
-  for (const Family& g : kFamilies)
-    if (type == g.model_type) f = &g;
-  nlohmann::ordered_json j = {{"architectures", {f->causal_lm}}, {"model_type", type}, {"vocab_size", c.vocab_size}};
+  const Family& f = FamilyOf(c);
+  nlohmann::ordered_json j = {{"architectures", {std::string(f.causal_lm)}}, {"model_type", type},
+                              {"vocab_size", c.vocab_size}};
   if (c.arch == Arch::kGpt2) {
     j.update({{"n_embd", c.d_model}, {"n_layer", c.n_layer}, {"n_head", c.n_head}, {"n_positions", MaxPositions(c)},
               {"n_inner", FfnHidden(c)}, {"layer_norm_epsilon", c.norm_eps}, {"activation_function", "gelu_new"}});
@@ -470,7 +447,7 @@ nlohmann::ordered_json HfConfigJson(const ModelConfig& c, const std::string& tor
     if (type == "llama") j.update({{"attention_bias", false}, {"mlp_bias", false}});
     if (type == "qwen3" || IsMoe(c)) j["attention_bias"] = false;
     if (type != "llama") j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
-    if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") j["use_sliding_window"] = c.sliding_window > 0;
+    if (f.sliding == Sliding::kWhenEnabled) j["use_sliding_window"] = c.sliding_window > 0;
     if (IsGemma(c)) GemmaConfigJson(c, &j);
     if (IsMoe(c)) MoeConfigJson(c, &j);
   }

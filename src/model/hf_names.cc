@@ -1,5 +1,7 @@
 #include "src/model/hf_names.h"
 
+#include "src/model/model_family.h"
+
 #include <fmt/format.h>
 
 namespace strata::model {
@@ -19,7 +21,7 @@ HfName ToHfName(bool gpt2, int n_layer, int block, const std::string& n) {
 }
 
 std::optional<FusedRows> FusedRowsOf(const ModelConfig& c, const std::string& n) {
-  if (c.hf_model_type != "phi3" || !n.starts_with("model.layers.") || !n.ends_with("_proj.weight")) return std::nullopt;
+  if (!FamilyOf(c).fused_projections || !n.starts_with("model.layers.") || !n.ends_with("_proj.weight")) return std::nullopt;
   const int64_t hd = HeadDim(c), kv = (c.n_kv_head > 0 ? c.n_kv_head : c.n_head) * hd, q = c.n_head * hd;
   const int64_t ffn = FfnHidden(c);
   struct Part {

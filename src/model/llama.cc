@@ -21,6 +21,7 @@
 // q_proj/k_proj rows are in HF's rotate-half order (no permutation as for Meta's files).
 #include <tuple>
 
+#include "src/model/model_family.h"
 #include "src/model/blocks.h"
 #include "src/model/layers.h"
 #include "src/model/moe.h"
@@ -62,7 +63,7 @@ class LlamaAttention final : public torch::nn::Module {
       q_norm_ = register_module("q_norm", std::make_shared<RmsNorm>(head_dim_, c.norm_eps));
       k_norm_ = register_module("k_norm", std::make_shared<RmsNorm>(head_dim_, c.norm_eps));
     }
-    if (c.hf_model_type == "olmoe") {  // over the whole projections, before the heads are split
+    if (FamilyOf(c).qk_norm_whole) {  // OLMoE: over the whole projections, before the heads are split
       q_norm_full_ = register_module("q_norm", std::make_shared<RmsNorm>(q_out, c.norm_eps));
       k_norm_full_ = register_module("k_norm", std::make_shared<RmsNorm>(kv_out, c.norm_eps));
     }
@@ -143,7 +144,7 @@ class LlamaLayer final : public Block {
     post_attention_layernorm_ =
         register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.d_model, c.norm_eps));
     if (SparseLayer(c, layer))  // Mixtral's sparse MLP is block_sparse_moe
-      mlp_ = register_module(c.hf_model_type == "mixtral" ? "block_sparse_moe" : "mlp", std::make_shared<MoeMlp>(c));
+      mlp_ = register_module(FamilyOf(c).mixtral_experts ? "block_sparse_moe" : "mlp", std::make_shared<MoeMlp>(c));
     else
       mlp_ = register_module("mlp", std::make_shared<LlamaMlp>(c));
   }

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
+#include "src/model/model_family.h"
 #include "src/model/nf4_blob.h"
 
 #include "strata/check.h"
@@ -104,7 +106,7 @@ int64_t LlamaBlockParameters(const ModelConfig& c, int index) {
     case BlockKind::kLayer: {  // Gemma: two more norms, before and after the MLP; MoE: a router and experts
       const int64_t mlp = SparseLayer(c, index - 1)
                               ? c.moe.num_experts * C + c.moe.num_experts * 3 * C * c.moe.expert_ffn : 3 * C * F;
-      const int64_t full_qk_norms = c.hf_model_type == "olmoe" ? q_out + kv_out : 0;  // over whole projections
+      const int64_t full_qk_norms = FamilyOf(c).qk_norm_whole ? q_out + kv_out : 0;  // over whole projections
       return (IsGemma(c) ? 4 : 2) * C + C * q_out + 2 * C * kv_out + q_out * C + mlp + biases + qk_norms + full_qk_norms;
     }
     case BlockKind::kHead: return C + (c.tie_embeddings ? 0 : V * C);
@@ -181,6 +183,24 @@ static Status ValidateRotary(const ModelConfig& c) {
   return Status::Ok();
 }
 
+// hf_model_type names a family (Note [Model families]) of the config's arch, and the config has
+// what that family's blocks always have, and nothing they never have: a Qwen3 without its q/k
+// norms would export a config.json whose model loads without them, a Mistral with q/k/v
+// biases one that drops them.
+static Status ValidateFamily(const ModelConfig& c) {
+  const ModelFamily* f = c.hf_model_type.empty() ? &FamilyOf(c) : FindFamily(c.hf_model_type);
+  if (f == nullptr || f->gpt2 != (c.arch == Arch::kGpt2))
+    return InvalidArgument("model config: hf_model_type \"{}\" is not one of {} for arch {}", c.hf_model_type,
+                           FamilyTypesAndClasses(), c.arch == Arch::kGpt2 ? "gpt2" : "llama");
+  for (auto [has, set, key] : {std::tuple{f->qkv_bias, c.qkv_bias, "qkv_bias"}, std::tuple{f->qk_norm, c.qk_norm, "qk_norm"}}) {
+    if (has == Has::kFree || set == (has == Has::kAlways)) continue;
+    return InvalidArgument("model config: {} {} with hf_model_type \"{}\": {} blocks {} have it (set strata.model.{} "
+                           "to {}, or choose the family that has it)", key, set ? "true" : "false", f->model_type,
+                           f->display, has == Has::kAlways ? "always" : "never", key, set ? "false" : "true");
+  }
+  return Status::Ok();
+}
+
 // The Gemma options belong to Gemma, and make sense there.
 static Status ValidateGemma(const ModelConfig& c) {
   const GemmaOptions& g = c.gemma;
@@ -231,7 +251,7 @@ static Status ValidateLoraTargets(const ModelConfig& c) {
   if (l.target_modules.empty() && l.target_parameters.empty())
     return InvalidArgument("strata.lora.target_modules is empty: name at least one of q_proj, k_proj, v_proj, "
                            "o_proj, gate_proj, up_proj, down_proj (or a mixture of experts' target_parameters)");
-  const bool phi3 = c.hf_model_type == "phi3";
+  const bool phi3 = FamilyOf(c).fused_projections;
   for (const std::string& t : l.target_modules) {
     bool known = false, fused = false;
     for (const char* p : kLoraProjections) known = known || t == p;
@@ -333,13 +353,7 @@ Status Validate(const ModelConfig& c) {
                            "original_max_position_embeddings > 0 (got factor {}, low {}, high {}, original {})",
                            r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_positions);
   }
-  const bool llama_kin = c.hf_model_type == "mistral" || c.hf_model_type == "qwen2" || c.hf_model_type == "qwen3" ||
-                         c.hf_model_type == "phi3" || IsGemma(c) || IsMoe(c);
-  if (!c.hf_model_type.empty() && !llama_kin &&
-      c.hf_model_type != (c.arch == Arch::kGpt2 ? "gpt2" : "llama")) {
-    return InvalidArgument("model config: hf_model_type \"{}\" is not one of gpt2 (GPT-2), llama, mistral, qwen2, "
-                           "qwen3, phi3, gemma2, gemma3_text, mixtral, qwen3_moe, olmoe (LLaMA family)", c.hf_model_type);
-  }
+  STRATA_RETURN_IF_ERROR(ValidateFamily(c));
   STRATA_RETURN_IF_ERROR(ValidateGemma(c));
   STRATA_RETURN_IF_ERROR(ValidateMoe(c));
   if (c.ffn_hidden < 0) return InvalidArgument("model config: ffn_hidden = {} must be >= 0 (0 = default)", c.ffn_hidden);
@@ -366,11 +380,9 @@ double RopeAttentionFactor(const ModelConfig& c) {
   return factor <= 1 ? 1 : std::sqrt(1 + std::log(factor) / std::log(original));
 }
 
-bool IsGemma(const ModelConfig& c) { return c.hf_model_type == "gemma2" || c.hf_model_type == "gemma3_text"; }
+bool IsGemma(const ModelConfig& c) { return FamilyOf(c).gemma; }
 
-bool IsMoe(const ModelConfig& c) {
-  return c.hf_model_type == "mixtral" || c.hf_model_type == "qwen3_moe" || c.hf_model_type == "olmoe";
-}
+bool IsMoe(const ModelConfig& c) { return FamilyOf(c).experts; }
 
 bool SparseLayer(const ModelConfig& c, int64_t layer) {
   return IsMoe(c) && !(layer < static_cast<int64_t>(c.moe.dense_layers.size()) && c.moe.dense_layers[layer]);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "src/model/expert_routing.h"
+#include "src/model/model_family.h"
 #include "src/model/router_loss.h"
 
 namespace strata::model::detail {
@@ -26,11 +27,11 @@ torch::Tensor Expert::Forward(const torch::Tensor& x, const ExpertAdapters& lora
 }
 
 MoeMlp::MoeMlp(const ModelConfig& c)
-    : top_k_(c.moe.top_k), renormalise_(c.moe.norm_topk_prob || c.hf_model_type == "mixtral") {
+    : top_k_(c.moe.top_k), renormalise_(c.moe.norm_topk_prob || FamilyOf(c).mixtral_experts) {
   gate_ = register_module("gate", std::make_shared<Linear>(c.d_model, c.moe.num_experts, false, c.init_std));
   auto experts = register_module("experts", std::make_shared<torch::nn::Module>());
   for (int64_t e = 0; e < c.moe.num_experts; ++e)
-    experts_.push_back(experts->register_module(std::to_string(e), std::make_shared<Expert>(c, c.hf_model_type == "mixtral")));
+    experts_.push_back(experts->register_module(std::to_string(e), std::make_shared<Expert>(c, FamilyOf(c).mixtral_experts)));
   // After the experts, gate_up before down: the adapters' order in the block's layout.
   const Adapter adapter = c.lora.enabled() ? Adapter{c.lora.r, c.lora.scale(), 0} : Adapter{};
   const int64_t E = c.moe.num_experts, C = c.d_model, F = c.moe.expert_ffn;

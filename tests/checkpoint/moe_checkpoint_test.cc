@@ -24,6 +24,7 @@ TrainConfig SparseMoeConfig(const std::string& dir) {
   TrainConfig c = testing::TinyConfig(dir);
   c.model.arch = model::Arch::kLlama;
   c.model.hf_model_type = "qwen3_moe";
+  c.model.qk_norm = true;  // (Qwen3-MoE's blocks always have them)
   c.model.n_kv_head = 2;
   c.model.seq_len = 8;
   c.model.moe = {16, 2, 32, true, {}, 0.01};

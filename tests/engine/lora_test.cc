@@ -194,7 +194,8 @@ TEST(Lora, FusedTargetsAsPeftNamesThem) {
     return ParseTrainConfig(R"({"strata": {"model": {"arch": "llama", "vocab_size": 256, "seq_len": 32, "n_layer": 2,
         "d_model": 64, "n_head": 4)" + model + R"(}, "lora": )" + lora + "}}", "test");
   };
-  const std::string moe = R"(, "hf_model_type": "qwen3_moe", "moe": {"num_experts": 4, "top_k": 2, "expert_ffn": 32})";
+  const std::string moe =
+      R"(, "hf_model_type": "qwen3_moe", "qk_norm": true, "moe": {"num_experts": 4, "top_k": 2, "expert_ffn": 32})";
   auto only = parse(moe, R"({"r": 2, "target_parameters": ["experts.gate_up_proj", "mlp.experts.down_proj"]})");
   ASSERT_TRUE(only.ok()) << only.status().ToString();
   EXPECT_TRUE(only->model.lora.target_modules.empty());  // PEFT: no default modules beside parameters
@@ -218,7 +219,7 @@ TEST(Lora, FusedTargetsAsPeftNamesThem) {
            {moe, R"({"r": 2, "target_modules": ["up_proj"]})", "strata.lora.target_parameters"},
            {moe, R"({"r": 2, "target_parameters": 3})", "strata.lora.target_parameters"},
            {"", R"({"r": 2, "target_modules": ["qkv_proj"]})", "is Phi-3's fused projection"},
-           {R"(, "hf_model_type": "qwen3_moe", "moe": {"num_experts": 4, "top_k": 2, "expert_ffn": 32,
+           {R"(, "hf_model_type": "qwen3_moe", "qk_norm": true, "moe": {"num_experts": 4, "top_k": 2, "expert_ffn": 32,
                  "dense_layers": [true, true]})",
             R"({"r": 2, "target_parameters": ["down_proj"]})", "makes every layer dense"},
            {R"(, "hf_model_type": "phi3")", R"({"r": 2, "target_modules": ["q_proj"]})", "Phi-3 fuses q/k/v"}}) {

@@ -10,6 +10,7 @@
 
 #include "src/model/hf_config.h"
 #include "src/model/model.h"
+#include "src/model/model_family.h"
 #include "support/temp_dir.h"
 
 namespace strata::model {
@@ -294,6 +295,73 @@ TEST(HfConfig, WrittenConfigReadsBackTheSame) {
   }
 }
 
+// A tiny model of family `f`, with what its blocks always have (model_family.h).
+ModelConfig TinyOf(const ModelFamily& f) {
+  ModelConfig c;
+  c.arch = f.gpt2 ? Arch::kGpt2 : Arch::kLlama;
+  c.hf_model_type = f.gpt2 || f.model_type == "llama" ? "" : std::string(f.model_type);
+  c.vocab_size = 256;
+  c.seq_len = 32;
+  c.max_positions = 128;
+  c.n_layer = 2;
+  c.d_model = 64;
+  c.n_head = 4;
+  c.tie_embeddings = f.ties_embeddings;
+  c.qkv_bias = f.qkv_bias == Has::kAlways;
+  c.qk_norm = f.qk_norm == Has::kAlways;
+  if (!f.gpt2) c.n_kv_head = 2;
+  if (f.sliding == Sliding::kAll) c.sliding_window = 64;
+  if (f.gemma) {
+    c.head_dim = 32;
+    c.sliding_window = 64;
+    c.gemma = f.model_type == "gemma2" ? GemmaOptions{24, 50, 30, 0, {true, false}}
+                                       : GemmaOptions{32, 0, 0, 10000, {true, false}};
+  }
+  if (f.experts) c.moe = {4, 2, 32, f.model_type == "mixtral", {}, 0};
+  return c;
+}
+
+// One round trip of config.json per row of the family table: the config export writes reads
+// back as the same model of the same family, which has what its blocks always have.
+TEST(HfConfig, EveryFamilyRoundTrips) {
+  EXPECT_EQ(ModelFamilies().size(), 11u);
+  for (const ModelFamily& f : ModelFamilies()) {
+    SCOPED_TRACE(std::string(f.model_type));
+    ModelConfig c = TinyOf(f);
+    c.ffn_hidden = FfnHidden(c);
+    ASSERT_TRUE(Validate(c).ok()) << Validate(c).ToString();
+    EXPECT_EQ(&FamilyOf(c), &f);
+    EXPECT_EQ(FindFamily(f.model_type), &f);
+    const nlohmann::ordered_json j = HfConfigJson(c, "float32");
+    EXPECT_EQ(j["model_type"], std::string(f.model_type));
+    EXPECT_EQ(j["architectures"][0], std::string(f.causal_lm));
+    auto back = ModelConfigFromHf(nlohmann::json::parse(j.dump()), "x");
+    ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << j.dump(1);
+    back->seq_len = c.seq_len;
+    EXPECT_EQ(&FamilyOf(*back), &f);
+    EXPECT_EQ(nlohmann::json(HfConfigJson(*back, "float32")).dump(), nlohmann::json(j).dump());
+    EXPECT_EQ(ModelSpec(*back).num_parameters(), ModelSpec(c).num_parameters());
+    for (const ModelConfig* side : {&c, &*back}) {  // what config.json cannot say, the row holds
+      EXPECT_EQ(side->qkv_bias, f.qkv_bias == Has::kAlways);
+      EXPECT_EQ(side->qk_norm, f.qk_norm == Has::kAlways);
+      EXPECT_EQ(IsGemma(*side), f.gemma);
+      EXPECT_EQ(IsMoe(*side), f.experts);
+    }
+    // The family's fixed parts cannot be turned off (or on) under its name.
+    ModelConfig other = c;
+    other.qk_norm = !c.qk_norm;
+    if (f.qk_norm != Has::kFree && !f.gpt2) {
+      EXPECT_NE(Validate(other).message().find(fmt::format("qk_norm {} with hf_model_type \"{}\"",
+                                                           other.qk_norm ? "true" : "false", f.model_type)),
+                std::string::npos) << Validate(other).ToString();
+    }
+  }
+  ModelConfig unknown = TinyOf(*FindFamily("llama"));
+  unknown.hf_model_type = "falcon";
+  EXPECT_NE(Validate(unknown).message().find("hf_model_type \"falcon\" is not one of gpt2 (GPT2LMHeadModel), llama "
+                                             "(LlamaForCausalLM)"), std::string::npos) << Validate(unknown).ToString();
+}
+
 // Gemma's keys: each family's defaults where config.json is silent, null soft-caps, the
 // sliding layers from layer_types or the pattern, and what Strata does not implement named.
 TEST(HfConfig, ReadsGemmaAndNamesWhatItCannotDo) {
@@ -314,6 +382,7 @@ TEST(HfConfig, ReadsGemmaAndNamesWhatItCannotDo) {
   EXPECT_TRUE(Validate(adapted).ok()) << Validate(adapted).ToString();  // LoRA on Gemma's projections
   ModelConfig experts = *ModelConfigFromHf(Llama(), "x");
   experts.hf_model_type = "qwen3_moe";
+  experts.qk_norm = true;  // (Qwen3-MoE's blocks always have them)
   experts.moe = {4, 2, 32, true, {}, 0};
   experts.lora.r = 4;
   experts.lora.target_modules = {"q_proj", "up_proj"};
