@@ -40,7 +40,7 @@ double SecondsPerCall(F&& run, double budget_s) {
 // The NVMe tier at the config's aio setting: 512 MB passes, write, read, and both at once (as
 // the update reads states while writing others back), the better of two.
 Status MeasureNvme(const TrainConfig& cfg, MachineRates* r) {
-  const std::string dir = cfg.offload_optimizer.device == OffloadDevice::kNvme ? cfg.offload_optimizer.nvme_path
+  const std::string dir = cfg.offload_optimizer.device == Tier::kNvme ? cfg.offload_optimizer.nvme_path
                                                                               : cfg.offload_param.nvme_path;
   const uint64_t tensor = 64ull << 20;
   const uint32_t block = cfg.aio.block_size;
@@ -111,7 +111,7 @@ StatusOr<ComputeSplit> MeasureComputeSplit(TrainConfig c, int64_t batch, int64_t
   c.grad_accum = 1;
   c.grad_accum_set = 1;
   c.train_batch_set.reset();
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNone;
+  c.offload_param.device = c.offload_optimizer.device = Tier::kDevice;
   c.host_blocks = 0;
   c.optimizer_overlap = OptimizerOverlap::kNone;
   c.recompute = c.keep_activations ? Recompute::kNever : Recompute::kAlways;
@@ -174,7 +174,7 @@ StatusOr<MachineRates> MeasureThisMachine(const TrainConfig& cfg) {
   r.host_device = true;
   STRATA_RETURN_IF_ERROR(MeasureCompute(cfg, &r));
   r.adam = MeasureAdam(cfg);
-  const bool nvme = cfg.offload_param.device == OffloadDevice::kNvme || cfg.offload_optimizer.device == OffloadDevice::kNvme;
+  const bool nvme = cfg.offload_param.device == Tier::kNvme || cfg.offload_optimizer.device == Tier::kNvme;
   if (nvme) STRATA_RETURN_IF_ERROR(MeasureNvme(cfg, &r));
   MeasureHostBytes(&r);
   r.source = fmt::format("measured: the engine on two layers of this width {:.3g} TFLOP/s ({}, the gradients' "

@@ -52,7 +52,7 @@ Status MakeVariants(const StepBenchOptions& o, const TrainConfig& base, const Tr
     for (OptimizerOverlap mode : {OptimizerOverlap::kNone, OptimizerOverlap::kForward, OptimizerOverlap::kSpeculative,
                                   OptimizerOverlap::kDelayed}) {
       // The delayed update (not the same arithmetic) where it applies: working weights on NVMe.
-      if (mode == OptimizerOverlap::kDelayed && (base.offload_param.device != OffloadDevice::kNvme ||
+      if (mode == OptimizerOverlap::kDelayed && (base.offload_param.device != Tier::kNvme ||
                                                  base.resident_blocks > 0 || base.model.lora.r > 0))
         continue;
       Variant v;
@@ -80,11 +80,11 @@ Status MakeVariants(const StepBenchOptions& o, const TrainConfig& base, const Tr
       out->push_back(std::move(v));
     }
   } else {
-    for (OffloadDevice d : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+    for (Tier d : {Tier::kDevice, Tier::kCpu, Tier::kNvme}) {
       Variant v;
       v.name = OffloadDeviceName(d);
       v.cfg = base;
-      v.cfg.offload_param.device = v.cfg.zero_stage == 3 ? d : OffloadDevice::kNone;
+      v.cfg.offload_param.device = v.cfg.zero_stage == 3 ? d : Tier::kDevice;
       v.cfg.offload_optimizer.device = d;
       v.comm = MakeSingleRankCommunicator();
       STRATA_ASSIGN_OR_RETURN(OpenedDevice opened, OpenComputeDevice(v.cfg.device, 0, v.comm.get()));

@@ -14,7 +14,7 @@
 
 namespace strata {
 
-const char* TierName(Tier tier) { return tier == Tier::kCpu ? "cpu" : "nvme"; }
+const char* TierName(Tier tier) { return tier == Tier::kCpu ? "cpu" : tier == Tier::kNvme ? "nvme" : "device"; }
 
 enum class Residency { kZero, kResident, kFailed };
 
@@ -57,7 +57,7 @@ struct TieredStore::State {
   mutable std::mutex mu;
   std::deque<Entry> entries;  // stable addresses
   std::unordered_map<std::string, uint32_t> by_name;
-  uint64_t used[2] = {0, 0};
+  uint64_t used[kNumTiers] = {};  // by Tier (kDevice unused)
   std::deque<std::shared_ptr<WriteBackRecord>> writes;  // write-backs not yet retired, oldest first
   Status first_failure;  // the first write-back that failed: its bytes exist nowhere else now
 };
@@ -89,6 +89,7 @@ StatusOr<TensorHandle> TieredStore::Register(const std::string& name, uint64_t b
   std::lock_guard<std::mutex> lock(st.mu);
   if (st.by_name.count(name)) return Error(StatusCode::kAlreadyExists, "tensor '{}' is already registered", name);
   if (bytes == 0) return InvalidArgument("tensor '{}' has 0 bytes", name);
+  if (home == Tier::kDevice) return InvalidArgument("tensor '{}': the store keeps the cpu and nvme tiers only", name);
   const int tier = static_cast<int>(home);
   const uint64_t budget = budget_bytes(home);
   if (st.used[tier] + bytes > budget)

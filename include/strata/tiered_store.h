@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/tier.h"
 #include "strata/nvme_tier.h"
 #include "strata/pinned_pool.h"
 #include "strata/status.h"
@@ -40,7 +41,7 @@
 
 namespace strata {
 
-enum class Tier { kCpu, kNvme };
+// The store keeps Tier::kCpu and Tier::kNvme (strata/tier.h); kDevice is no tier of its.
 const char* TierName(Tier tier);
 
 // Whether a kCpu tensor's memory is page-locked (when the store pins its cpu tier at all).

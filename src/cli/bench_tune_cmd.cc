@@ -24,8 +24,8 @@ struct TuneArgs {
 Status DescribeConfig(const TuneArgs& a, bench::TuneOptions* o) {
   STRATA_ASSIGN_OR_RETURN(RunConfig run, ReadSettledConfig(a.config, "", {}, a.nproc));
   const TrainConfig& cfg = *run;
-  const bool param_nvme = cfg.offload_param.device == OffloadDevice::kNvme;
-  const bool optim_nvme = cfg.offload_optimizer.device == OffloadDevice::kNvme;
+  const bool param_nvme = cfg.offload_param.device == Tier::kNvme;
+  const bool optim_nvme = cfg.offload_optimizer.device == Tier::kNvme;
   o->sweep.dir = !a.dir.empty() ? a.dir
                  : param_nvme   ? cfg.offload_param.nvme_path
                  : optim_nvme   ? cfg.offload_optimizer.nvme_path

@@ -85,7 +85,7 @@ void PrintHostBlocksRoom(const TrainConfig& cfg, int nproc, int64_t params, Devi
 
 // " (the first N blocks in host memory)" after "optimizer states on nvme", or nothing.
 std::string HostBlocksNote(const TrainConfig& cfg, bool resolved_auto) {
-  if (cfg.offload_optimizer.device != OffloadDevice::kNvme || cfg.host_blocks <= 0) return "";
+  if (cfg.offload_optimizer.device != Tier::kNvme || cfg.host_blocks <= 0) return "";
   return fmt::format(" ({} in host memory{})", HostBlocksPhrase(cfg.host_blocks),
                      resolved_auto ? ": strata.host_blocks auto" : "");
 }
@@ -246,7 +246,7 @@ int RunEstimate(const EstimateArgs& a) {
   const MachineCapacity m = PlannedMachine(ProbeMachine(*written), *flags);
   const int64_t params = ScaledParameters(*flags);
   const bool planned = flags->host_memory || flags->disk_free;
-  const bool states_nvme = written->offload_optimizer.device == OffloadDevice::kNvme;
+  const bool states_nvme = written->offload_optimizer.device == Tier::kNvme;
   auto settled = SettleRunConfig(*written, {a.nproc, a.nproc, gpu, {!gpu}, &m, params});
   if (!settled.ok()) {
     std::fprintf(stderr, "error: %s\n", settled.status().WithContext(origin).message().c_str());
@@ -259,7 +259,7 @@ int RunEstimate(const EstimateArgs& a) {
     std::printf("blocks on a GPU (%s): working weights of %s block(s) resident there; device memory %s\n",
                 cfg->device.c_str(),
                 cfg->resident_blocks >= 0 ? std::to_string(cfg->resident_blocks).c_str()
-                : cfg->offload_param.device == OffloadDevice::kNone ? "all" : "no",
+                : cfg->offload_param.device == Tier::kDevice ? "all" : "no",
                 m.device_memory ? HumanBytes(m.device_memory).c_str() : "unknown (pass --device-memory)");
   std::printf("%.4g M parameters, %d rank(s), ZeRO stage %d, %s compute, micro-batch %lld x seq %lld; params on "
               "%s, optimizer states on %s%s; activations %s%s\n\n%s\n",

@@ -281,12 +281,12 @@ Status TrainRun::CreateEngine() {
 // What this rank allocated (the engine's ledger) beside what the estimator predicted.
 void TrainRun::PrintLedger() const {
   const MemoryLedger& m = engine_->ledger();
-  auto pair = [&](Residence r) {
+  auto pair = [&](Tier r) {
     return fmt::format("{} (estimated {})", HumanBytes(m.Total(r)), HumanBytes(estimate_.ledger.Total(r)));
   };
   std::printf("memory per rank (the engine's ledger): device %s, cpu %s, nvme %s; swap files on disk %s (estimated "
               "%s); estimated peak host memory %s (see the measured figure at the end)\n",
-              pair(Residence::kDevice).c_str(), pair(Residence::kCpu).c_str(), pair(Residence::kNvme).c_str(),
+              pair(Tier::kDevice).c_str(), pair(Tier::kCpu).c_str(), pair(Tier::kNvme).c_str(),
               HumanBytes(engine_->swap_bytes_on_disk()).c_str(), HumanBytes(estimate_.nvme_on_disk).c_str(),
               HumanBytes(estimate_.host_peak()).c_str());
   const CreationStats& c = engine_->creation();

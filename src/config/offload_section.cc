@@ -11,7 +11,7 @@ Status ParseOffload(JsonReader& zero, const std::string& key, OffloadConfig* o, 
   STRATA_ASSIGN_OR_RETURN(JsonReader r, zero.Child(key));
   std::string device = OffloadDeviceName(o->device);
   STRATA_RETURN_IF_ERROR(r.Choice("device", &device, {"none", "cpu", "nvme"}));
-  o->device = device == "none" ? OffloadDevice::kNone : device == "cpu" ? OffloadDevice::kCpu : OffloadDevice::kNvme;
+  o->device = device == "none" ? Tier::kDevice : device == "cpu" ? Tier::kCpu : Tier::kNvme;
   STRATA_RETURN_IF_ERROR(r.String("nvme_path", &o->nvme_path));
   STRATA_RETURN_IF_ERROR(r.Bool("pin_memory", &o->pin_memory));
   STRATA_RETURN_IF_ERROR(r.Ignored("buffer_size", false, "pinned buffers are sized by the largest block", &c->notes));
@@ -37,7 +37,7 @@ Status ParseOffload(JsonReader& zero, const std::string& key, OffloadConfig* o, 
   }
   r.Touch("fast_init");
   r.UnusedKeys(&c->warnings);
-  if (o->device == OffloadDevice::kNvme && o->nvme_path.empty())
+  if (o->device == Tier::kNvme && o->nvme_path.empty())
     return InvalidArgument("zero_optimization.{}.nvme_path: required when device is \"nvme\"", key);
   return Status();
 }
@@ -63,7 +63,7 @@ Status ParseLegacyOffload(JsonReader& zero, TrainConfig* c) {
       return InvalidArgument("{} and {} are both set: {} is DeepSpeed's deprecated form of {}; keep only {}",
                              zero.PathOf(l.key), zero.PathOf(l.section), zero.PathOf(l.key), zero.PathOf(l.section),
                              zero.PathOf(l.section));
-    l.target->device = OffloadDevice::kCpu;
+    l.target->device = Tier::kCpu;
     c->notes.push_back(fmt::format("{}: true read as {}.device = \"cpu\" (deprecated in DeepSpeed; write {} instead)",
                                    zero.PathOf(l.key), zero.PathOf(l.section), zero.PathOf(l.section)));
   }
@@ -85,8 +85,8 @@ Status ParseOffloadSections(JsonReader& zero, TrainConfig* c) {
   return ParseLegacyOffload(zero, c);
 }
 
-std::string OptimizerStatesWhere(OffloadDevice d, bool host_device) {
-  if (d != OffloadDevice::kNone || host_device) return OffloadDeviceName(d);
+std::string OptimizerStatesWhere(Tier d, bool host_device) {
+  if (d != Tier::kDevice || host_device) return OffloadDeviceName(d);
   return "none (kept in host memory: the CPU Adam updates them there)";
 }
 

@@ -24,8 +24,8 @@ const char* OptimizerOverlapName(OptimizerOverlap o) {
   return "?";
 }
 
-const char* OffloadDeviceName(OffloadDevice d) {
-  return d == OffloadDevice::kNone ? "none" : d == OffloadDevice::kCpu ? "cpu" : "nvme";
+const char* OffloadDeviceName(Tier d) {
+  return d == Tier::kDevice ? "none" : d == Tier::kCpu ? "cpu" : "nvme";
 }
 
 namespace {
@@ -248,7 +248,7 @@ Status ParseZero(JsonReader& root, TrainConfig* c) {
                         "round_robin_gradients"})
     zero.Touch(k);
   zero.UnusedKeys(&c->warnings);
-  if (c->offload_param.device != OffloadDevice::kNone && c->zero_stage != 3)
+  if (c->offload_param.device != Tier::kDevice && c->zero_stage != 3)
     return InvalidArgument("zero_optimization.offload_param: needs stage 3 (stage is {})", c->zero_stage);
   return Status();
 }
@@ -299,7 +299,7 @@ Status ParseActivationCheckpointing(JsonReader& root, TrainConfig* c) {
 // the old ones from NVMe: weights kept anywhere else would be overwritten under the compute.
 static Status CheckDelayedUpdate(const TrainConfig& c) {
   if (c.optimizer_overlap != OptimizerOverlap::kDelayed) return Status();
-  if (c.offload_param.device != OffloadDevice::kNvme)
+  if (c.offload_param.device != Tier::kNvme)
     return InvalidArgument("strata.optimizer_overlap \"delayed\": needs zero_optimization.offload_param.device "
                            "\"nvme\" (it is \"{}\"): the next step reads the old working weights from NVMe while "
                            "the update makes the new ones", OffloadDeviceName(c.offload_param.device));
@@ -315,7 +315,7 @@ static Status CheckDelayedUpdate(const TrainConfig& c) {
 // strata.host_blocks moves blocks' state from NVMe to host memory; with the optimizer states
 // anywhere else it would mean nothing, and a user who set it expects it to.
 static Status CheckHostBlocks(const TrainConfig& c) {
-  if (c.host_blocks <= 0 || c.offload_optimizer.device == OffloadDevice::kNvme) return Status();  // (or auto)
+  if (c.host_blocks <= 0 || c.offload_optimizer.device == Tier::kNvme) return Status();  // (or auto)
   return InvalidArgument("strata.host_blocks ({}) keeps the first blocks' state in host memory "
                          "instead of NVMe: it needs zero_optimization.offload_optimizer.device \"nvme\" (it is \"{}\")",
                          c.host_blocks, OffloadDeviceName(c.offload_optimizer.device));
@@ -435,8 +435,8 @@ void RecordAuto(TrainConfig* c, const std::string& path, std::string value, std:
 }
 
 void ResolveSchedule(TrainConfig* c, bool host_device) {
-  const bool fetched = c->offload_param.device == OffloadDevice::kNvme ||
-                       (!host_device && c->offload_param.device != OffloadDevice::kNone);
+  const bool fetched = c->offload_param.device == Tier::kNvme ||
+                       (!host_device && c->offload_param.device != Tier::kDevice);
   const bool saves = c->grad_accum > 1 && fetched;
   c->layer_major = c->schedule_setting == StepSchedule::kLayerMajor ||
                    (c->schedule_setting == StepSchedule::kAuto && (saves || c->fuse_micro_batches));

@@ -18,17 +18,19 @@
 #include "strata/dtype.h"
 #include "strata/status.h"
 
+#include "strata/tier.h"
+
 namespace strata {
 
-enum class OffloadDevice { kNone, kCpu, kNvme };
-const char* OffloadDeviceName(OffloadDevice d);
+// offload_param / offload_optimizer "device": "none" (Tier::kDevice), "cpu" or "nvme".
+const char* OffloadDeviceName(Tier d);
 // Where offload_optimizer.device puts the master weights and Adam's moments, in words: off the
 // host "none" keeps them in host memory like "cpu" (the CPU Adam updates them in place; there
 // is no device-resident optimizer), and the start-up line and `strata estimate` say so.
-std::string OptimizerStatesWhere(OffloadDevice d, bool host_device);
+std::string OptimizerStatesWhere(Tier d, bool host_device);
 
 struct OffloadConfig {
-  OffloadDevice device = OffloadDevice::kNone;
+  Tier device = Tier::kDevice;
   std::string nvme_path = "/var/tmp/strata";
   bool pin_memory = true;
   int64_t buffer_count = 5;  // pinned buffers, each sized by the largest block's shard
@@ -295,7 +297,7 @@ inline int64_t BlockPasses(const TrainConfig& c) { return c.layer_major ? 1 : c.
 
 // Whether the run has a swap folder: the working weights or the optimizer states on NVMe.
 inline bool HasSwapFolder(const TrainConfig& c) {
-  return c.offload_param.device == OffloadDevice::kNvme || c.offload_optimizer.device == OffloadDevice::kNvme;
+  return c.offload_param.device == Tier::kNvme || c.offload_optimizer.device == Tier::kNvme;
 }
 
 // Settles keep_activations: kNever keeps, kAlways recomputes, kAuto keeps when `fits` (the

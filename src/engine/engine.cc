@@ -114,9 +114,9 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   STRATA_RETURN_IF_ERROR(built);
   STRATA_RETURN_IF_ERROR(pinned);
   for (StateKind k : {StateKind::kWorking, StateKind::kMaster})
-    stats.creation.state_bytes += stats.ledger.At(k, Residence::kCpu) + stats.ledger.At(k, Residence::kNvme);
+    stats.creation.state_bytes += stats.ledger.At(k, Tier::kCpu) + stats.ledger.At(k, Tier::kNvme);
   for (StateKind k : {StateKind::kAdamM, StateKind::kAdamV})
-    stats.creation.zero_bytes += stats.ledger.At(k, Residence::kCpu) + stats.ledger.At(k, Residence::kNvme);
+    stats.creation.zero_bytes += stats.ledger.At(k, Tier::kCpu) + stats.ledger.At(k, Tier::kNvme);
   STRATA_RETURN_IF_ERROR(RegisterPools());
   stats.creation.total_s = seconds_since(start);
   phase("finishing");
@@ -130,9 +130,9 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   }
   if (!(stats.ledger == plan.ledger))  // a bug: the plan and the engine disagree on a rule
     return Error(StatusCode::kInternal, "the engine allocated {}/{}/{} bytes (device/cpu/nvme), its ShardPlan says "
-                 "{}/{}/{}", stats.ledger.Total(Residence::kDevice), stats.ledger.Total(Residence::kCpu),
-                 stats.ledger.Total(Residence::kNvme), plan.ledger.Total(Residence::kDevice),
-                 plan.ledger.Total(Residence::kCpu), plan.ledger.Total(Residence::kNvme));
+                 "{}/{}/{}", stats.ledger.Total(Tier::kDevice), stats.ledger.Total(Tier::kCpu),
+                 stats.ledger.Total(Tier::kNvme), plan.ledger.Total(Tier::kDevice),
+                 plan.ledger.Total(Tier::kCpu), plan.ledger.Total(Tier::kNvme));
   return Status();
 }
 

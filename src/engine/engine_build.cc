@@ -21,7 +21,8 @@ namespace {
 
 using model::IsAdapterName;
 
-Tier TierOf(Residence r) { return r == Residence::kNvme ? Tier::kNvme : Tier::kCpu; }
+// Where the store keeps a state the plan places: its device copy, if any, is the engine's.
+Tier StoreTierOf(Tier r) { return r == Tier::kNvme ? Tier::kNvme : Tier::kCpu; }
 
 std::span<const std::byte> BytesOf(const torch::Tensor& t) {
   return {static_cast<const std::byte*>(t.data_ptr()), static_cast<size_t>(t.numel() * t.element_size())};
@@ -69,7 +70,7 @@ Status Engine::Impl::RegisterPools() {
   std::vector<std::span<std::byte>> regions;
   for (PinnedPool* pool : {state.pools.param.get(), state.pools.optim.get(), state.pools.park.get()}) {
     if (!pool) continue;
-    stats.ledger.Add(StateKind::kPinnedBuffers, Residence::kCpu, pool->region().size());
+    stats.ledger.Add(StateKind::kPinnedBuffers, Tier::kCpu, pool->region().size());
     stats.creation.pool_bytes += pool->region().size();
     for (auto r : pool->Regions()) regions.push_back(r);
   }
@@ -81,8 +82,8 @@ Status Engine::Impl::OpenStore(const EngineHooks& hooks) {
   so.nvme.wrap_engine = hooks.wrap_io_engine;
   so.pin_cpu_tier = cfg.offload_optimizer.pin_memory;
   so.cpu_pinner = io.dev->MakeHostPinner();
-  const bool optim_nvme = plan.optimizer_home == Residence::kNvme;
-  so.enable_nvme = optim_nvme || cfg.offload_param.device == OffloadDevice::kNvme;
+  const bool optim_nvme = plan.optimizer_home == Tier::kNvme;
+  so.enable_nvme = optim_nvme || cfg.offload_param.device == Tier::kNvme;
   so.nvme.dir = optim_nvme ? cfg.offload_optimizer.nvme_path : cfg.offload_param.nvme_path;
   so.nvme.rank = io.comm->rank();
   so.nvme.block_size = static_cast<uint32_t>(cfg.aio.block_size);
@@ -285,7 +286,7 @@ Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, con
   // Not faulted here: creation does not touch it, the first backward does, while it waits
   // for the disk (on this kind of VM faulting costs 0.5-2 s per GB, a 3 B model has 6-12 GB).
   STRATA_ASSIGN_OR_RETURN(br.grad, state.grads.Reserve(bp.grad.len * plan.gsize));
-  stats.ledger.Add(StateKind::kGradAccum, Residence::kCpu, bp.grad.len * plan.gsize);
+  stats.ledger.Add(StateKind::kGradAccum, Tier::kCpu, bp.grad.len * plan.gsize);
   // The module keeps no weights of its own: they are views of a gather buffer when it runs.
   for (auto& p : br.params) p.set_data(torch::empty({0}, torch::TensorOptions().dtype(compute_scalar())));
   return Status();
@@ -302,16 +303,16 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
   // `init`: the initial bytes, or empty for a zero tensor (`bytes` long, known zero: not written).
   auto add = [&](const TensorKey& key, uint64_t bytes, std::span<const std::byte> init, TensorHandle* h) -> Status {
     const bool working = key.role == TensorRole::kWorking || key.role == TensorRole::kAdapter;
-    const Residence home = key.role == TensorRole::kAdapter ? Residence::kCpu
-                           : working                        ? plan.WorkingResidence(b)
-                                                            : plan.OptimizerResidence(b);
+    const Tier home = key.role == TensorRole::kAdapter ? Tier::kCpu
+                           : working                        ? plan.WorkingTier(b)
+                                                            : plan.OptimizerTier(b);
     // Optimizer states: updated in place by the CPU Adam, never copied to a device.
     const HostPinning pinning = working ? HostPinning::kPageLocked : HostPinning::kPageable;
     // A sparse layer's working weights on NVMe: an extent per part (Note [Expert-aware fetching]).
     std::vector<uint64_t> parts;
-    if (key.role == TensorRole::kWorking && home == Residence::kNvme)
+    if (key.role == TensorRole::kWorking && home == Tier::kNvme)
       for (const WorkingPart& p : PartsOfWorking(plan, b)) parts.push_back(static_cast<uint64_t>(p.begin) * plan.dsize);
-    STRATA_ASSIGN_OR_RETURN(*h, state.store->Register(key.Name(), bytes, TierOf(home), pinning, std::move(parts)));
+    STRATA_ASSIGN_OR_RETURN(*h, state.store->Register(key.Name(), bytes, StoreTierOf(home), pinning, std::move(parts)));
     if (!init.empty()) st.writes.push_back(state.store->Write(*h, init));
     const StateKind kind = working                              ? StateKind::kWorking
                            : key.role == TensorRole::kMaster ? StateKind::kMaster
@@ -340,7 +341,7 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
       bufs.resident[b] = torch::empty({bp.working.len}, torch::TensorOptions().device(io.dev->device()).dtype(compute_scalar()));
     }));
     STRATA_RETURN_IF_ERROR(io.dev->CopyIn(bufs.resident[b], working.data_ptr(), {}).Wait());
-    stats.ledger.Add(StateKind::kWorking, Residence::kDevice, BytesOf(working).size());
+    stats.ledger.Add(StateKind::kWorking, Tier::kDevice, BytesOf(working).size());
   } else {  // with an adapter range (LoRA, base on NVMe) the working range's end goes apart
     const auto bytes = BytesOf(working);
     const size_t frozen = bp.working_tensor_len() * plan.dsize;
@@ -417,7 +418,7 @@ Status Engine::Impl::AllocateDeviceBuffers() {
   auto slot = [&](int64_t padded, GatherSlot* g) {
     g->full = torch::empty({padded}, on.dtype(compute_scalar()));
     g->shard_in = torch::empty({shard_in}, on.dtype(compute_scalar()));
-    stats.ledger.Add(StateKind::kGatherBuffers, Residence::kDevice, padded * g->full.element_size());
+    stats.ledger.Add(StateKind::kGatherBuffers, Tier::kDevice, padded * g->full.element_size());
   };
   STRATA_RETURN_IF_ERROR(TorchCall("device buffers", [&] {
     bufs.gather.resize(plan.gather_slots);
@@ -433,14 +434,14 @@ Status Engine::Impl::AllocateDeviceBuffers() {
     if (model.tie) bufs.pending_tied = torch::zeros({plan.tied_numel}, on.dtype(torch::kFloat32));
     for (int i = 0; i < plan.decode_slots(); ++i) {
       bufs.decoded.push_back(torch::empty({plan.max_decoded}, on.dtype(compute_scalar())));
-      stats.ledger.Add(StateKind::kGatherBuffers, Residence::kDevice, plan.max_decoded * plan.dsize);
+      stats.ledger.Add(StateKind::kGatherBuffers, Tier::kDevice, plan.max_decoded * plan.dsize);
     }
     if (plan.decode_slots() > 0) bufs.nf4_tables = model::Nf4Tables::On(io.dev->device());
     if (plan.device_accum) {
       bufs.accum_read.resize(plan.blocks.size());
       for (const BlockPlan& bp : plan.blocks) {
         bufs.accum.push_back(torch::empty({bp.grad.len}, on.dtype(torch::kFloat32)));
-        stats.ledger.Add(StateKind::kGradAccum, Residence::kDevice, bp.grad.len * 4);
+        stats.ledger.Add(StateKind::kGradAccum, Tier::kDevice, bp.grad.len * 4);
       }
     }
   }));

@@ -30,7 +30,7 @@ uint64_t StagingBytes(const AioConfig& aio) {
 
 }  // namespace
 
-uint64_t MemoryLedger::Total(Residence r) const {
+uint64_t MemoryLedger::Total(Tier r) const {
   uint64_t t = 0;
   for (int k = 0; k < kNumStateKinds; ++k) t += bytes[k][static_cast<int>(r)];
   return t;
@@ -41,11 +41,7 @@ uint64_t MemoryLedger::Of(StateKind k) const {
 }
 
 bool MemoryLedger::operator==(const MemoryLedger& o) const {
-  return std::equal(&bytes[0][0], &bytes[0][0] + kNumStateKinds * 3, &o.bytes[0][0]);
-}
-
-Residence ResidenceOf(OffloadDevice d) {
-  return d == OffloadDevice::kNone ? Residence::kDevice : d == OffloadDevice::kCpu ? Residence::kCpu : Residence::kNvme;
+  return std::equal(&bytes[0][0], &bytes[0][0] + kNumStateKinds * kNumTiers, &o.bytes[0][0]);
 }
 
 uint64_t PoolPlan::region_bytes() const { return count ? PinnedPool::RegionBytes(count, buffer_bytes) : 0; }
@@ -87,14 +83,14 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
   p.compute = cfg.compute_dtype;
   p.dsize = DTypeSize(cfg.compute_dtype);
   p.gsize = DTypeSize(cfg.grad_accum_dtype);
-  p.working_home = ResidenceOf(cfg.offload_param.device);
-  p.optimizer_home = ResidenceOf(cfg.offload_optimizer.device);
-  if (p.optimizer_home == Residence::kNvme)
+  p.working_home = cfg.offload_param.device;
+  p.optimizer_home = cfg.offload_optimizer.device;
+  if (p.optimizer_home == Tier::kNvme)
     p.host_blocks =  // ("auto" not yet settled: none)
         std::clamp<int64_t>(cfg.host_blocks, 0, static_cast<int64_t>(model.block_numels.size()));
   // The delayed update parks new working weights until the next step has read the old ones
   // from NVMe (Note [Delayed update]): there a host block keeps only its optimizer states.
-  p.host_blocks_working = p.working_home == Residence::kNvme && !FactsOf(cfg).parks;
+  p.host_blocks_working = p.working_home == Tier::kNvme && !FactsOf(cfg).parks;
   p.tied_owner = model.tied_owner;
   p.tied_numel = model.tied_numel;
   p.creation_draws = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, world), 1, 4);
@@ -134,7 +130,7 @@ void ShardPlan::PlanOptimizerPool(const TrainConfig& cfg) {
 
 // Some block's optimizer states live on NVMe (not every block is a host block).
 bool ShardPlan::StatesOnNvme(const TrainConfig& cfg) const {
-  return cfg.offload_optimizer.device == OffloadDevice::kNvme && host_blocks < static_cast<int64_t>(blocks.size());
+  return cfg.offload_optimizer.device == Tier::kNvme && host_blocks < static_cast<int64_t>(blocks.size());
 }
 
 void ShardPlan::PlanSpeculation(const TrainConfig& cfg) {
@@ -196,18 +192,18 @@ void ShardPlan::PlanDevice(const TrainConfig& cfg) {
   // that is not offloaded lives in host memory (the cpu tier) and is copied in per use.
   const int n = static_cast<int>(blocks.size());
   const int64_t want = cfg.resident_blocks >= 0 ? cfg.resident_blocks
-                       : cfg.offload_param.device == OffloadDevice::kNone ? n : 0;
+                       : cfg.offload_param.device == Tier::kDevice ? n : 0;
   int count = 0;
   for (int b = 0; b < n; ++b) {
     resident.push_back(!host_device && b < want);
     count += resident.back();
   }
-  if (!host_device && working_home == Residence::kDevice) working_home = Residence::kCpu;
+  if (!host_device && working_home == Tier::kDevice) working_home = Tier::kCpu;
   // The CPU Adam updates the states in place, so off the host "none" keeps them in host memory
   // (the store's cpu tier) as "cpu" does; the ledger said "device" and the estimate counted them
   // in device memory while the process held them (a 7 B run on a GPU: 36.7 GB of host memory
   // estimated, 112 GB measured).
-  if (!host_device && optimizer_home == Residence::kDevice) optimizer_home = Residence::kCpu;
+  if (!host_device && optimizer_home == Tier::kDevice) optimizer_home = Tier::kCpu;
   gather_slots = host_device ? 1 : (stage < 3 && count == n) ? 0 : 2;
   tied_slot = tied_owner >= 0 && !(stage < 3 && resident[tied_owner]);
   grad_slots = host_device ? 1 : 2;
@@ -220,7 +216,7 @@ void ShardPlan::PlanDevice(const TrainConfig& cfg) {
   // arriving, one being written back) and resident blocks' updated weights on their way to
   // the device. (The optimizer's pool, 3 states x (the sub-group being updated + the next one
   // being read + the write-backs of two), waits for the master's placement: PlanOptimizerPool.)
-  const bool param_nvme = cfg.offload_param.device == OffloadDevice::kNvme;
+  const bool param_nvme = cfg.offload_param.device == Tier::kNvme;
   const bool optim_nvme = StatesOnNvme(cfg);
   if (param_nvme || count > 0)
     param_pool = {static_cast<size_t>(std::max<int64_t>(3, cfg.offload_param.buffer_count)), max_working_bytes,
@@ -247,7 +243,7 @@ void ShardPlan::PlanAdapters() {
   for (int i = 0; i < static_cast<int>(blocks.size()); ++i) {
     BlockPlan& b = blocks[i];
     const ElementRange tail = From(b.working, b.trainable_begin);
-    if (b.trainable_begin > 0 && WorkingResidence(i) == Residence::kNvme && tail.len > 0 && tail.len < b.working.len)
+    if (b.trainable_begin > 0 && WorkingTier(i) == Tier::kNvme && tail.len > 0 && tail.len < b.working.len)
       b.adapter = tail;
   }
 }
@@ -258,9 +254,9 @@ void ShardPlan::PlanLedger() {
   for (int i = 0; i < static_cast<int>(blocks.size()); ++i) {
     const BlockPlan& b = blocks[i];
     const uint64_t working = b.working_tensor_len() * dsize;
-    ledger.Add(StateKind::kWorking, WorkingResidence(i), working);
-    ledger.Add(StateKind::kWorking, Residence::kCpu, b.adapter.len * dsize);
-    if (WorkingResidence(i) == Residence::kNvme) {  // one extent, or one per part
+    ledger.Add(StateKind::kWorking, WorkingTier(i), working);
+    ledger.Add(StateKind::kWorking, Tier::kCpu, b.adapter.len * dsize);
+    if (WorkingTier(i) == Tier::kNvme) {  // one extent, or one per part
       const std::vector<WorkingPart> parts = PartsOfWorking(*this, i);
       if (parts.empty()) nvme_on_disk += RoundUp(working, kPage);
       for (const WorkingPart& part : parts) nvme_on_disk += RoundUp(part.len * dsize, kPage);
@@ -268,28 +264,28 @@ void ShardPlan::PlanLedger() {
     const int64_t n = b.num_sub_groups(), full = b.optimizer.len / b.sub_group_step;
     for (auto [k, role] : {std::pair{StateKind::kMaster, TensorRole::kMaster}, std::pair{StateKind::kAdamM, TensorRole::kAdamM},
                            std::pair{StateKind::kAdamV, TensorRole::kAdamV}}) {
-      const bool nvme = OptimizerResidence(i) == Residence::kNvme;
+      const bool nvme = OptimizerTier(i) == Tier::kNvme;
       if (!b.cuts.empty()) {  // a sparse layer's: one by one
         for (int64_t g = 0; g < n; ++g) {
           const uint64_t bytes = format.StoredBytes(role, b.sub_group(g).len);
-          ledger.Add(k, OptimizerResidence(i), bytes);
+          ledger.Add(k, OptimizerTier(i), bytes);
           if (nvme) nvme_on_disk += RoundUp(bytes, kPage);
         }
         continue;
       }
       const uint64_t full_bytes = format.StoredBytes(role, b.sub_group_step),
                      tail_bytes = format.StoredBytes(role, b.optimizer.len - full * b.sub_group_step);
-      ledger.Add(k, OptimizerResidence(i), full * full_bytes + tail_bytes);
+      ledger.Add(k, OptimizerTier(i), full * full_bytes + tail_bytes);
       if (nvme) nvme_on_disk += full * RoundUp(full_bytes, kPage) + (n > full ? RoundUp(tail_bytes, kPage) : 0);
     }
-    ledger.Add(StateKind::kGradAccum, Residence::kCpu, b.grad.len * gsize);
-    if (device_accum) ledger.Add(StateKind::kGradAccum, Residence::kDevice, b.grad.len * 4);
-    if (speculative[i]) ledger.Add(StateKind::kSpeculationBackup, Residence::kCpu, SpeculationBackupBytes(i));
+    ledger.Add(StateKind::kGradAccum, Tier::kCpu, b.grad.len * gsize);
+    if (device_accum) ledger.Add(StateKind::kGradAccum, Tier::kDevice, b.grad.len * 4);
+    if (speculative[i]) ledger.Add(StateKind::kSpeculationBackup, Tier::kCpu, SpeculationBackupBytes(i));
   }
   const int64_t tied_padded = tied_slot ? blocks[tied_owner].layout.padded : 0;
-  ledger.Add(StateKind::kGatherBuffers, Residence::kDevice,
+  ledger.Add(StateKind::kGatherBuffers, Tier::kDevice,
              (gather_slots * max_padded + tied_padded + decode_slots() * max_decoded) * dsize);
-  ledger.Add(StateKind::kPinnedBuffers, Residence::kCpu,
+  ledger.Add(StateKind::kPinnedBuffers, Tier::kCpu,
              param_pool.region_bytes() + optim_pool.region_bytes() + park_pool.region_bytes());
 }
 
@@ -309,15 +305,15 @@ std::vector<Visit> ShardPlan::Visits(int micro_batches, bool backward) const {
 
 Status ShardPlan::CheckFormats(const TrainConfig& c) const { return StateFormat::Check(c, AnyResident()); }
 
-Residence ShardPlan::WorkingResidence(int b) const {
-  if (resident.at(b)) return Residence::kDevice;
-  return HostBlock(b) && host_blocks_working ? Residence::kCpu : working_home;
+Tier ShardPlan::WorkingTier(int b) const {
+  if (resident.at(b)) return Tier::kDevice;
+  return HostBlock(b) && host_blocks_working ? Tier::kCpu : working_home;
 }
 
 bool ShardPlan::HostBlock(int b) const { return b < host_blocks; }
 
-Residence ShardPlan::OptimizerResidence(int b) const {
-  return optimizer_home == Residence::kNvme && HostBlock(b) ? Residence::kCpu : optimizer_home;
+Tier ShardPlan::OptimizerTier(int b) const {
+  return optimizer_home == Tier::kNvme && HostBlock(b) ? Tier::kCpu : optimizer_home;
 }
 
 std::vector<TensorKey> ShardPlan::Keys() const {

@@ -40,17 +40,14 @@ enum class StateKind {
   kSpeculationBackup,  // strata.optimizer_overlap "speculative": what a roll-back restores
 };
 inline constexpr int kNumStateKinds = 8;
-enum class Residence { kDevice, kCpu, kNvme };
 struct MemoryLedger {
-  uint64_t bytes[kNumStateKinds][3] = {};
-  void Add(StateKind k, Residence r, uint64_t n) { bytes[static_cast<int>(k)][static_cast<int>(r)] += n; }
-  uint64_t Total(Residence r) const;
+  uint64_t bytes[kNumStateKinds][kNumTiers] = {};  // by StateKind and Tier (strata/tier.h)
+  void Add(StateKind k, Tier r, uint64_t n) { bytes[static_cast<int>(k)][static_cast<int>(r)] += n; }
+  uint64_t Total(Tier r) const;
   uint64_t Of(StateKind k) const;
-  uint64_t At(StateKind k, Residence r) const { return bytes[static_cast<int>(k)][static_cast<int>(r)]; }
+  uint64_t At(StateKind k, Tier r) const { return bytes[static_cast<int>(k)][static_cast<int>(r)]; }
   bool operator==(const MemoryLedger& o) const;
 };
-
-Residence ResidenceOf(OffloadDevice d);
 
 struct BlockPlan {
   ShardLayout layout;       // the flat group and this rank's shard
@@ -136,7 +133,7 @@ struct ShardPlan {
   size_t gsize = 4;  // bytes per element of the gradient accumulators (strata.gradient_accumulator)
   // How the master and the moments are stored (state_format.h: the only place that knows).
   StateFormat format;
-  Residence working_home = Residence::kDevice, optimizer_home = Residence::kDevice;
+  Tier working_home = Tier::kDevice, optimizer_home = Tier::kDevice;
   std::vector<BlockPlan> blocks;
   int tied_owner = -1;
   int64_t tied_numel = 0;
@@ -216,7 +213,7 @@ struct ShardPlan {
   // master needs bf16 compute and no block's working weights on the device).
   Status CheckFormats(const TrainConfig& cfg) const;
   // Where block b's working weights live: the device for resident blocks, else their home.
-  Residence WorkingResidence(int b) const;
+  Tier WorkingTier(int b) const;
   // strata.host_blocks (only with offload_optimizer "nvme"): the first host_blocks blocks keep
   // their optimizer states in host memory, and their working weights too when those are on
   // NVMe (host_blocks_working; not with the delayed update). The first: the update starts at
@@ -227,7 +224,7 @@ struct ShardPlan {
   bool host_blocks_working = false;
   bool HostBlock(int b) const;
   // Where block b's optimizer states live: optimizer_home, or host memory for a host block.
-  Residence OptimizerResidence(int b) const;
+  Tier OptimizerTier(int b) const;
   // Block b's speculation backup: its optimizer range's master, m and v before the update
   // and the update's working weights until the step is known to stand (compute dtype).
   uint64_t SpeculationBackupBytes(int b) const { return format.BackupBytes(blocks[b].optimizer.len); }

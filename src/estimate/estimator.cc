@@ -10,15 +10,15 @@
 namespace strata {
 
 uint64_t MemoryEstimate::resident_state() const {
-  return ledger.Total(Residence::kDevice) + ledger.Total(Residence::kCpu) + scratch + staging + grad_staging;
+  return ledger.Total(Tier::kDevice) + ledger.Total(Tier::kCpu) + scratch + staging + grad_staging;
 }
 
 uint64_t MemoryEstimate::device_peak() const {
-  return ledger.Total(Residence::kDevice) + scratch + activations + transients;
+  return ledger.Total(Tier::kDevice) + scratch + activations + transients;
 }
 
 uint64_t MemoryEstimate::host_peak() const {
-  const uint64_t host = ledger.Total(Residence::kCpu) + staging + grad_staging + runtime + host_inputs;
+  const uint64_t host = ledger.Total(Tier::kCpu) + staging + grad_staging + runtime + host_inputs;
   return std::max(host_device ? host + device_peak() : host, host + creation);
 }
 
@@ -89,7 +89,7 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   for (const PoolPlan* pool : {&plan.param_pool, &plan.optim_pool, &plan.park_pool})
     if (pool->pin) e.pinned += pool->region_bytes();
   if (!device.host) e.pinned += e.grad_staging;  // cudaHostRegister'd on a GPU
-  if (cfg.offload_optimizer.pin_memory) e.pinned += plan.ledger.At(StateKind::kWorking, Residence::kCpu);
+  if (cfg.offload_optimizer.pin_memory) e.pinned += plan.ledger.At(StateKind::kWorking, Tier::kCpu);
   return e;
 }
 
@@ -107,7 +107,7 @@ MachineCapacity ProbeMachine(const TrainConfig& cfg, uint64_t device_memory) {
   m.host_available = ProcKilobyteField("/proc/meminfo", "MemAvailable:");
   const bool nvme = HasSwapFolder(cfg);
   if (nvme) {
-    m.nvme_dir = cfg.offload_optimizer.device == OffloadDevice::kNvme ? cfg.offload_optimizer.nvme_path
+    m.nvme_dir = cfg.offload_optimizer.device == Tier::kNvme ? cfg.offload_optimizer.nvme_path
                                                                        : cfg.offload_param.nvme_path;
     // The folder may not exist yet: ask its nearest existing ancestor.
     std::filesystem::path p = std::filesystem::absolute(m.nvme_dir);
@@ -207,10 +207,10 @@ Status CheckFits(const MemoryEstimate& e, const MachineCapacity& m, int local_ra
         "\n  host memory: {} needed ({} rank(s) x {} = {}cpu {} + staging {} + runtime {}), {} available",
         HumanBytes(host), local_ranks, HumanBytes(host / local_ranks),
         e.host_device ? fmt::format("device {} + scratch {} + activations ~{} + gradient transients {} + ",
-                                    HumanBytes(e.ledger.Total(Residence::kDevice)), HumanBytes(e.scratch),
+                                    HumanBytes(e.ledger.Total(Tier::kDevice)), HumanBytes(e.scratch),
                                     HumanBytes(e.activations), HumanBytes(e.transients))
                       : std::string(),
-        HumanBytes(e.ledger.Total(Residence::kCpu)), HumanBytes(e.staging + e.grad_staging), HumanBytes(e.runtime),
+        HumanBytes(e.ledger.Total(Tier::kCpu)), HumanBytes(e.staging + e.grad_staging), HumanBytes(e.runtime),
         HumanBytes(m.host_available));
   // One rank per GPU: each rank's device tier against one GPU's memory.
   if (!e.host_device && m.device_memory > 0 && e.device_peak() > m.device_memory)
@@ -253,7 +253,7 @@ std::string FormatEstimate(const MemoryEstimate& e) {
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "runtime (measured const.)", "-", HumanBytes(e.runtime), "-");
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "creation staging (start-up)", "-", HumanBytes(e.creation), "-");
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "total", HumanBytes(e.device_peak()),
-                     HumanBytes(e.ledger.Total(Residence::kCpu) + e.staging + e.grad_staging + e.runtime),
+                     HumanBytes(e.ledger.Total(Tier::kCpu) + e.staging + e.grad_staging + e.runtime),
                      HumanBytes(e.nvme_on_disk));
   out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "  of which page-locked", "-", HumanBytes(e.pinned), "-");
   return out;

@@ -25,7 +25,7 @@ std::string FitAdvice(const TrainConfig& cfg, int world, int64_t params_override
   std::string out;
   // With the states on NVMe, every try keeps as many blocks' states in host memory as it has
   // room for (lossless: the first try is that alone), named when it is more than the config's.
-  const bool host_blocks = cfg.offload_optimizer.device == OffloadDevice::kNvme && cfg.host_blocks >= 0;
+  const bool host_blocks = cfg.offload_optimizer.device == Tier::kNvme && cfg.host_blocks >= 0;
   for (const Try t : {Try{false, Moments::kAsGiven}, Try{true, Moments::kAsGiven}, Try{false, Moments::kBf16},
                       Try{true, Moments::kBf16}, Try{false, Moments::k8Bit}, Try{true, Moments::k8Bit}}) {
     if ((t.accumulator && cfg.grad_accum_dtype == DType::kBF16) || (t.moments == Moments::kBf16 && moments_bf16) ||

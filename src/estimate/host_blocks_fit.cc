@@ -38,7 +38,7 @@ bool ResolveHostBlocks(TrainConfig* cfg, int world, int64_t params_override, Dev
                        const MachineCapacity& m, int local_ranks, MemoryEstimate* estimate) {
   if (cfg->host_blocks >= 0) return false;
   cfg->host_blocks = 0;
-  if (cfg->offload_optimizer.device != OffloadDevice::kNvme) return true;
+  if (cfg->offload_optimizer.device != Tier::kNvme) return true;
   HostBlocksFit f = MostHostBlocks(*cfg, world, params_override, device, m, local_ranks);
   cfg->host_blocks = f.blocks;
   *estimate = f.estimate;

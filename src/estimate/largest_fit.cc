@@ -20,10 +20,10 @@ bool Fits(const TrainConfig& placed, int world, int64_t params, DeviceTraits dev
 }  // namespace
 
 LargestFit FindLargestFit(const TrainConfig& cfg, int world, DeviceTraits device, const MachineCapacity& m) {
-  using D = OffloadDevice;
+  using D = Tier;
   std::vector<std::pair<D, D>> placements;
   if (cfg.zero_stage == 3) placements = {{D::kCpu, D::kCpu}, {D::kCpu, D::kNvme}, {D::kNvme, D::kNvme}};
-  else placements = {{D::kNone, D::kCpu}, {D::kNone, D::kNvme}};
+  else placements = {{D::kDevice, D::kCpu}, {D::kDevice, D::kNvme}};
   // The host gradient accumulators: the config's dtype, and bf16 (2 B/param instead of 4 in
   // host memory, opt-in through strata.gradient_accumulator) when that is more.
   std::vector<DType> accumulators = {cfg.grad_accum_dtype};

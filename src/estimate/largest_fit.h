@@ -11,7 +11,7 @@ namespace strata {
 
 struct LargestFit {
   int64_t parameters = 0;  // 0: not even 1 M parameters fit
-  OffloadDevice params_on = OffloadDevice::kNone, optimizer_on = OffloadDevice::kNone;
+  Tier params_on = Tier::kDevice, optimizer_on = Tier::kDevice;
   DType accumulator = DType::kF32;  // strata.gradient_accumulator of that fit
   int64_t host_blocks = 0;  // strata.host_blocks "auto" of that fit (states on NVMe; kAllBlocks: every block)
   MemoryEstimate estimate;  // of that model, placed so

@@ -17,7 +17,7 @@ double ShareAt(const TrainConfig& cfg, int64_t tokens) {
 uint64_t UnroutedNvmeBytes(const TrainConfig& cfg, const ShardPlan& plan, double share) {
   double unread = 0;
   for (int b = 0; b < static_cast<int>(plan.blocks.size()); ++b) {
-    if (!plan.FetchesRouted(b) || plan.WorkingResidence(b) != Residence::kNvme) continue;
+    if (!plan.FetchesRouted(b) || plan.WorkingTier(b) != Tier::kNvme) continue;
     const BlockPlan& bp = plan.blocks[b];
     unread += (1 - share) * static_cast<double>(ExpertBytesIn(plan, b, {bp.working.begin, bp.working_tensor_len()}));
   }
@@ -31,7 +31,7 @@ uint64_t ExpertStateBytesOnNvme(const ShardPlan& plan) {
   uint64_t bytes = 0;
   for (int b = 0; b < static_cast<int>(plan.blocks.size()); ++b) {
     const BlockPlan& bp = plan.blocks[b];
-    if (bp.experts.count == 0 || plan.OptimizerResidence(b) != Residence::kNvme) continue;
+    if (bp.experts.count == 0 || plan.OptimizerTier(b) != Tier::kNvme) continue;
     for (int64_t g = 0; g < bp.num_sub_groups(); ++g) {
       const ElementRange r = bp.sub_group(g);
       if (bp.ExpertAt(r.begin) < 0) continue;
@@ -52,8 +52,8 @@ StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan, i
   const MemoryLedger& ledger = plan.ledger;
   StepTraffic t;
   for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV})
-    t.states += ledger.At(k, Residence::kNvme);
-  t.working = ledger.At(StateKind::kWorking, Residence::kNvme);
+    t.states += ledger.At(k, Tier::kNvme);
+  t.working = ledger.At(StateKind::kWorking, Tier::kNvme);
   const bool frozen = cfg.model.lora.enabled();  // the base weights are never written
   const bool served = !frozen && FactsOf(cfg).forward_reads_write_backs;
   // Forward and backward of each pass (each micro-batch, or once layer-major); an update whose master the working weights hold

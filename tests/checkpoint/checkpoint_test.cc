@@ -34,8 +34,8 @@ using testing::TempDir;
 TrainConfig ResumeConfig(const std::string& dir) {
   TrainConfig c = testing::TinyConfig(dir);
   c.compute_dtype = DType::kBF16;
-  c.offload_param.device = OffloadDevice::kNvme;
-  c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = Tier::kNvme;
+  c.offload_optimizer.device = Tier::kNvme;
   c.schedule.kind = LrScheduleKind::kWarmupCosineLR;
   c.schedule.warmup_num_steps = 2;
   c.schedule.total_num_steps = 6;
@@ -394,11 +394,11 @@ TEST(Checkpoint, ReshardingARoundTripIsExact) {
     int world;
     int64_t sub_group_size;
     int stage;
-    OffloadDevice offload = OffloadDevice::kNvme;
+    Tier offload = Tier::kNvme;
   };
   int n = 0;
   for (const Via via : {Via{1, cfg.sub_group_size, 3}, Via{3, cfg.sub_group_size, 3}, Via{2, 3000, 3},
-                        Via{1, 3000, 2}, Via{2, cfg.sub_group_size, 3, OffloadDevice::kCpu}}) {
+                        Via{1, 3000, 2}, Via{2, cfg.sub_group_size, 3, Tier::kCpu}}) {
     SCOPED_TRACE(::testing::Message() << via.world << " rank(s), sub_group_size " << via.sub_group_size << ", stage "
                                       << via.stage << ", offload " << OffloadDeviceName(via.offload));
     TrainConfig other = cfg;
@@ -432,7 +432,7 @@ TEST(Checkpoint, LoraResumesAndReshardsBitwise) {
     const Params straight = ExpectResumeIsBitwise(cfg, ck);
     Params at3;
     ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 0, 3, "", ck, &at3); }), "");
-    for (const auto& [world, offload] : {std::pair{1, OffloadDevice::kNvme}, std::pair{2, OffloadDevice::kCpu}}) {
+    for (const auto& [world, offload] : {std::pair{1, Tier::kNvme}, std::pair{2, Tier::kCpu}}) {
       SCOPED_TRACE(::testing::Message() << world << " rank(s), offload " << OffloadDeviceName(offload));
       TrainConfig other = cfg;
       other.offload_param.device = other.offload_optimizer.device = offload;

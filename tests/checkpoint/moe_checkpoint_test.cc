@@ -31,8 +31,8 @@ TrainConfig SparseMoeConfig(const std::string& dir) {
   c.micro_batch = 1;
   c.compute_dtype = DType::kBF16;
   c.sub_group_size = 3072;  // an expert of 3 x 64 x 32 = 6144 elements: two sub-groups
-  c.offload_param.device = OffloadDevice::kNvme;
-  c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = Tier::kNvme;
+  c.offload_optimizer.device = Tier::kNvme;
   c.model.tie_embeddings = false;
   return c;
 }

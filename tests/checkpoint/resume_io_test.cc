@@ -17,7 +17,7 @@ namespace {
 TEST(ResumeIo, EachBlocksWeightsAreWrittenOnceAndNothingIsRead) {
   testing::TempDir dir;
   TrainConfig c = testing::TinyConfig(dir.path());
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
   c.sub_group_size = 3000;  // several sub-groups, so several masters, per block
   auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
   ASSERT_TRUE(data.ok());

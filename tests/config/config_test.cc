@@ -33,8 +33,8 @@ TEST(Config, TheDefaultConfigIsTheTinyNvmeRun) {
   auto c = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/tiny_cpu.json");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->zero_stage, 3);
-  EXPECT_EQ(c->offload_param.device, OffloadDevice::kNvme);
-  EXPECT_EQ(c->offload_optimizer.device, OffloadDevice::kNvme);
+  EXPECT_EQ(c->offload_param.device, Tier::kNvme);
+  EXPECT_EQ(c->offload_optimizer.device, Tier::kNvme);
   EXPECT_TRUE(c->bf16_auto);  // bf16 where it is native, fp32 elsewhere (ResolvePrecision)
 }
 
@@ -91,14 +91,14 @@ TEST(Config, LegacyCpuOffloadKeysMapToTheOffloadSections) {
   auto c = ParseTrainConfig(R"({"zero_optimization": {"stage": 3, "cpu_offload": true, "cpu_offload_params": true,
                                                        "cpu_offload_use_pin_memory": false}})", "l.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->offload_optimizer.device, OffloadDevice::kCpu);
-  EXPECT_EQ(c->offload_param.device, OffloadDevice::kCpu);
+  EXPECT_EQ(c->offload_optimizer.device, Tier::kCpu);
+  EXPECT_EQ(c->offload_param.device, Tier::kCpu);
   EXPECT_FALSE(c->offload_optimizer.pin_memory);
   EXPECT_TRUE(c->warnings.empty());
   EXPECT_EQ(c->notes.size(), 3u);
   auto off = ParseTrainConfig(R"({"zero_optimization": {"cpu_offload": false}})", "l.json");
   ASSERT_TRUE(off.ok());
-  EXPECT_EQ(off->offload_optimizer.device, OffloadDevice::kNone);
+  EXPECT_EQ(off->offload_optimizer.device, Tier::kDevice);
   auto both = ParseTrainConfig(R"({"zero_optimization": {"cpu_offload": true, "offload_optimizer": {"device": "nvme"}}})",
                                "l.json");
   ASSERT_FALSE(both.ok());
@@ -265,7 +265,7 @@ TEST(Config, DeepSpeedDocumentationExamplesAreAcceptedUnchanged) {
   EXPECT_EQ(basic->compute_dtype, DType::kF16);
   EXPECT_EQ(basic->weight_decay, 0);  // Adam's default
   auto nvme = LoadTrainConfig(dir + "zero_infinity_nvme.json");
-  EXPECT_EQ(nvme->offload_param.device, OffloadDevice::kNvme);
+  EXPECT_EQ(nvme->offload_param.device, Tier::kNvme);
   EXPECT_EQ(nvme->aio.block_size, 262144);
   EXPECT_TRUE(nvme->wall_clock_breakdown);
   auto decay = LoadTrainConfig(dir + "schedulers_warmup_decay.json");

@@ -54,7 +54,7 @@ TEST(GpuEngine, OffloadNoneCpuNvmeAreBitwiseIdentical) {
   TrainConfig c = testing::TinyConfig(dir.path());
   c.compute_dtype = DType::kBF16;
   std::vector<testing::RunResult> runs;
-  for (OffloadDevice d : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+  for (Tier d : {Tier::kDevice, Tier::kCpu, Tier::kNvme}) {
     c.offload_param.device = c.offload_optimizer.device = d;
     runs.push_back(RunOnGpu(c, 5));
     ASSERT_EQ(runs.back().stats.size(), 5u) << OffloadDeviceName(d);
@@ -74,8 +74,8 @@ TEST(GpuEngine, AgreesWithTheCpuRunOfTheSameModel) {
   testing::TempDir dir;
   TrainConfig c = testing::TinyConfig(dir.path());
   c.compute_dtype = DType::kF32;
-  c.offload_param.device = OffloadDevice::kNvme;
-  c.offload_optimizer.device = OffloadDevice::kCpu;
+  c.offload_param.device = Tier::kNvme;
+  c.offload_optimizer.device = Tier::kCpu;
   auto gpu = RunOnGpu(c, 5);
   auto cpu = testing::RunEngine(c, 1, 5);
   ASSERT_EQ(gpu.stats.size(), 5u);
@@ -93,7 +93,7 @@ TEST(GpuEngine, Fp16SkipsAPlantedOverflowAndRecovers) {
   c.loss_scale.initial_scale_power = 10;
   c.loss_scale.hysteresis = 1;
   c.debug_overflow_step = 2;
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
   auto r = RunOnGpu(c, 5);
   ASSERT_EQ(r.stats.size(), 5u);
   for (int s = 0; s < 5; ++s) EXPECT_EQ(r.stats[s].skipped, s == 2) << "step " << s;
@@ -114,8 +114,8 @@ TEST(GpuEngine, TheOverlappedScheduleIsBitwiseTheSynchronousOne) {
     SCOPED_TRACE(::testing::Message() << "resident blocks " << resident);
     TrainConfig c = testing::TinyConfig(dir.path());
     c.compute_dtype = DType::kBF16;
-    c.offload_param.device = resident == -1 ? OffloadDevice::kNone : OffloadDevice::kNvme;
-    c.offload_optimizer.device = OffloadDevice::kCpu;
+    c.offload_param.device = resident == -1 ? Tier::kDevice : Tier::kNvme;
+    c.offload_optimizer.device = Tier::kCpu;
     c.resident_blocks = resident;
     auto overlapped = RunOnGpu(c, 5), synchronous = RunOnGpu(c, 5, /*synchronous=*/true);
     ASSERT_EQ(overlapped.stats.size(), 5u);

@@ -81,14 +81,14 @@ const Case kCases[] = {
     {"stage3_params_nvme_bf16_tied",
      [](TrainConfig& c) {
        c.compute_dtype = DType::kBF16;
-       c.offload_param.device = OffloadDevice::kNvme;
-       c.offload_optimizer.device = OffloadDevice::kCpu;
+       c.offload_param.device = Tier::kNvme;
+       c.offload_optimizer.device = Tier::kCpu;
      },
      2},
     {"stage3_resident_optimizer_nvme_fp32",
      [](TrainConfig& c) {
-       c.offload_param.device = OffloadDevice::kNone;  // every block resident on the device
-       c.offload_optimizer.device = OffloadDevice::kNvme;
+       c.offload_param.device = Tier::kDevice;  // every block resident on the device
+       c.offload_optimizer.device = Tier::kNvme;
      },
      2},
     {"stage2_resident_accum2_bf16",
@@ -105,7 +105,7 @@ const Case kCases[] = {
        c.model.n_kv_head = 2;
        c.compute_dtype = DType::kF16;
        c.debug_overflow_step = 1;
-       c.offload_param.device = OffloadDevice::kCpu;
+       c.offload_param.device = Tier::kCpu;
        c.resident_blocks = 2;
      },
      1},
@@ -115,8 +115,8 @@ const Case kCases[] = {
      [](TrainConfig& c) {
        c.grad_accum = 3;
        c.device_accumulation = 1;  // summed on the device
-       c.offload_param.device = OffloadDevice::kNvme;
-       c.offload_optimizer.device = OffloadDevice::kCpu;
+       c.offload_param.device = Tier::kNvme;
+       c.offload_optimizer.device = Tier::kCpu;
      },
      2},
     {"stage2_device_accum2_bf16_overflow",
@@ -134,15 +134,15 @@ const Case kCases[] = {
      [](TrainConfig& c) {
        c.compute_dtype = DType::kBF16;
        c.split_master = true;
-       c.offload_param.device = OffloadDevice::kNvme;
-       c.offload_optimizer.device = OffloadDevice::kNvme;
+       c.offload_param.device = Tier::kNvme;
+       c.offload_optimizer.device = Tier::kNvme;
      },
      2},
     {"stage1_host_weights_copied_in",
      [](TrainConfig& c) {
        c.zero_stage = 1;
        c.resident_blocks = 0;  // full weights in host memory, copied in per use
-       c.offload_optimizer.device = OffloadDevice::kCpu;
+       c.offload_optimizer.device = Tier::kCpu;
      },
      2},
 };
@@ -178,14 +178,14 @@ TEST(FakeDeviceEngine, DeviceAccumulationHoldsItsSumsOnTheDevice) {
   TrainConfig c = TinyConfig(dir.path());
   c.grad_accum = 4;
   c.grad_accum_dtype = DType::kBF16;
-  c.offload_optimizer.device = OffloadDevice::kCpu;
+  c.offload_optimizer.device = Tier::kCpu;
   const FakeDeviceOptions fake{.seed = 5, .max_delay_us = 1000};
   const testing::RunResult per_micro_batch = RunEngine(c, 2, 3, &fake);
   c.device_accumulation = 1;  // summed on the device
   const testing::RunResult on_device = RunEngine(c, 2, 3, &fake);
-  EXPECT_EQ(per_micro_batch.ledger.At(StateKind::kGradAccum, Residence::kDevice), 0u);
-  EXPECT_EQ(on_device.ledger.At(StateKind::kGradAccum, Residence::kDevice),
-            on_device.ledger.At(StateKind::kGradAccum, Residence::kCpu) * 2);  // fp32 there, bf16 here
+  EXPECT_EQ(per_micro_batch.ledger.At(StateKind::kGradAccum, Tier::kDevice), 0u);
+  EXPECT_EQ(on_device.ledger.At(StateKind::kGradAccum, Tier::kDevice),
+            on_device.ledger.At(StateKind::kGradAccum, Tier::kCpu) * 2);  // fp32 there, bf16 here
   ASSERT_EQ(on_device.stats.size(), 3u);
   EXPECT_EQ(on_device.stats[0].loss, per_micro_batch.stats[0].loss);  // the same first weights
   EXPECT_GT(testing::MaxAbsDiff(per_micro_batch, on_device), 0);  // rounded once, not four times

@@ -43,7 +43,7 @@ TEST(AccumulationInPlace, IsBitwiseTheFlatteningPath) {
     c.model.tie_embeddings = false;
     c.model.n_kv_head = 2;
     c.grad_accum = 3;
-    c.offload_optimizer.device = OffloadDevice::kCpu;
+    c.offload_optimizer.device = Tier::kCpu;
     k.configure(c);
     const testing::RunResult host = testing::RunEngine(c, 1, 3);
     const FakeDeviceOptions fake{.seed = 1, .max_delay_us = 0};

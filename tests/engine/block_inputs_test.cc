@@ -120,10 +120,10 @@ TEST(BlockInputsTier, TheEstimateCountsThemOnDiskAndAutoPicksTheDiskWhenHostMemo
 TEST(BlockInputsTier, KeysRefuseWhatCannotMoveThem) {
   TempDir dir;
   TrainConfig c = At(RecomputedLlama(dir.path(), StepSchedule::kMicroBatch), BlockInputsAt::kNvme);
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kCpu;
+  c.offload_param.device = c.offload_optimizer.device = Tier::kCpu;
   Status s = CheckKeys(c);
   EXPECT_NE(s.message().find("strata.block_inputs \"nvme\": needs a swap folder"), std::string::npos) << s.message();
-  c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_optimizer.device = Tier::kNvme;
   EXPECT_TRUE(CheckKeys(c).ok());
   c.recompute = Recompute::kNever;
   s = CheckKeys(c);

@@ -17,7 +17,7 @@ TEST(EarlyGradientSums, AreTakenOffTheHostAndLeaveTheRunBitwise) {
       TrainConfig c = testing::TinyConfig(dir.path());  // GPT-2, tied embedding
       c.grad_accum = 3;
       c.zero_stage = world == 2 ? 2 : 3;
-      c.offload_optimizer.device = OffloadDevice::kCpu;
+      c.offload_optimizer.device = Tier::kCpu;
       c.device_accumulation = variant == 1 ? 1 : 0;
       if (variant == 2) {  // fp16 with an overflow planted at step 1: that step is skipped
         c.compute_dtype = DType::kF16;

@@ -24,7 +24,7 @@ using testing::TinyConfig;
 TEST(Engine, OffloadNoneCpuNvmeAreBitwiseIdentical) {
   TempDir dir;
   std::vector<testing::RunResult> runs;
-  for (OffloadDevice d : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+  for (Tier d : {Tier::kDevice, Tier::kCpu, Tier::kNvme}) {
     TrainConfig c = TinyConfig(dir.path());
     c.compute_dtype = DType::kBF16;
     c.offload_param.device = d;
@@ -36,7 +36,7 @@ TEST(Engine, OffloadNoneCpuNvmeAreBitwiseIdentical) {
   EXPECT_TRUE(testing::BitwiseEqual(runs[0], runs[2])) << "none vs nvme: max diff " << testing::MaxAbsDiff(runs[0], runs[2]);
   for (int s = 0; s < 5; ++s) EXPECT_EQ(runs[0].stats[s].loss, runs[2].stats[s].loss) << "step " << s;
   // The NVMe run really moved bytes through the swap file.
-  EXPECT_GT(runs[2].ledger.bytes[static_cast<int>(StateKind::kMaster)][static_cast<int>(Residence::kNvme)], 0u);
+  EXPECT_GT(runs[2].ledger.bytes[static_cast<int>(StateKind::kMaster)][static_cast<int>(Tier::kNvme)], 0u);
 }
 
 // strata.host_blocks: the first blocks' state stays in host memory (optimizer states, and the
@@ -49,8 +49,8 @@ TEST(Engine, HostBlocksTrainAsAllOnNvme) {
   c.model.n_layer = 4;
   c.compute_dtype = DType::kBF16;
   c.sub_group_size = 20000;
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
-  auto at = [](const testing::RunResult& r, StateKind k, Residence where) {
+  c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
+  auto at = [](const testing::RunResult& r, StateKind k, Tier where) {
     return r.ledger.bytes[static_cast<int>(k)][static_cast<int>(where)];
   };
   for (OptimizerOverlap mode : {OptimizerOverlap::kNone, OptimizerOverlap::kForward, OptimizerOverlap::kSpeculative,
@@ -67,16 +67,16 @@ TEST(Engine, HostBlocksTrainAsAllOnNvme) {
     EXPECT_TRUE(nvme.state == split.state) << "working weights, master, m or v differ";
     for (StateKind k : {StateKind::kMaster, StateKind::kWorking}) {
       const bool moves = k == StateKind::kMaster || mode != OptimizerOverlap::kDelayed;
-      EXPECT_EQ(at(split, k, Residence::kCpu) > 0, moves) << (k == StateKind::kMaster ? "master" : "working");
-      EXPECT_GT(at(split, k, Residence::kNvme), 0u) << (k == StateKind::kMaster ? "master" : "working");
-      EXPECT_EQ(at(split, k, Residence::kCpu) + at(split, k, Residence::kNvme), at(nvme, k, Residence::kNvme));
+      EXPECT_EQ(at(split, k, Tier::kCpu) > 0, moves) << (k == StateKind::kMaster ? "master" : "working");
+      EXPECT_GT(at(split, k, Tier::kNvme), 0u) << (k == StateKind::kMaster ? "master" : "working");
+      EXPECT_EQ(at(split, k, Tier::kCpu) + at(split, k, Tier::kNvme), at(nvme, k, Tier::kNvme));
     }
   }
   c.optimizer_overlap = OptimizerOverlap::kForward;
   c.host_blocks = 1000;
   const auto all = RunEngine(c, 2, 2);
   ASSERT_EQ(all.stats.size(), 2u);
-  EXPECT_EQ(at(all, StateKind::kMaster, Residence::kNvme) + at(all, StateKind::kWorking, Residence::kNvme), 0u);
+  EXPECT_EQ(at(all, StateKind::kMaster, Tier::kNvme) + at(all, StateKind::kWorking, Tier::kNvme), 0u);
 }
 
 // Tolerance: fp32 compute; the sums of gradients over ranks and micro-batches associate
@@ -119,8 +119,8 @@ TEST_P(EngineVsLibTorch, MatchesAPlainLibTorchLoop) {
     c.model.arch = model::Arch::kLlama;
     c.model.n_kv_head = 2;
     c.model.tie_embeddings = false;
-    c.offload_param.device = OffloadDevice::kNvme;
-    c.offload_optimizer.device = OffloadDevice::kNvme;
+    c.offload_param.device = Tier::kNvme;
+    c.offload_optimizer.device = Tier::kNvme;
   }
   auto strata_run = RunEngine(c, 1, 5);
 
@@ -166,8 +166,8 @@ TEST(Engine, TheDevicePathDrivenOnTheHostIsBitwiseTheHostPath) {
     TrainConfig c = TinyConfig(dir.path());
     c.zero_stage = stage;
     c.compute_dtype = DType::kBF16;
-    c.offload_param.device = stage == 3 ? OffloadDevice::kNvme : OffloadDevice::kNone;
-    c.offload_optimizer.device = OffloadDevice::kCpu;
+    c.offload_param.device = stage == 3 ? Tier::kNvme : Tier::kDevice;
+    c.offload_optimizer.device = Tier::kCpu;
     auto host = RunEngine(c, 2, 3);
     const FakeDeviceOptions no_delays{.seed = 1, .max_delay_us = 0, .copy_gbps = 0, .poison = true};
     auto staged = RunEngine(c, 2, 3, &no_delays);
@@ -249,8 +249,8 @@ TEST(Engine, StagesTrainTheSameModel) {
 TEST(Engine, Bf16MomentsRoundAlikeWhateverTheSubGroups) {
   TempDir dir;
   std::vector<testing::RunResult> runs;
-  for (auto [sub_group, home] : {std::pair{5000, OffloadDevice::kNone}, std::pair{3000, OffloadDevice::kCpu},
-                                 std::pair{11000, OffloadDevice::kNvme}}) {
+  for (auto [sub_group, home] : {std::pair{5000, Tier::kDevice}, std::pair{3000, Tier::kCpu},
+                                 std::pair{11000, Tier::kNvme}}) {
     TrainConfig c = TinyConfig(dir.path());
     c.compute_dtype = DType::kBF16;
     c.adam_states = DType::kBF16;
@@ -285,7 +285,7 @@ TEST(Engine, Bf16MomentsRoundAlikeWhateverTheSubGroups) {
 // the bytes, visited (checkpoints) as fp32.
 TEST(Engine, SplitMasterTrainsAsTheFp32Master) {
   TempDir dir;
-  auto config = [&](OffloadDevice params, OffloadDevice states, int64_t host_blocks, bool split) {
+  auto config = [&](Tier params, Tier states, int64_t host_blocks, bool split) {
     TrainConfig c = TinyConfig(dir.path());
     c.compute_dtype = DType::kBF16;
     c.adam_states = DType::kBF16;
@@ -295,11 +295,11 @@ TEST(Engine, SplitMasterTrainsAsTheFp32Master) {
     c.split_master = split;
     return c;
   };
-  const testing::RunResult fp32 = RunEngine(config(OffloadDevice::kNvme, OffloadDevice::kNvme, 0, false), 1, 4);
+  const testing::RunResult fp32 = RunEngine(config(Tier::kNvme, Tier::kNvme, 0, false), 1, 4);
   std::vector<testing::RunResult> split;
-  split.push_back(RunEngine(config(OffloadDevice::kNvme, OffloadDevice::kNvme, 0, true), 1, 4));
-  split.push_back(RunEngine(config(OffloadDevice::kCpu, OffloadDevice::kCpu, 0, true), 1, 4));
-  split.push_back(RunEngine(config(OffloadDevice::kNvme, OffloadDevice::kNvme, 2, true), 1, 4));
+  split.push_back(RunEngine(config(Tier::kNvme, Tier::kNvme, 0, true), 1, 4));
+  split.push_back(RunEngine(config(Tier::kCpu, Tier::kCpu, 0, true), 1, 4));
+  split.push_back(RunEngine(config(Tier::kNvme, Tier::kNvme, 2, true), 1, 4));
   for (size_t i = 1; i < split.size(); ++i) {
     EXPECT_TRUE(testing::BitwiseEqual(split[0], split[i])) << i << ": " << testing::MaxAbsDiff(split[0], split[i]);
     ASSERT_EQ(split[i].stats.size(), split[0].stats.size());
@@ -312,7 +312,7 @@ TEST(Engine, SplitMasterTrainsAsTheFp32Master) {
   EXPECT_LT(testing::MaxAbsDiff(split[0], fp32), 1e-5);
   EXPECT_LT(split[0].stats.back().loss, split[0].stats.front().loss);
   // Half the master's bytes, where they live; everything else as with an fp32 master.
-  EXPECT_EQ(2 * split[0].ledger.At(StateKind::kMaster, Residence::kNvme), fp32.ledger.At(StateKind::kMaster, Residence::kNvme));
+  EXPECT_EQ(2 * split[0].ledger.At(StateKind::kMaster, Tier::kNvme), fp32.ledger.At(StateKind::kMaster, Tier::kNvme));
   EXPECT_EQ(split[0].ledger.Of(StateKind::kWorking), fp32.ledger.Of(StateKind::kWorking));
   EXPECT_EQ(split[0].ledger.Of(StateKind::kAdamM), fp32.ledger.Of(StateKind::kAdamM));
   // Visited as the fp32 master (what a checkpoint holds), of the fp32 master's size. The
@@ -346,8 +346,8 @@ TEST(Engine, SplitMasterShardsLikeTheFp32Master) {
     TrainConfig c = TinyConfig(dir.path());
     c.zero_stage = stage;
     c.compute_dtype = DType::kBF16;
-    c.offload_optimizer.device = OffloadDevice::kCpu;
-    if (stage == 3) c.offload_param.device = OffloadDevice::kNvme;
+    c.offload_optimizer.device = Tier::kCpu;
+    if (stage == 3) c.offload_param.device = Tier::kNvme;
     TrainConfig split = c;
     split.split_master = true;
     const testing::RunResult a = RunEngine(c, 2, 3), b = RunEngine(split, 2, 3);
@@ -363,7 +363,7 @@ TEST(Engine, SplitMasterStateRestoresBothWays) {
   TempDir dir;
   TrainConfig c = TinyConfig(dir.path());
   c.compute_dtype = DType::kBF16;
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
   c.split_master = true;
   auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
   ASSERT_TRUE(data.ok());
@@ -412,7 +412,7 @@ TEST(Engine, SplitMasterNeedsBf16WeightsTheUpdateCanRead) {
   e = testing::TrySettle(c, comm->world_size(), device->is_host());  // offload_param none: all resident
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("on the device"), std::string::npos) << e.status().ToString();
-  c.offload_param.device = OffloadDevice::kCpu;
+  c.offload_param.device = Tier::kCpu;
   auto engine = Engine::Create(testing::Settled(c, comm->world_size(), device->is_host()), comm.get(), nullptr, {},
                                device.get());
   EXPECT_TRUE(engine.ok()) << engine.status().ToString();
@@ -422,8 +422,8 @@ TEST(Engine, PrefetchStaysWithinItsBudget) {
   TempDir dir;
   TrainConfig c = TinyConfig(dir.path());
   c.compute_dtype = DType::kBF16;
-  c.offload_param.device = OffloadDevice::kNvme;
-  c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = Tier::kNvme;
+  c.offload_optimizer.device = Tier::kNvme;
   c.prefetch_bucket_size = 40000;  // elements: about two layer shards in flight
   auto r = RunEngine(c, 2, 2);
   EXPECT_GT(r.prefetch_high_water, 0u);
@@ -435,8 +435,8 @@ TEST(Engine, PrefetchStaysWithinItsBudget) {
 TEST(Engine, StepTransfersUseRegisteredMemoryOnly) {
   TempDir dir;
   TrainConfig c = TinyConfig(dir.path());
-  c.offload_param.device = OffloadDevice::kNvme;
-  c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = Tier::kNvme;
+  c.offload_optimizer.device = Tier::kNvme;
   auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
   ASSERT_TRUE(data.ok());
   auto comm = MakeSingleRankCommunicator();
@@ -488,12 +488,12 @@ TEST(Engine, CreationWritesWorkingAndMasterOnly) {
     TrainConfig c = TinyConfig(dir.path());
     c.compute_dtype = DType::kBF16;
     c.adam_states = moments;
-    c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+    c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
     auto comm = MakeSingleRankCommunicator();
     auto engine = Engine::Create(testing::Settled(c, comm->world_size()), comm.get(), nullptr);
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     const MemoryLedger& l = (*engine)->ledger();
-    const uint64_t written = l.At(StateKind::kWorking, Residence::kNvme) + l.At(StateKind::kMaster, Residence::kNvme);
+    const uint64_t written = l.At(StateKind::kWorking, Tier::kNvme) + l.At(StateKind::kMaster, Tier::kNvme);
     const uint64_t moments_bytes = l.Of(StateKind::kAdamM) + l.Of(StateKind::kAdamV);
     ASSERT_GT(moments_bytes, 0u);
     EXPECT_EQ((*engine)->nvme_stats().bytes_written, written);
@@ -526,7 +526,7 @@ TEST(Engine, KeptActivationsTrainBitwiseLikeRecompute) {
       c.model.arch = arch;
       if (arch == model::Arch::kLlama) c.model.n_kv_head = 2;
       c.compute_dtype = dtype;
-      c.offload_param.device = OffloadDevice::kNvme;
+      c.offload_param.device = Tier::kNvme;
       c.grad_accum = 2;
       auto recompute = RunEngine(c, 2, 3);
       c.recompute = Recompute::kNever;  // kept activations

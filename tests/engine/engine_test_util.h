@@ -45,7 +45,7 @@ inline TrainConfig RecomputedLlama(const std::string& dir, StepSchedule schedule
   c.grad_accum = 2;
   c.recompute = Recompute::kAlways;
   c.schedule_setting = schedule;
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
   return c;
 }
 

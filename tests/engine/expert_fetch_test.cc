@@ -35,8 +35,8 @@ TrainConfig SixteenExperts(const std::string& dir, ExpertFetch fetch) {
   c.optimizer_overlap = OptimizerOverlap::kNone;
   c.schedule_setting = StepSchedule::kMicroBatch;
   c.model.tie_embeddings = false;
-  c.offload_param.device = OffloadDevice::kNvme;
-  c.offload_optimizer.device = OffloadDevice::kCpu;
+  c.offload_param.device = Tier::kNvme;
+  c.offload_optimizer.device = Tier::kCpu;
   c.expert_fetch = fetch;
   return c;
 }
@@ -134,10 +134,10 @@ TEST(ExpertFetch, TrainsBitwiseAsFetchingEveryExpert) {
       {"one rank, NVMe", 1, false, [](TrainConfig&) {}},
       {"two ranks, stage 2, cpu tier", 2, false, [](TrainConfig& c) {
          c.zero_stage = 2;  // (the working weights on NVMe are for stage 3)
-         c.offload_param.device = OffloadDevice::kCpu;
+         c.offload_param.device = Tier::kCpu;
        }},
       {"fake device, NVMe", 1, true, [](TrainConfig&) {}},
-      {"fake device, cpu tier", 1, true, [](TrainConfig& c) { c.offload_param.device = OffloadDevice::kCpu; }},
+      {"fake device, cpu tier", 1, true, [](TrainConfig& c) { c.offload_param.device = Tier::kCpu; }},
       {"layer-major", 1, false, [](TrainConfig& c) { c.schedule_setting = StepSchedule::kLayerMajor; }},
       {"optimizer overlapping the forward", 1, true, [](TrainConfig& c) { c.optimizer_overlap = OptimizerOverlap::kForward; }},
       {"two ranks, stage 3: the experts some rank chose", 2, false, [](TrainConfig&) {}},

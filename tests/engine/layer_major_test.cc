@@ -46,41 +46,41 @@ struct ScheduleCase {
 
 const ScheduleCase kScheduleCases[] = {
     {"stage3_nvme_forward", [](TrainConfig& c) {
-       c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+       c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
      }, 1},
     {"stage3_nvme_two_ranks", [](TrainConfig& c) {
-       c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+       c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
      }, 2},
     {"stage1_cpu_none", [](TrainConfig& c) {
        c.zero_stage = 1;
-       c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kCpu;
+       c.offload_param.device = c.offload_optimizer.device = Tier::kCpu;
        c.optimizer_overlap = OptimizerOverlap::kNone;
      }, 2},
     {"stage2_speculative_clipped", [](TrainConfig& c) {
        c.zero_stage = 2;
-       c.offload_optimizer.device = OffloadDevice::kCpu;
+       c.offload_optimizer.device = Tier::kCpu;
        c.optimizer_overlap = OptimizerOverlap::kSpeculative;
        c.gradient_clipping = 0.05;  // clips: the speculated blocks are redone
      }, 2},
     {"stage3_delayed_nvme", [](TrainConfig& c) {
-       c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+       c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
        c.optimizer_overlap = OptimizerOverlap::kDelayed;
      }, 1},
     {"lora_nvme_base", [](TrainConfig& c) {
-       c.offload_param.device = OffloadDevice::kNvme;
+       c.offload_param.device = Tier::kNvme;
        c.model.lora.r = 4;
        c.model.lora.alpha = 8;
        c.model.lora.target_modules = {"q_proj", "v_proj", "down_proj"};
        c.lr = 0.01;
      }, 2},
     {"kept_activations_bf16", [](TrainConfig& c) {
-       c.offload_param.device = OffloadDevice::kNvme;
+       c.offload_param.device = Tier::kNvme;
        c.recompute = Recompute::kNever;
        c.compute_dtype = DType::kBF16;
        c.grad_accum_dtype = DType::kBF16;
      }, 1},
     {"fp16_overflow_cpu_params", [](TrainConfig& c) {
-       c.offload_param.device = OffloadDevice::kCpu;
+       c.offload_param.device = Tier::kCpu;
        c.compute_dtype = DType::kF16;
        c.debug_overflow_step = 1;
      }, 2},
@@ -107,8 +107,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, LayerMajor, ::testing::Range(0, static_cast<int>
 TEST(LayerMajorFakeDevice, IsTheHostsMicroBatchScheduleUnderRandomDelays) {
   TempDir dir;
   TrainConfig c = UntiedLlama(dir.path(), 3);
-  c.offload_param.device = OffloadDevice::kNvme;
-  c.offload_optimizer.device = OffloadDevice::kCpu;
+  c.offload_param.device = Tier::kNvme;
+  c.offload_optimizer.device = Tier::kCpu;
   const RunResult host = RunEngine(WithSchedule(c, StepSchedule::kMicroBatch), 2, 3);
   ASSERT_EQ(host.stats.size(), 3u);
   // With and without device accumulation; with the block inputs in host memory between their
@@ -132,7 +132,7 @@ TEST(LayerMajorTied, IsWithinRoundingOfTheMicroBatchSchedule) {
   TempDir dir;
   TrainConfig c = TinyConfig(dir.path());  // GPT-2: the head borrows the token table
   c.grad_accum = 4;
-  c.offload_param.device = OffloadDevice::kNvme;
+  c.offload_param.device = Tier::kNvme;
   const RunResult micro = RunEngine(WithSchedule(c, StepSchedule::kMicroBatch), 1, 3);
   const RunResult layer = RunEngine(WithSchedule(c, StepSchedule::kLayerMajor), 1, 3);
   ASSERT_EQ(layer.stats.size(), 3u);
@@ -152,7 +152,7 @@ TEST(LayerMajorTied, IsWithinRoundingOfTheMicroBatchSchedule) {
 TEST(LayerMajorResume, GoesOnBitwiseFromAMidRunCheckpoint) {
   TempDir dir;
   TrainConfig c = UntiedLlama(dir.path(), 4);
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
   auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
   ASSERT_TRUE(data.ok());
   auto comm = MakeSingleRankCommunicator();
@@ -191,7 +191,7 @@ TEST(LayerMajorResume, GoesOnBitwiseFromAMidRunCheckpoint) {
 TEST(LayerMajorFused, IsWithinRoundingOfTheMicroBatchSchedule) {
   TempDir dir;
   TrainConfig c = UntiedLlama(dir.path(), 4);
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
   const RunResult micro = RunEngine(WithSchedule(c, StepSchedule::kMicroBatch), 1, 3);
   TrainConfig f = WithSchedule(c, StepSchedule::kLayerMajor);
   f.fuse_micro_batches = true;
@@ -218,7 +218,7 @@ TEST(LayerMajorFused, IsWithinRoundingOfTheMicroBatchSchedule) {
 TEST(LayerMajorFused, ResumesBitwiseAndRefusesWhatItCannotDo) {
   TempDir dir;
   TrainConfig c = UntiedLlama(dir.path(), 3);
-  c.offload_param.device = OffloadDevice::kNvme;
+  c.offload_param.device = Tier::kNvme;
   c.fuse_micro_batches = true;  // (implies layer-major under "auto")
   auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
   ASSERT_TRUE(data.ok());
@@ -262,16 +262,16 @@ TEST(LayerMajorAuto, PicksItWhereFetchesRepeat) {
   TrainConfig c = TinyConfig(dir.path());
   c.grad_accum = 4;
   auto settled = [&](const TrainConfig& k, bool host) { return testing::Settled(k, 1, host)->layer_major; };
-  c.offload_param.device = OffloadDevice::kNvme;
+  c.offload_param.device = Tier::kNvme;
   EXPECT_TRUE(settled(c, true));
   EXPECT_FALSE(settled(WithSchedule(c, StepSchedule::kMicroBatch), true));
-  c.offload_param.device = OffloadDevice::kCpu;
+  c.offload_param.device = Tier::kCpu;
   EXPECT_FALSE(settled(c, true));  // on the host the weights are read in place
   EXPECT_TRUE(settled(c, false));  // off it they cross the link at every visit
-  c.offload_param.device = OffloadDevice::kNone;
+  c.offload_param.device = Tier::kDevice;
   EXPECT_FALSE(settled(c, false));
   EXPECT_TRUE(settled(WithSchedule(c, StepSchedule::kLayerMajor), false));
-  c.offload_param.device = OffloadDevice::kNvme;
+  c.offload_param.device = Tier::kNvme;
   c.grad_accum = 1;
   EXPECT_FALSE(settled(c, true));
 }
@@ -283,7 +283,7 @@ TEST(LayerMajorAuto, FallsBackWhereTheBlockInputsDoNotFit) {
   TrainConfig c = TinyConfig(dir.path());
   c.grad_accum = 64;
   c.micro_batch = 16;
-  c.offload_param.device = OffloadDevice::kNvme;
+  c.offload_param.device = Tier::kNvme;
   const uint64_t micro = EstimateMemory(*testing::Settled(WithSchedule(c, StepSchedule::kMicroBatch)), 1).node_host_bytes(1);
   const uint64_t layer = EstimateMemory(*testing::Settled(WithSchedule(c, StepSchedule::kLayerMajor)), 1).node_host_bytes(1);
   ASSERT_GT(layer, micro + 1000000);
@@ -309,7 +309,7 @@ TEST(LayerMajorEstimate, CountsEveryMicroBatchsBlockInputs) {
   TempDir dir;
   TrainConfig c = TinyConfig(dir.path());
   c.grad_accum = 8;
-  c.offload_param.device = OffloadDevice::kNvme;
+  c.offload_param.device = Tier::kNvme;
   const MemoryEstimate micro = EstimateMemory(*testing::Settled(WithSchedule(c, StepSchedule::kMicroBatch)), 1);
   const MemoryEstimate layer = EstimateMemory(*testing::Settled(WithSchedule(c, StepSchedule::kLayerMajor)), 1);
   ASSERT_GT(micro.boundary_activations, 0u);

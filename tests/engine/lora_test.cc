@@ -44,7 +44,7 @@ std::map<std::string, std::vector<std::byte>> Working(const RunResult& r, Tensor
 
 TEST(Lora, TrainsOnlyTheAdaptersWhileTheBaseKeepsItsBytes) {
   TempDir dir;
-  for (OffloadDevice d : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+  for (Tier d : {Tier::kCpu, Tier::kNvme}) {
     SCOPED_TRACE(::testing::Message() << "offload " << OffloadDeviceName(d));
     TrainConfig c = LoraConfig(dir.path());
     c.compute_dtype = DType::kBF16;
@@ -77,7 +77,7 @@ TEST(Lora, TrainsOnlyTheAdaptersWhileTheBaseKeepsItsBytes) {
       EXPECT_TRUE(std::equal(bytes.begin(), bytes.begin() + frozen, base_after.at(name).begin())) << name << " changed";
     }
     // With the base on NVMe the layers' trainable ends are host tensors of their own.
-    EXPECT_EQ(Working(after, TensorRole::kAdapter).size(), d == OffloadDevice::kNvme ? 2u : 0u);
+    EXPECT_EQ(Working(after, TensorRole::kAdapter).size(), d == Tier::kNvme ? 2u : 0u);
     // Optimizer state for the adapters only: 12 B per trainable parameter (fp32 master, m, v).
     int64_t trainable = 0;
     for (int b = 0; b < spec.num_blocks(); ++b) {
@@ -106,7 +106,7 @@ TEST(Lora, EveryPlacementAndTheDevicePathTrainTheSameAdapters) {
   c.compute_dtype = DType::kBF16;
   const RunResult reference = RunEngine(c, 2, 4);
   const FakeDeviceOptions delays{.seed = 3, .max_delay_us = 200, .copy_gbps = 0, .poison = true};
-  for (OffloadDevice d : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+  for (Tier d : {Tier::kCpu, Tier::kNvme}) {
     for (bool fake : {false, true}) {
       SCOPED_TRACE(::testing::Message() << OffloadDeviceName(d) << (fake ? " on the fake device" : ""));
       TrainConfig p = c;
@@ -129,8 +129,8 @@ TEST(Lora, OneRankAndTwoRanksAgree) {
   TempDir dir;
   TrainConfig one = LoraConfig(dir.path());
   one.grad_accum = 2;
-  one.offload_param.device = OffloadDevice::kNvme;
-  one.offload_optimizer.device = OffloadDevice::kNvme;
+  one.offload_param.device = Tier::kNvme;
+  one.offload_optimizer.device = Tier::kNvme;
   TrainConfig two = one;
   two.grad_accum = 1;
   const RunResult a = RunEngine(one, 1, 4), b = RunEngine(two, 2, 4);

@@ -184,7 +184,7 @@ TEST(LossMask, SpeculativeUpdatesAreBitwiseThePlainSchedule) {
   c.micro_batch = 2;
   c.grad_accum = 2;
   c.compute_dtype = DType::kBF16;
-  c.offload_optimizer.device = OffloadDevice::kCpu;
+  c.offload_optimizer.device = Tier::kCpu;
   c.optimizer_overlap = OptimizerOverlap::kNone;
   const auto plain = RunEngine(c, 2, 4);
   c.optimizer_overlap = OptimizerOverlap::kSpeculative;
@@ -215,7 +215,7 @@ TEST(LossMask, LayerMajorIsBitwiseTheMicroBatchSchedule) {
   c.data.path = WriteData(dir.path(), tokens, mask);
   c.micro_batch = 2;
   c.grad_accum = 3;
-  c.offload_param.device = OffloadDevice::kNvme;
+  c.offload_param.device = Tier::kNvme;
   c.schedule_setting = StepSchedule::kMicroBatch;
   const auto micro = RunEngine(c, 2, 3);
   c.schedule_setting = StepSchedule::kLayerMajor;

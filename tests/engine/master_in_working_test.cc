@@ -26,11 +26,11 @@ TEST(MasterInWorking, TrainsBitwiseAsAMasterOfItsOwnWhereverTheStateLives) {
   TrainConfig base = TinyConfig(dir.path());  // fp32 compute
   base.model.n_layer = 3;
   struct Home {
-    OffloadDevice params, states;
+    Tier params, states;
     int64_t host_blocks;
   };
-  for (const Home& h : {Home{OffloadDevice::kNvme, OffloadDevice::kNvme, 0}, Home{OffloadDevice::kNvme, OffloadDevice::kNvme, 2},
-                        Home{OffloadDevice::kCpu, OffloadDevice::kNvme, 0}, Home{OffloadDevice::kNone, OffloadDevice::kNone, 0}}) {
+  for (const Home& h : {Home{Tier::kNvme, Tier::kNvme, 0}, Home{Tier::kNvme, Tier::kNvme, 2},
+                        Home{Tier::kCpu, Tier::kNvme, 0}, Home{Tier::kDevice, Tier::kDevice, 0}}) {
     SCOPED_TRACE(::testing::Message() << "params " << OffloadDeviceName(h.params) << ", states "
                                       << OffloadDeviceName(h.states) << ", host blocks " << h.host_blocks);
     TrainConfig c = base;
@@ -62,8 +62,8 @@ TEST(MasterInWorking, ShardsAsAMasterOfItsOwn) {
     SCOPED_TRACE(stage);
     TrainConfig c = TinyConfig(dir.path());
     c.zero_stage = stage;
-    c.offload_optimizer.device = OffloadDevice::kNvme;
-    if (stage == 3) c.offload_param.device = OffloadDevice::kNvme;
+    c.offload_optimizer.device = Tier::kNvme;
+    if (stage == 3) c.offload_param.device = Tier::kNvme;
     const testing::RunResult own = RunEngine(OwnMaster(c), 2, 3), once = RunEngine(c, 2, 3);
     ASSERT_EQ(once.stats.size(), 3u);
     EXPECT_TRUE(testing::BitwiseEqual(own, once)) << testing::MaxAbsDiff(own, once);
@@ -76,7 +76,7 @@ TEST(MasterInWorking, ShardsAsAMasterOfItsOwn) {
 TEST(MasterInWorking, StateRestoresIntoEitherLayout) {
   TempDir dir;
   TrainConfig c = TinyConfig(dir.path());
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
   c.sub_group_size = 3000;  // several sub-groups per block: each restores its part of the working weights
   auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
   ASSERT_TRUE(data.ok());
@@ -111,7 +111,7 @@ TEST(MasterInWorking, StateRestoresIntoEitherLayout) {
 TEST(MasterInWorking, RestoreWritesEachBlocksWeightsOnce) {
   TempDir dir;
   TrainConfig c = TinyConfig(dir.path());
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
   c.sub_group_size = 3000;
   auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
   ASSERT_TRUE(data.ok());
@@ -165,7 +165,7 @@ TEST(MasterInWorking, OnlyWhereTheUpdateReplacesFp32WeightsInPlace) {
   EXPECT_FALSE(in_working(k));
   k = c;  // off the host, offload_param "none": working weights resident on the device
   EXPECT_FALSE(in_working(k, {.host = false}));
-  k.offload_param.device = OffloadDevice::kCpu;
+  k.offload_param.device = Tier::kCpu;
   EXPECT_TRUE(in_working(k, {.host = false}));
   k.resident_blocks = 1;
   EXPECT_FALSE(in_working(k, {.host = false}));

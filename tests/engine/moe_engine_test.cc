@@ -41,7 +41,7 @@ TEST(MoeEngine, TheRouterLossTrainsBitwiseAlikeOnEveryPath) {
     TrainConfig v = c;
     if (variant == 0) v.recompute = Recompute::kNever;  // kept activations
     if (variant == 1) v.schedule_setting = StepSchedule::kLayerMajor;
-    if (variant >= 2) v.offload_param.device = v.offload_optimizer.device = OffloadDevice::kNvme;
+    if (variant >= 2) v.offload_param.device = v.offload_optimizer.device = Tier::kNvme;
     const RunResult run = RunEngine(v, 2, 3, variant == 3 ? &delays : nullptr);
     ASSERT_EQ(run.stats.size(), 3u);
     for (int s = 0; s < 3; ++s) EXPECT_EQ(run.stats[s].loss, reference.stats[s].loss) << "step " << s;

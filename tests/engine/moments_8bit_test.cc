@@ -26,14 +26,14 @@ TrainConfig EightBit(const std::string& dir) {
 TEST(Moments8Bit, TrainAlikeWhereverTheStatesLive) {
   TempDir dir;
   struct Home {
-    OffloadDevice params, states;
+    Tier params, states;
     int64_t host_blocks;
     OptimizerOverlap overlap;
   };
   std::vector<testing::RunResult> runs;
-  for (const Home& h : {Home{OffloadDevice::kNone, OffloadDevice::kCpu, 0, OptimizerOverlap::kForward},
-                        Home{OffloadDevice::kNvme, OffloadDevice::kNvme, 0, OptimizerOverlap::kForward},
-                        Home{OffloadDevice::kNvme, OffloadDevice::kNvme, 1, OptimizerOverlap::kNone}}) {
+  for (const Home& h : {Home{Tier::kDevice, Tier::kCpu, 0, OptimizerOverlap::kForward},
+                        Home{Tier::kNvme, Tier::kNvme, 0, OptimizerOverlap::kForward},
+                        Home{Tier::kNvme, Tier::kNvme, 1, OptimizerOverlap::kNone}}) {
     TrainConfig c = EightBit(dir.path());
     c.offload_param.device = h.params;
     c.offload_optimizer.device = h.states;
@@ -77,7 +77,7 @@ TEST(Moments8Bit, TrainAlikeWhereverTheStatesLive) {
 TEST(Moments8Bit, VisitAsFp32AndRestoreToTheSameBlobs) {
   TempDir dir;
   TrainConfig c = EightBit(dir.path());
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
   auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
   ASSERT_TRUE(data.ok());
   auto comm = MakeSingleRankCommunicator();
@@ -115,7 +115,7 @@ TEST(Moments8Bit, ShrinkTheOptimizerPoolsBuffers) {
   auto buffer = [&](bool eight, bool own_master) {
     TrainConfig c = EightBit(dir.path());
     c.moments_8bit = eight;
-    c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+    c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
     if (own_master) c.optimizer_overlap = OptimizerOverlap::kDelayed;  // (keeps a master of its own)
     const std::unique_ptr<Engine> e = testing::MakeEngine(c, comm.get());
     EXPECT_EQ(e->plan().format.master() == MasterFormat::kInWorking, !own_master);

@@ -19,14 +19,14 @@ using testing::RunEngine;
 using testing::TempDir;
 using testing::TinyConfig;
 
-class OverlapModes : public ::testing::TestWithParam<std::tuple<OffloadDevice, int, DType>> {};
+class OverlapModes : public ::testing::TestWithParam<std::tuple<Tier, int, DType>> {};
 
 TEST_P(OverlapModes, IsBitwiseThePlainSchedule) {
   const auto [offload, stage, dtype] = GetParam();
   TempDir dir;
   TrainConfig c = TinyConfig(dir.path());
   c.zero_stage = stage;
-  c.offload_param.device = stage == 3 ? offload : OffloadDevice::kNone;
+  c.offload_param.device = stage == 3 ? offload : Tier::kDevice;
   c.offload_optimizer.device = offload;
   c.compute_dtype = dtype;
   c.gradient_clipping = 2.1;  // the first two steps clip (bf16 norms 3.34, 2.20), the others not (1.98 .. 1.83)
@@ -81,7 +81,7 @@ TEST(Speculation, OnAnAsynchronousDeviceWithAccumulationAndABudget) {
   c.gradient_clipping = 2.2;
   c.sub_group_size = 20000;
   const FakeDeviceOptions fake{.seed = 11, .max_delay_us = 800};
-  for (OffloadDevice offload : {OffloadDevice::kNone, OffloadDevice::kNvme}) {
+  for (Tier offload : {Tier::kDevice, Tier::kNvme}) {
     for (DType dtype : {DType::kBF16, DType::kF16}) {
       SCOPED_TRACE(::testing::Message() << OffloadDeviceName(offload) << " " << DTypeName(dtype));
       c.offload_param.device = c.offload_optimizer.device = offload;
@@ -101,7 +101,7 @@ TEST(Speculation, OnAnAsynchronousDeviceWithAccumulationAndABudget) {
     }
   }
   // Adam's moments in bf16 (strata.adam_states): the speculation backs them up as they are.
-  for (OffloadDevice offload : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+  for (Tier offload : {Tier::kCpu, Tier::kNvme}) {
     SCOPED_TRACE(::testing::Message() << "bf16 moments, " << OffloadDeviceName(offload));
     c.offload_param.device = c.offload_optimizer.device = offload;
     c.compute_dtype = DType::kBF16;
@@ -131,7 +131,7 @@ TEST(Speculation, OnAnAsynchronousDeviceWithAccumulationAndABudget) {
   c.adam_states = DType::kF32;
   // A budget for the last two blocks only (d_model 256: a layer's backup is ~5.5 MB per rank).
   c.model.d_model = 256;
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kCpu;
+  c.offload_param.device = c.offload_optimizer.device = Tier::kCpu;
   c.compute_dtype = DType::kBF16;
   c.debug_overflow_step = -1;
   c.optimizer_overlap = OptimizerOverlap::kNone;
@@ -149,7 +149,7 @@ TEST(Speculation, OnAnAsynchronousDeviceWithAccumulationAndABudget) {
 
 INSTANTIATE_TEST_SUITE_P(
     Modes, OverlapModes,
-    ::testing::Combine(::testing::Values(OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme),
+    ::testing::Combine(::testing::Values(Tier::kDevice, Tier::kCpu, Tier::kNvme),
                        ::testing::Values(2, 3), ::testing::Values(DType::kBF16, DType::kF16)),
     [](const auto& info) {
       return std::string(OffloadDeviceName(std::get<0>(info.param))) + "_stage" +
@@ -166,7 +166,7 @@ TEST(DelayedUpdate, EachStepSeesTheWeightsFromBeforeTheLastUpdate) {
   TempDir dir;
   TrainConfig c = TinyConfig(dir.path());
   c.model.n_layer = 4;  // 6 blocks, 2 parking buffers
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
   c.compute_dtype = DType::kBF16;
   c.sub_group_size = 20000;
   c.optimizer_overlap = OptimizerOverlap::kNone;
@@ -229,7 +229,7 @@ TEST(OptimizerOverlap, TheBackwardReadsTheUpdatesFirstStates) {
   TrainConfig c = TinyConfig(dir.path());
   c.model.n_layer = 4;
   c.sub_group_size = 2000;  // many sub-groups: more than the optimizer pool holds
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
   auto data = data::TokenDataset::Open(c.data, c.model.vocab_size, c.model.seq_len);
   ASSERT_TRUE(data.ok());
   for (OptimizerOverlap mode : {OptimizerOverlap::kForward, OptimizerOverlap::kNone}) {

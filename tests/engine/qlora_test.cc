@@ -52,7 +52,7 @@ TEST(Qlora, TrainsBitwiseAsTheDequantisedBaseOnEveryPath) {
     const RunResult reference = RunEngine(plain, 2, 4, nullptr, DequantisedBase(q.model));
     ASSERT_EQ(reference.stats.size(), 4u);
     const FakeDeviceOptions delays{.seed = 5, .max_delay_us = 200, .copy_gbps = 0, .poison = true};
-    for (OffloadDevice d : {OffloadDevice::kCpu, OffloadDevice::kNvme})
+    for (Tier d : {Tier::kCpu, Tier::kNvme})
       for (bool fake : {false, true}) {
         SCOPED_TRACE(::testing::Message() << DTypeName(compute) << ", " << OffloadDeviceName(d)
                                           << (fake ? " on the fake device" : ""));
@@ -73,7 +73,7 @@ TEST(Qlora, TrainsBitwiseAsTheDequantisedBaseOnEveryPath) {
 TEST(Qlora, TheBaseKeepsItsBytesAndTakesAQuarterOfThem) {
   TempDir dir;
   TrainConfig c = QloraConfig(dir.path(), DType::kBF16);
-  c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
   const RunResult before = RunEngine(c, 1, 0), after = RunEngine(c, 1, 6);
   ASSERT_EQ(after.stats.size(), 6u);
   const model::ModelSpec spec(c.model);

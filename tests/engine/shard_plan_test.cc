@@ -90,8 +90,8 @@ TEST(ShardPlan, SubGroupsTileTheOptimizerRangeInAlignedSteps) {
 TEST(ShardPlan, KeysAndTheirBytesAreTheLedger) {
   for (const char* states : {"fp32", "bf16", "8bit"}) {
     TrainConfig c = Config();
-    c.offload_param.device = OffloadDevice::kNvme;
-    c.offload_optimizer.device = OffloadDevice::kNvme;
+    c.offload_param.device = Tier::kNvme;
+    c.offload_optimizer.device = Tier::kNvme;
     SetAdamStates(&c, states);
     c.compute_dtype = DType::kBF16;
     const ShardPlan p = ShardPlan::Make(c, Shape({1000, 5003, 64}), 2, 0);
@@ -104,34 +104,34 @@ TEST(ShardPlan, KeysAndTheirBytesAreTheLedger) {
       stored[k.role] += p.format.StoredBytes(k.role, len);
       EXPECT_EQ(p.TensorBytes(k), len * p.format.VisitedBytes(k.role));  // what checkpoints hold
     }
-    EXPECT_EQ(stored[TensorRole::kWorking], p.ledger.At(StateKind::kWorking, Residence::kNvme)) << states;
-    EXPECT_EQ(stored[TensorRole::kMaster], p.ledger.At(StateKind::kMaster, Residence::kNvme)) << states;
-    EXPECT_EQ(stored[TensorRole::kAdamM], p.ledger.At(StateKind::kAdamM, Residence::kNvme)) << states;
-    EXPECT_EQ(stored[TensorRole::kAdamV], p.ledger.At(StateKind::kAdamV, Residence::kNvme)) << states;
+    EXPECT_EQ(stored[TensorRole::kWorking], p.ledger.At(StateKind::kWorking, Tier::kNvme)) << states;
+    EXPECT_EQ(stored[TensorRole::kMaster], p.ledger.At(StateKind::kMaster, Tier::kNvme)) << states;
+    EXPECT_EQ(stored[TensorRole::kAdamM], p.ledger.At(StateKind::kAdamM, Tier::kNvme)) << states;
+    EXPECT_EQ(stored[TensorRole::kAdamV], p.ledger.At(StateKind::kAdamV, Tier::kNvme)) << states;
   }
 }
 
 TEST(ShardPlan, PlacementFollowsTheOffloadSettingsAndHostBlocks) {
   TrainConfig c = Config();
-  c.offload_param.device = OffloadDevice::kNvme;
-  c.offload_optimizer.device = OffloadDevice::kNvme;
+  c.offload_param.device = Tier::kNvme;
+  c.offload_optimizer.device = Tier::kNvme;
   c.host_blocks = 2;
   const ShardPlan p = ShardPlan::Make(c, Shape({1000, 1000, 1000, 1000}), 1, 0);
   for (int b = 0; b < 4; ++b) {
-    const Residence want = b < 2 ? Residence::kCpu : Residence::kNvme;
-    EXPECT_EQ(p.OptimizerResidence(b), want) << b;
-    EXPECT_EQ(p.WorkingResidence(b), want) << b;  // host blocks keep their working weights too
+    const Tier want = b < 2 ? Tier::kCpu : Tier::kNvme;
+    EXPECT_EQ(p.OptimizerTier(b), want) << b;
+    EXPECT_EQ(p.WorkingTier(b), want) << b;  // host blocks keep their working weights too
   }
   c.optimizer_overlap = OptimizerOverlap::kDelayed;  // which needs the old weights on NVMe
   const ShardPlan d = ShardPlan::Make(c, Shape({1000, 1000, 1000, 1000}), 1, 0);
-  EXPECT_EQ(d.OptimizerResidence(0), Residence::kCpu);
-  EXPECT_EQ(d.WorkingResidence(0), Residence::kNvme);
+  EXPECT_EQ(d.OptimizerTier(0), Tier::kCpu);
+  EXPECT_EQ(d.WorkingTier(0), Tier::kNvme);
   EXPECT_GT(d.park_pool.count, 0u);
-  c.offload_optimizer.device = OffloadDevice::kCpu;
+  c.offload_optimizer.device = Tier::kCpu;
   c.host_blocks = 0;
   c.optimizer_overlap = OptimizerOverlap::kForward;
   const ShardPlan cpu = ShardPlan::Make(c, Shape({1000}), 1, 0);
-  EXPECT_EQ(cpu.OptimizerResidence(0), Residence::kCpu);
+  EXPECT_EQ(cpu.OptimizerTier(0), Tier::kCpu);
   EXPECT_EQ(cpu.optim_pool.count, 0u);  // no NVMe states: no pool for them
   EXPECT_GT(cpu.param_pool.count, 0u);  // NVMe working weights: fetched through it
 }
@@ -141,20 +141,20 @@ TEST(ShardPlan, PlacementFollowsTheOffloadSettingsAndHostBlocks) {
 // GPU run, whose ledger put 81 GB of states in device memory that the process held itself.
 TEST(ShardPlan, OffTheHostOptimizerStatesOfNoneLiveInHostMemory) {
   TrainConfig c = Config();
-  c.offload_optimizer.device = OffloadDevice::kNone;
+  c.offload_optimizer.device = Tier::kDevice;
   const ShardPlan host = ShardPlan::Make(c, Shape({1000, 1000}), 1, 0);
-  EXPECT_EQ(host.OptimizerResidence(0), Residence::kDevice);  // the host is the device
+  EXPECT_EQ(host.OptimizerTier(0), Tier::kDevice);  // the host is the device
   const ShardPlan gpu = ShardPlan::Make(c, Shape({1000, 1000}), 1, 0, {.host = false});
-  for (int b = 0; b < 2; ++b) EXPECT_EQ(gpu.OptimizerResidence(b), Residence::kCpu) << b;
-  c.offload_optimizer.device = OffloadDevice::kCpu;
+  for (int b = 0; b < 2; ++b) EXPECT_EQ(gpu.OptimizerTier(b), Tier::kCpu) << b;
+  c.offload_optimizer.device = Tier::kCpu;
   const ShardPlan gpu_cpu = ShardPlan::Make(c, Shape({1000, 1000}), 1, 0, {.host = false});
   EXPECT_TRUE(gpu.ledger == gpu_cpu.ledger);  // "none" is "cpu" there, byte for byte
   for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV}) {
-    EXPECT_EQ(gpu.ledger.At(k, Residence::kDevice), 0u);
-    EXPECT_GT(gpu.ledger.At(k, Residence::kCpu), 0u);
+    EXPECT_EQ(gpu.ledger.At(k, Tier::kDevice), 0u);
+    EXPECT_GT(gpu.ledger.At(k, Tier::kCpu), 0u);
   }
-  EXPECT_EQ(OptimizerStatesWhere(OffloadDevice::kNone, /*host_device=*/true), "none");
-  EXPECT_NE(OptimizerStatesWhere(OffloadDevice::kNone, /*host_device=*/false).find("host memory"), std::string::npos);
+  EXPECT_EQ(OptimizerStatesWhere(Tier::kDevice, /*host_device=*/true), "none");
+  EXPECT_NE(OptimizerStatesWhere(Tier::kDevice, /*host_device=*/false).find("host memory"), std::string::npos);
 }
 
 TEST(ShardPlan, VisitsAreTheStepsOrderOfGathers) {
@@ -192,7 +192,7 @@ TEST(ShardPlan, SpeculationTakesTheLastBlocksWithinItsBudget) {
 
 TEST(ShardPlan, TheFormatsSettleFromTheConfigAndTheirNeedsAreChecked) {
   TrainConfig c = Config();
-  c.offload_param.device = OffloadDevice::kCpu;
+  c.offload_param.device = Tier::kCpu;
   EXPECT_EQ(ShardPlan::Make(c, Shape({1000}), 1, 0).format.master(), MasterFormat::kInWorking);  // fp32 compute
   c.optimizer_overlap = OptimizerOverlap::kSpeculative;  // keeps two versions of the weights
   EXPECT_EQ(ShardPlan::Make(c, Shape({1000}), 1, 0).format.master(), MasterFormat::kFp32);
@@ -203,7 +203,7 @@ TEST(ShardPlan, TheFormatsSettleFromTheConfigAndTheirNeedsAreChecked) {
   EXPECT_NE(fp32.CheckFormats(c).message().find("needs bf16 compute"), std::string::npos);
   c.compute_dtype = DType::kBF16;
   EXPECT_TRUE(ShardPlan::Make(c, Shape({1000}), 1, 0).CheckFormats(c).ok());
-  c.offload_param.device = OffloadDevice::kNone;  // on a device, resident: the CPU update cannot read them
+  c.offload_param.device = Tier::kDevice;  // on a device, resident: the CPU update cannot read them
   const ShardPlan resident = ShardPlan::Make(c, Shape({1000}), 1, 0, {.host = false});
   EXPECT_NE(resident.CheckFormats(c).message().find("on the device"), std::string::npos);
 }

@@ -19,7 +19,7 @@ struct Case {
   OptimizerOverlap overlap;
   int64_t grad_accum;
   int64_t host_blocks;
-  OffloadDevice params;
+  Tier params;
   bool split_master = false;
   DType compute = DType::kBF16;
   bool moments_8bit = false;
@@ -57,24 +57,24 @@ void CheckTraffic(const TrainConfig& c) {
 TEST(StepTraffic, IsTheLedgersArithmetic) {
   TempDir dir;
   const Case cases[] = {
-      {OptimizerOverlap::kNone, 1, 0, OffloadDevice::kNvme},    {OptimizerOverlap::kNone, 2, 0, OffloadDevice::kNvme},
-      {OptimizerOverlap::kForward, 1, 0, OffloadDevice::kNvme}, {OptimizerOverlap::kForward, 2, 2, OffloadDevice::kNvme},
-      {OptimizerOverlap::kDelayed, 1, 0, OffloadDevice::kNvme}, {OptimizerOverlap::kDelayed, 2, 1, OffloadDevice::kNvme},
-      {OptimizerOverlap::kForward, 1, 0, OffloadDevice::kCpu},  {OptimizerOverlap::kNone, 2, 1, OffloadDevice::kCpu},
+      {OptimizerOverlap::kNone, 1, 0, Tier::kNvme},    {OptimizerOverlap::kNone, 2, 0, Tier::kNvme},
+      {OptimizerOverlap::kForward, 1, 0, Tier::kNvme}, {OptimizerOverlap::kForward, 2, 2, Tier::kNvme},
+      {OptimizerOverlap::kDelayed, 1, 0, Tier::kNvme}, {OptimizerOverlap::kDelayed, 2, 1, Tier::kNvme},
+      {OptimizerOverlap::kForward, 1, 0, Tier::kCpu},  {OptimizerOverlap::kNone, 2, 1, Tier::kCpu},
       // strata.master_weights "split": 2 B/param less master; the update reads the working weights
-      {OptimizerOverlap::kForward, 1, 0, OffloadDevice::kNvme, true}, {OptimizerOverlap::kNone, 2, 1, OffloadDevice::kNvme, true},
-      {OptimizerOverlap::kForward, 1, 1, OffloadDevice::kCpu, true},
+      {OptimizerOverlap::kForward, 1, 0, Tier::kNvme, true}, {OptimizerOverlap::kNone, 2, 1, Tier::kNvme, true},
+      {OptimizerOverlap::kForward, 1, 1, Tier::kCpu, true},
       // fp32 compute: the working weights are the master (no master tensor); the update reads them
-      {OptimizerOverlap::kForward, 1, 0, OffloadDevice::kNvme, false, DType::kF32},
-      {OptimizerOverlap::kNone, 2, 1, OffloadDevice::kNvme, false, DType::kF32},
-      {OptimizerOverlap::kDelayed, 1, 0, OffloadDevice::kNvme, false, DType::kF32},  // (its own master)
+      {OptimizerOverlap::kForward, 1, 0, Tier::kNvme, false, DType::kF32},
+      {OptimizerOverlap::kNone, 2, 1, Tier::kNvme, false, DType::kF32},
+      {OptimizerOverlap::kDelayed, 1, 0, Tier::kNvme, false, DType::kF32},  // (its own master)
       // 8-bit m and v (1 B + a scale per 256 each)
-      {OptimizerOverlap::kForward, 1, 0, OffloadDevice::kNvme, false, DType::kF32, true},
-      {OptimizerOverlap::kForward, 2, 1, OffloadDevice::kNvme, true, DType::kBF16, true},
-      {OptimizerOverlap::kDelayed, 1, 0, OffloadDevice::kNvme, false, DType::kBF16, true},
+      {OptimizerOverlap::kForward, 1, 0, Tier::kNvme, false, DType::kF32, true},
+      {OptimizerOverlap::kForward, 2, 1, Tier::kNvme, true, DType::kBF16, true},
+      {OptimizerOverlap::kDelayed, 1, 0, Tier::kNvme, false, DType::kBF16, true},
       // accumulation 4, layer-major ("auto" with the weights on NVMe): each block's weights read
       // once per forward and once per backward of the step, as at accumulation 1
-      {OptimizerOverlap::kForward, 4, 0, OffloadDevice::kNvme}, {OptimizerOverlap::kNone, 4, 1, OffloadDevice::kNvme},
+      {OptimizerOverlap::kForward, 4, 0, Tier::kNvme}, {OptimizerOverlap::kNone, 4, 1, Tier::kNvme},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(::testing::Message() << OptimizerOverlapName(k.overlap) << " x" << k.grad_accum << " host blocks "
@@ -85,7 +85,7 @@ TEST(StepTraffic, IsTheLedgersArithmetic) {
     c.compute_dtype = k.compute;
     c.adam_states = DType::kBF16;
     c.offload_param.device = k.params;
-    c.offload_optimizer.device = OffloadDevice::kNvme;
+    c.offload_optimizer.device = Tier::kNvme;
     c.optimizer_overlap = k.overlap;
     c.grad_accum = k.grad_accum;
     c.host_blocks = k.host_blocks;
@@ -105,17 +105,17 @@ TEST(StepTraffic, DeviceLinkBytesAreTheArithmetic) {
   };
   const LinkCase cases[] = {
       {"params nvme, accumulation 3", [](TrainConfig& c) {
-         c.offload_param.device = OffloadDevice::kNvme;
+         c.offload_param.device = Tier::kNvme;
          c.grad_accum = 3;
        }},
       {"the same, summed on the device", [](TrainConfig& c) {
-         c.offload_param.device = OffloadDevice::kNvme;
+         c.offload_param.device = Tier::kNvme;
          c.grad_accum = 3;
          c.device_accumulation = 1;  // summed on the device
        }},
       {"2 blocks resident, bf16, params in host memory", [](TrainConfig& c) {
          c.compute_dtype = DType::kBF16;
-         c.offload_param.device = OffloadDevice::kCpu;
+         c.offload_param.device = Tier::kCpu;
          c.resident_blocks = 2;
        }},
       {"all resident, stage 2, untied llama, summed on the device", [](TrainConfig& c) {
@@ -130,7 +130,7 @@ TEST(StepTraffic, DeviceLinkBytesAreTheArithmetic) {
   for (const LinkCase& k : cases) {
     SCOPED_TRACE(k.name);
     TrainConfig c = TinyConfig(dir.path());
-    c.offload_optimizer.device = OffloadDevice::kCpu;
+    c.offload_optimizer.device = Tier::kCpu;
     c.optimizer_overlap = OptimizerOverlap::kNone;  // each step's copies end within it
     c.eval_interval = 0;
     k.configure(c);
@@ -161,11 +161,11 @@ TEST(StepTraffic, CountsEachWorkingReadOfTheSchedule) {
   TrainConfig c = TinyConfig("/unused");
   ShardPlan p;  // only its ledger and where it keeps the master are read
   MemoryLedger& l = p.ledger;
-  l.Add(StateKind::kWorking, Residence::kNvme, 100);
-  l.Add(StateKind::kMaster, Residence::kNvme, 200);
-  l.Add(StateKind::kAdamM, Residence::kNvme, 100);
-  l.Add(StateKind::kAdamV, Residence::kNvme, 100);
-  l.Add(StateKind::kMaster, Residence::kCpu, 999);  // host blocks: no disk
+  l.Add(StateKind::kWorking, Tier::kNvme, 100);
+  l.Add(StateKind::kMaster, Tier::kNvme, 200);
+  l.Add(StateKind::kAdamM, Tier::kNvme, 100);
+  l.Add(StateKind::kAdamV, Tier::kNvme, 100);
+  l.Add(StateKind::kMaster, Tier::kCpu, 999);  // host blocks: no disk
   c.grad_accum = 3;
   c.optimizer_overlap = OptimizerOverlap::kForward;
   StepTraffic t = EstimateStepTraffic(c, p);

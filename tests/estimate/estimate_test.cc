@@ -68,15 +68,15 @@ TEST(Estimate, ShippedConfigsMatchTheEngineLedgerExactly) {
     const TrainConfig base = Shrunk(file, dir.path());
     for (int world : {1, 2, 3}) ExpectEstimateMatchesLedger(base, world, file);
     for (int stage : {0, 1, 2}) {
-      for (OffloadDevice opt : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+      for (Tier opt : {Tier::kDevice, Tier::kCpu, Tier::kNvme}) {
         TrainConfig c = base;
         c.zero_stage = stage;
-        c.offload_param.device = OffloadDevice::kNone;
+        c.offload_param.device = Tier::kDevice;
         c.offload_optimizer.device = opt;
         ExpectEstimateMatchesLedger(c, 2, file);
       }
     }
-    for (OffloadDevice param : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+    for (Tier param : {Tier::kDevice, Tier::kCpu, Tier::kNvme}) {
       TrainConfig c = base;
       c.offload_param.device = param;
       c.offload_param.buffer_count = 4;
@@ -116,7 +116,7 @@ TEST(Estimate, LoraMatchesTheEngineLedgerExactly) {
   for (int world : {1, 2}) {
     c.resident_blocks = 2;
     ExpectEstimateMatchesLedger(c, world, "lora, 2 resident", /*on_device=*/true);
-    c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+    c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
     ExpectEstimateMatchesLedger(c, world, "lora on nvme", /*on_device=*/true);
     ExpectEstimateMatchesLedger(c, world, "lora on nvme");
   }
@@ -158,9 +158,9 @@ TEST(Estimate, QloraMatchesTheEngineLedgerExactly) {
   for (DType d : {DType::kBF16, DType::kF32}) {
     c.compute_dtype = d;
     for (int world : {1, 2}) {
-      c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNone;
+      c.offload_param.device = c.offload_optimizer.device = Tier::kDevice;
       ExpectEstimateMatchesLedger(c, world, "qlora, all resident", /*on_device=*/true);
-      c.offload_param.device = c.offload_optimizer.device = OffloadDevice::kNvme;
+      c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
       ExpectEstimateMatchesLedger(c, world, "qlora on nvme", /*on_device=*/true);
       ExpectEstimateMatchesLedger(c, world, "qlora on nvme");
     }
@@ -176,10 +176,10 @@ TEST(Estimate, The70bQloraBaseFitsOneH100) {
   cfg->compute_dtype = DType::kBF16;
   const RunConfig run = testing::Settled(*cfg, 1, /*host_device=*/false);
   const MemoryEstimate e = EstimateMemory(*run, 1, 0, {false});
-  const uint64_t on_gpu = e.ledger.At(StateKind::kWorking, Residence::kDevice);
+  const uint64_t on_gpu = e.ledger.At(StateKind::kWorking, Tier::kDevice);
   EXPECT_GT(on_gpu, 34'000'000'000ull);  // 69 B parameters at about 4.13 bits (the embeddings and head in bf16)
   EXPECT_LT(on_gpu, 38'000'000'000ull);
-  EXPECT_EQ(e.ledger.At(StateKind::kWorking, Residence::kCpu) + e.ledger.At(StateKind::kWorking, Residence::kNvme), 0u);
+  EXPECT_EQ(e.ledger.At(StateKind::kWorking, Tier::kCpu) + e.ledger.At(StateKind::kWorking, Tier::kNvme), 0u);
   EXPECT_LT(e.device_peak(), 80'000'000'000ull) << "device peak " << e.device_peak();
   TrainConfig bf16 = *cfg;
   bf16.model.lora.base_dtype = "";
@@ -197,7 +197,7 @@ TEST(Estimate, TheDeviceTierMatchesTheEngineOnADeviceExactly) {
       for (int64_t resident : {-1, 0, 2}) {
         TrainConfig c = base;
         c.zero_stage = stage;
-        if (stage < 3) c.offload_param.device = OffloadDevice::kNone;
+        if (stage < 3) c.offload_param.device = Tier::kDevice;
         c.resident_blocks = resident;
         ExpectEstimateMatchesLedger(c, 2, file, /*on_device=*/true);
         c.grad_accum = 2;  // and the gradient sums on the device (Note [Device accumulation])
@@ -222,7 +222,7 @@ TEST(Estimate, DeviceAccumulationWhereTheDeviceHasRoom) {
   const MemoryEstimate e = EstimateResolvingAutos(&roomy, 1, 0, {.host = false}, m, 1);
   EXPECT_TRUE(roomy.accumulate_on_device);
   EXPECT_FALSE(roomy.keep_activations);  // the sums came first
-  EXPECT_EQ(e.ledger.At(StateKind::kGradAccum, Residence::kDevice), 4 * static_cast<uint64_t>(e.parameters));
+  EXPECT_EQ(e.ledger.At(StateKind::kGradAccum, Tier::kDevice), 4 * static_cast<uint64_t>(e.parameters));
   m.device_memory -= 1;  // one byte short
   TrainConfig tight = *cfg;
   EstimateResolvingAutos(&tight, 1, 0, {.host = false}, m, 1);
@@ -288,7 +288,7 @@ TEST(Estimate, LargestFitIsTheEdgeOfTheMachine) {
   m.nvme_dir = "/var/tmp/strata";
   const LargestFit f = FindLargestFit(cfg, 1, {true}, m);
   ASSERT_GT(f.parameters, 1'000'000'000);
-  EXPECT_EQ(f.optimizer_on, OffloadDevice::kNvme);
+  EXPECT_EQ(f.optimizer_on, Tier::kNvme);
   EXPECT_TRUE(CheckFits(f.estimate, m, 1).ok());
   auto fits_placed = [&](const LargestFit& f, int64_t params) {  // as --max places it, host blocks "auto"
     TrainConfig placed = cfg;
@@ -306,13 +306,13 @@ TEST(Estimate, LargestFitIsTheEdgeOfTheMachine) {
   small_disk.host_available = 64ull << 30;
   small_disk.nvme_free = 20ull << 30;
   const LargestFit mixed = FindLargestFit(cfg, 1, {true}, small_disk);
-  EXPECT_EQ(mixed.optimizer_on, OffloadDevice::kNvme);
+  EXPECT_EQ(mixed.optimizer_on, Tier::kNvme);
   EXPECT_GT(mixed.host_blocks, 0);
   EXPECT_GT(mixed.parameters * 12.0, static_cast<double>(small_disk.nvme_free));  // (master, m, v: 12 B/param)
   EXPECT_TRUE(CheckFits(mixed.estimate, small_disk, 1).ok());
   m.nvme_free = 0;  // unknown: NVMe placements cannot be judged
   const LargestFit cpu_only = FindLargestFit(cfg, 1, {true}, m);
-  EXPECT_EQ(cpu_only.optimizer_on, OffloadDevice::kCpu);
+  EXPECT_EQ(cpu_only.optimizer_on, Tier::kCpu);
   EXPECT_LT(cpu_only.parameters, f.parameters);
 }
 
@@ -336,7 +336,7 @@ TEST(Estimate, HostBlocksFillHostMemoryToTheMargin) {
   EXPECT_GT(static_cast<double>(EstimateMemory(more, 1).node_host_bytes(1)), kHostBlocksFill * m.host_available);
   uint64_t states_in_host = 0;
   for (StateKind k : {StateKind::kWorking, StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV})
-    states_in_host += f.estimate.ledger.At(k, Residence::kCpu);
+    states_in_host += f.estimate.ledger.At(k, Tier::kCpu);
   EXPECT_EQ(f.estimate.node_host_bytes(1) - none.node_host_bytes(1), states_in_host);
   // The disk gives up as much (its extents are rounded up to pages).
   EXPECT_GE(none.nvme_on_disk - f.estimate.nvme_on_disk, states_in_host);
@@ -355,7 +355,7 @@ TEST(Estimate, HostBlocksFillHostMemoryToTheMargin) {
   EXPECT_FALSE(ResolveHostBlocks(&automatic, 1, 0, {true}, m, 1, &e));
   EXPECT_EQ(automatic.host_blocks, f.blocks);
   TrainConfig on_cpu = cfg;
-  on_cpu.offload_optimizer.device = OffloadDevice::kCpu;
+  on_cpu.offload_optimizer.device = Tier::kCpu;
   on_cpu.host_blocks = -1;
   EXPECT_TRUE(ResolveHostBlocks(&on_cpu, 1, 0, {true}, m, 1, &e));
   EXPECT_EQ(on_cpu.host_blocks, 0);

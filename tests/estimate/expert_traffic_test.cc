@@ -140,7 +140,7 @@ TEST(ExpertTraffic, Zero3RanksGatherWhatAnyRankChose) {
 
 TEST(ExpertTraffic, ResidentSparseBlocksAreNotFetched) {
   TrainConfig c = TinyMoe();
-  c.offload_param.device = OffloadDevice::kCpu;
+  c.offload_param.device = Tier::kCpu;
   c.resident_blocks = 3;  // the embedding and the first two layers
   const RunConfig run = testing::Settled(c, 1, false);
   const ShardPlan plan = PlanOf(*run);

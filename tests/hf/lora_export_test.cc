@@ -117,16 +117,16 @@ bool HasAdapterTensor(const std::string& ck) {
 struct Case {
   int world;
   int stage;
-  OffloadDevice param;  // offload_param and offload_optimizer
+  Tier param;  // offload_param and offload_optimizer
   DType compute;
   bool adapter_tensor;  // the checkpoint has "block<b>.adapter" tensors (the base on NVMe)
 };
 
 TEST(LoraExport, PeftAdapterIsTheMastersAndMergedIsBasePlusScaledProduct) {
   const Case cases[] = {
-      {1, 3, OffloadDevice::kNone, DType::kF32, false}, {1, 3, OffloadDevice::kCpu, DType::kBF16, false},
-      {1, 3, OffloadDevice::kNvme, DType::kBF16, true}, {2, 2, OffloadDevice::kNone, DType::kBF16, false},
-      {2, 3, OffloadDevice::kCpu, DType::kF32, false},  {2, 3, OffloadDevice::kNvme, DType::kBF16, true},
+      {1, 3, Tier::kDevice, DType::kF32, false}, {1, 3, Tier::kCpu, DType::kBF16, false},
+      {1, 3, Tier::kNvme, DType::kBF16, true}, {2, 2, Tier::kDevice, DType::kBF16, false},
+      {2, 3, Tier::kCpu, DType::kF32, false},  {2, 3, Tier::kNvme, DType::kBF16, true},
   };
   TempDir dir;
   // The base without adapters: the same seeded weights (adapters draw from their own generator).

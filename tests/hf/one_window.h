@@ -32,7 +32,7 @@ inline void TrainOnOneWindow(const std::string& dir, int64_t seq, uint32_t seed,
   cfg->data.format = data::TokenFormat::kUint16;
   cfg->data.eval_fraction = 0.5;
   cfg->offload_param.nvme_path = cfg->offload_optimizer.nvme_path = dir;
-  cfg->offload_param.device = cfg->offload_optimizer.device = OffloadDevice::kNvme;
+  cfg->offload_param.device = cfg->offload_optimizer.device = Tier::kNvme;
 }
 
 // `cfg` (from the Hugging Face folder `hf`) trained by 2 ranks for `steps` steps, checkpointed

@@ -346,7 +346,9 @@ TEST(TieredStore, PartsReadAlone) {
     EXPECT_EQ(0, std::memcmp(dst.data() + 70001, src.data() + 70001, 100'000 - 70001));
     EXPECT_EQ(dst[0], std::byte{0x5a});
     EXPECT_EQ(dst[69'999], std::byte{0x5a});
-    if (tier == Tier::kNvme) EXPECT_EQ(store->nvme()->stats().bytes_read - before, 4000u + 100'000 - 70001);
+    if (tier == Tier::kNvme) {
+      EXPECT_EQ(store->nvme()->stats().bytes_read - before, 4000u + 100'000 - 70001);
+    }
     std::fill(dst.begin(), dst.end(), std::byte{0});
     ASSERT_TRUE(store->Read(*h, dst).Wait().ok());  // every part
     EXPECT_EQ(dst, src);

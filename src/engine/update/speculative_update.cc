@@ -85,7 +85,7 @@ Status SpeculativeUpdate::Allocate() {
     const uint64_t bytes = m_.plan.speculative[b] ? m_.plan.SpeculationBackupBytes(b) : 0;
     if (bytes == 0) continue;
     STRATA_ASSIGN_OR_RETURN(backup_[b], memory_.Allocate(bytes));
-    m_.stats.ledger.Add(StateKind::kSpeculationBackup, Residence::kCpu, bytes);
+    m_.stats.ledger.Add(StateKind::kSpeculationBackup, Tier::kCpu, bytes);
   }
   return Status();
 }
