@@ -192,12 +192,25 @@ Status TrainRun::Connect() {
   // The config settled for this run on this machine; refused before any state is allocated
   // when it cannot fit: host memory, NVMe, and a GPU's own memory.
   const MachineCapacity machine = ProbeMachine(cfg_, device_.device->MemoryBytes());
+  // The data, read after the probe (its memory is the run's) and before settling: with
+  // strata.data.epochs its size says how many steps the run has.
+  startup_ = std::make_unique<StartupProgress>(lead(), "reading the token data");
+  STRATA_ASSIGN_OR_RETURN(data_, data::TokenDataset::Open(cfg_.data, cfg_.model.vocab_size, cfg_.model.seq_len));
   const DeviceTraits traits{device_.device->is_host()};
-  auto settled = SettleRunConfig(cfg_, {env_.world_size, local_ranks(), SpecNamesGpu(cfg_.device), traits, &machine});
+  SettleContext context{env_.world_size, local_ranks(), SpecNamesGpu(cfg_.device), traits, &machine};
+  context.epoch_windows = data_->epoch_windows();
+  auto settled = SettleRunConfig(cfg_, context);
   if (!settled.ok()) return settled.status().WithContext(origin_);
   run_.emplace(settled->config);
   cfg_ = **run_;
   estimate_ = settled->estimate;
+  const bool decays = cfg_.schedule.kind == LrScheduleKind::kWarmupDecayLR ||
+                      cfg_.schedule.kind == LrScheduleKind::kWarmupCosineLR;
+  if (lead() && cfg_.data.epochs > 0 && decays && cfg_.steps < cfg_.schedule.total_num_steps)
+    LogWarn("strata.data.epochs {} ends the run after {} steps, before scheduler.params.total_num_steps {}: the "
+            "learning rate will not have decayed to its end; set scheduler.params.total_num_steps to {} for a "
+            "schedule that ends with the epochs", cfg_.data.epochs, cfg_.steps, cfg_.schedule.total_num_steps,
+            cfg_.steps);
   if (lead() && !cfg_.precision_warning.empty()) LogWarn("{}", cfg_.precision_warning);
   if (settled->host_blocks_auto && lead() && cfg_.host_blocks > 0)
     LogInfo("strata.host_blocks auto: {} kept in host memory (host memory {} estimated, "
@@ -242,23 +255,6 @@ void TrainRun::Predict() {
 
 Status TrainRun::CreateEngine() {
   if (a_.predict && lead()) Predict();
-  startup_ = std::make_unique<StartupProgress>(lead(), "reading the token data");
-  STRATA_ASSIGN_OR_RETURN(data_, data::TokenDataset::Open(cfg_.data, cfg_.model.vocab_size, cfg_.model.seq_len));
-  if (cfg_.data.epochs > 0) {  // the run ends after the epochs (its last partial batch dropped) or strata.steps
-    const int64_t epoch_steps = cfg_.data.epochs * data_->epoch_windows() / cfg_.train_batch;
-    if (epoch_steps < 1)
-      return InvalidArgument("strata.data.epochs {}: {} window(s) of {} tokens an epoch fill no batch of {}",
-                             cfg_.data.epochs, data_->epoch_windows(), cfg_.model.seq_len + 1, cfg_.train_batch);
-    cfg_.steps = std::min(cfg_.steps, epoch_steps);
-    // The schedule was settled before the data was read: it still ends where strata.steps did.
-    const LrScheduleKind kind = cfg_.schedule.kind;
-    const bool decays = kind == LrScheduleKind::kWarmupDecayLR || kind == LrScheduleKind::kWarmupCosineLR;
-    if (lead() && decays && cfg_.steps < cfg_.schedule.total_num_steps)
-      LogWarn("strata.data.epochs {} ends the run after {} steps, before scheduler.params.total_num_steps {}: the "
-              "learning rate will not have decayed to its end; set scheduler.params.total_num_steps to {} for a "
-              "schedule that ends with the epochs", cfg_.data.epochs, cfg_.steps, cfg_.schedule.total_num_steps,
-              cfg_.steps);
-  }
   EngineHooks hooks;
   if (!init_from().empty() && a_.resume.empty()) {
     auto w = ckpt::HfWeights::Open(init_from(), cfg_.model);

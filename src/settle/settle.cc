@@ -34,6 +34,13 @@ StatusOr<SettledRun> SettleRunConfig(TrainConfig c, const SettleContext& ctx) {
   }
   const ShardPlan plan = ShardPlan::Make(c, ModelShape::Of(c.model, ctx.params_override), ctx.world, 0, ctx.device);
   STRATA_RETURN_IF_ERROR(plan.CheckFormats(c));
+  if (c.data.epochs > 0 && ctx.epoch_windows > 0) {
+    const int64_t epoch_steps = c.data.epochs * ctx.epoch_windows / c.train_batch;
+    if (epoch_steps < 1)
+      return InvalidArgument("strata.data.epochs {}: {} window(s) of {} tokens an epoch fill no batch of {}",
+                             c.data.epochs, ctx.epoch_windows, c.model.seq_len + 1, c.train_batch);
+    c.steps = std::min(c.steps, epoch_steps);
+  }
   return SettledRun{RunConfigSettler::Make(std::move(c)), estimate, host_blocks_auto};
 }
 

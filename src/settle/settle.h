@@ -4,7 +4,9 @@
 //   2. the compute dtype: bf16.enabled "auto" from where blocks run;
 //   3. device accumulation, then recompute, from the memory estimate on this machine;
 //   4. host blocks "auto", which needs both (the most blocks whose states host memory holds);
-//   5. what only the shard plan can check (the split master's needs).
+//   5. what only the shard plan can check (the split master's needs);
+//   6. strata.steps from strata.data.epochs, when the data's size is known (the schedule,
+//      settled in 2, still ends where strata.steps said).
 // Every caller that runs or describes a run goes through here: train, config check,
 // estimate, bench step and bench tune, and the tests.
 #pragma once
@@ -26,6 +28,10 @@ struct SettleContext {
   // "auto" that needs one takes its safe value: recompute, no device accumulation, no host blocks.
   const MachineCapacity* machine = nullptr;
   int64_t params_override = 0;  // `estimate --params N`: the model rescaled to N parameters
+  // The training split's windows (or rows of examples) per epoch, when the data has been read:
+  // with strata.data.epochs the run ends after its epochs (the last partial batch dropped) or at
+  // strata.steps, whichever comes first. 0: not known (config check, estimate).
+  int64_t epoch_windows = 0;
 };
 
 struct SettledRun {
