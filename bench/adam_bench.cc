@@ -115,7 +115,8 @@ int RunAdamBench(const AdamBenchOptions& o) {
     else libtorch_why = peer.status().ToString();
   }
   if (o.deepspeed) {
-    auto peer = MakeDeepSpeedCpuAdam(o.python.empty() ? DefaultPeerPython() : o.python, DefaultDeepSpeedScript(), n,
+    auto peer = MakeDeepSpeedCpuAdam(o.python.empty() ? DefaultPeerPython() : o.python,
+                                     o.deepspeed_script.empty() ? DefaultDeepSpeedScript() : o.deepspeed_script, n,
                                      threads);
     if (peer.ok()) deepspeed = std::move(*peer);
     else deepspeed_why = peer.status().ToString();

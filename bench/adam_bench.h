@@ -21,6 +21,7 @@ struct AdamBenchOptions {
   bool deepspeed = true;          // measure DeepSpeed's CPU Adam (null when not installed)
   bool onednn = true;             // measure oneDNN's reorder and norm
   std::string python;             // interpreter for the DeepSpeed peer; empty = default
+  std::string deepspeed_script;   // bench/deepspeed_adam.py; empty = the one in the source tree built from
 };
 
 // Prints the table (or JSON) to stdout; returns the process exit code.

@@ -1,7 +1,6 @@
 #include "strata/pinned_pool.h"
 
 #include <sys/mman.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -17,27 +16,6 @@ namespace {
 constexpr size_t kPage = 4096;
 size_t RoundUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-class MlockPinner final : public HostPinner {
- public:
-  const char* name() const override { return "mlock"; }
-  Status Pin(void* data, size_t bytes) override {
-    if (mlock(data, bytes) != 0) {
-      int err = errno;
-      rlimit lim{};
-      getrlimit(RLIMIT_MEMLOCK, &lim);
-      return ErrnoError(err, "mlock of {} bytes refused (RLIMIT_MEMLOCK soft limit {} bytes)", bytes,
-                        lim.rlim_cur == RLIM_INFINITY ? std::string("unlimited") : std::to_string(lim.rlim_cur));
-    }
-    return Status();
-  }
-  void Unpin(void* data, size_t bytes) override { munlock(data, bytes); }
-};
-
-}  // namespace
-
-std::unique_ptr<HostPinner> MakeMlockPinner() { return std::make_unique<MlockPinner>(); }
-
-namespace {
 StatusOr<std::byte*> MapHostMemory(size_t bytes, HostPages pages, bool populate) {
   bytes = RoundUp(bytes == 0 ? 1 : bytes, kPage);
   // Huge pages must be asked for before the pages are touched: MAP_POPULATE would fault in

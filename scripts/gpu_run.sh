@@ -166,7 +166,8 @@ stage_links() {
   run 150 links.json $S bench links --json --nvme-size 2G --copy-size 1G || status=1
   [ "${1:-}" = io ] && return
   install_deepspeed
-  run 200 adam.json $S bench adam --json --threads "$(nproc)" --params 200000000 --rounds 5 --python python3 || status=1
+  run 200 adam.json $S bench adam --json --threads "$(nproc)" --params 200000000 --rounds 5 --python python3 \
+    --deepspeed-script bench/deepspeed_adam.py || status=1
 }
 # The batch every comparison runs (stages cmp and peers): micro-batch x accumulation x 2048 tokens.
 mb=${STRATA_PEER_MB:-4} acc=${STRATA_PEER_ACC:-4} steps=${STRATA_PEER_STEPS:-4}

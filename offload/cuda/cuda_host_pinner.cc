@@ -10,13 +10,15 @@ namespace {
 class CudaHostPinner final : public HostPinner {
  public:
   const char* name() const override { return "cudaHostRegister"; }
-  Status Pin(void* data, size_t bytes) override {
+
+ protected:
+  Status Lock(void* data, size_t bytes) override {
     const cudaError_t e = cudaHostRegister(data, bytes, cudaHostRegisterPortable);
     if (e != cudaSuccess)
       return Error(StatusCode::kUnavailable, "cudaHostRegister of {} bytes failed: {}", bytes, cudaGetErrorString(e));
     return Status();
   }
-  void Unpin(void* data, size_t) override { cudaHostUnregister(data); }
+  void Unlock(void* data, size_t) override { cudaHostUnregister(data); }
 };
 
 }  // namespace

@@ -16,6 +16,10 @@ void AddBenchAdamCommand(CLI::App& bench, Action* action) {
       ->check(CLI::Range(1, 256));
   cmd->add_option("--rounds", opts->rounds, "interleaved repetitions")->capture_default_str()->check(CLI::Range(1, 100));
   cmd->add_option("--python", opts->python, "Python for the DeepSpeed peer (default: $STRATA_PYTHON or .venv/bin/python)");
+  // A binary run away from its source tree (the GPU machine) names the script where it is.
+  cmd->add_option("--deepspeed-script", opts->deepspeed_script,
+                  "bench/deepspeed_adam.py for the DeepSpeed peer (default: the source tree's)")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--no-libtorch{false}", opts->libtorch, "skip LibTorch's AdamW");
   cmd->add_flag("--no-deepspeed{false}", opts->deepspeed, "skip DeepSpeed's CPU Adam");
   cmd->add_flag("--no-onednn{false}", opts->onednn, "skip the oneDNN reorder/norm comparison");

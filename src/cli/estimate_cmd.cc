@@ -243,7 +243,9 @@ int RunEstimate(const EstimateArgs& a) {
     return 2;
   }
   const bool gpu = SpecNamesGpu(written->device);
-  const MachineCapacity m = PlannedMachine(ProbeMachine(*written), *flags);
+  // On a GPU machine, the GPU train would open (the plan differs with its memory: where the
+  // gradients are summed, whether activations fit); --device-memory or strata.device_memory first.
+  const MachineCapacity m = PlannedMachine(ProbeMachine(*written, gpu ? VisibleDeviceMemory(written->device, 0) : 0), *flags);
   const int64_t params = ScaledParameters(*flags);
   const bool planned = flags->host_memory || flags->disk_free;
   const bool states_nvme = written->offload_optimizer.device == Tier::kNvme;

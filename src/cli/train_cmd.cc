@@ -39,6 +39,7 @@
 #include "bench/machine_rates.h"
 #include "src/model/model_family.h"
 #include "src/settle/settle.h"
+#include "strata/host_pinner.h"
 #include "strata/log.h"
 
 namespace strata::cli {
@@ -463,13 +464,10 @@ void TrainRun::ReportMemory() {
   const uint64_t peak = ProcStatusBytes("VmHWM:"), file_now = ProcStatusBytes("RssFile:");
   const uint64_t code = file_now - std::min(file_now, file_before_engine_);
   const uint64_t host = peak - std::min(peak, rss_before_engine_ + code);
-  auto vs = [](uint64_t measured, uint64_t estimated) {
-    return fmt::format("{} (estimated {}, {:+.1f}%)", HumanBytes(measured), HumanBytes(estimated),
-                       estimated ? 100.0 * (static_cast<double>(estimated) - measured) / measured : 0.0);
-  };
   progress_->Message(fmt::format("memory of rank 0, measured over the run: host peak {}; page-locked {}; swap files {}",
-                                 vs(host, estimate_.host_peak()), vs(ProcStatusBytes("VmLck:"), estimate_.pinned),
-                                 vs(engine_->swap_bytes_on_disk(), estimate_.nvme_on_disk)));
+                                 MeasuredVsEstimated(host, estimate_.host_peak()),
+                                 MeasuredVsEstimated(PageLockedByStrata().peak, estimate_.pinned),
+                                 MeasuredVsEstimated(engine_->swap_bytes_on_disk(), estimate_.nvme_on_disk)));
 }
 
 int RunTrain(const TrainArgs& a) {

@@ -129,5 +129,9 @@ StatusOr<OpenedDevice> OpenComputeDevice(const std::string& spec, int local_rank
 // Whether `spec` names a GPU here ("cuda[:N]", or "auto" where a CUDA device is usable),
 // without opening anything: what the compute dtype's "auto" needs to know.
 bool SpecNamesGpu(const std::string& spec);
+// Memory of the GPU `spec` gives local rank `local_rank`, read without opening the device
+// (no NCCL), so that `strata estimate` on a GPU machine plans for the GPU train would open;
+// 0 where none is visible, `spec` names none, or this is a CPU build.
+uint64_t VisibleDeviceMemory(const std::string& spec, int local_rank);
 
 }  // namespace strata

@@ -4,9 +4,13 @@
 // while in flight. A missing wait in the engine then reads NaN or stale bytes, and a test
 // comparing with the host path fails, here, instead of a race on a GPU.
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "src/device/compute_device.h"
 #include "src/device/work_queue.h"
+#include "strata/check.h"
+#include "strata/host_pinner.h"
 #include "strata/log.h"
 
 namespace strata {
@@ -16,6 +20,31 @@ void Poison(void* p, size_t bytes) {
   // All-ones bytes: NaN in fp32, bf16 and fp16 alike.
   std::memset(p, 0xff, bytes);
 }
+
+// Pins as cudaHostRegister does: the range is registered with the device, not mlock'ed, so
+// the kernel's VmLck never sees it (a report reading VmLck says 0 B, as on a GPU). Unpinning
+// a range that was never pinned is an error there, and a failed check here.
+class RegisteringPinner final : public HostPinner {
+ public:
+  const char* name() const override { return "fake registration"; }
+
+ protected:
+  Status Lock(void* data, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    STRATA_CHECK(registered_.emplace(data, bytes).second) << "memory pinned twice";
+    return Status();
+  }
+  void Unlock(void* data, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = registered_.find(data);
+    STRATA_CHECK(it != registered_.end() && it->second == bytes) << "unpinning memory that was not pinned";
+    registered_.erase(it);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<void*, size_t> registered_;
+};
 
 class FakeAsyncDevice final : public ComputeDevice {
  public:
@@ -34,6 +63,7 @@ class FakeAsyncDevice final : public ComputeDevice {
                             : fmt::format("fake async device (delays up to {} us, seed {})", o_.max_delay_us, o_.seed);
   }
   Communicator* collectives() const override { return comm_; }
+  std::unique_ptr<HostPinner> MakeHostPinner() const override { return std::make_unique<RegisteringPinner>(); }
 
   Event CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) override {
     void* d = dst.data_ptr();

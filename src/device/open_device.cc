@@ -20,6 +20,23 @@ bool SpecNamesGpu(const std::string& spec) {
   return spec.rfind("cuda", 0) == 0;
 }
 
+uint64_t VisibleDeviceMemory(const std::string& spec, int local_rank) {
+#if STRATA_CUDA_BUILD
+  if (!SpecNamesGpu(spec) || !torch::cuda::is_available()) return 0;
+  int index = local_rank;
+  if (spec.size() > 5) {
+    char* end = nullptr;
+    index = static_cast<int>(std::strtol(spec.c_str() + 5, &end, 10));
+    if (*end != '\0' || index < 0) return 0;
+  }
+  return index < static_cast<int>(torch::cuda::device_count()) ? cuda::DeviceMemoryBytes(index) : 0;
+#else
+  (void)spec;
+  (void)local_rank;
+  return 0;
+#endif
+}
+
 StatusOr<OpenedDevice> OpenComputeDevice(const std::string& spec, int local_rank, Communicator* host) {
   OpenedDevice out;
   if (spec == "cpu" || (spec == "auto" && !torch::cuda::is_available())) {

@@ -413,7 +413,10 @@ void Engine::Impl::PlaceNf4Blobs(int b, const Staging& st, const torch::Tensor& 
 
 Status Engine::Impl::AllocateDeviceBuffers() {
   const auto on = torch::TensorOptions().device(io.dev->device());
-  const auto host = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(io.dev->device().is_cuda());
+  // Pinned through the device's pinner like every page-locked byte (counted in the run's
+  // page-locked figure; cudaHostRegister on a GPU, as the store's cpu tier).
+  const auto host = torch::TensorOptions().dtype(torch::kFloat32);
+  std::shared_ptr<HostPinner> pinner = io.dev->is_host() ? nullptr : io.dev->MakeHostPinner();
   const int64_t shard_in = io.dev->is_host() ? 0 : plan.max_shard;
   auto slot = [&](int64_t padded, GatherSlot* g) {
     g->full = torch::empty({padded}, on.dtype(compute_scalar()));
@@ -428,8 +431,12 @@ Status Engine::Impl::AllocateDeviceBuffers() {
     for (GradSlot& g : bufs.grads) {
       g.flat = torch::zeros({plan.max_grad_flat}, on.dtype(torch::kFloat32));
       g.reduced = torch::zeros({plan.max_grad_reduced}, on.dtype(torch::kFloat32));
-      if (!io.dev->is_host())
+      if (!io.dev->is_host()) {
         g.host = torch::empty({plan.lora ? plan.max_grad_flat : plan.grads_sharded ? plan.max_shard : plan.max_padded}, host);
+        g.host_pin = PinnedRange(pinner, g.host.data_ptr(), g.host.nbytes());
+        if (!g.host_pin.pinned())
+          LogWarn("the gradients' host copies stay pageable (slower copies): {}", g.host_pin.refusal().message());
+      }
     }
     if (model.tie) bufs.pending_tied = torch::zeros({plan.tied_numel}, on.dtype(torch::kFloat32));
     for (int i = 0; i < plan.decode_slots(); ++i) {

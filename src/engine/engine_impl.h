@@ -33,6 +33,7 @@
 #include "src/model/packed_sequences.h"
 #include "src/model/router_loss.h"
 #include "strata/cpu_adam.h"
+#include "strata/host_pinner.h"
 #include "strata/pinned_pool.h"
 #include "strata/tiered_store.h"
 
@@ -94,6 +95,7 @@ struct GradSlot {
   torch::Tensor flat;     // fp32, the largest padded group: a block's flattened gradients
   torch::Tensor reduced;  // fp32, the largest shard: the reduce-scatter's output
   torch::Tensor host;     // off the host: pinned host copy of the reduced gradients
+  PinnedRange host_pin;   // `host` page-locked by the device's pinner (after `host`: unpinned first)
   Event flat_read, reduced_read, host_read;  // when each may be rewritten
 };
 

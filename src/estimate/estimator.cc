@@ -127,6 +127,12 @@ std::string HumanBytes(uint64_t b) {
   return fmt::format("{} B", b);
 }
 
+std::string MeasuredVsEstimated(uint64_t measured, uint64_t estimated) {
+  if (measured == 0 && estimated != 0) return fmt::format("0 B (estimated {}, none measured)", HumanBytes(estimated));
+  const double error = measured ? 100.0 * (static_cast<double>(estimated) - measured) / measured : 0.0;
+  return fmt::format("{} (estimated {}, {:+.1f}%)", HumanBytes(measured), HumanBytes(estimated), error);
+}
+
 namespace {
 
 // strata.block_inputs as written, where it applies (WrittenBlockInputs); "auto": off the

@@ -92,5 +92,8 @@ MemoryEstimate EstimateResolvingAutos(TrainConfig* cfg, int world, int64_t param
 // A table: rows = state kinds, columns = device / cpu (pinned where pinned) / nvme.
 std::string FormatEstimate(const MemoryEstimate& e);
 std::string HumanBytes(uint64_t bytes);
+// A run's measured figure beside its estimate, "M (estimated E, +P%)", P the estimate's error
+// relative to the measurement; a figure measured as 0 against a nonzero estimate says so (no "+inf%").
+std::string MeasuredVsEstimated(uint64_t measured, uint64_t estimated);
 
 }  // namespace strata

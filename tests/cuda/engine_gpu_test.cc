@@ -47,6 +47,22 @@ testing::RunResult RunOnGpu(const TrainConfig& cfg, int64_t steps, bool synchron
   return result;
 }
 
+// `strata estimate` on a GPU machine plans with the GPU train opens: the first GPU run's
+// estimate said "device memory unknown" and planned the gradient sums on the host (431 GB
+// out per step) where train summed them on the device (27 GB).
+TEST(GpuEngine, TheEstimateSeesTheDeviceTrainOpens) {
+  REQUIRE_GPU();
+  auto host = MakeSingleRankCommunicator();
+  auto opened = OpenComputeDevice("cuda", 0, host.get());
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  EXPECT_GT(opened->device->MemoryBytes(), 0u);
+  EXPECT_EQ(VisibleDeviceMemory("cuda", 0), opened->device->MemoryBytes());
+  EXPECT_EQ(VisibleDeviceMemory("auto", 0), opened->device->MemoryBytes());
+  EXPECT_EQ(VisibleDeviceMemory("cuda:0", 0), opened->device->MemoryBytes());
+  EXPECT_EQ(VisibleDeviceMemory("cpu", 0), 0u);
+  EXPECT_EQ(VisibleDeviceMemory("cuda:4096", 0), 0u);
+}
+
 TEST(GpuEngine, OffloadNoneCpuNvmeAreBitwiseIdentical) {
   REQUIRE_GPU();
   Deterministic();

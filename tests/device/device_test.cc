@@ -9,7 +9,10 @@
 #include <cmath>
 #include <thread>
 
+#include <torch/cuda.h>
+
 #include "engine/engine_test_util.h"
+#include "strata/host_pinner.h"
 
 namespace strata {
 namespace {
@@ -19,6 +22,33 @@ using testing::TempDir;
 using testing::TinyConfig;
 
 std::shared_ptr<HostEventState> Pending() { return std::make_shared<HostEventState>(); }
+
+// The fake device pins as cudaHostRegister does (no mlock), and every pin is counted where
+// the run reads its page-locked figure; an unpin releases it.
+TEST(FakeDevice, PinsWithoutMlockAndIsCounted) {
+  auto comm = MakeSingleRankCommunicator();
+  auto dev = MakeFakeAsyncDevice(comm.get(), {});
+  std::vector<std::byte> memory(1 << 16);
+  const PageLockedBytes before = PageLockedByStrata();
+  {
+    PinnedRange pinned(dev->MakeHostPinner(), memory.data(), memory.size());
+    ASSERT_TRUE(pinned.pinned()) << pinned.refusal().ToString();
+    EXPECT_EQ(PageLockedByStrata().now, before.now + memory.size());
+    EXPECT_GE(PageLockedByStrata().peak, before.now + memory.size());
+  }
+  EXPECT_EQ(PageLockedByStrata().now, before.now);
+}
+
+// Without a visible GPU (or in a CPU build) `strata estimate` finds no device memory to plan
+// with and says so; the GPU side is GpuEngine.TheEstimateSeesTheDeviceTrainOpens.
+TEST(FakeDevice, NoVisibleGpuMeansNoDeviceMemory) {
+  EXPECT_EQ(VisibleDeviceMemory("cpu", 0), 0u);
+  EXPECT_EQ(VisibleDeviceMemory("fake", 0), 0u);
+  if (!torch::cuda::is_available()) {
+    EXPECT_EQ(VisibleDeviceMemory("cuda", 0), 0u);
+    EXPECT_EQ(VisibleDeviceMemory("auto", 0), 0u);
+  }
+}
 
 TEST(FakeDevice, ACopyWaitsForItsEventsAndPoisonsItsDestinationWhileInFlight) {
   auto comm = MakeSingleRankCommunicator();

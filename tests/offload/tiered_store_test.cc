@@ -62,16 +62,19 @@ TEST(TieredStore, BudgetsAreEnforcedWithTheNumbers) {
 class CountingPinner : public HostPinner {
  public:
   const char* name() const override { return "counting"; }
-  Status Pin(void*, size_t bytes) override {
+  size_t pinned_ = 0, unpinned_ = 0;
+
+ protected:
+  Status Lock(void*, size_t bytes) override {
     pinned_ += bytes;
     return Status();
   }
-  void Unpin(void*, size_t bytes) override { unpinned_ += bytes; }
-  size_t pinned_ = 0, unpinned_ = 0;
+  void Unlock(void*, size_t bytes) override { unpinned_ += bytes; }
 };
 
 TEST(TieredStore, OnlyPageLockedCpuTensorsArePinned) {
   auto pinner = std::make_shared<CountingPinner>();
+  const PageLockedBytes before = PageLockedByStrata();
   {
     TieredStoreOptions o;
     o.cpu_pinner = pinner;
@@ -81,6 +84,9 @@ TEST(TieredStore, OnlyPageLockedCpuTensorsArePinned) {
     auto master = (*store)->Register("master", 8192, Tier::kCpu, HostPinning::kPageable);
     ASSERT_TRUE(master.ok());
     EXPECT_EQ(pinner->pinned_, 4096u);
+    // Counted whichever way a pinner locks (the run's page-locked figure reads the count).
+    EXPECT_EQ(PageLockedByStrata().now, before.now + 4096);
+    EXPECT_GE(PageLockedByStrata().peak, before.now + 4096);
     // Pageable memory is the tensor's all the same.
     auto src = RandomBytes(8192, 3);
     std::vector<std::byte> dst(src.size());
@@ -89,6 +95,7 @@ TEST(TieredStore, OnlyPageLockedCpuTensorsArePinned) {
     EXPECT_EQ(src, dst);
   }
   EXPECT_EQ(pinner->unpinned_, 4096u);
+  EXPECT_EQ(PageLockedByStrata().now, before.now);
   TieredStoreOptions off;  // offload_*.pin_memory false: nothing is locked
   off.pin_cpu_tier = false;
   off.cpu_pinner = pinner;
