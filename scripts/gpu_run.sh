@@ -11,10 +11,10 @@
 #              host memory, states on NVMe with host_blocks auto): its estimate, then N steps (3)
 #   links[=io] bench links (pinned copies vs raw cudaMemcpyAsync, NVMe vs fio) and, without "=io",
 #              bench adam on every core (vs the memory ceiling, LibTorch's and DeepSpeed's CPU Adam)
-#   cmp[=S]    Strata at the peers' size S (7b; 4.3b fits DeepSpeed's CPU offload in 128 GiB) and
+#   cmp[=S]    Strata at the peers' size S (4.3b: DeepSpeed's CPU offload of 7b is killed in 128 GiB) and
 #              batch (STRATA_PEER_MB x STRATA_PEER_ACC, 4 x 4), states off the GPU: micro-batch-major,
 #              then layer-major
-#   peers[=S]  at size S (7b) and the same batch: the in-memory reference (plain PyTorch, every
+#   peers[=S]  at size S (4.3b) and the same batch: the in-memory reference (plain PyTorch, every
 #              state on the GPU), FSDP2 CPU offload, DeepSpeed ZeRO-Infinity (STRATA_PEER_OFFLOADS:
 #              cpu nvme)
 # The binaries come from .device/bin when they run here (built by gpu_prepare.sh against the
@@ -133,7 +133,7 @@ stage_7b() {  # a model the GPU cannot hold: weights on the GPU, states and grad
             awk '/H200/ {print "h200"; exit} /PCIe/ {print "h100-pcie"; exit} {print "h100-sxm"}')
   run 60 predict-7b.txt $S estimate --config configs/llama_7b_gpu.json --machine "${machine:-h100-sxm}"
   tail -7 "$out/predict-7b.txt" | tee -a "$out/run.log"
-  run 480 train-7b.log $S train --config configs/llama_7b_gpu.json --steps "${1:-6}" --set strata.data.path= \
+  run 480 train-7b.log $S train --predict --config configs/llama_7b_gpu.json --steps "${1:-6}" --set strata.data.path= \
     --set strata.eval_interval=0 --set scheduler.params.warmup_num_steps=0 --set wall_clock_breakdown=true \
     --trace "$out/trace-7b.json" || status=1
   tail -8 "$out/train-7b.log" | tee -a "$out/run.log"
@@ -179,22 +179,23 @@ print(f'--set strata.model.d_model={d} --set strata.model.n_layer={l} --set stra
       f'--set strata.model.n_kv_head={kv} --set strata.model.ffn_hidden={f}')"
 }
 stage_cmp() {  # Strata on configs/llama_7b_gpu.json, at the peers' size and batch
-  local size=${1:-7b} shape
+  local size=${1:-4.3b} shape
   shape=$(shape_sets "$size") || { log "unknown size $size"; return 1; }
   # shellcheck disable=SC2206
   local batch=(--steps "$steps" --set train_micro_batch_size_per_gpu="$mb" --set gradient_accumulation_steps="$acc"
                --set strata.data.path= --set strata.eval_interval=0 --set scheduler.params.warmup_num_steps=0 $shape)
-  run 150 cmp-offload.log $S train --config configs/llama_7b_gpu.json "${batch[@]}" || status=1
+  run 150 cmp-offload.log $S train --predict --config configs/llama_7b_gpu.json "${batch[@]}" || status=1
   tail -3 "$out/cmp-offload.log" | tee -a "$out/run.log"
   # Layer-major: the next step's forward passes block 0 with every micro-batch before block 1
   # needs its update, so the update hides behind the whole forward, not the first micro-batch's.
-  run 150 cmp-layer-major.log $S train --config configs/llama_7b_gpu.json "${batch[@]}" \
+  run 150 cmp-layer-major.log $S train --predict --config configs/llama_7b_gpu.json "${batch[@]}" \
+    --trace "$out/trace-cmp-layer-major.json" \
     --set strata.schedule=layer_major || status=1
   tail -3 "$out/cmp-layer-major.log" | tee -a "$out/run.log"
 }
 stage_peers() {  # STRATA_PEER_OFFLOADS: DeepSpeed's offload targets (cpu nvme)
   install_deepspeed || return
-  local size=${1:-7b} off
+  local size=${1:-4.3b} off
   local args=(--size "$size" --micro-batch "$mb" --accumulation "$acc" --steps "$steps")
   mkdir -p /tmp/peers-nvme
   local only=" ${STRATA_PEERS:-in-memory fsdp2 ds} "  # which of them run

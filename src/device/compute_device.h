@@ -104,12 +104,14 @@ std::unique_ptr<ComputeDevice> MakeHostDevice(Communicator* comm);
 // Bytes the fake device's copies moved (tests compare them with EstimateLinkTraffic).
 struct LinkCounters {
   std::atomic<uint64_t> in{0}, out{0};
+  std::atomic<uint64_t> pinned{0};  // bytes the device's pinners were asked to lock, and did
 };
 struct FakeDeviceOptions {
   uint64_t seed = 1;              // random delays: uniform in [0, max_delay_us] per operation
   int max_delay_us = 0;
   double copy_gbps = 0;           // > 0: a copy also takes bytes / copy_gbps (a modelled link)
   bool poison = true;
+  bool refuse_pinning = false;    // its pinner refuses, as cudaHostRegister can: pinned memory stays pageable
   std::shared_ptr<LinkCounters> counters = nullptr;  // optional: added to as each copy is submitted
 };
 std::unique_ptr<ComputeDevice> MakeFakeAsyncDevice(Communicator* comm, FakeDeviceOptions options);

@@ -26,10 +26,13 @@ void Poison(void* p, size_t bytes) {
 // a range that was never pinned is an error there, and a failed check here.
 class RegisteringPinner final : public HostPinner {
  public:
+  RegisteringPinner(bool refuse, std::shared_ptr<LinkCounters> counters) : refuse_(refuse), counters_(std::move(counters)) {}
   const char* name() const override { return "fake registration"; }
 
  protected:
   Status Lock(void* data, size_t bytes) override {
+    if (refuse_) return Error(StatusCode::kUnavailable, "the fake device refuses to pin {} bytes", bytes);
+    if (counters_) counters_->pinned += bytes;
     std::lock_guard<std::mutex> lock(mu_);
     STRATA_CHECK(registered_.emplace(data, bytes).second) << "memory pinned twice";
     return Status();
@@ -42,6 +45,8 @@ class RegisteringPinner final : public HostPinner {
   }
 
  private:
+  const bool refuse_;
+  const std::shared_ptr<LinkCounters> counters_;
   std::mutex mu_;
   std::map<void*, size_t> registered_;
 };
@@ -63,7 +68,9 @@ class FakeAsyncDevice final : public ComputeDevice {
                             : fmt::format("fake async device (delays up to {} us, seed {})", o_.max_delay_us, o_.seed);
   }
   Communicator* collectives() const override { return comm_; }
-  std::unique_ptr<HostPinner> MakeHostPinner() const override { return std::make_unique<RegisteringPinner>(); }
+  std::unique_ptr<HostPinner> MakeHostPinner() const override {
+    return std::make_unique<RegisteringPinner>(o_.refuse_pinning, o_.counters);
+  }
 
   Event CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) override {
     void* d = dst.data_ptr();

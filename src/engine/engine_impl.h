@@ -110,6 +110,9 @@ struct DeviceBuffers {
   // accumulator range), and the copy to the host that last read it.
   std::vector<torch::Tensor> accum;
   std::vector<Event> accum_read;
+  // Per block: its host accumulator page-locked for the sum's copy (Note [Sums straight into
+  // the accumulators]); empty where it was not.
+  std::vector<PinnedRange> accum_host_pins;
   // QLoRA: plan.decode_slots() buffers of plan.max_decoded elements (compute dtype), taken in
   // turn by the blocks bound with NF4 weights, and the code tables on the device.
   std::vector<torch::Tensor> decoded;
@@ -328,6 +331,7 @@ struct Engine::Impl {
                        torch::Tensor* mask) const;
   // plan.device_accum: adds block b's reduced gradients (`part`, after `reduced`) into its
   // device accumulator; the last micro-batch copies the sum to the host accumulator.
+  Status PinHostAccumulators(const std::shared_ptr<HostPinner>& pinner);
   Status AccumulateOnDevice(int b, GradSlot& g, const torch::Tensor& part, const Event& reduced, double inv,
                             const MicroBatch& mb);
   // Waits (compute-side) for `e`, recording the wait on the trace when it blocks.

@@ -260,11 +260,19 @@ Status Engine::Impl::AccumulateOnDevice(int b, GradSlot& g, const torch::Tensor&
   g.flat_read = g.reduced_read = summed;
   if (!mb.last) return Status();
   STRATA_RETURN_IF_ERROR(optimizer.mode->BeforeAccumulate(b));
+  const bool plant = PlantsOverflow(b, mb);
+  if (!plant && b < static_cast<int>(bufs.accum_host_pins.size()) && bufs.accum_host_pins[b].pinned()) {
+    const Event copied = io.dev->CopyOut(model.blocks[b].grad, acc, {summed});  // Note [Sums straight into the accumulators]
+    bufs.accum_read[b] = copied;
+    const Event taken = io.dev->OnHost([this, b] { TakeEarlySums(b); return Status(); }, {copied});
+    optimizer.mode->GradientFinal(b, taken);
+    return Status();
+  }
   torch::Tensor host = g.host.narrow(0, 0, acc.numel());
   const Event copied = io.dev->CopyOut(host.data_ptr(), acc, {summed, g.host_read});
   bufs.accum_read[b] = copied;
   g.host_read = io.dev->OnHost(
-      [this, b, acc = model.blocks[b].grad, bf16 = plan.gsize == 2, host, plant = PlantsOverflow(b, mb)] {
+      [this, b, acc = model.blocks[b].grad, bf16 = plan.gsize == 2, host, plant] {
         Status s = Accumulate(acc, bf16, host, 1.0, /*first=*/true, plant);
         if (s.ok()) TakeEarlySums(b);
         return s;

@@ -89,6 +89,9 @@ MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_
   for (const PoolPlan* pool : {&plan.param_pool, &plan.optim_pool, &plan.park_pool})
     if (pool->pin) e.pinned += pool->region_bytes();
   if (!device.host) e.pinned += e.grad_staging;  // cudaHostRegister'd on a GPU
+  // Off the host with device accumulation, fp32 accumulators take the sums straight from the
+  // device (Note [Sums straight into the accumulators]).
+  if (!device.host && plan.device_accum && plan.gsize == 4) e.pinned += plan.ledger.At(StateKind::kGradAccum, Tier::kCpu);
   if (cfg.offload_optimizer.pin_memory) e.pinned += plan.ledger.At(StateKind::kWorking, Tier::kCpu);
   return e;
 }

@@ -63,15 +63,17 @@ StatusOr<MachineRates> NominalMachine(std::string_view name) {
     if (name != n.key) continue;
     MachineRates r;
     r.name = n.name;
-    r.source = fmt::format("nominal: {:.0f} TFLOP/s bf16 at half of peak, host link {:.0f} GB/s per direction x 0.8, "
-                           "one Gen4 NVMe (6 / 4 GB/s), CPU Adam on 16 cores 2.5 G params/s",
+    // The link's share and the Adam rate as measured on the H200 machine (16 cores): pinned
+    // copies 55.3 of PCIe 5.0's 63 GB/s, the fp32 CPU Adam 4.38 G params/s (bench links, bench adam).
+    r.source = fmt::format("nominal: {:.0f} TFLOP/s bf16 at half of peak, host link {:.0f} GB/s per direction x 0.87, "
+                           "one Gen4 NVMe (6 / 4 GB/s), CPU Adam on 16 cores 4.4 G params/s",
                            n.peak_flops / 1e12 * 0.5, n.link / 1e9);
     r.host_device = false;
     r.flops = n.peak_flops * 0.5;
-    r.link_in = r.link_out = n.link * 0.8;
+    r.link_in = r.link_out = n.link * 0.87;
     r.nvme_read = 6e9;
     r.nvme_write = 4e9;
-    r.adam = 2.5e9;
+    r.adam = 4.4e9;
     r.accumulate = 6e9;
     r.device_memory = n.memory;
     return r;
@@ -87,6 +89,7 @@ struct StepWork {
   double compute = 0, accumulate = 0, adam = 0;
   double fetch = 0, update_io = 0, nvme = 0, link = 0;  // the drive's reads of working weights, its update traffic
   double fetch_cpu = 0, update_cpu = 0;  // on the host: the cores' copies and hashes beside the compute
+  double sums_out = 0;  // device accumulation: the sums' copy to the host, all after their last backward
 };
 
 StepWork WorkOf(const TrainConfig& cfg, const ShardPlan& plan, const MachineRates& mr, StepTimePrediction* p) {
@@ -102,7 +105,9 @@ StepWork WorkOf(const TrainConfig& cfg, const ShardPlan& plan, const MachineRate
     optim_elems += static_cast<double>(b.optimizer.len);
     working_bytes += static_cast<double>(b.working.len) * plan.dsize;
   }
-  const double accum_passes = plan.device_accum ? 1.0 : static_cast<double>(cfg.grad_accum);
+  // Summed on the device, fp32 sums land in the accumulators themselves (Note [Sums straight
+  // into the accumulators]); bf16 ones are rounded into them once.
+  const double accum_passes = !plan.device_accum ? static_cast<double>(cfg.grad_accum) : plan.gsize == 4 ? 0.0 : 1.0;
   w.accumulate = grad_elems * accum_passes / mr.accumulate;
   w.adam = optim_elems / mr.adam;
 
@@ -117,6 +122,7 @@ StepWork WorkOf(const TrainConfig& cfg, const ShardPlan& plan, const MachineRate
   if (!mr.host_device) {
     l = EstimateLinkTraffic(cfg, plan);
     w.link = std::max(static_cast<double>(l.in) / mr.link_in, static_cast<double>(l.out) / mr.link_out);
+    if (plan.device_accum) w.sums_out = grad_elems * 4 / mr.link_out;
   }
   // On the host the cores that compute also copy each visited block into its gather buffer
   // (twice per pass: forward and backward) and hash what the tier reads and writes.
@@ -129,6 +135,9 @@ StepWork WorkOf(const TrainConfig& cfg, const ShardPlan& plan, const MachineRate
   auto& r = p->resources;
   r.push_back({"compute", w.compute, fmt::format("{:.3g} TFLOP at {}", p->flops / 1e12, Rate(mr.flops, "FLOP"))});
   if (!mr.host_device) r.push_back({"host link", w.link, fmt::format("{} in, {} out", HumanBytes(l.in), HumanBytes(l.out))});
+  if (w.sums_out > 0)
+    r.push_back({"gradient sums out", w.sums_out, fmt::format("{} summed on the device, copied out after their last backward",
+                                                               HumanBytes(static_cast<uint64_t>(grad_elems * 4)))});
   if (w.nvme > 0)
     r.push_back({"NVMe", w.nvme, fmt::format("{} read ({} of them working weights), {} written", HumanBytes(t.read_at_most),
                                              HumanBytes(static_cast<uint64_t>(fetched)), HumanBytes(t.written))});
@@ -137,7 +146,7 @@ StepWork WorkOf(const TrainConfig& cfg, const ShardPlan& plan, const MachineRate
                  fmt::format("{} into gather buffers at {}, NVMe pieces hashed at {}",
                              HumanBytes(static_cast<uint64_t>(gathered)), Rate(mr.host_copy, "B"), Rate(mr.checksum, "B"))});
   r.push_back({"CPU Adam", w.adam, fmt::format("{:.3g} G parameters at {}", optim_elems / 1e9, Rate(mr.adam, "param"))});
-  if (grad_elems > 0 && mr.micro_batch_s == 0)  // (a measured pass has it in it)
+  if (w.accumulate > 0 && mr.micro_batch_s == 0)  // (a measured pass has it in it)
     r.push_back({"host accumulation", w.accumulate, fmt::format("{:.3g} G elements x {:.0f} at {}", grad_elems / 1e9,
                                                                accum_passes, Rate(mr.accumulate, "elem"))});
   return w;
@@ -165,9 +174,14 @@ StepTimePrediction PredictStepTime(const TrainConfig& cfg, const ShardPlan& plan
   const double update = std::max(w.update_cpu, w.update_io);
   const double passes_before = cfg.layer_major ? 1.0 : static_cast<double>(std::max<int64_t>(1, cfg.grad_accum));
   const double forward = fb * (cfg.keep_activations ? 1.0 / 3 : 1.0 / 4) / passes_before;
+  // Summed on the device, a block's gradients leave it only once its last backward is done:
+  // micro-batch-major all within the last micro-batch's backward, layer-major across the
+  // whole backward. What the link needs beyond that delays the update (the 7 B run on an
+  // H200: 27 GB after a last backward of ~0.1 s).
+  const double sums_out = std::max(0.0, w.sums_out - (fb - forward * passes_before) / passes_before);
   switch (FactsOf(cfg).update_hidden_behind) {
     case UpdateModeFacts::Hidden::kNothing:
-      p.step_s = fb + update;
+      p.step_s = fb + sums_out + update;
       p.overlap = "forward and backward overlap compute with fetches; the step then waits for the update";
       break;
     case UpdateModeFacts::Hidden::kNextStep:
@@ -175,7 +189,7 @@ StepTimePrediction PredictStepTime(const TrainConfig& cfg, const ShardPlan& plan
       p.overlap = "the update runs beside the whole next step (delayed)";
       break;
     case UpdateModeFacts::Hidden::kNextForward:
-      p.step_s = std::max(fb + std::max(0.0, update - forward), w.nvme);
+      p.step_s = std::max(fb + sums_out + std::max(0.0, update - forward), w.nvme);
       p.overlap = "the update overlaps the next forward; the drive serves fetches and the update together";
       break;
   }

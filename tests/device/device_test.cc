@@ -227,6 +227,32 @@ TEST(FakeDeviceEngine, DeviceAccumulationHoldsItsSumsOnTheDevice) {
   EXPECT_LT(on_device.stats[2].loss, on_device.stats[0].loss);
 }
 
+// Note [Sums straight into the accumulators]: with device accumulation the fp32 sums are
+// copied into the page-locked host accumulators themselves; where the device refuses to pin
+// them they go through the gradient slots as before. The same bits either way, under delays.
+TEST(FakeDeviceEngine, SumsLandInThePinnedAccumulatorsOrGoThroughTheSlots) {
+  TempDir dir;
+  TrainConfig c = TinyConfig(dir.path());
+  c.grad_accum = 3;
+  c.device_accumulation = 1;
+  c.offload_optimizer.device = Tier::kCpu;
+  auto run = [&](bool refuse, std::shared_ptr<LinkCounters> counters) {
+    const FakeDeviceOptions fake{.seed = 7, .max_delay_us = 1500, .refuse_pinning = refuse, .counters = counters};
+    return RunEngine(c, 1, 3, &fake);
+  };
+  auto direct_counts = std::make_shared<LinkCounters>(), slot_counts = std::make_shared<LinkCounters>();
+  const testing::RunResult direct = run(false, direct_counts), slots = run(true, slot_counts);
+  ASSERT_EQ(direct.stats.size(), 3u);
+  ASSERT_EQ(slots.stats.size(), 3u);
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(direct.stats[s].loss, slots.stats[s].loss) << "step " << s;
+  EXPECT_TRUE(testing::BitwiseEqual(direct, slots));
+  EXPECT_EQ(direct_counts->out.load(), slot_counts->out.load());  // the same bytes leave the device
+  EXPECT_EQ(slot_counts->pinned.load(), 0u);
+  // Pinned: the pools and gradient slots, and every block's fp32 accumulator.
+  EXPECT_GE(direct_counts->pinned.load(), direct.ledger.At(StateKind::kGradAccum, Tier::kCpu));
+  EXPECT_LT(direct.stats[2].loss, direct.stats[0].loss);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, FakeDeviceEngine, ::testing::Range(0, static_cast<int>(std::size(kCases))),
                          [](const auto& info) { return std::string(kCases[info.param].name); });
 
