@@ -1,5 +1,6 @@
 #include "src/config/train_config.h"
 
+#include <cctype>
 #include <filesystem>
 
 #include "src/base/input_file.h"
@@ -169,6 +170,8 @@ Status ParseBatch(JsonReader& root, TrainConfig* c) {
   STRATA_RETURN_IF_ERROR(batch_key("gradient_accumulation_steps", &c->grad_accum, &c->grad_accum_set));
   STRATA_RETURN_IF_ERROR(batch_key("train_batch_size", &c->train_batch, &c->train_batch_set));
   c->train_batch = c->micro_batch * c->grad_accum;  // provisional (one rank), until ResolveBatch
+  if (!root.Has("gradient_clipping"))
+    c->notes.push_back("gradient_clipping: not set, so 1.0 (DeepSpeed 0.19.8's default); 0 turns clipping off");
   STRATA_RETURN_IF_ERROR(root.Double("gradient_clipping", &c->gradient_clipping, 0, 1e9));
   STRATA_RETURN_IF_ERROR(root.Int("steps_per_print", &c->steps_per_print, 1, kMaxI));
   return root.Bool("wall_clock_breakdown", &c->wall_clock_breakdown);
@@ -206,9 +209,27 @@ Status ParseOptimizer(JsonReader& root, TrainConfig* c) {
   STRATA_ASSIGN_OR_RETURN(JsonReader opt, root.Child("optimizer"));
   if (!root.Has("optimizer")) return Status();
   std::string type = "AdamW";
-  STRATA_RETURN_IF_ERROR(opt.Choice("type", &type, {"Adam", "AdamW"}));
-  if (type == "Adam") c->weight_decay = 0;  // DeepSpeed's (and torch's) Adam default
+  STRATA_RETURN_IF_ERROR(opt.String("type", &type));
+  // DeepSpeed matches optimizer names in any case ("adamw", "ADAM").
+  std::string lower = type;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (lower != "adam" && lower != "adamw")
+    return InvalidArgument("{}: \"{}\" is not one of \"Adam\", \"AdamW\" (in any case)", opt.PathOf("type"), type);
+  type = lower == "adam" ? "Adam" : "AdamW";
   STRATA_ASSIGN_OR_RETURN(JsonReader p, opt.Child("params"));
+  c->adam_w_mode = true;  // DeepSpeed's "Adam" is decoupled (AdamW) unless adam_w_mode is false
+  STRATA_RETURN_IF_ERROR(p.Bool("adam_w_mode", &c->adam_w_mode));
+  if (type == "AdamW") c->adam_w_mode = true;  // as DeepSpeed: its AdamW ignores adam_w_mode false
+  // The class DeepSpeed 0.19.8 builds decides the defaults: DeepSpeedCPUAdam (offloaded) and
+  // FusedAdam decay by 0; with torch_adam, torch.optim.AdamW (decoupled, "Adam" included) by
+  // 0.01 and torch.optim.Adam by 0.
+  bool torch_adam = false;
+  STRATA_RETURN_IF_ERROR(p.Bool("torch_adam", &torch_adam));
+  c->weight_decay = torch_adam && c->adam_w_mode ? 0.01 : 0.0;
+  if (!p.Has("weight_decay"))
+    c->notes.push_back(fmt::format("optimizer.params.weight_decay: not set, so {} (DeepSpeed 0.19.8 builds {})",
+                                   c->weight_decay, !torch_adam ? "DeepSpeedCPUAdam or FusedAdam"
+                                                    : c->adam_w_mode ? "torch.optim.AdamW" : "torch.optim.Adam"));
   STRATA_RETURN_IF_ERROR(p.Double("lr", &c->lr, 0, 1e3));
   if (p.IsAuto("betas")) {
     p.Touch("betas");
@@ -224,11 +245,7 @@ Status ParseOptimizer(JsonReader& root, TrainConfig* c) {
   }
   STRATA_RETURN_IF_ERROR(p.Double("eps", &c->eps, 0, 1));
   STRATA_RETURN_IF_ERROR(p.Double("weight_decay", &c->weight_decay, 0, 10));
-  c->adam_w_mode = true;  // DeepSpeed's "Adam" is decoupled (AdamW) unless adam_w_mode is false
-  STRATA_RETURN_IF_ERROR(p.Bool("adam_w_mode", &c->adam_w_mode));
-  if (type == "AdamW") c->adam_w_mode = true;  // as DeepSpeed: its AdamW ignores adam_w_mode false
   STRATA_RETURN_IF_ERROR(p.Bool("bias_correction", &c->bias_correction));
-  p.Touch("torch_adam");
   p.UnusedKeys(&c->warnings);
   opt.UnusedKeys(&c->warnings);
   return Status();
@@ -236,6 +253,10 @@ Status ParseOptimizer(JsonReader& root, TrainConfig* c) {
 
 Status ParseZero(JsonReader& root, TrainConfig* c) {
   STRATA_ASSIGN_OR_RETURN(JsonReader zero, root.Child("zero_optimization"));
+  if (!zero.Has("stage")) {  // DeepSpeed 0.19.8: ZeRO off unless asked for
+    c->zero_stage = 0;
+    c->notes.push_back("zero_optimization.stage: not set, so 0 (DeepSpeed 0.19.8's default: nothing sharded)");
+  }
   STRATA_RETURN_IF_ERROR(zero.Int("stage", &c->zero_stage, 0, 3));
   STRATA_RETURN_IF_ERROR(ParseOffloadSections(zero, c));
   STRATA_RETURN_IF_ERROR(zero.Int("sub_group_size", &c->sub_group_size, 1, kMaxI));

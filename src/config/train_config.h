@@ -122,7 +122,7 @@ struct TrainConfig {
   int64_t micro_batch = 8;        // train_micro_batch_size_per_gpu
   int64_t grad_accum = 1;         // gradient_accumulation_steps
   int64_t train_batch = 0;        // train_batch_size, known after ResolveBatch
-  double gradient_clipping = 0;   // 0 = off
+  double gradient_clipping = 1.0; // 0 = off; DeepSpeed 0.19.8 clips at 1.0 when the key is absent
   // Precision.
   DType compute_dtype = DType::kF32;  // bf16.enabled -> kBF16, fp16.enabled -> kF16
   // bf16.enabled "auto": the compute dtype depends on where blocks run, so it stays kF32
@@ -137,7 +137,7 @@ struct TrainConfig {
   bool bias_correction = true;    // optimizer.params.bias_correction: Adam's 1 / (1 - beta^t) factors
   ScheduleConfig schedule;
   // ZeRO.
-  int zero_stage = 3;
+  int zero_stage = 3;  // a parsed config without zero_optimization.stage: 0, as DeepSpeed 0.19.8
   OffloadConfig offload_param, offload_optimizer;
   int64_t sub_group_size = 1'000'000'000;   // optimizer sub-group, elements
   int64_t prefetch_bucket_size = 50'000'000;  // stage3_prefetch_bucket_size, elements in flight

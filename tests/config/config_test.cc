@@ -88,8 +88,9 @@ TEST(Config, AutoPrecisionFollowsTheDevice) {
 // DeepSpeed's deprecated flat offload keys keep DeepSpeed's meaning; mixing one with the
 // section that replaced it is an error naming both.
 TEST(Config, LegacyCpuOffloadKeysMapToTheOffloadSections) {
-  auto c = ParseTrainConfig(R"({"zero_optimization": {"stage": 3, "cpu_offload": true, "cpu_offload_params": true,
-                                                       "cpu_offload_use_pin_memory": false}})", "l.json");
+  auto c = ParseTrainConfig(R"({"gradient_clipping": 1.0,
+                               "zero_optimization": {"stage": 3, "cpu_offload": true, "cpu_offload_params": true,
+                                                     "cpu_offload_use_pin_memory": false}})", "l.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->offload_optimizer.device, Tier::kCpu);
   EXPECT_EQ(c->offload_param.device, Tier::kCpu);
@@ -264,6 +265,7 @@ TEST(Config, DeepSpeedDocumentationExamplesAreAcceptedUnchanged) {
   EXPECT_EQ(basic->zero_stage, 1);  // legacy "zero_optimization": true
   EXPECT_EQ(basic->compute_dtype, DType::kF16);
   EXPECT_EQ(basic->weight_decay, 0);  // Adam's default
+  EXPECT_EQ(basic->gradient_clipping, 1.0);  // DeepSpeed 0.19.8's default: the key is absent
   auto nvme = LoadTrainConfig(dir + "zero_infinity_nvme.json");
   EXPECT_EQ(nvme->offload_param.device, Tier::kNvme);
   EXPECT_EQ(nvme->aio.block_size, 262144);
@@ -275,6 +277,28 @@ TEST(Config, DeepSpeedDocumentationExamplesAreAcceptedUnchanged) {
   EXPECT_EQ(second->steps, 7);
   EXPECT_EQ(second->save_interval, 3);
   EXPECT_EQ(second->model.arch, model::Arch::kLlama);
+}
+
+// What DeepSpeed 0.19.8 makes of a key left out (tests/config/ds_meaning_test.py compares
+// the corpus with DeepSpeed's own parser and optimizer classes).
+TEST(Config, AbsentKeysMeanDeepSpeedsDefaults) {
+  auto parse = [](const std::string& optimizer, const std::string& clip) {
+    auto c = ParseTrainConfig("{" + clip + R"("optimizer": )" + optimizer + "}", "test");
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return *c;
+  };
+  const TrainConfig adamw = parse(R"({"type": "AdamW", "params": {"lr": 3e-4}})", "");
+  EXPECT_EQ(adamw.gradient_clipping, 1.0);
+  EXPECT_EQ(adamw.weight_decay, 0.0);  // DeepSpeedCPUAdam / FusedAdam
+  bool noted = false;
+  for (const auto& n : adamw.notes) noted = noted || n.find("gradient_clipping: not set, so 1.0") != std::string::npos;
+  EXPECT_TRUE(noted);
+  EXPECT_EQ(parse(R"({"type": "AdamW", "params": {"torch_adam": true}})", "").weight_decay, 0.01);  // torch.optim.AdamW
+  EXPECT_EQ(parse(R"({"type": "Adam", "params": {"torch_adam": true}})", "").weight_decay, 0.01);  // AdamW: adam_w_mode
+  EXPECT_EQ(parse(R"({"type": "Adam", "params": {"torch_adam": true, "adam_w_mode": false}})", "").weight_decay,
+            0.0);  // torch.optim.Adam
+  EXPECT_EQ(parse(R"({"type": "AdamW", "params": {"weight_decay": 0.1}})", "").weight_decay, 0.1);
+  EXPECT_EQ(parse(R"({"type": "AdamW"})", R"("gradient_clipping": 0, )").gradient_clipping, 0.0);  // off, as written
 }
 
 TEST(Config, AutoValuesAreResolvedAndExplained) {

@@ -1,0 +1,193 @@
+"""A DeepSpeed config means what the pinned DeepSpeed (0.19.8) makes of it: for every config in
+the corpus (configs/, tests/config/ds_configs/ and the cases in tests/config/ds_meaning/ written
+to hit each default), the fields that change what is trained, as
+`strata config check` resolves them, against DeepSpeed's own parser (DeepSpeedConfig) and the
+constructor defaults of the optimizer class DeepSpeed would build for that config (offloaded:
+DeepSpeedCPUAdam; torch_adam: torch.optim.AdamW or Adam; else FusedAdam). The learning-rate
+schedules are compared bit for bit by LrSchedule.DeepSpeedsOwnSchedulersAgreeBitForBit.
+
+Usage: ds_meaning_test.py STRATA_BINARY. One world (1 rank). A config DeepSpeed's parser refuses
+(Hugging Face's "auto" values, which the Trainer fills in first) is listed and not compared;
+a config Strata refuses fails the test. Exits 77 where deepspeed cannot be imported, unless
+STRATA_REQUIRE_PEERS=1 (CI), where that fails.
+"""
+import glob
+import inspect
+import json
+import math
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from peer_env import ensure_library_path  # noqa: E402  (scripts/peer_env.py)
+
+ensure_library_path()
+try:
+    import deepspeed
+    import torch
+    from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
+    from deepspeed.runtime.config import DeepSpeedConfig
+except Exception as e:  # noqa: BLE001 - any import failure means: not here
+    print(f"deepspeed not importable: {e}")
+    sys.exit(1 if os.environ.get("STRATA_REQUIRE_PEERS") == "1" else 77)
+
+PINNED = "0.19.8"
+
+
+def corpus():
+    files = sorted(glob.glob(os.path.join(ROOT, "configs", "*.json")))
+    files += sorted(f for f in glob.glob(os.path.join(HERE, "ds_configs", "*.json")) if not f.endswith(".strata.json"))
+    files += sorted(glob.glob(os.path.join(HERE, "ds_meaning", "*.json")))  # written to hit each default
+    return files
+
+
+def strata_resolved(binary, path):
+    r = subprocess.run([binary, "config", "check", path], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{path}: strata config check failed:\n{r.stdout}{r.stderr}")
+    text = r.stdout.split("resolved configuration:", 1)[1]
+    return json.JSONDecoder().raw_decode(text.strip())[0]
+
+
+def optimizer_class(ds, params):
+    if params.get("torch_adam", False):
+        adam_w = ds.optimizer_name == "adamw" or params.get("adam_w_mode", True)
+        return torch.optim.AdamW if adam_w else torch.optim.Adam
+    offload = ds.zero_config.offload_optimizer
+    if offload is not None and str(getattr(offload, "device", "none")).split(".")[-1].lower() in ("cpu", "nvme"):
+        return DeepSpeedCPUAdam
+    return FusedAdam
+
+
+def defaults(cls):
+    return {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
+            if v.default is not inspect.Parameter.empty}
+
+
+def deepspeed_meaning(path):
+    ds = DeepSpeedConfig(path)
+    out = {
+        "gradient_clipping": float(ds.gradient_clipping),
+        "train_batch_size": ds.train_batch_size,
+        "train_micro_batch_size_per_gpu": ds.train_micro_batch_size_per_gpu,
+        "gradient_accumulation_steps": ds.gradient_accumulation_steps,
+        "zero stage": ds.zero_optimization_stage,
+        "bf16.enabled": bool(ds.bfloat16_config.enabled),
+        "fp16.enabled": bool(ds.float16_config.enabled),
+    }
+    if ds.float16_config.enabled:
+        f = ds.float16_config
+        out.update({"fp16.loss_scale": float(f.loss_scale), "fp16.initial_scale_power": f.initial_scale_power,
+                    "fp16.loss_scale_window": f.loss_scale_window, "fp16.hysteresis": f.hysteresis,
+                    "fp16.min_loss_scale": float(f.min_loss_scale)})
+    if ds.optimizer_name in ("adam", "adamw"):
+        params = dict(ds.optimizer_params or {})
+        cls = optimizer_class(ds, params)
+        d = defaults(cls)
+        value = lambda k: params.get(k, d.get(k))  # noqa: E731
+        decoupled = ds.optimizer_name == "adamw" or params.get("adam_w_mode", True)
+        out.update({"optimizer.decoupled": bool(decoupled), "optimizer.lr": float(value("lr")),
+                    "optimizer.betas": [float(b) for b in value("betas")], "optimizer.eps": float(value("eps")),
+                    "optimizer.weight_decay": float(value("weight_decay")),
+                    "optimizer.bias_correction": bool(params.get("bias_correction", d.get("bias_correction", True)))})
+        out["optimizer class"] = cls.__name__
+    return out
+
+
+def strata_meaning(r, with_optimizer):
+    out = {
+        "gradient_clipping": float(r["gradient_clipping"]),
+        "train_batch_size": r["train_batch_size"],
+        "train_micro_batch_size_per_gpu": r["train_micro_batch_size_per_gpu"],
+        "gradient_accumulation_steps": r["gradient_accumulation_steps"],
+        "zero stage": r["zero_optimization"]["stage"],
+        "bf16.enabled": bool(r["bf16"]["enabled"]),
+        "fp16.enabled": bool(r["fp16"]["enabled"]),
+    }
+    if r["fp16"]["enabled"]:
+        f = r["fp16"]
+        out.update({"fp16.loss_scale": float(f["loss_scale"]), "fp16.initial_scale_power": f["initial_scale_power"],
+                    "fp16.loss_scale_window": f["loss_scale_window"], "fp16.hysteresis": f["hysteresis"],
+                    "fp16.min_loss_scale": float(f["min_loss_scale"])})
+    if with_optimizer:
+        p = r["optimizer"]["params"]
+        out.update({"optimizer.decoupled": r["optimizer"]["type"] == "AdamW", "optimizer.lr": float(p["lr"]),
+                    "optimizer.betas": [float(b) for b in p["betas"]], "optimizer.eps": float(p["eps"]),
+                    "optimizer.weight_decay": float(p["weight_decay"]),
+                    "optimizer.bias_correction": bool(p["bias_correction"])})
+    return out
+
+
+# Where each compared field is written in a config (DeepSpeed's keys).
+RAW_PATHS = {
+    "bf16.enabled": ("bf16", "enabled"), "fp16.enabled": ("fp16", "enabled"),
+    "gradient_clipping": ("gradient_clipping",), "train_batch_size": ("train_batch_size",),
+    "train_micro_batch_size_per_gpu": ("train_micro_batch_size_per_gpu",),
+    "gradient_accumulation_steps": ("gradient_accumulation_steps",), "zero stage": ("zero_optimization", "stage"),
+    "optimizer.lr": ("optimizer", "params", "lr"), "optimizer.betas": ("optimizer", "params", "betas"),
+    "optimizer.eps": ("optimizer", "params", "eps"), "optimizer.weight_decay": ("optimizer", "params", "weight_decay"),
+}
+
+
+def raw_value(raw, key):
+    node = raw
+    for part in RAW_PATHS.get(key, ()):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node if key in RAW_PATHS else None
+
+
+def same(a, b):
+    if isinstance(a, float) or isinstance(b, float):
+        return math.isclose(float(a), float(b), rel_tol=1e-12, abs_tol=0.0)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def main():
+    binary = sys.argv[1]
+    if deepspeed.__version__ != PINNED:
+        print(f"deepspeed {deepspeed.__version__} is not the pinned {PINNED}")
+        return 1
+    compared, refused, differences, autos = 0, [], [], []
+    for path in corpus():
+        name = os.path.relpath(path, ROOT)
+        resolved = strata_resolved(binary, path)
+        try:
+            ds = deepspeed_meaning(path)
+        except Exception as e:  # noqa: BLE001 - DeepSpeed refuses it ("auto" values, Strata-only sections)
+            refused.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            continue
+        mine = strata_meaning(resolved, "optimizer.lr" in ds)
+        compared += 1
+        with open(path) as f:
+            raw = json.load(f)
+        for key, want in ds.items():
+            if key == "optimizer class":
+                continue
+            if raw_value(raw, key) == "auto":  # Strata resolves it and says how at start-up
+                autos.append(f"{name}: {key}")
+                continue
+            if not same(mine[key], want):
+                differences.append(f"{name}: {key}: Strata {mine[key]!r}, DeepSpeed {PINNED} {want!r}"
+                                   + (f" ({ds['optimizer class']})" if key.startswith("optimizer.") else ""))
+    print(f"{compared} config(s) compared with DeepSpeed {PINNED}'s meaning, {len(refused)} refused by DeepSpeed's parser")
+    for r in refused:
+        print(f"  not compared: {r}")
+    for a in autos:
+        print(f"  \"auto\", resolved by Strata: {a}")
+    for d in differences:
+        print(f"DIFFERENT {d}")
+    if compared == 0:
+        print("nothing compared")
+        return 1
+    return 1 if differences else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
