@@ -25,6 +25,8 @@ const char* ScheduleName(LrScheduleKind k) {
     case LrScheduleKind::kWarmupLR: return "WarmupLR";
     case LrScheduleKind::kWarmupDecayLR: return "WarmupDecayLR";
     case LrScheduleKind::kWarmupCosineLR: return "WarmupCosineLR";
+    case LrScheduleKind::kOneCycle: return "OneCycle";
+    case LrScheduleKind::kLRRangeTest: return "LRRangeTest";
   }
   return "?";
 }
@@ -32,6 +34,27 @@ const char* ScheduleName(LrScheduleKind k) {
 nlohmann::ordered_json Offload(const OffloadConfig& o) {
   return {{"device", OffloadDeviceName(o.device)}, {"nvme_path", o.nvme_path}, {"pin_memory", o.pin_memory},
           {"buffer_count", o.buffer_count}};
+}
+
+// The resolved scheduler parameters of the schedule's kind.
+nlohmann::ordered_json ScheduleParams(const ScheduleConfig& s) {
+  switch (s.kind) {
+    case LrScheduleKind::kOneCycle:
+      return {{"cycle_min_lr", s.cycle_min_lr}, {"cycle_max_lr", s.cycle_max_lr}, {"decay_lr_rate", s.decay_lr_rate},
+              {"cycle_first_step_size", s.cycle_first_step_size}, {"cycle_second_step_size", s.cycle_second_step_size},
+              {"cycle_first_stair_count", s.cycle_first_stair_count},
+              {"cycle_second_stair_count", s.cycle_second_stair_count}, {"decay_step_size", s.decay_step_size},
+              {"cycle_momentum", s.cycle_momentum}, {"cycle_min_mom", s.cycle_min_mom},
+              {"cycle_max_mom", s.cycle_max_mom}, {"decay_mom_rate", s.decay_mom_rate}};
+    case LrScheduleKind::kLRRangeTest:
+      return {{"lr_range_test_min_lr", s.range_min_lr}, {"lr_range_test_step_size", s.range_step_size},
+              {"lr_range_test_step_rate", s.range_step_rate}, {"lr_range_test_staircase", s.range_staircase}};
+    default:
+      return {{"warmup_min_lr", s.warmup_min_lr}, {"warmup_max_lr", s.warmup_max_lr},
+              {"warmup_num_steps", s.warmup_num_steps},
+              {"warmup_type", s.warmup_type == WarmupType::kLog ? "log" : "linear"}, {"total_num_steps", s.total_num_steps},
+              {"cos_min_ratio", s.cos_min_ratio}, {"warmup_min_ratio", s.warmup_min_ratio}};
+  }
 }
 
 // The configuration as Strata will run it, in ds_config shape.
@@ -52,13 +75,7 @@ nlohmann::ordered_json Resolved(const TrainConfig& c) {
         {"params",
          {{"lr", c.lr}, {"betas", {c.beta1, c.beta2}}, {"eps", c.eps}, {"weight_decay", c.weight_decay},
           {"bias_correction", c.bias_correction}}}}},
-      {"scheduler",
-       {{"type", ScheduleName(s.kind)},
-        {"params",
-         {{"warmup_min_lr", s.warmup_min_lr}, {"warmup_max_lr", s.warmup_max_lr},
-          {"warmup_num_steps", s.warmup_num_steps},
-          {"warmup_type", s.warmup_type == WarmupType::kLog ? "log" : "linear"}, {"total_num_steps", s.total_num_steps},
-          {"cos_min_ratio", s.cos_min_ratio}, {"warmup_min_ratio", s.warmup_min_ratio}}}}},
+      {"scheduler", {{"type", ScheduleName(s.kind)}, {"params", ScheduleParams(s)}}},
       {"zero_optimization",
        {{"stage", c.zero_stage}, {"offload_param", Offload(c.offload_param)},
         {"offload_optimizer", Offload(c.offload_optimizer)}, {"sub_group_size", c.sub_group_size},

@@ -33,15 +33,51 @@ namespace {
 
 constexpr int64_t kMaxI = int64_t{1} << 50;
 
+// OneCycle's and LRRangeTest's parameters, with DeepSpeed 0.19.8's defaults and checks.
+Status ParseCycleSchedule(JsonReader& p, ScheduleConfig* s) {
+  if (s->kind == LrScheduleKind::kLRRangeTest) {
+    STRATA_RETURN_IF_ERROR(p.Double("lr_range_test_min_lr", &s->range_min_lr, 0, 1e3));
+    STRATA_RETURN_IF_ERROR(p.Int("lr_range_test_step_size", &s->range_step_size, 1, kMaxI));
+    STRATA_RETURN_IF_ERROR(p.Double("lr_range_test_step_rate", &s->range_step_rate, 0, 1e9));
+    return p.Bool("lr_range_test_staircase", &s->range_staircase);
+  }
+  for (const char* key : {"cycle_min_lr", "cycle_max_lr"})
+    if (!p.Has(key)) return InvalidArgument("{}: required by OneCycle (DeepSpeed has no default)", p.PathOf(key));
+  STRATA_RETURN_IF_ERROR(p.Double("cycle_min_lr", &s->cycle_min_lr, 0, 1e3));
+  STRATA_RETURN_IF_ERROR(p.Double("cycle_max_lr", &s->cycle_max_lr, 0, 1e3));
+  STRATA_RETURN_IF_ERROR(p.Double("decay_lr_rate", &s->decay_lr_rate, 0, 1e9));
+  STRATA_RETURN_IF_ERROR(p.Double("cycle_first_step_size", &s->cycle_first_step_size, 1e-9, 1e15));
+  s->cycle_second_step_size = s->cycle_first_step_size;
+  STRATA_RETURN_IF_ERROR(p.Double("cycle_second_step_size", &s->cycle_second_step_size, 0, 1e15));
+  STRATA_RETURN_IF_ERROR(p.Int("cycle_first_stair_count", &s->cycle_first_stair_count, 0, kMaxI));
+  s->cycle_second_stair_count = s->cycle_first_stair_count;
+  STRATA_RETURN_IF_ERROR(p.Int("cycle_second_stair_count", &s->cycle_second_stair_count, 0, kMaxI));
+  STRATA_RETURN_IF_ERROR(p.Double("decay_step_size", &s->decay_step_size, 0, 1e15));
+  STRATA_RETURN_IF_ERROR(p.Bool("cycle_momentum", &s->cycle_momentum));
+  STRATA_RETURN_IF_ERROR(p.Double("cycle_min_mom", &s->cycle_min_mom, 0, 1));
+  STRATA_RETURN_IF_ERROR(p.Double("cycle_max_mom", &s->cycle_max_mom, 0, 1));
+  return p.Double("decay_mom_rate", &s->decay_mom_rate, -1e9, 1e9);
+}
+
 Status ParseScheduler(JsonReader& root, TrainConfig* c) {
   STRATA_ASSIGN_OR_RETURN(JsonReader s, root.Child("scheduler"));
   if (!root.Has("scheduler")) return Status();
   std::string type = "WarmupLR";
-  STRATA_RETURN_IF_ERROR(s.Choice("type", &type, {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}));
-  c->schedule.kind = type == "WarmupLR" ? LrScheduleKind::kWarmupLR
-                     : type == "WarmupDecayLR" ? LrScheduleKind::kWarmupDecayLR
-                                               : LrScheduleKind::kWarmupCosineLR;
+  STRATA_RETURN_IF_ERROR(
+      s.Choice("type", &type, {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"}));
+  c->schedule.kind = type == "WarmupLR"         ? LrScheduleKind::kWarmupLR
+                     : type == "WarmupDecayLR"  ? LrScheduleKind::kWarmupDecayLR
+                     : type == "OneCycle"       ? LrScheduleKind::kOneCycle
+                     : type == "LRRangeTest"    ? LrScheduleKind::kLRRangeTest
+                                                : LrScheduleKind::kWarmupCosineLR;
   STRATA_ASSIGN_OR_RETURN(JsonReader p, s.Child("params"));
+  if (c->schedule.kind == LrScheduleKind::kOneCycle || c->schedule.kind == LrScheduleKind::kLRRangeTest) {
+    STRATA_RETURN_IF_ERROR(ParseCycleSchedule(p, &c->schedule));
+    p.Touch("last_batch_iteration");
+    p.UnusedKeys(&c->warnings);
+    s.UnusedKeys(&c->warnings);
+    return Status();
+  }
   // Absent, the peak is DeepSpeed's default: the optimizer's lr for WarmupLR, 0.001 for
   // WarmupDecayLR. "auto" is the optimizer's lr (what the Hugging Face Trainer fills in).
   c->schedule.warmup_max_lr = type == "WarmupDecayLR" && !p.IsAuto("warmup_max_lr") ? 1e-3 : c->lr;

@@ -49,7 +49,7 @@ struct LossScaleConfig {
   double min_scale = 1;
 };
 
-enum class LrScheduleKind { kConstant, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+enum class LrScheduleKind { kConstant, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR, kOneCycle, kLRRangeTest };
 
 // scheduler.params.warmup_type: how the warmup rises (DeepSpeed's default: log).
 enum class WarmupType { kLog, kLinear };
@@ -64,6 +64,23 @@ struct ScheduleConfig {
   int64_t total_num_steps = 0;      // WarmupDecayLR / WarmupCosineLR (defaults to the run's steps)
   double cos_min_ratio = 1e-4;      // WarmupCosineLR: final lr / peak
   double warmup_min_ratio = 0;      // WarmupCosineLR: first lr / peak
+  // LRRangeTest: min_lr x (1 + step_rate x interval), interval = iterations / step_size
+  // (floored with staircase).
+  double range_min_lr = 1e-3;
+  int64_t range_step_size = 2000;
+  double range_step_rate = 1.0;
+  bool range_staircase = false;
+  // OneCycle: min -> max lr over the first half cycle, back over the second, then decay; with
+  // cycle_momentum, Adam's beta1 runs max -> min -> max the other way and beta2 is 0.99.
+  double cycle_min_lr = 0, cycle_max_lr = 0;  // required, as DeepSpeed's constructor requires them
+  double decay_lr_rate = 0;
+  double cycle_first_step_size = 2000;
+  double cycle_second_step_size = -1;  // -1: the first's
+  int64_t cycle_first_stair_count = 0;
+  int64_t cycle_second_stair_count = -1;  // -1: the first's
+  double decay_step_size = 0;
+  bool cycle_momentum = true;
+  double cycle_min_mom = 0.8, cycle_max_mom = 0.9, decay_mom_rate = 0;
 };
 
 // strata.optimizer_overlap: when the CPU optimizer's step runs.

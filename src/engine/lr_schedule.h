@@ -4,6 +4,9 @@
 //  WarmupDecayLR:  WarmupLR, then linear decay back to warmup_min_lr at total_num_steps.
 //  WarmupCosineLR: lr * (warmup_min_ratio -> 1) over the warmup, then cosine down to
 //                  lr * cos_min_ratio at total_num_steps.
+//  OneCycle:       cycle_min_lr -> cycle_max_lr -> cycle_min_lr over one cycle (in stairs
+//                  where asked), then decayed; with cycle_momentum Adam's betas cycle too.
+//  LRRangeTest:    lr_range_test_min_lr, growing linearly (or in stairs) with the iterations.
 // The warmup rises as log(i + 1) / log(w) (warmup_type "log", DeepSpeed's default) or as i / w
 // ("linear") at scheduler iteration i, with w = max(2, warmup_num_steps).
 //
@@ -16,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "src/config/train_config.h"
 #include "strata/cpu_adam.h"
@@ -50,6 +54,53 @@ inline double CosineRatio(const ScheduleConfig& s, double i) {
   return std::max(0.0, s.cos_min_ratio + (1.0 - s.cos_min_ratio) * cosine);
 }
 
+// OneCycle's position in its cycle at scheduler iteration i >= 0 (DeepSpeed's
+// _get_scale_factor, with last_batch_iteration = i): 0 at the ends, 1 at the peak.
+inline double CycleScale(const ScheduleConfig& s, double i) {
+  const double first = s.cycle_first_step_size, second = s.cycle_second_step_size;
+  const double total = first + second, ratio = first / total;
+  const double batch = i + 1;
+  const double cycle = std::floor(1 + batch / total);
+  const double x = 1. + batch / total - cycle;
+  double scale;
+  int64_t stairs;
+  if (x <= ratio) {
+    scale = x / ratio;
+    stairs = s.cycle_first_stair_count;
+  } else {
+    scale = (x - 1) / (ratio - 1);
+    stairs = s.cycle_second_stair_count;
+  }
+  if (stairs > 0) {
+    const double at = std::fmod(batch, total);  // Python's % on non-negative floats
+    const double position = at <= first ? at * static_cast<double>(stairs) / first
+                                        : (total - at) * static_cast<double>(stairs) / second;
+    scale = std::floor(position) / static_cast<double>(stairs);
+  }
+  return scale;
+}
+
+inline double OneCycleLr(const ScheduleConfig& s, double i) {
+  const double total = s.cycle_first_step_size + s.cycle_second_step_size;
+  if (i < total) return s.cycle_min_lr + (s.cycle_max_lr - s.cycle_min_lr) * CycleScale(s, i);
+  if (s.decay_step_size == 0 || s.decay_lr_rate == 0) return s.cycle_min_lr;  // (math.isclose(x, 0))
+  const double interval = (i - total + 1) / s.decay_step_size;
+  return s.cycle_min_lr / (1 + s.decay_lr_rate * interval);
+}
+
+inline double OneCycleBeta1(const ScheduleConfig& s, double i) {
+  const double total = s.cycle_first_step_size + s.cycle_second_step_size;
+  if (i < total) return s.cycle_max_mom - (s.cycle_max_mom - s.cycle_min_mom) * CycleScale(s, i);
+  if (s.decay_step_size == 0 || s.decay_mom_rate == 0) return s.cycle_max_mom;
+  const double interval = (i - total + 1) / s.decay_step_size;
+  return s.cycle_max_mom * (1 + s.decay_mom_rate * interval);
+}
+
+inline double RangeTestLr(const ScheduleConfig& s, double i) {
+  const double interval = (i + 1) / static_cast<double>(s.range_step_size);
+  return s.range_min_lr * (1 + s.range_step_rate * (s.range_staircase ? std::floor(interval) : interval));
+}
+
 }  // namespace lr_schedule_internal
 
 // The lr of the update that follows `applied` applied updates.
@@ -69,8 +120,22 @@ inline double LearningRate(const TrainConfig& c, int64_t applied) {
     case LrScheduleKind::kWarmupCosineLR:
       if (!started) return 0.0;
       return c.lr * (i < 0 ? 1.0 : sched::CosineRatio(s, i));
+    case LrScheduleKind::kOneCycle:  // built: cycle_min_lr
+      return applied == 0 ? s.cycle_min_lr : sched::OneCycleLr(s, i);
+    case LrScheduleKind::kLRRangeTest:  // built: lr_range_test_min_lr
+      return applied == 0 ? s.range_min_lr : sched::RangeTestLr(s, i);
   }
   return c.lr;
+}
+
+// Adam's betas for the update that follows `applied` applied updates: the config's, or with
+// OneCycle's cycle_momentum DeepSpeed's cycled beta1 and 0.99 (its scheduler sets the
+// optimizer's betas to (momentum, 0.99), at construction to (cycle_min_mom, 0.99)).
+inline std::pair<double, double> StepBetas(const TrainConfig& c, int64_t applied) {
+  const ScheduleConfig& s = c.schedule;
+  if (s.kind != LrScheduleKind::kOneCycle || !s.cycle_momentum) return {c.beta1, c.beta2};
+  return {applied == 0 ? s.cycle_min_mom : lr_schedule_internal::OneCycleBeta1(s, static_cast<double>(applied - 1)),
+          0.99};
 }
 
 // The Adam hyper-parameters of the update that follows `applied` applied updates, as the
@@ -79,8 +144,9 @@ inline double LearningRate(const TrainConfig& c, int64_t applied) {
 inline AdamHyperParams StepHyperParams(const TrainConfig& c, int64_t applied) {
   AdamHyperParams hp;
   hp.lr = LearningRate(c, applied);
-  hp.beta1 = c.beta1;
-  hp.beta2 = c.beta2;
+  const auto [beta1, beta2] = StepBetas(c, applied);
+  hp.beta1 = beta1;
+  hp.beta2 = beta2;
   hp.eps = c.eps;
   hp.weight_decay = c.weight_decay;
   hp.bias_correction = c.bias_correction;

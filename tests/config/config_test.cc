@@ -365,9 +365,13 @@ TEST(Config, MisspeltKeysAreWarnedAndWrongValuesNameTheRange) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("aio.queue_depth: expected an integer in [1, 4096]"), std::string::npos)
       << bad.status().message();
-  bad = ParseTrainConfig(R"({"scheduler": {"type": "OneCycle"}})", "m.json");
+  bad = ParseTrainConfig(R"({"scheduler": {"type": "CyclicLR"}})", "m.json");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("\"OneCycle\" is not one of"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("\"CyclicLR\" is not one of"), std::string::npos);
+  bad = ParseTrainConfig(R"({"scheduler": {"type": "OneCycle", "params": {"cycle_max_lr": 0.1}}})", "m.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("scheduler.params.cycle_min_lr: required by OneCycle"), std::string::npos)
+      << bad.status().message();
 }
 
 TEST(Config, SecondFileAndSetOverridesCompose) {

@@ -244,5 +244,58 @@ TEST(LrSchedule, AdamWIgnoresAdamWModeFalseAsDeepSpeedDoes) {
   EXPECT_FALSE(adam->adam_w_mode);
 }
 
+// OneCycle and LRRangeTest, DeepSpeed's own objects driven as its engine drives them (built
+// before the first update, stepped after each): the lr and, with cycle_momentum, Adam's betas
+// of every update, bit for bit. Cases: a symmetric cycle, an asymmetric one in stairs with
+// decay of lr and momentum after it, momentum left alone, the range test continuous and in
+// stairs.
+TEST(LrSchedule, DeepSpeedsOneCycleAndRangeTestAgreeBitForBit) {
+  const std::vector<std::string> sections = {
+      R"({"type": "OneCycle", "params": {"cycle_min_lr": 0.001, "cycle_max_lr": 0.01, "cycle_first_step_size": 7}})",
+      R"({"type": "OneCycle", "params": {"cycle_min_lr": 0.0003, "cycle_max_lr": 0.003, "cycle_first_step_size": 5,
+          "cycle_second_step_size": 9, "cycle_first_stair_count": 2, "cycle_second_stair_count": 3,
+          "decay_step_size": 4, "decay_lr_rate": 0.5, "decay_mom_rate": 0.01, "cycle_min_mom": 0.85,
+          "cycle_max_mom": 0.95}})",
+      R"({"type": "OneCycle", "params": {"cycle_min_lr": 0.002, "cycle_max_lr": 0.02, "cycle_first_step_size": 3.5,
+          "cycle_momentum": false, "decay_step_size": 2, "decay_lr_rate": 0.1}})",
+      R"({"type": "LRRangeTest", "params": {"lr_range_test_min_lr": 0.0001, "lr_range_test_step_size": 3,
+          "lr_range_test_step_rate": 2.5}})",
+      R"({"type": "LRRangeTest", "params": {"lr_range_test_step_size": 4, "lr_range_test_staircase": true}})",
+  };
+  constexpr int kUpdates = 40;
+  for (const std::string& section : sections) {
+    SCOPED_TRACE(section);
+    auto cfg = ParseTrainConfig(R"({"optimizer": {"type": "Adam", "params": {"lr": 0.05, "betas": [0.9, 0.999]}},
+                                    "scheduler": )" + section + "}", "cycle.json");
+    ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+    std::string compact = section;
+    std::erase(compact, '\n');
+    const std::string cmd = fmt::format("{} {}/tests/config/deepspeed_cycle.py '{}' {} 2>&1", STRATA_PYTHON,
+                                        STRATA_SOURCE_DIR, compact, kUpdates);
+    FILE* pipe = popen(cmd.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string out;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+    const int status = pclose(pipe);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 77) return testing::PeersMissing(out);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << out;
+    std::istringstream lines(out);
+    int seen = 0;
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream words(line);
+      int64_t k = -1;
+      std::string lr, beta1, beta2;
+      if (!(words >> k >> lr >> beta1 >> beta2) || k < 0) continue;
+      ++seen;
+      const AdamHyperParams hp = StepHyperParams(*cfg, k);
+      EXPECT_EQ(hp.lr, std::strtod(lr.c_str(), nullptr)) << "update " << k;
+      EXPECT_EQ(hp.beta1, std::strtod(beta1.c_str(), nullptr)) << "update " << k;
+      EXPECT_EQ(hp.beta2, std::strtod(beta2.c_str(), nullptr)) << "update " << k;
+    }
+    EXPECT_EQ(seen, kUpdates) << out;
+  }
+}
+
 }  // namespace
 }  // namespace strata
