@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -127,17 +128,22 @@ TEST(LrSchedule, ValuesDeepSpeedGave) {
 }
 
 // DeepSpeed's schedulers themselves, bit for bit (run by STRATA_PYTHON).
+// `cmd`'s exit status (as pclose gives it) and its output, stderr included.
+std::pair<int, std::string> RunCommand(const std::string& cmd) {
+  std::string out;
+  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed: " + cmd};
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  return {pclose(pipe), out};
+}
+
 TEST(LrSchedule, DeepSpeedsOwnSchedulersAgreeBitForBit) {
   const Setting s;
   std::string cmd = fmt::format("{} {}/tests/config/deepspeed_lr.py {} {} {} {} {} {} {}", STRATA_PYTHON,
                                 STRATA_SOURCE_DIR, s.lr, s.min_lr, s.max_lr, s.warmup, s.total, s.min_ratio, s.cos_min);
   for (int64_t k : kSteps) cmd += fmt::format(" {}", k);
-  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
-  const int status = pclose(pipe);
+  const auto [status, out] = RunCommand(cmd);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 77) return testing::PeersMissing(out);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << out;
   std::map<std::tuple<std::string, std::string, int64_t>, double> got;
@@ -270,14 +276,9 @@ TEST(LrSchedule, DeepSpeedsOneCycleAndRangeTestAgreeBitForBit) {
     ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
     std::string compact = section;
     std::erase(compact, '\n');
-    const std::string cmd = fmt::format("{} {}/tests/config/deepspeed_cycle.py '{}' {} 2>&1", STRATA_PYTHON,
+    const std::string cmd = fmt::format("{} {}/tests/config/deepspeed_cycle.py '{}' {}", STRATA_PYTHON,
                                         STRATA_SOURCE_DIR, compact, kUpdates);
-    FILE* pipe = popen(cmd.c_str(), "r");
-    ASSERT_NE(pipe, nullptr);
-    std::string out;
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
-    const int status = pclose(pipe);
+    const auto [status, out] = RunCommand(cmd);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 77) return testing::PeersMissing(out);
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << out;
     std::istringstream lines(out);
