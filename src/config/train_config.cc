@@ -90,6 +90,9 @@ Status ParseScheduler(JsonReader& root, TrainConfig* c) {
   STRATA_RETURN_IF_ERROR(p.Choice("warmup_type", &warmup, {"log", "linear"}));  // DeepSpeed warns and takes log
   c->schedule.warmup_type = warmup == "log" ? WarmupType::kLog : WarmupType::kLinear;
   STRATA_RETURN_IF_ERROR(p.Int("total_num_steps", &c->schedule.total_num_steps, 0, kMaxI));
+  if (!p.Has("total_num_steps") && type != "WarmupLR")  // a difference kept on purpose: said
+    c->notes.push_back(fmt::format("scheduler.params.total_num_steps: not set, so the run's steps (DeepSpeed 0.19.8's "
+                                   "{} has no default and refuses to start)", type));
   STRATA_RETURN_IF_ERROR(p.Double("cos_min_ratio", &c->schedule.cos_min_ratio, 0, 1));
   STRATA_RETURN_IF_ERROR(p.Double("warmup_min_ratio", &c->schedule.warmup_min_ratio, 0, 1));
   p.Touch("last_batch_iteration");

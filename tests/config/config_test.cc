@@ -299,6 +299,13 @@ TEST(Config, AbsentKeysMeanDeepSpeedsDefaults) {
             0.0);  // torch.optim.Adam
   EXPECT_EQ(parse(R"({"type": "AdamW", "params": {"weight_decay": 0.1}})", "").weight_decay, 0.1);
   EXPECT_EQ(parse(R"({"type": "AdamW"})", R"("gradient_clipping": 0, )").gradient_clipping, 0.0);  // off, as written
+  // Kept on purpose, and said: a decaying schedule without total_num_steps (DeepSpeed refuses it).
+  auto cosine = ParseTrainConfig(R"({"scheduler": {"type": "WarmupCosineLR"}, "strata": {"steps": 40}})", "test");
+  ASSERT_TRUE(cosine.ok()) << cosine.status().ToString();
+  EXPECT_EQ(cosine->schedule.total_num_steps, 40);
+  bool said = false;
+  for (const auto& n : cosine->notes) said = said || n.find("total_num_steps: not set, so the run's steps") != std::string::npos;
+  EXPECT_TRUE(said);
 }
 
 TEST(Config, AutoValuesAreResolvedAndExplained) {

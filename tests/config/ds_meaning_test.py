@@ -3,8 +3,8 @@ the corpus (configs/, tests/config/ds_configs/ and the cases in tests/config/ds_
 to hit each default), the fields that change what is trained, as
 `strata config check` resolves them, against DeepSpeed's own parser (DeepSpeedConfig) and the
 constructor defaults of the optimizer class DeepSpeed would build for that config (offloaded:
-DeepSpeedCPUAdam; torch_adam: torch.optim.AdamW or Adam; else FusedAdam). The learning-rate
-schedules are compared bit for bit by LrSchedule.DeepSpeedsOwnSchedulersAgreeBitForBit.
+DeepSpeedCPUAdam; torch_adam: torch.optim.AdamW or Adam; else FusedAdam) and of its scheduler
+class. The schedules' values are compared bit for bit by the LrSchedule tests.
 
 Usage: ds_meaning_test.py STRATA_BINARY. One world (1 rank). A config DeepSpeed's parser refuses
 (Hugging Face's "auto" values, which the Trainer fills in first) is listed and not compared;
@@ -29,6 +29,7 @@ try:
     import deepspeed
     import torch
     from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
+    from deepspeed.runtime import lr_schedules
     from deepspeed.runtime.config import DeepSpeedConfig
 except Exception as e:  # noqa: BLE001 - any import failure means: not here
     print(f"deepspeed not importable: {e}")
@@ -83,6 +84,26 @@ def deepspeed_meaning(path):
         out.update({"fp16.loss_scale": float(f.loss_scale), "fp16.initial_scale_power": f.initial_scale_power,
                     "fp16.loss_scale_window": f.loss_scale_window, "fp16.hysteresis": f.hysteresis,
                     "fp16.min_loss_scale": float(f.min_loss_scale)})
+    if ds.scheduler_name:
+        cls = getattr(lr_schedules, ds.scheduler_name)
+        d = defaults(cls)
+        given = dict(ds.scheduler_params or {})
+        out["scheduler.type"] = ds.scheduler_name
+        for key, default in d.items():
+            if key in ("optimizer", "last_batch_iteration"):
+                continue
+            value = given.get(key, default)
+            if value is None and key == "warmup_max_lr":  # WarmupLR: the optimizer's lr
+                value = dict(ds.optimizer_params or {}).get("lr", 1e-3)
+            if value is None and key.startswith("cycle_second_"):  # OneCycle: the first half's
+                first = key.replace("second", "first")
+                value = given.get(first, d.get(first))
+            out[f"scheduler.{key}"] = value
+        # A parameter without a default (total_num_steps of the decaying schedules): DeepSpeed
+        # refuses to start without it, Strata takes the run's steps and says so.
+        for key, v in inspect.signature(cls.__init__).parameters.items():
+            if v.default is inspect.Parameter.empty and key not in ("self", "optimizer") and key in given:
+                out[f"scheduler.{key}"] = given[key]
     if ds.optimizer_name in ("adam", "adamw"):
         params = dict(ds.optimizer_params or {})
         cls = optimizer_class(ds, params)
@@ -112,6 +133,10 @@ def strata_meaning(r, with_optimizer):
         out.update({"fp16.loss_scale": float(f["loss_scale"]), "fp16.initial_scale_power": f["initial_scale_power"],
                     "fp16.loss_scale_window": f["loss_scale_window"], "fp16.hysteresis": f["hysteresis"],
                     "fp16.min_loss_scale": float(f["min_loss_scale"])})
+    if r["scheduler"]["type"] != "constant":
+        out["scheduler.type"] = r["scheduler"]["type"]
+        for key, value in r["scheduler"]["params"].items():
+            out[f"scheduler.{key}"] = value
     if with_optimizer:
         p = r["optimizer"]["params"]
         out.update({"optimizer.decoupled": r["optimizer"]["type"] == "AdamW", "optimizer.lr": float(p["lr"]),
@@ -142,7 +167,9 @@ def raw_value(raw, key):
 
 
 def same(a, b):
-    if isinstance(a, float) or isinstance(b, float):
+    if isinstance(a, bool) or isinstance(b, bool) or isinstance(a, str) or isinstance(b, str):
+        return a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return math.isclose(float(a), float(b), rel_tol=1e-12, abs_tol=0.0)
     if isinstance(a, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
@@ -154,7 +181,7 @@ def main():
     if deepspeed.__version__ != PINNED:
         print(f"deepspeed {deepspeed.__version__} is not the pinned {PINNED}")
         return 1
-    compared, refused, differences, autos = 0, [], [], []
+    compared, fields, refused, differences, autos = 0, 0, [], [], []
     for path in corpus():
         name = os.path.relpath(path, ROOT)
         resolved = strata_resolved(binary, path)
@@ -173,10 +200,15 @@ def main():
             if raw_value(raw, key) == "auto":  # Strata resolves it and says how at start-up
                 autos.append(f"{name}: {key}")
                 continue
+            fields += 1
+            if key not in mine:
+                differences.append(f"{name}: {key}: Strata has none, DeepSpeed {PINNED} {want!r}")
+                continue
             if not same(mine[key], want):
                 differences.append(f"{name}: {key}: Strata {mine[key]!r}, DeepSpeed {PINNED} {want!r}"
                                    + (f" ({ds['optimizer class']})" if key.startswith("optimizer.") else ""))
-    print(f"{compared} config(s) compared with DeepSpeed {PINNED}'s meaning, {len(refused)} refused by DeepSpeed's parser")
+    print(f"{compared} config(s), {fields} fields, compared with DeepSpeed {PINNED}'s meaning; "
+          f"{len(refused)} refused by DeepSpeed's parser")
     for r in refused:
         print(f"  not compared: {r}")
     for a in autos:
