@@ -188,7 +188,7 @@ def main():
         try:
             ds = deepspeed_meaning(path)
         except Exception as e:  # noqa: BLE001 - DeepSpeed refuses it ("auto" values, Strata-only sections)
-            refused.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            refused.append(f"{name}: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}")
             continue
         mine = strata_meaning(resolved, "optimizer.lr" in ds)
         compared += 1
