@@ -79,7 +79,6 @@ Status ParseScheduler(JsonReader& root, TrainConfig* c) {
   return Status();
 }
 
-
 Status ParseOptimizer(JsonReader& root, TrainConfig* c) {
   STRATA_ASSIGN_OR_RETURN(JsonReader opt, root.Child("optimizer"));
   if (!root.Has("optimizer")) return Status();
