@@ -20,16 +20,24 @@ bool SpecNamesGpu(const std::string& spec) {
   return spec.rfind("cuda", 0) == 0;
 }
 
+namespace {
+
+// The GPU a spec that names one gives local rank `local_rank`: N of "cuda:N", else the local
+// rank; -1 where N is not a valid index.
+int GpuIndexOf(const std::string& spec, int local_rank) {
+  if (spec.size() <= 5) return local_rank;
+  char* end = nullptr;
+  const long index = std::strtol(spec.c_str() + 5, &end, 10);
+  return *end != '\0' || index < 0 ? -1 : static_cast<int>(index);
+}
+
+}  // namespace
+
 uint64_t VisibleDeviceMemory(const std::string& spec, int local_rank) {
 #if STRATA_CUDA_BUILD
   if (!SpecNamesGpu(spec) || !torch::cuda::is_available()) return 0;
-  int index = local_rank;
-  if (spec.size() > 5) {
-    char* end = nullptr;
-    index = static_cast<int>(std::strtol(spec.c_str() + 5, &end, 10));
-    if (*end != '\0' || index < 0) return 0;
-  }
-  return index < static_cast<int>(torch::cuda::device_count()) ? cuda::DeviceMemoryBytes(index) : 0;
+  const int index = GpuIndexOf(spec, local_rank);
+  return index >= 0 && index < static_cast<int>(torch::cuda::device_count()) ? cuda::DeviceMemoryBytes(index) : 0;
 #else
   (void)spec;
   (void)local_rank;
@@ -61,12 +69,8 @@ StatusOr<OpenedDevice> OpenComputeDevice(const std::string& spec, int local_rank
     return Error(StatusCode::kFailedPrecondition,
                  "strata.device '{}': no CUDA device is usable here (a CPU build of Strata, LibTorch without CUDA, "
                  "or no GPU); use \"cpu\"", spec);
-  int index = local_rank;
-  if (spec.size() > 5) {
-    char* end = nullptr;
-    index = static_cast<int>(std::strtol(spec.c_str() + 5, &end, 10));
-    if (*end != '\0' || index < 0) return InvalidArgument("strata.device: '{}' has no valid device index", spec);
-  }
+  const int index = GpuIndexOf(spec, local_rank);
+  if (index < 0) return InvalidArgument("strata.device: '{}' has no valid device index", spec);
   const int count = static_cast<int>(torch::cuda::device_count());
   if (index >= count)
     return InvalidArgument("strata.device '{}': device {} does not exist ({} visible)", spec, index, count);

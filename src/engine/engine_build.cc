@@ -452,7 +452,8 @@ Status Engine::Impl::AllocateDeviceBuffers() {
       }
     }
   }));
-  return PinHostAccumulators(pinner);
+  PinHostAccumulators(pinner);
+  return Status();
 }
 
 // Note [Sums straight into the accumulators]: with device accumulation and fp32 host
@@ -463,8 +464,8 @@ Status Engine::Impl::AllocateDeviceBuffers() {
 // the compute thread waited for a slot before each block's copy, ~1 s of a 6.5 s 7 B step
 // with the GPU idle. The bytes are the same (the host copy was a plain fp32 copy: scale 1,
 // first micro-batch); a block whose accumulator cannot be pinned keeps the slot.
-Status Engine::Impl::PinHostAccumulators(const std::shared_ptr<HostPinner>& pinner) {
-  if (!pinner || !plan.device_accum || plan.gsize != 4) return Status();
+void Engine::Impl::PinHostAccumulators(const std::shared_ptr<HostPinner>& pinner) {
+  if (!pinner || !plan.device_accum || plan.gsize != 4) return;
   bufs.accum_host_pins.resize(plan.blocks.size());
   int refused = 0;
   for (size_t b = 0; b < plan.blocks.size(); ++b) {
@@ -475,7 +476,6 @@ Status Engine::Impl::PinHostAccumulators(const std::shared_ptr<HostPinner>& pinn
       LogWarn("block {}'s gradient accumulator stays pageable (its sum goes through a gradient slot): {}", b,
               bufs.accum_host_pins[b].refusal().message());
   }
-  return Status();
 }
 
 }  // namespace strata

@@ -331,7 +331,7 @@ struct Engine::Impl {
                        torch::Tensor* mask) const;
   // plan.device_accum: adds block b's reduced gradients (`part`, after `reduced`) into its
   // device accumulator; the last micro-batch copies the sum to the host accumulator.
-  Status PinHostAccumulators(const std::shared_ptr<HostPinner>& pinner);
+  void PinHostAccumulators(const std::shared_ptr<HostPinner>& pinner);
   Status AccumulateOnDevice(int b, GradSlot& g, const torch::Tensor& part, const Event& reduced, double inv,
                             const MicroBatch& mb);
   // Waits (compute-side) for `e`, recording the wait on the trace when it blocks.

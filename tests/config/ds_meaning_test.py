@@ -45,12 +45,10 @@ def corpus():
     return files
 
 
-def strata_resolved(binary, path):
+def strata_resolved(binary, path, raw):
     # bf16.enabled "auto" follows this CPU (fp32 where bf16 is slow, STRATA_FORCE_ISA=avx2 too),
     # and a config that needs bf16 (split master weights) is then refused here: resolve such a
     # config as on the machines it is written for. The field itself is not compared ("auto").
-    with open(path) as f:
-        raw = json.load(f)
     auto_bf16 = isinstance(raw.get("bf16"), dict) and raw["bf16"].get("enabled") == "auto"
     extra = ["--set", "bf16.enabled=true"] if auto_bf16 else []
     r = subprocess.run([binary, "config", "check", path] + extra, capture_output=True, text=True)
@@ -191,7 +189,9 @@ def main():
     compared, fields, refused, differences, autos = 0, 0, [], [], []
     for path in corpus():
         name = os.path.relpath(path, ROOT)
-        resolved = strata_resolved(binary, path)
+        with open(path) as f:
+            raw = json.load(f)
+        resolved = strata_resolved(binary, path, raw)
         try:
             ds = deepspeed_meaning(path)
         except Exception as e:  # noqa: BLE001 - DeepSpeed refuses it ("auto" values, Strata-only sections)
@@ -199,8 +199,6 @@ def main():
             continue
         mine = strata_meaning(resolved, "optimizer.lr" in ds)
         compared += 1
-        with open(path) as f:
-            raw = json.load(f)
         for key, want in ds.items():
             if key == "optimizer class":
                 continue
