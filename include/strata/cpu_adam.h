@@ -41,6 +41,21 @@
 
 namespace strata {
 
+// Note [Update rules]
+// AdamStep runs one of three element-wise rules, each in the one fused pass and with the
+// master, gradient and half-copy formats described here; Lion and Adagrad as DeepSpeed
+// 0.19.8's CPU kernels compute them (its cpu_lion.h, cpu_adagrad.h), operation for operation:
+//   kAdam     the AdamW below: m and v (exp_avg, exp_avg_sq)
+//   kLion     c = b1 m + (1-b1) g;  p = p (1 - lr wd) - lr sign(c);  m = b2 m + (1-b2) g
+//             exp_avg only; sign(+-0) = +-1 (DeepSpeed takes c's sign bit), so an element
+//             whose gradient and momentum are 0 still moves by lr; eps and the step unused
+//   kAdagrad  g = g + wd p (L2, coupled);  v = v + g^2;  p = p - lr g / (sqrt(v) + eps)
+//             exp_avg_sq only (the sum of squares); betas and the step unused
+// g is the gradient times grad_unscale * clip_coef in each. Lion and Adagrad keep fp32
+// states (no bf16 or 8-bit moments).
+enum class UpdateRule { kAdam, kLion, kAdagrad };
+const char* UpdateRuleName(UpdateRule r);  // "Adam", "Lion", "Adagrad"
+
 // Per-step hyper-parameters (PyTorch AdamW semantics: decoupled weight decay,
 // p <- p * (1 - lr * weight_decay) before the Adam update). Passed by value to every
 // sub-group of one step. Doubles, as in PyTorch: the folded per-step constants (1 - beta,
@@ -59,6 +74,7 @@ struct AdamHyperParams {
   double grad_unscale = 1.0;
   // ... and the global-norm clip coefficient computed by the caller (1 = no clipping).
   double clip_coef = 1.0;
+  UpdateRule rule = UpdateRule::kAdam;  // Note [Update rules]
 };
 
 // Format of the optional half-precision copy of the updated weights.

@@ -84,9 +84,10 @@ bool IsFinite(double x) { return std::isfinite(x); }
 
 Status ValidateHyperParams(const AdamHyperParams& hp) {
   if (!IsFinite(hp.lr) || hp.lr < 0) return InvalidArgument("Adam lr must be finite and >= 0, got {}", hp.lr);
-  if (!(hp.beta1 >= 0 && hp.beta1 < 1) || !(hp.beta2 >= 0 && hp.beta2 < 1))
-    return InvalidArgument("Adam betas must lie in [0, 1), got ({}, {})", hp.beta1, hp.beta2);
-  if (!IsFinite(hp.eps) || hp.eps <= 0) return InvalidArgument("Adam eps must be finite and > 0, got {}", hp.eps);
+  if (hp.rule != UpdateRule::kAdagrad && (!(hp.beta1 >= 0 && hp.beta1 < 1) || !(hp.beta2 >= 0 && hp.beta2 < 1)))
+    return InvalidArgument("{} betas must lie in [0, 1), got ({}, {})", UpdateRuleName(hp.rule), hp.beta1, hp.beta2);
+  if (hp.rule != UpdateRule::kLion && (!IsFinite(hp.eps) || hp.eps <= 0))
+    return InvalidArgument("{} eps must be finite and > 0, got {}", UpdateRuleName(hp.rule), hp.eps);
   if (!IsFinite(hp.weight_decay) || hp.weight_decay < 0)
     return InvalidArgument("Adam weight_decay must be finite and >= 0, got {}", hp.weight_decay);
   if (hp.step < 1) return InvalidArgument("Adam step is 1-based, got {}", hp.step);
@@ -99,7 +100,23 @@ Status ValidateHyperParams(const AdamHyperParams& hp) {
 // Elements of the sub-group: of the fp32 master, or of a split one's low halves.
 size_t Elements(const AdamSpans& s) { return s.master_low.empty() ? s.params.size() : s.master_low.size(); }
 
-Status ValidateSpans(const AdamSpans& s) {
+// Lion keeps exp_avg only, Adagrad exp_avg_sq only, both in fp32 (Note [Update rules]).
+Status ValidateOneState(UpdateRule rule, const AdamSpans& s) {
+  const size_t n = Elements(s);
+  const bool lion = rule == UpdateRule::kLion;
+  const size_t kept = lion ? s.exp_avg.size() : s.exp_avg_sq.size(), other = lion ? s.exp_avg_sq.size() : s.exp_avg.size();
+  if (kept != n || other != 0 || !s.exp_avg_bf16.empty() || !s.exp_avg_sq_bf16.empty() || !s.exp_avg_8bit.empty() ||
+      !s.exp_avg_sq_8bit.empty())
+    return InvalidArgument("{} keeps {} only, {} fp32 elements; given exp_avg {}, exp_avg_sq {}{}", UpdateRuleName(rule),
+                           lion ? "exp_avg" : "exp_avg_sq", n, s.exp_avg.size(), s.exp_avg_sq.size(),
+                           s.exp_avg_bf16.empty() && s.exp_avg_sq_bf16.empty() && s.exp_avg_8bit.empty() &&
+                                   s.exp_avg_sq_8bit.empty()
+                               ? ""
+                               : " and bf16 or 8-bit moments");
+  return Status::Ok();
+}
+
+Status ValidateSpans(UpdateRule rule, const AdamSpans& s) {
   const size_t n = Elements(s);
   if (!s.master_low.empty() && (!s.params.empty() || s.half_out.size() != n || s.half_format != HalfFormat::kBf16))
     return InvalidArgument("Adam with a split master needs no params ({} given) and {} bf16 working weights in "
@@ -108,7 +125,9 @@ Status ValidateSpans(const AdamSpans& s) {
   const bool bf16_moments = !s.exp_avg_bf16.empty() || !s.exp_avg_sq_bf16.empty();
   const bool moments_8bit = !s.exp_avg_8bit.empty() || !s.exp_avg_sq_8bit.empty();
   const bool fp32_moments = !s.exp_avg.empty() || !s.exp_avg_sq.empty();
-  if (moments_8bit) {
+  if (rule != UpdateRule::kAdam) {
+    STRATA_RETURN_IF_ERROR(ValidateOneState(rule, s));
+  } else if (moments_8bit) {
     if (bf16_moments || fp32_moments || s.exp_avg_8bit.size() != Moment8BitBytes(n) ||
         s.exp_avg_sq_8bit.size() != Moment8BitBytes(n))
       return InvalidArgument("Adam with 8-bit moments needs exactly two blobs of {} bytes for {} elements (given {} "
@@ -184,6 +203,12 @@ AdamArgs MakeArgs(const AdamHyperParams& hp, const AdamSpans& s) {
   a.neg_step_size = static_cast<float>(-hp.lr / bc1);
   a.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   a.eps = static_cast<float>(hp.eps);
+  a.rule = hp.rule;
+  a.neg_lr = static_cast<float>(-hp.lr);
+  if (hp.rule == UpdateRule::kAdagrad) {  // coupled: the gradient takes wd * p, the weights no factor
+    a.l2 = static_cast<float>(hp.weight_decay);
+    a.decay = 1;
+  }
   return a;
 }
 
@@ -223,7 +248,7 @@ GradStats SumSquaresParallel(const T* x, size_t n, const AdamOptions& options,
 
 Status AdamStep(const AdamHyperParams& hp, const AdamSpans& spans, const AdamOptions& options) {
   STRATA_RETURN_IF_ERROR(ValidateHyperParams(hp));
-  STRATA_RETURN_IF_ERROR(ValidateSpans(spans));
+  STRATA_RETURN_IF_ERROR(ValidateSpans(hp.rule, spans));
   const size_t n = Elements(spans);
   if (n == 0) return Status::Ok();
   const AdamArgs args = MakeArgs(hp, spans);
@@ -252,6 +277,15 @@ Status AdamStep(const AdamHyperParams& hp, const AdamSpans& spans, const AdamOpt
                    if (b < e) RunAdamRange(kernel, args, spans, b, e);
                  });
   return Status::Ok();
+}
+
+const char* UpdateRuleName(UpdateRule r) {
+  switch (r) {
+    case UpdateRule::kAdam: return "Adam";
+    case UpdateRule::kLion: return "Lion";
+    case UpdateRule::kAdagrad: return "Adagrad";
+  }
+  return "?";
 }
 
 size_t Moment8BitBytes(size_t n) { return cpu::Blob8BitBytes(n); }

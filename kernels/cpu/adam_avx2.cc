@@ -75,6 +75,8 @@ struct Avx2Ops {
   static F Div(F a, F b) { return _mm256_div_ps(a, b); }
   static F Sqrt(F a) { return _mm256_sqrt_ps(a); }
   static F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  // x's sign bit xor'ed into v (Lion's -lr * sign(x), Note [Update rules]).
+  static F XorSign(F x, F v) { return _mm256_xor_ps(_mm256_and_ps(x, _mm256_set1_ps(-0.0f)), v); }
   static void Fence() { _mm_sfence(); }
   static void Prefetch(const void* x) { _mm_prefetch(static_cast<const char*>(x), _MM_HINT_T0); }
   using U = __m256i;

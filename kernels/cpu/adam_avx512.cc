@@ -58,6 +58,8 @@ struct Avx512Ops {
   static F Div(F a, F b) { return _mm512_div_ps(a, b); }
   static F Sqrt(F a) { return _mm512_sqrt_ps(a); }
   static F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  // x's sign bit xor'ed into v (Lion's -lr * sign(x), Note [Update rules]).
+  static F XorSign(F x, F v) { return _mm512_xor_ps(_mm512_and_ps(x, _mm512_set1_ps(-0.0f)), v); }
   static void Fence() { _mm_sfence(); }
   static void Prefetch(const void* x) { _mm_prefetch(static_cast<const char*>(x), _MM_HINT_T0); }
   using U = __m512i;

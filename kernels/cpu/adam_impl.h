@@ -14,6 +14,7 @@
 
 #include "moments_8bit_impl.h"
 #include "strata/cast.h"
+#include "strata/cpu_adam.h"
 
 namespace strata::cpu {
 
@@ -41,6 +42,7 @@ struct AdamArgs {
   HalfKind half_kind = HalfKind::kNone;
   MomentKind moment_kind = MomentKind::kFp32;
   MasterKind master_kind = MasterKind::kFp32;
+  UpdateRule rule = UpdateRule::kAdam;   // Note [Update rules] in strata/cpu_adam.h
   float beta1 = 0, one_minus_beta1 = 0;  // m = beta1 * m + (1 - beta1) * g
   float beta2 = 0, one_minus_beta2 = 0;  // v = beta2 * v + (1 - beta2) * g^2
   float grad_scale = 1;                  // grad_unscale * clip_coef
@@ -48,6 +50,8 @@ struct AdamArgs {
   float neg_step_size = 0;               // -lr / (1 - beta1^t)
   float inv_sqrt_bc2 = 1;                // 1 / sqrt(1 - beta2^t)
   float eps = 0;
+  float neg_lr = 0;                      // Lion, Adagrad: -lr
+  float l2 = 0;                          // Adagrad: g += l2 * p (coupled weight decay)
   // MomentKind::kBf16 and k8Bit: the stochastic rounding's key and the 32-bit counter of element 0;
   // element i's counter is sr_base + i (mod 2^32). See RoundingBits.
   uint32_t sr_key = 0;
@@ -150,6 +154,15 @@ struct ScalarOps {
     if constexpr (kHardwareFma) return std::fma(a, b, c);
     else return a * b + c;
   }
+  // x's sign bit xor'ed into v (Lion's -lr * sign(x), Note [Update rules]).
+  static F XorSign(F x, F v) {
+    uint32_t ux, uv;
+    std::memcpy(&ux, &x, 4);
+    std::memcpy(&uv, &v, 4);
+    uv ^= ux & 0x80000000u;
+    std::memcpy(&v, &uv, 4);
+    return v;
+  }
   static void Fence() {}
   static void Prefetch(const void*) {}
   // 32-bit lanes for the rounding's hash (unsigned: multiplies wrap).
@@ -182,8 +195,8 @@ struct AdamConsts {
       : grad_scale(Ops::Set1(a.grad_scale)), beta1(Ops::Set1(a.beta1)), one_minus_beta1(Ops::Set1(a.one_minus_beta1)),
         beta2(Ops::Set1(a.beta2)), one_minus_beta2(Ops::Set1(a.one_minus_beta2)),
         inv_sqrt_bc2(Ops::Set1(a.inv_sqrt_bc2)), eps(Ops::Set1(a.eps)), neg_step_size(Ops::Set1(a.neg_step_size)),
-        decay(Ops::Set1(a.decay)) {}
-  F grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, neg_step_size, decay;
+        decay(Ops::Set1(a.decay)), neg_lr(Ops::Set1(a.neg_lr)), l2(Ops::Set1(a.l2)), one(Ops::Set1(1.0f)) {}
+  F grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, neg_step_size, decay, neg_lr, l2, one;
 };
 
 // One element or one vector of the AdamW update; identical arithmetic for every width, so
@@ -200,6 +213,33 @@ inline void AdamUpdate(const AdamConsts<Ops>& c, typename Ops::F g, typename Ops
   const F denom = Ops::Fma(Ops::Sqrt(v), c.inv_sqrt_bc2, c.eps);
   p = Ops::Fma(c.neg_step_size, Ops::Div(m, denom), Ops::Mul(p, c.decay));
 }
+
+// Lion as DeepSpeed's CPU kernel computes it (cpu_lion.h), operation for operation:
+//   c = fma(g', 1-b1, b1 m);  p = fma(p, decay, -lr * sign(c));  m = fma(g', 1-b2, b2 m)
+// (sign(+-0) = +-1, as its sign-bit trick gives; decay = 1 - lr wd, exactly 1 without decay).
+template <class Ops>
+inline void LionUpdate(const AdamConsts<Ops>& c, typename Ops::F g, typename Ops::F& p, typename Ops::F& m) {
+  using F = typename Ops::F;
+  const F gs = Ops::Mul(g, c.grad_scale);
+  const F direction = Ops::Fma(gs, c.one_minus_beta1, Ops::Mul(m, c.beta1));
+  p = Ops::Fma(p, c.decay, Ops::XorSign(direction, c.neg_lr));
+  m = Ops::Fma(gs, c.one_minus_beta2, Ops::Mul(m, c.beta2));
+}
+
+// Adagrad as DeepSpeed's CPU kernel computes it (cpu_adagrad.h), operation for operation:
+//   g'' = fma(p, l2, g');  v = fma(g'', g'', v);  p = fma(g'' / (sqrt(v) + eps), -lr, p)
+template <class Ops>
+inline void AdagradUpdate(const AdamConsts<Ops>& c, typename Ops::F g, typename Ops::F& p, typename Ops::F& v) {
+  using F = typename Ops::F;
+  const F gd = Ops::Fma(p, c.l2, Ops::Mul(g, c.grad_scale));
+  v = Ops::Fma(gd, gd, v);
+  const F denom = Ops::Fma(Ops::Sqrt(v), c.one, c.eps);  // sqrt(v) + eps, rounded once
+  p = Ops::Fma(Ops::Div(gd, denom), c.neg_lr, p);
+}
+
+// The moments a rule keeps: Adam m and v, Lion m, Adagrad v (its sum of squares).
+constexpr bool KeepsM(UpdateRule r) { return r != UpdateRule::kAdagrad; }
+constexpr bool KeepsV(UpdateRule r) { return r != UpdateRule::kLion; }
 
 // The random bits of kWidth consecutive elements (Note [Stochastic rounding of the moments]
 // in strata/cpu_adam.h): lowbias32 (C. Wellons' hash-prospector: a bijection of 32 bits,
@@ -238,9 +278,11 @@ constexpr size_t kPrefetchBytes = 1024;
 // kMaster kSplit: the master is read from the working weights (`half`, bf16) and its low
 // halves, and written back to both: kHalf is then kBf16.
 template <class Ops, GradKind kGrad, MomentKind kMoments, HalfKind kHalf, bool kStream,
-          MasterKind kMaster = MasterKind::kFp32>
+          MasterKind kMaster = MasterKind::kFp32, UpdateRule kRule = UpdateRule::kAdam>
 inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
   static_assert(kMaster == MasterKind::kFp32 || kHalf == HalfKind::kBf16);
+  static_assert(kRule == UpdateRule::kAdam || kMoments == MomentKind::kFp32);
+  constexpr bool kM = KeepsM(kRule), kV = KeepsV(kRule);
   using F = typename Ops::F;
   const AdamConsts<Ops> c(a);
   const uint32_t counter = a.sr_base + a.sr_key;  // element i's counter + key: counter + i
@@ -259,8 +301,8 @@ inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
       Ops::Prefetch(a.m16 + i + kAhead);
       Ops::Prefetch(a.v16 + i + kAhead);
     } else {
-      Ops::Prefetch(a.m + i + kAhead);
-      Ops::Prefetch(a.v + i + kAhead);
+      if constexpr (kM) Ops::Prefetch(a.m + i + kAhead);
+      if constexpr (kV) Ops::Prefetch(a.v + i + kAhead);
     }
     if constexpr (kGrad == GradKind::kFp32) Ops::Prefetch(a.g32 + i + kAhead);
     else Ops::Prefetch(a.g16 + i + kAhead);
@@ -274,16 +316,18 @@ inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
       m = Ops::LoadBf16(a.m16 + i);
       v = Ops::LoadBf16(a.v16 + i);
     } else {
-      m = Ops::Load(a.m + i);
-      v = Ops::Load(a.v + i);
+      if constexpr (kM) m = Ops::Load(a.m + i);
+      if constexpr (kV) v = Ops::Load(a.v + i);
     }
-    AdamUpdate<Ops>(c, g, p, m, v);
+    if constexpr (kRule == UpdateRule::kAdam) AdamUpdate<Ops>(c, g, p, m, v);
+    else if constexpr (kRule == UpdateRule::kLion) LionUpdate<Ops>(c, g, p, m);
+    else AdagradUpdate<Ops>(c, g, p, v);
     if constexpr (kMaster == MasterKind::kFp32) Ops::Store(a.p + i, p);
     if constexpr (kBf16Moments) {
       Ops::StoreMomentsBf16(a.m16 + i, m, a.v16 + i, v, RoundingBits<Ops>(counter + static_cast<uint32_t>(i)));
     } else {
-      Ops::Store(a.m + i, m);
-      Ops::Store(a.v + i, v);
+      if constexpr (kM) Ops::Store(a.m + i, m);
+      if constexpr (kV) Ops::Store(a.v + i, v);
     }
     if constexpr (kMaster == MasterKind::kSplit) Ops::StoreSplit(a.half + i, a.lo + i, p);  // (never streamed)
     else if constexpr (kHalf == HalfKind::kBf16) Ops::template StoreBf16<kStream>(a.half + i, p);
@@ -296,7 +340,7 @@ inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
 // a one-element tail. Wide and Narrow are the vector and single-element ops of one ISA.
 // (A split master aligns on its low halves' lines instead.)
 template <class Wide, class Narrow, GradKind kGrad, MomentKind kMoments, HalfKind kHalf,
-          MasterKind kMaster = MasterKind::kFp32>
+          MasterKind kMaster = MasterKind::kFp32, UpdateRule kRule = UpdateRule::kAdam>
 inline void AdamRangeT(const AdamArgs& a, size_t begin, size_t end) {
   auto line_offset = [&](size_t i) {
     return kMaster == MasterKind::kSplit ? reinterpret_cast<uintptr_t>(a.lo + i) % 64
@@ -305,28 +349,37 @@ inline void AdamRangeT(const AdamArgs& a, size_t begin, size_t end) {
   size_t head = begin;
   while (head < end && line_offset(head) != 0) ++head;
   const size_t body_end = head + (end - head) / Wide::kWidth * Wide::kWidth;
-  AdamLoop<Narrow, kGrad, kMoments, kHalf, false, kMaster>(a, begin, head);
+  AdamLoop<Narrow, kGrad, kMoments, kHalf, false, kMaster, kRule>(a, begin, head);
   // (A split master's working weights were just read: a streaming store would evict them.)
   const bool stream = kHalf != HalfKind::kNone && kMaster == MasterKind::kFp32 &&
                       reinterpret_cast<uintptr_t>(a.half + head) % (2 * Wide::kWidth) == 0;
   if (stream) {
-    AdamLoop<Wide, kGrad, kMoments, kHalf, true, kMaster>(a, head, body_end);
+    AdamLoop<Wide, kGrad, kMoments, kHalf, true, kMaster, kRule>(a, head, body_end);
     Wide::Fence();  // streaming stores are weakly ordered: publish them before returning
   } else {
-    AdamLoop<Wide, kGrad, kMoments, kHalf, false, kMaster>(a, head, body_end);
+    AdamLoop<Wide, kGrad, kMoments, kHalf, false, kMaster, kRule>(a, head, body_end);
   }
-  AdamLoop<Narrow, kGrad, kMoments, kHalf, false, kMaster>(a, body_end, end);
+  AdamLoop<Narrow, kGrad, kMoments, kHalf, false, kMaster, kRule>(a, body_end, end);
 }
 
-template <class Wide, class Narrow, GradKind kGrad, MomentKind kMoments>
+template <class Wide, class Narrow, GradKind kGrad, MomentKind kMoments, UpdateRule kRule = UpdateRule::kAdam>
 inline void AdamRangeHalf(const AdamArgs& a, size_t begin, size_t end) {
+  constexpr MasterKind kFp32 = MasterKind::kFp32;
   if (a.master_kind == MasterKind::kSplit)  // (always with a bf16 copy: its high halves)
-    return AdamRangeT<Wide, Narrow, kGrad, kMoments, HalfKind::kBf16, MasterKind::kSplit>(a, begin, end);
+    return AdamRangeT<Wide, Narrow, kGrad, kMoments, HalfKind::kBf16, MasterKind::kSplit, kRule>(a, begin, end);
   switch (a.half_kind) {
-    case HalfKind::kNone: return AdamRangeT<Wide, Narrow, kGrad, kMoments, HalfKind::kNone>(a, begin, end);
-    case HalfKind::kBf16: return AdamRangeT<Wide, Narrow, kGrad, kMoments, HalfKind::kBf16>(a, begin, end);
-    case HalfKind::kFp16: return AdamRangeT<Wide, Narrow, kGrad, kMoments, HalfKind::kFp16>(a, begin, end);
+    case HalfKind::kNone: return AdamRangeT<Wide, Narrow, kGrad, kMoments, HalfKind::kNone, kFp32, kRule>(a, begin, end);
+    case HalfKind::kBf16: return AdamRangeT<Wide, Narrow, kGrad, kMoments, HalfKind::kBf16, kFp32, kRule>(a, begin, end);
+    case HalfKind::kFp16: return AdamRangeT<Wide, Narrow, kGrad, kMoments, HalfKind::kFp16, kFp32, kRule>(a, begin, end);
   }
+}
+
+// Lion and Adagrad (fp32 states): the gradient, half copy and master formats Adam has.
+template <class Wide, class Narrow, UpdateRule kRule>
+inline void OneStateRangeDispatch(const AdamArgs& a, size_t begin, size_t end) {
+  if (a.grad_kind == GradKind::kBf16)
+    return AdamRangeHalf<Wide, Narrow, GradKind::kBf16, MomentKind::kFp32, kRule>(a, begin, end);
+  AdamRangeHalf<Wide, Narrow, GradKind::kFp32, MomentKind::kFp32, kRule>(a, begin, end);
 }
 
 // 8-bit moments (Note [8-bit moments] in strata/cpu_adam.h), one block at a time: m and v
@@ -364,6 +417,8 @@ inline void Adam8BitRangeT(const AdamArgs& a, size_t begin, size_t end) {
 // The 2 x 3 x (3 + 1) (gradient, moments, half copy or split master) matrix for one ISA, chosen once per range.
 template <class Wide, class Narrow>
 inline void AdamRangeDispatch(const AdamArgs& a, size_t begin, size_t end) {
+  if (a.rule == UpdateRule::kLion) return OneStateRangeDispatch<Wide, Narrow, UpdateRule::kLion>(a, begin, end);
+  if (a.rule == UpdateRule::kAdagrad) return OneStateRangeDispatch<Wide, Narrow, UpdateRule::kAdagrad>(a, begin, end);
   if (a.moment_kind == MomentKind::k8Bit)
     return a.grad_kind == GradKind::kBf16 ? Adam8BitRangeT<Wide, Narrow, GradKind::kBf16>(a, begin, end)
                                           : Adam8BitRangeT<Wide, Narrow, GradKind::kFp32>(a, begin, end);
