@@ -116,6 +116,8 @@ Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, co
       {"step", step},
       {"world_size", world},
       {"compute_dtype", DTypeName(cfg.compute_dtype)},
+      // Whose states the moment slots hold ("adam", "lion", "adagrad"; Note [Optimizer rules]).
+      {"optimizer", engine.plan().format.rule().name},
       {"adam_states", DTypeName(engine.plan().format.VisitedMomentDType())},
       // How the run kept m and v ("8bit" is saved as its fp32 values: adam_states "fp32").
       {"run_adam_states", engine.plan().format.MomentsName()},
@@ -230,8 +232,12 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
     if (m["compute_dtype"] != DTypeName(cfg.compute_dtype))
       return Error(StatusCode::kFailedPrecondition, "'{}' was saved with compute dtype {}; this run uses {}", where,
                    m["compute_dtype"].dump(), DTypeName(cfg.compute_dtype));
-    // Checkpoints from before strata.adam_states hold fp32 moments.
+    // Checkpoints from before strata.adam_states hold fp32 moments, from before optimizer.type Adam's.
     const StateFormat& format = engine.plan().format;
+    if (const std::string saved = m.value("optimizer", std::string("adam")); saved != format.rule().name)
+      return Error(StatusCode::kFailedPrecondition, "'{}' holds the states of {}; this run's optimizer.type is {} (the "
+                   "states do not carry over: resume with optimizer.type {})", where, RuleNamed(saved)->title,
+                   format.rule().title, RuleNamed(saved)->title);
     STRATA_RETURN_IF_ERROR(format.CheckResume(m.value("adam_states", std::string("fp32")), where));
     // Compared with every default spelled out: ffn_hidden 0 and its value are one model.
     StatusOr<model::ModelConfig> saved_model = ParseModelConfigJson(m["model"], "'" + where + "'");

@@ -7,6 +7,7 @@
 #include "src/base/json_text.h"
 #include "src/base/durable_file.h"
 #include "src/config/json_reader.h"
+#include "src/engine/optimizer_rule.h"
 
 namespace strata::ckpt {
 namespace fs = std::filesystem;
@@ -46,6 +47,8 @@ std::string ManifestProblem(const nlohmann::json& j) {
     return "\"world_size\" is not a rank count";
   if (!j["compute_dtype"].is_string() || !j["model"].is_object() || !j["counters"].is_object())
     return "\"compute_dtype\", \"model\" or \"counters\" has the wrong type";
+  if (j.contains("optimizer") && (!j["optimizer"].is_string() || !RuleNamed(j["optimizer"].get<std::string>())))
+    return "\"optimizer\" is none of \"adam\", \"lion\", \"adagrad\"";
   if (j.contains("adam_states") && j["adam_states"] != "fp32" && j["adam_states"] != "bf16")
     return "\"adam_states\" is neither \"fp32\" nor \"bf16\"";
   if (j.contains("run_adam_states") && j["run_adam_states"] != "fp32" && j["run_adam_states"] != "bf16" &&

@@ -57,6 +57,22 @@ nlohmann::ordered_json ScheduleParams(const ScheduleConfig& s) {
   }
 }
 
+// The optimizer section as Strata will run it: its type and the parameters that type has.
+nlohmann::ordered_json ResolvedOptimizer(const TrainConfig& c) {
+  switch (c.optimizer) {
+    case OptimizerKind::kLion:
+      return {{"type", "Lion"},
+              {"params", {{"lr", c.lr}, {"betas", {c.beta1, c.beta2}}, {"weight_decay", c.weight_decay}}}};
+    case OptimizerKind::kAdagrad:
+      return {{"type", "Adagrad"}, {"params", {{"lr", c.lr}, {"eps", c.eps}, {"weight_decay", c.weight_decay}}}};
+    case OptimizerKind::kAdam: break;
+  }
+  return {{"type", c.adam_w_mode ? "AdamW" : "Adam"},
+          {"params",
+           {{"lr", c.lr}, {"betas", {c.beta1, c.beta2}}, {"eps", c.eps}, {"weight_decay", c.weight_decay},
+            {"bias_correction", c.bias_correction}}}};
+}
+
 // The configuration as Strata will run it, in ds_config shape.
 nlohmann::ordered_json Resolved(const TrainConfig& c) {
   const auto& s = c.schedule;
@@ -70,11 +86,7 @@ nlohmann::ordered_json Resolved(const TrainConfig& c) {
        {{"enabled", c.compute_dtype == DType::kF16}, {"loss_scale", c.loss_scale.static_scale},
         {"initial_scale_power", c.loss_scale.initial_scale_power}, {"loss_scale_window", c.loss_scale.window},
         {"hysteresis", c.loss_scale.hysteresis}, {"min_loss_scale", c.loss_scale.min_scale}}},
-      {"optimizer",
-       {{"type", c.adam_w_mode ? "AdamW" : "Adam"},
-        {"params",
-         {{"lr", c.lr}, {"betas", {c.beta1, c.beta2}}, {"eps", c.eps}, {"weight_decay", c.weight_decay},
-          {"bias_correction", c.bias_correction}}}}},
+      {"optimizer", ResolvedOptimizer(c)},
       {"scheduler", {{"type", ScheduleName(s.kind)}, {"params", ScheduleParams(s)}}},
       {"zero_optimization",
        {{"stage", c.zero_stage}, {"offload_param", Offload(c.offload_param)},

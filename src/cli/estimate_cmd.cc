@@ -30,7 +30,7 @@ namespace {
 void PrintLargestFit(const TrainConfig& cfg, int nproc, DeviceTraits device, const MachineCapacity& m) {
   const LargestFit f = FindLargestFit(cfg, nproc, device, m);
   const double limit = (static_cast<double>(m.host_available) + static_cast<double>(m.nvme_free)) /
-                       kStateBytesPerParameter;
+                       StateBytesPerParameter(cfg);
   std::printf("\nlargest model of this shape that fits (--max): ");
   if (f.parameters == 0) {
     std::printf("none (not even 1 M parameters)\n");
@@ -47,10 +47,10 @@ void PrintLargestFit(const TrainConfig& cfg, int nproc, DeviceTraits device, con
               f.parameters / 1e9, OffloadDeviceName(f.params_on), OffloadDeviceName(f.optimizer_on), placement.c_str(),
               HumanBytes(f.estimate.node_host_bytes(nproc)).c_str(), HumanBytes(m.host_available).c_str(),
               HumanBytes(f.estimate.node_nvme_bytes(nproc)).c_str(), HumanBytes(m.nvme_free).c_str(),
-              HumanBytes(m.host_available).c_str(), HumanBytes(m.nvme_free).c_str(), kStateBytesPerParameter,
+              HumanBytes(m.host_available).c_str(), HumanBytes(m.nvme_free).c_str(), StateBytesPerParameter(cfg),
               limit / 1e9, 100.0 * f.parameters / limit);
-  // Compressed moments are opt-in (they round m and v): told beside, never chosen.
-  if (AdamStatesSetting(cfg) != "fp32") return;
+  // Compressed moments are opt-in (they round m and v): told beside, never chosen. (Adam's only.)
+  if (AdamStatesSetting(cfg) != "fp32" || cfg.optimizer != OptimizerKind::kAdam) return;
   TrainConfig bf16 = cfg, eight = cfg;
   SetAdamStates(&bf16, "bf16");
   SetAdamStates(&eight, "8bit");

@@ -35,6 +35,22 @@ Status ParseCycleSchedule(JsonReader& p, ScheduleConfig* s) {
   return p.Double("decay_mom_rate", &s->decay_mom_rate, -1e9, 1e9);
 }
 
+Status ParseBetas(JsonReader& p, TrainConfig* c) {
+  if (p.IsAuto("betas")) {
+    p.Touch("betas");
+    c->autos.push_back({"optimizer.params.betas", fmt::format("[{}, {}]", c->beta1, c->beta2), "Strata's default"});
+  } else if (p.Has("betas")) {
+    const nlohmann::json* b = p.Raw("betas");
+    if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number() || !(*b)[1].is_number())
+      return InvalidArgument("optimizer.params.betas: expected [beta1, beta2], got {}", b->dump());
+    c->beta1 = (*b)[0].get<double>();
+    c->beta2 = (*b)[1].get<double>();
+    if (!(c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1))
+      return InvalidArgument("optimizer.params.betas: {} out of range [0, 1)", b->dump());
+  }
+  return Status();
+}
+
 }  // namespace
 
 Status ParseScheduler(JsonReader& root, TrainConfig* c) {
@@ -79,6 +95,57 @@ Status ParseScheduler(JsonReader& root, TrainConfig* c) {
   return Status();
 }
 
+namespace {
+
+// What DeepSpeed 0.19.8 builds for an optimizer type Strata does not run, for the error.
+std::string RefusedOptimizer(const std::string& lower) {
+  if (lower == "onebitadam" || lower == "zerooneadam" || lower == "onebitlamb")
+    return "compresses the gradients it communicates (DeepSpeed builds its 1-bit / 0/1 optimizer); Strata's "
+           "communication is exact";
+  if (lower == "lamb") return "is DeepSpeed's FusedLamb, not built in this version";
+  if (lower == "muon") return "is DeepSpeed's MuonWithAuxAdam, not built in this version";
+  return "is not an optimizer DeepSpeed 0.19.8 builds for ZeRO either";
+}
+
+// Lion and Adagrad: their parameters and the defaults of the classes DeepSpeed 0.19.8 builds
+// (offloaded: DeepSpeedCPULion / DeepSpeedCPUAdagrad; else FusedLion / torch.optim.Adagrad,
+// whose defaults are the same): Lion lr 1e-3, betas (0.9, 0.999), weight_decay 0; Adagrad lr
+// 1e-2, eps 1e-10, weight_decay 0 (coupled, L2).
+Status ParseOneStateOptimizer(JsonReader& opt, JsonReader& p, TrainConfig* c) {
+  const bool lion = c->optimizer == OptimizerKind::kLion;
+  c->lr = lion ? 1e-3 : 1e-2;
+  c->beta1 = 0.9, c->beta2 = 0.999;
+  c->eps = 1e-10;
+  c->weight_decay = 0;
+  c->bias_correction = false;
+  if (!p.Has("weight_decay"))
+    c->notes.push_back(fmt::format("optimizer.params.weight_decay: not set, so 0 (DeepSpeed 0.19.8 builds {})",
+                                   lion ? "DeepSpeedCPULion or FusedLion" : "DeepSpeedCPUAdagrad or torch.optim.Adagrad"));
+  STRATA_RETURN_IF_ERROR(p.Double("lr", &c->lr, 0, 1e3));
+  STRATA_RETURN_IF_ERROR(p.Double("weight_decay", &c->weight_decay, 0, 10));
+  if (lion) {
+    STRATA_RETURN_IF_ERROR(ParseBetas(p, c));
+  } else {
+    STRATA_RETURN_IF_ERROR(p.Double("eps", &c->eps, 1e-30, 1));
+    // torch.optim.Adagrad's extras (DeepSpeedCPUAdagrad has none): only their no-op values.
+    for (const char* key : {"lr_decay", "initial_accumulator_value"}) {
+      double value = 0;
+      STRATA_RETURN_IF_ERROR(p.Double(key, &value, 0, 1e9));
+      if (value != 0)
+        return InvalidArgument("{}: {} is not supported (DeepSpeedCPUAdagrad has no {}); leave it out or 0",
+                               p.PathOf(key), value, key);
+    }
+    bool amsgrad = false;
+    STRATA_RETURN_IF_ERROR(p.Bool("amsgrad", &amsgrad));
+    if (amsgrad) return InvalidArgument("{}: Adagrad has no AMSGrad variant (DeepSpeed's ignores it)", p.PathOf("amsgrad"));
+  }
+  p.UnusedKeys(&c->warnings);
+  opt.UnusedKeys(&c->warnings);
+  return Status();
+}
+
+}  // namespace
+
 Status ParseOptimizer(JsonReader& root, TrainConfig* c) {
   STRATA_ASSIGN_OR_RETURN(JsonReader opt, root.Child("optimizer"));
   if (!root.Has("optimizer")) return Status();
@@ -87,10 +154,15 @@ Status ParseOptimizer(JsonReader& root, TrainConfig* c) {
   // DeepSpeed matches optimizer names in any case ("adamw", "ADAM").
   std::string lower = type;
   for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  if (lower != "adam" && lower != "adamw")
-    return InvalidArgument("{}: \"{}\" is not one of \"Adam\", \"AdamW\" (in any case)", opt.PathOf("type"), type);
-  type = lower == "adam" ? "Adam" : "AdamW";
+  if (lower != "adam" && lower != "adamw" && lower != "lion" && lower != "adagrad")
+    return InvalidArgument("{}: \"{}\" {}; Strata runs \"Adam\", \"AdamW\", \"Lion\" and \"Adagrad\" (in any case)",
+                           opt.PathOf("type"), type, RefusedOptimizer(lower));
   STRATA_ASSIGN_OR_RETURN(JsonReader p, opt.Child("params"));
+  c->optimizer = lower == "lion"      ? OptimizerKind::kLion
+                 : lower == "adagrad" ? OptimizerKind::kAdagrad
+                                      : OptimizerKind::kAdam;
+  if (c->optimizer != OptimizerKind::kAdam) return ParseOneStateOptimizer(opt, p, c);
+  type = lower == "adam" ? "Adam" : "AdamW";
   c->adam_w_mode = true;  // DeepSpeed's "Adam" is decoupled (AdamW) unless adam_w_mode is false
   STRATA_RETURN_IF_ERROR(p.Bool("adam_w_mode", &c->adam_w_mode));
   if (type == "AdamW") c->adam_w_mode = true;  // as DeepSpeed: its AdamW ignores adam_w_mode false
@@ -105,18 +177,7 @@ Status ParseOptimizer(JsonReader& root, TrainConfig* c) {
                                    c->weight_decay, !torch_adam ? "DeepSpeedCPUAdam or FusedAdam"
                                                     : c->adam_w_mode ? "torch.optim.AdamW" : "torch.optim.Adam"));
   STRATA_RETURN_IF_ERROR(p.Double("lr", &c->lr, 0, 1e3));
-  if (p.IsAuto("betas")) {
-    p.Touch("betas");
-    c->autos.push_back({"optimizer.params.betas", fmt::format("[{}, {}]", c->beta1, c->beta2), "Strata's default"});
-  } else if (p.Has("betas")) {
-    const nlohmann::json* b = p.Raw("betas");
-    if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number() || !(*b)[1].is_number())
-      return InvalidArgument("optimizer.params.betas: expected [beta1, beta2], got {}", b->dump());
-    c->beta1 = (*b)[0].get<double>();
-    c->beta2 = (*b)[1].get<double>();
-    if (!(c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1))
-      return InvalidArgument("optimizer.params.betas: {} out of range [0, 1)", b->dump());
-  }
+  STRATA_RETURN_IF_ERROR(ParseBetas(p, c));
   STRATA_RETURN_IF_ERROR(p.Double("eps", &c->eps, 0, 1));
   STRATA_RETURN_IF_ERROR(p.Double("weight_decay", &c->weight_decay, 0, 10));
   STRATA_RETURN_IF_ERROR(p.Bool("bias_correction", &c->bias_correction));

@@ -83,6 +83,9 @@ struct ScheduleConfig {
   double cycle_min_mom = 0.8, cycle_max_mom = 0.9, decay_mom_rate = 0;
 };
 
+// optimizer.type: which optimizer the CPU update runs (each a row of src/engine/optimizer_rule.h).
+enum class OptimizerKind { kAdam, kLion, kAdagrad };
+
 // strata.optimizer_overlap: when the CPU optimizer's step runs.
 enum class OptimizerOverlap {
   kNone,     // after the backward, the step waits for it (the plain schedule)
@@ -148,7 +151,8 @@ struct TrainConfig {
   std::string precision_reason;   // why compute_dtype is what it is, for the start-up line
   std::string precision_warning;  // set when the choice will be slow here (bf16 forced on a CPU without it)
   LossScaleConfig loss_scale;
-  // Optimizer (Adam / AdamW).
+  // Optimizer: Adam / AdamW, Lion (lr, betas, weight_decay) or Adagrad (lr, eps, weight_decay).
+  OptimizerKind optimizer = OptimizerKind::kAdam;
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   bool adam_w_mode = true;        // "AdamW" or Adam with adam_w_mode (decoupled decay)
   bool bias_correction = true;    // optimizer.params.bias_correction: Adam's 1 / (1 - beta^t) factors

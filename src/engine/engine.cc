@@ -72,7 +72,7 @@ torch::ScalarType Engine::Impl::compute_scalar() const {
 
 Status Engine::Impl::Init(const EngineHooks& hooks) {
   optimizer.scaler = LossScaler(cfg.loss_scale, cfg.compute_dtype == DType::kF16);
-  if (!cfg.adam_w_mode && cfg.weight_decay > 0)
+  if (cfg.optimizer == OptimizerKind::kAdam && !cfg.adam_w_mode && cfg.weight_decay > 0)
     return InvalidArgument("optimizer: Adam with L2 weight decay (adam_w_mode false) is not supported; use AdamW");
   model.spec = std::make_unique<model::ModelSpec>(cfg.model);
   model.tie = model.spec->tie();

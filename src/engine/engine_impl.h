@@ -52,10 +52,14 @@ struct ParamSlot {
   int64_t decoded_at = 0;
 };
 
-// One optimizer sub-group: the plan's range and the store's three state tensors.
+// One optimizer sub-group: the plan's range and the store's state tensors (invalid where the
+// format stores none: the master kept in the working weights, a moment slot its optimizer
+// does not keep).
 struct SubGroup {
   ElementRange range;
   TensorHandle master, m, v;
+  // A moment it stores (every optimizer keeps one): where its states live.
+  TensorHandle moment() const { return m.valid() ? m : v; }
 };
 
 // One block at run time: its module (whose parameters are views of a gather buffer while

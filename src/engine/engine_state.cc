@@ -70,8 +70,8 @@ Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::
       } else {
         STRATA_RETURN_IF_ERROR(one({b, TensorRole::kMaster, sg.range.begin}, sg.master));
       }
-      STRATA_RETURN_IF_ERROR(one({b, TensorRole::kAdamM, sg.range.begin}, sg.m));
-      STRATA_RETURN_IF_ERROR(one({b, TensorRole::kAdamV, sg.range.begin}, sg.v));
+      for (TensorRole r : {TensorRole::kAdamM, TensorRole::kAdamV})  // the moments its optimizer keeps
+        if (format.Stores(r)) STRATA_RETURN_IF_ERROR(one({b, r, sg.range.begin}, r == TensorRole::kAdamM ? sg.m : sg.v));
     }
   }
   return Status();
@@ -103,6 +103,7 @@ Status Engine::RestoreState(const TensorKey& key, std::span<const std::byte> byt
       if (key.role != TensorRole::kWorking && key.role != TensorRole::kAdapter && sg.range.begin == key.offset) {
         h = key.role == TensorRole::kMaster ? sg.master : key.role == TensorRole::kAdamM ? sg.m : sg.v;
         sub = &sg;
+        if (key.role != TensorRole::kMaster && !h->valid()) h.reset();  // a moment this run's optimizer keeps not
       }
   }
   if (!h) return Error(StatusCode::kNotFound, "no tensor '{}' in this run's state", key.Name());

@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "src/config/train_config.h"
+#include "src/engine/optimizer_rule.h"
 #include "strata/cpu_adam.h"
 
 namespace strata {
@@ -151,6 +152,7 @@ inline AdamHyperParams StepHyperParams(const TrainConfig& c, int64_t applied) {
   hp.weight_decay = c.weight_decay;
   hp.bias_correction = c.bias_correction;
   hp.step = applied + 1;
+  hp.rule = RuleOf(c.optimizer).kernel;
   return hp;
 }
 

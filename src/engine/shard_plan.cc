@@ -323,14 +323,15 @@ std::vector<TensorKey> ShardPlan::Keys() const {
     if (blocks[b].adapter.len > 0) keys.push_back({b, TensorRole::kAdapter, 0});
     for (int64_t i = 0; i < blocks[b].num_sub_groups(); ++i)
       for (TensorRole r : {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV})
-        keys.push_back({b, r, blocks[b].sub_group(i).begin});
+        if (r == TensorRole::kMaster || format.Stores(r)) keys.push_back({b, r, blocks[b].sub_group(i).begin});
   }
   return keys;
 }
 
 size_t ShardPlan::NumKeys() const {
   size_t n = 0;
-  for (const BlockPlan& b : blocks) n += 1 + (b.adapter.len > 0) + 3 * static_cast<size_t>(b.num_sub_groups());
+  const size_t per_sub_group = 1 + format.rule().moments();  // the master (as checkpoints hold it) and the moments
+  for (const BlockPlan& b : blocks) n += 1 + (b.adapter.len > 0) + per_sub_group * static_cast<size_t>(b.num_sub_groups());
   return n;
 }
 

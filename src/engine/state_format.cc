@@ -33,6 +33,7 @@ static bool MasterInWorking(const TrainConfig& c, bool any_resident) {
 
 StateFormat StateFormat::Of(const TrainConfig& cfg, bool any_resident) {
   StateFormat f;
+  f.rule_ = &RuleOf(cfg.optimizer);
   f.compute_ = cfg.compute_dtype;
   f.moments_ = cfg.moments_8bit ? MomentFormat::k8Bit
                : cfg.adam_states == DType::kBF16 ? MomentFormat::kBf16
@@ -44,6 +45,11 @@ StateFormat StateFormat::Of(const TrainConfig& cfg, bool any_resident) {
 }
 
 Status StateFormat::Check(const TrainConfig& c, bool any_resident) {
+  const OptimizerRule& rule = RuleOf(c.optimizer);
+  if (!rule.compact_moments && (c.moments_8bit || c.adam_states != DType::kF32))
+    return InvalidArgument("strata.adam_states \"{}\": {} keeps its state in fp32 only (bf16 and 8-bit states are "
+                           "Adam's); leave strata.adam_states out or \"fp32\"", c.moments_8bit ? "8bit" : "bf16",
+                           rule.title);
   if (!c.split_master) return Status();
   if (c.compute_dtype != DType::kBF16)
     return InvalidArgument("strata.master_weights \"split\": needs bf16 compute (this run computes in {}: {}); the "
@@ -73,8 +79,24 @@ DType StateFormat::VisitedDType(TensorRole role) const {
 
 size_t StateFormat::VisitedBytes(TensorRole role) const { return DTypeSize(VisitedDType(role)); }
 
+bool StateFormat::Stores(TensorRole role) const {
+  if (role == TensorRole::kMaster) return MasterStored();
+  return IsMoment(role) && rule_->Keeps(role);
+}
+
+bool StateFormat::StoresState(int k) const {
+  static constexpr TensorRole kRoles[3] = {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV};
+  return Stores(kRoles[k]);
+}
+
+const char* StateFormat::RowName(TensorRole role) const {
+  if (role == TensorRole::kMaster) return MasterDescription();
+  return role == TensorRole::kAdamM ? rule_->m_row : rule_->v_row;
+}
+
 uint64_t StateFormat::StoredBytes(TensorRole role, int64_t len) const {
   const uint64_t n = static_cast<uint64_t>(len);
+  if (IsMoment(role) && !rule_->Keeps(role)) return 0;
   if (IsMoment(role) && moments_ == MomentFormat::k8Bit) return Moment8BitBytes(n);
   if (role == TensorRole::kMaster)
     return master_ == MasterFormat::kSplit ? n * 2 : master_ == MasterFormat::kInWorking ? 0 : n * 4;
@@ -87,7 +109,7 @@ uint64_t StateFormat::StoredStateBytes(int k, int64_t len) const {
 }
 
 uint64_t StateFormat::BackupBytes(int64_t len) const {
-  return static_cast<uint64_t>(len) * (4 + 2 * DTypeSize(VisitedMomentDType()) + working_bytes());
+  return static_cast<uint64_t>(len) * (4 + rule_->moments() * DTypeSize(VisitedMomentDType()) + working_bytes());
 }
 
 bool StateFormat::SplitInPlace(float* values, int64_t len, uint16_t* working_out) const {
@@ -117,7 +139,7 @@ AdamSpans StateFormat::UpdateSpans(const std::array<std::span<std::byte>, 3>& st
   if (master_ == MasterFormat::kSplit) spans.master_low = As<int16_t>(states[0]);  // the high halves: `out`
   else if (master_ == MasterFormat::kInWorking) spans.params = {reinterpret_cast<float*>(out), n};
   else spans.params = As<float>(states[0]);
-  if (moments_ == MomentFormat::kFp32) {
+  if (moments_ == MomentFormat::kFp32) {  // (a slot the optimizer does not keep: empty)
     spans.exp_avg = As<float>(states[1]);
     spans.exp_avg_sq = As<float>(states[2]);
   } else {

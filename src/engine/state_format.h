@@ -6,7 +6,8 @@
 //            kSplit      the bf16 working weights are its high halves; its own tensor holds
 //                        the 16-bit low halves (2 B; Note [Split master], strata/cpu_adam.h)
 //            kInWorking  fp32 compute: the working weights are the master, stored once (0 B)
-//   moments  kFp32       m and v in fp32 (4 B each)
+//   moments  kFp32       the optimizer's moments in fp32 (4 B each: Adam m and v, Lion m,
+//                        Adagrad v; which ones: its OptimizerRule)
 //            kBf16       in bf16 with stochastic rounding (2 B each)
 //            k8Bit       one byte plus an fp32 scale per 256 elements (Note [8-bit moments])
 // Checkpoints see every master as fp32 and 8-bit moments as the fp32 values they hold, so a
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "src/config/train_config.h"
+#include "src/engine/optimizer_rule.h"
 #include "src/engine/tensor_key.h"
 #include "strata/cpu_adam.h"
 #include "strata/dtype.h"
@@ -33,8 +35,8 @@ enum class MomentFormat { kFp32, kBf16, k8Bit };
 class StateFormat {
  public:
   StateFormat() = default;
-  StateFormat(MasterFormat master, MomentFormat moments, DType compute)
-      : master_(master), moments_(moments), compute_(compute) {}
+  StateFormat(MasterFormat master, MomentFormat moments, DType compute, OptimizerKind optimizer = OptimizerKind::kAdam)
+      : master_(master), moments_(moments), compute_(compute), rule_(&RuleOf(optimizer)) {}
   // The formats of a settled config; `any_resident`: some block's working weights live on
   // the device (then the master cannot be kept in them).
   static StateFormat Of(const TrainConfig& cfg, bool any_resident);
@@ -45,6 +47,7 @@ class StateFormat {
   MasterFormat master() const { return master_; }
   MomentFormat moments() const { return moments_; }
   DType compute() const { return compute_; }
+  const OptimizerRule& rule() const { return *rule_; }
   size_t working_bytes() const { return DTypeSize(compute_); }  // per working-weight element
   // "fp32", "bf16", "8bit": strata.adam_states as the run kept them (checkpoints record it).
   const char* MomentsName() const;
@@ -60,12 +63,18 @@ class StateFormat {
   bool MasterStored() const { return master_ != MasterFormat::kInWorking; }
   // The update rebuilds the master from the working weights it replaces (kSplit, kInWorking).
   bool MasterFromWorking() const { return master_ != MasterFormat::kFp32; }
-  // The first of a sub-group's stored states (0 master, 1 m, 2 v).
-  int FirstStoredState() const { return MasterStored() ? 0 : 1; }
+  // Whether a sub-group stores `role` (the master, or a moment slot its optimizer keeps), and
+  // state k of a sub-group (0 master, 1 m, 2 v); how many it stores.
+  bool Stores(TensorRole role) const;
+  bool StoresState(int k) const;
+  int NumStoredStates() const { return MasterStored() + rule_->moments(); }
+  int FirstStoredState() const { return MasterStored() ? 0 : rule_->keeps_m ? 1 : 2; }
+  // What the memory table's row of `role` holds ("Adam m", "Lion momentum", ...).
+  const char* RowName(TensorRole role) const;
 
-  // Bytes per element of `role` as checkpoints hold it.
+  // Bytes per element of `role` as checkpoints hold it (a slot it does not keep: as if kept).
   size_t VisitedBytes(TensorRole role) const;
-  // Bytes the store holds for `len` elements of `role`.
+  // Bytes the store holds for `len` elements of `role` (0 where it stores none).
   uint64_t StoredBytes(TensorRole role, int64_t len) const;
   // Bytes of state k (0 master, 1 m, 2 v) of `len` elements, as stored.
   uint64_t StoredStateBytes(int k, int64_t len) const;
@@ -122,6 +131,7 @@ class StateFormat {
   MasterFormat master_ = MasterFormat::kFp32;
   MomentFormat moments_ = MomentFormat::kFp32;
   DType compute_ = DType::kF32;
+  const OptimizerRule* rule_ = &RuleOf(OptimizerKind::kAdam);
 };
 
 }  // namespace strata

@@ -248,8 +248,12 @@ std::string FormatEstimate(const MemoryEstimate& e) {
   for (int k = 0; k < kNumStateKinds; ++k) {
     if (k == static_cast<int>(StateKind::kSpeculationBackup) && e.ledger.Of(StateKind::kSpeculationBackup) == 0)
       continue;  // a row only for the mode that has them
-    const bool master = k == static_cast<int>(StateKind::kMaster);
-    const char* name = master ? e.format.MasterDescription() : kNames[k];
+    // The master's and the moments' rows are named by the format and its optimizer.
+    static constexpr TensorRole kStateRoles[] = {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV};
+    const int state = k - static_cast<int>(StateKind::kMaster);
+    const bool optimizer_state = state >= 0 && state < 3;
+    if (optimizer_state && state > 0 && !e.format.Stores(kStateRoles[state])) continue;  // a slot its optimizer keeps not
+    const char* name = optimizer_state ? e.format.RowName(kStateRoles[state]) : kNames[k];
     out += fmt::format("{:<28}{:>14}{:>14}{:>14}\n", name, HumanBytes(e.ledger.bytes[k][0]),
                        HumanBytes(e.ledger.bytes[k][1]), HumanBytes(e.ledger.bytes[k][2]));
   }

@@ -20,8 +20,10 @@ std::string FitAdvice(const TrainConfig& cfg, int world, int64_t params_override
     Moments moments;
   };
   const std::string states = AdamStatesSetting(cfg);
-  const bool moments_bf16 = states != "fp32";  // (as small or smaller)
-  const bool may_8bit = states != "8bit";
+  // Compressed states are Adam's (Lion and Adagrad keep theirs in fp32 only).
+  const bool adam = cfg.optimizer == OptimizerKind::kAdam;
+  const bool moments_bf16 = states != "fp32" || !adam;  // (as small or smaller, or none to try)
+  const bool may_8bit = states != "8bit" && adam;
   std::string out;
   // With the states on NVMe, every try keeps as many blocks' states in host memory as it has
   // room for (lossless: the first try is that alone), named when it is more than the config's.

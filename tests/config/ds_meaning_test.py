@@ -28,7 +28,9 @@ ensure_library_path()
 try:
     import deepspeed
     import torch
+    from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad
     from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
+    from deepspeed.ops.lion import DeepSpeedCPULion, FusedLion
     from deepspeed.runtime import lr_schedules
     from deepspeed.runtime.config import DeepSpeedConfig
 except Exception as e:  # noqa: BLE001 - any import failure means: not here
@@ -59,13 +61,29 @@ def strata_resolved(binary, path, raw):
 
 
 def optimizer_class(ds, params):
+    offload = ds.zero_config.offload_optimizer
+    offloaded = offload is not None and str(getattr(offload, "device", "none")).split(".")[-1].lower() in ("cpu", "nvme")
+    if ds.optimizer_name == "lion":
+        return DeepSpeedCPULion if offloaded else FusedLion
+    if ds.optimizer_name == "adagrad":
+        return DeepSpeedCPUAdagrad if offloaded else torch.optim.Adagrad
     if params.get("torch_adam", False):
         adam_w = ds.optimizer_name == "adamw" or params.get("adam_w_mode", True)
         return torch.optim.AdamW if adam_w else torch.optim.Adam
-    offload = ds.zero_config.offload_optimizer
-    if offload is not None and str(getattr(offload, "device", "none")).split(".")[-1].lower() in ("cpu", "nvme"):
-        return DeepSpeedCPUAdam
-    return FusedAdam
+    return DeepSpeedCPUAdam if offloaded else FusedAdam
+
+
+# The hyper-parameters each optimizer's class takes, compared by value (Adam's decoupling and
+# bias correction besides).
+OPTIMIZER_FIELDS = {"adam": ("lr", "betas", "eps", "weight_decay"), "lion": ("lr", "betas", "weight_decay"),
+                    "adagrad": ("lr", "eps", "weight_decay")}
+
+
+def optimizer_fields(rule, value):
+    out = {"optimizer.rule": rule}
+    for k in OPTIMIZER_FIELDS[rule]:
+        out[f"optimizer.{k}"] = [float(b) for b in value(k)] if k == "betas" else float(value(k))
+    return out
 
 
 def defaults(cls):
@@ -109,16 +127,17 @@ def deepspeed_meaning(path):
         for key, v in inspect.signature(cls.__init__).parameters.items():
             if v.default is inspect.Parameter.empty and key not in ("self", "optimizer") and key in given:
                 out[f"scheduler.{key}"] = given[key]
-    if ds.optimizer_name in ("adam", "adamw"):
+    if ds.optimizer_name in ("adam", "adamw", "lion", "adagrad"):
         params = dict(ds.optimizer_params or {})
         cls = optimizer_class(ds, params)
         d = defaults(cls)
         value = lambda k: params.get(k, d.get(k))  # noqa: E731
-        decoupled = ds.optimizer_name == "adamw" or params.get("adam_w_mode", True)
-        out.update({"optimizer.decoupled": bool(decoupled), "optimizer.lr": float(value("lr")),
-                    "optimizer.betas": [float(b) for b in value("betas")], "optimizer.eps": float(value("eps")),
-                    "optimizer.weight_decay": float(value("weight_decay")),
-                    "optimizer.bias_correction": bool(params.get("bias_correction", d.get("bias_correction", True)))})
+        rule = "adam" if ds.optimizer_name == "adamw" else ds.optimizer_name
+        out.update(optimizer_fields(rule, value))
+        if rule == "adam":
+            decoupled = ds.optimizer_name == "adamw" or params.get("adam_w_mode", True)
+            out.update({"optimizer.decoupled": bool(decoupled),
+                        "optimizer.bias_correction": bool(params.get("bias_correction", d.get("bias_correction", True)))})
         out["optimizer class"] = cls.__name__
     return out
 
@@ -144,10 +163,11 @@ def strata_meaning(r, with_optimizer):
             out[f"scheduler.{key}"] = value
     if with_optimizer:
         p = r["optimizer"]["params"]
-        out.update({"optimizer.decoupled": r["optimizer"]["type"] == "AdamW", "optimizer.lr": float(p["lr"]),
-                    "optimizer.betas": [float(b) for b in p["betas"]], "optimizer.eps": float(p["eps"]),
-                    "optimizer.weight_decay": float(p["weight_decay"]),
-                    "optimizer.bias_correction": bool(p["bias_correction"])})
+        rule = r["optimizer"]["type"].lower().replace("adamw", "adam")
+        out.update(optimizer_fields(rule, lambda k: p[k]))
+        if rule == "adam":
+            out.update({"optimizer.decoupled": r["optimizer"]["type"] == "AdamW",
+                        "optimizer.bias_correction": bool(p["bias_correction"])})
     return out
 
 

@@ -108,6 +108,29 @@ TEST(Estimate, HalfPrecisionAndUntiedLlamaMatchTheEngineLedgerExactly) {
   ExpectEstimateMatchesLedger(llama, 2, "the first 2 blocks in host memory");
 }
 
+// Lion and Adagrad keep one state each (Note [Optimizer rules]): the estimate of each
+// placement and overlap is the engine's ledger, a quarter of Adam's moments' bytes fewer.
+TEST(Estimate, OneStateOptimizersMatchTheEngineLedgerExactly) {
+  testing::TempDir dir;
+  const TrainConfig adam = Shrunk("llama_1b_nvme.json", dir.path());
+  const uint64_t adam_moments = EstimateMemory(*testing::Settled(adam, 2, true), 2, 0, {true}).ledger.Of(StateKind::kAdamM);
+  for (OptimizerKind kind : {OptimizerKind::kLion, OptimizerKind::kAdagrad}) {
+    TrainConfig c = adam;
+    c.optimizer = kind;
+    const char* what = kind == OptimizerKind::kLion ? "Lion" : "Adagrad";
+    ExpectEstimateMatchesLedger(c, 2, what);
+    const MemoryEstimate e = EstimateMemory(*testing::Settled(c, 2, true), 2, 0, {true});
+    EXPECT_EQ(e.ledger.Of(kind == OptimizerKind::kLion ? StateKind::kAdamM : StateKind::kAdamV), adam_moments) << what;
+    EXPECT_EQ(e.ledger.Of(kind == OptimizerKind::kLion ? StateKind::kAdamV : StateKind::kAdamM), 0u) << what;
+    c.optimizer_overlap = OptimizerOverlap::kSpeculative;
+    ExpectEstimateMatchesLedger(c, 2, what);
+    c.optimizer_overlap = OptimizerOverlap::kForward;
+    c.host_blocks = 2;
+    c.compute_dtype = DType::kF32;  // the master in the working weights
+    ExpectEstimateMatchesLedger(c, 3, what);
+  }
+}
+
 // LoRA: master weights, m, v and gradient accumulators for the adapters only; on a device
 // with resident blocks and on NVMe (where the layers' trainable ends are host tensors).
 TEST(Estimate, LoraMatchesTheEngineLedgerExactly) {

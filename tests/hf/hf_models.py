@@ -23,6 +23,9 @@
                                      MERGED against that PeftModel; prints the largest
                                      differences and how far the adapter moves DIR's logits;
                                      exits 1 above the tolerance (or if the adapter moves nothing)
+  hf_models.py optimizer DIR TOKENS STEPS NAME LR WD STRATA LOSSES
+                                     Lion and Adagrad as hf_models.py decay trains AdamW
+                                     (optimizer_peers.py)
   hf_models.py examples DIR EXAMPLES
                                      packing: each example of EXAMPLES (JSON {"examples": [[ids]],
                                      "losses": [Strata's loss of each, packed]}) run alone through
@@ -284,7 +287,7 @@ def training_loss(model, out, targets):
     return loss
 
 
-def _train(d, tokens, steps, lr, wd, grouped, per_expert=True):
+def _train(d, tokens, steps, lr, wd, grouped, per_expert=True, make_optimizer=None):
     import torch
     from transformers import AutoModelForCausalLM, Trainer
     model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
@@ -294,7 +297,7 @@ def _train(d, tokens, steps, lr, wd, grouped, per_expert=True):
     groups = [{"params": [v for n, p in params.items() if n in decay for v in experts.params(n, p)], "weight_decay": wd},
               {"params": [v for n, p in params.items() if n not in decay for v in experts.params(n, p)],
                "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8)
+    opt = make_optimizer(groups) if make_optimizer else torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8)
     inputs, targets = tokens[None, :-1], tokens[None, 1:]
     losses = []
     for _ in range(steps):
@@ -410,7 +413,7 @@ def check(args):
 
 
 def run(cmd, args):
-    if cmd in ("make", "logits", "generate", "peft", "decay", "examples", "qlora", "expert-lora"):  # nf4 needs no transformers
+    if cmd in ("make", "logits", "generate", "peft", "decay", "optimizer", "examples", "qlora", "expert-lora"):  # nf4 needs no transformers
         from transformers.utils import logging
         logging.disable_progress_bar()
     if cmd == "check":
@@ -427,6 +430,10 @@ def run(cmd, args):
         peft_logits(*args[0:4])
     elif cmd == "decay":
         decay_groups(*args[0:7])
+    elif cmd == "optimizer":
+        from optimizer_peers import compare_optimizer
+        compare_optimizer(*args[0:8], train=lambda d, t, steps, lr, wd, grouped, make: _train(
+            d, t, steps, lr, wd, grouped, per_expert=False, make_optimizer=make))
     elif cmd == "examples":
         example_losses(args[0], args[1])
     elif cmd == "nf4":

@@ -149,7 +149,8 @@ Status SpeculativeUpdate::Update(int b, const AdamHyperParams& hp) {
     STRATA_ASSIGN_OR_RETURN(auto states, window_.StateSpans(b, sg, cur.get()));
     {
       Tracer::Span s(m_.io.tracer, Track::kOptimizer, "backup b" + std::to_string(b));
-      for (int k = 0; k < 3; ++k) std::memcpy(BackupOf(b, k, at), states[k].data(), states[k].size());
+      for (int k = 0; k < 3; ++k)
+        if (!states[k].empty()) std::memcpy(BackupOf(b, k, at), states[k].data(), states[k].size());
     }
     STRATA_RETURN_IF_ERROR(window_.UpdateSubGroup(hp, b, sg, cur.get(), BackupOf(b, 3, at)));
   }
@@ -159,14 +160,16 @@ Status SpeculativeUpdate::Update(int b, const AdamHyperParams& hp) {
 StatusOr<std::unique_ptr<LoadedStates>> SpeculativeUpdate::RestoreStates(int b, const SubGroup& sg) {
   const StateFormat& format = m_.plan.format;
   const int64_t at = sg.range.begin - m_.plan.blocks[b].optimizer.begin;
-  if (m_.state.store->home(sg.master) != Tier::kNvme) {
+  if (m_.state.store->home(sg.moment()) != Tier::kNvme) {
     const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
     for (int k = 0; k < 3; ++k)
-      std::memcpy(m_.state.store->CpuMemory(hs[k]).data(), BackupOf(b, k, at), format.StoredStateBytes(k, sg.range.len));
+      if (format.StoresState(k))
+        std::memcpy(m_.state.store->CpuMemory(hs[k]).data(), BackupOf(b, k, at), format.StoredStateBytes(k, sg.range.len));
     return std::unique_ptr<LoadedStates>();
   }
   std::unique_ptr<LoadedStates> l = window_.LeaseStates(sg);
-  for (int k = 0; k < 3; ++k) std::memcpy(l->buf[k].data(), BackupOf(b, k, at), format.StoredStateBytes(k, sg.range.len));
+  for (int k = 0; k < 3; ++k)
+    if (format.StoresState(k)) std::memcpy(l->buf[k].data(), BackupOf(b, k, at), format.StoredStateBytes(k, sg.range.len));
   return l;
 }
 
@@ -179,7 +182,8 @@ Status SpeculativeUpdate::Conclude(int b, Verdict verdict, const AdamHyperParams
       STRATA_ASSIGN_OR_RETURN(std::unique_ptr<LoadedStates> l, RestoreStates(b, sg));
       if (!l) continue;  // restored in place
       const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
-      for (int k = 0; k < 3; ++k) (void)m_.state.store->WriteBack(hs[k], std::move(l->buf[k]));
+      for (int k = 0; k < 3; ++k)
+        if (m_.plan.format.StoresState(k)) (void)m_.state.store->WriteBack(hs[k], std::move(l->buf[k]));
     }
     return Status();
   }

@@ -32,7 +32,7 @@ Status UpdateWindow::UpdateBlocks(const AdamHyperParams& hp, const std::vector<i
                                   const std::vector<std::shared_ptr<HostEventState>>& ready, ParkingLot* park) {
   const bool states_nvme = m_.state.pools.optim != nullptr;
   auto load = [&](const SubGroup& sg) -> std::unique_ptr<LoadedStates> {  // the early read, when it is of sg
-    if (m_.state.store->home(sg.m) != Tier::kNvme) return nullptr;  // strata.host_blocks: updated in place
+    if (m_.state.store->home(sg.moment()) != Tier::kNvme) return nullptr;  // strata.host_blocks: updated in place
     if (!early.empty() && early.front()->sub != &sg) DropStates(early);  // (not expected: read in another order)
     if (early.empty()) return LoadStates(sg);
     std::unique_ptr<LoadedStates> l = std::move(early.front());
@@ -133,8 +133,8 @@ StatusOr<std::byte*> UpdateWindow::BlockOutput(int b, PinnedBuffer* lease, int64
 
 StatusOr<std::array<std::span<std::byte>, 3>> UpdateWindow::StateSpans(int b, const SubGroup& sg, LoadedStates* cur) {
   if (!cur) {
-    const std::span<std::byte> master = sg.master.valid() ? m_.state.store->CpuMemory(sg.master) : std::span<std::byte>();
-    return std::array{master, m_.state.store->CpuMemory(sg.m), m_.state.store->CpuMemory(sg.v)};
+    auto memory = [&](TensorHandle h) { return h.valid() ? m_.state.store->CpuMemory(h) : std::span<std::byte>(); };
+    return std::array{memory(sg.master), memory(sg.m), memory(sg.v)};
   }
   for (Event& t : cur->read) {
     std::optional<Tracer::Span> wait;
@@ -179,7 +179,8 @@ Status UpdateWindow::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   }
   if (cur) {
     const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
-    for (int k = format.FirstStoredState(); k < 3; ++k) (void)m_.state.store->WriteBack(hs[k], std::move(cur->buf[k]));
+    for (int k = 0; k < 3; ++k)
+      if (format.StoresState(k)) (void)m_.state.store->WriteBack(hs[k], std::move(cur->buf[k]));
   }
   return Status();
 }
@@ -216,7 +217,8 @@ Status UpdateWindow::UpdateResident(int b, PinnedBuffer lease) {
 
 std::unique_ptr<LoadedStates> UpdateWindow::LeaseStates(const SubGroup& sg) {
   auto l = std::make_unique<LoadedStates>();
-  for (int k = m_.plan.format.FirstStoredState(); k < 3; ++k) {
+  for (int k = 0; k < 3; ++k) {
+    if (!m_.plan.format.StoresState(k)) continue;
     std::optional<PinnedBuffer> lease = m_.state.store->AcquireBuffer(*m_.state.pools.optim);
     STRATA_CHECK(lease) << "optimizer pool exhausted with no write-back in flight";
     l->buf[k] = std::move(*lease);
@@ -226,12 +228,12 @@ std::unique_ptr<LoadedStates> UpdateWindow::LeaseStates(const SubGroup& sg) {
 }
 
 std::unique_ptr<LoadedStates> UpdateWindow::LoadStates(const SubGroup& sg) {
-  if (m_.state.store->home(sg.m) != Tier::kNvme) return nullptr;  // strata.host_blocks: updated in place
+  if (m_.state.store->home(sg.moment()) != Tier::kNvme) return nullptr;  // strata.host_blocks: updated in place
   std::unique_ptr<LoadedStates> l = LeaseStates(sg);
   const TensorHandle hs[3] = {sg.master, sg.m, sg.v};
   const StateFormat& format = m_.plan.format;
-  for (int k = format.FirstStoredState(); k < 3; ++k)
-    l->read[k] = m_.state.store->Read(hs[k], {l->buf[k].data(), format.StoredStateBytes(k, sg.range.len)});
+  for (int k = 0; k < 3; ++k)
+    if (format.StoresState(k)) l->read[k] = m_.state.store->Read(hs[k], {l->buf[k].data(), format.StoredStateBytes(k, sg.range.len)});
   return l;
 }
 
@@ -244,7 +246,7 @@ void UpdateWindow::ReadStatesEarly() {
   bool past = last == nullptr;
   for (const BlockRuntime& br : m_.model.blocks) {
     for (const SubGroup& sg : br.subs) {
-      if (past && m_.state.store->home(sg.m) == Tier::kNvme) {
+      if (past && m_.state.store->home(sg.moment()) == Tier::kNvme) {
         next = &sg;
         break;
       }
@@ -255,7 +257,7 @@ void UpdateWindow::ReadStatesEarly() {
   if (!next) return;  // all read
   for (TensorHandle h : {next->master, next->m, next->v})
     if (h.valid() && m_.state.store->WriteInFlight(h)) return;
-  if (m_.state.pools.optim->free_count() < static_cast<size_t>(3 - m_.plan.format.FirstStoredState())) return;
+  if (m_.state.pools.optim->free_count() < static_cast<size_t>(m_.plan.format.NumStoredStates())) return;
   early_.push_back(LoadStates(*next));
 }
 

@@ -1,0 +1,41 @@
+// OptimizerRule: one row per optimizer the CPU update runs (Note [Optimizer rules]). It says
+// which states a sub-group keeps beside its master and which kernel rule updates them;
+// StateFormat, the update window, the ledger, the checkpoints and the estimator ask it and
+// loop over what it keeps, so none of them names an optimizer.
+//
+// Note [Optimizer rules]
+// Every optimizer here is element-wise over a sub-group, with at most two states besides the
+// master, held in the two moment slots (TensorRole kAdamM and kAdamV, checkpoint names
+// "adam_m" and "adam_v" whatever the optimizer: the manifest's "optimizer" says whose they
+// are, and a resume under another optimizer is refused). Adding one is: its kernel rule
+// (strata/cpu_adam.h, Note [Update rules]), its row below, its config entry
+// (src/config/optimizer_section.cc) and its tests. An optimizer whose update needs more than
+// its own elements (LAMB's per-tensor trust ratio, Muon's whole matrices) needs a step the
+// sub-group loop does not have yet.
+#pragma once
+
+#include "src/config/train_config.h"
+#include "src/engine/tensor_key.h"
+#include "strata/cpu_adam.h"
+
+namespace strata {
+
+struct OptimizerRule {
+  OptimizerKind kind;
+  const char* name;       // "adam", "lion", "adagrad": what checkpoints record (manifest "optimizer")
+  const char* title;      // as the config names its type: "AdamW", "Lion", "Adagrad"
+  UpdateRule kernel;      // the CPU kernel's rule
+  bool keeps_m, keeps_v;  // the moment slots it keeps
+  bool compact_moments;   // strata.adam_states "bf16" and "8bit" apply to it
+  const char* m_row;      // the memory table's rows for its states
+  const char* v_row;
+
+  bool Keeps(TensorRole moment) const { return moment == TensorRole::kAdamM ? keeps_m : keeps_v; }
+  int moments() const { return keeps_m + keeps_v; }
+};
+
+const OptimizerRule& RuleOf(OptimizerKind kind);
+// The row whose `name` is `name` ("adam", "lion", "adagrad"); null for any other.
+const OptimizerRule* RuleNamed(const std::string& name);
+
+}  // namespace strata
