@@ -21,6 +21,7 @@ const char* BlockInputsName(BlockInputsAt at) {
 }
 
 const char* ExpertFetchName(ExpertFetch f) { return f == ExpertFetch::kRouted ? "routed" : "all"; }
+const char* ExpertUpdateName(ExpertUpdate u) { return u == ExpertUpdate::kAll ? "all" : "chosen"; }
 
 BlockInputsAt WrittenBlockInputs(const TrainConfig& c, bool host_device) {
   if (!c.block_inputs || c.keep_activations) return BlockInputsAt::kDevice;
@@ -32,7 +33,7 @@ namespace {
 constexpr int64_t kMaxTokens = int64_t{1} << 50;
 }  // namespace
 
-// strata.schedule, fuse_micro_batches, block_inputs, expert_fetch, loss_chunk and mlp_chunk.
+// strata.schedule, fuse_micro_batches, block_inputs, expert_fetch, expert_update, loss_chunk and mlp_chunk.
 Status ParseSchedule(JsonReader& s, TrainConfig* c) {
   std::string schedule = StepScheduleName(c->schedule_setting);
   STRATA_RETURN_IF_ERROR(s.Choice("schedule", &schedule, {"auto", "micro_batch", "layer_major"}));
@@ -49,6 +50,9 @@ Status ParseSchedule(JsonReader& s, TrainConfig* c) {
   std::string fetch = ExpertFetchName(c->expert_fetch);
   STRATA_RETURN_IF_ERROR(s.Choice("expert_fetch", &fetch, {"routed", "all"}));
   c->expert_fetch = fetch == "routed" ? ExpertFetch::kRouted : ExpertFetch::kAll;
+  std::string update = ExpertUpdateName(c->expert_update);
+  STRATA_RETURN_IF_ERROR(s.Choice("expert_update", &update, {"all", "chosen"}));
+  c->expert_update = update == "all" ? ExpertUpdate::kAll : ExpertUpdate::kChosen;
   STRATA_RETURN_IF_ERROR(s.Int("loss_chunk", &c->loss_chunk, 0, kMaxTokens));  // ("auto" keeps -1)
   return s.Int("mlp_chunk", &c->mlp_chunk, 0, kMaxTokens);
 }

@@ -127,6 +127,15 @@ enum class ExpertFetch {
 };
 const char* ExpertFetchName(ExpertFetch f);
 
+// strata.expert_update: which experts of a sparse layer the update steps (Note [Expert updates]).
+enum class ExpertUpdate {
+  kAll,     // every expert, every step, with the step count of the run: transformers 5 stores a
+            // layer's experts as one fused parameter, and torch.optim.AdamW steps it whole
+  kChosen,  // only those some token of the step chose, each with a step count of its own, as
+            // AdamW steps per-expert parameters (transformers 4) whose gradient is None
+};
+const char* ExpertUpdateName(ExpertUpdate u);
+
 // strata.recompute: whether backward recomputes each block from its saved input.
 enum class Recompute {
   kAuto,    // keep every block's activations when the estimate says they fit, else recompute
@@ -223,6 +232,9 @@ struct TrainConfig {
   // reads only the routed experts (where the rank reads the block whole itself and it is not
   // resident on the device) or every expert.
   ExpertFetch expert_fetch = ExpertFetch::kRouted;
+  // strata.expert_update: with mixtures of experts, whether the update steps every expert (as
+  // AdamW steps transformers 5's fused expert tensors) or only the chosen ones.
+  ExpertUpdate expert_update = ExpertUpdate::kAll;
   // strata.loss_chunk: tokens per tile of the head's loss (Note [Tiled loss]); 0 the whole
   // micro-batch at once; "auto" (-1) settled by ResolveTileSizes.
   int64_t loss_chunk = -1;

@@ -240,7 +240,8 @@ struct ExpertState {
   std::vector<std::vector<uint8_t>> routed;
   std::vector<std::vector<int64_t>> steps;
   // The update launched last (read by the optimizer thread while it runs): each expert's Adam
-  // step in it, or 0 where it is not updated.
+  // step in it, or 0 where it is not updated; null where every expert takes the run's step
+  // (strata.expert_update "all", Note [Expert updates]).
   std::shared_ptr<const std::vector<std::vector<int64_t>>> update_steps;
   bool any() const { return !routed.empty(); }
 };
@@ -346,7 +347,7 @@ struct Engine::Impl {
   // Quiesce before anything reads the whole state.
   StatusOr<bool> OptimizerStep(int64_t step, StepStats* stats);
   // Mixtures of experts: the step's routing joined over the ranks, and each expert's Adam step
-  // for the update (ExpertState::update_steps; Note [Expert-aware fetching]).
+  // for the update (ExpertState::update_steps; Note [Expert updates]).
   Status CountExpertSteps();
   Status LaunchUpdate(const AdamHyperParams& hp, Verdict verdict, int64_t step);
   Status AwaitBlock(int b);

@@ -81,10 +81,24 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   return true;
 }
 
-// An expert some token of some rank chose in the step has a gradient and takes an Adam step
-// of its own count; the others are skipped, as torch.optim.AdamW skips a parameter whose
-// gradient is None (no moment decay, no weight decay).
+// Note [Expert updates]
+// transformers 5 stores a layer's experts as one fused parameter ([E, ...] tensors), so
+// torch.optim.AdamW steps every expert every step: an expert no token chose has a zero
+// gradient (its slice of the fused gradient), and its moments decay, its weights decay and move
+// by their momentum, under the one step count of the tensor. strata.expert_update "all" (the
+// default) does the same: an unchosen expert's gradient is zero in the accumulators (it ran
+// nothing, so the flattening wrote zeros), its states are read and written as any other, and
+// every expert's count is the run's. "chosen" skips such an expert, as AdamW skips a
+// per-expert parameter whose gradient is None (transformers 4's modules): its states stay
+// (not written back), and each expert keeps a step count of its own for the bias correction.
+// An expert some token of some rank chose in the step has a gradient; with "chosen" it takes
+// an Adam step of its own count and the others are skipped.
 Status Engine::Impl::CountExpertSteps() {
+  if (cfg.expert_update == ExpertUpdate::kAll) {  // every expert, the run's count: nothing to skip
+    for (auto& block : experts.steps) std::fill(block.begin(), block.end(), optimizer.adam_steps);
+    experts.update_steps = nullptr;
+    return Status();
+  }
   std::vector<float> routed;
   for (const auto& block : experts.routed)
     for (uint8_t r : block) routed.push_back(r);

@@ -64,7 +64,7 @@ struct BlockPlan {
   int64_t working_tensor_len() const { return working.len - adapter.len; }
 
   // A sparse layer's sub-groups also end where its experts do, so that each lies in one expert
-  // or in none (Note [Expert-aware fetching]: an expert no token chose is not updated): where
+  // or in none (Note [Expert updates]: with "chosen" an expert no token chose is not updated): where
   // they start, relative to optimizer.begin. Empty: every sub_group_step elements.
   std::vector<int64_t> cuts;
 

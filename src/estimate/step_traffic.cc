@@ -26,7 +26,8 @@ uint64_t UnroutedNvmeBytes(const TrainConfig& cfg, const ShardPlan& plan, double
 
 // The bytes of the optimizer states on NVMe that lie in experts (their sub-groups: none
 // straddles an expert's end), master, m and v: those of an expert no token of the step chose
-// are not written back (the update skips it, Note [Expert-aware fetching]).
+// are not written back where the update skips it (strata.expert_update "chosen", Note
+// [Expert updates]).
 uint64_t ExpertStateBytesOnNvme(const ShardPlan& plan) {
   uint64_t bytes = 0;
   for (int b = 0; b < static_cast<int>(plan.blocks.size()); ++b) {
@@ -61,9 +62,11 @@ StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan, i
   const uint64_t visits = 2 * static_cast<uint64_t>(BlockPasses(cfg));
   const uint64_t working_reads = visits + (plan.format.MasterFromWorking() && !frozen ? 1 : 0);
   const uint64_t unread = UnroutedNvmeBytes(cfg, plan, ShareAt(cfg, tokens_per_visit));
-  // An expert no token of the step (any micro-batch, any rank) chose keeps its states.
+  // With "chosen", an expert no token of the step (any micro-batch, any rank) chose keeps its states.
   const double step_share = ShareAt(cfg, cfg.micro_batch * cfg.model.seq_len * cfg.grad_accum * plan.world);
-  const auto kept = static_cast<uint64_t>(std::llround((1 - step_share) * static_cast<double>(ExpertStateBytesOnNvme(plan))));
+  const auto kept = cfg.expert_update == ExpertUpdate::kAll
+                        ? uint64_t{0}
+                        : static_cast<uint64_t>(std::llround((1 - step_share) * static_cast<double>(ExpertStateBytesOnNvme(plan))));
   t.written = t.states - kept + (frozen ? 0 : t.working);
   t.read_all_experts = t.states + working_reads * t.working;
   t.read_at_most = t.read_all_experts - visits * unread;

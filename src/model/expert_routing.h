@@ -5,9 +5,9 @@
 // were chosen (Routed) before any of them runs, and the engine brings those to the compute
 // device (the block's router, attention and norms came with the block's own fetch; across
 // ZeRO-3 ranks, the experts some rank's tokens chose, each rank's pieces broadcast from it).
-// An expert no token chose runs nothing, so its weights are never read; it gets no gradient,
-// and the optimizer skips it as torch.optim.AdamW skips a parameter without one (no moment
-// decay, no weight decay, and its own step count for the bias correction).
+// An expert no token chose runs nothing, so its weights are never read and its gradient is
+// zero; the update steps it or skips it as strata.expert_update says (Note [Expert updates]
+// in src/engine/engine_optimizer.cc).
 #pragma once
 
 #include <cstdint>

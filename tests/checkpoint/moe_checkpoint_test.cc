@@ -1,8 +1,9 @@
-// Checkpoints of a mixture of experts whose updates skip the experts no token chose (Note
-// [Expert-aware fetching]): each expert's own Adam step count is saved and restored
-// (counters.expert_steps), so resuming, also resharded to another rank count, is bitwise the
-// uninterrupted run, with LoRA on the experts too; a manifest whose counts do not fit the
-// model is refused by name.
+// Checkpoints of a mixture of experts whose updates skip the experts no token chose
+// (strata.expert_update "chosen", Note [Expert updates]): each expert's own Adam step count is
+// saved and restored (counters.expert_steps), so resuming, also resharded to another rank
+// count, is bitwise the uninterrupted run, with LoRA on the experts too; a manifest whose counts
+// do not fit the model is refused by name. Stepping every expert ("all", the default) resumes
+// bitwise too, every count the run's.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -34,6 +35,7 @@ TrainConfig SparseMoeConfig(const std::string& dir) {
   c.offload_param.device = Tier::kNvme;
   c.offload_optimizer.device = Tier::kNvme;
   c.model.tie_embeddings = false;
+  c.expert_update = ExpertUpdate::kChosen;
   return c;
 }
 
@@ -65,6 +67,29 @@ TEST(MoeCheckpoint, ResumesBitwiseWithEachExpertsStepCount) {
 
   // Resharded to one rank and back: the counts follow the model, not the ranks.
   ExpectReshardedResumeIsBitwise(cfg, ck, dir.path() + "/mid", straight);
+}
+
+TEST(MoeCheckpoint, SteppingEveryExpertResumesBitwiseWithTheRunsCount) {
+  TempDir dir;
+  TrainConfig cfg = SparseMoeConfig(dir.path());
+  cfg.expert_update = ExpertUpdate::kAll;
+  const std::string ck = dir.path() + "/ckpt";
+  const Params straight = testing::ExpectResumeIsBitwise(cfg, ck);
+  std::ifstream in(ck + "/step_00000003/manifest.json");
+  const nlohmann::json m = nlohmann::json::parse(in);
+  for (const auto& block : m["counters"]["expert_steps"].get<std::vector<std::vector<int64_t>>>())
+    for (int64_t n : block) EXPECT_EQ(n, 3);
+  ExpectReshardedResumeIsBitwise(cfg, ck, dir.path() + "/mid", straight);
+  // The unchosen experts were stepped: the run differs from one that skips them.
+  Params skipping;
+  TrainConfig chosen = cfg;
+  chosen.expert_update = ExpertUpdate::kChosen;
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return testing::Train(chosen, r, c, 0, 6, "", "", &skipping); }),
+            "");
+  bool differs = false;
+  for (size_t b = 0; b < straight.size(); ++b)
+    for (size_t i = 0; i < straight[b].size(); ++i) differs = differs || !torch::equal(straight[b][i].second, skipping[b][i].second);
+  EXPECT_TRUE(differs);
 }
 
 // LoRA on the experts (Note [Expert adapters]): the adapters of every expert are one trained

@@ -484,6 +484,19 @@ TEST(Config, ExpertFetchIsRoutedOrAll) {
     EXPECT_NE(bad.status().message().find(part), std::string::npos) << bad.status().message();
 }
 
+// Note [Expert updates]: every expert stepped (as transformers 5's fused tensors) unless "chosen".
+TEST(Config, ExpertUpdateIsAllOrChosen) {
+  auto absent = ParseTrainConfig("{}", "e.json");
+  ASSERT_TRUE(absent.ok()) << absent.status().message();
+  EXPECT_EQ(absent->expert_update, ExpertUpdate::kAll);
+  auto chosen = ParseTrainConfig(R"({"strata": {"expert_update": "chosen"}})", "e.json");
+  ASSERT_TRUE(chosen.ok()) << chosen.status().message();
+  EXPECT_EQ(chosen->expert_update, ExpertUpdate::kChosen);
+  auto bad = ParseTrainConfig(R"({"strata": {"expert_update": "routed"}})", "e.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("strata.expert_update"), std::string::npos) << bad.status().message();
+}
+
 TEST(Config, MasterWeightsAreFp32OrSplitWithAnUpdateThatReadsThem) {
   auto absent = ParseTrainConfig("{}", "m.json");
   ASSERT_TRUE(absent.ok()) << absent.status().message();

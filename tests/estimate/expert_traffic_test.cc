@@ -78,13 +78,17 @@ TEST(ExpertTraffic, BytesPerStepAtUniformRoutingAreTheArithmetic) {
   EXPECT_EQ(FormatExpertTraffic(*run, plan).find("routing saves"), std::string::npos);  // 8 tokens: it saves
 }
 
-// The update skips an expert no token of the step chose: its master, m and v (fp32, 12 B an
+// With strata.expert_update "chosen" the update skips an expert no token of the step chose: its master, m and v (fp32, 12 B an
 // element, on NVMe) are not written, at 2 x 4 x 3 = 24 tokens a step, and on 2 ranks at 48.
 TEST(ExpertTraffic, UnchosenExpertsStatesAreNotWritten) {
   for (int world : {1, 2}) {
     SCOPED_TRACE(::testing::Message() << world << " rank(s)");
-    const RunConfig run = testing::Settled(TinyMoe(), world, false);
+    TrainConfig chosen = TinyMoe();
+    chosen.expert_update = ExpertUpdate::kChosen;  // (stepping every expert writes them all)
+    const RunConfig run = testing::Settled(chosen, world, false);
     const ShardPlan plan = PlanOf(*run, world);
+    const StepTraffic all = EstimateStepTraffic(*testing::Settled(TinyMoe(), world, false), plan);
+    EXPECT_EQ(all.written, all.states + all.working);
     uint64_t expert_states = 0;  // this rank's optimizer range within experts, 12 B an element
     for (int b = 1; b <= kSparseLayers; ++b) {
       const BlockPlan& bp = plan.blocks[b];

@@ -4,7 +4,8 @@
                                      MODULEs, e.g. peft, bitsandbytes) are installed
   hf_models.py make ARCH DIR         a small randomly initialised model of ARCH (gpt2, llama,
                                      mistral, qwen2, qwen3, phi3, phi4, gemma2, gemma3, mixtral,
-                                     qwen3moe, qwen3moe_sparse, olmoe) saved with save_pretrained into
+                                     qwen3moe, olmoe, and their sparse variants of 64 experts:
+                                     mixtral_sparse, qwen3moe_sparse, olmoe_sparse) saved with save_pretrained into
                                      DIR in at least 3 shards (model.safetensors.index.json),
                                      plus DIR/strata_model.json (the same model as
                                      strata.model keys), DIR/reference.safetensors (tokens,
@@ -46,7 +47,7 @@
                                      model, against Strata's LOSSES, ADAPTER and merged fp32
                                      folder MERGED, and a run holding unchosen experts' slices,
                                      which must differ (peft_training.py)
-  hf_models.py decay DIR TOKENS STEPS LR WD STRATA LOSSES
+  hf_models.py decay DIR TOKENS STEPS LR WD STRATA LOSSES [EXPERTS]
                                      weight-decay groups: DIR's model trained by torch.optim.AdamW
                                      for STEPS steps on the one window TOKENS (FILE:N, the first N
                                      tokens of a uint16 token file: seq + 1) with Hugging Face Trainer's
@@ -55,10 +56,13 @@
                                      steps) and LOSSES (a JSON list of Strata's losses); prints
                                      the largest relative differences (per tensor, in the 2-norm), and those of a run that
                                      decays everything; exits 1 when Trainer's groups are not
-                                     within DECAY_TOLERANCE or everything-decayed is as close (with
-                                     experts that no token chose in a step: AdamW steps each expert
-                                     as its own parameter, skipping those, and stepping every
-                                     expert must not be as close either)
+                                     within DECAY_TOLERANCE or everything-decayed is as close. With
+                                     experts that no token chose in a step: EXPERTS "all" (Strata's
+                                     default) is matched with transformers' fused expert tensors
+                                     stepped whole, "chosen" with each expert its own parameter,
+                                     skipped when unchosen; the other way must not be as close, and
+                                     the reference's own noise floor (from weights jittered by
+                                     1e-7) is printed beside
 """
 import glob
 import json
@@ -121,6 +125,12 @@ def _model(arch):
         return t.Qwen3MoeForCausalLM(t.Qwen3MoeConfig(**moe, intermediate_size=96, moe_intermediate_size=16,
                                                       num_experts=64, norm_topk_prob=True, head_dim=16,
                                                       tie_word_embeddings=False))
+    if arch == "mixtral_sparse":  # 64 experts of 16, top-2: many unchosen in each step, as in qwen3moe_sparse
+        return t.MixtralForCausalLM(t.MixtralConfig(**moe, intermediate_size=16, num_local_experts=64,
+                                                    tie_word_embeddings=False))
+    if arch == "olmoe_sparse":  # 64 experts of 16, top-2 not renormalised
+        return t.OlmoeForCausalLM(t.OlmoeConfig(**moe, intermediate_size=16, num_experts=64, norm_topk_prob=False,
+                                                pad_token_id=0, bos_token_id=0, eos_token_id=0))
     if arch == "olmoe":  # 4 experts, top-2 not renormalised, q/k norms over the whole projections
         return t.OlmoeForCausalLM(t.OlmoeConfig(**moe, intermediate_size=32, num_experts=4, norm_topk_prob=False,
                                                 pad_token_id=0, bos_token_id=0, eos_token_id=0))
@@ -230,23 +240,29 @@ def peft_logits(d, adapter, strata_logits, merged):
 # Adam divides by sqrt(v), so an element whose gradient is near zero steps by lr either way
 # on rounding noise alone.)
 DECAY_TOLERANCE = 1e-5
+# With unchosen experts, Strata's weights also lie within this many times the reference's own
+# difference from itself started from weights jittered by 1e-7 (its noise floor).
+NOISE_FACTOR = 3
 
 
-class _PerExpert:
-    """transformers stores a layer's experts fused ([E, ...] tensors), so torch.optim.AdamW
-    would step every expert of it, chosen or not (a zero gradient decays the moments and the
-    weight). Each expert is its own parameter here, a view of its slice of the fused tensor,
-    whose gradient is None in a step where no token chose it: AdamW then skips it, as it does
-    for per-expert nn.Linear models and as Strata does."""
+class _Experts:
+    """transformers 5 stores a layer's experts fused ([E, ...] tensors), so torch.optim.AdamW
+    steps every expert of it, chosen or not (a zero gradient decays the moments and the weight,
+    one step count): what Strata's strata.expert_update "all" does. `split`: each expert its own
+    parameter instead, a view of its slice of the fused tensor, whose gradient is None in a step
+    where no token chose it, so that AdamW skips it as it skips a per-expert nn.Linear
+    (transformers 4): what "chosen" does. Either way counts the (step, layer, expert) no token
+    chose."""
 
-    def __init__(self, model):  # None: none (the fused tensors stepped whole)
+    def __init__(self, model, split):
         import torch
-        self.views, self.chosen, self.skipped = {}, {}, 0
-        modules = dict(model.named_modules()) if model else {}
-        for name, p in model.named_parameters() if model else []:
+        self.views, self.chosen, self.unchosen = {}, {}, 0
+        modules = dict(model.named_modules())
+        for name, p in model.named_parameters():
             owner = name.rsplit(".", 1)[0]
             if p.dim() == 3 and owner.endswith(".experts"):
-                self.views[name] = (p, owner, [torch.nn.Parameter(p.data[e]) for e in range(p.shape[0])])
+                if split:
+                    self.views[name] = (p, owner, [torch.nn.Parameter(p.data[e]) for e in range(p.shape[0])])
                 if owner not in self.chosen:
                     self.chosen[owner] = torch.zeros(p.shape[0], dtype=torch.bool)
                     modules[owner].register_forward_pre_hook(self._hook(owner))
@@ -264,10 +280,11 @@ class _PerExpert:
             c.zero_()
 
     def pass_gradients(self):  # after backward
+        for c in self.chosen.values():
+            self.unchosen += int((~c).sum())
         for fused, owner, views in self.views.values():
             for e, v in enumerate(views):
                 v.grad = fused.grad[e].clone() if self.chosen[owner][e] else None
-                self.skipped += v.grad is None
             fused.grad = None
 
 
@@ -287,13 +304,20 @@ def training_loss(model, out, targets):
     return loss
 
 
-def _train(d, tokens, steps, lr, wd, grouped, per_expert=True, make_optimizer=None):
+def _train(d, tokens, steps, lr, wd, grouped, per_expert=False, make_optimizer=None, jitter=0.0):
+    """`jitter`: every weight times (1 + jitter x a standard normal draw) first (the reference's
+    own noise floor)."""
     import torch
     from transformers import AutoModelForCausalLM, Trainer
     model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+    if jitter:
+        g = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1 + jitter * torch.randn(p.shape, generator=g))
     decay = set(Trainer.get_decay_parameter_names(None, model)) if grouped else {n for n, _ in model.named_parameters()}
     params = dict(model.named_parameters())
-    experts = _PerExpert(model) if per_expert else _PerExpert(None)
+    experts = _Experts(model, per_expert)
     groups = [{"params": [v for n, p in params.items() if n in decay for v in experts.params(n, p)], "weight_decay": wd},
               {"params": [v for n, p in params.items() if n not in decay for v in experts.params(n, p)],
                "weight_decay": 0.0}]
@@ -308,10 +332,34 @@ def _train(d, tokens, steps, lr, wd, grouped, per_expert=True, make_optimizer=No
         loss.backward()
         experts.pass_gradients()
         opt.step()
-    return model, losses, len(params) - len(decay & set(params)), experts.skipped // 2  # (two tensors per expert)
+    return model, losses, len(params) - len(decay & set(params)), experts.unchosen
 
 
-def decay_groups(d, tokens_file, steps, lr, wd, strata, losses_file):
+def _difference(model, theirs):
+    """The largest ||p - theirs|| / ||p|| over the tensors, and where."""
+    worst, where = 0.0, ""
+    for name, p in model.state_dict().items():
+        if name in theirs:
+            q = theirs[name]
+            if name.endswith("attn.c_attn.bias"):
+                # The key bias gets no gradient in exact arithmetic (the softmax over keys is
+                # shift-invariant): both sides step it by their rounding noise, which Adam
+                # scales to lr. Its query and value thirds are compared.
+                third = p.numel() // 3
+                p, q = torch_cat([p[:third], p[2 * third:]]), torch_cat([q[:third], q[2 * third:]])
+            diff = ((p - q).norm() / p.norm().clamp_min(1e-12)).item()
+            worst, where = max((worst, where), (diff, name))
+    return worst, where
+
+
+def torch_cat(parts):
+    import torch
+    return torch.cat(parts)
+
+
+def decay_groups(d, tokens_file, steps, lr, wd, strata, losses_file, experts="all"):
+    """`experts`: how Strata stepped a mixture's experts (strata.expert_update): "all" is matched
+    with the fused tensors stepped whole, "chosen" with each expert its own parameter."""
     import numpy as np
     import torch
     from transformers import AutoModelForCausalLM
@@ -319,30 +367,33 @@ def decay_groups(d, tokens_file, steps, lr, wd, strata, losses_file):
     tokens = torch.from_numpy(np.fromfile(path, dtype=np.uint16)[: int(n)].astype(np.int64))
     theirs = AutoModelForCausalLM.from_pretrained(strata, dtype=torch.float32).state_dict()
     strata_losses = json.load(open(losses_file))
-    def compare(label, grouped, per_expert=True):
-        model, losses, undecayed, skipped = _train(d, tokens, int(steps), float(lr), float(wd), grouped, per_expert)
-        worst, where = 0.0, ""
-        for name, p in model.state_dict().items():
-            if name in theirs:
-                q = theirs[name]
-                if name.endswith("attn.c_attn.bias"):
-                    # The key bias gets no gradient in exact arithmetic (the softmax over keys is
-                    # shift-invariant): both sides step it by their rounding noise, which Adam
-                    # scales to lr. Its query and value thirds are compared.
-                    third = p.numel() // 3
-                    p, q = torch.cat([p[:third], p[2 * third:]]), torch.cat([q[:third], q[2 * third:]])
-                diff = ((p - q).norm() / p.norm().clamp_min(1e-12)).item()
-                worst, where = max((worst, where), (diff, name))
-        loss_diff = max(abs(a - b) / abs(b) for a, b in zip(strata_losses, losses))
-        print(f"{label} ({undecayed} tensors undecayed; {skipped} (step, layer, expert) skipped, no token chose "
-              f"them): max relative |weights - Strata's| = {worst:.3g} ({where}), |loss - Strata's| = "
-              f"{loss_diff:.3g} (tolerance {DECAY_TOLERANCE})")
-        return worst, loss_diff, skipped
+    split = experts == "chosen"
 
-    groups = compare("Trainer groups", True)
+    def run(grouped, per_expert, jitter=0.0):
+        return _train(d, tokens, int(steps), float(lr), float(wd), grouped, per_expert, jitter=jitter)
+
+    def compare(label, grouped, per_expert=split):
+        model, losses, undecayed, unchosen = run(grouped, per_expert)
+        worst, where = _difference(model, theirs)
+        loss_diff = max(abs(a - b) / abs(b) for a, b in zip(strata_losses, losses))
+        print(f"{label} ({undecayed} tensors undecayed; {unchosen} (step, layer, expert) no token chose): max "
+              f"relative |weights - Strata's| = {worst:.3g} ({where}), |loss - Strata's| = {loss_diff:.3g} "
+              f"(tolerance {DECAY_TOLERANCE})")
+        return worst, loss_diff, unchosen, model, losses
+
+    groups = compare("Trainer groups" + (", each expert its own parameter" if split else ""), True)
     ok = max(groups[:2]) <= DECAY_TOLERANCE and compare("all decayed", False)[0] > 10 * DECAY_TOLERANCE
-    if groups[2] > 0:  # the skips are what the test sees: stepping every expert is not as close
-        ok = ok and compare("every expert stepped", True, per_expert=False)[0] > 10 * DECAY_TOLERANCE
+    if groups[2] > 0:  # unchosen experts are what the test sees: the other way is not as close
+        other = "each expert its own parameter, skipped when unchosen" if not split else "fused experts stepped whole"
+        ok = ok and compare(other, True, per_expert=not split)[0] > 10 * DECAY_TOLERANCE
+        # The reference against itself from weights jittered by 1e-7: how far it moves on its own.
+        jittered, jittered_losses, _, _ = run(True, split, jitter=1e-7)
+        floor, where = _difference(jittered, groups[3].state_dict())
+        floor_loss = max(abs(a - b) / abs(b) for a, b in zip(groups[4], jittered_losses))
+        print(f"noise floor (the reference from weights jittered by 1e-7): weights {floor:.3g} ({where}), loss "
+              f"{floor_loss:.3g}; Strata: weights {groups[0]:.3g}, loss {groups[1]:.3g} (within {NOISE_FACTOR} x "
+              f"the floor's weights: {'yes' if groups[0] <= NOISE_FACTOR * floor else 'NO'})")
+        ok = ok and groups[0] <= NOISE_FACTOR * floor
     sys.exit(0 if ok else 1)
 
 
@@ -429,7 +480,7 @@ def run(cmd, args):
     elif cmd == "peft":
         peft_logits(*args[0:4])
     elif cmd == "decay":
-        decay_groups(*args[0:7])
+        decay_groups(*args[0:8])
     elif cmd == "optimizer":
         from optimizer_peers import compare_optimizer
         compare_optimizer(*args[0:8], train=lambda d, t, steps, lr, wd, grouped, make: _train(

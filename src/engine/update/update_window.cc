@@ -154,7 +154,7 @@ Status UpdateWindow::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   const StateFormat& format = m_.plan.format;
   AdamHyperParams own = hp;
   if (const int e = m_.plan.blocks[b].ExpertAt(sg.range.begin); e >= 0 && m_.experts.update_steps) {
-    own.step = (*m_.experts.update_steps)[b][e];  // Note [Expert-aware fetching]
+    own.step = (*m_.experts.update_steps)[b][e];  // Note [Expert updates]: strata.expert_update "chosen"
     if (own.step == 0) {  // not chosen: its states stay (not written back), its weights too
       format.KeepWeights(states, out, sg.range.len);
       return Status();
