@@ -34,20 +34,24 @@ void ForThreadRanges(const float* p, size_t n, int threads, Fn&& fn) {
 // The same software prefetch as the kernel (kernels/cpu/adam_impl.h, Note [Adam memory
 // traffic]): the access pattern includes it, so the roofline is the best memory-only pass.
 constexpr size_t kAheadFloats = 1024 / sizeof(float);
+template <bool kV>
 inline void Prefetch4(const float* p, const float* g, const float* m, const float* v, size_t i) {
   __builtin_prefetch(p + i, 0, 3);
   __builtin_prefetch(g + i, 0, 3);
   __builtin_prefetch(m + i, 0, 3);
-  __builtin_prefetch(v + i, 0, 3);
+  if constexpr (kV) __builtin_prefetch(v + i, 0, 3);
 }
 
 // The register barrier makes the compiler keep every load and store but do no arithmetic.
+// kV: with Adam's second state (r4 w3); without it, one state's pattern (Lion, Adagrad: r3 w2).
+template <bool kV>
 void RooflineScalar(float* p, const float* g, float* m, float* v, uint16_t* half, size_t b, size_t e) {
   for (size_t i = b; i < e; ++i) {
-    float a = p[i], c = m[i], d = v[i];
+    float a = p[i], c = m[i], d = kV ? v[i] : 0.0f;
     const float x = g[i];
     asm volatile("" : "+x"(a), "+x"(c), "+x"(d) : "x"(x));
-    p[i] = a, m[i] = c, v[i] = d;
+    p[i] = a, m[i] = c;
+    if constexpr (kV) v[i] = d;
     if (half) {
       uint32_t bits;
       std::memcpy(&bits, &a, 4);
@@ -56,21 +60,22 @@ void RooflineScalar(float* p, const float* g, float* m, float* v, uint16_t* half
   }
 }
 
+template <bool kV>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void RooflineAvx512(float* p, const float* g, float* m,
                                                                           float* v, uint16_t* half, size_t b,
                                                                           size_t e) {
   size_t i = b;
   while (i < e && reinterpret_cast<uintptr_t>(p + i) % 64) ++i;
-  RooflineScalar(p, g, m, v, half, b, i);
+  RooflineScalar<kV>(p, g, m, v, half, b, i);
   const bool stream = half && reinterpret_cast<uintptr_t>(half + i) % 32 == 0;
   for (; i + 16 <= e; i += 16) {
-    Prefetch4(p, g, m, v, i + kAheadFloats);
-    __m512 a = _mm512_loadu_ps(p + i), c = _mm512_loadu_ps(m + i), d = _mm512_loadu_ps(v + i);
+    Prefetch4<kV>(p, g, m, v, i + kAheadFloats);
+    __m512 a = _mm512_loadu_ps(p + i), c = _mm512_loadu_ps(m + i), d = kV ? _mm512_loadu_ps(v + i) : a;
     const __m512 x = _mm512_loadu_ps(g + i);
     asm volatile("" : "+v"(a), "+v"(c), "+v"(d) : "v"(x));
     _mm512_storeu_ps(p + i, a);
     _mm512_storeu_ps(m + i, c);
-    _mm512_storeu_ps(v + i, d);
+    if constexpr (kV) _mm512_storeu_ps(v + i, d);
     if (half) {
       const __m256i h = _mm512_castsi512_si256(_mm512_castps_si512(a));  // 32 bytes, no conversion
       if (stream) _mm256_stream_si256(reinterpret_cast<__m256i*>(half + i), h);
@@ -78,23 +83,24 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void RooflineAvx512(float* 
     }
   }
   _mm_sfence();
-  RooflineScalar(p, g, m, v, half, i, e);
+  RooflineScalar<kV>(p, g, m, v, half, i, e);
 }
 
+template <bool kV>
 __attribute__((target("avx2"))) void RooflineAvx2(float* p, const float* g, float* m, float* v, uint16_t* half,
                                                   size_t b, size_t e) {
   size_t i = b;
   while (i < e && reinterpret_cast<uintptr_t>(p + i) % 64) ++i;
-  RooflineScalar(p, g, m, v, half, b, i);
+  RooflineScalar<kV>(p, g, m, v, half, b, i);
   const bool stream = half && reinterpret_cast<uintptr_t>(half + i) % 16 == 0;
   for (; i + 8 <= e; i += 8) {
-    Prefetch4(p, g, m, v, i + kAheadFloats);
-    __m256 a = _mm256_loadu_ps(p + i), c = _mm256_loadu_ps(m + i), d = _mm256_loadu_ps(v + i);
+    Prefetch4<kV>(p, g, m, v, i + kAheadFloats);
+    __m256 a = _mm256_loadu_ps(p + i), c = _mm256_loadu_ps(m + i), d = kV ? _mm256_loadu_ps(v + i) : a;
     const __m256 x = _mm256_loadu_ps(g + i);
     asm volatile("" : "+x"(a), "+x"(c), "+x"(d) : "x"(x));
     _mm256_storeu_ps(p + i, a);
     _mm256_storeu_ps(m + i, c);
-    _mm256_storeu_ps(v + i, d);
+    if constexpr (kV) _mm256_storeu_ps(v + i, d);
     if (half) {
       const __m128i h = _mm256_castsi256_si128(_mm256_castps_si256(a));
       if (stream) _mm_stream_si128(reinterpret_cast<__m128i*>(half + i), h);
@@ -102,7 +108,7 @@ __attribute__((target("avx2"))) void RooflineAvx2(float* p, const float* g, floa
     }
   }
   _mm_sfence();
-  RooflineScalar(p, g, m, v, half, i, e);
+  RooflineScalar<kV>(p, g, m, v, half, i, e);
 }
 
 }  // namespace
@@ -110,9 +116,15 @@ __attribute__((target("avx2"))) void RooflineAvx2(float* p, const float* g, floa
 void RooflinePass(float* p, const float* g, float* m, float* v, uint16_t* half, size_t n, int threads) {
   const IsaLevel isa = ActiveIsa();  // the width the Adam kernel uses
   ForThreadRanges(p, n, threads, [&](size_t b, size_t e) {
-    if (isa == IsaLevel::kAvx512) RooflineAvx512(p, g, m, v, half, b, e);
-    else if (isa == IsaLevel::kAvx2) RooflineAvx2(p, g, m, v, half, b, e);
-    else RooflineScalar(p, g, m, v, half, b, e);
+    if (v) {
+      if (isa == IsaLevel::kAvx512) RooflineAvx512<true>(p, g, m, v, half, b, e);
+      else if (isa == IsaLevel::kAvx2) RooflineAvx2<true>(p, g, m, v, half, b, e);
+      else RooflineScalar<true>(p, g, m, v, half, b, e);
+    } else {
+      if (isa == IsaLevel::kAvx512) RooflineAvx512<false>(p, g, m, v, half, b, e);
+      else if (isa == IsaLevel::kAvx2) RooflineAvx2<false>(p, g, m, v, half, b, e);
+      else RooflineScalar<false>(p, g, m, v, half, b, e);
+    }
   });
 }
 

@@ -26,6 +26,7 @@ constexpr double kAdamBf16Bytes = 30;  // ... plus the 2-byte bf16 copy
 constexpr double kAdamBf16StatesBytes = 22;  // m, v in bf16 (read and written) with the bf16 copy
 constexpr double kAdamSplitMasterBytes = 20;  // ... and the master as the copy + its low half (r2 w2)
 constexpr double kAdam8BitStatesBytes = 18.1;  // m, v in 8 bits + a scale per 256 (r2.03 w2.03) with the bf16 copy
+constexpr double kOneStateBytes = 20;  // Lion, Adagrad: fp32 p, g, one state read; p, the state written
 constexpr double kTriadBytes = 12;     // STREAM's count: b, c read, a written
 constexpr double kCastBytes = 6;       // fp32 read, bf16 written
 constexpr double kNormBytes = 4;       // fp32 read
@@ -107,8 +108,8 @@ int RunAdamBench(const AdamBenchOptions& o) {
   }
 
   // Peers, each with its own copy of N parameters.
-  std::unique_ptr<AdamPeer> libtorch, deepspeed;
-  std::string libtorch_why = "disabled (--no-libtorch)", deepspeed_why = "disabled (--no-deepspeed)";
+  std::unique_ptr<AdamPeer> libtorch, deepspeed, deepspeed_lion, deepspeed_adagrad;
+  std::string libtorch_why = "disabled (--no-libtorch)", deepspeed_why = "disabled (--no-deepspeed)", ops_why;
   if (o.libtorch) {
     auto peer = MakeLibTorchAdamW(n, threads);
     if (peer.ok()) libtorch = std::move(*peer);
@@ -120,6 +121,15 @@ int RunAdamBench(const AdamBenchOptions& o) {
                                      threads);
     if (peer.ok()) deepspeed = std::move(*peer);
     else deepspeed_why = peer.status().ToString();
+    // DeepSpeed's CPU Lion and Adagrad, beside Strata's (Note [Update rules]).
+    for (auto [name, slot] : {std::pair{"lion", &deepspeed_lion}, std::pair{"adagrad", &deepspeed_adagrad}}) {
+      if (!deepspeed) break;
+      auto one = MakeDeepSpeedCpuAdam(o.python.empty() ? DefaultPeerPython() : o.python,
+                                      o.deepspeed_script.empty() ? DefaultDeepSpeedScript() : o.deepspeed_script, n,
+                                      threads, name);
+      if (one.ok()) *slot = std::move(*one);
+      else ops_why += fmt::format("{}CPU {}: {}", ops_why.empty() ? "" : "; ", name, one.status().ToString());
+    }
   }
   std::unique_ptr<OneDnnTransforms> onednn, onednn_odd;
   if (o.onednn) {
@@ -147,8 +157,13 @@ int RunAdamBench(const AdamBenchOptions& o) {
   spans_8bit_states.exp_avg_bf16 = spans_8bit_states.exp_avg_sq_bf16 = {};
   spans_8bit_states.exp_avg_8bit = {m8.get(), Moment8BitBytes(n)};
   spans_8bit_states.exp_avg_sq_8bit = {v8.get(), Moment8BitBytes(n)};
-  auto adam = [&](const AdamSpans& s) -> StatusOr<double> {
+  // Lion and Adagrad keep one fp32 state: m's array (Lion) or v's (Adagrad), the other empty.
+  AdamSpans spans_lion = spans, spans_adagrad = spans;
+  spans_lion.exp_avg_sq = {};
+  spans_adagrad.exp_avg = {};
+  auto adam = [&](const AdamSpans& s, UpdateRule rule = UpdateRule::kAdam) -> StatusOr<double> {
     ++hp.step;
+    hp.rule = rule;
     Timer t;
     STRATA_RETURN_IF_ERROR(AdamStep(hp, s, adam_options));
     return t.Seconds();
@@ -168,6 +183,12 @@ int RunAdamBench(const AdamBenchOptions& o) {
                 [&] { return adam(spans_split); }, {}});
   vs.push_back({"strata_8bit_states", "Strata AdamW, 8-bit m and v, bf16 copy", kAdam8BitStatesBytes, n,
                 [&] { return adam(spans_8bit_states); }, {}});
+  vs.push_back({"strata_lion", "Strata Lion fp32", kOneStateBytes, n,
+                [&] { return adam(spans_lion, UpdateRule::kLion); }, {}});
+  vs.push_back({"strata_adagrad", "Strata Adagrad fp32", kOneStateBytes, n,
+                [&] { return adam(spans_adagrad, UpdateRule::kAdagrad); }, {}});
+  vs.push_back({"roofline_one_state", "roofline: one-state pattern (r3 w2)", kOneStateBytes, n,
+                [&] { return timed([&] { RooflinePass(p.get(), g.get(), m.get(), nullptr, nullptr, n, threads); }); }, {}});
   vs.push_back({"roofline_fp32", "roofline: Adam pattern, no math (r4 w3)", kAdamBytes, n,
                 [&] { return timed([&] { RooflinePass(p.get(), g.get(), m.get(), v.get(), nullptr, n, threads); }); }, {}});
   vs.push_back({"roofline_bf16", "roofline + 2 B copy (r4 w4)", kAdamBf16Bytes, n,
@@ -180,6 +201,12 @@ int RunAdamBench(const AdamBenchOptions& o) {
     vs.push_back({"deepspeed_copy", deepspeed->Describe() + " step + separate bf16 copy", kAdamBf16Bytes, n,
                   [&] { return deepspeed->TimedStep(true); }, {}});
   }
+  if (deepspeed_lion)
+    vs.push_back({"deepspeed_lion", deepspeed_lion->Describe() + " CPU Lion fp32", kOneStateBytes, n,
+                  [&] { return deepspeed_lion->TimedStep(false); }, {}});
+  if (deepspeed_adagrad)
+    vs.push_back({"deepspeed_adagrad", deepspeed_adagrad->Describe() + " CPU Adagrad fp32", kOneStateBytes, n,
+                  [&] { return deepspeed_adagrad->TimedStep(false); }, {}});
   vs.push_back({"cast_hand", "fp32->bf16 cast, hand-written", kCastBytes, n,
                 [&] { return timed([&] { HandCastFp32ToBf16(g.get(), half.get(), n, threads); }); }, {}});
   vs.push_back({"cast_hand_odd", "fp32->bf16 cast, hand-written, odd N", kCastBytes, n - 3,
@@ -228,6 +255,8 @@ int RunAdamBench(const AdamBenchOptions& o) {
   const Variant& states8 = *find("strata_8bit_states");
   const Variant &roof32 = *find("roofline_fp32"), &roof16 = *find("roofline_bf16"), &triad = *find("triad");
   const Variant *torch = find("libtorch"), *ds = find("deepspeed"), *ds_copy = find("deepspeed_copy");
+  const Variant &lion = *find("strata_lion"), &adagrad = *find("strata_adagrad"), &roof1 = *find("roofline_one_state");
+  const Variant *ds_lion = find("deepspeed_lion"), *ds_adagrad = find("deepspeed_adagrad");
 
   struct Ratio {
     std::string key, what;
@@ -246,6 +275,12 @@ int RunAdamBench(const AdamBenchOptions& o) {
       // 18 B/param instead of 22, but an encode per moment (an absmax, a hash, a rounding):
       // whether the step is still memory-bound.
       {"states_8bit_vs_bf16", "8-bit m, v vs bf16 m, v (time ratio)", PairedRatio(states16, states8), 1.0},
+      {"roofline_fraction_lion", "Strata Lion / one-state roofline", PairedRatio(roof1, lion), 0.90},
+      {"roofline_fraction_adagrad", "Strata Adagrad / one-state roofline", PairedRatio(roof1, adagrad), 0.90},
+      {"ratio_vs_deepspeed_lion", "Strata Lion vs DeepSpeed CPU Lion",
+       ds_lion ? std::optional(PairedRatio(*ds_lion, lion)) : std::nullopt, 1.0},
+      {"ratio_vs_deepspeed_adagrad", "Strata Adagrad vs DeepSpeed CPU Adagrad",
+       ds_adagrad ? std::optional(PairedRatio(*ds_adagrad, adagrad)) : std::nullopt, 1.0},
   };
 
   const double gb = 1e9;
@@ -284,6 +319,7 @@ int RunAdamBench(const AdamBenchOptions& o) {
     j["spread"] = spread;
     if (!libtorch) j["libtorch_unavailable"] = libtorch_why;
     if (!deepspeed) j["deepspeed_unavailable"] = deepspeed_why;
+    if (!ops_why.empty()) j["deepspeed_ops_unavailable"] = ops_why;
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -313,6 +349,7 @@ int RunAdamBench(const AdamBenchOptions& o) {
   verdict.Print(stdout);
   if (!libtorch) std::printf("LibTorch: %s\n", libtorch_why.c_str());
   if (!deepspeed) std::printf("DeepSpeed: %s\n", deepspeed_why.c_str());
+  if (!ops_why.empty()) std::printf("DeepSpeed: %s\n", ops_why.c_str());
   if (!onednn) std::printf("oneDNN: not measured\n");
   return 0;
 }

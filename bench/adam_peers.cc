@@ -83,7 +83,8 @@ class DeepSpeedChild final : public AdamPeer {
     if (pid_ > 0) waitpid(pid_, nullptr, 0);
   }
 
-  Status Start(const std::string& python, const std::string& script, uint64_t n, int threads) {
+  Status Start(const std::string& python, const std::string& script, uint64_t n, int threads,
+               const std::string& optimizer) {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return ErrnoError(errno, "pipe for DeepSpeed peer");
     const std::string n_arg = std::to_string(n), t_arg = std::to_string(threads);
@@ -98,8 +99,8 @@ class DeepSpeedChild final : public AdamPeer {
         const int null_fd = open("/dev/null", O_WRONLY);
         if (null_fd >= 0) dup2(null_fd, 2);
       }
-      const char* argv[] = {python.c_str(), script.c_str(), "--params", n_arg.c_str(), "--threads", t_arg.c_str(),
-                            nullptr};
+      const char* argv[] = {python.c_str(), script.c_str(),  "--params",        n_arg.c_str(), "--threads",
+                            t_arg.c_str(),  "--optimizer",   optimizer.c_str(), nullptr};
       execvp(argv[0], const_cast<char* const*>(argv));
       _exit(127);
     }
@@ -162,10 +163,10 @@ class DeepSpeedChild final : public AdamPeer {
 }  // namespace
 
 StatusOr<std::unique_ptr<AdamPeer>> MakeDeepSpeedCpuAdam(const std::string& python, const std::string& script,
-                                                         uint64_t params, int threads) {
+                                                         uint64_t params, int threads, const std::string& optimizer) {
   signal(SIGPIPE, SIG_IGN);  // a dead child must surface as an error, not kill the bench
   auto child = std::make_unique<DeepSpeedChild>();
-  STRATA_RETURN_IF_ERROR(child->Start(python, script, params, threads));
+  STRATA_RETURN_IF_ERROR(child->Start(python, script, params, threads, optimizer));
   return std::unique_ptr<AdamPeer>(std::move(child));
 }
 

@@ -26,9 +26,11 @@ class AdamPeer {
 StatusOr<std::unique_ptr<AdamPeer>> MakeLibTorchAdamW(uint64_t params, int threads);
 
 // `python` runs `script` (bench/deepspeed_adam.py). Unavailable with the child's reason when
-// DeepSpeed cannot be imported or its op cannot be built.
+// DeepSpeed cannot be imported or its op cannot be built. `optimizer`: "adam", or DeepSpeed's
+// CPU "lion" or "adagrad" (Note [Update rules]).
 StatusOr<std::unique_ptr<AdamPeer>> MakeDeepSpeedCpuAdam(const std::string& python, const std::string& script,
-                                                         uint64_t params, int threads);
+                                                         uint64_t params, int threads,
+                                                         const std::string& optimizer = "adam");
 
 // Defaults for the two paths above: $STRATA_PYTHON or <source>/.venv/bin/python, and
 // <source>/bench/deepspeed_adam.py.

@@ -4,15 +4,16 @@ The C++ bench starts this once and drives it over stdin/stdout so that its repet
 be interleaved with Strata's (the machine is noisy; back-to-back blocks would compare
 different minutes). Protocol, one line each way:
 
-  start:   python deepspeed_adam.py --params N --threads T
+  start:   python deepspeed_adam.py --params N --threads T [--optimizer adam|lion|adagrad]
   reply:   "ready <deepspeed version>"  or  "error <why>" (then exit 0)
-  request: "step"       one DeepSpeedCPUAdam.step() over N fp32 parameters
+  request: "step"       one DeepSpeedCPUAdam.step() (DeepSpeedCPULion, DeepSpeedCPUAdagrad)
+                        over N fp32 parameters
            "step_copy"  the same step followed by a separate fp32 -> bf16 copy of the
                         weights (what a trainer must do when the optimizer cannot fuse it)
            "quit"
   reply:   the wall seconds of that request, e.g. "0.071234"
 
-`--warmup` builds the JIT op once and exits (scripts/setup_peers.sh calls it).
+`--warmup` builds the JIT op once and exits (scripts/setup_peers.sh calls it for each).
 
 `import torch` needs CUDA libraries that are not on the default search path (PyPI's wheel
 is a CUDA build): this script re-executes itself once with LD_LIBRARY_PATH naming
@@ -38,11 +39,14 @@ def main():
     ensure_library_path()
     n = int(_arg("--params", "100000000"))
     threads = int(_arg("--threads", "2"))
+    name = _arg("--optimizer", "adam")
     os.environ["OMP_NUM_THREADS"] = str(threads)
     try:
         import torch
         import deepspeed
+        from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad
         from deepspeed.ops.adam import DeepSpeedCPUAdam
+        from deepspeed.ops.lion import DeepSpeedCPULion
     except Exception as e:  # not installed, or import torch fails: the bench prints null
         print("error", type(e).__name__, str(e).replace("\n", " ")[:300], flush=True)
         return
@@ -54,14 +58,19 @@ def main():
     p.grad = torch.empty(n, dtype=torch.float32).uniform_(-1e-2, 1e-2)
     half = torch.empty(n, dtype=torch.bfloat16)
     try:
-        opt = DeepSpeedCPUAdam([p], lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
-                               adamw_mode=True)
+        if name == "lion":
+            opt = DeepSpeedCPULion([p], lr=1e-4, betas=(0.9, 0.99), weight_decay=0.01)
+        elif name == "adagrad":
+            opt = DeepSpeedCPUAdagrad([p], lr=1e-2, eps=1e-10, weight_decay=0.01)
+        else:
+            opt = DeepSpeedCPUAdam([p], lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
+                                   adamw_mode=True)
         opt.step()  # first step allocates m and v; not timed
     except Exception as e:
         print("error", type(e).__name__, str(e).replace("\n", " ")[:300], flush=True)
         return
     if "--warmup" in sys.argv:
-        print("deepspeed cpu adam ok", deepspeed.__version__, flush=True)
+        print(f"deepspeed cpu {name} ok", deepspeed.__version__, flush=True)
         return
     print("ready", deepspeed.__version__, flush=True)
     for line in sys.stdin:

@@ -29,7 +29,7 @@ import_only=0
 [ "${1:-}" = "--import-only" ] && import_only=1
 
 [ -x "$py" ] || { log ".venv missing: run scripts/setup.sh first"; exit 1; }
-marker=$root/.venv/peers.ok
+marker=$root/.venv/peers-adam-lion-adagrad.ok  # named after the ops it builds: a new op, a new marker
 import_marker=$root/.venv/import-torch.ok
 if [ -f "$marker" ]; then log "peers already installed ($marker)"; exit 0; fi
 
@@ -44,10 +44,13 @@ fi
 log "installing deepspeed==$deepspeed_version (no deps)"
 "${pip[@]}" --no-deps "deepspeed==$deepspeed_version"
 
-# Build DeepSpeed's CPU Adam once now, so that the first bench run does not pay for it.
-log "JIT-building DeepSpeed's CPU Adam op (first time: about a minute)"
-out=$("$py" "$root/bench/deepspeed_adam.py" --warmup --threads 2)
-log "$out"
-case "$out" in *"deepspeed cpu adam ok"*) ;; *) exit 1 ;; esac
+# Build DeepSpeed's CPU Adam, Lion and Adagrad once now, so that the first bench run does not
+# pay for them.
+for optimizer in adam lion adagrad; do
+  log "JIT-building DeepSpeed's CPU $optimizer op (first time: about a minute)"
+  out=$("$py" "$root/bench/deepspeed_adam.py" --warmup --threads 2 --optimizer $optimizer)
+  log "$out"
+  case "$out" in *"deepspeed cpu $optimizer ok"*) ;; *) exit 1 ;; esac
+done
 touch "$marker"
 log "done"

@@ -7,8 +7,9 @@
 namespace strata::cli {
 
 void AddBenchAdamCommand(CLI::App& bench, Action* action) {
-  auto* cmd = bench.add_subcommand("adam", "CPU AdamW (fp32, and with the fused bf16 copy) vs the memory roofline, "
-                                           "STREAM triad, LibTorch's AdamW and DeepSpeed's CPU Adam");
+  auto* cmd = bench.add_subcommand("adam", "CPU AdamW (fp32, and with the fused bf16 copy), Lion and Adagrad vs "
+                                           "their memory rooflines, STREAM triad, LibTorch's AdamW and DeepSpeed's "
+                                           "CPU Adam, Lion and Adagrad");
   auto opts = std::make_shared<bench::AdamBenchOptions>();
   cmd->add_option("--params", opts->params, "parameters N (elements per array)")->capture_default_str()
       ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 34));
