@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "src/estimate/estimator.h"
 #include "strata/log.h"
 
 namespace strata::cli {
@@ -120,6 +121,7 @@ void Progress::OnStep(const StepStats& st) {
     }
     WriteMetrics(j.dump());
   }
+  if (o_.monitors) Monitor(st, tflops);
   if (st.step % o_.steps_per_print == 0 || st.step + 1 == o_.total_steps) {
     std::string line = fmt::format(
         "train step {:5d}  loss {:.4f}  lr {:.3g}  grad norm {:.3f}{}  {:.0f} tokens/s  {:.3f} TFLOPS  step {:.1f} ms  "
@@ -145,8 +147,25 @@ void Progress::OnStep(const StepStats& st) {
   if (o_.bar) DrawBar(st);
 }
 
+// DeepSpeed's names (its engine logs lr, and loss_scale with fp16; its pipeline engine the train
+// loss; elapsed_time_ms_step with wall_clock_breakdown), then Strata's, all under Train/Samples.
+void Progress::Monitor(const StepStats& st, double tflops) {
+  const int64_t samples = (st.step + 1) * o_.sequences_per_step;
+  std::vector<monitor::Scalar> s = {{"Train/Samples/train_loss", st.loss, samples}, {"Train/Samples/lr", st.lr, samples}};
+  if (o_.fp16) s.push_back({"Train/Samples/loss_scale", st.loss_scale, samples});
+  if (o_.wall_clock_breakdown) s.push_back({"Train/Samples/elapsed_time_ms_step", st.seconds * 1e3, samples});
+  if (std::isfinite(st.grad_norm)) s.push_back({"Train/Samples/grad_norm", st.grad_norm, samples});
+  s.push_back({"Train/Samples/tokens_per_s", st.tokens / std::max(1e-12, st.seconds), samples});
+  s.push_back({"Train/Samples/tflops", tflops, samples});
+  s.push_back({"Train/Samples/exposed_io_ms", st.wait_s * 1e3, samples});
+  s.push_back({"Train/Samples/host_memory_bytes", static_cast<double>(ProcKilobyteField("/proc/self/status", "VmRSS:")),
+               samples});
+  o_.monitors->Write(std::move(s));
+}
+
 void Progress::OnEval(int64_t step, double loss, int64_t batches) {
   Message(fmt::format("eval  step {:5d}  loss {:.4f} (held-out, {} batches)", step, loss, batches));
+  if (o_.monitors) o_.monitors->Write({{"Train/Samples/eval_loss", loss, step * o_.sequences_per_step}});
   if (metrics_fd_ >= 0) WriteMetrics(nlohmann::json({{"step", step}, {"eval_loss", loss}, {"eval_batches", batches}}).dump());
 }
 

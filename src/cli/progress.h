@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "src/engine/engine.h"
+#include "src/monitor/monitors.h"
 
 namespace strata::cli {
 
@@ -24,6 +25,10 @@ struct ProgressOptions {
   std::string predicted_binding;
   // strata.data.epochs: the epoch the step reached is shown (0 windows: no epochs).
   int64_t sequences_per_step = 0, sequences_per_epoch = 0;
+  // The tensorboard and csv_monitor sections' monitors (null: none), and whether the loss
+  // scale is one (fp16) and is logged, as DeepSpeed logs it only then.
+  monitor::Monitors* monitors = nullptr;
+  bool fp16 = false;
 };
 
 class Progress {
@@ -45,6 +50,8 @@ class Progress {
   // One line to the metrics file; a line that cannot be written is counted, and the first
   // failure is said at once (a full disk must not lose the run's telemetry silently).
   void WriteMetrics(const std::string& line);
+  // The step's scalars to the monitors, against the samples seen (DeepSpeed's x axis).
+  void Monitor(const StepStats& st, double tflops);
   ProgressOptions o_;
   int metrics_fd_ = -1;
   int64_t metrics_lines_ = 0, metrics_lost_ = 0;

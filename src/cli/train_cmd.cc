@@ -102,6 +102,7 @@ class TrainRun {
   std::unique_ptr<data::TokenDataset> data_;
   std::unique_ptr<Tracer> tracer_;
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<monitor::Monitors> monitors_;  // lead rank: the tensorboard and csv_monitor sections'
   std::unique_ptr<Progress> progress_;
   std::unique_ptr<StepHeartbeat> heartbeat_;  // lead rank: progress within a long step
   std::unique_ptr<FolderLock> save_lock_;  // rank 0's claim on --save
@@ -156,6 +157,8 @@ Status TrainRun::Configure() {
   if (lead()) {
     for (const auto& w : cfg_.warnings) LogWarn("config key '{}' is not used by Strata; ignored", w);
     for (const auto& n : cfg_.notes) LogInfo("config: {}", n);
+    // Before the engine's minutes of start-up: a monitor folder that cannot be written stops the run now.
+    STRATA_ASSIGN_OR_RETURN(monitors_, monitor::Monitors::Open(cfg_));
   }
   // Share the cores between the local ranks: LibTorch's and OpenMP's pools alike.
   const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_ranks());
@@ -315,6 +318,8 @@ Status TrainRun::Resume() {
   po.predicted_binding = predicted_binding_;
   po.sequences_per_step = cfg_.train_batch;
   po.sequences_per_epoch = data_->epoch_windows();
+  po.monitors = monitors_.get();
+  po.fp16 = cfg_.compute_dtype == DType::kF16;
   progress_ = std::make_unique<Progress>(po);
   STRATA_RETURN_IF_ERROR(progress_->Open());
   if (lead()) {
@@ -377,6 +382,7 @@ void TrainRun::PrintStartup() {
   }
   if (!init_from().empty() && a_.resume.empty()) progress_->Message("initial weights from " + init_from());
   if (!a_.resume.empty()) progress_->Message(fmt::format("resumed from {} at step {}", a_.resume, start_));
+  if (monitors_) progress_->Message("monitors: " + monitors_->Describe() + " (each step's scalars against the samples seen)");
 }
 
 Status TrainRun::Eval(int64_t step) {
@@ -452,6 +458,11 @@ Status TrainRun::Finish() {
     progress_->Message(fmt::format("the last step's optimizer update finished after {:.1f} s", Seconds(t0)));
   if (lead()) {
     ReportMemory();
+    if (monitors_) {
+      monitors_->Drain();
+      if (const int64_t lost = monitors_->lost(); lost > 0)
+        progress_->Message(fmt::format("monitors: {} scalar(s) not written (the warning above says why)", lost));
+    }
     progress_->Finish();
   }
   return Status();

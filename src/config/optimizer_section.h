@@ -8,7 +8,7 @@
 
 namespace strata {
 
-// "optimizer": Adam / AdamW (any case) and its params.
+// "optimizer": Adam / AdamW, Lion, Adagrad (any case) and its params.
 Status ParseOptimizer(JsonReader& root, TrainConfig* config);
 // "scheduler": WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest and their params.
 Status ParseScheduler(JsonReader& root, TrainConfig* config);

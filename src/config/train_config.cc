@@ -6,6 +6,7 @@
 #include "src/config/data_section.h"
 #include "src/config/json_reader.h"
 #include "src/config/model_section.h"
+#include "src/config/monitor_section.h"
 #include "src/config/offload_section.h"
 #include "src/config/optimizer_section.h"
 #include "src/config/decay_groups.h"
@@ -333,7 +334,7 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   // In reading order: `config check` lists the "auto"s in that order.
   for (Status (*section)(JsonReader&, TrainConfig*) :
        {ParseBatch, ParsePrecision, ParseOptimizer, ParseScheduler, ParseZero, ParseAio, ParseActivationCheckpointing,
-        ParseStrata})
+        ParseMonitors, ParseStrata})
     if (Status s = section(root, &c); !s.ok()) return s.WithContext(origin);
   if (c.schedule.total_num_steps == 0) c.schedule.total_num_steps = c.steps;
   if (Status s = CheckKeys(c); !s.ok()) return s.WithContext(origin);

@@ -86,6 +86,14 @@ struct ScheduleConfig {
 // optimizer.type: which optimizer the CPU update runs (each a row of src/engine/optimizer_rule.h).
 enum class OptimizerKind { kAdam, kLion, kAdagrad };
 
+// tensorboard / csv_monitor: DeepSpeed's monitor sections (src/monitor), with its defaults:
+// the files go to output_path/job_name ("" joins to the working folder's job_name).
+struct MonitorConfig {
+  bool enabled = false;
+  std::string output_path;
+  std::string job_name = "DeepSpeedJobName";
+};
+
 // strata.optimizer_overlap: when the CPU optimizer's step runs.
 enum class OptimizerOverlap {
   kNone,     // after the backward, the step waits for it (the plain schedule)
@@ -173,6 +181,7 @@ struct TrainConfig {
   int64_t prefetch_bucket_size = 50'000'000;  // stage3_prefetch_bucket_size, elements in flight
   AioConfig aio;
   int64_t steps_per_print = 10;
+  MonitorConfig tensorboard, csv_monitor;  // DeepSpeed's monitor sections (src/monitor)
   bool wall_clock_breakdown = false;  // print compute / comm / optimizer / exposed I/O per logged step
   // strata.*
   model::ModelConfig model;

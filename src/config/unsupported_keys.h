@@ -82,9 +82,7 @@ inline constexpr KeyRule kChangesTraining[] = {
 
 // Keys that change nothing trained.
 inline constexpr KeyRule kChangesNothing[] = {
-    {"tensorboard", Always, "log metrics to TensorBoard"},
     {"wandb", Always, "log metrics to Weights & Biases"},
-    {"csv_monitor", Always, "log metrics to CSV files"},
     {"comet", Always, "log metrics to Comet"},
     {"comms_logger", Always, "log the collective communications"},
     {"flops_profiler", Always, "profile the model's FLOPs"},

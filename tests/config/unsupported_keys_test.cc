@@ -83,7 +83,8 @@ TEST(UnsupportedKeys, KeysOffAsWrittenAreNotes) {
     EXPECT_TRUE(Holds(c->notes, std::string(key) + ": off as written")) << key;
 }
 
-// Monitors, profilers and logs change nothing trained: notes, whatever they hold.
+// Monitors, profilers and logs change nothing trained: notes, whatever they hold; but for the
+// monitors Strata writes (tensorboard, csv_monitor: src/monitor), which are read.
 TEST(UnsupportedKeys, KeysThatChangeNothingTrainedAreNotes) {
   auto c = ParseTrainConfig(R"({"steps_per_print": 5, "wall_clock_breakdown": true,
                                 "tensorboard": {"enabled": true, "output_path": "/tmp/tb"}, "wandb": {"enabled": true},
@@ -92,8 +93,12 @@ TEST(UnsupportedKeys, KeysThatChangeNothingTrainedAreNotes) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->steps_per_print, 5);  // read: Strata's log interval
   EXPECT_TRUE(c->warnings.empty()) << c->warnings[0];
-  for (const char* key : {"tensorboard", "wandb", "flops_profiler", "comms_logger", "dump_state"})
+  for (const char* key : {"wandb", "flops_profiler", "comms_logger", "dump_state"})
     EXPECT_TRUE(Holds(c->notes, std::string(key) + ": accepted, not used (it changes nothing trained)")) << key;
+  EXPECT_FALSE(Holds(c->notes, "tensorboard"));
+  EXPECT_TRUE(c->tensorboard.enabled);
+  EXPECT_EQ(c->tensorboard.output_path, "/tmp/tb");
+  EXPECT_EQ(c->tensorboard.job_name, "DeepSpeedJobName");  // DeepSpeed's default
   EXPECT_FALSE(Holds(c->notes, "steps_per_print"));
 }
 
