@@ -1,7 +1,7 @@
 """A DeepSpeed config means what the pinned DeepSpeed (0.19.8) makes of it: for every config in
-the corpus (configs/, tests/config/ds_configs/ and the cases in tests/config/ds_meaning/ written
-to hit each default), the fields that change what is trained, as
-`strata config check` resolves them, against DeepSpeed's own parser (DeepSpeedConfig) and the
+the corpus (configs/, tests/config/ds_configs/, the cases in tests/config/ds_meaning/ written
+to hit each default, and the DeepSpeedExamples configs both accept, tests/config/ds_examples/),
+the fields that change what is trained, as `strata config check` resolves them, against DeepSpeed's own parser (DeepSpeedConfig) and the
 constructor defaults of the optimizer class DeepSpeed would build for that config (offloaded:
 DeepSpeedCPUAdam; torch_adam: torch.optim.AdamW or Adam; else FusedAdam) and of its scheduler
 class. The schedules' values are compared bit for bit by the LrSchedule tests.
@@ -44,6 +44,7 @@ def corpus():
     files = sorted(glob.glob(os.path.join(ROOT, "configs", "*.json")))
     files += sorted(f for f in glob.glob(os.path.join(HERE, "ds_configs", "*.json")) if not f.endswith(".strata.json"))
     files += sorted(glob.glob(os.path.join(HERE, "ds_meaning", "*.json")))  # written to hit each default
+    files += sorted(glob.glob(os.path.join(HERE, "ds_examples", "*.json")))  # DeepSpeedExamples' (README.md)
     return files
 
 
