@@ -1,15 +1,46 @@
 #!/usr/bin/env python3
-"""Turns text and JSONL files into Strata's token file and loss mask, with the tokenizer of
-a Hugging Face model folder (transformers' AutoTokenizer: tokenizer.json and
-tokenizer_config.json, whose chat template renders conversations).
+"""Turns text, JSONL and Parquet files and datasets folders into Strata's token file and loss
+mask, with the tokenizer of a Hugging Face model folder (transformers' AutoTokenizer:
+tokenizer.json and tokenizer_config.json, whose chat template renders conversations).
 
-Inputs, one example each:
-  *.jsonl   one JSON object a line:
-              {"text": ...}                            every token trained
-              {"prompt": ..., "completion": ...}       only the completion trained
-              {"messages": [{"role", "content"}...]}   through the chat template; only the
-                                                       assistant turns trained
-  other     a UTF-8 text file is one example, every token trained
+Inputs:
+  *.jsonl    one record a line, a JSON object
+  *.parquet  one record a row (read with pyarrow)
+  a folder   that datasets' Dataset.save_to_disk wrote (state.json and Arrow files; of a
+             DatasetDict, a split's folder): one record a row
+  other      a UTF-8 text file is one example, every token trained
+Records, one example each, by their keys (scripts/data_formats.py):
+  {"text"}                                  every token trained
+  {"prompt", "completion"}                  only the completion trained
+  {"messages": [{"role", "content"}...]}    through the chat template; only the assistant
+                                            turns trained
+  alpaca {"instruction", "input", "output"} ("input", "system", "history" optional) as
+      messages, as LLaMA-Factory converts it: a system turn when "system" is not empty; a user
+      and an assistant turn for each "history" pair [instruction, response]; a user turn of
+      "instruction" and "input" joined by "\\n" (the one not empty alone); an assistant turn of
+      "output"
+  ShareGPT {"conversations": [{"from", "value"}...]} ("system" optional: a first system turn)
+      as messages; roles system, human or user, gpt or assistant, observation or tool (a
+      function_call turn is refused)
+  {"prompt", "chosen", "rejected"}          checked, then refused: preference records are for
+                                            DPO, which this version does not train
+so an alpaca or ShareGPT record gives the tokens and mask of its messages. In a table, a null
+is an absent field (and a message's null keys are left out).
+Other names, as LLaMA-Factory's dataset_info "columns" and "tags" give them:
+  --columns FIELD=COLUMN,...   read FIELD (a key above, or role and content: a message's keys)
+                               from COLUMN, e.g. messages=conversations,role=from,content=value
+                               (then a key named FIELD is not read)
+  --roles ROLE=NAME,...        NAME in the data is ROLE (system, user, assistant, tool), e.g.
+                               user=human,assistant=gpt
+  --ignore-columns COLUMN,...  keys to read past; any other key of no record shape is an error
+They apply to every input.
+
+--preview N prints the first N examples (after --shuffle) as they would be written, decoded,
+each run of trained tokens between \u27e6 and \u27e7, and writes nothing; with --seq-len L,
+also the rows of L targets Strata makes of them (--packing packed or none, --long-examples
+split or truncate; src/data/examples.cc), or the consecutive windows (--packing windows).
+Given a token file this script wrote (OUT.u16, OUT.u32), it shows that file's examples, read
+with its side files, which are checked as Strata checks them.
 
 Outputs (src/data/token_file.h, src/data/loss_mask.h, src/data/examples.h):
   OUT.u16 (or .u32 when the vocabulary has 65536 tokens or more): the examples' tokens back
@@ -28,9 +59,10 @@ only when complete, so a run that fails or is stopped (SIGINT, SIGTERM, SIGHUP, 
 SIGALRM, SIGUSR1/2) leaves earlier outputs as they were.
 
 Inputs are checked and parsed before the tokenizer loads. Errors (an input that is missing
-or not a regular file, bytes that are not UTF-8, a JSONL line that is not a JSON object of
-the shapes above, or that nests deeper than 100 levels or is longer than 64 MiB) are one line
-on stderr naming the file and line, with exit status 1; a stop exits with 128 + the signal.
+or not a regular file, bytes that are not UTF-8, a record that is not of the shapes above, a
+JSONL line that nests deeper than 100 levels or is longer than 64 MiB) are one line on stderr
+naming the file and line (FILE:LINE; a table's FILE:row N, from 1), with exit status 1; a stop
+exits with 128 + the signal.
 
 Packing and boundaries (strata.data.packing): "windows", the default for pre-training text,
 draws each sequence at any offset of the stream, so it may hold the end of one example and
@@ -56,24 +88,43 @@ import struct
 import sys
 import zlib
 
+import data_formats
+import data_preview
+from data_formats import InputError, one_line
+
 MAX_LINE_BYTES = 64 << 20  # a JSONL line (one example) longer than this is refused
 MAX_DEPTH = 100  # deeper JSON is refused before json.loads, which recurses (RecursionError)
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("inputs", nargs="+", help="text files and .jsonl files")
+    p.add_argument("inputs", nargs="+",
+                   help="text, .jsonl and .parquet files and datasets folders (with --preview: or one token file)")
     p.add_argument("--tokenizer", required=True, help="a model folder with the tokenizer files (or a tokenizer folder)")
-    p.add_argument("--out", required=True,
-                   help="output token file; .u16/.u32 is appended unless given (the mask is OUT.mask)")
+    p.add_argument("--out", help="output token file; .u16/.u32 is appended unless given (the mask is OUT.mask)")
     p.add_argument("--seq-len", type=int, default=0,
                    help="the model's seq_len, to report how many sequences the tokens fill and which examples are longer")
     p.add_argument("--shuffle", type=int, metavar="SEED", default=None, help="shuffle the examples with this seed")
-    return p.parse_args(argv)
-
-
-class InputError(Exception):
-    pass
+    p.add_argument("--columns", metavar="FIELD=COLUMN,...", default="",
+                   help="read a field from a column (or key) of another name; role and content name message keys")
+    p.add_argument("--roles", metavar="ROLE=NAME,...", default="",
+                   help="the role (system, user, assistant, tool) that a role name in the data stands for")
+    p.add_argument("--ignore-columns", metavar="COLUMN,...", default="", help="columns (keys) to read past")
+    p.add_argument("--preview", type=int, metavar="N", default=None,
+                   help="print the first N examples with their trained tokens between \u27e6 and \u27e7 (and, with "
+                        "--seq-len, their sequences) instead of writing")
+    p.add_argument("--packing", choices=("packed", "none", "windows"), default="packed",
+                   help="strata.data.packing, for --preview --seq-len (default packed)")
+    p.add_argument("--long-examples", choices=("split", "truncate"), default="split",
+                   help="strata.data.long_examples, for --preview --seq-len (default split)")
+    args = p.parse_args(argv)
+    if args.preview is None and not args.out:
+        p.error("the following arguments are required: --out (or --preview N)")
+    if args.preview is not None and args.out:
+        p.error("--preview writes nothing: leave out --out")
+    if args.preview is not None and args.preview < 1:
+        p.error("--preview N needs N >= 1")
+    return args
 
 
 class Interrupted(BaseException):
@@ -119,10 +170,6 @@ class Signals:
 SIGNALS = Signals()
 
 
-def one_line(e):
-    return " ".join(str(e).split()) or type(e).__name__
-
-
 def file_kind(mode):
     """None for a regular file, else what it is: reading a FIFO or a device could block forever."""
     if stat.S_ISREG(mode):
@@ -142,8 +189,11 @@ def check_input(path):
         raise InputError(f"{path}: no such file") from None
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror})") from None
+    if kind == "a directory" and data_formats.dataset_folder_kind(path):
+        kind = None
     if kind:
-        raise InputError(f"{path}: {kind}, not a regular file")
+        raise InputError(f"{path}: {kind}, not a regular file" +
+                         (" (nor a datasets folder: no state.json)" if kind == "a directory" else ""))
     if not os.access(path, os.R_OK):
         raise InputError(f"{path}: cannot read (permission denied)")
 
@@ -213,25 +263,7 @@ def parse_json(where, line):
     return obj
 
 
-def check_example(where, obj):
-    """Refuses, while reading, an example of another shape than segments() takes."""
-    if not isinstance(obj, dict):
-        raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-    keys = set(obj)
-    if keys == {"text"} and isinstance(obj["text"], str):
-        return
-    if keys == {"prompt", "completion"} and all(isinstance(obj[k], str) for k in keys):
-        return
-    if keys == {"messages"} and isinstance(obj["messages"], list):
-        for m in obj["messages"]:
-            if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
-                raise InputError(f'{where}: every message needs a string "role" and "content"')
-        return
-    raise InputError(f'{where}: expected {{"text"}}, {{"prompt", "completion"}} or {{"messages"}} (strings), '
-                     f"got keys {sorted(keys)}")
-
-
-def read_jsonl(path, f):
+def read_jsonl(path, f, mapping):
     examples = []
     n = 0
     while raw := f.readline(MAX_LINE_BYTES + 1):
@@ -242,18 +274,20 @@ def read_jsonl(path, f):
         line = decode_utf8(path, raw, n)
         if not line.strip():
             continue
-        obj = parse_json(where, line)
-        check_example(where, obj)
-        examples.append((where, obj))
+        examples.append((where, data_formats.to_example(where, parse_json(where, line), mapping)))
     return examples
 
 
-def read_examples(path):
+def read_examples(path, mapping):
     """[(where, example)] with example a dict: text | prompt+completion | messages."""
+    if os.path.isdir(path):
+        return data_formats.read_dataset_folder(path, mapping)
+    if path.endswith(".parquet"):
+        return data_formats.read_parquet(path, mapping)
     try:
         with open_input(path) as f:
             if path.endswith(".jsonl"):
-                return read_jsonl(path, f)
+                return read_jsonl(path, f, mapping)
             text = decode_utf8(path, f.read())
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or one_line(e)})") from None
@@ -261,9 +295,9 @@ def read_examples(path):
 
 
 def segments(tok, where, obj):
-    """An example (checked by check_example) as its text and the (begin, end) character spans
-    the loss trains on, plus whether the tokenizer should add its special tokens (BOS) around
-    the text."""
+    """An example (made by data_formats.to_example) as its text and the (begin, end) character
+    spans the loss trains on, plus whether the tokenizer should add its special tokens (BOS)
+    around the text."""
     if "text" in obj:
         return obj["text"], [(0, len(obj["text"]))], True
     if "prompt" in obj:
@@ -300,6 +334,18 @@ def chat_segments(tok, where, messages):
                              "cannot be told apart")
         spans.append((len(before), len(upto)))
     return text, spans, False
+
+
+def with_eos(ids, mask, eos):
+    """The example as written: followed by EOS unless the tokenizer or the template ended it."""
+    if not ids or ids[-1] != eos:
+        return ids + [eos], mask + [mask[-1] if mask else 0]
+    return ids, mask
+
+
+def example_tokens(tok, where, obj):
+    """The tokens and mask an example is written as."""
+    return with_eos(*encode(tok, *segments(tok, where, obj)), tok.eos_token_id)
 
 
 def encode(tok, text, spans, special):
@@ -380,10 +426,10 @@ def side_header(kind, tokens, crc):
 class Writer:
     """Appends examples to the token file and the mask, counting what it wrote."""
 
-    def __init__(self, outputs, path, vocab, eos):
+    def __init__(self, outputs, path, vocab):
         self.tokens_path, self.mask_path = path, path + ".mask"
         self.code = "I" if path.endswith((".u32", ".uint32")) else "H"
-        self.vocab, self.eos = vocab, eos
+        self.vocab = vocab
         # The mask first, so that it is renamed into place first: a run killed between the two
         # renames then leaves the old token file with a new mask, which Strata refuses when the
         # lengths differ, rather than a new token file without its mask, trained on in full.
@@ -398,8 +444,7 @@ class Writer:
             f.write(bytes(SIDE_HEADER_BYTES))  # filled in by finish()
 
     def add(self, ids, mask):
-        if not ids or ids[-1] != self.eos:  # the tokenizer or the template may have ended it already
-            ids, mask = ids + [self.eos], mask + [mask[-1] if mask else 0]
+        """An example, EOS included (example_tokens)."""
         tokens = array.array(self.code, ids)
         if sys.byteorder == "big":
             tokens.byteswap()
@@ -447,10 +492,10 @@ def write_outputs(path, examples, tok, vocab):
     SIGNALS.defer(True)
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        w = Writer(outputs, path, vocab, tok.eos_token_id)
+        w = Writer(outputs, path, vocab)
         for where, obj in examples:
             SIGNALS.check()
-            w.add(*encode(tok, *segments(tok, where, obj)))
+            w.add(*example_tokens(tok, where, obj))
         w.finish()
         outputs.commit()
         return w
@@ -489,20 +534,39 @@ def load_tokenizer(folder):
 def main(argv):
     args = parse_args(argv)
     SIGNALS.install()
+    mapping = data_formats.Mapping(args.columns, args.roles, args.ignore_columns)
+    if args.preview is not None and any(map(data_preview.is_token_file, args.inputs)):
+        return preview_prepared(args)
     for p in args.inputs:
         check_input(p)
     check_tokenizer_folder(args.tokenizer)
-    examples = [e for p in args.inputs for e in read_examples(p)]
+    examples = [e for p in args.inputs for e in read_examples(p, mapping)]
     if not examples:
         raise InputError("no examples in " + ", ".join(args.inputs))
     tok = load_tokenizer(args.tokenizer)
+    if args.shuffle is not None:
+        random.Random(args.shuffle).shuffle(examples)
+    if args.preview is not None:
+        encoded = ((where, *example_tokens(tok, where, obj)) for where, obj in examples)
+        data_preview.preview(tok, encoded, args.preview, args.seq_len, args.packing, args.long_examples)
+        return 0
     vocab = len(tok)
     path = output_path(args.out, vocab)
     check_output(path)
-    if args.shuffle is not None:
-        random.Random(args.shuffle).shuffle(examples)
     w = write_outputs(path, examples, tok, vocab)
     report(w, vocab, args.seq_len)
+    return 0
+
+
+def preview_prepared(args):
+    """--preview of a token file prepare_data.py wrote, with its side files."""
+    if len(args.inputs) != 1:
+        raise InputError("--preview reads one token file, or raw inputs: " + ", ".join(args.inputs))
+    check_tokenizer_folder(args.tokenizer)
+    files = data_preview.read_prepared(args.inputs[0])  # before the (slow) tokenizer load
+    tok = load_tokenizer(args.tokenizer)
+    data_preview.preview_prepared(tok, args.inputs[0], files, args.preview, args.seq_len, args.packing,
+                                  args.long_examples)
     return 0
 
 

@@ -143,6 +143,27 @@ class PrepareDataErrors(unittest.TestCase):
         data = self.write_jsonl("long.jsonl", self.good_rows(1) + ['{"text": "' + "x" * (64 << 20) + '"}'])
         self.assert_fails(self.run_script(data), f"{data}:2: a line longer than 64 MiB")
 
+    def test_preference_records_are_refused_naming_dpo(self):
+        data = self.write_jsonl("dpo.jsonl", self.good_rows(2) + [{"prompt": "q", "chosen": "a", "rejected": "b"}])
+        self.assert_fails(self.run_script(data), f"{data}:3: preference records (prompt/chosen/rejected) are for DPO, "
+                                                 "which this version does not train")
+
+    def test_bad_alpaca_and_sharegpt_lines_and_mappings(self):
+        turns = [{"from": "human", "value": "hi"}, {"from": "function_call", "value": "{}"}]
+        for rows, args, needle in [
+                ([{"conversations": turns}], (), ":2: turn 2 is a function_call (a tool call), which is not read"),
+                ([{"conversations": [{"from": "human"}]}], (), ':2: turn 1 of "conversations" needs a string "from" '
+                                                               'and "value"'),
+                ([{"instruction": "a", "output": "b", "history": [["q"]]}], (),
+                 ':2: "history" entry 1 is not an [instruction, response] pair of strings'),
+                ([{"q": "a", "a": 1}], ("--columns", "prompt=q,completion=a"), ":2: expected"),
+                ([{"q": "a"}], ("--columns", "prompt"), "--columns prompt: 'prompt' is not FIELD=NAME"),
+                ([{"q": "a"}], ("--columns", "prompt=q,completion=q"), "--columns prompt=q,completion=q: one column "
+                                                                       "is given for two fields")]:
+            with self.subTest(needle):
+                data = self.write_jsonl("bad.jsonl", [{"text": "a good line"}] + rows)
+                self.assert_fails(self.run_script(*args, data), needle if needle.startswith("--") else data + needle)
+
     # Inputs that cannot be read.
 
     def test_a_missing_input(self):
