@@ -50,7 +50,7 @@ void PrintLargestFit(const TrainConfig& cfg, int nproc, DeviceTraits device, con
               HumanBytes(m.host_available).c_str(), HumanBytes(m.nvme_free).c_str(), StateBytesPerParameter(cfg),
               limit / 1e9, 100.0 * f.parameters / limit);
   // Compressed moments are opt-in (they round m and v): told beside, never chosen. (Adam's only.)
-  if (AdamStatesSetting(cfg) != "fp32" || cfg.optimizer != OptimizerKind::kAdam) return;
+  if (AdamStatesSetting(cfg) != "fp32" || !RuleOf(cfg.optimizer).compact_moments) return;
   TrainConfig bf16 = cfg, eight = cfg;
   SetAdamStates(&bf16, "bf16");
   SetAdamStates(&eight, "8bit");

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "src/engine/optimizer_rule.h"
 #include "src/estimate/host_blocks_fit.h"
 
 namespace strata {
@@ -20,10 +21,10 @@ std::string FitAdvice(const TrainConfig& cfg, int world, int64_t params_override
     Moments moments;
   };
   const std::string states = AdamStatesSetting(cfg);
-  // Compressed states are Adam's (Lion and Adagrad keep theirs in fp32 only).
-  const bool adam = cfg.optimizer == OptimizerKind::kAdam;
-  const bool moments_bf16 = states != "fp32" || !adam;  // (as small or smaller, or none to try)
-  const bool may_8bit = states != "8bit" && adam;
+  // Compressed states only where the optimizer's row allows them (Adam's; Note [Optimizer rules]).
+  const bool compact = RuleOf(cfg.optimizer).compact_moments;
+  const bool moments_bf16 = states != "fp32" || !compact;  // (as small or smaller, or none to try)
+  const bool may_8bit = states != "8bit" && compact;
   std::string out;
   // With the states on NVMe, every try keeps as many blocks' states in host memory as it has
   // room for (lossless: the first try is that alone), named when it is more than the config's.

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "src/engine/optimizer_rule.h"
 #include "src/estimate/estimator.h"
 #include "src/estimate/host_blocks_fit.h"
 
@@ -29,9 +30,9 @@ LargestFit FindLargestFit(const TrainConfig& cfg, int world, DeviceTraits device
 // Bytes of training state per parameter with Adam: bf16 working 2 + fp32 master 4 + m 4 + v 4
 // + fp32 gradient 4; (MemAvailable + free NVMe) / this is the machine's physical limit.
 inline constexpr double kStateBytesPerParameter = 18;
-// The same with the config's optimizer: 14 with one fp32 state (Lion, Adagrad).
+// The same with the config's optimizer: 4 B less per fp32 state it does not keep (Lion, Adagrad: 14).
 inline double StateBytesPerParameter(const TrainConfig& cfg) {
-  return kStateBytesPerParameter - (cfg.optimizer == OptimizerKind::kAdam ? 0 : 4);
+  return kStateBytesPerParameter - 4.0 * (2 - RuleOf(cfg.optimizer).moments());
 }
 
 }  // namespace strata

@@ -112,7 +112,7 @@ StepWork WorkOf(const TrainConfig& cfg, const ShardPlan& plan, const MachineRate
   // The update is bound by memory: an optimizer with one state (Lion, Adagrad) moves 20 B per
   // fp32 parameter where Adam's rate was measured at 28 (p, g, m, v read; p, m, v written).
   const OptimizerRule& rule = plan.format.rule();
-  const double update_rate = mr.adam * (rule.moments() == 2 ? 1.0 : 28.0 / 20.0);
+  const double update_rate = mr.adam * 28.0 / (12.0 + 8.0 * rule.moments());
   w.adam = optim_elems / update_rate;
 
   const StepTraffic t = EstimateStepTraffic(cfg, plan);
@@ -149,7 +149,7 @@ StepWork WorkOf(const TrainConfig& cfg, const ShardPlan& plan, const MachineRate
     r.push_back({"host copies, hashes", w.fetch_cpu + w.update_cpu - w.adam,
                  fmt::format("{} into gather buffers at {}, NVMe pieces hashed at {}",
                              HumanBytes(static_cast<uint64_t>(gathered)), Rate(mr.host_copy, "B"), Rate(mr.checksum, "B"))});
-  r.push_back({rule.kind == OptimizerKind::kAdam ? std::string("CPU Adam") : fmt::format("CPU {}", rule.title), w.adam,
+  r.push_back({fmt::format("CPU {}", UpdateRuleName(rule.kernel)), w.adam,
                fmt::format("{:.3g} G parameters at {}", optim_elems / 1e9, Rate(update_rate, "param"))});
   if (w.accumulate > 0 && mr.micro_batch_s == 0)  // (a measured pass has it in it)
     r.push_back({"host accumulation", w.accumulate, fmt::format("{:.3g} G elements x {:.0f} at {}", grad_elems / 1e9,
