@@ -290,3 +290,12 @@ def read_dataset_folder(folder, mapping):
     if dataset_folder_kind(folder) == "dict":
         raise InputError(f"{folder}: a DatasetDict folder; name one of its splits (e.g. {folder}/train)")
     return read_rows(folder, dataset_batches(folder, pa), mapping, pa)
+
+
+def read_json_records(path, records, mapping):
+    """A .json file's array of records (alpaca_data.json's shape), each one example; its
+    errors name the record, counted from 1."""
+    if not isinstance(records, list):
+        raise InputError(f"{path}: a .json input is an array of records (as alpaca_data.json), got a JSON "
+                         f"{type(records).__name__}; write one record a line as .jsonl, or name a text file otherwise")
+    return [(f"{path}:record {i}", to_example(f"{path}:record {i}", r, mapping)) for i, r in enumerate(records, 1)]

@@ -5,6 +5,7 @@ tokenizer.json and tokenizer_config.json, whose chat template renders conversati
 
 Inputs:
   *.jsonl    one record a line, a JSON object
+  *.json     a JSON array of records, one example each (alpaca_data.json's shape)
   *.parquet  one record a row (read with pyarrow)
   a folder   that datasets' Dataset.save_to_disk wrote (state.json and Arrow files; of a
              DatasetDict, a split's folder): one record a row
@@ -99,7 +100,7 @@ MAX_DEPTH = 100  # deeper JSON is refused before json.loads, which recurses (Rec
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="+",
-                   help="text, .jsonl and .parquet files and datasets folders (with --preview: or one token file)")
+                   help="text, .jsonl, .json and .parquet files and datasets folders (with --preview: or one token file)")
     p.add_argument("--tokenizer", required=True, help="a model folder with the tokenizer files (or a tokenizer folder)")
     p.add_argument("--out", help="output token file; .u16/.u32 is appended unless given (the mask is OUT.mask)")
     p.add_argument("--seq-len", type=int, default=0,
@@ -289,6 +290,8 @@ def read_examples(path, mapping):
             if path.endswith(".jsonl"):
                 return read_jsonl(path, f, mapping)
             text = decode_utf8(path, f.read())
+            if path.endswith(".json"):
+                return data_formats.read_json_records(path, parse_json(path, text), mapping)
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or one_line(e)})") from None
     return [(path, {"text": text.replace("\r\n", "\n").replace("\r", "\n")})]  # newlines as text mode read them

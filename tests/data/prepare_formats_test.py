@@ -147,6 +147,11 @@ class PrepareFormats(unittest.TestCase):
                  ("--columns", "instruction=question,input=context,output=answer", "--ignore-columns", "source"))]:
             with self.subTest(name):
                 self.assertEqual(self.prepare(self.write_jsonl(name + ".jsonl", rows), extra=extra), self.expected)
+        # The same records as one JSON array (alpaca_data.json's shape).
+        array = os.path.join(self.dir, "alpaca_data.json")
+        with open(array, "w") as f:
+            json.dump([alpaca_of(*c) for c in CHATS], f, indent=1)
+        self.assertEqual(self.prepare(array), self.expected)
 
     def test_parquet_and_datasets_folders_give_the_messages_bytes(self):
         # A table: a row without system or history has them null (from_pylist reads the first row's keys).
@@ -193,7 +198,18 @@ class PrepareFormats(unittest.TestCase):
         dict_folder = os.path.join(self.dir, "dict_ds")
         datasets.DatasetDict(train=datasets.Dataset.from_list([good])).save_to_disk(dict_folder)
         mapped = ("--columns", "conversations=chat")
+        one_object = os.path.join(self.dir, "one_object.json")
+        with open(one_object, "w") as f:
+            json.dump(good, f)
+        bad_record = os.path.join(self.dir, "bad_record.json")
+        with open(bad_record, "w") as f:
+            json.dump([good, {"instruction": "a"}], f)
         cases = [
+            ((one_object,), f"{one_object}: a .json input is an array of records (as alpaca_data.json), got a JSON "
+                            "dict; write one record a line as .jsonl, or name a text file otherwise"),
+            ((bad_record,), f'{bad_record}:record 2: expected {{"text"}}, {{"prompt", "completion"}} or {{"messages"}} '
+                            '(strings), alpaca {"instruction", "input", "output"} or ShareGPT {"conversations"}, got '
+                            "keys ['instruction']"),
             ((typed,), f'{typed}:row 3: expected {{"text"}}, {{"prompt", "completion"}} or {{"messages"}} (strings), '
                        'alpaca {"instruction", "input", "output"} or ShareGPT {"conversations"}, got keys '
                        "['instruction']"),
