@@ -352,17 +352,15 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
   for (int64_t i = 0; i < bp.num_sub_groups(); ++i) {
     const ElementRange r = bp.sub_group(i);
     SubGroup sg{r, {}, {}, {}};
-    const uint64_t moment_bytes = format.StoredBytes(format.rule().keeps_m ? TensorRole::kAdamM : TensorRole::kAdamV, r.len);
     // The master as the format stores it (none where the working weights hold it).
     if (format.MasterStored()) {
       const std::span<const std::byte> master = format.InitialMaster(flat.data_ptr<float>(), bp.working, r);
       STRATA_RETURN_IF_ERROR(add({b, TensorRole::kMaster, r.begin}, master.size(), master, &sg.master));
     }
-    // The moments its optimizer keeps (Note [Optimizer rules]).
-    if (format.Stores(TensorRole::kAdamM))
-      STRATA_RETURN_IF_ERROR(add({b, TensorRole::kAdamM, r.begin}, moment_bytes, {}, &sg.m));
-    if (format.Stores(TensorRole::kAdamV))
-      STRATA_RETURN_IF_ERROR(add({b, TensorRole::kAdamV, r.begin}, moment_bytes, {}, &sg.v));
+    // The moments its optimizer keeps (Note [Optimizer rules]), zero: not written.
+    for (TensorRole role : {TensorRole::kAdamM, TensorRole::kAdamV})
+      if (format.Stores(role))
+        STRATA_RETURN_IF_ERROR(add({b, role, r.begin}, format.StoredBytes(role, r.len), {}, &sg.of(role)));
     br.subs.push_back(sg);
   }
   return Status();

@@ -60,6 +60,11 @@ struct SubGroup {
   TensorHandle master, m, v;
   // A moment it stores (every optimizer keeps one): where its states live.
   TensorHandle moment() const { return m.valid() ? m : v; }
+  // The handle of state `role` (kMaster, kAdamM, kAdamV).
+  TensorHandle& of(TensorRole role) { return role == TensorRole::kMaster ? master : role == TensorRole::kAdamM ? m : v; }
+  const TensorHandle& of(TensorRole role) const {
+    return role == TensorRole::kMaster ? master : role == TensorRole::kAdamM ? m : v;
+  }
 };
 
 // One block at run time: its module (whose parameters are views of a gather buffer while

@@ -71,7 +71,7 @@ Status Engine::VisitState(const std::function<Status(const TensorKey& key, std::
         STRATA_RETURN_IF_ERROR(one({b, TensorRole::kMaster, sg.range.begin}, sg.master));
       }
       for (TensorRole r : {TensorRole::kAdamM, TensorRole::kAdamV})  // the moments its optimizer keeps
-        if (format.Stores(r)) STRATA_RETURN_IF_ERROR(one({b, r, sg.range.begin}, r == TensorRole::kAdamM ? sg.m : sg.v));
+        if (format.Stores(r)) STRATA_RETURN_IF_ERROR(one({b, r, sg.range.begin}, sg.of(r)));
     }
   }
   return Status();
@@ -101,7 +101,7 @@ Status Engine::RestoreState(const TensorKey& key, std::span<const std::byte> byt
     if (key.role == TensorRole::kAdapter && br.adapter.valid()) h = br.adapter;
     for (const SubGroup& sg : br.subs)
       if (key.role != TensorRole::kWorking && key.role != TensorRole::kAdapter && sg.range.begin == key.offset) {
-        h = key.role == TensorRole::kMaster ? sg.master : key.role == TensorRole::kAdamM ? sg.m : sg.v;
+        h = sg.of(key.role);
         sub = &sg;
         if (key.role != TensorRole::kMaster && !h->valid()) h.reset();  // a moment this run's optimizer keeps not
       }

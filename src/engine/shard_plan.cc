@@ -123,7 +123,7 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
 void ShardPlan::PlanOptimizerPool(const TrainConfig& cfg) {
   if (!StatesOnNvme(cfg) || max_sub_group == 0) return;
   uint64_t widest_state = 0;
-  for (TensorRole r : {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV})
+  for (TensorRole r : kStateRoles)
     widest_state = std::max(widest_state, format.StoredBytes(r, max_sub_group));
   optim_pool = {12, RoundUp(widest_state, kPage), cfg.offload_optimizer.pin_memory};
 }
@@ -322,7 +322,7 @@ std::vector<TensorKey> ShardPlan::Keys() const {
     keys.push_back({b, TensorRole::kWorking, 0});
     if (blocks[b].adapter.len > 0) keys.push_back({b, TensorRole::kAdapter, 0});
     for (int64_t i = 0; i < blocks[b].num_sub_groups(); ++i)
-      for (TensorRole r : {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV})
+      for (TensorRole r : kStateRoles)
         if (r == TensorRole::kMaster || format.Stores(r)) keys.push_back({b, r, blocks[b].sub_group(i).begin});
   }
   return keys;

@@ -85,8 +85,7 @@ bool StateFormat::Stores(TensorRole role) const {
 }
 
 bool StateFormat::StoresState(int k) const {
-  static constexpr TensorRole kRoles[3] = {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV};
-  return Stores(kRoles[k]);
+  return Stores(kStateRoles[k]);
 }
 
 const char* StateFormat::RowName(TensorRole role) const {
@@ -104,8 +103,7 @@ uint64_t StateFormat::StoredBytes(TensorRole role, int64_t len) const {
 }
 
 uint64_t StateFormat::StoredStateBytes(int k, int64_t len) const {
-  static constexpr TensorRole kRoles[3] = {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV};
-  return StoredBytes(kRoles[k], len);
+  return StoredBytes(kStateRoles[k], len);
 }
 
 uint64_t StateFormat::BackupBytes(int64_t len) const {

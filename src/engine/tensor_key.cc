@@ -46,7 +46,7 @@ std::optional<TensorKey> TensorKey::Parse(std::string_view name) {
   int64_t offset = 0;
   if (dot2 == std::string_view::npos || !ParseInt(rest.substr(0, dot2), &offset)) return std::nullopt;
   const std::string_view suffix = rest.substr(dot2 + 1);
-  for (TensorRole r : {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV})
+  for (TensorRole r : kStateRoles)
     if (suffix == RoleSuffix(r)) return TensorKey{static_cast<int>(block), r, offset};
   return std::nullopt;
 }

@@ -16,6 +16,8 @@
 namespace strata {
 
 enum class TensorRole { kWorking, kMaster, kAdamM, kAdamV, kAdapter };
+// A sub-group's optimizer states, in their order k (0 master, 1 m, 2 v).
+inline constexpr TensorRole kStateRoles[3] = {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV};
 
 struct TensorKey {
   int block = 0;

@@ -249,7 +249,6 @@ std::string FormatEstimate(const MemoryEstimate& e) {
     if (k == static_cast<int>(StateKind::kSpeculationBackup) && e.ledger.Of(StateKind::kSpeculationBackup) == 0)
       continue;  // a row only for the mode that has them
     // The master's and the moments' rows are named by the format and its optimizer.
-    static constexpr TensorRole kStateRoles[] = {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV};
     const int state = k - static_cast<int>(StateKind::kMaster);
     const bool optimizer_state = state >= 0 && state < 3;
     if (optimizer_state && state > 0 && !e.format.Stores(kStateRoles[state])) continue;  // a slot its optimizer keeps not

@@ -36,7 +36,7 @@ uint64_t ExpertStateBytesOnNvme(const ShardPlan& plan) {
     for (int64_t g = 0; g < bp.num_sub_groups(); ++g) {
       const ElementRange r = bp.sub_group(g);
       if (bp.ExpertAt(r.begin) < 0) continue;
-      for (TensorRole role : {TensorRole::kMaster, TensorRole::kAdamM, TensorRole::kAdamV})
+      for (TensorRole role : kStateRoles)
         bytes += plan.format.StoredBytes(role, r.len);
     }
   }
