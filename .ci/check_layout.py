@@ -13,7 +13,9 @@
      by the config parser and the state format (src/engine/state_format.*); a model family's
      name (hf_model_type compared with a name) only by the family table and the reader and
      writer of config.json (src/model/model_family.*, src/model/hf_config.cc). Everything else
-     asks them (UpdateModeFacts, UpdateMode, StateFormat, ModelFamily).
+     asks them (UpdateModeFacts, UpdateMode, StateFormat, ModelFamily). The engine's whole
+     state (Engine::Impl, engine_impl.h) is named only by the engine's own files
+     (src/engine/engine*): its collaborators are built from its parts (engine_parts.h).
 
 Prints every violation as FILE:LINE: message and exits 1 if there is any. Run by ctest.
 """
@@ -38,7 +40,10 @@ OWNED = [
      ("src/config/", "src/engine/state_format."), "a state format"),
     (re.compile(r'\bhf_model_type\s*[!=]='), ("src/model/model_family.", "src/model/hf_config.cc"),
      "a model family (ask its ModelFamily row)"),
+    (re.compile(r"\bEngine::Impl\b"), ("src/engine/engine",),
+     "the engine's whole state (build the collaborator from the parts it uses, engine_parts.h)"),
 ]
+ENGINE_STATE_HEADER = "src/engine/engine_impl.h"
 
 
 def sources(top):
@@ -71,6 +76,8 @@ def check_includes(path, lines, errors):
             errors.append(f"{where}: kernels/ includes {target}")
         if parts[0] == "offload" and quoted and target.startswith("src/"):
             errors.append(f"{where}: offload/ includes {target}")
+        if quoted and target == ENGINE_STATE_HEADER and not r.startswith("src/engine/engine"):
+            errors.append(f"{where}: includes the engine's whole state (build it from engine_parts.h)")
         if parts[0] == "src" and quoted and target.startswith("src/"):
             mine, theirs = parts[1], target.split("/")[1]
             if mine != theirs and SRC_LEVEL.get(theirs, 99) >= SRC_LEVEL.get(mine, 99):

@@ -81,7 +81,7 @@ nlohmann::json Layout(const Engine& e) {
     nlohmann::json params = nlohmann::json::array();
     for (const auto& p : e.BlockParams(b)) {
       params.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}});
-      if (p.nf4_stored > 0) params.back()["nf4_stored"] = p.nf4_stored;  // a blob of that many elements
+      if (p.nf4) params.back()["nf4_stored"] = p.stored;  // a blob of that many elements
     }
     out.push_back({{"block", b}, {"padded", e.plan().blocks[b].layout.padded}, {"params", params}});
   }

@@ -14,22 +14,6 @@
 
 namespace strata {
 
-HostArrays::~HostArrays() {
-  for (auto [p, bytes] : allocs_) FreeHostMemory(p, bytes);
-}
-
-StatusOr<std::byte*> HostArrays::Allocate(size_t bytes) {
-  STRATA_ASSIGN_OR_RETURN(std::byte * p, AllocateHostMemory(bytes));
-  allocs_.push_back({p, bytes});
-  return p;
-}
-
-StatusOr<std::byte*> HostArrays::Reserve(size_t bytes) {
-  STRATA_ASSIGN_OR_RETURN(std::byte * p, ReserveHostMemory(bytes));
-  allocs_.push_back({p, bytes});
-  return p;
-}
-
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Engine::~Engine() {
@@ -79,14 +63,14 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   plan = ShardPlan::Make(cfg, ModelShape::Of(cfg.model), io.comm->world_size(), io.comm->rank(), {io.dev->is_host()});
   STRATA_RETURN_IF_ERROR(plan.CheckFormats(cfg));
   optimizer.thread = std::make_unique<WorkQueue>(Track::kOptimizer, 0, 0, 0, &g_untraced);
-  optimizer.mode = MakeUpdateMode(*this);
+  optimizer.mode = MakeUpdateMode(update_mode_parts());
   // Thread policy: on the host, the blocks' compute and the CPU Adam share the rank's cores
   // (LibTorch's pool; overlapping, they take turns). On a GPU the compute thread only issues
   // work, so the Adam takes the rank's cores but one (the issuing thread, I/O completions).
   const int rank_cores = std::max(1, at::get_num_threads());
-  optimizer.threads = cfg.optimizer_threads > 0 ? cfg.optimizer_threads
-                      : io.dev->is_host()          ? rank_cores
-                                                : std::max(1, rank_cores - 1);
+  optimizer.window.Configure(cfg.seed, cfg.optimizer_threads > 0 ? cfg.optimizer_threads
+                                       : io.dev->is_host()          ? rank_cores
+                                                                    : std::max(1, rank_cores - 1));
   optimizer.norm_threads = rank_cores;  // what the compute thread's OpenMP calls take
   optimizer.early_sums.assign(plan.blocks.size(), std::nullopt);
   auto phase = [&](const std::string& what) {
@@ -122,12 +106,7 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
   phase("finishing");
   STRATA_RETURN_IF_ERROR(AllocateDeviceBuffers());
   STRATA_RETURN_IF_ERROR(optimizer.mode->Allocate());
-  if (model::IsMoe(cfg.model)) {  // Note [Expert-aware fetching]
-    for (const BlockPlan& bp : plan.blocks) {
-      experts.routed.emplace_back(bp.experts.count, 0);
-      experts.steps.emplace_back(bp.experts.count, 0);
-    }
-  }
+  if (model::IsMoe(cfg.model)) experts.Allocate(plan);  // Note [Expert-aware fetching]
   if (!(stats.ledger == plan.ledger))  // a bug: the plan and the engine disagree on a rule
     return Error(StatusCode::kInternal, "the engine allocated {}/{}/{} bytes (device/cpu/nvme), its ShardPlan says "
                  "{}/{}/{}", stats.ledger.Total(Tier::kDevice), stats.ledger.Total(Tier::kCpu),
@@ -137,43 +116,24 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
 }
 
 
-const std::byte* Engine::Impl::HostWorking(int b) {
-  const TensorHandle h = model.blocks[b].working;
-  return h.valid() && state.store->home(h) == Tier::kCpu ? state.store->CpuMemory(h).data() : nullptr;
-}
-
 EngineCounters Engine::counters() const {
   if (Status q = impl_->Quiesce(); !q.ok()) LogError("{}", q.message());
   const auto s = impl_->optimizer.scaler.state();
-  return {impl_->optimizer.adam_steps, s.scale, s.clean_steps, s.hysteresis_left, impl_->experts.steps};
+  return {impl_->optimizer.adam_steps, s.scale, s.clean_steps, s.hysteresis_left, impl_->experts.steps()};
 }
 
 void Engine::set_counters(const EngineCounters& c) {
   if (Status q = impl_->Quiesce(); !q.ok()) LogError("{}", q.message());
   impl_->optimizer.adam_steps = c.adam_steps;
   impl_->optimizer.scaler.set_state({c.loss_scale, c.clean_steps, c.hysteresis_left});
-  std::vector<std::vector<int64_t>>& steps = impl_->experts.steps;
-  for (size_t b = 0; b < steps.size(); ++b) {  // (the caller checked the shape: ExpertStepsFit)
-    for (size_t e = 0; e < steps[b].size(); ++e)
-      steps[b][e] = c.expert_steps.empty() ? c.adam_steps : c.expert_steps.at(b).at(e);
-  }
+  impl_->experts.Restore(c.expert_steps, c.adam_steps);  // (the caller checked the shape: ExpertStepsFit)
 }
 
 bool Engine::ExpertStepsFit(const std::vector<std::vector<int64_t>>& steps) const {
-  if (steps.empty()) return true;
-  const std::vector<std::vector<int64_t>>& ours = impl_->experts.steps;
-  if (steps.size() != ours.size()) return false;
-  for (size_t b = 0; b < ours.size(); ++b)
-    if (steps[b].size() != ours[b].size()) return false;
-  return true;
+  return impl_->experts.Fits(steps);
 }
 
-std::vector<Engine::ParamInfo> Engine::BlockParams(int block) const {
-  std::vector<ParamInfo> out;
-  for (const ParamSlot& s : impl_->model.blocks.at(block).slots)
-    out.push_back({s.name, s.shape, s.offset, s.numel, s.nf4 ? s.stored : 0});
-  return out;
-}
+const std::vector<ParamSlot>& Engine::BlockParams(int block) const { return impl_->model.blocks.at(block).slots; }
 
 Status Engine::Finish() {
   STRATA_RETURN_IF_ERROR(impl_->Quiesce());

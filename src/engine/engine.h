@@ -97,6 +97,20 @@ struct EngineCounters {
   std::vector<std::vector<int64_t>> expert_steps;
 };
 
+// One parameter of a block's flat group: where the engine binds it and checkpoints lay it out.
+struct ParamSlot {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // elements from the start of the flat group
+  int64_t numel = 0;
+  // Elements it occupies in the flat group: numel, or for an NF4 weight its blob's bytes in
+  // compute-dtype elements (Note [NF4 base]); such a weight is dequantised at decoded_at of
+  // a decode buffer for compute.
+  int64_t stored = 0;
+  bool nf4 = false;
+  int64_t decoded_at = 0;
+};
+
 class Engine {
  public:
   // `config`: settled for this run (SettleRunConfig). `comm`: the host communicator (host
@@ -140,13 +154,7 @@ class Engine {
   bool ExpertStepsFit(const std::vector<std::vector<int64_t>>& steps) const;
   // Where this rank's parameters live: the parameter slots (name, shape, flat offset) of
   // each block's flat group, for consolidating checkpoints.
-  struct ParamInfo {
-    std::string name;
-    std::vector<int64_t> shape;
-    int64_t offset = 0, numel = 0;
-    int64_t nf4_stored = 0;  // QLoRA: an NF4 weight's blob, in elements of the group (Note [NF4 base]); else 0
-  };
-  std::vector<ParamInfo> BlockParams(int block) const;
+  const std::vector<ParamSlot>& BlockParams(int block) const;
 
   const ShardPlan& plan() const;
   int num_blocks() const;

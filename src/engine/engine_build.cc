@@ -10,7 +10,7 @@
 
 #include "src/config/decay_groups.h"
 #include "src/engine/engine_impl.h"
-#include "src/engine/expert_parts.h"
+#include "src/engine/experts/expert_parts.h"
 #include "src/model/hf_names.h"
 #include "src/model/nf4.h"
 #include "strata/cpu_adam.h"
@@ -135,7 +135,7 @@ struct Engine::Impl::Staging {
   torch::Tensor flat;          // fp32 [max padded]: the block's parameters, in flat order
   torch::Tensor working;       // compute dtype [max working range] (unused in fp32)
   // QLoRA: the block's NF4 blobs by slot index, until its working range is stored.
-  std::vector<std::pair<size_t, std::vector<std::byte>>> nf4_blobs;
+  WorkingFormat::Blobs nf4_blobs;
   std::vector<Event> writes;  // in flight from this set
   Status WaitWrites() {
     Status first;
@@ -277,7 +277,7 @@ Status Engine::Impl::BuildBlock(int b, std::shared_ptr<model::Block> module, con
     return Status(StatusCode::kInternal, fmt::format("tied parameter '{}' not found in block {}", model.tie->owner_param, b));
   torch::Tensor flat;  // this block's flat group: its parameters, then zero padding
   st.nf4_blobs.clear();
-  if (br.nf4) STRATA_RETURN_IF_ERROR(PackNf4Weights(b, st));  // now in the group's layout, the blobs apart
+  if (br.nf4) STRATA_RETURN_IF_ERROR(WorkingFormat::Pack(b, br, plan, st.flat, &st.nf4_blobs));  // the blobs apart
   STRATA_RETURN_IF_ERROR(TorchCall("flatten", [&] {
     flat = st.flat.narrow(0, 0, bp.layout.padded);
     flat.narrow(0, bp.layout.numel, bp.layout.padded - bp.layout.numel).zero_();
@@ -333,7 +333,7 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
     else if (compute_scalar() != torch::kFloat32)
       working = converted.copy_(working);
   }));
-  PlaceNf4Blobs(b, st, working);
+  WorkingFormat::Place(b, br, plan, st.nf4_blobs, working);
   if (plan.resident[b]) {  // its home is the device: no store tensor
     bufs.resident.resize(plan.blocks.size());
     bufs.resident_ready.resize(plan.blocks.size());
@@ -366,52 +366,6 @@ Status Engine::Impl::StoreInitialState(int b, const torch::Tensor& flat, Staging
   return Status();
 }
 
-// Note [NF4 base] (nf4_blob.h). The staging holds the block as MakeBlock laid it out; the
-// group's layout is the same order with each NF4 weight in its blob's elements, so every
-// parameter moves down or stays, and walking them by offset never overwrites one not yet
-// read (a blob is never longer than its weight's elements: checked).
-Status Engine::Impl::PackNf4Weights(int b, Staging& st) {
-  BlockRuntime& br = model.blocks[b];
-  const int64_t esize = static_cast<int64_t>(plan.dsize);
-  int64_t at = 0, decoded = 0;
-  STRATA_RETURN_IF_ERROR(TorchCall("quantise NF4", [&] {
-    torch::NoGradGuard no_grad;
-    for (size_t i : br.by_offset) {
-      ParamSlot& s = br.slots[i];
-      const torch::Tensor from = st.flat.narrow(0, s.offset, s.numel);
-      if (s.nf4) {
-        std::vector<std::byte> blob = model::Nf4Blob(model::QuantizeNf4(from.view(s.shape)));
-        s.stored = static_cast<int64_t>(blob.size()) / esize;
-        STRATA_CHECK(s.stored <= s.numel) << s.name << ": an NF4 blob longer than the weight";
-        st.flat.narrow(0, at, s.stored).zero_();
-        st.nf4_blobs.push_back({i, std::move(blob)});
-        s.decoded_at = decoded;
-        decoded += s.numel;
-      } else if (at != s.offset) {
-        std::memmove(st.flat.data_ptr<float>() + at, from.data_ptr<float>(), s.numel * sizeof(float));
-      }
-      s.offset = at;
-      at += s.stored;
-    }
-  }));
-  const BlockPlan& bp = plan.blocks[b];
-  STRATA_CHECK(at == bp.layout.numel && decoded <= plan.max_decoded)
-      << "block " << b << " stores " << at << " elements (" << decoded << " in NF4), the plan " << bp.layout.numel;
-  return Status();
-}
-
-void Engine::Impl::PlaceNf4Blobs(int b, const Staging& st, const torch::Tensor& working) {
-  const BlockPlan& bp = plan.blocks[b];
-  auto* dst = static_cast<std::byte*>(working.data_ptr());
-  for (const auto& [i, blob] : st.nf4_blobs) {
-    const ParamSlot& s = model.blocks[b].slots[i];
-    const int64_t lo = std::max(s.offset, bp.working.begin), hi = std::min(s.offset + s.stored, bp.working.end());
-    if (lo < hi)
-      std::memcpy(dst + (lo - bp.working.begin) * plan.dsize, blob.data() + (lo - s.offset) * plan.dsize,
-                  (hi - lo) * plan.dsize);
-  }
-}
-
 Status Engine::Impl::AllocateDeviceBuffers() {
   const auto on = torch::TensorOptions().device(io.dev->device());
   // Pinned through the device's pinner like every page-locked byte (counted in the run's
@@ -440,11 +394,6 @@ Status Engine::Impl::AllocateDeviceBuffers() {
       }
     }
     if (model.tie) bufs.pending_tied = torch::zeros({plan.tied_numel}, on.dtype(torch::kFloat32));
-    for (int i = 0; i < plan.decode_slots(); ++i) {
-      bufs.decoded.push_back(torch::empty({plan.max_decoded}, on.dtype(compute_scalar())));
-      stats.ledger.Add(StateKind::kGatherBuffers, Tier::kDevice, plan.max_decoded * plan.dsize);
-    }
-    if (plan.decode_slots() > 0) bufs.nf4_tables = model::Nf4Tables::On(io.dev->device());
     if (plan.device_accum) {
       bufs.accum_read.resize(plan.blocks.size());
       for (const BlockPlan& bp : plan.blocks) {
@@ -453,6 +402,7 @@ Status Engine::Impl::AllocateDeviceBuffers() {
       }
     }
   }));
+  STRATA_RETURN_IF_ERROR(working_format.Allocate(plan, io.dev->device(), compute_scalar(), &stats.ledger));
   PinHostAccumulators(pinner);
   return Status();
 }

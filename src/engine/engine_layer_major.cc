@@ -71,13 +71,13 @@ Status Engine::Impl::LayerMajor(const StepInputs& in, Gatherer& gather, double* 
     for (const data::Batch& batch : in.batches) positions.push_back(batch.positions);
     acts[0].packing = model::PackedLayout::Of(torch::cat(positions, 0));
   }
-  optimizer.window.ReadStatesEarly();
+  ReadStatesEarly();
   optimizer.mode->BeginLastMicroBatch(in.mbs.back().step);
 
   for (int b = 0; b < n - 1; ++b) {
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
     for (size_t p = 0; p < passes.size(); ++p) {
-      STRATA_RETURN_IF_ERROR(ForwardBlock(b, Pass::kTrain, &x[p], &acts[p], passes[p]));
+      STRATA_RETURN_IF_ERROR(ForwardBlock(b, Pass::kTrain, &x[p], &acts[p], passes[p], gather));
     }
     gather.Release();
   }
@@ -102,11 +102,11 @@ Status Engine::Impl::LayerMajor(const StepInputs& in, Gatherer& gather, double* 
   for (int b = n - 2; b >= 0 && BackwardVisits(b); --b) {
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
     for (size_t p = 0; p < passes.size(); ++p) {
-      STRATA_RETURN_IF_ERROR(BackwardBlock(b, acts[p], passes[p]));
+      STRATA_RETURN_IF_ERROR(BackwardBlock(b, acts[p], passes[p], gather));
       STRATA_RETURN_IF_ERROR(ReduceGradients(b, passes[p]));
     }
     gather.Release();
-    optimizer.window.ReadStatesEarly();
+    ReadStatesEarly();
   }
   return Status();
 }

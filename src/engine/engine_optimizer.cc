@@ -20,7 +20,9 @@ namespace strata {
 GradStats Engine::Impl::BlockGradSums(int b) const {
   const ElementRange range = plan.blocks[b].optimizer;
   const AdamOptions threads{.num_threads = optimizer.norm_threads};
-  return plan.gsize == 2 ? GradSumSquares(GradBf16(b, range), threads) : GradSumSquares(GradF32(b, range), threads);
+  const BlockRuntime& br = model.blocks[b];
+  return plan.gsize == 2 ? GradSumSquares(AccumulatedGradient<uint16_t>(br, plan.blocks[b], range), threads)
+                         : GradSumSquares(AccumulatedGradient<float>(br, plan.blocks[b], range), threads);
 }
 
 StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
@@ -69,7 +71,7 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
 
   AdamHyperParams hp = NextHyperParams();
   ++optimizer.adam_steps;
-  if (experts.any()) STRATA_RETURN_IF_ERROR(CountExpertSteps());
+  if (experts.any()) STRATA_RETURN_IF_ERROR(experts.CountSteps(cfg.expert_update, optimizer.adam_steps, *io.comm));
   hp.clip_coef = ClipCoefficient(stats->grad_norm, cfg.gradient_clipping);
   // Updates made early assumed clip coefficient 1 (exactly what ClipCoefficient returns when
   // the norm is within bounds) and otherwise these very hyper-parameters.
@@ -79,52 +81,6 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   STRATA_RETURN_IF_ERROR(LaunchUpdate(hp, verdict, step));
   if (mode.StepWaitsForUpdate()) STRATA_RETURN_IF_ERROR(Quiesce());
   return true;
-}
-
-// Note [Expert updates]
-// transformers 5 stores a layer's experts as one fused parameter ([E, ...] tensors), so
-// torch.optim.AdamW steps every expert every step: an expert no token chose has a zero
-// gradient (its slice of the fused gradient), and its moments decay, its weights decay and move
-// by their momentum, under the one step count of the tensor. strata.expert_update "all" (the
-// default) does the same: an unchosen expert's gradient is zero in the accumulators (it ran
-// nothing, so the flattening wrote zeros), its states are read and written as any other, and
-// every expert's count is the run's. "chosen" skips such an expert, as AdamW skips a
-// per-expert parameter whose gradient is None (transformers 4's modules): its states stay
-// (not written back), and each expert keeps a step count of its own for the bias correction.
-// An expert some token of some rank chose in the step has a gradient; with "chosen" it takes
-// an Adam step of its own count and the others are skipped.
-Status Engine::Impl::CountExpertSteps() {
-  if (cfg.expert_update == ExpertUpdate::kAll) {  // every expert, the run's count: nothing to skip
-    for (auto& block : experts.steps) std::fill(block.begin(), block.end(), optimizer.adam_steps);
-    experts.update_steps = nullptr;
-    return Status();
-  }
-  std::vector<float> routed;
-  for (const auto& block : experts.routed)
-    for (uint8_t r : block) routed.push_back(r);
-  if (io.comm->world_size() > 1 && !routed.empty())
-    STRATA_RETURN_IF_ERROR(io.comm->AllReduce(routed.data(), routed.size(), DType::kF32, ReduceOp::kSum));
-  auto steps = std::make_shared<std::vector<std::vector<int64_t>>>(experts.steps.size());
-  size_t at = 0;
-  for (size_t b = 0; b < experts.steps.size(); ++b) {
-    for (int64_t& count : experts.steps[b]) {
-      const bool chosen = routed[at++] > 0;
-      count += chosen;
-      (*steps)[b].push_back(chosen ? count : 0);
-    }
-  }
-  experts.update_steps = std::move(steps);
-  return Status();
-}
-
-std::span<const float> Engine::Impl::GradF32(int b, ElementRange range) const {
-  const float* g = reinterpret_cast<const float*>(model.blocks[b].grad);
-  return {g + (range.begin - plan.blocks[b].grad.begin), static_cast<size_t>(range.len)};
-}
-
-std::span<const uint16_t> Engine::Impl::GradBf16(int b, ElementRange range) const {
-  const uint16_t* g = reinterpret_cast<const uint16_t*>(model.blocks[b].grad);
-  return {g + (range.begin - plan.blocks[b].grad.begin), static_cast<size_t>(range.len)};
 }
 
 AdamHyperParams Engine::Impl::NextHyperParams() const {
@@ -159,6 +115,20 @@ Status Engine::Impl::LaunchUpdate(const AdamHyperParams& hp, Verdict verdict, in
                                        },
                                        "optimizer step", 0, {}});
   return Status();
+}
+
+UpdateModeParts Engine::Impl::update_mode_parts() {
+  return {plan,
+          model,
+          state,
+          optimizer.window,
+          *optimizer.thread,
+          *this,
+          stats.ledger,
+          io.tracer,
+          [this] { return NextHyperParams(); },
+          cfg.optimizer_overlap,
+          cfg.delayed_update_from};
 }
 
 bool Engine::Impl::BlockReady(int b) const {

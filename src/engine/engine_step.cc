@@ -15,9 +15,9 @@
 
 #include <limits>
 
-#include "src/engine/block_routing.h"
+#include "src/engine/experts/block_routing.h"
 #include "src/engine/engine_impl.h"
-#include "src/engine/expert_parts.h"
+#include "src/engine/experts/expert_parts.h"
 #include "src/model/tiled_loss.h"
 #include "src/model/tiled_rows.h"
 #include "src/engine/loss_weights.h"
@@ -66,21 +66,24 @@ torch::Tensor MicroBatchLoss(model::Block& head, const torch::Tensor& x, const t
 // the device's queues, the prefetches, the states read early.
 class StepCleanup {
  public:
-  StepCleanup(Engine::Impl& m, PrefetchScheduler* prefetch) : m_(m), prefetch_(prefetch) {}
+  StepCleanup(UpdateMode& mode, UpdateWindow& window, ComputeDevice& dev, PrefetchScheduler* prefetch)
+      : mode_(mode), window_(window), dev_(dev), prefetch_(prefetch) {}
   StepCleanup(const StepCleanup&) = delete;
   StepCleanup& operator=(const StepCleanup&) = delete;
   void Dismiss() { armed_ = false; }
   ~StepCleanup() {
     if (!armed_) return;
-    m_.optimizer.mode->MicroBatchesEnded();
-    m_.io.dev->Synchronize().IgnoreError();
+    mode_.MicroBatchesEnded();
+    dev_.Synchronize().IgnoreError();
     if (prefetch_) prefetch_->Drain();
-    m_.optimizer.window.DropEarlyStates();
-    if (Status r = m_.optimizer.mode->Abandon(); !r.ok()) LogError("{}", r.message());
+    window_.DropEarlyStates();
+    if (Status r = mode_.Abandon(); !r.ok()) LogError("{}", r.message());
   }
 
  private:
-  Engine::Impl& m_;
+  UpdateMode& mode_;
+  UpdateWindow& window_;
+  ComputeDevice& dev_;
   PrefetchScheduler* prefetch_;
   bool armed_ = true;
 };
@@ -126,18 +129,10 @@ Status Engine::Impl::BatchToDevice(const data::Batch& batch, torch::Tensor* inpu
   });
 }
 
-Status Engine::Impl::ComputeAfter(const Event& e, const char* what) {
-  Tracer::Span span(e.Ready() ? nullptr : io.tracer, Track::kWait, what);
-  return io.dev->ComputeAfter(e);
-}
+GatherParts Engine::Impl::gather_parts() { return {plan, io, model, state, bufs, working_format, *this, step_counts}; }
 
-void Engine::Impl::ReleaseAfter(PinnedBuffer lease, const Event& after) {
-  if (after.Ready()) return;  // the lease goes back now
-  auto held = std::make_shared<PinnedBuffer>(std::move(lease));
-  (void)io.dev->OnHost([held] {
-    held->Release();
-    return Status();
-  }, {after});
+void Engine::Impl::ReadStatesEarly() {
+  if (optimizer.run.done.Ready() && optimizer.mode->ReadsStatesEarly()) optimizer.window.ReadStatesEarly();
 }
 
 // A tied head multiplies with the embedding's table, gathered into the tied slot.
@@ -162,7 +157,7 @@ Status Engine::Impl::ReduceGradients(int b, const MicroBatch& mb) {
   // LoRA: only the trainable end [from, padded), all-reduced (plan.lora); else the whole group.
   const int64_t from = plan.GradFlatBegin(b);
   torch::Tensor flat = g.flat.narrow(0, 0, plan.GradFlatLen(b));
-  STRATA_RETURN_IF_ERROR(ComputeAfter(g.flat_read, "wait gradient buffer"));
+  STRATA_RETURN_IF_ERROR(io.ComputeAfter(g.flat_read, "wait gradient buffer"));
   STRATA_RETURN_IF_ERROR(TorchCall("flatten gradients", [&] {
     Tracer::Span span(io.tracer, Track::kCompute, "flatten grads g" + std::to_string(b));
     // Each gradient copied to its slot; only what no gradient covers (padding, parameters
@@ -250,8 +245,8 @@ Status Engine::Impl::AccumulateOnDevice(int b, GradSlot& g, const torch::Tensor&
   torch::Tensor& acc = bufs.accum[b];
   const bool first = mb.first;
   // The first micro-batch overwrites the sum the last step's copy read.
-  STRATA_RETURN_IF_ERROR(ComputeAfter(reduced, "wait gradient reduction"));
-  if (first) STRATA_RETURN_IF_ERROR(ComputeAfter(bufs.accum_read[b], "wait gradient copy"));
+  STRATA_RETURN_IF_ERROR(io.ComputeAfter(reduced, "wait gradient reduction"));
+  if (first) STRATA_RETURN_IF_ERROR(io.ComputeAfter(bufs.accum_read[b], "wait gradient copy"));
   STRATA_RETURN_IF_ERROR(TorchCall("device accumulation", [&] {  // queued on the device: no host span
     if (first) at::mul_out(acc, part, at::Scalar(static_cast<float>(inv)));
     else acc.add_(part, at::Scalar(static_cast<float>(inv)));
@@ -292,7 +287,8 @@ bool Engine::Impl::PlantsOverflow(int b, const MicroBatch& mb) const {
 // Block b (0 .. N-2) of one micro-batch on *x, which becomes the block's output. Training
 // keeps the block's input in `act` (the activation checkpoint), or with keep_activations its
 // output with its autograd graph. The block's weights are acquired by the caller.
-Status Engine::Impl::ForwardBlock(int b, Pass pass, torch::Tensor* x, Activations* act, const MicroBatch& mb) {
+Status Engine::Impl::ForwardBlock(int b, Pass pass, torch::Tensor* x, Activations* act, const MicroBatch& mb,
+                                  Gatherer& gather) {
   const bool train = pass == Pass::kTrain;
   Tracer::Span span(io.tracer, Track::kCompute, (train ? "forward b" : "eval b") + std::to_string(b));
   STRATA_RETURN_IF_ERROR(TorchCall("forward", [&] {
@@ -301,7 +297,7 @@ Status Engine::Impl::ForwardBlock(int b, Pass pass, torch::Tensor* x, Activation
     std::optional<model::PackedSequencesScope> packed;  // eval: Forward armed it
     if (act) packed.emplace(act->packing);
     const model::RouterLossScope router(train && act ? act->router.get() : nullptr);
-    BlockRouting routing(*this, b, train);  // Note [Expert-aware fetching]
+    BlockRouting routing(b, plan.blocks[b].experts.count, train, experts, step_counts, gather);  // Note [Expert-aware fetching]
     const model::MlpTilingScope mlp_tiles(cfg.mlp_chunk);  // Note [Tiled MLP]
     if (train && cfg.keep_activations) {  // each block its own graph, from its input (a leaf) to its output
       torch::Tensor in = b == 0 ? *x : x->detach().requires_grad_(true);
@@ -365,7 +361,7 @@ Status Engine::Impl::AcquireHead(Gatherer& gather) {
 // Block b's backward of one micro-batch (act->grad_out in, the gradient of its input out): by
 // recomputation from its input, or through its kept graph. The graph saved the parameter
 // tensors, whose data the caller re-bound to this visit's gather buffer.
-Status Engine::Impl::BackwardBlock(int b, Activations& act, const MicroBatch& mb) {
+Status Engine::Impl::BackwardBlock(int b, Activations& act, const MicroBatch& mb, Gatherer& gather) {
   if (act.outputs.empty() && act.stash) STRATA_RETURN_IF_ERROR(act.stash->Fetch(b, act.pass, &act.inputs[b]));
   Tracer::Span span(io.tracer, Track::kCompute, "backward b" + std::to_string(b));
   return TorchCall("backward", [&] {
@@ -373,7 +369,7 @@ Status Engine::Impl::BackwardBlock(int b, Activations& act, const MicroBatch& mb
     ArmLoraDropout(b, mb, &dropout);  // a recomputation draws the forward's masks
     const model::PackedSequencesScope packed(act.packing);
     const model::RouterLossScope router(act.router.get());
-    BlockRouting routing(*this, b, /*train=*/true);
+    BlockRouting routing(b, plan.blocks[b].experts.count, /*train=*/true, experts, step_counts, gather);
     const model::MlpTilingScope mlp_tiles(cfg.mlp_chunk);
     if (!act.outputs.empty()) {  // kept
       act.outputs[b].backward(act.grad_out);
@@ -420,7 +416,7 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_wei
   if (!train) packed.emplace(packing);
   for (int b = 0; b < n - 1; ++b) {
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
-    STRATA_RETURN_IF_ERROR(ForwardBlock(b, pass, &x, act, mb));
+    STRATA_RETURN_IF_ERROR(ForwardBlock(b, pass, &x, act, mb, gather));
     gather.Release();
   }
   STRATA_RETURN_IF_ERROR(AcquireHead(gather));
@@ -434,10 +430,10 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_wei
 Status Engine::Impl::Backward(Activations& act, Gatherer& gather, const MicroBatch& mb) {
   for (int b = num_blocks() - 2; b >= 0 && BackwardVisits(b); --b) {
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
-    STRATA_RETURN_IF_ERROR(BackwardBlock(b, act, mb));
+    STRATA_RETURN_IF_ERROR(BackwardBlock(b, act, mb, gather));
     gather.Release();
     STRATA_RETURN_IF_ERROR(ReduceGradients(b, mb));
-    if (mb.last) optimizer.window.ReadStatesEarly();  // one sub-group per block: among the backward's reads
+    if (mb.last) ReadStatesEarly();  // one sub-group per block: among the backward's reads
   }
   return Status();
 }
@@ -448,7 +444,7 @@ Status Engine::Impl::MicroBatchMajor(const StepInputs& in, Gatherer& gather, dou
   for (size_t i = 0; i < in.mbs.size(); ++i) {
     const MicroBatch& mb = in.mbs[i];
     if (mb.last) {
-      optimizer.window.ReadStatesEarly();  // hidden behind this micro-batch (more during its backward)
+      ReadStatesEarly();  // hidden behind this micro-batch (more during its backward)
       optimizer.mode->BeginLastMicroBatch(mb.step);
     }
     Activations act;
@@ -469,7 +465,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   const int world = m.io.comm->world_size(), rank = m.io.comm->rank();
   UpdateMode& mode = *m.optimizer.mode;
   m.optimizer.window.DropEarlyStates();  // left by a step that failed before its optimizer ran
-  for (auto& routed : m.experts.routed) std::fill(routed.begin(), routed.end(), 0);
+  m.experts.BeginStep();
   for (auto& sums : m.optimizer.early_sums) sums.reset();  // likewise
   STRATA_RETURN_IF_ERROR(m.FlushRestoringWorking());  // a checkpoint's last masters (RestoreState)
 
@@ -490,8 +486,8 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(visits);
   double loss_sum = 0;
   {
-    Gatherer gather(m, visits, prefetch.get(), /*report_visits=*/true);
-    StepCleanup cleanup(m, prefetch.get());  // on an error: what the step started, finished or undone
+    Gatherer gather(m.gather_parts(), visits, prefetch.get(), m.on_step_visit);
+    StepCleanup cleanup(*m.optimizer.mode, m.optimizer.window, *m.io.dev, prefetch.get());  // on an error: what the step started, finished or undone
     m.step_counts = StepStats();
     Status s = m.cfg.layer_major ? m.LayerMajor(in, gather, &loss_sum) : m.MicroBatchMajor(in, gather, &loss_sum);
     st.block_inputs_written = m.step_counts.block_inputs_written;
@@ -547,7 +543,7 @@ StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batche
     data::Batch batch = data.Get(data::Split::kEval, static_cast<uint64_t>(i * world + rank), m.cfg.micro_batch);
     StatusOr<double> loss = 0.0;
     {
-      Gatherer gather(m, visits, prefetch.get());
+      Gatherer gather(m.gather_parts(), visits, prefetch.get());
       loss = m.Forward(batch, weights[i], Pass::kEval, gather, nullptr, MicroBatch{});
     }
     if (!loss.ok()) {

@@ -1,29 +1,28 @@
-// The Gatherer (engine_impl.h): each visit's working weights brought to the compute device,
+// The Gatherer (gatherer.h): each visit's working weights brought to the compute device,
 // the next visit's while this one computes, and bound to the block's parameters.
 #include <algorithm>
 #include <cstring>
 
-#include "src/engine/engine_impl.h"
+#include "src/engine/gatherer.h"
+
+#include "src/device/torch_call.h"
 #include "strata/check.h"
 
 namespace strata {
 
-Gatherer::Gatherer(Engine::Impl& m, std::vector<Visit> plan, PrefetchScheduler* prefetch, bool report_visits)
-    : m_(m),
+Gatherer::Gatherer(GatherParts parts, std::vector<Visit> plan, PrefetchScheduler* prefetch,
+                   std::function<void(size_t done, size_t total)> on_visit)
+    : m_(parts),
       plan_(std::move(plan)),
       prefetch_(prefetch),
-      lookahead_(m.bufs.gather.size() > 1 ? 1 : 0),
-      report_visits_(report_visits),
-      previous_(m.gatherer) {
-  m.gatherer = this;
-}
+      lookahead_(parts.bufs.gather.size() > 1 ? 1 : 0),
+      on_visit_(std::move(on_visit)) {}
 
 Gatherer::~Gatherer() {
   // Gathers issued but never used (an error ended the pass): their copies read leases.
   for (size_t v = acquired_; v < gathered_.size(); ++v) gathered_[v].ready.Wait().IgnoreError();
   for (Gathered& g : gathered_)
     for (const Event& e : g.copies) e.Wait().IgnoreError();
-  m_.gatherer = previous_;
 }
 
 // Starts visit v: the block's shard copied in (from the cpu tier or a prefetched NVMe
@@ -32,7 +31,7 @@ Gatherer::~Gatherer() {
 Status Gatherer::Issue(const Visit& v) {
   const int b = v.block;
   const ShardPlan& plan = m_.plan;
-  STRATA_RETURN_IF_ERROR(m_.AwaitBlock(b));  // its update done (and shared)
+  STRATA_RETURN_IF_ERROR(m_.readiness.AwaitBlock(b));  // its update done (and shared)
   const ShardLayout& layout = plan.blocks[b].layout;
   if (plan.resident[b] && !plan.weights_sharded) {
     gathered_.push_back({m_.bufs.resident[b], m_.bufs.resident_ready[b], nullptr});
@@ -47,7 +46,7 @@ Status Gatherer::Issue(const Visit& v) {
                               {slot.released, m_.bufs.resident_ready[b]});
   } else {
     PinnedBuffer lease;
-    const std::byte* src = m_.HostWorking(b);
+    const std::byte* src = m_.state.InHostMemory(m_.model.blocks[b].working);
     if (!src) {
       STRATA_ASSIGN_OR_RETURN(lease, prefetch_->Take(b));
       src = lease.data();
@@ -69,7 +68,7 @@ Status Gatherer::Issue(const Visit& v) {
       ready = slot.shard_read =
           m_.io.dev->AllGather(shard.data_ptr(), full.data_ptr(), layout.shard, plan.compute, {src_read, slot.released});
     }
-    if (lease.valid()) m_.ReleaseAfter(std::move(lease), src_read);
+    if (lease.valid()) m_.io.ReleaseAfter(std::move(lease), src_read);
   }
   gathered_.push_back({full, ready, &slot});
   return Status();
@@ -80,7 +79,7 @@ Status Gatherer::Issue(const Visit& v) {
 // experts' reads, until the visit is released.
 Status Gatherer::IssueRouted(int b, GatherSlot& slot, const torch::Tensor& full) {
   Gathered g{full, Event(), &slot};
-  g.src = m_.HostWorking(b);
+  g.src = m_.state.InHostMemory(m_.model.blocks[b].working);
   const BlockPlan& bp = m_.plan.blocks[b];
   if (!g.src) {
     STRATA_ASSIGN_OR_RETURN(g.lease, prefetch_->Take(b));
@@ -141,7 +140,7 @@ Status Gatherer::FetchExperts(int block, std::span<const int64_t> counts) {
     want.push_back(static_cast<int>(e));
   }
   if (want.empty()) return Status();
-  m_.step_counts.experts_fetched += static_cast<int64_t>(want.size());
+  m_.counts.experts_fetched += static_cast<int64_t>(want.size());
   if (g.lease.valid()) {  // this rank's parts of them from NVMe, into their places in the lease
     std::vector<int> parts;
     for (size_t i = 0; i < g.parts.size(); ++i)
@@ -158,24 +157,24 @@ Status Gatherer::FetchExperts(int block, std::span<const int64_t> counts) {
       events.push_back(ev);
   Event ready = AllOf(events);
   g.copies.push_back(ready);
-  return m_.ComputeAfter(ready, "wait experts");
+  return m_.io.ComputeAfter(ready, "wait experts");
 }
 
 Status Gatherer::Acquire(int block) {
   STRATA_CHECK(acquired_ < plan_.size() && plan_[acquired_].block == block)
       << "gather plan expected block " << (acquired_ < plan_.size() ? plan_[acquired_].block : -1) << ", got "
       << block;
-  if (report_visits_ && m_.on_step_visit) m_.on_step_visit(acquired_, plan_.size());
+  if (on_visit_) on_visit_(acquired_, plan_.size());
   // This visit, and the ones ahead whose blocks the optimizer has finished (never waiting for
   // the optimizer on a block that is not needed yet). Not ahead of a sparse layer's block
   // gathered across ranks: its experts' broadcasts come while it runs, and every rank must
   // issue its collectives in one order, whichever blocks its optimizer has finished.
   const bool holds = m_.plan.FetchesRouted(block) && m_.plan.GathersAcrossRanks();
   while (gathered_.size() < std::min(plan_.size(), acquired_ + 1 + (holds ? 0 : lookahead_)) &&
-         (gathered_.size() == acquired_ || m_.BlockReady(plan_[gathered_.size()].block)))
+         (gathered_.size() == acquired_ || m_.readiness.BlockReady(plan_[gathered_.size()].block)))
     STRATA_RETURN_IF_ERROR(Issue(plan_[gathered_.size()]));
   const Gathered& g = gathered_[acquired_++];
-  STRATA_RETURN_IF_ERROR(m_.ComputeAfter(g.ready, "wait gather"));
+  STRATA_RETURN_IF_ERROR(m_.io.ComputeAfter(g.ready, "wait gather"));
   if (g.slot) in_use_.push_back(g.slot);
   if (g.lease.valid()) holding_.push_back(acquired_ - 1);
   return TorchCall("bind weights", [&] { Bind(block, g.full); });
@@ -184,7 +183,7 @@ Status Gatherer::Acquire(int block) {
 void Gatherer::Release() {
   for (size_t v : holding_) {  // the lease goes back once the copies from it are done
     Gathered& g = gathered_[v];
-    m_.ReleaseAfter(std::move(g.lease), AllOf(g.copies));
+    m_.io.ReleaseAfter(std::move(g.lease), AllOf(g.copies));
   }
   holding_.clear();
   if (in_use_.empty()) return;
@@ -193,25 +192,8 @@ void Gatherer::Release() {
   in_use_.clear();
 }
 
-// QLoRA: a block's NF4 weights are dequantised from the gathered blobs into the next decode
-// buffer, on the compute stream (Note [NF4 base]); the buffers turn over as the gather
-// buffers do, so each lives until the compute that read it is done.
 void Gatherer::Bind(int block, const torch::Tensor& full) {
-  BlockRuntime& br = m_.model.blocks[block];
-  torch::Tensor decoded;
-  if (br.nf4) decoded = m_.bufs.decoded[m_.bufs.next_decode++ % m_.bufs.decoded.size()];
-  Tracer::Span span(m_.io.tracer, Track::kCompute, br.nf4 ? "dequantise g" + std::to_string(block) : std::string());
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < br.params.size(); ++i) {
-    const ParamSlot& s = br.slots[i];
-    if (!s.nf4) {
-      br.params[i].set_data(full.narrow(0, s.offset, s.numel).view(s.shape));
-      continue;
-    }
-    torch::Tensor out = decoded.narrow(0, s.decoded_at, s.numel);
-    model::DequantizeNf4Blob(full.narrow(0, s.offset, s.stored).view(torch::kUInt8), s.numel, out, m_.bufs.nf4_tables);
-    br.params[i].set_data(out.view(s.shape));
-  }
+  m_.working.Bind(block, m_.model.blocks[block], full, m_.io.tracer);
 }
 
 }  // namespace strata

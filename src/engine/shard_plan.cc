@@ -1,6 +1,6 @@
 #include "src/engine/shard_plan.h"
 
-#include "src/engine/expert_parts.h"
+#include "src/engine/experts/expert_parts.h"
 
 #include "src/engine/update/mode_facts.h"
 

@@ -7,7 +7,7 @@
 // ZeRO-3 ranks, the experts some rank's tokens chose, each rank's pieces broadcast from it).
 // An expert no token chose runs nothing, so its weights are never read and its gradient is
 // zero; the update steps it or skips it as strata.expert_update says (Note [Expert updates]
-// in src/engine/engine_optimizer.cc).
+// in src/engine/experts/expert_state.cc).
 #pragma once
 
 #include <cstdint>

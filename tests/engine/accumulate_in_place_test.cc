@@ -1,4 +1,4 @@
-// Note [Accumulation in place] (src/engine/accumulate_in_place.cc): alone on the host, each
+// Note [Accumulation in place] (src/engine/engine_accumulate.cc): alone on the host, each
 // parameter's gradient is added into the accumulator straight from .grad. The fake device
 // (no delays) takes the flattening path on the same arithmetic: flat buffer, copy out, the
 // same kernel on the host. Bitwise the same, for fp32 and bf16 compute and accumulators,

@@ -7,7 +7,7 @@
 // rank gathers the experts some rank's tokens chose.
 #include <gtest/gtest.h>
 
-#include "src/engine/expert_parts.h"
+#include "src/engine/experts/expert_parts.h"
 #include "strata/communicator.h"
 #include "strata/trace.h"
 #include "support/settled.h"

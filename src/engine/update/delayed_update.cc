@@ -27,7 +27,6 @@
 #include <algorithm>
 #include <numeric>
 
-#include "src/engine/engine_impl.h"
 #include "src/engine/update/parked_writes.h"
 #include "src/engine/update/update_mode.h"
 
@@ -37,24 +36,24 @@ namespace {
 // The parking buffers of one update, as the window takes and fills them.
 class Parking final : public ParkingLot {
  public:
-  Parking(Engine::Impl& m, std::shared_ptr<ParkedWrites> parked) : m_(m), parked_(std::move(parked)) {}
+  Parking(StateStore& state, std::shared_ptr<ParkedWrites> parked) : state_(state), parked_(std::move(parked)) {}
   StatusOr<PinnedBuffer> Take() override {
     parked_->WaitForRoom();
-    std::optional<PinnedBuffer> got = m_.state.store->AcquireBuffer(*m_.state.pools.park);
-    if (!got) got = m_.state.pools.park->AcquireFor(std::chrono::minutes(5));  // (a write retired as we looked)
+    std::optional<PinnedBuffer> got = state_.store->AcquireBuffer(*state_.pools.park);
+    if (!got) got = state_.pools.park->AcquireFor(std::chrono::minutes(5));  // (a write retired as we looked)
     if (!got) return Status(StatusCode::kInternal, "no parking buffer for the working weights in 5 minutes");
     return std::move(*got);
   }
   void Put(int b, PinnedBuffer weights) override { parked_->Park(b, std::move(weights)); }  // home once the old ones are read
 
  private:
-  Engine::Impl& m_;
+  StateStore& state_;
   std::shared_ptr<ParkedWrites> parked_;
 };
 
 class DelayedUpdate final : public UpdateMode {
  public:
-  explicit DelayedUpdate(Engine::Impl& m) : m_(m) {}
+  explicit DelayedUpdate(const UpdateModeParts& m) : m_(m) {}
 
   // Beside a delayed update the step reads the old weights: it waits for no block.
   bool ComputeWaits() const override { return parked_ == nullptr; }
@@ -63,7 +62,7 @@ class DelayedUpdate final : public UpdateMode {
     if (parked_ && mb.last) parked_->Release(b);  // this step's last read of b is done
   }
   Status BeforeAccumulate(int b) override {  // the update still reading b's accumulator
-    return parked_ ? m_.WaitForUpdate(b, "delayed update") : Status();
+    return parked_ ? m_.readiness.WaitForUpdate(b, "delayed update") : Status();
   }
   void MicroBatchesEnded() override {
     if (parked_) parked_->ReleaseAll();  // (any block this step did not release, or a failed step's)
@@ -77,7 +76,7 @@ class DelayedUpdate final : public UpdateMode {
 
   std::function<Status(UpdateJob&)> Launch(int64_t step, const AdamHyperParams&) override {
     parked_.reset();
-    if (step >= m_.cfg.delayed_update_from) {
+    if (step >= m_.delayed_update_from) {
       auto publish = [this](int b, PinnedBuffer buf) {
         (void)m_.state.store->WriteBack(m_.model.blocks[b].working, std::move(buf));  // failures: WriteBackFailure()
       };
@@ -88,14 +87,14 @@ class DelayedUpdate final : public UpdateMode {
       std::vector<int> blocks(m_.num_blocks());
       std::iota(blocks.begin(), blocks.end(), 0);
       if (!parked) {  // before delayed_update_from: the exact schedule
-        Status s = m_.optimizer.window.UpdateBlocks(job.hp, blocks, job.early, job.ready);
+        Status s = m_.window.UpdateBlocks(job.hp, blocks, job.early, job.ready);
         DropStates(job.early);
         return s;
       }
       // From the last block down, the order in which the next backward needs them.
       std::reverse(blocks.begin(), blocks.end());
-      Parking lot(m_, parked);
-      Status s = m_.optimizer.window.UpdateBlocks(job.hp, blocks, job.early, job.ready, &lot);
+      Parking lot(m_.state, parked);
+      Status s = m_.window.UpdateBlocks(job.hp, blocks, job.early, job.ready, &lot);
       DropStates(job.early);  // not consumed (not expected)
       STRATA_RETURN_IF_ERROR(s);
       parked->Drain();  // written as the next step releases them
@@ -104,12 +103,12 @@ class DelayedUpdate final : public UpdateMode {
   }
 
  private:
-  Engine::Impl& m_;
+  UpdateModeParts m_;
   std::shared_ptr<ParkedWrites> parked_;  // the latest update's, while it is delayed; else null
 };
 
 }  // namespace
 
-std::unique_ptr<UpdateMode> MakeDelayedUpdate(Engine::Impl& m) { return std::make_unique<DelayedUpdate>(m); }
+std::unique_ptr<UpdateMode> MakeDelayedUpdate(const UpdateModeParts& m) { return std::make_unique<DelayedUpdate>(m); }
 
 }  // namespace strata

@@ -8,7 +8,6 @@
 // stages 1-2 sharing of updated weights happens in AwaitBlock, in block order on every rank.
 #include <numeric>
 
-#include "src/engine/engine_impl.h"
 #include "src/engine/update/update_mode.h"
 
 namespace strata {
@@ -16,13 +15,13 @@ namespace {
 
 class InlineUpdate final : public UpdateMode {
  public:
-  InlineUpdate(Engine::Impl& m, bool step_waits) : m_(m), step_waits_(step_waits) {}
+  InlineUpdate(const UpdateModeParts& m, bool step_waits) : m_(m), step_waits_(step_waits) {}
 
   std::function<Status(UpdateJob&)> Launch(int64_t, const AdamHyperParams&) override {
     return [this](UpdateJob& job) {
       std::vector<int> blocks(m_.num_blocks());
       std::iota(blocks.begin(), blocks.end(), 0);
-      Status s = m_.optimizer.window.UpdateBlocks(job.hp, blocks, job.early, job.ready);
+      Status s = m_.window.UpdateBlocks(job.hp, blocks, job.early, job.ready);
       DropStates(job.early);  // not consumed (not expected)
       return s;
     };
@@ -30,13 +29,13 @@ class InlineUpdate final : public UpdateMode {
   bool StepWaitsForUpdate() const override { return step_waits_; }
 
  private:
-  Engine::Impl& m_;
+  UpdateModeParts m_;
   const bool step_waits_;
 };
 
 }  // namespace
 
-std::unique_ptr<UpdateMode> MakeInlineUpdate(Engine::Impl& m, bool step_waits) {
+std::unique_ptr<UpdateMode> MakeInlineUpdate(const UpdateModeParts& m, bool step_waits) {
   return std::make_unique<InlineUpdate>(m, step_waits);
 }
 

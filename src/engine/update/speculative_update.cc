@@ -20,7 +20,6 @@
 #include <optional>
 #include <utility>
 
-#include "src/engine/engine_impl.h"
 #include "src/engine/update/update_mode.h"
 #include "strata/check.h"
 
@@ -29,13 +28,13 @@ namespace {
 
 class SpeculativeUpdate final : public UpdateMode {
  public:
-  explicit SpeculativeUpdate(Engine::Impl& m) : m_(m), window_(m.optimizer.window) {}
+  explicit SpeculativeUpdate(const UpdateModeParts& m) : m_(m), window_(m.window) {}
   ~SpeculativeUpdate() override { DropStatesAhead(); }
 
   Status Allocate() override;
   bool ReadsStatesEarly() const override { return false; }  // the update reads its own, from the last block
   void BeginLastMicroBatch(int64_t) override {
-    hp_ = m_.NextHyperParams();
+    hp_ = m_.next_hyper_params();
     hp_.clip_coef = 1.0;
   }
   void GradientFinal(int b, const Event& added) override;
@@ -57,7 +56,7 @@ class SpeculativeUpdate final : public UpdateMode {
   // part k at element `at` of that range.
   std::byte* BackupOf(int b, int k, int64_t at);
 
-  Engine::Impl& m_;
+  UpdateModeParts m_;
   UpdateWindow& window_;
   HostArrays memory_;
   std::vector<std::byte*> backup_;  // per block: plan.SpeculationBackupBytes(b), or null (not speculated)
@@ -85,7 +84,7 @@ Status SpeculativeUpdate::Allocate() {
     const uint64_t bytes = m_.plan.speculative[b] ? m_.plan.SpeculationBackupBytes(b) : 0;
     if (bytes == 0) continue;
     STRATA_ASSIGN_OR_RETURN(backup_[b], memory_.Allocate(bytes));
-    m_.stats.ledger.Add(StateKind::kSpeculationBackup, Tier::kCpu, bytes);
+    m_.ledger.Add(StateKind::kSpeculationBackup, Tier::kCpu, bytes);
   }
   return Status();
 }
@@ -93,7 +92,7 @@ Status SpeculativeUpdate::Allocate() {
 void SpeculativeUpdate::GradientFinal(int b, const Event& added) {
   if (!backup_[b]) return;  // only speculated blocks have a backup
   // The hyper-parameters go by value: the next step re-arms while this update may still run.
-  done_[b] = m_.optimizer.thread->Submit(
+  done_[b] = m_.thread.Submit(
       {{added}, nullptr, [this, b, hp = hp_] { return Update(b, hp); }, "speculative update b" + std::to_string(b), 0, {}});
 }
 
@@ -148,7 +147,7 @@ Status SpeculativeUpdate::Update(int b, const AdamHyperParams& hp) {
     const int64_t at = sg.range.begin - bp.optimizer.begin;
     STRATA_ASSIGN_OR_RETURN(auto states, window_.StateSpans(b, sg, cur.get()));
     {
-      Tracer::Span s(m_.io.tracer, Track::kOptimizer, "backup b" + std::to_string(b));
+      Tracer::Span s(m_.tracer, Track::kOptimizer, "backup b" + std::to_string(b));
       for (int k = 0; k < 3; ++k)
         if (!states[k].empty()) std::memcpy(BackupOf(b, k, at), states[k].data(), states[k].size());
     }
@@ -192,7 +191,7 @@ Status SpeculativeUpdate::Conclude(int b, Verdict verdict, const AdamHyperParams
   STRATA_ASSIGN_OR_RETURN(std::byte * out, window_.BlockOutput(b, &lease, &first));
   out += (bp.optimizer.begin - first) * m_.plan.dsize;  // this rank's updated part
   if (verdict == Verdict::kStands) {
-    Tracer::Span s(m_.io.tracer, Track::kOptimizer, "speculation stands b" + std::to_string(b));
+    Tracer::Span s(m_.tracer, Track::kOptimizer, "speculation stands b" + std::to_string(b));
     std::memcpy(out, BackupOf(b, 3, 0), bp.optimizer.len * m_.plan.dsize);
   } else {
     for (const SubGroup& sg : subs) {
@@ -213,7 +212,7 @@ void SpeculativeUpdate::DropStatesAhead() {
 Status SpeculativeUpdate::Abandon() {
   auto done = std::exchange(done_, std::vector<std::optional<Event>>(m_.num_blocks()));
   if (std::none_of(done.begin(), done.end(), [](const auto& d) { return d.has_value(); })) return Status();
-  const Event rolled_back = m_.optimizer.thread->Submit({{}, nullptr, [this, done] {
+  const Event rolled_back = m_.thread.Submit({{}, nullptr, [this, done] {
                                                            Status first;
                                                            DropStatesAhead();
                                                            for (int b = 0; b < m_.num_blocks(); ++b) {
@@ -229,6 +228,6 @@ Status SpeculativeUpdate::Abandon() {
 
 }  // namespace
 
-std::unique_ptr<UpdateMode> MakeSpeculativeUpdate(Engine::Impl& m) { return std::make_unique<SpeculativeUpdate>(m); }
+std::unique_ptr<UpdateMode> MakeSpeculativeUpdate(const UpdateModeParts& m) { return std::make_unique<SpeculativeUpdate>(m); }
 
 }  // namespace strata

@@ -15,7 +15,8 @@
 #include <memory>
 #include <vector>
 
-#include "src/engine/engine.h"
+#include "src/device/work_queue.h"
+#include "src/engine/engine_parts.h"
 #include "src/engine/update/update_window.h"
 #include "strata/cpu_adam.h"
 
@@ -80,6 +81,25 @@ class UpdateMode {
   virtual Status Quiesce() { return Status(); }
 };
 
-std::unique_ptr<UpdateMode> MakeUpdateMode(Engine::Impl& m);
+// What an update mode uses of the engine: the plan, the blocks and the store (with its pools),
+// the window it runs the update through, the optimizer thread, whether a block's update is
+// done, the ledger (the speculation backups), the tracer, the next update's hyper-parameters,
+// and the settings that choose it.
+struct UpdateModeParts {
+  const ShardPlan& plan;
+  ModelBlocks& model;
+  StateStore& state;
+  UpdateWindow& window;
+  WorkQueue& thread;
+  BlockReadiness& readiness;
+  MemoryLedger& ledger;
+  Tracer* tracer = nullptr;
+  std::function<AdamHyperParams()> next_hyper_params;
+  OptimizerOverlap overlap = OptimizerOverlap::kForward;  // strata.optimizer_overlap
+  int64_t delayed_update_from = 0;                        // strata.delayed_update_from
+  int num_blocks() const { return static_cast<int>(model.blocks.size()); }
+};
+
+std::unique_ptr<UpdateMode> MakeUpdateMode(const UpdateModeParts& parts);
 
 }  // namespace strata

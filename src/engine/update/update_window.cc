@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "src/engine/engine_impl.h"
+#include "src/device/torch_call.h"
 #include "strata/check.h"
 
 namespace strata {
@@ -153,8 +153,8 @@ Status UpdateWindow::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   STRATA_ASSIGN_OR_RETURN(auto states, StateSpans(b, sg, cur));
   const StateFormat& format = m_.plan.format;
   AdamHyperParams own = hp;
-  if (const int e = m_.plan.blocks[b].ExpertAt(sg.range.begin); e >= 0 && m_.experts.update_steps) {
-    own.step = (*m_.experts.update_steps)[b][e];  // Note [Expert updates]: strata.expert_update "chosen"
+  if (const int e = m_.plan.blocks[b].ExpertAt(sg.range.begin); e >= 0 && m_.experts.UpdateStep(b, e) >= 0) {
+    own.step = m_.experts.UpdateStep(b, e);  // Note [Expert updates]: strata.expert_update "chosen"
     if (own.step == 0) {  // not chosen: its states stay (not written back), its weights too
       format.KeepWeights(states, out, sg.range.len);
       return Status();
@@ -162,9 +162,10 @@ Status UpdateWindow::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   }
   std::span<const float> grad;
   std::span<const uint16_t> grad_bf16;
-  if (m_.plan.gsize == 2) grad_bf16 = m_.GradBf16(b, sg.range);
-  else grad = m_.GradF32(b, sg.range);
-  AdamSpans spans = format.UpdateSpans(states, out, sg.range.len, grad, grad_bf16, m_.cfg.seed, own.step, b,
+  const BlockRuntime& br = m_.model.blocks[b];
+  if (m_.plan.gsize == 2) grad_bf16 = AccumulatedGradient<uint16_t>(br, m_.plan.blocks[b], sg.range);
+  else grad = AccumulatedGradient<float>(br, m_.plan.blocks[b], sg.range);
+  AdamSpans spans = format.UpdateSpans(states, out, sg.range.len, grad, grad_bf16, seed_, own.step, b,
                                        sg.range.begin);
   std::vector<std::pair<size_t, size_t>> no_decay;  // strata.no_decay, in the sub-group's elements
   for (const auto& [lo, hi] : m_.model.blocks[b].no_decay) {
@@ -174,7 +175,7 @@ Status UpdateWindow::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   spans.no_decay = no_decay;
   {
     Tracer::Span s(m_.io.tracer, Track::kOptimizer, "adam b" + std::to_string(b));
-    STRATA_RETURN_IF_ERROR(AdamStep(own, spans, {.num_threads = m_.optimizer.threads}));
+    STRATA_RETURN_IF_ERROR(AdamStep(own, spans, {.num_threads = threads_}));
     format.FinishUpdate(states, out, sg.range.len);
   }
   if (cur) {
@@ -210,7 +211,7 @@ Status UpdateWindow::UpdateResident(int b, PinnedBuffer lease) {
   STRATA_RETURN_IF_ERROR(TorchCall("resident update", [&] { part = weights.narrow(0, lo, bp.optimizer.len); }));
   // After the step's Synchronize nothing reads the old weights; the next copy in waits for this one.
   const Event copied = m_.io.dev->CopyIn(part, lease.data() + lo * m_.plan.dsize, {m_.bufs.resident_ready[b]});
-  m_.ReleaseAfter(std::move(lease), copied);
+  m_.io.ReleaseAfter(std::move(lease), copied);
   m_.bufs.resident_ready[b] = copied;  // read by the compute thread once block b is ready
   return Status();
 }
@@ -238,7 +239,7 @@ std::unique_ptr<LoadedStates> UpdateWindow::LoadStates(const SubGroup& sg) {
 }
 
 void UpdateWindow::ReadStatesEarly() {
-  if (!m_.optimizer.run.done.Ready() || !m_.state.pools.optim || !m_.optimizer.mode->ReadsStatesEarly()) return;
+  if (!m_.state.pools.optim) return;
   // The NVMe sub-group after the last one read early, in update order (block by block; host
   // blocks' states are updated in place).
   const SubGroup* last = early_.empty() ? nullptr : early_.back()->sub;

@@ -14,14 +14,12 @@
 #include <span>
 #include <vector>
 
-#include "src/engine/engine.h"
+#include "src/engine/engine_parts.h"
 #include "strata/cpu_adam.h"
 #include "strata/event.h"
 #include "strata/pinned_pool.h"
 
 namespace strata {
-
-struct SubGroup;
 
 // One optimizer sub-group's states (master, m, v) being read into pinned buffers.
 struct LoadedStates {
@@ -43,10 +41,27 @@ class ParkingLot {
   virtual void Put(int b, PinnedBuffer weights) = 0;  // block b's, complete
 };
 
+// What the window uses of the engine: the plan, where it runs (the tracer; the device, for a
+// resident block's new weights), the blocks' sub-groups, handles and accumulators, the store
+// and its pools, the device's resident weights, and the experts' steps in the update.
+struct UpdateWindowParts {
+  const ShardPlan& plan;
+  const EngineIo& io;
+  ModelBlocks& model;
+  StateStore& state;
+  DeviceBuffers& bufs;
+  const ExpertState& experts;
+};
+
 class UpdateWindow {
  public:
-  explicit UpdateWindow(Engine::Impl& m) : m_(m) {}
+  explicit UpdateWindow(const UpdateWindowParts& parts) : m_(parts) {}
   ~UpdateWindow() { DropEarlyStates(); }
+  // The run's seed (the bf16 copy's stochastic rounding) and the CPU update's OpenMP threads.
+  void Configure(uint64_t seed, int threads) {
+    seed_ = seed;
+    threads_ = threads;
+  }
 
   // AdamW over `blocks` (in this order) with `hp`; `early`: states read ahead, consumed where
   // they are the next ones; ready[b] is set as block b is done; `park`: where the new working
@@ -68,9 +83,10 @@ class UpdateWindow {
   StatusOr<std::byte*> BlockOutput(int b, PinnedBuffer* lease, int64_t* first, ParkingLot* park = nullptr);
   Status FinishBlock(int b, PinnedBuffer lease, ParkingLot* park = nullptr);
 
-  // Compute thread: reads the states of the next NVMe sub-group in update order into free
-  // optim-pool buffers (once as the last micro-batch starts, once per block of its backward),
-  // best effort, never blocking; Take hands them to the update, Drop returns them.
+  // Compute thread, while no update runs: reads the states of the next NVMe sub-group in
+  // update order into free optim-pool buffers (once as the last micro-batch starts, once per
+  // block of its backward), best effort, never blocking; Take hands them to the update, Drop
+  // returns them.
   void ReadStatesEarly();
   EarlyStates TakeEarlyStates() { return std::exchange(early_, {}); }
   void DropEarlyStates() { DropStates(early_); }
@@ -85,7 +101,9 @@ class UpdateWindow {
   // A resident block's updated working weights (in `lease`) to the device, off the critical path.
   Status UpdateResident(int b, PinnedBuffer lease);
 
-  Engine::Impl& m_;
+  UpdateWindowParts m_;
+  uint64_t seed_ = 0;
+  int threads_ = 1;
   EarlyStates early_;
 };
 

@@ -1,5 +1,5 @@
 // A sparse layer's working weights in parts (expert_parts.h).
-#include "src/engine/expert_parts.h"
+#include "src/engine/experts/expert_parts.h"
 
 #include <algorithm>
 

@@ -1,0 +1,44 @@
+// Folder-private: what a sparse layer's routing does in the engine (Note [Expert-aware
+// fetching]): recorded for the optimizer, and the chosen experts fetched when the block's own
+// fetch left them out.
+#pragma once
+
+#include <optional>
+
+#include <span>
+
+#include "src/engine/experts/expert_state.h"
+#include "src/engine/step_stats.h"
+#include "src/model/expert_routing.h"
+#include "strata/status.h"
+
+namespace strata {
+
+// Brings the experts a sparse layer chose to the compute device (the pass's Gatherer).
+class ExpertFetcher {
+ public:
+  virtual ~ExpertFetcher() = default;
+  // Block `block`'s sparse layer chose these experts (counts per expert): those not fetched
+  // yet are brought in, the compute waiting for them.
+  virtual Status FetchExperts(int block, std::span<const int64_t> counts) = 0;
+};
+
+// Armed on the compute thread while block b runs (its forward, or its recomputation in the
+// backward); nothing for a dense block (`experts` 0). `train`: the routing counts for the
+// step's update (ExpertState::Routed); `counts`: the step's routed experts; `fetch`: the
+// pass's Gatherer, which fetches the chosen experts.
+class BlockRouting final : public model::ExpertRouting {
+ public:
+  BlockRouting(int b, int experts, bool train, ExpertState& state, StepStats& counts, ExpertFetcher& fetch);
+  void Routed(std::span<const int64_t> counts) override;
+
+ private:
+  int b_;
+  bool train_;
+  ExpertState& state_;
+  StepStats& counts_;
+  ExpertFetcher& fetch_;
+  std::optional<model::ExpertRoutingScope> scope_;
+};
+
+}  // namespace strata
