@@ -148,7 +148,8 @@ struct Engine::Impl final : BlockReadiness {
   GatherParts gather_parts();
   // One block of one micro-batch, whichever the schedule (its weights acquired by the caller
   // from `gather`, which fetches a sparse layer's routed experts).
-  Status ForwardBlock(int b, Pass pass, torch::Tensor* x, Activations* act, const MicroBatch& mb, Gatherer& gather);
+  Status ForwardBlock(int b, Pass pass, torch::Tensor* x, Activations* act, const MicroBatch& mb, Gatherer& gather,
+                      const model::PackedLayout* packing);
   StatusOr<double> HeadPass(const torch::Tensor& x, const torch::Tensor& targets, const torch::Tensor& mask,
                             double weight, Pass pass, Activations* act);
   Status AcquireHead(Gatherer& gather);
@@ -158,9 +159,13 @@ struct Engine::Impl final : BlockReadiness {
   // The two schedules of a step's micro-batches (strata.schedule); each adds their losses.
   Status MicroBatchMajor(const StepInputs& in, Gatherer& gather, double* loss_sum);
   Status LayerMajor(const StepInputs& in, Gatherer& gather, double* loss_sum);  // engine_layer_major.cc
-  // Arms LoRA dropout in *scope for block b of micro-batch `mb` (the same masks in its
-  // recomputation); leaves it empty without dropout.
-  void ArmLoraDropout(int b, const MicroBatch& mb, std::optional<model::LoraDropoutScope>* scope) const;
+  // LoRA dropout's masks in *dropout for block b of micro-batch `mb` (the same masks in its
+  // recomputation); left empty without dropout.
+  void ArmLoraDropout(int b, const MicroBatch& mb, std::optional<model::LoraDropout>* dropout) const;
+  // What block b's layers are handed for one run (Note [Block context]): the packed layout,
+  // the dropout, the routing report, the load-balancing loss, the MLP's tiles.
+  model::BlockContext BlockContextOf(const model::PackedLayout* packing, std::optional<model::LoraDropout>& dropout,
+                                     BlockRouting& routing, model::RouterLoss* router_loss) const;
   StatusOr<double> Forward(const data::Batch& batch, double loss_weight, Pass pass, Gatherer& gather, Activations* act,
                            const MicroBatch& mb);
   Status Backward(Activations& act, Gatherer& gather, const MicroBatch& mb);

@@ -77,7 +77,7 @@ Status Engine::Impl::LayerMajor(const StepInputs& in, Gatherer& gather, double* 
   for (int b = 0; b < n - 1; ++b) {
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
     for (size_t p = 0; p < passes.size(); ++p) {
-      STRATA_RETURN_IF_ERROR(ForwardBlock(b, Pass::kTrain, &x[p], &acts[p], passes[p], gather));
+      STRATA_RETURN_IF_ERROR(ForwardBlock(b, Pass::kTrain, &x[p], &acts[p], passes[p], gather, acts[p].packing.get()));
     }
     gather.Release();
   }

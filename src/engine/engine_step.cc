@@ -92,8 +92,18 @@ class StepCleanup {
 
 // Note [LoRA dropout]: the seed depends on the run's seed, the sample (the data index: a
 // sample gets the same masks on any rank count) and the block.
-void Engine::Impl::ArmLoraDropout(int b, const MicroBatch& mb, std::optional<model::LoraDropoutScope>* scope) const {
-  if (cfg.model.lora.dropout > 0) scope->emplace((cfg.seed * 1000003ULL + mb.sample) * 1000003ULL + static_cast<uint64_t>(b));
+void Engine::Impl::ArmLoraDropout(int b, const MicroBatch& mb, std::optional<model::LoraDropout>* dropout) const {
+  if (cfg.model.lora.dropout > 0) dropout->emplace((cfg.seed * 1000003ULL + mb.sample) * 1000003ULL + static_cast<uint64_t>(b));
+}
+
+model::BlockContext Engine::Impl::BlockContextOf(const model::PackedLayout* packing,
+                                                 std::optional<model::LoraDropout>& dropout, BlockRouting& routing,
+                                                 model::RouterLoss* router_loss) const {
+  return {.packing = packing,
+          .dropout = dropout ? &*dropout : nullptr,
+          .routing = routing.context(),
+          .router_loss = router_loss,
+          .mlp_chunk = cfg.mlp_chunk};  // Note [Tiled MLP]
 }
 
 // Reads of the visits whose working weights are on NVMe; null when there are none.
@@ -288,27 +298,24 @@ bool Engine::Impl::PlantsOverflow(int b, const MicroBatch& mb) const {
 // keeps the block's input in `act` (the activation checkpoint), or with keep_activations its
 // output with its autograd graph. The block's weights are acquired by the caller.
 Status Engine::Impl::ForwardBlock(int b, Pass pass, torch::Tensor* x, Activations* act, const MicroBatch& mb,
-                                  Gatherer& gather) {
+                                  Gatherer& gather, const model::PackedLayout* packing) {
   const bool train = pass == Pass::kTrain;
   Tracer::Span span(io.tracer, Track::kCompute, (train ? "forward b" : "eval b") + std::to_string(b));
   STRATA_RETURN_IF_ERROR(TorchCall("forward", [&] {
-    std::optional<model::LoraDropoutScope> dropout;
+    std::optional<model::LoraDropout> dropout;
     if (train) ArmLoraDropout(b, mb, &dropout);
-    std::optional<model::PackedSequencesScope> packed;  // eval: Forward armed it
-    if (act) packed.emplace(act->packing);
-    const model::RouterLossScope router(train && act ? act->router.get() : nullptr);
     BlockRouting routing(b, plan.blocks[b].experts.count, train, experts, step_counts, gather);  // Note [Expert-aware fetching]
-    const model::MlpTilingScope mlp_tiles(cfg.mlp_chunk);  // Note [Tiled MLP]
+    const model::BlockContext ctx = BlockContextOf(packing, dropout, routing, train && act ? act->router.get() : nullptr);
     if (train && cfg.keep_activations) {  // each block its own graph, from its input (a leaf) to its output
       torch::Tensor in = b == 0 ? *x : x->detach().requires_grad_(true);
       act->inputs[b] = in;
-      act->outputs[b] = model.blocks[b].module->Forward(in);
+      act->outputs[b] = model.blocks[b].module->Forward(in, ctx);
       *x = act->outputs[b].detach();
       return;
     }
     torch::NoGradGuard no_grad;
     if (train) act->inputs[b] = *x;
-    *x = model.blocks[b].module->Forward(*x);
+    *x = model.blocks[b].module->Forward(*x, ctx);
   }));
   if (train && !cfg.keep_activations && act->stash) return act->stash->Keep(b, act->pass, &act->inputs[b]);
   return Status();
@@ -365,21 +372,19 @@ Status Engine::Impl::BackwardBlock(int b, Activations& act, const MicroBatch& mb
   if (act.outputs.empty() && act.stash) STRATA_RETURN_IF_ERROR(act.stash->Fetch(b, act.pass, &act.inputs[b]));
   Tracer::Span span(io.tracer, Track::kCompute, "backward b" + std::to_string(b));
   return TorchCall("backward", [&] {
-    std::optional<model::LoraDropoutScope> dropout;
+    std::optional<model::LoraDropout> dropout;
     ArmLoraDropout(b, mb, &dropout);  // a recomputation draws the forward's masks
-    const model::PackedSequencesScope packed(act.packing);
-    const model::RouterLossScope router(act.router.get());
     BlockRouting routing(b, plan.blocks[b].experts.count, /*train=*/true, experts, step_counts, gather);
-    const model::MlpTilingScope mlp_tiles(cfg.mlp_chunk);
+    const model::BlockContext ctx = BlockContextOf(act.packing.get(), dropout, routing, act.router.get());
     if (!act.outputs.empty()) {  // kept
       act.outputs[b].backward(act.grad_out);
       act.outputs[b] = torch::Tensor();  // its activations go
       if (b > 0) act.grad_out = act.inputs[b].grad();
     } else if (b == 0) {
-      model.blocks[0].module->Forward(act.inputs[0]).backward(act.grad_out);
+      model.blocks[0].module->Forward(act.inputs[0], ctx).backward(act.grad_out);
     } else {
       torch::Tensor in = act.inputs[b].detach().requires_grad_(true);
-      model.blocks[b].module->Forward(in).backward(act.grad_out);
+      model.blocks[b].module->Forward(in, ctx).backward(act.grad_out);
       act.grad_out = in.grad();
     }
     act.inputs[b] = torch::Tensor();  // the checkpoint is spent
@@ -412,11 +417,9 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_wei
     act->packing = packing;  // armed per block, in its forward and its backward
     act->router = NewRouterLoss();
   }
-  std::optional<model::PackedSequencesScope> packed;
-  if (!train) packed.emplace(packing);
   for (int b = 0; b < n - 1; ++b) {
     STRATA_RETURN_IF_ERROR(gather.Acquire(b));
-    STRATA_RETURN_IF_ERROR(ForwardBlock(b, pass, &x, act, mb, gather));
+    STRATA_RETURN_IF_ERROR(ForwardBlock(b, pass, &x, act, mb, gather, packing.get()));
     gather.Release();
   }
   STRATA_RETURN_IF_ERROR(AcquireHead(gather));

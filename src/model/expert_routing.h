@@ -1,7 +1,7 @@
 // Note [Expert-aware fetching]
 // A token of a mixture-of-experts layer uses top_k of its experts, so a micro-batch needs only
 // the experts some token of it chose, and the others' bytes need not move at all. The router
-// runs first; a sparse layer then tells the ExpertRouting armed on its thread which experts
+// runs first; a sparse layer then tells the ExpertRouting of its BlockContext which experts
 // were chosen (Routed) before any of them runs, and the engine brings those to the compute
 // device (the block's router, attention and norms came with the block's own fetch; across
 // ZeRO-3 ranks, the experts some rank's tokens chose, each rank's pieces broadcast from it).
@@ -21,20 +21,6 @@ class ExpertRouting {
   // `counts[e]`: the (token, choice) pairs routed to expert e by a sparse layer's router. Every
   // expert with a count must be usable when this returns (errors: thrown).
   virtual void Routed(std::span<const int64_t> counts) = 0;
-  // Armed on this thread (ExpertRoutingScope), or null.
-  static ExpertRouting* Current();
-};
-
-// While it lives, the sparse layers run on this thread report to `routing` (null: nothing).
-class ExpertRoutingScope {
- public:
-  explicit ExpertRoutingScope(ExpertRouting* routing);
-  ~ExpertRoutingScope();
-  ExpertRoutingScope(const ExpertRoutingScope&) = delete;
-  ExpertRoutingScope& operator=(const ExpertRoutingScope&) = delete;
-
- private:
-  ExpertRouting* previous_;
 };
 
 }  // namespace strata::model

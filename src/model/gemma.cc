@@ -51,7 +51,7 @@ class GemmaEmbedding final : public Block {
     wte_ = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.d_model, c.init_std));
   }
   BlockKind kind() const override { return BlockKind::kEmbedding; }
-  torch::Tensor Forward(const torch::Tensor& tokens) override {
+  torch::Tensor Forward(const torch::Tensor& tokens, const BlockContext&) override {
     STRATA_CHECK(tokens.dim() == 2) << "tokens must be [B, T], got " << tokens.sizes();
     const torch::Tensor e = wte_->Forward(tokens);
     return e * torch::scalar_tensor(scale_, e.options());  // sqrt(C) rounded to the dtype, as transformers
@@ -97,42 +97,44 @@ class GemmaAttention final : public torch::nn::Module {
     }
     o_proj_ = register_module("o_proj", std::make_shared<Linear>(q_out, C, false, c.init_std, AdapterFor(c.lora, "o_proj")));
   }
-  torch::Tensor Forward(const torch::Tensor& x) {
-    auto [q, k, v] = Project(x, 0);
+  torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) {
+    auto [q, k, v] = Project(x, 0, ctx);
     const int64_t B = q.size(0), T = q.size(2);
-    if (const PackedLayout* packed = PackedLayout::Current()) {  // Note [Packed sequences]
+    if (ctx.packing) {  // Note [Packed sequences]
       auto attend = [this](const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
         return GemmaAttend(a, b, c, {}, scale_, cap_);
       };
-      return o_proj_->Forward(PackedCausalAttention(q, k, v, *packed, attend));
+      return o_proj_->Forward(PackedCausalAttention(q, k, v, *ctx.packing, attend), ctx);
     }
-    return o_proj_->Forward(GemmaAttend(q, k, v, {}, scale_, cap_).transpose(1, 2).reshape({B, T, -1}));
+    return o_proj_->Forward(GemmaAttend(q, k, v, {}, scale_, cap_).transpose(1, 2).reshape({B, T, -1}), ctx);
   }
   torch::Tensor ForwardCached(const torch::Tensor& x, int64_t past, KvCache& cache) {
-    auto [q, k, v] = Project(x, past);
+    const BlockContext plain;
+    auto [q, k, v] = Project(x, past, plain);
     cache.k = past == 0 ? k : torch::cat({cache.k, k}, 2);
     cache.v = past == 0 ? v : torch::cat({cache.v, v}, 2);
     const int64_t B = q.size(0), T = q.size(2);
     auto i64 = torch::TensorOptions().dtype(torch::kLong).device(q.device());
     const torch::Tensor keep = torch::arange(past + T, i64).unsqueeze(0) <= (torch::arange(T, i64) + past).unsqueeze(1);
     return o_proj_->Forward(
-        GemmaAttend(q, cache.k, cache.v, keep, scale_, cap_).transpose(1, 2).reshape({B, T, -1}));
+        GemmaAttend(q, cache.k, cache.v, keep, scale_, cap_).transpose(1, 2).reshape({B, T, -1}), plain);
   }
 
  private:
   // q [B, H, T, D], k, v [B, Hkv, T, D] for positions past..past+T-1, RoPE applied.
-  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Project(const torch::Tensor& x, int64_t past) const {
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Project(const torch::Tensor& x, int64_t past,
+                                                                  const BlockContext& ctx) const {
     const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
-    torch::Tensor q = q_proj_->Forward(x).view({B, T, n_head_, D});
-    torch::Tensor k = k_proj_->Forward(x).view({B, T, n_kv_head_, D});
+    torch::Tensor q = q_proj_->Forward(x, ctx).view({B, T, n_head_, D});
+    torch::Tensor k = k_proj_->Forward(x, ctx).view({B, T, n_kv_head_, D});
     if (q_norm_) {  // Gemma 3: per head, before RoPE
       q = q_norm_->Forward(q);
       k = k_norm_->Forward(k);
     }
     q = q.transpose(1, 2);
     k = k.transpose(1, 2);
-    torch::Tensor v = v_proj_->Forward(x).view({B, T, n_kv_head_, D}).transpose(1, 2);
-    auto [cos, sin] = RopeTablesFor(q, D, rope_theta_, {}, past);
+    torch::Tensor v = v_proj_->Forward(x, ctx).view({B, T, n_kv_head_, D}).transpose(1, 2);
+    auto [cos, sin] = RopeTablesFor(q, D, rope_theta_, {}, past, ctx.packing);
     return {ApplyRope(q, cos, sin), ApplyRope(k, cos, sin), v};
   }
 
@@ -151,11 +153,13 @@ class GemmaMlp final : public torch::nn::Module {
     up_proj_ = register_module("up_proj", std::make_shared<Linear>(C, F, false, c.init_std, AdapterFor(c.lora, "up_proj")));
     down_proj_ = register_module("down_proj", std::make_shared<Linear>(F, C, false, c.init_std, AdapterFor(c.lora, "down_proj")));
   }
-  torch::Tensor Forward(const torch::Tensor& x) {
-    return RowWise([this](const torch::Tensor& t) { return Whole(t); }, x, *this);  // Note [Tiled MLP]
+  torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) {
+    // Note [Tiled MLP]: a tile's recomputation in the backward runs untiled without dropout.
+    if (ctx.MlpTiles() > 0) return RowWise([this](const torch::Tensor& t) { return Whole(t, {}); }, x, *this, ctx.MlpTiles());
+    return Whole(x, ctx);
   }
-  torch::Tensor Whole(const torch::Tensor& x) {
-    return down_proj_->Forward(torch::gelu(gate_proj_->Forward(x), "tanh") * up_proj_->Forward(x));
+  torch::Tensor Whole(const torch::Tensor& x, const BlockContext& ctx) {
+    return down_proj_->Forward(torch::gelu(gate_proj_->Forward(x, ctx), "tanh") * up_proj_->Forward(x, ctx), ctx);
   }
 
  private:
@@ -176,17 +180,17 @@ class GemmaLayer final : public Block {
         register_module("post_feedforward_layernorm", std::make_shared<GemmaRmsNorm>(c.d_model, c.norm_eps));
   }
   BlockKind kind() const override { return BlockKind::kLayer; }
-  torch::Tensor Forward(const torch::Tensor& x) override {
-    return Mlp(x + post_attention_layernorm_->Forward(self_attn_->Forward(input_layernorm_->Forward(x))));
+  torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) override {
+    return Mlp(x + post_attention_layernorm_->Forward(self_attn_->Forward(input_layernorm_->Forward(x), ctx)), ctx);
   }
   torch::Tensor ForwardCached(const torch::Tensor& x, int64_t past, KvCache& cache) override {
     const torch::Tensor a = self_attn_->ForwardCached(input_layernorm_->Forward(x), past, cache);
-    return Mlp(x + post_attention_layernorm_->Forward(a));
+    return Mlp(x + post_attention_layernorm_->Forward(a), BlockContext{});
   }
 
  private:
-  torch::Tensor Mlp(const torch::Tensor& h) {
-    return h + post_feedforward_layernorm_->Forward(mlp_->Forward(pre_feedforward_layernorm_->Forward(h)));
+  torch::Tensor Mlp(const torch::Tensor& h, const BlockContext& ctx) {
+    return h + post_feedforward_layernorm_->Forward(mlp_->Forward(pre_feedforward_layernorm_->Forward(h), ctx));
   }
   std::shared_ptr<GemmaRmsNorm> input_layernorm_, post_attention_layernorm_, pre_feedforward_layernorm_,
       post_feedforward_layernorm_;

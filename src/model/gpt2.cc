@@ -25,19 +25,21 @@ class Gpt2Embedding final : public Block {
     wpe_ = register_module("wpe", std::make_shared<Embedding>(MaxPositions(c), c.d_model, c.init_std));
   }
   BlockKind kind() const override { return BlockKind::kEmbedding; }
-  torch::Tensor Forward(const torch::Tensor& tokens) override { return Embed(tokens, 0); }
+  torch::Tensor Forward(const torch::Tensor& tokens, const BlockContext& ctx) override {
+    return Embed(tokens, 0, ctx.packing);
+  }
   torch::Tensor ForwardCached(const torch::Tensor& tokens, int64_t past, KvCache&) override {
-    return Embed(tokens, past);
+    return Embed(tokens, past, nullptr);
   }
 
  private:
-  // Tokens at positions past..past+T-1.
-  torch::Tensor Embed(const torch::Tensor& tokens, int64_t past) const {
+  // Tokens at positions past..past+T-1, or of packed examples at their own (`packed`).
+  torch::Tensor Embed(const torch::Tensor& tokens, int64_t past, const PackedLayout* packed) const {
     STRATA_CHECK(tokens.dim() == 2) << "tokens must be [B, T], got " << tokens.sizes();
     const int64_t T = tokens.size(1);
     STRATA_CHECK(past + T <= wpe_->weight().size(0))
         << "position " << past + T << " exceeds seq_len " << wpe_->weight().size(0);
-    if (const PackedLayout* packed = past == 0 ? PackedLayout::Current() : nullptr)  // Note [Packed sequences]
+    if (packed && past == 0)  // Note [Packed sequences]
       return wte_->Forward(tokens) + wpe_->Forward(packed->PositionsOn(tokens.device()));  // [B, T, C] + [B, T, C]
     torch::Tensor positions = torch::arange(past, past + T, tokens.options().dtype(torch::kLong));
     return wte_->Forward(tokens) + wpe_->Forward(positions);  // [B, T, C] + [T, C]
@@ -52,20 +54,21 @@ class Gpt2Attention final : public torch::nn::Module {
     c_attn_ = register_module("c_attn", std::make_shared<Linear>(c.d_model, 3 * c.d_model, true, c.init_std));
     c_proj_ = register_module("c_proj", std::make_shared<Linear>(c.d_model, c.d_model, true, proj_std));
   }
-  torch::Tensor Forward(const torch::Tensor& x) {
-    torch::Tensor qkv = Qkv(x);
-    return c_proj_->Forward(CausalAttention(qkv[0], qkv[1], qkv[2]));
+  torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) {
+    torch::Tensor qkv = Qkv(x, ctx);
+    return c_proj_->Forward(CausalAttention(qkv[0], qkv[1], qkv[2], ctx.packing), ctx);
   }
   torch::Tensor ForwardCached(const torch::Tensor& x, KvCache& cache) {
-    torch::Tensor qkv = Qkv(x);
-    return c_proj_->Forward(CachedCausalAttention(qkv[0], qkv[1], qkv[2], cache));
+    const BlockContext plain;
+    torch::Tensor qkv = Qkv(x, plain);
+    return c_proj_->Forward(CachedCausalAttention(qkv[0], qkv[1], qkv[2], cache), plain);
   }
 
  private:
   // [B, T, 3C] -> [3, B, H, T, D]: the first C columns are q, split into heads of D.
-  torch::Tensor Qkv(const torch::Tensor& x) const {
+  torch::Tensor Qkv(const torch::Tensor& x, const BlockContext& ctx) const {
     const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-    return c_attn_->Forward(x).view({B, T, 3, n_head_, C / n_head_}).permute({2, 0, 3, 1, 4});
+    return c_attn_->Forward(x, ctx).view({B, T, 3, n_head_, C / n_head_}).permute({2, 0, 3, 1, 4});
   }
 
   int64_t n_head_;
@@ -79,11 +82,13 @@ class Gpt2Mlp final : public torch::nn::Module {
     c_fc_ = register_module("c_fc", std::make_shared<Linear>(c.d_model, F, true, c.init_std));
     c_proj_ = register_module("c_proj", std::make_shared<Linear>(F, c.d_model, true, proj_std));
   }
-  torch::Tensor Forward(const torch::Tensor& x) {
-    return RowWise([this](const torch::Tensor& t) { return Whole(t); }, x, *this);  // Note [Tiled MLP]
+  torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) {
+    // Note [Tiled MLP]: a tile's recomputation in the backward runs untiled without dropout.
+    if (ctx.MlpTiles() > 0) return RowWise([this](const torch::Tensor& t) { return Whole(t, {}); }, x, *this, ctx.MlpTiles());
+    return Whole(x, ctx);
   }
-  torch::Tensor Whole(const torch::Tensor& x) {
-    return c_proj_->Forward(torch::gelu(c_fc_->Forward(x), "tanh"));  // GPT-2's gelu_new
+  torch::Tensor Whole(const torch::Tensor& x, const BlockContext& ctx) {
+    return c_proj_->Forward(torch::gelu(c_fc_->Forward(x, ctx), "tanh"), ctx);  // GPT-2's gelu_new
   }
 
  private:
@@ -101,13 +106,13 @@ class Gpt2Layer final : public Block {
     mlp_ = register_module("mlp", std::make_shared<Gpt2Mlp>(c, proj_std));
   }
   BlockKind kind() const override { return BlockKind::kLayer; }
-  torch::Tensor Forward(const torch::Tensor& x) override {
-    torch::Tensor h = x + attn_->Forward(ln_1_->Forward(x));
-    return h + mlp_->Forward(ln_2_->Forward(h));
+  torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) override {
+    torch::Tensor h = x + attn_->Forward(ln_1_->Forward(x), ctx);
+    return h + mlp_->Forward(ln_2_->Forward(h), ctx);
   }
   torch::Tensor ForwardCached(const torch::Tensor& x, int64_t, KvCache& cache) override {
     torch::Tensor h = x + attn_->ForwardCached(ln_1_->Forward(x), cache);
-    return h + mlp_->Forward(ln_2_->Forward(h));
+    return h + mlp_->Forward(ln_2_->Forward(h), BlockContext{});
   }
 
  private:

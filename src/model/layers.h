@@ -27,6 +27,7 @@
 #include <initializer_list>
 #include <optional>
 
+#include "src/model/block_context.h"
 #include "src/model/model.h"
 #include "src/model/packed_sequences.h"
 #include "strata/check.h"
@@ -105,7 +106,7 @@ class Leaf : public torch::nn::Module {
 // A layer's MLP, dense (SwiGLU) or a mixture of experts (moe.h).
 class FeedForward : public torch::nn::Module {
  public:
-  virtual torch::Tensor Forward(const torch::Tensor& x) = 0;
+  virtual torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) = 0;
 };
 
 // A projection's LoRA adapter: rank r, scale alpha / r and dropout on its input; r = 0 for none.
@@ -116,29 +117,6 @@ struct Adapter {
 inline Adapter AdapterFor(const LoraConfig& lora, const char* projection) {
   return lora.enabled() && lora.Targets(projection) ? Adapter{lora.r, lora.scale(), lora.dropout} : Adapter{};
 }
-
-// Note [LoRA dropout]
-// A block that is recomputed in the backward must draw the same dropout masks as in its
-// forward. So masks come from this per-thread context, which the engine arms around a
-// training block's forward and its recomputation with the same seed (from the sample and the
-// block), not from the global RNG; each adapter's call takes the next counter. Unarmed
-// (evaluation, generate, the reference model): no dropout.
-struct LoraDropout {
-  bool armed = false;
-  uint64_t seed = 0, calls = 0;
-  static LoraDropout& Current() {
-    static thread_local LoraDropout context;
-    return context;
-  }
-  // x with each element zeroed with probability p and the rest scaled by 1 / (1 - p).
-  torch::Tensor Apply(const torch::Tensor& x, double p) {
-    if (!armed || p == 0) return x;
-    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed * 0x9E3779B97F4A7C15ULL + ++calls);
-    torch::Tensor keep = torch::empty(x.sizes(), torch::kFloat32).bernoulli_(1.0 - p, gen);
-    return x * (keep / (1.0 - p)).to(x.options());
-  }
-};
-
 
 // y = x W^T + b with W [out, in] (nn::Linear's layout; HF GPT-2's Conv1D stores [in, out]),
 // plus, with an adapter, scale * (x A^T) B^T (PEFT's lora_A [r, in], lora_B [out, r]).
@@ -153,10 +131,11 @@ class Linear : public Leaf {
       lora_b_ = AddAdapterParameter("lora_B", {out, adapter.r});
     }
   }
-  torch::Tensor Forward(const torch::Tensor& x) const {
+  // `ctx`: LoRA dropout's masks (Note [LoRA dropout]).
+  torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) const {
     torch::Tensor y = torch::linear(x, weight_, bias_);
     if (!lora_a_.defined()) return y;
-    const torch::Tensor xd = LoraDropout::Current().Apply(x, dropout_);
+    const torch::Tensor xd = ctx.Dropout(x, dropout_);
     return y + torch::linear(torch::linear(xd, lora_a_), lora_b_) * scale_;
   }
   void Initialise(WeightDraws& draws) override {
@@ -192,10 +171,11 @@ class StackedAdapter final : public Leaf {
   }
   // Matrix e's delta scale * (x A_e^T) B_e^T ([..., out], with dropout on x: Note [LoRA
   // dropout]) added to `outputs`, each taking as many of its columns as it has, in order.
-  void AddTo(const torch::Tensor& x, std::initializer_list<torch::Tensor*> outputs, int64_t e = 0) const {
+  void AddTo(const torch::Tensor& x, std::initializer_list<torch::Tensor*> outputs, const BlockContext& ctx,
+             int64_t e = 0) const {
     const torch::Tensor a = lora_a_.narrow(0, e * r_, r_);                 // [r, in]
     const torch::Tensor b = lora_b_.view({out_, r_, stack_}).select(2, e);  // [out, r]
-    const torch::Tensor d = torch::linear(torch::linear(LoraDropout::Current().Apply(x, dropout_), a), b) * scale_;
+    const torch::Tensor d = torch::linear(torch::linear(ctx.Dropout(x, dropout_), a), b) * scale_;
     int64_t at = 0;
     for (torch::Tensor* y : outputs) {
       const int64_t n = y->size(-1);
@@ -302,9 +282,10 @@ inline torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, cons
   return at::scaled_dot_product_attention(q, RepeatKv(k, H), RepeatKv(v, H), mask, 0.0, causal, scale);
 }
 
-// With a PackedSequencesScope armed, within each packed example only (Note [Packed sequences]).
-inline torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  if (const PackedLayout* packed = PackedLayout::Current()) return PackedCausalAttention(q, k, v, *packed);
+// With a layout of packed examples, within each example only (Note [Packed sequences]).
+inline torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const PackedLayout* packed) {
+  if (packed) return PackedCausalAttention(q, k, v, *packed);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   return Attend(q, k, v, std::nullopt, /*causal=*/true).transpose(1, 2).reshape({B, T, H * D});
 }
@@ -318,7 +299,7 @@ inline torch::Tensor CachedCausalAttention(const torch::Tensor& q, const torch::
   const int64_t past = cache.length();
   cache.k = past == 0 ? k : torch::cat({cache.k, k}, 2);
   cache.v = past == 0 ? v : torch::cat({cache.v, v}, 2);
-  if (past == 0) return CausalAttention(q, k, v);
+  if (past == 0) return CausalAttention(q, k, v, /*packed=*/nullptr);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   auto i64 = torch::TensorOptions().dtype(torch::kLong).device(q.device());
   torch::Tensor mask = torch::arange(past + T, i64).unsqueeze(0) <= (torch::arange(T, i64) + past).unsqueeze(1);
@@ -386,9 +367,9 @@ inline std::pair<torch::Tensor, torch::Tensor> RopeTablesAt(const torch::Tensor&
 // The tables for one attention call on q [B, H, T, D]: in a pass over packed examples at their
 // own positions (Note [Packed sequences]), else at past..past+T-1.
 inline std::pair<torch::Tensor, torch::Tensor> RopeTablesFor(const torch::Tensor& q, int64_t D, double theta,
-                                                             const RopeScaling& scaling, int64_t past) {
-  const PackedLayout* packed = past == 0 ? PackedLayout::Current() : nullptr;
-  return packed ? RopeTablesAt(packed->PositionsOn(q.device()), D, theta, q, scaling)
+                                                             const RopeScaling& scaling, int64_t past,
+                                                             const PackedLayout* packed) {
+  return packed && past == 0 ? RopeTablesAt(packed->PositionsOn(q.device()), D, theta, q, scaling)
                 : RopeTables(q.size(2), D, theta, q, scaling, past);  // recomputed: not state to shard
 }
 
@@ -436,7 +417,7 @@ class LmHead final : public Block {
     if (!tied_) lm_head_ = register_module("lm_head", std::make_shared<Linear>(c.d_model, c.vocab_size, false, c.init_std));
   }
   BlockKind kind() const override { return BlockKind::kHead; }
-  torch::Tensor Forward(const torch::Tensor& x) override {
+  torch::Tensor Forward(const torch::Tensor& x, const BlockContext&) override {
     const torch::Tensor logits = torch::linear(HeadHidden(x), HeadWeight());
     return softcap_ > 0 ? torch::tanh(logits / softcap_) * softcap_ : logits;
   }

@@ -38,7 +38,7 @@ class LlamaEmbedding final : public Block {
     wte_ = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.d_model, c.init_std));
   }
   BlockKind kind() const override { return BlockKind::kEmbedding; }
-  torch::Tensor Forward(const torch::Tensor& tokens) override {
+  torch::Tensor Forward(const torch::Tensor& tokens, const BlockContext&) override {
     STRATA_CHECK(tokens.dim() == 2) << "tokens must be [B, T], got " << tokens.sizes();
     return wte_->Forward(tokens);  // positions enter through RoPE in every layer
   }
@@ -69,21 +69,23 @@ class LlamaAttention final : public torch::nn::Module {
     }
     o_proj_ = register_module("o_proj", std::make_shared<Linear>(q_out, C, false, c.init_std, AdapterFor(c.lora, "o_proj")));
   }
-  torch::Tensor Forward(const torch::Tensor& x) {
-    auto [q, k, v] = Project(x, 0);
-    return o_proj_->Forward(CausalAttention(q, k, v));
+  torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) {
+    auto [q, k, v] = Project(x, 0, ctx);
+    return o_proj_->Forward(CausalAttention(q, k, v, ctx.packing), ctx);
   }
   torch::Tensor ForwardCached(const torch::Tensor& x, int64_t past, KvCache& cache) {
-    auto [q, k, v] = Project(x, past);
-    return o_proj_->Forward(CachedCausalAttention(q, k, v, cache));
+    const BlockContext plain;
+    auto [q, k, v] = Project(x, past, plain);
+    return o_proj_->Forward(CachedCausalAttention(q, k, v, cache), plain);
   }
 
  private:
   // q [B, H, T, D], k, v [B, Hkv, T, D] for positions past..past+T-1, RoPE applied.
-  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Project(const torch::Tensor& x, int64_t past) const {
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Project(const torch::Tensor& x, int64_t past,
+                                                                  const BlockContext& ctx) const {
     const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
-    torch::Tensor q = q_proj_->Forward(x), k = k_proj_->Forward(x), v = v_proj_->Forward(x);
-    if (qkv_lora_) qkv_lora_->AddTo(x, {&q, &k, &v});
+    torch::Tensor q = q_proj_->Forward(x, ctx), k = k_proj_->Forward(x, ctx), v = v_proj_->Forward(x, ctx);
+    if (qkv_lora_) qkv_lora_->AddTo(x, {&q, &k, &v}, ctx);
     if (q_norm_full_) {  // OLMoE
       q = q_norm_full_->Forward(q);
       k = k_norm_full_->Forward(k);
@@ -98,7 +100,7 @@ class LlamaAttention final : public torch::nn::Module {
     k = k.transpose(1, 2);  // [B, Hkv, T, D]
     v = v.view({B, T, n_kv_head_, D}).transpose(1, 2);
     // rotary_dim_: D, or fewer (partial rotary: the rest of each head passes)
-    auto [cos, sin] = RopeTablesFor(q, rotary_dim_, rope_theta_, rope_scaling_, past);
+    auto [cos, sin] = RopeTablesFor(q, rotary_dim_, rope_theta_, rope_scaling_, past, ctx.packing);
     return {ApplyRope(q, cos, sin), ApplyRope(k, cos, sin), v};
   }
 
@@ -122,13 +124,15 @@ class LlamaMlp final : public FeedForward {
       gate_up_lora_ = register_module("gate_up_proj", std::make_shared<StackedAdapter>(1, C, 2 * F, a));
     down_proj_ = register_module("down_proj", std::make_shared<Linear>(F, C, false, c.init_std, AdapterFor(c.lora, "down_proj")));
   }
-  torch::Tensor Forward(const torch::Tensor& x) override {
-    return RowWise([this](const torch::Tensor& t) { return Whole(t); }, x, *this);  // Note [Tiled MLP]
+  torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) override {
+    // Note [Tiled MLP]: a tile's recomputation in the backward runs untiled without dropout.
+    if (ctx.MlpTiles() > 0) return RowWise([this](const torch::Tensor& t) { return Whole(t, {}); }, x, *this, ctx.MlpTiles());
+    return Whole(x, ctx);
   }
-  torch::Tensor Whole(const torch::Tensor& x) {
-    torch::Tensor gate = gate_proj_->Forward(x), up = up_proj_->Forward(x);
-    if (gate_up_lora_) gate_up_lora_->AddTo(x, {&gate, &up});
-    return down_proj_->Forward(torch::silu(gate) * up);
+  torch::Tensor Whole(const torch::Tensor& x, const BlockContext& ctx) {
+    torch::Tensor gate = gate_proj_->Forward(x, ctx), up = up_proj_->Forward(x, ctx);
+    if (gate_up_lora_) gate_up_lora_->AddTo(x, {&gate, &up}, ctx);
+    return down_proj_->Forward(torch::silu(gate) * up, ctx);
   }
 
  private:
@@ -149,13 +153,13 @@ class LlamaLayer final : public Block {
       mlp_ = register_module("mlp", std::make_shared<LlamaMlp>(c));
   }
   BlockKind kind() const override { return BlockKind::kLayer; }
-  torch::Tensor Forward(const torch::Tensor& x) override {
-    torch::Tensor h = x + self_attn_->Forward(input_layernorm_->Forward(x));
-    return h + mlp_->Forward(post_attention_layernorm_->Forward(h));
+  torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) override {
+    torch::Tensor h = x + self_attn_->Forward(input_layernorm_->Forward(x), ctx);
+    return h + mlp_->Forward(post_attention_layernorm_->Forward(h), ctx);
   }
   torch::Tensor ForwardCached(const torch::Tensor& x, int64_t past, KvCache& cache) override {
     torch::Tensor h = x + self_attn_->ForwardCached(input_layernorm_->Forward(x), past, cache);
-    return h + mlp_->Forward(post_attention_layernorm_->Forward(h));
+    return h + mlp_->Forward(post_attention_layernorm_->Forward(h), BlockContext{});
   }
 
  private:

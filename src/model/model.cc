@@ -33,8 +33,6 @@ std::shared_ptr<Block> MakeBlock(const ModelSpec& spec, int index, const torch::
                                 : detail::MakeLlamaBlock(spec.config(), index);
 }
 
-LoraDropoutScope::LoraDropoutScope(uint64_t seed) { detail::LoraDropout::Current() = {true, seed, 0}; }
-LoraDropoutScope::~LoraDropoutScope() { detail::LoraDropout::Current().armed = false; }
 
 torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets) {
   STRATA_CHECK(logits.dim() == 3 && targets.dim() == 2 && logits.size(0) == targets.size(0) &&
@@ -74,9 +72,9 @@ FullModel::FullModel(const ModelSpec& spec) {
   }
 }
 
-torch::Tensor FullModel::Forward(const torch::Tensor& tokens) {
+torch::Tensor FullModel::Forward(const torch::Tensor& tokens, const BlockContext& ctx) {
   torch::Tensor x = tokens;
-  for (const auto& block : blocks_) x = block->Forward(x);
+  for (const auto& block : blocks_) x = block->Forward(x, ctx);
   return x;
 }
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "src/model/block_context.h"
 #include "src/model/model_config.h"
 #include "strata/check.h"
 #include "strata/status.h"
@@ -32,8 +33,10 @@ class Block : public torch::nn::Module {
   // kLayer:     hidden [B, T, C] -> hidden [B, T, C] (causal self-attention + MLP, pre-norm)
   // kHead:      hidden [B, T, C] -> logits [B, T, V] (final norm + LM head)
   // Computes in the dtype of its parameters (the caller casts); the input hidden state
-  // has that dtype too.
-  virtual torch::Tensor Forward(const torch::Tensor& input) = 0;
+  // has that dtype too. `ctx`: what the pass arms (packing, dropout, routing, tiles).
+  virtual torch::Tensor Forward(const torch::Tensor& input, const BlockContext& ctx) = 0;
+  // A plain pass: nothing armed.
+  torch::Tensor Forward(const torch::Tensor& input) { return Forward(input, BlockContext{}); }
   // kHead with tied embeddings: the embedding's token table [V, C] that the head multiplies
   // with. The caller binds it before Forward; the head holds no copy of its own.
   virtual void BindTiedWeight(const torch::Tensor& weight) {}
@@ -60,17 +63,6 @@ class Block : public torch::nn::Module {
   }
 };
 
-// Arms LoRA dropout on this thread while it lives (Note [LoRA dropout], layers.h): the blocks
-// run meanwhile draw their adapters' dropout masks from `seed`, the same masks for the same
-// seed. Nothing armed, nothing dropped (evaluation, generate).
-class LoraDropoutScope {
- public:
-  explicit LoraDropoutScope(uint64_t seed);
-  ~LoraDropoutScope();
-  LoraDropoutScope(const LoraDropoutScope&) = delete;
-  LoraDropoutScope& operator=(const LoraDropoutScope&) = delete;
-};
-
 // Block `index` of `spec`, fp32 parameters on the CPU, initialised from (seed, index) only;
 // its parameters number spec.block_parameters(index). With `storage` (fp32, contiguous, at
 // least that many elements) the parameters are consecutive ranges of it in named_parameters()
@@ -92,7 +84,7 @@ torch::Tensor MaskedLanguageModelLoss(const torch::Tensor& logits, const torch::
 class FullModel : public torch::nn::Module {
  public:
   explicit FullModel(const ModelSpec& spec);
-  torch::Tensor Forward(const torch::Tensor& tokens);  // logits
+  torch::Tensor Forward(const torch::Tensor& tokens, const BlockContext& ctx = {});  // logits
   const std::vector<std::shared_ptr<Block>>& blocks() const { return blocks_; }
 
  private:

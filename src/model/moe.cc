@@ -17,12 +17,13 @@ Expert::Expert(const ModelConfig& c, bool mixtral_names) {
   down_ = register_module(mixtral_names ? "w2" : "down_proj", std::make_shared<Linear>(F, C, false, c.init_std));
 }
 
-torch::Tensor Expert::Forward(const torch::Tensor& x, const ExpertAdapters& lora, int64_t e) const {
-  torch::Tensor gate = gate_->Forward(x), up = up_->Forward(x);
-  if (lora.gate_up) lora.gate_up->AddTo(x, {&gate, &up}, e);
+torch::Tensor Expert::Forward(const torch::Tensor& x, const ExpertAdapters& lora, int64_t e,
+                              const BlockContext& ctx) const {
+  torch::Tensor gate = gate_->Forward(x, ctx), up = up_->Forward(x, ctx);
+  if (lora.gate_up) lora.gate_up->AddTo(x, {&gate, &up}, ctx, e);
   const torch::Tensor h = torch::silu(gate) * up;
-  torch::Tensor y = down_->Forward(h);
-  if (lora.down) lora.down->AddTo(h, {&y}, e);
+  torch::Tensor y = down_->Forward(h, ctx);
+  if (lora.down) lora.down->AddTo(h, {&y}, ctx, e);
   return y;
 }
 
@@ -41,9 +42,9 @@ MoeMlp::MoeMlp(const ModelConfig& c)
     lora_.down = experts->register_module("down_proj", std::make_shared<StackedAdapter>(E, F, C, adapter));
 }
 
-torch::Tensor MoeMlp::Forward(const torch::Tensor& x) {
+torch::Tensor MoeMlp::Forward(const torch::Tensor& x, const BlockContext& ctx) {
   const torch::Tensor tokens = x.reshape({-1, x.size(-1)});
-  const torch::Tensor probs = torch::softmax(gate_->Forward(tokens), -1, torch::kFloat32);
+  const torch::Tensor probs = torch::softmax(gate_->Forward(tokens, ctx), -1, torch::kFloat32);
   auto [weights, chosen] = probs.topk(top_k_, -1);
   if (renormalise_) weights = weights / weights.sum(-1, /*keepdim=*/true);
   weights = weights.to(x.scalar_type());
@@ -52,20 +53,19 @@ torch::Tensor MoeMlp::Forward(const torch::Tensor& x) {
   const torch::Tensor order = chosen.reshape({-1}).argsort(/*stable=*/true).cpu();
   const torch::Tensor counts = torch::bincount(chosen.reshape({-1}).cpu(), {}, static_cast<int64_t>(experts_.size()));
   const int64_t* count = counts.data_ptr<int64_t>();
-  if (ExpertRouting* routing = ExpertRouting::Current())  // Note [Expert-aware fetching]
-    routing->Routed({count, experts_.size()});
+  if (ctx.routing) ctx.routing->Routed({count, experts_.size()});  // Note [Expert-aware fetching]
   int64_t at = 0;
   for (size_t e = 0; e < experts_.size(); ++e) {
     if (count[e] == 0) continue;  // unchosen: runs nothing (and gets no gradient)
     const torch::Tensor flat = order.narrow(0, at, count[e]).to(x.device());
     at += count[e];
     const torch::Tensor token = flat.div(top_k_, "floor"), slot = flat.remainder(top_k_);
-    const torch::Tensor y = experts_[e]->Forward(tokens.index_select(0, token), lora_, static_cast<int64_t>(e)) *
+    const torch::Tensor y = experts_[e]->Forward(tokens.index_select(0, token), lora_, static_cast<int64_t>(e), ctx) *
                             weights.index({token, slot}).unsqueeze(-1);
     out.index_add_(0, token, y);
   }
   out = out.view(x.sizes());
-  if (RouterLoss* loss = RouterLoss::Current()) out = loss->Record(out, probs, chosen);  // Note [Router loss]
+  if (ctx.router_loss) out = ctx.router_loss->Record(out, probs, chosen);  // Note [Router loss]
   return out;
 }
 

@@ -29,7 +29,7 @@ struct ExpertAdapters {
 class Expert final : public torch::nn::Module {
  public:
   Expert(const ModelConfig& c, bool mixtral_names);
-  torch::Tensor Forward(const torch::Tensor& x, const ExpertAdapters& lora, int64_t e) const;
+  torch::Tensor Forward(const torch::Tensor& x, const ExpertAdapters& lora, int64_t e, const BlockContext& ctx) const;
 
  private:
   std::shared_ptr<Linear> gate_, up_, down_;
@@ -43,7 +43,8 @@ class Expert final : public torch::nn::Module {
 class MoeMlp final : public FeedForward {
  public:
   explicit MoeMlp(const ModelConfig& c);
-  torch::Tensor Forward(const torch::Tensor& x) override;
+  // `ctx`: whom the routing is reported to, and the load-balancing loss recorded in.
+  torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) override;
 
  private:
   std::shared_ptr<Linear> gate_;

@@ -11,31 +11,15 @@
 //     the kernel treating fully masked tiles exactly);
 //   * everything else in a block is token by token (norms, projections, the MLP) and the
 //     loss is per target, so padding needs only the loss mask.
-// The layout is set per thread by a scope, like LoRA dropout's seed, so the blocks' Forward
-// keeps its one argument and the engine arms it where it arms the dropout; it is made once
-// per micro-batch (its examples found, its positions copied to the device once), not per block.
+// The layout reaches the blocks in their BlockContext, beside LoRA dropout's masks; it is made
+// once per micro-batch (its examples found, its positions copied to the device once), not per
+// block.
 #include "src/model/packed_sequences.h"
 
 #include "src/model/layers.h"
 #include "strata/check.h"
 
 namespace strata::model {
-namespace {
-
-const PackedLayout*& CurrentLayout() {
-  static thread_local const PackedLayout* current = nullptr;
-  return current;
-}
-
-}  // namespace
-
-PackedSequencesScope::PackedSequencesScope(std::shared_ptr<const PackedLayout> layout)
-    : layout_(std::move(layout)), previous_(CurrentLayout()) {
-  CurrentLayout() = layout_.get();
-}
-
-PackedSequencesScope::~PackedSequencesScope() { CurrentLayout() = previous_; }
-
 PackedLayout::PackedLayout(const torch::Tensor& positions) {
   STRATA_CHECK(positions.dim() == 2 && positions.scalar_type() == torch::kInt64 && positions.is_cpu())
       << "packed positions must be int64 [B, T] on the CPU, got " << positions.sizes() << " "
@@ -59,8 +43,6 @@ PackedLayout::PackedLayout(const torch::Tensor& positions) {
     }
   }
 }
-
-const PackedLayout* PackedLayout::Current() { return CurrentLayout(); }
 
 std::shared_ptr<const PackedLayout> PackedLayout::Of(const torch::Tensor& positions) {
   return positions.defined() ? std::make_shared<const PackedLayout>(positions) : nullptr;

@@ -19,8 +19,6 @@ namespace strata::model {
 class PackedLayout {
  public:
   explicit PackedLayout(const torch::Tensor& positions);
-  // The layout armed on this thread (PackedSequencesScope); null when none is.
-  static const PackedLayout* Current();
   // A layout of `positions`, or null when they are undefined (plain causal rows).
   static std::shared_ptr<const PackedLayout> Of(const torch::Tensor& positions);
   int64_t rows() const { return static_cast<int64_t>(segments_.size()); }
@@ -35,22 +33,6 @@ class PackedLayout {
   mutable torch::Tensor on_device_;
   int64_t length_ = 0;
   std::vector<std::vector<std::pair<int64_t, int64_t>>> segments_;
-};
-
-// While it lives, the blocks run on this thread treat their rows as the layout's packed
-// examples; a null layout (or undefined positions) arms nothing. The engine arms it around a
-// micro-batch's block forwards, their recomputation and its evaluation.
-class PackedSequencesScope {
- public:
-  explicit PackedSequencesScope(std::shared_ptr<const PackedLayout> layout);
-  explicit PackedSequencesScope(const torch::Tensor& positions) : PackedSequencesScope(PackedLayout::Of(positions)) {}
-  ~PackedSequencesScope();
-  PackedSequencesScope(const PackedSequencesScope&) = delete;
-  PackedSequencesScope& operator=(const PackedSequencesScope&) = delete;
-
- private:
-  std::shared_ptr<const PackedLayout> layout_;
-  const PackedLayout* previous_;
 };
 
 namespace detail {

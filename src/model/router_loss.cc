@@ -8,8 +8,6 @@
 namespace strata::model {
 namespace {
 
-thread_local RouterLoss* current = nullptr;
-
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -60,10 +58,5 @@ torch::Tensor RouterLoss::ProbGradient(const torch::Device& device) const {
   STRATA_CHECK(finished_ && gradient_.defined()) << "a router's backward before its micro-batch's loss was finished";
   return gradient_.to(device);
 }
-
-RouterLoss* RouterLoss::Current() { return current; }
-
-RouterLossScope::RouterLossScope(RouterLoss* loss) : previous_(current) { current = loss; }
-RouterLossScope::~RouterLossScope() { current = previous_; }
 
 }  // namespace strata::model

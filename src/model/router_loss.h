@@ -6,8 +6,8 @@
 //   aux = E * sum_e (T_e / R) * (P_e / R),   added to the training loss times aux_loss_coef.
 // Its gradient reaches a layer's router probabilities p[n, e] as coef * E * T_e / R^2 (T is
 // a count: no gradient), which needs every layer's routing. Blocks run one at a time, so the
-// engine arms a RouterLoss per micro-batch around its block forwards and recomputations
-// (RouterLossScope): each sparse layer's first forward adds its counts and sums; the head's
+// engine hands a RouterLoss per micro-batch to its block forwards and recomputations
+// (BlockContext::router_loss): each sparse layer's first forward adds its counts and sums; the head's
 // pass finishes the loss (Finish) before its backward; and each layer's output carries an
 // autograd node that, in that layer's backward (recomputed or kept), adds the gradient to its
 // probabilities, scaled as the loss is (the loss scaler's factor).
@@ -31,8 +31,6 @@ class RouterLoss {
   double Finish(double seed);
   // Record's gradient for rows of one layer: coef * E * T / R^2 * seed, [1, E] on `device`.
   torch::Tensor ProbGradient(const torch::Device& device) const;
-  // Armed on this thread (RouterLossScope), or null.
-  static RouterLoss* Current();
 
  private:
   int64_t experts_, top_k_;
@@ -43,16 +41,5 @@ class RouterLoss {
   torch::Tensor gradient_;  // fp32 [1, E], once finished
 };
 
-// While it lives, the MoE layers run on this thread record into `loss` (null: nothing).
-class RouterLossScope {
- public:
-  explicit RouterLossScope(RouterLoss* loss);
-  ~RouterLossScope();
-  RouterLossScope(const RouterLossScope&) = delete;
-  RouterLossScope& operator=(const RouterLossScope&) = delete;
-
- private:
-  RouterLoss* previous_;
-};
 
 }  // namespace strata::model

@@ -20,8 +20,6 @@
 namespace strata::model {
 namespace {
 
-thread_local int64_t g_mlp_chunk = 0;
-
 // Keeps the row function alive from the forward to the backward.
 struct RowFunctionHolder : torch::CustomClassHolder {
   explicit RowFunctionHolder(RowFunction f) : f(std::move(f)) {}
@@ -96,14 +94,10 @@ torch::Tensor TiledRows(const RowFunction& f, const torch::Tensor& x, const std:
   return y.reshape(shape);
 }
 
-torch::Tensor RowWise(const RowFunction& f, const torch::Tensor& x, const torch::nn::Module& owner) {
-  const int64_t chunk = MlpTilingScope::Current();
+torch::Tensor RowWise(const RowFunction& f, const torch::Tensor& x, const torch::nn::Module& owner, int64_t chunk) {
   if (chunk <= 0 || x.numel() / x.size(-1) <= chunk) return f(x);
   return TiledRows(f, x, owner.parameters(), chunk);
 }
 
-MlpTilingScope::MlpTilingScope(int64_t chunk) : previous_(g_mlp_chunk) { g_mlp_chunk = chunk; }
-MlpTilingScope::~MlpTilingScope() { g_mlp_chunk = previous_; }
-int64_t MlpTilingScope::Current() { return detail::LoraDropout::Current().armed ? 0 : g_mlp_chunk; }
 
 }  // namespace strata::model

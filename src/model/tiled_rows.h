@@ -1,6 +1,6 @@
 // A token-wise function over a [B, T, C] activation applied a tile of tokens at a time in
-// forward and backward (Note [Tiled MLP], tiled_rows.cc), and the scope that turns it on for
-// the blocks run on this thread.
+// forward and backward (Note [Tiled MLP], tiled_rows.cc); a block's MLP takes its tile size
+// from its BlockContext.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -21,23 +21,9 @@ using RowFunction = std::function<torch::Tensor(const torch::Tensor&)>;
 torch::Tensor TiledRows(const RowFunction& f, const torch::Tensor& x, const std::vector<torch::Tensor>& params,
                         int64_t chunk);
 
-// f over x as a MlpTilingScope on this thread says: whole, or TiledRows at its tile size with
-// `owner`'s parameters (an MLP's Forward: Note [Tiled MLP]).
-torch::Tensor RowWise(const RowFunction& f, const torch::Tensor& x, const torch::nn::Module& owner);
-
-// strata.mlp_chunk for the blocks run on this thread while it lives (0: untiled); LoRA
-// dropout armed leaves MLPs untiled (its masks are drawn per call, and the backward's call
-// would draw others).
-class MlpTilingScope {
- public:
-  explicit MlpTilingScope(int64_t chunk);
-  ~MlpTilingScope();
-  MlpTilingScope(const MlpTilingScope&) = delete;
-  MlpTilingScope& operator=(const MlpTilingScope&) = delete;
-  static int64_t Current();  // tokens per tile, 0 for untiled
-
- private:
-  int64_t previous_;
-};
+// f over x in tiles of `chunk` rows with `owner`'s parameters (an MLP's Forward: Note [Tiled
+// MLP]), or whole when x has no more rows than that (or `chunk` is 0). f must not draw
+// dropout masks: the backward runs it again (BlockContext::MlpTiles is 0 with dropout).
+torch::Tensor RowWise(const RowFunction& f, const torch::Tensor& x, const torch::nn::Module& owner, int64_t chunk);
 
 }  // namespace strata::model

@@ -69,8 +69,8 @@ std::vector<double> ReferenceLosses(const TrainConfig& c, int64_t steps, model::
     for (int k = 0; k < 4; ++k) {
       data::Batch b = (*data)->Get(data::Split::kTrain, static_cast<uint64_t>(4 * s + k), c.micro_batch);
       EXPECT_TRUE(b.positions.defined());
-      const model::PackedSequencesScope packed(b.positions);
-      torch::Tensor logits = ref->Forward(b.inputs);
+      const auto packed = model::PackedLayout::Of(b.positions);
+      torch::Tensor logits = ref->Forward(b.inputs, model::BlockContext{.packing = packed.get()});
       torch::Tensor ce = torch::nn::functional::cross_entropy(
           logits.reshape({-1, c.model.vocab_size}), b.targets.reshape({-1}),
           torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));

@@ -51,8 +51,8 @@ TEST_P(HfPackedExamples, EachExampleLossIsTransformersOnItAlone) {
   torch::NoGradGuard no_grad;
   torch::Tensor logits;
   {
-    const model::PackedSequencesScope packed(positions);
-    logits = full.Forward(tokens);
+    const auto packed = model::PackedLayout::Of(positions);
+    logits = full.Forward(tokens, model::BlockContext{.packing = packed.get()});
   }
   // Unpacked, the second example of a row sees the first: the check below can tell.
   const torch::Tensor crossed = full.Forward(tokens);

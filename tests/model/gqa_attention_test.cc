@@ -23,7 +23,7 @@ Grads Attention(const torch::Tensor& q0, const torch::Tensor& k0, const torch::T
                                                               true)
                                  .transpose(1, 2)
                                  .reshape({B, T, H * D})
-                           : detail::CausalAttention(q, k, v);
+                           : detail::CausalAttention(q, k, v, /*packed=*/nullptr);
   y.backward(dy);
   return {y.detach(), q.grad(), k.grad(), v.grad()};
 }

@@ -32,8 +32,8 @@ Packed MakePacked(uint64_t seed) {
 }
 
 torch::Tensor PackedLogits(FullModel& m, const Packed& p) {
-  const PackedSequencesScope scope(p.positions);
-  return m.Forward(p.tokens);
+  const auto layout = PackedLayout::Of(p.positions);
+  return m.Forward(p.tokens, BlockContext{.packing = layout.get()});
 }
 
 class PackedSequences : public ::testing::TestWithParam<Arch> {};
@@ -54,7 +54,7 @@ TEST_P(PackedSequences, OtherExamplesAreBitwiseUnchangedAndPositionsRestart) {
       EXPECT_EQ(torch::equal(after[r].narrow(0, start, length), logits[r].narrow(0, start, length)), same)
           << "row " << r << " example at " << start;
     }
-  // Each example alone, in a row of its own from position 0 (no scope): the same logits.
+  // Each example alone, in a row of its own from position 0 (no layout): the same logits.
   for (int64_t r = 0; r < 2; ++r)
     for (const auto& [start, length] : p.examples[r]) {
       const torch::Tensor alone = m.Forward(p.tokens[r].narrow(0, start, length).unsqueeze(0))[0];
@@ -67,8 +67,8 @@ TEST_P(PackedSequences, GradientsOfOneExampleIgnoreTheOthers) {
   // The loss of example (1, 0) alone: its weight gradients do not depend on the other examples.
   auto grads_of_first_example = [&](const Packed& p) {
     FullModel m(ModelSpec(testing::Tiny(GetParam())));
-    const PackedSequencesScope scope(p.positions);
-    torch::Tensor logits = m.Forward(p.tokens);
+    const auto layout = PackedLayout::Of(p.positions);
+    torch::Tensor logits = m.Forward(p.tokens, BlockContext{.packing = layout.get()});
     torch::Tensor mask = torch::zeros({2, 16}, torch::kBool);
     mask[1].narrow(0, 0, 8).fill_(true);  // its 8 targets inside the example (the 9th token is the last input)
     torch::Tensor targets = p.tokens.roll(-1, 1);
@@ -93,11 +93,12 @@ TEST_P(PackedSequences, UnarmedIsPlainCausalAttention) {
   torch::NoGradGuard no_grad;
   const torch::Tensor tokens = testing::Tokens(2, 16, 64, 3);
   const torch::Tensor plain = m.Forward(tokens);
-  const PackedSequencesScope none{torch::Tensor()};  // undefined positions arm nothing
-  EXPECT_TRUE(torch::equal(m.Forward(tokens), plain));
+  const auto none = PackedLayout::Of(torch::Tensor());  // undefined positions: no layout
+  EXPECT_EQ(none, nullptr);
+  EXPECT_TRUE(torch::equal(m.Forward(tokens, BlockContext{.packing = none.get()}), plain));
   // One example a row over the whole row: the plain rows' values.
-  const PackedSequencesScope whole(torch::arange(16, torch::kInt64).repeat({2, 1}));
-  EXPECT_LE(testing::NormRelativeError(m.Forward(tokens), plain), 1e-6);
+  const auto whole = PackedLayout::Of(torch::arange(16, torch::kInt64).repeat({2, 1}));
+  EXPECT_LE(testing::NormRelativeError(m.Forward(tokens, BlockContext{.packing = whole.get()}), plain), 1e-6);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, PackedSequences, ::testing::Values(Arch::kGpt2, Arch::kLlama),

@@ -2,7 +2,7 @@
 // (recomputed a tile at a time in backward) equals the untiled layer within fp32 rounding: the
 // output, the input's gradient and every parameter's (LoRA adapters on the MLP included), for
 // LLaMA (SwiGLU) and GPT-2 (GELU) layers, at tiles of 1 token, an odd size, all and more; and
-// with LoRA dropout armed the MLP stays untiled (its masks are drawn per call).
+// with LoRA dropout in the block's context the MLP stays untiled (its masks are drawn per call).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -20,9 +20,8 @@ struct LayerRun {
 
 LayerRun RunLayer(Block& layer, const torch::Tensor& x0, const torch::Tensor& dy, int64_t chunk) {
   for (auto& p : layer.parameters()) p.mutable_grad() = torch::Tensor();
-  const MlpTilingScope tiles(chunk);
   torch::Tensor x = x0.clone().requires_grad_(true);
-  torch::Tensor y = layer.Forward(x);
+  torch::Tensor y = layer.Forward(x, BlockContext{.mlp_chunk = chunk});
   y.backward(dy);
   LayerRun r{y.detach(), {x.grad()}};
   for (auto& p : layer.parameters()) r.grads.push_back(p.grad());
@@ -70,13 +69,11 @@ TEST(TiledMlp, EqualsTheUntiledLayerWithinFp32Rounding) {
 }
 
 TEST(TiledMlp, StaysUntiledWithLoraDropoutArmed) {
-  {
-    const MlpTilingScope tiles(8);
-    EXPECT_EQ(MlpTilingScope::Current(), 8);
-    const LoraDropoutScope dropout(5);
-    EXPECT_EQ(MlpTilingScope::Current(), 0);
-  }
-  EXPECT_EQ(MlpTilingScope::Current(), 0);  // the scope ended
+  BlockContext ctx{.mlp_chunk = 8};
+  EXPECT_EQ(ctx.MlpTiles(), 8);
+  LoraDropout dropout(5);
+  ctx.dropout = &dropout;
+  EXPECT_EQ(ctx.MlpTiles(), 0);
 }
 
 }  // namespace

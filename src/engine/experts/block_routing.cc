@@ -6,9 +6,7 @@
 namespace strata {
 
 BlockRouting::BlockRouting(int b, int experts, bool train, ExpertState& state, StepStats& counts, ExpertFetcher& fetch)
-    : b_(b), train_(train), state_(state), counts_(counts), fetch_(fetch) {
-  if (experts > 0) scope_.emplace(this);
-}
+    : b_(b), train_(train), state_(state), counts_(counts), fetch_(fetch), sparse_(experts > 0) {}
 
 void BlockRouting::Routed(std::span<const int64_t> counts) {
   for (int64_t c : counts) counts_.experts_routed += c > 0;

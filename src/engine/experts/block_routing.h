@@ -3,8 +3,6 @@
 // fetch left them out.
 #pragma once
 
-#include <optional>
-
 #include <span>
 
 #include "src/engine/experts/expert_state.h"
@@ -23,14 +21,16 @@ class ExpertFetcher {
   virtual Status FetchExperts(int block, std::span<const int64_t> counts) = 0;
 };
 
-// Armed on the compute thread while block b runs (its forward, or its recomputation in the
-// backward); nothing for a dense block (`experts` 0). `train`: the routing counts for the
-// step's update (ExpertState::Routed); `counts`: the step's routed experts; `fetch`: the
-// pass's Gatherer, which fetches the chosen experts.
+// Block b's routing report while it runs (its forward, or its recomputation in the backward),
+// handed to its layers in the BlockContext (`context()`: null for a dense block). `train`: the
+// routing counts for the step's update (ExpertState::Routed); `counts`: the step's routed
+// experts; `fetch`: the pass's Gatherer, which fetches the chosen experts.
 class BlockRouting final : public model::ExpertRouting {
  public:
   BlockRouting(int b, int experts, bool train, ExpertState& state, StepStats& counts, ExpertFetcher& fetch);
   void Routed(std::span<const int64_t> counts) override;
+  // What BlockContext::routing takes: this, or null for a dense block.
+  model::ExpertRouting* context() { return sparse_ ? this : nullptr; }
 
  private:
   int b_;
@@ -38,7 +38,7 @@ class BlockRouting final : public model::ExpertRouting {
   ExpertState& state_;
   StepStats& counts_;
   ExpertFetcher& fetch_;
-  std::optional<model::ExpertRoutingScope> scope_;
+  bool sparse_;
 };
 
 }  // namespace strata

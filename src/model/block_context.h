@@ -1,0 +1,65 @@
+// Note [Block context]
+// What one run of a block needs besides its input and its weights: the packed examples'
+// layout, LoRA dropout's masks, the sparse layers' routing report and load-balancing loss, the
+// MLP's tile size. A value the engine makes for each forward of a block and again for its
+// recomputation, handed to Block::Forward and on to every layer that reads a part of it (not
+// state armed on the thread: what a layer depends on is in its signature, and a block may run
+// on any thread). The default, empty, is a plain pass (evaluation without packing, generation,
+// the reference model). What outlives the call is taken from it by value: a tiled MLP's
+// backward runs its tiles again with a plain context (tiles exist only without dropout), and
+// the load-balancing loss's autograd node keeps its RouterLoss, which the step owns.
+#pragma once
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/types.h>
+
+#include <cstdint>
+
+namespace strata::model {
+
+class ExpertRouting;
+class PackedLayout;
+class RouterLoss;
+
+// Note [LoRA dropout]
+// A block that is recomputed in the backward must draw the same dropout masks as in its
+// forward. So masks come from this context, which the engine makes for a training block's
+// forward and again for its recomputation with the same seed (from the sample and the block),
+// not from the global RNG; each adapter's call takes the next counter. Without one
+// (evaluation, generate, the reference model): no dropout.
+class LoraDropout {
+ public:
+  explicit LoraDropout(uint64_t seed) : seed_(seed) {}
+  // x with each element zeroed with probability p and the rest scaled by 1 / (1 - p).
+  torch::Tensor Apply(const torch::Tensor& x, double p) {
+    if (p == 0) return x;
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed_ * 0x9E3779B97F4A7C15ULL + ++calls_);
+    torch::Tensor keep = torch::empty(x.sizes(), torch::kFloat32).bernoulli_(1.0 - p, gen);
+    return x * (keep / (1.0 - p)).to(x.options());
+  }
+
+ private:
+  uint64_t seed_ = 0, calls_ = 0;
+};
+
+struct BlockContext {
+  // Packed examples (Note [Packed sequences]): each row's examples attend to themselves only,
+  // at their own positions; null: plain causal rows.
+  const PackedLayout* packing = nullptr;
+  // LoRA dropout's masks (Note [LoRA dropout]); null: no dropout.
+  LoraDropout* dropout = nullptr;
+  // A sparse layer reports the experts its router chose (Note [Expert-aware fetching]) and
+  // records its share of the load-balancing loss (Note [Router loss]); null: neither.
+  ExpertRouting* routing = nullptr;
+  RouterLoss* router_loss = nullptr;
+  // strata.mlp_chunk (Note [Tiled MLP]): tokens per tile, 0 untiled.
+  int64_t mlp_chunk = 0;
+
+  // x with LoRA dropout p applied, or x.
+  torch::Tensor Dropout(const torch::Tensor& x, double p) const { return dropout ? dropout->Apply(x, p) : x; }
+  // The MLP's tile size: untiled with dropout (its masks are drawn per call, and the
+  // backward's call would draw others).
+  int64_t MlpTiles() const { return dropout ? 0 : mlp_chunk; }
+};
+
+}  // namespace strata::model
