@@ -20,3 +20,10 @@ def ensure_library_path():
     old = os.environ.get("LD_LIBRARY_PATH", "")
     env = dict(os.environ, STRATA_PEER_ENV="1", LD_LIBRARY_PATH=":".join(dirs + ([old] if old else [])))
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+def missing_peers(why):
+    """Ends a comparison whose peers cannot be imported: skipped (exit 77, ctest's skip), or
+    failed where STRATA_REQUIRE_PEERS=1 (scripts/test.sh, so CI), where a skip would hide a check."""
+    print(why)
+    sys.exit(1 if os.environ.get("STRATA_REQUIRE_PEERS") == "1" else 77)

@@ -7,6 +7,11 @@
 #pragma once
 
 #include <signal.h>
+#include <sys/types.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
 
 namespace strata {
 
@@ -25,5 +30,34 @@ inline bool KeepsCallersIgnore(int sig) { return sig != SIGINT && sig != SIGTERM
 inline bool RaisedByOwnWrite(int sig, const siginfo_t* info, pid_t self) {
   return sig == SIGXFSZ && info != nullptr && info->si_code == SI_USER && info->si_pid == self;
 }
+
+// The children a stop leaves to end by themselves: a monitor's client, which finishes its run
+// once this process's end closes its socket (so nothing it was given is lost). A stop SIGKILLs
+// every other child (a fio that would go on writing into a swap folder).
+class SparedChildren {
+ public:
+  static void Add(pid_t pid) {
+    std::lock_guard<std::mutex> lock(mu());
+    pids().push_back(pid);
+  }
+  static void Remove(pid_t pid) {
+    std::lock_guard<std::mutex> lock(mu());
+    std::erase(pids(), pid);
+  }
+  static bool Has(pid_t pid) {
+    std::lock_guard<std::mutex> lock(mu());
+    return std::find(pids().begin(), pids().end(), pid) != pids().end();
+  }
+
+ private:
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<pid_t>& pids() {
+    static std::vector<pid_t> p;
+    return p;
+  }
+};
 
 }  // namespace strata

@@ -43,14 +43,15 @@ void OnSignal(int sig, siginfo_t* info, void*) {
   errno = saved;
 }
 
-// SIGKILLs this process's children (every thread's) and reaps them, for at most a second;
-// whether there were any.
+// SIGKILLs this process's children (every thread's; not the spared ones, which end by
+// themselves) and reaps them, for at most a second; whether there were any.
 bool StopChildren() {
   std::vector<pid_t> children;
   std::error_code ec;
   for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
     std::ifstream in(task.path() / "children");
-    for (pid_t pid; in >> pid;) children.push_back(pid);
+    for (pid_t pid; in >> pid;)
+      if (!SparedChildren::Has(pid)) children.push_back(pid);
   }
   for (pid_t pid : children) kill(pid, SIGKILL);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);

@@ -1,6 +1,6 @@
 // Folder-private: DeepSpeed's monitor sections that Strata writes, "tensorboard" and
-// "csv_monitor" (enabled, output_path, job_name, with DeepSpeed 0.19.8's defaults); "wandb"
-// and "comet" stay notes (src/config/unsupported_keys.h).
+// "csv_monitor" (enabled, output_path, job_name) and "wandb" (enabled, group, team, project),
+// with DeepSpeed 0.19.8's defaults; "comet" stays a note (src/config/unsupported_keys.h).
 #pragma once
 
 #include "src/config/json_reader.h"

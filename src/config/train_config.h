@@ -93,6 +93,13 @@ struct MonitorConfig {
   std::string output_path;
   std::string job_name = "DeepSpeedJobName";
 };
+// wandb: DeepSpeed's Weights & Biases section (src/monitor/wandb_sink.h), with its defaults; an
+// empty group or team is DeepSpeed's None.
+struct WandbConfig {
+  bool enabled = false;
+  std::string group, team;
+  std::string project = "deepspeed";
+};
 
 // strata.optimizer_overlap: when the CPU optimizer's step runs.
 enum class OptimizerOverlap {
@@ -182,6 +189,7 @@ struct TrainConfig {
   AioConfig aio;
   int64_t steps_per_print = 10;
   MonitorConfig tensorboard, csv_monitor;  // DeepSpeed's monitor sections (src/monitor)
+  WandbConfig wandb;
   bool wall_clock_breakdown = false;  // print compute / comm / optimizer / exposed I/O per logged step
   // strata.*
   model::ModelConfig model;

@@ -82,7 +82,6 @@ inline constexpr KeyRule kChangesTraining[] = {
 
 // Keys that change nothing trained.
 inline constexpr KeyRule kChangesNothing[] = {
-    {"wandb", Always, "log metrics to Weights & Biases"},
     {"comet", Always, "log metrics to Comet"},
     {"comms_logger", Always, "log the collective communications"},
     {"flops_profiler", Always, "profile the model's FLOPs"},

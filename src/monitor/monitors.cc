@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "src/monitor/tfevents.h"
+#include "src/monitor/wandb_sink.h"
 #include "strata/log.h"
 
 namespace strata::monitor {
@@ -144,6 +145,10 @@ StatusOr<std::unique_ptr<Monitors>> Monitors::Open(const TrainConfig& cfg) {
   }
   if (cfg.csv_monitor.enabled) {
     STRATA_ASSIGN_OR_RETURN(auto s, OpenCsvSink(FolderOf(cfg.csv_monitor)));
+    sinks.push_back(std::move(s));
+  }
+  if (cfg.wandb.enabled) {
+    STRATA_ASSIGN_OR_RETURN(auto s, OpenWandbSink(cfg.wandb));
     sinks.push_back(std::move(s));
   }
   if (sinks.empty()) return std::unique_ptr<Monitors>();

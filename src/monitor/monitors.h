@@ -1,4 +1,4 @@
-// The monitors a DeepSpeed config's sections ask for, tensorboard and csv_monitor: the lead
+// The monitors a DeepSpeed config's sections ask for, tensorboard, csv_monitor and wandb: the lead
 // rank's scalars of each step (DeepSpeed's names, "Train/Samples/lr", and Strata's beside them),
 // against the samples seen so far, as DeepSpeed's monitors write them. The files are written on
 // a thread of their own, so that a slow or full disk never delays a step; a folder that cannot

@@ -22,7 +22,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from peer_env import ensure_library_path  # noqa: E402  (scripts/peer_env.py)
+from peer_env import ensure_library_path, missing_peers  # noqa: E402  (scripts/peer_env.py)
 
 ensure_library_path()
 try:
@@ -34,8 +34,7 @@ try:
     from deepspeed.runtime import lr_schedules
     from deepspeed.runtime.config import DeepSpeedConfig
 except Exception as e:  # noqa: BLE001 - any import failure means: not here
-    print(f"deepspeed not importable: {e}")
-    sys.exit(1 if os.environ.get("STRATA_REQUIRE_PEERS") == "1" else 77)
+    missing_peers(f"deepspeed not importable: {e}")
 
 PINNED = "0.19.8"
 

@@ -84,22 +84,30 @@ TEST(UnsupportedKeys, KeysOffAsWrittenAreNotes) {
 }
 
 // Monitors, profilers and logs change nothing trained: notes, whatever they hold; but for the
-// monitors Strata writes (tensorboard, csv_monitor: src/monitor), which are read.
+// monitors Strata writes (tensorboard, csv_monitor, wandb: src/monitor), which are read.
 TEST(UnsupportedKeys, KeysThatChangeNothingTrainedAreNotes) {
   auto c = ParseTrainConfig(R"({"steps_per_print": 5, "wall_clock_breakdown": true,
-                                "tensorboard": {"enabled": true, "output_path": "/tmp/tb"}, "wandb": {"enabled": true},
-                                "flops_profiler": {"enabled": true}, "comms_logger": {"enabled": true},
+                                "tensorboard": {"enabled": true, "output_path": "/tmp/tb"}, "wandb": {"enabled": true, "group": null, "team": "t"},
+                                "comet": {"enabled": true}, "flops_profiler": {"enabled": true}, "comms_logger": {"enabled": true},
                                 "dump_state": true})", "u.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->steps_per_print, 5);  // read: Strata's log interval
   EXPECT_TRUE(c->warnings.empty()) << c->warnings[0];
-  for (const char* key : {"wandb", "flops_profiler", "comms_logger", "dump_state"})
+  for (const char* key : {"comet", "flops_profiler", "comms_logger", "dump_state"})
     EXPECT_TRUE(Holds(c->notes, std::string(key) + ": accepted, not used (it changes nothing trained)")) << key;
   EXPECT_FALSE(Holds(c->notes, "tensorboard"));
   EXPECT_TRUE(c->tensorboard.enabled);
   EXPECT_EQ(c->tensorboard.output_path, "/tmp/tb");
   EXPECT_EQ(c->tensorboard.job_name, "DeepSpeedJobName");  // DeepSpeed's default
   EXPECT_FALSE(Holds(c->notes, "steps_per_print"));
+  EXPECT_FALSE(Holds(c->notes, "wandb"));
+  EXPECT_TRUE(c->wandb.enabled);
+  EXPECT_EQ(c->wandb.project, "deepspeed");  // DeepSpeed's defaults
+  EXPECT_EQ(c->wandb.group, "");            // (null: None)
+  EXPECT_EQ(c->wandb.team, "t");
+  auto bad = ParseTrainConfig(R"({"wandb": {"enabled": true, "project": 3}})", "u.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("wandb.project: expected a string"), std::string::npos) << bad.status().message();
 }
 
 TEST(UnsupportedKeys, AllowUnsupportedMustBeABoolean) {

@@ -1,17 +1,24 @@
 // The monitors' files and writer thread (src/monitor): CRC-32C and TFRecord framing against
 // known answers; a slow monitor never holds up Write; a failing one warns once and counts what
 // it lost while the others go on; an event file is never one that exists; a folder that cannot
-// be created is an error naming it.
+// be created is an error naming it; the wandb client's protocol, against stand-in clients: the
+// scalars as JSON lines, a client that dies is a failed write (no SIGPIPE), one that cannot
+// start is an error saying how to mend it.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include "src/monitor/monitors.h"
 #include "src/monitor/tfevents.h"
+#include "src/monitor/wandb_sink.h"
 #include "support/temp_dir.h"
 
 namespace strata::monitor {
@@ -110,6 +117,77 @@ TEST(Monitors, CsvCellsAreWhatPythonsCsvWriterWrites) {
   std::ifstream in(dir.path() + "/Train_Samples_host_memory.csv", std::ios::binary);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text, "step,host memory\r\n8,67022848.0\r\n16,1.5e-07\r\n");
+}
+
+// A stand-in for the Python client: a shell script run as STRATA_PYTHON would be.
+class StandInClient {
+ public:
+  StandInClient(const testing::TempDir& dir, const std::string& body) : path_(dir.path() + "/client.sh") {
+    std::ofstream(path_) << "#!/bin/sh\n" << body << "\n";
+    std::filesystem::permissions(path_, std::filesystem::perms::owner_all);
+    const char* old = std::getenv("STRATA_PYTHON");
+    old_ = old ? std::optional<std::string>(old) : std::nullopt;
+    ::setenv("STRATA_PYTHON", path_.c_str(), 1);
+  }
+  ~StandInClient() {
+    if (old_) ::setenv("STRATA_PYTHON", old_->c_str(), 1);
+    else ::unsetenv("STRATA_PYTHON");
+  }
+
+ private:
+  std::string path_;
+  std::optional<std::string> old_;
+};
+
+TEST(WandbMonitor, ScalarsReachTheClientAsJsonLines) {
+  testing::TempDir dir;
+  const std::string got = dir.path() + "/got.jsonl";
+  StandInClient client(dir, "echo ready offline /runs/offline-run-1; cat > " + got);
+  {
+    auto sink = OpenWandbSink(WandbConfig{.enabled = true});
+    ASSERT_TRUE(sink.ok()) << sink.status().ToString();
+    EXPECT_EQ((*sink)->Describe(), "wandb offline '/runs/offline-run-1'");
+    ASSERT_TRUE((*sink)->Write({"Train/Samples/train_loss", 0.1, 8}, 0).ok());
+    ASSERT_TRUE((*sink)->Write({"Train/Samples/grad_norm", std::nan(""), 8}, 0).ok());
+    ASSERT_TRUE((*sink)->Flush().ok());
+  }  // the socket closed: the client finished, and was waited for
+  std::ifstream in(got);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(),
+            "{\"tag\": \"Train/Samples/train_loss\", \"step\": 8, \"value\": 0.1}\n"
+            "{\"tag\": \"Train/Samples/grad_norm\", \"step\": 8, \"value\": NaN}\n");
+}
+
+TEST(WandbMonitor, AClientThatDiesIsAFailedWriteNotASignal) {
+  testing::TempDir dir;
+  StandInClient client(dir, "echo ready offline /runs/r");
+  auto sink = OpenWandbSink(WandbConfig{.enabled = true});
+  ASSERT_TRUE(sink.ok()) << sink.status().ToString();
+  Status s;
+  for (int i = 0; i < 500 && s.ok(); ++i) {  // (until the client has exited)
+    s = (*sink)->Write({"Train/Samples/lr", 1e-3, i}, 0);
+    if (s.ok()) s = (*sink)->Flush();
+    if (s.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("the wandb client stopped reading"), std::string::npos) << s.message();
+}
+
+TEST(WandbMonitor, AClientThatCannotStartSaysHowToMendIt) {
+  testing::TempDir dir;
+  {
+    StandInClient client(dir, "echo \"error ModuleNotFoundError: No module named 'wandb'\"; exit 1");
+    auto sink = OpenWandbSink(WandbConfig{.enabled = true});
+    ASSERT_FALSE(sink.ok());
+    EXPECT_NE(sink.status().message().find("No module named 'wandb'"), std::string::npos) << sink.status().message();
+    EXPECT_NE(sink.status().message().find("STRATA_PYTHON"), std::string::npos) << sink.status().message();
+  }
+  ::setenv("STRATA_PYTHON", (dir.path() + "/no-such-python").c_str(), 1);
+  auto none = OpenWandbSink(WandbConfig{.enabled = true});
+  ::unsetenv("STRATA_PYTHON");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("wandb: cannot start"), std::string::npos) << none.status().message();
 }
 
 }  // namespace
