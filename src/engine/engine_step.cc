@@ -301,10 +301,10 @@ Status Engine::Impl::ForwardBlock(int b, Pass pass, torch::Tensor* x, Activation
                                   Gatherer& gather, const model::PackedLayout* packing) {
   const bool train = pass == Pass::kTrain;
   Tracer::Span span(io.tracer, Track::kCompute, (train ? "forward b" : "eval b") + std::to_string(b));
-  STRATA_RETURN_IF_ERROR(TorchCall("forward", [&] {
+  BlockRouting routing(b, plan.blocks[b].experts.count, train, experts, step_counts, gather);  // Note [Expert-aware fetching]
+  const Status ran = TorchCall("forward", [&] {
     std::optional<model::LoraDropout> dropout;
     if (train) ArmLoraDropout(b, mb, &dropout);
-    BlockRouting routing(b, plan.blocks[b].experts.count, train, experts, step_counts, gather);  // Note [Expert-aware fetching]
     const model::BlockContext ctx = BlockContextOf(packing, dropout, routing, train && act ? act->router.get() : nullptr);
     if (train && cfg.keep_activations) {  // each block its own graph, from its input (a leaf) to its output
       torch::Tensor in = b == 0 ? *x : x->detach().requires_grad_(true);
@@ -316,7 +316,9 @@ Status Engine::Impl::ForwardBlock(int b, Pass pass, torch::Tensor* x, Activation
     torch::NoGradGuard no_grad;
     if (train) act->inputs[b] = *x;
     *x = model.blocks[b].module->Forward(*x, ctx);
-  }));
+  });
+  STRATA_RETURN_IF_ERROR(routing.status());  // a routed fetch failed: what ran on the stale experts is void
+  STRATA_RETURN_IF_ERROR(ran);
   if (train && !cfg.keep_activations && act->stash) return act->stash->Keep(b, act->pass, &act->inputs[b]);
   return Status();
 }
@@ -371,10 +373,10 @@ Status Engine::Impl::AcquireHead(Gatherer& gather) {
 Status Engine::Impl::BackwardBlock(int b, Activations& act, const MicroBatch& mb, Gatherer& gather) {
   if (act.outputs.empty() && act.stash) STRATA_RETURN_IF_ERROR(act.stash->Fetch(b, act.pass, &act.inputs[b]));
   Tracer::Span span(io.tracer, Track::kCompute, "backward b" + std::to_string(b));
-  return TorchCall("backward", [&] {
+  BlockRouting routing(b, plan.blocks[b].experts.count, /*train=*/true, experts, step_counts, gather);
+  const Status ran = TorchCall("backward", [&] {
     std::optional<model::LoraDropout> dropout;
     ArmLoraDropout(b, mb, &dropout);  // a recomputation draws the forward's masks
-    BlockRouting routing(b, plan.blocks[b].experts.count, /*train=*/true, experts, step_counts, gather);
     const model::BlockContext ctx = BlockContextOf(act.packing.get(), dropout, routing, act.router.get());
     if (!act.outputs.empty()) {  // kept
       act.outputs[b].backward(act.grad_out);
@@ -389,6 +391,8 @@ Status Engine::Impl::BackwardBlock(int b, Activations& act, const MicroBatch& mb
     }
     act.inputs[b] = torch::Tensor();  // the checkpoint is spent
   });
+  STRATA_RETURN_IF_ERROR(routing.status());  // (as in ForwardBlock)
+  return ran;
 }
 
 // A micro-batch's load-balancing loss (Note [Router loss]), or null without one.

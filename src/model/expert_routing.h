@@ -19,7 +19,8 @@ class ExpertRouting {
  public:
   virtual ~ExpertRouting() = default;
   // `counts[e]`: the (token, choice) pairs routed to expert e by a sparse layer's router. Every
-  // expert with a count must be usable when this returns (errors: thrown).
+  // expert with a count must be usable when this returns; a failure is the routing's to keep
+  // and report after the block's run (the layer computes on, and the run is void).
   virtual void Routed(std::span<const int64_t> counts) = 0;
 };
 

@@ -4,9 +4,11 @@
 // NVMe bytes a step reads are the other parts' for every visit plus one expert's for each
 // expert the routers reported choosing, and training is bitwise that of fetching every expert,
 // on every path that fetches so (and on those that fetch whole); across ZeRO-3 ranks, every
-// rank gathers the experts some rank's tokens chose.
+// rank gathers the experts some rank's tokens chose. A fetch that fails is kept by the block's
+// routing for the engine to report, not thrown through LibTorch's forward.
 #include <gtest/gtest.h>
 
+#include "src/engine/experts/block_routing.h"
 #include "src/engine/experts/expert_parts.h"
 #include "strata/communicator.h"
 #include "strata/trace.h"
@@ -166,6 +168,32 @@ TEST(ExpertFetch, TrainsBitwiseAsFetchingEveryExpert) {
       EXPECT_GT(got.stats[0].experts_fetched, 0);  // the routed path ran
     }
   }
+}
+
+class FailingFetcher final : public ExpertFetcher {
+ public:
+  Status FetchExperts(int, std::span<const int64_t>) override {
+    ++calls;
+    return Error(StatusCode::kIoError, "reading the experts of block 1: errno 5");
+  }
+  int calls = 0;
+};
+
+TEST(ExpertFetch, AFailedFetchIsKeptForTheEngineNotThrown) {
+  ExpertState state;
+  StepStats counts;
+  FailingFetcher fetch;
+  BlockRouting dense(0, 0, /*train=*/false, state, counts, fetch);
+  EXPECT_EQ(dense.context(), nullptr);  // a dense block's layers report to no one
+  BlockRouting routing(1, 4, /*train=*/false, state, counts, fetch);
+  ASSERT_EQ(routing.context(), static_cast<model::ExpertRouting*>(&routing));
+  const std::vector<int64_t> chosen = {1, 0, 2, 0};
+  EXPECT_NO_THROW(routing.Routed(chosen));
+  EXPECT_NO_THROW(routing.Routed(chosen));  // (a later layer's report: no second fetch)
+  EXPECT_EQ(fetch.calls, 1);
+  EXPECT_EQ(routing.status().code(), StatusCode::kIoError);
+  EXPECT_NE(routing.status().message().find("errno 5"), std::string::npos);
+  EXPECT_EQ(counts.experts_routed, 4);
 }
 
 }  // namespace

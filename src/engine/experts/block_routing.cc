@@ -1,8 +1,6 @@
 // BlockRouting (block_routing.h).
 #include "src/engine/experts/block_routing.h"
 
-#include <stdexcept>
-
 namespace strata {
 
 BlockRouting::BlockRouting(int b, int experts, bool train, ExpertState& state, StepStats& counts, ExpertFetcher& fetch)
@@ -11,7 +9,9 @@ BlockRouting::BlockRouting(int b, int experts, bool train, ExpertState& state, S
 void BlockRouting::Routed(std::span<const int64_t> counts) {
   for (int64_t c : counts) counts_.experts_routed += c > 0;
   if (train_) state_.Routed(b_, counts);
-  if (Status s = fetch_.FetchExperts(b_, counts); !s.ok()) throw std::runtime_error(s.ToString());
+  // A failure is kept, not thrown through LibTorch: the layer goes on with what the buffer
+  // holds, and the engine reports it once the block's run returns.
+  if (status_.ok()) status_ = fetch_.FetchExperts(b_, counts);
 }
 
 }  // namespace strata

@@ -29,6 +29,8 @@ class BlockRouting final : public model::ExpertRouting {
  public:
   BlockRouting(int b, int experts, bool train, ExpertState& state, StepStats& counts, ExpertFetcher& fetch);
   void Routed(std::span<const int64_t> counts) override;
+  // The first fetch that failed: the block's run computed on stale experts and is void.
+  const Status& status() const { return status_; }
   // What BlockContext::routing takes: this, or null for a dense block.
   model::ExpertRouting* context() { return sparse_ ? this : nullptr; }
 
@@ -39,6 +41,7 @@ class BlockRouting final : public model::ExpertRouting {
   StepStats& counts_;
   ExpertFetcher& fetch_;
   bool sparse_;
+  Status status_;
 };
 
 }  // namespace strata
