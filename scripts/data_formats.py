@@ -133,6 +133,8 @@ def chat_messages(where, messages, mapping, columnar):
     role_key, content_key = mapping.tag.get("role", "role"), mapping.tag.get("content", "content")
     if not is_messages(messages, role_key, content_key):
         raise InputError(f'{where}: every message needs a string "{role_key}" and "{content_key}"')
+    if not messages:  # (it would be an example of nothing but EOS)
+        raise InputError(f"{where}: {mapping.name('messages')} is an empty conversation")
     if not (mapping.tag or mapping.role_of or columnar):
         return messages
     out = []

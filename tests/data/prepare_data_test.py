@@ -161,7 +161,8 @@ class PrepareData(unittest.TestCase):
     def test_bad_input_is_an_error_naming_the_line(self):
         for rows, needle in [(["{not json"], "bad.jsonl:1: not JSON"),
                              ([{"text": "hi"}, {"prompt": "hi"}], "bad.jsonl:2: expected"),
-                             ([{"messages": [{"role": "user"}]}], 'bad.jsonl:1: every message needs')]:
+                             ([{"messages": [{"role": "user"}]}], 'bad.jsonl:1: every message needs'),
+                             ([{"text": "hi"}, {"messages": []}], 'bad.jsonl:2: "messages" is an empty conversation')]:
             data = self.write_jsonl("bad.jsonl", rows)
             r = run("--tokenizer", self.tok_dir, "--out", os.path.join(self.dir, "x"), data)
             self.assertEqual(r.returncode, 1)
