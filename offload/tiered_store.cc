@@ -68,7 +68,8 @@ TieredStore::TieredStore(TieredStoreOptions options) : options_(std::move(option
 
 TieredStore::~TieredStore() {
   FlushWrites().IgnoreError();  // failures were logged; the leases go back to their pools
-  nvme_.reset();                // waits for in-flight I/O first
+  swap_file_ = nullptr;
+  nvme_.reset();                // waits for in-flight I/O first (the swap file's destructor)
   for (Entry& e : state_->entries) {
     if (e.pinned) options_.cpu_pinner->Unpin(e.cpu, e.bytes);
     FreeHostMemory(e.cpu, e.bytes);
@@ -77,8 +78,12 @@ TieredStore::~TieredStore() {
 
 StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOptions options) {
   std::unique_ptr<TieredStore> store(new TieredStore(options));
-  if (options.enable_nvme) {
-    STRATA_ASSIGN_OR_RETURN(store->nvme_, NvmeTier::Open(options.nvme));
+  if (options.nvme_tier) {
+    store->nvme_ = options.nvme_tier;
+  } else if (options.enable_nvme) {
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<NvmeTier> swap, NvmeTier::Open(options.nvme));
+    store->swap_file_ = swap.get();
+    store->nvme_ = std::move(swap);
   }
   return store;
 }

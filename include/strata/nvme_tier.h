@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/extent_tier.h"
 #include "strata/io_engine.h"
 #include "strata/status.h"
 #include "strata/event.h"
@@ -73,8 +74,6 @@ struct StaleSwapFolder {
 // tiers' later destruction removes nothing more, and no folder is created after it.
 std::vector<std::string> RemoveThisProcessSwapFolders();
 
-using ExtentId = uint32_t;
-
 struct NvmeTierStats {
   uint64_t bytes_written = 0;
   uint64_t bytes_read = 0;
@@ -86,30 +85,31 @@ struct NvmeTierStats {
   uint64_t unregistered_bytes = 0;
 };
 
-class NvmeTier {
+// The swap file as an ExtentTier (extent_tier.h).
+class NvmeTier final : public ExtentTier {
  public:
   static StatusOr<std::unique_ptr<NvmeTier>> Open(NvmeTierOptions options);
   // Waits for in-flight I/O, then removes the swap folder.
-  ~NvmeTier();
+  ~NvmeTier() override;
 
   // Reserves an extent for `bytes` (> 0). kResourceExhausted when the disk is full. `packed`:
   // 4 KiB-aligned whatever its size (a part of a tensor cut into many, which would waste up
   // to a block each aligned to block_size).
-  StatusOr<ExtentId> Allocate(const std::string& name, uint64_t bytes, bool packed = false);
+  StatusOr<ExtentId> Allocate(const std::string& name, uint64_t bytes, bool packed = false) override;
   // Returns the extent's space for reuse. No I/O of it may be in flight (checked).
   void Free(ExtentId id);
 
   // Adds host memory that transfers will use (pinned pools created after the tier) to the
   // buffers registered with io_uring, so its requests skip the per-request page pinning.
   // Waits for in-flight I/O. Best effort: a refusal is logged and I/O still works.
-  Status RegisterBuffers(std::span<const std::span<std::byte>> regions);
+  Status RegisterBuffers(std::span<const std::span<std::byte>> regions) override;
 
   // Writes src (exactly the extent's bytes) to the extent. `src` must stay valid until the
   // event completes.
-  Event Write(ExtentId id, std::span<const std::byte> src);
+  Event Write(ExtentId id, std::span<const std::byte> src) override;
   // Reads the extent into dst (exactly its bytes). Refused if the extent holds no valid
   // data (never written, or its last write failed).
-  Event Read(ExtentId id, std::span<std::byte> dst);
+  Event Read(ExtentId id, std::span<std::byte> dst) override;
 
   const std::string& name(ExtentId id) const;
   uint64_t bytes(ExtentId id) const;

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/extent_tier.h"
 #include "strata/tier.h"
 #include "strata/nvme_tier.h"
 #include "strata/pinned_pool.h"
@@ -57,6 +58,9 @@ struct TieredStoreOptions {
   std::shared_ptr<HostPinner> cpu_pinner;
   bool enable_nvme = false;                 // open an NvmeTier with `nvme`
   NvmeTierOptions nvme;
+  // A tier of another kind as the kNvme home (extent_tier.h: GPUDirect storage, a second
+  // drive), instead of the swap file; enable_nvme and `nvme` are then not used.
+  std::shared_ptr<ExtentTier> nvme_tier;
   // Observes every time a caller blocked on a write-back (what it waited for, e.g. "write-back
   // block3.working"; start and end): for traces.
   std::function<void(const std::string& what, std::chrono::steady_clock::time_point start,
@@ -127,7 +131,8 @@ class TieredStore {
   Tier home(TensorHandle t) const;
   uint64_t used_bytes(Tier tier) const;
   uint64_t budget_bytes(Tier tier) const;
-  NvmeTier* nvme() { return nvme_.get(); }
+  // The swap file, when the kNvme home is one (for its statistics), else null.
+  NvmeTier* nvme() { return swap_file_; }
 
  private:
   struct Entry;
@@ -147,7 +152,8 @@ class TieredStore {
   void Retire(WriteBackRecord& w);
 
   TieredStoreOptions options_;
-  std::unique_ptr<NvmeTier> nvme_;
+  std::shared_ptr<ExtentTier> nvme_;  // the kNvme home's tier, or null
+  NvmeTier* swap_file_ = nullptr;     // nvme_, when it is the swap file
   struct State;
   std::unique_ptr<State> state_;
 };

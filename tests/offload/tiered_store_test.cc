@@ -3,10 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "offload/test_util.h"
+#include "strata/extent_tier.h"
 #include "strata/host_pinner.h"
 #include "support/faulty_io_engine.h"
 #include "support/temp_dir.h"
@@ -385,6 +391,97 @@ TEST(TieredStore, PartsFromAWriteBackInFlight) {
   EXPECT_FALSE(written.Ready());
   EXPECT_EQ(store->nvme()->stats().bytes_read, before);
   ASSERT_TRUE(store->FlushWrites().ok());
+}
+
+// A tier of another kind (extent_tier.h), as GPUDirect storage or a second drive would plug in:
+// extents in memory, each transfer completed later on a thread of its own, counted.
+class DelayedMemoryTier final : public ExtentTier {
+ public:
+  StatusOr<ExtentId> Allocate(const std::string&, uint64_t bytes, bool) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    extents_.emplace_back(bytes);
+    return static_cast<ExtentId>(extents_.size() - 1);
+  }
+  Status RegisterBuffers(std::span<const std::span<std::byte>>) override { return Status(); }
+  Event Write(ExtentId id, std::span<const std::byte> src) override {
+    return Later([this, id, src] {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::memcpy(extents_.at(id).data(), src.data(), src.size());
+      writes_ += src.size();
+    });
+  }
+  Event Read(ExtentId id, std::span<std::byte> dst) override {
+    return Later([this, id, dst] {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::memcpy(dst.data(), extents_.at(id).data(), dst.size());
+      reads_ += dst.size();
+    });
+  }
+  ~DelayedMemoryTier() override {
+    for (std::thread& t : threads_) t.join();
+  }
+  uint64_t reads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reads_;
+  }
+
+ private:
+  Event Later(std::function<void()> work) {
+    auto state = std::make_shared<HostEventState>();
+    std::lock_guard<std::mutex> lock(mu_);
+    threads_.emplace_back([state, work = std::move(work)] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      work();
+      state->Set(Status());
+    });
+    return Event(state);
+  }
+  std::mutex mu_;
+  std::vector<std::vector<std::byte>> extents_;
+  std::vector<std::thread> threads_;
+  uint64_t reads_ = 0, writes_ = 0;
+};
+
+// The store's kNvme home served by a tier that is not the swap file: the same residency (a
+// tensor never written reads as zeros with no I/O), write-backs (a read meanwhile copies the
+// buffer), parts and budgets, over the ExtentTier interface alone.
+TEST(TieredStore, AnotherKindOfTierPlugsInAsTheNvmeHome) {
+  auto tier = std::make_shared<DelayedMemoryTier>();
+  TieredStoreOptions o;
+  o.nvme_budget_bytes = 300'000;
+  o.nvme_tier = tier;
+  auto store = TieredStore::Create(o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ((*store)->nvme(), nullptr);  // (no swap file)
+  const auto src = RandomBytes(100'000, 7);
+  auto h = (*store)->Register("parted", src.size(), Tier::kNvme, HostPinning::kPageable, {0, 1000, 70001});
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  std::vector<std::byte> dst(src.size(), std::byte{0x5a});
+  ASSERT_TRUE((*store)->Read(*h, dst).Wait().ok());
+  EXPECT_EQ(dst, std::vector<std::byte>(src.size(), std::byte{0}));  // known zero
+  EXPECT_EQ(tier->reads(), 0u);
+  ASSERT_TRUE((*store)->Write(*h, src).Wait().ok());
+  std::fill(dst.begin(), dst.end(), std::byte{0x5a});
+  ASSERT_TRUE((*store)->ReadParts(*h, dst, std::vector<int>{1}).Wait().ok());
+  EXPECT_EQ(0, std::memcmp(dst.data() + 1000, src.data() + 1000, 69'001));
+  EXPECT_EQ(dst[0], std::byte{0x5a});
+  EXPECT_EQ(tier->reads(), 69'001u);
+  auto pool = PinnedPool::Create(1, 100'000, nullptr);
+  ASSERT_TRUE(pool.ok());
+  PinnedBuffer b = (*pool)->Acquire();
+  const auto next = RandomBytes(100'000, 8);
+  std::memcpy(b.data(), next.data(), next.size());
+  (void)(*store)->WriteBack(*h, std::move(b));
+  ASSERT_TRUE((*store)->Read(*h, dst).Wait().ok());  // from the write-back's buffer, or after it
+  EXPECT_EQ(dst, next);
+  ASSERT_TRUE((*store)->FlushWrites().ok());
+  EXPECT_EQ((*pool)->free_count(), 1u);
+  std::fill(dst.begin(), dst.end(), std::byte{0});
+  ASSERT_TRUE((*store)->Read(*h, dst).Wait().ok());  // from the tier
+  EXPECT_EQ(dst, next);
+  auto over = (*store)->Register("over", 250'000, Tier::kNvme);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted);
 }
 
 }  // namespace
