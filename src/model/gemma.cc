@@ -154,9 +154,7 @@ class GemmaMlp final : public torch::nn::Module {
     down_proj_ = register_module("down_proj", std::make_shared<Linear>(F, C, false, c.init_std, AdapterFor(c.lora, "down_proj")));
   }
   torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) {
-    // Note [Tiled MLP]: a tile's recomputation in the backward runs untiled without dropout.
-    if (ctx.MlpTiles() > 0) return RowWise([this](const torch::Tensor& t) { return Whole(t, {}); }, x, *this, ctx.MlpTiles());
-    return Whole(x, ctx);
+    return RowWise([this](const torch::Tensor& t, const BlockContext& c) { return Whole(t, c); }, x, *this, ctx);  // Note [Tiled MLP]
   }
   torch::Tensor Whole(const torch::Tensor& x, const BlockContext& ctx) {
     return down_proj_->Forward(torch::gelu(gate_proj_->Forward(x, ctx), "tanh") * up_proj_->Forward(x, ctx), ctx);

@@ -83,9 +83,7 @@ class Gpt2Mlp final : public torch::nn::Module {
     c_proj_ = register_module("c_proj", std::make_shared<Linear>(F, c.d_model, true, proj_std));
   }
   torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) {
-    // Note [Tiled MLP]: a tile's recomputation in the backward runs untiled without dropout.
-    if (ctx.MlpTiles() > 0) return RowWise([this](const torch::Tensor& t) { return Whole(t, {}); }, x, *this, ctx.MlpTiles());
-    return Whole(x, ctx);
+    return RowWise([this](const torch::Tensor& t, const BlockContext& c) { return Whole(t, c); }, x, *this, ctx);  // Note [Tiled MLP]
   }
   torch::Tensor Whole(const torch::Tensor& x, const BlockContext& ctx) {
     return c_proj_->Forward(torch::gelu(c_fc_->Forward(x, ctx), "tanh"), ctx);  // GPT-2's gelu_new

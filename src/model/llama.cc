@@ -125,9 +125,7 @@ class LlamaMlp final : public FeedForward {
     down_proj_ = register_module("down_proj", std::make_shared<Linear>(F, C, false, c.init_std, AdapterFor(c.lora, "down_proj")));
   }
   torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) override {
-    // Note [Tiled MLP]: a tile's recomputation in the backward runs untiled without dropout.
-    if (ctx.MlpTiles() > 0) return RowWise([this](const torch::Tensor& t) { return Whole(t, {}); }, x, *this, ctx.MlpTiles());
-    return Whole(x, ctx);
+    return RowWise([this](const torch::Tensor& t, const BlockContext& c) { return Whole(t, c); }, x, *this, ctx);  // Note [Tiled MLP]
   }
   torch::Tensor Whole(const torch::Tensor& x, const BlockContext& ctx) {
     torch::Tensor gate = gate_proj_->Forward(x, ctx), up = up_proj_->Forward(x, ctx);

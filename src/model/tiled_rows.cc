@@ -94,9 +94,11 @@ torch::Tensor TiledRows(const RowFunction& f, const torch::Tensor& x, const std:
   return y.reshape(shape);
 }
 
-torch::Tensor RowWise(const RowFunction& f, const torch::Tensor& x, const torch::nn::Module& owner, int64_t chunk) {
-  if (chunk <= 0 || x.numel() / x.size(-1) <= chunk) return f(x);
-  return TiledRows(f, x, owner.parameters(), chunk);
+torch::Tensor RowWise(const ContextRowFunction& f, const torch::Tensor& x, const torch::nn::Module& owner,
+                      const BlockContext& ctx) {
+  const int64_t chunk = ctx.MlpTiles();
+  if (chunk <= 0 || x.numel() / x.size(-1) <= chunk) return f(x, ctx);
+  return TiledRows([f](const torch::Tensor& t) { return f(t, BlockContext{}); }, x, owner.parameters(), chunk);
 }
 
 

@@ -10,6 +10,8 @@
 #include <functional>
 #include <vector>
 
+#include "src/model/block_context.h"
+
 namespace strata::model {
 
 // Row r of its output depends on row r of its input only (an MLP, a norm): [N, C] -> [N, C'].
@@ -21,9 +23,13 @@ using RowFunction = std::function<torch::Tensor(const torch::Tensor&)>;
 torch::Tensor TiledRows(const RowFunction& f, const torch::Tensor& x, const std::vector<torch::Tensor>& params,
                         int64_t chunk);
 
-// f over x in tiles of `chunk` rows with `owner`'s parameters (an MLP's Forward: Note [Tiled
-// MLP]), or whole when x has no more rows than that (or `chunk` is 0). f must not draw
-// dropout masks: the backward runs it again (BlockContext::MlpTiles is 0 with dropout).
-torch::Tensor RowWise(const RowFunction& f, const torch::Tensor& x, const torch::nn::Module& owner, int64_t chunk);
+// An MLP's f(x, ctx) as its block's context says (an MLP's Forward: Note [Tiled MLP]): whole,
+// with the context, when BlockContext::MlpTiles is 0 or x has no more rows than that; else in
+// tiles of that many rows with `owner`'s parameters, each tile (and its run again in the
+// backward) with a plain context: tiles exist only without dropout, and the graph keeps no
+// pointer into the caller's context.
+using ContextRowFunction = std::function<torch::Tensor(const torch::Tensor&, const BlockContext&)>;
+torch::Tensor RowWise(const ContextRowFunction& f, const torch::Tensor& x, const torch::nn::Module& owner,
+                      const BlockContext& ctx);
 
 }  // namespace strata::model
