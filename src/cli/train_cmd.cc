@@ -33,7 +33,7 @@
 #include "src/engine/engine.h"
 #include "src/config/train_config.h"
 #include "src/estimate/estimator.h"
-#include "src/estimate/fit_advice.h"
+#include "src/settle/fit_advice.h"
 #include "src/estimate/host_blocks_fit.h"
 #include "src/estimate/step_time.h"
 #include "bench/machine_rates.h"

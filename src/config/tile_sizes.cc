@@ -4,8 +4,6 @@
 // at a 32 K vocabulary), or of one MLP intermediate [tokens, F] in the compute dtype (48 K
 // tokens for a 7 B's F of 11008 in bf16), tiles of at most 256 MiB take their place, a power
 // of two of tokens.
-#include <fmt/format.h>
-
 #include <algorithm>
 
 #include "src/config/train_config.h"
@@ -17,10 +15,6 @@ namespace {
 constexpr double kWholeBytes = 1ull << 30, kTileBytes = 256ull << 20;
 
 int64_t MicroBatchTokens(const TrainConfig& c) { return c.micro_batch * c.model.seq_len; }
-double LogitsRowBytes(const TrainConfig& c) { return 4.0 * static_cast<double>(c.model.vocab_size); }
-double MlpRowBytes(const TrainConfig& c) {
-  return static_cast<double>(DTypeSize(c.compute_dtype)) * static_cast<double>(model::FfnHidden(c.model));
-}
 
 // The tile for rows of `row` bytes: 0 where a micro-batch's fit in kWholeBytes.
 int64_t AutoTile(const TrainConfig& c, double row) {
@@ -35,28 +29,16 @@ int64_t TileTokens(const TrainConfig& c, int64_t written, int64_t automatic) {
   return chunk > 0 ? std::min(chunk, MicroBatchTokens(c)) : MicroBatchTokens(c);
 }
 
-void Settle(TrainConfig* c, int64_t* chunk, int64_t automatic, double row, const char* key, const char* what) {
-  if (*chunk >= 0) return;
-  *chunk = automatic;
-  const double whole = row * static_cast<double>(MicroBatchTokens(*c));
-  RecordAuto(c, key, std::to_string(*chunk),
-             *chunk == 0 ? fmt::format("a micro-batch's {} take {:.2f} GB: untiled", what, whole / 1e9)
-                         : fmt::format("a micro-batch's {} would take {:.2f} GB: tiles of {} tokens, {:.0f} MB each",
-                                       what, whole / 1e9, *chunk, static_cast<double>(*chunk) * row / 1e6));
-}
+}  // namespace
 
+double LogitsRowBytes(const TrainConfig& c) { return 4.0 * static_cast<double>(c.model.vocab_size); }
+double MlpRowBytes(const TrainConfig& c) {
+  return static_cast<double>(DTypeSize(c.compute_dtype)) * static_cast<double>(model::FfnHidden(c.model));
+}
 int64_t AutoLossChunk(const TrainConfig& c) { return AutoTile(c, LogitsRowBytes(c)); }
 int64_t AutoMlpChunk(const TrainConfig& c) { return AutoTile(c, MlpRowBytes(c)); }
 
-}  // namespace
-
 int64_t LossTileTokens(const TrainConfig& c) { return TileTokens(c, c.loss_chunk, AutoLossChunk(c)); }
 int64_t MlpTileTokens(const TrainConfig& c) { return TileTokens(c, c.mlp_chunk, AutoMlpChunk(c)); }
-
-void ResolveTileSizes(TrainConfig* c) {
-  Settle(c, &c->loss_chunk, AutoLossChunk(*c), LogitsRowBytes(*c), "strata.loss_chunk",
-         "fp32 logits (and as much again for their softmax and its gradient)");
-  Settle(c, &c->mlp_chunk, AutoMlpChunk(*c), MlpRowBytes(*c), "strata.mlp_chunk", "MLP intermediates [tokens, F]");
-}
 
 }  // namespace strata

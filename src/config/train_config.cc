@@ -12,7 +12,6 @@
 #include "src/config/decay_groups.h"
 #include "src/config/schedule_section.h"
 #include "src/config/unsupported_keys.h"
-#include "strata/isa.h"
 
 namespace strata {
 
@@ -127,7 +126,7 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
   return Status();
 }
 
-// Batch keys: "auto" or absent leaves them to ResolveBatch (which knows the world size).
+// Batch keys: "auto" or absent leaves them to ResolveBatch (src/settle: it knows the world size).
 Status ParseBatch(JsonReader& root, TrainConfig* c) {
   auto batch_key = [&](const char* key, int64_t* value, std::optional<int64_t>* set) -> Status {
     if (root.IsAuto(key) || !root.Has(key)) {
@@ -353,106 +352,6 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
     c.autos.push_back(a);
   }
   return c;
-}
-
-void ResolvePrecision(TrainConfig* c, bool on_gpu) {
-  std::string why;
-  const bool native = on_gpu || CpuHasNativeBf16(&why);
-  if (on_gpu) why = "a GPU";
-  c->precision_warning.clear();
-  if (c->bf16_auto && c->compute_dtype != DType::kF16) {
-    c->compute_dtype = native ? DType::kBF16 : DType::kF32;
-    c->precision_reason = native ? fmt::format("bf16.enabled \"auto\": {} computes bf16 natively", why)
-                                 : fmt::format("bf16.enabled \"auto\": {}, where bf16 runs ~10x slower than fp32", why);
-    RecordAuto(c, "bf16.enabled", native ? "true" : "false", native ? why + ": native bf16" : why);
-    return;
-  }
-  c->precision_reason = c->compute_dtype == DType::kBF16   ? "bf16.enabled"
-                        : c->compute_dtype == DType::kF16 ? "fp16.enabled"
-                                                          : "neither bf16 nor fp16 enabled";
-  if (c->compute_dtype == DType::kBF16 && !native)
-    c->precision_warning = fmt::format(
-        "bf16 compute on a CPU without native bf16 ({}): expect steps about 10x slower than fp32; set bf16.enabled "
-        "to \"auto\" (or false) to train in fp32 here", why);
-}
-
-void RecordAuto(TrainConfig* c, const std::string& path, std::string value, std::string reason) {
-  std::erase_if(c->autos, [&](const AutoValue& a) { return a.path == path; });
-  c->autos.push_back({path, std::move(value), std::move(reason)});
-}
-
-void ResolveSchedule(TrainConfig* c, bool host_device) {
-  const bool fetched = c->offload_param.device == Tier::kNvme ||
-                       (!host_device && c->offload_param.device != Tier::kDevice);
-  const bool saves = c->grad_accum > 1 && fetched;
-  c->layer_major = c->schedule_setting == StepSchedule::kLayerMajor ||
-                   (c->schedule_setting == StepSchedule::kAuto && (saves || c->fuse_micro_batches));
-  if (c->schedule_setting != StepSchedule::kAuto || c->grad_accum == 1) return;
-  RecordAuto(c, "strata.schedule", c->layer_major ? "layer_major" : "micro_batch",
-             c->layer_major ? "each block's working weights are fetched once per step, not once per micro-batch"
-                            : "the working weights are not fetched per visit: nothing to save");
-}
-
-void ResolveRecompute(TrainConfig* c, bool fits) {
-  c->keep_activations = c->recompute == Recompute::kNever || (c->recompute == Recompute::kAuto && fits);
-  if (c->recompute != Recompute::kAuto) return;
-  if (c->block_inputs && *c->block_inputs != BlockInputsAt::kDevice) {  // moving them asks for recompute
-    c->keep_activations = false;
-    RecordAuto(c, "strata.recompute", "always", "strata.block_inputs moves each block's input: each block recomputed");
-    return;
-  }
-  RecordAuto(c, "strata.recompute", c->keep_activations ? "never" : "always",
-             c->keep_activations ? "every block's activations fit: kept, no recompute"
-                                 : "kept activations would not fit this machine: each block recomputed");
-}
-
-void ResolveDeviceAccumulation(TrainConfig* c, bool host_device, bool fits) {
-  const bool applies = !host_device && c->grad_accum > 1;
-  c->accumulate_on_device = applies && (c->device_accumulation == 1 || (c->device_accumulation < 0 && fits));
-  if (c->device_accumulation >= 0 || !applies) return;
-  RecordAuto(c, "strata.device_accumulation", c->accumulate_on_device ? "true" : "false",
-             c->accumulate_on_device
-                 ? "the device has room for fp32 gradient accumulators: gradients leave it once per step"
-                 : "fp32 gradient accumulators would not fit the device: every micro-batch's gradients "
-                   "are copied to the host");
-}
-
-Status ResolveBatch(TrainConfig* c, int world) {
-  const int64_t w = world;
-  auto note = [&](const char* key, int64_t v, std::string why) {
-    c->autos.push_back({key, std::to_string(v), std::move(why)});
-  };
-  const auto tb = c->train_batch_set, mb = c->micro_batch_set, ga = c->grad_accum_set;
-  auto indivisible = [&](int64_t num, int64_t den, const std::string& what) {
-    return InvalidArgument("train_batch_size {} is not divisible by {} ({}) on {} rank(s)", num, den, what, world);
-  };
-  if (tb && mb && ga) {
-    if (*tb != *mb * *ga * w)
-      return InvalidArgument(
-          "train_batch_size {} != train_micro_batch_size_per_gpu {} * gradient_accumulation_steps {} * {} rank(s) = {}",
-          *tb, *mb, *ga, world, *mb * *ga * w);
-  } else if (tb && mb) {
-    if (*tb % (*mb * w)) return indivisible(*tb, *mb * w, "micro-batch x ranks");
-    c->grad_accum = *tb / (*mb * w);
-    note("gradient_accumulation_steps", c->grad_accum, fmt::format("train_batch_size / (micro-batch x {} ranks)", world));
-  } else if (tb && ga) {
-    if (*tb % (*ga * w)) return indivisible(*tb, *ga * w, "accumulation steps x ranks");
-    c->micro_batch = *tb / (*ga * w);
-    note("train_micro_batch_size_per_gpu", c->micro_batch,
-         fmt::format("train_batch_size / (accumulation steps x {} ranks)", world));
-  } else if (tb) {
-    if (*tb % w) return indivisible(*tb, w, "ranks");
-    c->grad_accum = 1;
-    c->micro_batch = *tb / w;
-    note("gradient_accumulation_steps", 1, "train_batch_size alone: no accumulation");
-    note("train_micro_batch_size_per_gpu", c->micro_batch, fmt::format("train_batch_size / {} ranks", world));
-  } else {
-    if (!mb) note("train_micro_batch_size_per_gpu", c->micro_batch, "Strata's default");
-    if (!ga) note("gradient_accumulation_steps", c->grad_accum, mb ? "no train_batch_size: no accumulation" : "Strata's default");
-  }
-  c->train_batch = c->micro_batch * c->grad_accum * w;
-  if (!tb) note("train_batch_size", c->train_batch, fmt::format("micro-batch x accumulation steps x {} ranks", world));
-  return Status();
 }
 
 StatusOr<std::string> ComposeConfigText(const std::string& path, const std::string& default_text,

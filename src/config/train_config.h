@@ -219,7 +219,7 @@ struct TrainConfig {
   // their state in host memory instead: optimizer states (master, m, v) and, with the working
   // weights on NVMe, those too (not with the delayed update): their step moves nothing
   // through the disk. -1 ("auto"): as many as the estimate fits within 90% of the host's
-  // available memory (settled before the engine is built: ResolveHostBlocks).
+  // available memory (settled before the engine is built: src/settle, ResolveHostBlocks).
   int64_t host_blocks = 0;
   OptimizerOverlap optimizer_overlap = OptimizerOverlap::kForward;  // strata.optimizer_overlap
   // strata.speculation_budget_mb: host memory for the speculative updates' backups (what a
@@ -244,7 +244,7 @@ struct TrainConfig {
   // "host" (off the host: copied to host memory after the block's forward, back before its
   // backward), "nvme" (the rank's swap file), "auto" (nullopt: settled by the estimate).
   std::optional<BlockInputsAt> block_inputs;
-  BlockInputsAt block_inputs_at = BlockInputsAt::kDevice;  // settled (EstimateResolvingAutos)
+  BlockInputsAt block_inputs_at = BlockInputsAt::kDevice;  // settled (src/settle: EstimateResolvingAutos)
   // strata.expert_fetch: with mixtures of experts, whether a visit of a sparse layer's block
   // reads only the routed experts (where the rank reads the block whole itself and it is not
   // resident on the device) or every expert.
@@ -253,10 +253,10 @@ struct TrainConfig {
   // AdamW steps transformers 5's fused expert tensors) or only the chosen ones.
   ExpertUpdate expert_update = ExpertUpdate::kAll;
   // strata.loss_chunk: tokens per tile of the head's loss (Note [Tiled loss]); 0 the whole
-  // micro-batch at once; "auto" (-1) settled by ResolveTileSizes.
+  // micro-batch at once; "auto" (-1) settled by ResolveTileSizes (src/settle).
   int64_t loss_chunk = -1;
   // strata.mlp_chunk: tokens per tile of each MLP (Note [Tiled MLP]); 0 untiled; "auto" (-1)
-  // settled by ResolveTileSizes.
+  // settled by ResolveTileSizes (src/settle).
   int64_t mlp_chunk = -1;
   Recompute recompute = Recompute::kAuto;  // strata.recompute (activation_checkpointing present: kAlways)
   // What the engine does, settled by SettleRunConfig through ResolveRecompute (kAuto: from the estimate);
@@ -316,30 +316,18 @@ Status CheckKeys(const TrainConfig& config);
 std::string AdamStatesSetting(const TrainConfig& config);
 void SetAdamStates(TrainConfig* config, const std::string& setting);
 
-// Settles the compute dtype for blocks running on a GPU (`on_gpu`) or on this CPU:
-// bf16.enabled "auto" becomes bf16 on a GPU or where the CPU has native bf16 (AVX512-BF16,
-// AMX; see CpuHasNativeBf16), fp32 otherwise, recorded in config->autos; bf16 forced on a
-// CPU without native bf16 sets precision_warning (LibTorch's bf16 matmuls run ~10x slower
-// than fp32 there). Fills precision_reason either way. Idempotent.
-void ResolvePrecision(TrainConfig* config, bool on_gpu);
-
-// Records what a key written "auto" became and why, replacing what an earlier settling recorded.
-void RecordAuto(TrainConfig* config, const std::string& path, std::string value, std::string reason);
-
-// Settles layer_major: as written, or for "auto" layer-major when the step has several
-// micro-batches and each visit of a block fetches its working weights (from NVMe, or, off
-// the host, over the host link): those fetches then happen once per step instead of once per
-// micro-batch. Records what "auto" became and why.
-void ResolveSchedule(TrainConfig* config, bool host_device);
-
-// strata.loss_chunk and strata.mlp_chunk (tile_sizes.cc). "auto": tiles of at most 256 MiB
-// (a power of two of tokens) of the head's fp32 logits, of an MLP's [tokens, F] intermediate,
-// where a micro-batch's would exceed 1 GiB, else 0 (untiled). ResolveTileSizes settles both
-// and records why; *TileTokens are the tokens whose logits or intermediates exist at once
-// (what "auto" would take where unsettled).
+// strata.loss_chunk and strata.mlp_chunk: the tokens whose logits or intermediates exist at
+// once (tile_sizes.cc): the tile as written, or where "auto" the tile it settles to
+// (src/settle, ResolveTileSizes), else the whole micro-batch.
 int64_t LossTileTokens(const TrainConfig& config);
 int64_t MlpTileTokens(const TrainConfig& config);
-void ResolveTileSizes(TrainConfig* config);
+// What "auto" settles to: tiles of at most 256 MiB (a power of two of tokens) of the head's
+// fp32 logits, of an MLP's [tokens, F] intermediate, where a micro-batch's would exceed 1 GiB,
+// else 0 (untiled); and the bytes of one token's row, for the reason recorded.
+int64_t AutoLossChunk(const TrainConfig& config);
+int64_t AutoMlpChunk(const TrainConfig& config);
+double LogitsRowBytes(const TrainConfig& config);
+double MlpRowBytes(const TrainConfig& config);
 
 // How many times a step passes each block in each direction: once layer-major, else once per
 // micro-batch (the fetches of its working weights, ShardPlan::Visits).
@@ -349,20 +337,6 @@ inline int64_t BlockPasses(const TrainConfig& c) { return c.layer_major ? 1 : c.
 inline bool HasSwapFolder(const TrainConfig& c) {
   return c.offload_param.device == Tier::kNvme || c.offload_optimizer.device == Tier::kNvme;
 }
-
-// Settles keep_activations: kNever keeps, kAlways recomputes, kAuto keeps when `fits` (the
-// estimate with kept activations fits this machine). Records what "auto" became and why.
-void ResolveRecompute(TrainConfig* config, bool fits);
-
-// Settles accumulate_on_device: off on the host device and with one micro-batch per step;
-// else as written, or for "auto" when `fits` (the estimate with device accumulators fits the
-// device and the host). Records what "auto" became and why.
-void ResolveDeviceAccumulation(TrainConfig* config, bool host_device, bool fits);
-
-// Derives the batch keys left unset for `world_size` ranks (DeepSpeed's rule above) and
-// checks their consistency; records what each "auto" became in config->autos. The error
-// names the keys and the numbers ("train_batch_size 30 is not divisible by ...").
-Status ResolveBatch(TrainConfig* config, int world_size);
 
 // The JSON text of a run's config: `path` ("" = `default_text`, named `default_origin`),
 // with a "strata" value that is a string read as a second file (relative to the first),

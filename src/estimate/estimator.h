@@ -83,12 +83,6 @@ uint64_t ProcKilobyteField(const char* file, const std::string& key);
 // this machine has.
 Status CheckFits(const MemoryEstimate& e, const MachineCapacity& m, int local_ranks);
 
-// Settles strata.device_accumulation ("auto": on when the estimate with device accumulators,
-// and recompute, fits `m`), then strata.recompute ("auto": keep every block's activations
-// when the estimate with them fits), and returns the estimate of what will run.
-MemoryEstimate EstimateResolvingAutos(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
-                                      const MachineCapacity& m, int local_ranks);
-
 // A table: rows = state kinds, columns = device / cpu (pinned where pinned) / nvme.
 std::string FormatEstimate(const MemoryEstimate& e);
 std::string HumanBytes(uint64_t bytes);

@@ -34,25 +34,6 @@ HostBlocksFit MostHostBlocks(const TrainConfig& cfg, int world, int64_t params_o
   return best;
 }
 
-bool ResolveHostBlocks(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
-                       const MachineCapacity& m, int local_ranks, MemoryEstimate* estimate) {
-  if (cfg->host_blocks >= 0) return false;
-  cfg->host_blocks = 0;
-  if (cfg->offload_optimizer.device != Tier::kNvme) return true;
-  HostBlocksFit f = MostHostBlocks(*cfg, world, params_override, device, m, local_ranks);
-  cfg->host_blocks = f.blocks;
-  *estimate = f.estimate;
-  return true;
-}
-
-MemoryEstimate EstimateSettlingAutos(TrainConfig* cfg, int world, int64_t params_override, DeviceTraits device,
-                                     const MachineCapacity& m, int local_ranks, bool* host_blocks_auto) {
-  MemoryEstimate e = EstimateResolvingAutos(cfg, world, params_override, device, m, local_ranks);
-  const bool was_auto = ResolveHostBlocks(cfg, world, params_override, device, m, local_ranks, &e);
-  if (host_blocks_auto) *host_blocks_auto = was_auto;
-  return e;
-}
-
 std::string HostBlocksPhrase(int64_t blocks) {
   if (blocks == kAllBlocks) return "every block";
   return blocks == 1 ? "the first block" : fmt::format("the first {} blocks", blocks);

@@ -3,7 +3,8 @@
 #include <algorithm>
 
 #include "src/engine/shard_plan.h"
-#include "src/estimate/host_blocks_fit.h"
+#include "src/settle/settle_autos.h"
+#include "src/settle/settle_keys.h"
 
 namespace strata {
 

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "src/config/train_config.h"
+#include "src/settle/settle_keys.h"
 #include "src/config/decay_groups.h"
 #include "strata/isa.h"
 

@@ -12,6 +12,7 @@
 #include "engine/engine_test_util.h"
 #include "src/engine/block_inputs.h"
 #include "src/estimate/estimator.h"
+#include "src/settle/settle_autos.h"
 #include "strata/communicator.h"
 #include "support/settled.h"
 

@@ -9,6 +9,7 @@
 
 #include "engine/engine_test_util.h"
 #include "src/config/train_config.h"
+#include "src/settle/settle_keys.h"
 
 namespace strata {
 namespace {

@@ -2,7 +2,9 @@
 // the shipped configs (shrunk) and variations of stage, offload, precision and architecture.
 #include "src/estimate/estimator.h"
 #include "src/estimate/host_blocks_fit.h"
-#include "src/estimate/largest_fit.h"
+#include "src/settle/settle_autos.h"
+#include "src/settle/settle_keys.h"
+#include "src/settle/largest_fit.h"
 
 #include <gtest/gtest.h>
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "src/config/train_config.h"
+#include "src/settle/settle_keys.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

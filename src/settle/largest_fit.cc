@@ -1,4 +1,4 @@
-#include "src/estimate/largest_fit.h"
+#include "src/settle/largest_fit.h"
 
 #include <cmath>
 #include <utility>

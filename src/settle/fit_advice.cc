@@ -1,4 +1,4 @@
-#include "src/estimate/fit_advice.h"
+#include "src/settle/fit_advice.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "src/engine/optimizer_rule.h"
-#include "src/estimate/host_blocks_fit.h"
+#include "src/settle/settle_autos.h"
 
 namespace strata {
 

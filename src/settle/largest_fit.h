@@ -6,7 +6,7 @@
 
 #include "src/engine/optimizer_rule.h"
 #include "src/estimate/estimator.h"
-#include "src/estimate/host_blocks_fit.h"
+#include "src/settle/settle_autos.h"
 
 namespace strata {
 
