@@ -3,12 +3,13 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "src/engine/engine_parts.h"
 #include "src/engine/experts/block_routing.h"
-#include "src/engine/experts/expert_parts.h"
+#include "src/engine/experts/routed_fetch.h"
 #include "src/engine/prefetch.h"
 #include "src/engine/step_stats.h"
 #include "src/engine/working_format.h"
@@ -54,17 +55,13 @@ class Gatherer final : public ExpertFetcher {
     torch::Tensor full;
     Event ready;
     GatherSlot* slot = nullptr;  // null: a resident block bound in place
-    // Fetching routed experts only: where the block's working weights are read from (the lease
-    // of its NVMe read, or the cpu tier), its parts, the experts fetched so far, and the copies.
-    PinnedBuffer lease;
-    const std::byte* src = nullptr;
-    std::vector<WorkingPart> parts;
-    std::vector<uint8_t> fetched;
-    EventList copies;
+    std::optional<RoutedVisit> routed;  // a sparse layer's block fetched as its experts are routed
   };
   Status Issue(const Visit& v);
-  Status IssueRouted(int b, GatherSlot& slot, const torch::Tensor& full);
-  EventList FetchRange(Gathered& g, const BlockPlan& bp, int64_t lo, int64_t hi, const EventList& after);
+  // Where block b's working weights are read from: host memory, or its prefetched NVMe read,
+  // taken into *lease (with a LoRA block's adapters copied in after the frozen base).
+  StatusOr<const std::byte*> Source(int b, PinnedBuffer* lease);
+  RoutedFetchParts routed_parts() const { return {m_.plan, m_.io, m_.state, m_.counts}; }
   void Bind(int block, const torch::Tensor& full);
 
   GatherParts m_;

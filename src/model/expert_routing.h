@@ -5,6 +5,8 @@
 // were chosen (Routed) before any of them runs, and the engine brings those to the compute
 // device (the block's router, attention and norms came with the block's own fetch; across
 // ZeRO-3 ranks, the experts some rank's tokens chose, each rank's pieces broadcast from it).
+// In the engine: BlockRouting hears the router, the Gatherer's visit of the block holds a
+// RoutedVisit that fetches (src/engine/experts/).
 // An expert no token chose runs nothing, so its weights are never read and its gradient is
 // zero; the update steps it or skips it as strata.expert_update says (Note [Expert updates]
 // in src/engine/experts/expert_state.cc).
