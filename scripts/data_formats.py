@@ -1,7 +1,8 @@
 """The record shapes scripts/prepare_data.py reads, and its Parquet and `datasets` folder
 readers: each record becomes one of the three examples it encodes (text, prompt + completion,
 or a conversation of messages), so that an alpaca or ShareGPT record gives exactly the tokens
-and mask of the equivalent `messages` record. See prepare_data.py's docstring for the shapes.
+and mask of the equivalent `messages` record; or a preference pair for DPO (prompt, chosen,
+rejected: strings, or lists of messages). See prepare_data.py's docstring for the shapes.
 """
 import json
 import os
@@ -17,7 +18,6 @@ SHAREGPT_ROLES = {"system": "system", "human": "user", "gpt": "assistant", "obse
 ALPACA = {"instruction", "input", "output", "system", "history"}
 SHAREGPT = {"conversations", "system"}
 PREFERENCE = {"prompt", "chosen", "rejected"}
-DPO = "preference records (prompt/chosen/rejected) are for DPO, which this version does not train"
 
 
 class InputError(Exception):
@@ -117,7 +117,7 @@ def to_example(where, obj, mapping, columnar=False):
     if "conversations" in keys and keys <= SHAREGPT:
         return {"messages": sharegpt_messages(where, rec, mapping)}
     if {"chosen", "rejected"} <= keys <= PREFERENCE:
-        check_preference(where, rec, mapping)
+        return {"preference": preference(where, rec, mapping, columnar)}
     missing = mapping.missing(rec)
     hint = f" (no {', '.join(repr(c) for c in missing)}, named by --columns)" if missing else ""
     given = sorted(k for k, v in obj.items() if not (columnar and v is None))
@@ -203,20 +203,25 @@ def sharegpt_messages(where, rec, mapping):
     return messages
 
 
-def check_preference(where, rec, mapping):
-    """TRL's preference shapes, checked so that their errors are the usual ones, then refused."""
+def preference(where, rec, mapping, columnar):
+    """TRL's preference shapes with an explicit prompt: {"prompt", "chosen", "rejected"} all
+    strings, or all lists of messages (their keys and roles mapped as a conversation's)."""
     chosen, rejected, prompt = rec["chosen"], rec["rejected"], rec.get("prompt")
     role_key, content_key = mapping.tag.get("role", "role"), mapping.tag.get("content", "content")
+    if prompt is None:
+        raise InputError(f"{where}: a preference record needs its {mapping.name('prompt')} (the implicit prompt "
+                         "that TRL extracts from a shared start is not read)")
     if isinstance(chosen, str) and isinstance(rejected, str):
-        if prompt is not None and not isinstance(prompt, str):
+        if not isinstance(prompt, str):
             raise InputError(f"{where}: {mapping.name('prompt')} must be a string, as chosen and rejected are")
-    elif all(is_messages(v, role_key, content_key) for v in (chosen, rejected)):
-        if prompt is not None and not is_messages(prompt, role_key, content_key):
+        return {"prompt": prompt, "chosen": chosen, "rejected": rejected}
+    if all(is_messages(v, role_key, content_key) for v in (chosen, rejected)):
+        if not is_messages(prompt, role_key, content_key):
             raise InputError(f"{where}: {mapping.name('prompt')} must be a message list, as chosen and rejected are")
-    else:
-        raise InputError(f"{where}: {mapping.name('chosen')} and {mapping.name('rejected')} must both be strings "
-                         f'or both lists of messages with a string "{role_key}" and "{content_key}"')
-    raise InputError(f"{where}: {DPO}")
+        return {k: chat_messages(where, v, mapping, columnar) for k, v in
+                (("prompt", prompt), ("chosen", chosen), ("rejected", rejected))}
+    raise InputError(f"{where}: {mapping.name('chosen')} and {mapping.name('rejected')} must both be strings "
+                     f'or both lists of messages with a string "{role_key}" and "{content_key}"')
 
 
 # Tables: Parquet files and folders written by datasets' Dataset.save_to_disk.

@@ -23,8 +23,12 @@ Records, one example each, by their keys (scripts/data_formats.py):
   ShareGPT {"conversations": [{"from", "value"}...]} ("system" optional: a first system turn)
       as messages; roles system, human or user, gpt or assistant, observation or tool (a
       function_call turn is refused)
-  {"prompt", "chosen", "rejected"}          checked, then refused: preference records are for
-                                            DPO, which this version does not train
+  {"prompt", "chosen", "rejected"}          a preference pair for DPO (strata.objective "dpo"):
+                                            all strings, or all lists of messages; tokenized
+                                            as TRL's DPOTrainer does (preference_pairs.py) and
+                                            written as two examples, chosen then rejected,
+                                            their completions trained; a file of pairs holds
+                                            nothing else
 so an alpaca or ShareGPT record gives the tokens and mask of its messages. In a table, a null
 is an absent field (and a message's null keys are left out).
 Other names, as LLaMA-Factory's dataset_info "columns" and "tags" give them:
@@ -50,7 +54,8 @@ Outputs (src/data/token_file.h, src/data/loss_mask.h, src/data/examples.h):
           model learns to predict), 0 where it is context only (a prompt, a user turn). The
           EOS after an example is trained when the example's last token is;
   OUT.u16.examples: where each example starts, its first token's index as a little-endian
-          uint64 (the first 0), for strata.data.packing "none" and "packed".
+          uint64 (the first 0), for strata.data.packing "none" and "packed";
+  OUT.u16.pairs: with preference pairs, the header alone: the examples are pairs.
 Each side file starts with a 32-byte header naming its kind and the token file it belongs to
 (its token count and the CRC-32 of its bytes; src/data/side_file.h), so that Strata refuses a
 side file left beside a token file it was not written for.
@@ -91,6 +96,7 @@ import zlib
 
 import data_formats
 import data_preview
+import preference_pairs
 from data_formats import InputError, one_line
 
 MAX_LINE_BYTES = 64 << 20  # a JSONL line (one example) longer than this is refused
@@ -351,6 +357,27 @@ def example_tokens(tok, where, obj):
     return with_eos(*encode(tok, *segments(tok, where, obj)), tok.eos_token_id)
 
 
+def encoded_examples(tok, examples):
+    """(where, ids, mask) of each example written: a preference pair is two, chosen then rejected."""
+    for where, obj in examples:
+        if "preference" in obj:
+            for ids, mask in preference_pairs.pair_tokens(tok, where, obj["preference"]):
+                yield where, ids, mask
+        else:
+            yield (where, *example_tokens(tok, where, obj))
+
+
+def check_one_kind(examples):
+    """A file of preference pairs holds nothing else: DPO pairs examples 2k and 2k + 1."""
+    pairs = ["preference" in obj for _, obj in examples]
+    if any(pairs) and not all(pairs):
+        where = next(w for (w, _), p in zip(examples, pairs) if p != pairs[0])
+        raise InputError(f"{where}: {'a preference pair' if not pairs[0] else 'not a preference pair'}, but the first "
+                         f"record ({examples[0][0]}) is {'one' if pairs[0] else 'not'}: preference pairs are written "
+                         "alone (DPO reads every example as half a pair)")
+    return bool(pairs) and pairs[0]
+
+
 def encode(tok, text, spans, special):
     """Token ids and their mask: a token is trained when its first character is in a span."""
     enc = tok(text, add_special_tokens=special, return_offsets_mapping=True)
@@ -416,7 +443,7 @@ def fsync_folder(folder):
             os.close(fd)
 
 
-SIDE_MAGIC = {"examples": b"STRATA-EXAMPLES\n", "mask": b"STRATA-LOSSMASK\n"}
+SIDE_MAGIC = {"examples": b"STRATA-EXAMPLES\n", "mask": b"STRATA-LOSSMASK\n", "pairs": b"STRATA-DPOPAIRS\n"}
 SIDE_HEADER_BYTES = 32
 
 
@@ -429,7 +456,7 @@ def side_header(kind, tokens, crc):
 class Writer:
     """Appends examples to the token file and the mask, counting what it wrote."""
 
-    def __init__(self, outputs, path, vocab):
+    def __init__(self, outputs, path, vocab, pairs=False):
         self.tokens_path, self.mask_path = path, path + ".mask"
         self.code = "I" if path.endswith((".u32", ".uint32")) else "H"
         self.vocab = vocab
@@ -439,6 +466,8 @@ class Writer:
         self.mask_file = outputs.create(self.mask_path)
         self.examples_path = path + ".examples"
         self.examples_file = outputs.create(self.examples_path)
+        self.pairs_path = path + ".pairs" if pairs else None
+        self.pairs_file = outputs.create(self.pairs_path) if pairs else None
         self.tokens_file = outputs.create(self.tokens_path)
         self.examples = self.tokens = self.trained = self.longest = 0
         self.lengths = []
@@ -466,6 +495,8 @@ class Writer:
         for kind, f in (("mask", self.mask_file), ("examples", self.examples_file)):
             f.seek(0)
             f.write(side_header(kind, self.tokens, self.crc))
+        if self.pairs_file:
+            self.pairs_file.write(side_header("pairs", self.tokens, self.crc))
 
 
 def output_path(out, vocab):
@@ -480,7 +511,7 @@ def output_path(out, vocab):
 
 def check_output(path):
     """Refuses, before encoding, outputs that a rename could not replace."""
-    for p in (path, path + ".mask", path + ".examples"):
+    for p in (path, path + ".mask", path + ".examples", path + ".pairs"):
         if os.path.lexists(p) and not os.path.isfile(p):
             raise InputError(f"{p}: exists and is not a regular file")
     folder = os.path.dirname(os.path.abspath(path))
@@ -488,17 +519,17 @@ def check_output(path):
         raise InputError(f"--out {path}: {folder} is not a folder")
 
 
-def write_outputs(path, examples, tok, vocab):
+def write_outputs(path, examples, tok, vocab, pairs=False):
     """Encodes the examples into the token file and the mask at path, replacing earlier ones
     only once both are complete. A signal during the renames is raised after them."""
     outputs = Outputs()
     SIGNALS.defer(True)
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        w = Writer(outputs, path, vocab)
-        for where, obj in examples:
+        w = Writer(outputs, path, vocab, pairs)
+        for _, ids, mask in encoded_examples(tok, examples):
             SIGNALS.check()
-            w.add(*example_tokens(tok, where, obj))
+            w.add(ids, mask)
         w.finish()
         outputs.commit()
         return w
@@ -546,17 +577,18 @@ def main(argv):
     examples = [e for p in args.inputs for e in read_examples(p, mapping)]
     if not examples:
         raise InputError("no examples in " + ", ".join(args.inputs))
+    pairs = check_one_kind(examples)
     tok = load_tokenizer(args.tokenizer)
     if args.shuffle is not None:
         random.Random(args.shuffle).shuffle(examples)
     if args.preview is not None:
-        encoded = ((where, *example_tokens(tok, where, obj)) for where, obj in examples)
-        data_preview.preview(tok, encoded, args.preview, args.seq_len, args.packing, args.long_examples)
+        data_preview.preview(tok, encoded_examples(tok, examples), args.preview, args.seq_len, args.packing,
+                             args.long_examples)
         return 0
     vocab = len(tok)
     path = output_path(args.out, vocab)
     check_output(path)
-    w = write_outputs(path, examples, tok, vocab)
+    w = write_outputs(path, examples, tok, vocab, pairs)
     report(w, vocab, args.seq_len)
     return 0
 
@@ -574,7 +606,9 @@ def preview_prepared(args):
 
 
 def report(w, vocab, seq_len):
-    print(f"wrote {w.tokens_path} ({'uint32' if w.code == 'I' else 'uint16'}), {w.mask_path} and {w.examples_path}")
+    print(f"wrote {w.tokens_path} ({'uint32' if w.code == 'I' else 'uint16'}), {w.mask_path} and {w.examples_path}"
+          + (f" and {w.pairs_path}: {w.examples // 2} preference pairs (strata.objective \"dpo\")" if w.pairs_path
+             else ""))
     print(f"  examples {w.examples}, tokens {w.tokens} (vocabulary {vocab}: strata.model.vocab_size >= {vocab})")
     print(f"  trained {w.trained} tokens ({100 * w.trained / w.tokens:.1f}%), masked {w.tokens - w.trained} "
           f"({100 * (w.tokens - w.trained) / w.tokens:.1f}%)")

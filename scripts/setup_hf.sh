@@ -18,7 +18,7 @@ reqs=$root/scripts/hf-requirements.txt
 marker=$root/.venv/hf-$(sha256sum "$reqs" | cut -c1-12).ok
 if [ -f "$marker" ]; then log "Hugging Face peers already installed ($marker)"; exit 0; fi
 bash "$root/scripts/setup_peers.sh" --import-only
-log "installing transformers, tokenizers, safetensors, peft, bitsandbytes, deepspeed, pyarrow, datasets, tensorboard, wandb (scripts/hf-requirements.txt, no deps: torch is not reinstalled)"
+log "installing transformers, tokenizers, safetensors, peft, trl, bitsandbytes, deepspeed, pyarrow, datasets, tensorboard, wandb (scripts/hf-requirements.txt, no deps: torch is not reinstalled)"
 "$py" -m pip install -q --disable-pip-version-check --no-deps -r "$reqs"
 "$py" "$root/tests/hf/hf_models.py" check peft bitsandbytes
 "$py" "$root/tests/config/deepspeed_lr.py" 0.1 0 0.1 10 20 0 0 1 >/dev/null

@@ -74,6 +74,15 @@ nlohmann::ordered_json ResolvedOptimizer(const TrainConfig& c) {
 }
 
 // The configuration as Strata will run it, in ds_config shape.
+// strata.objective as the run takes it (Note [DPO]).
+nlohmann::ordered_json ResolvedObjective(const TrainConfig& c) {
+  if (c.objective != Objective::kDpo) return {{"type", "language_model"}};
+  return {{"type", "dpo"},
+          {"beta", c.dpo.beta},
+          {"loss_type", c.dpo.loss == model::DpoLossType::kRobust ? "robust" : "sigmoid"},
+          {"label_smoothing", c.dpo.label_smoothing}};
+}
+
 nlohmann::ordered_json Resolved(const TrainConfig& c) {
   const auto& s = c.schedule;
   return {
@@ -100,7 +109,7 @@ nlohmann::ordered_json Resolved(const TrainConfig& c) {
        {{"steps", c.steps}, {"seed", c.seed}, {"eval_interval", c.eval_interval}, {"eval_batches", c.eval_batches},
         {"verify_checksums", c.verify_checksums}, {"save_interval", c.save_interval},
         {"keep_checkpoints", c.keep_checkpoints}, {"comm_timeout_s", c.comm_timeout_s}, {"device", c.device}, {"model", ckpt::ModelConfigJson(c.model)},
-        {"data", DataConfigJson(c.data)}}}};
+        {"data", DataConfigJson(c.data)}, {"objective", ResolvedObjective(c)}}}};
 }
 
 int RunCheck(const ConfigArgs& a) {

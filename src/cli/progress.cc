@@ -16,6 +16,14 @@
 namespace strata::cli {
 namespace {
 
+// DPO's means over a step's pairs, under the names TRL logs them by (Note [DPO]).
+std::vector<std::pair<std::string, double>> DpoMeans(const model::DpoTally& t) {
+  const double n = static_cast<double>(t.pairs);
+  return {{"rewards/chosen", t.chosen_rewards / n},   {"rewards/rejected", t.rejected_rewards / n},
+          {"rewards/margins", t.margins / n},         {"rewards/accuracies", t.accuracies / n},
+          {"logps/chosen", t.chosen_logps / n},       {"logps/rejected", t.rejected_logps / n}};
+}
+
 std::string Duration(double s) {
   if (!(s >= 0) || s > 1e7) return "?";
   const int64_t t = static_cast<int64_t>(std::llround(s));
@@ -115,6 +123,8 @@ void Progress::OnStep(const StepStats& st) {
       j["experts_routed"] = st.experts_routed;
       j["experts_fetched"] = st.experts_fetched;
     }
+    if (st.dpo.pairs > 0)  // Note [DPO]: TRL's names, means over the step's pairs
+      for (const auto& [name, value] : DpoMeans(st.dpo)) j[name] = value;
     if (st.speculated_blocks > 0) {
       j["speculated_blocks"] = st.speculated_blocks;
       j["redone_blocks"] = st.redone_blocks;
@@ -134,6 +144,10 @@ void Progress::OnStep(const StepStats& st) {
     if (o_.sequences_per_epoch > 0)
       line += fmt::format("  epoch {:.3f}", static_cast<double>((st.step + 1) * o_.sequences_per_step) /
                                                 static_cast<double>(o_.sequences_per_epoch));
+    if (st.dpo.pairs > 0)
+      line += fmt::format("  rewards chosen {:.4f} rejected {:.4f} margin {:.4f} accuracy {:.3f}",
+                          st.dpo.chosen_rewards / st.dpo.pairs, st.dpo.rejected_rewards / st.dpo.pairs,
+                          st.dpo.margins / st.dpo.pairs, st.dpo.accuracies / st.dpo.pairs);
     if (st.speculated_blocks > 0)
       line += fmt::format("  speculated {} block(s){}", st.speculated_blocks,
                           st.redone_blocks ? fmt::format(", redone {} (clipped)", st.redone_blocks)
@@ -155,6 +169,8 @@ void Progress::Monitor(const StepStats& st, double tflops) {
   if (o_.fp16) s.push_back({"Train/Samples/loss_scale", st.loss_scale, samples});
   if (o_.wall_clock_breakdown) s.push_back({"Train/Samples/elapsed_time_ms_step", st.seconds * 1e3, samples});
   if (std::isfinite(st.grad_norm)) s.push_back({"Train/Samples/grad_norm", st.grad_norm, samples});
+  if (st.dpo.pairs > 0)
+    for (const auto& [name, value] : DpoMeans(st.dpo)) s.push_back({"Train/Samples/" + name, value, samples});
   s.push_back({"Train/Samples/tokens_per_s", st.tokens / std::max(1e-12, st.seconds), samples});
   s.push_back({"Train/Samples/tflops", tflops, samples});
   s.push_back({"Train/Samples/exposed_io_ms", st.wait_s * 1e3, samples});

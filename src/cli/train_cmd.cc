@@ -39,6 +39,7 @@
 #include "bench/machine_rates.h"
 #include "src/model/model_family.h"
 #include "src/settle/settle.h"
+#include "src/cli/dpo_reference.h"
 #include "strata/host_pinner.h"
 #include "strata/log.h"
 
@@ -306,6 +307,14 @@ Status TrainRun::Resume() {
     if (!s.ok()) return s.status().WithContext(fmt::format("rank {}", env_.rank));
     start_ = last_saved_ = *s;
   }
+  if (cfg_.objective == Objective::kDpo) {  // Note [DPO]: the initial model's, before any step
+    startup_->Phase("DPO reference log-probabilities");
+    const DpoReferenceInputs in{cfg_, init_from(), !a_.resume.empty(), lead(),
+                                [this](const std::string& line) {
+                                  if (lead()) std::printf("%s\n", line.c_str());
+                                }};
+    STRATA_RETURN_IF_ERROR(PrepareDpoReference(in, *engine_, *comm_, *data_));
+  }
   ProgressOptions po;
   po.first_step = start_;
   po.total_steps = cfg_.steps;
@@ -443,8 +452,10 @@ Status TrainRun::Loop() {
 
 Status TrainRun::Finish() {
   // (A run resumed at or past strata.steps trained nothing: its state is the checkpoint's, and
-  // saving it as step `steps` would put an older step's name on a newer state.)
-  if (!a_.save.empty() && last_saved_ < cfg_.steps) STRATA_RETURN_IF_ERROR(Save(cfg_.steps));
+  // saving it as step `steps` would put an older step's name on a newer state. A fresh run of
+  // 0 steps saves its initial state as step 0: what, for one, exports the initial adapters.)
+  const bool initial = a_.resume.empty() && cfg_.steps == 0;
+  if (!a_.save.empty() && (last_saved_ < cfg_.steps || initial)) STRATA_RETURN_IF_ERROR(Save(cfg_.steps));
   STRATA_RETURN_IF_ERROR(Eval(std::max(start_, cfg_.steps)));
   // The last step's update may still run on the optimizer thread (optimizer_overlap): waited
   // for here, and said, so that an NVMe-bound one (30 s for a 3 B model here) is not a silent

@@ -7,6 +7,7 @@
 #include "src/config/json_reader.h"
 #include "src/config/model_section.h"
 #include "src/config/monitor_section.h"
+#include "src/config/objective_section.h"
 #include "src/config/offload_section.h"
 #include "src/config/optimizer_section.h"
 #include "src/config/decay_groups.h"
@@ -122,6 +123,7 @@ Status ParseStrata(JsonReader& root, TrainConfig* c) {
     if (Status v = model::Validate(c->model); !v.ok()) return v;
   }
   STRATA_RETURN_IF_ERROR(ParseDataSection(s, c));
+  STRATA_RETURN_IF_ERROR(ParseObjective(s, c));  // after the data, which it checks
   s.UnusedKeys(&c->warnings);
   return Status();
 }

@@ -14,6 +14,7 @@
 
 #include "src/data/data_config.h"
 #include "src/config/json_reader.h"
+#include "src/model/dpo.h"
 #include "src/model/model_config.h"
 #include "strata/dtype.h"
 #include "strata/status.h"
@@ -134,6 +135,9 @@ struct TrainConfig;
 // input is saved alone); "host" on the host device is where they are made; unset: device.
 BlockInputsAt WrittenBlockInputs(const TrainConfig& c, bool host_device);
 
+// strata.objective: what a step's loss is (Note [DPO] for preference pairs).
+enum class Objective { kLanguageModel, kDpo };
+
 // strata.expert_fetch: which experts of a sparse layer a visit of its block reads from the
 // working weights' tier (Note [Expert-aware fetching]).
 enum class ExpertFetch {
@@ -252,6 +256,10 @@ struct TrainConfig {
   // strata.expert_update: with mixtures of experts, whether the update steps every expert (as
   // AdamW steps transformers 5's fused expert tensors) or only the chosen ones.
   ExpertUpdate expert_update = ExpertUpdate::kAll;
+  // strata.objective (objective_section.cc): the step's loss, the language model's
+  // cross-entropy or DPO over preference pairs (Note [DPO], src/model/dpo.h) with `dpo`.
+  Objective objective = Objective::kLanguageModel;
+  model::DpoOptions dpo;
   // strata.loss_chunk: tokens per tile of the head's loss (Note [Tiled loss]); 0 the whole
   // micro-batch at once; "auto" (-1) settled by ResolveTileSizes (src/settle).
   int64_t loss_chunk = -1;

@@ -26,6 +26,10 @@ struct Batch {
   // bool [B, T]: target (b, t) counts in the loss; undefined when the data has no loss mask
   // (every target counts).
   torch::Tensor loss_mask;
+  // With examples: int64 [B], each row's number among the dataset's rows (the training split's
+  // first, then the held-out split's): what the reference log-probabilities are kept by (Note
+  // [DPO]). Undefined for windows.
+  torch::Tensor rows;
   // int64 [B, T] with strata.data.packing "none" or "packed": each token's position within its
   // example, 0 where an example (or the padding) starts (Note [Examples]); undefined for windows.
   torch::Tensor positions;
@@ -40,8 +44,18 @@ class TokenDataset {
   static StatusOr<std::unique_ptr<TokenDataset>> Open(const DataConfig& config, int64_t vocab_size, int64_t seq_len);
 
   // B sequences of T+1 consecutive tokens; sequence b's offset is drawn from (seed, split,
-  // index * B + b), so batches of B/2 at indices 2k and 2k+1 equal one batch of B at k.
+  // index * B + b), so batches of B/2 at indices 2k and 2k+1 equal one batch of B at k. With
+  // preference pairs (DataConfig::pairs, B even) pair p of the batch is pair number
+  // index * B/2 + p, drawn as a sequence is, its chosen row at p and its rejected row at B/2 + p.
   Batch Get(Split split, uint64_t index, int64_t batch_size) const;
+  // Rows first .. first + count - 1 of the split in order (the reference pass over every row,
+  // Note [DPO]), as a batch of `batch_size` >= count rows: the rest repeat the last.
+  Batch RowsInOrder(Split split, int64_t first, int64_t count, int64_t batch_size) const;
+  // With examples: the split's rows, and the number of the split's first row among the
+  // dataset's rows (Batch::rows).
+  int64_t rows(Split split) const { return split_rows(split).rows(); }
+  int64_t first_row(Split split) const { return split == Split::kTrain ? 0 : rows_[0].rows(); }
+  bool pairs() const { return pairs_; }
 
   // Targets the loss counts in batches first .. first + count - 1 of `batch_size` rows
   // (what Get's loss_mask would sum to), without building them; B * T per batch without a
@@ -64,6 +78,13 @@ class TokenDataset {
   TokenDataset() = default;
   Status OpenLossMask(const DataConfig& config);
   Status OpenExamples(const DataConfig& config);
+  // Preference pairs: each file's PATH.pairs, an even number of examples, every one a row
+  // with a trained target (after the loss mask is read).
+  Status OpenPairs(const std::string& path, const TokenFingerprint& fingerprint, size_t examples);
+  Status CheckPairs() const;
+  // Row `r` of the split into row `b` of `batch` (whose arrays hold batch_size rows).
+  void FillRow(Split split, int64_t r, int64_t b, Batch* batch) const;
+  Batch EmptyBatch(int64_t batch_size) const;
   // Row `sequence` of the split's batches: the absolute offset of its T + 1 tokens.
   int64_t WindowStart(Split split, uint64_t sequence) const;
   // With examples: the split's row that sequence number `sequence` reads.
@@ -80,6 +101,8 @@ class TokenDataset {
   uint64_t seed_ = 0;
   bool epochs_ = false;
   Packing packing_ = Packing::kWindows;
+  bool pairs_ = false;
+  std::string pairs_path_;  // the training token file, for CheckPairs' messages
   ExampleRows rows_[2];  // train, eval: with examples only
   // What identifies the token file and the validation file, for their side files (side_file.h).
   TokenFingerprint fingerprints_[2];

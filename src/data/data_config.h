@@ -31,6 +31,10 @@ struct DataConfig {
   int64_t epochs = 0;
   Packing packing = Packing::kWindows;
   LongExamples long_examples = LongExamples::kSplit;
+  // Preference pairs (strata.objective "dpo", Note [DPO]): examples 2k and 2k + 1 of each file
+  // are a pair's chosen and rejected completions (PATH.pairs says the file was written so), and
+  // a batch of B rows holds B / 2 pairs, their chosen rows first. Set from the objective.
+  bool pairs = false;
   uint64_t seed = 1234;
 };
 

@@ -9,11 +9,18 @@ namespace {
 
 constexpr char kExamplesMagic[] = "STRATA-EXAMPLES\n";
 constexpr char kLossMaskMagic[] = "STRATA-LOSSMASK\n";
+constexpr char kPairsMagic[] = "STRATA-DPOPAIRS\n";
 constexpr size_t kMagicBytes = 16;
 constexpr uint32_t kVersion = 1;
 
-const char* MagicOf(SideKind kind) { return kind == SideKind::kExamples ? kExamplesMagic : kLossMaskMagic; }
-const char* NameOf(SideKind kind) { return kind == SideKind::kExamples ? "examples file" : "loss mask"; }
+constexpr SideKind kKinds[] = {SideKind::kExamples, SideKind::kLossMask, SideKind::kPairs};
+
+const char* MagicOf(SideKind kind) {
+  return kind == SideKind::kExamples ? kExamplesMagic : kind == SideKind::kLossMask ? kLossMaskMagic : kPairsMagic;
+}
+const char* NameOf(SideKind kind) {
+  return kind == SideKind::kExamples ? "examples file" : kind == SideKind::kLossMask ? "loss mask" : "pairs file";
+}
 
 uint64_t LittleEndian(std::string_view bytes, size_t at, int width) {
   uint64_t v = 0;
@@ -44,12 +51,13 @@ StatusOr<std::string_view> SideFilePayload(std::string_view bytes, SideKind kind
                                            const std::string& side_path, const std::string& token_path,
                                            bool* fingerprinted) {
   *fingerprinted = false;
-  const bool examples_header = bytes.starts_with(std::string_view(kExamplesMagic, kMagicBytes));
-  const bool mask_header = bytes.starts_with(std::string_view(kLossMaskMagic, kMagicBytes));
-  if (!examples_header && !mask_header) return bytes;  // written before the header, or by hand
-  if (examples_header != (kind == SideKind::kExamples))
+  const SideKind* held = nullptr;
+  for (const SideKind& k : kKinds)
+    if (bytes.starts_with(std::string_view(MagicOf(k), kMagicBytes))) held = &k;
+  if (!held) return bytes;  // written before the header, or by hand
+  if (*held != kind)
     return InvalidArgument("{} '{}' of '{}' holds a {} (its header says so): the side files were mixed up", NameOf(kind),
-                           side_path, token_path, NameOf(examples_header ? SideKind::kExamples : SideKind::kLossMask));
+                           side_path, token_path, NameOf(*held));
   if (bytes.size() < kSideHeaderBytes)
     return InvalidArgument("{} '{}' of '{}' is cut short inside its {}-byte header", NameOf(kind), side_path, token_path,
                            kSideHeaderBytes);

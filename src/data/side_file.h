@@ -4,7 +4,7 @@
 // run) would train on wrong boundaries or a wrong mask without a word, as long as its sizes
 // happened to fit. So scripts/prepare_data.py starts each with 32 bytes, little-endian:
 //
-//   0  16  "STRATA-EXAMPLES\n" or "STRATA-LOSSMASK\n"
+//   0  16  "STRATA-EXAMPLES\n", "STRATA-LOSSMASK\n" or "STRATA-DPOPAIRS\n"
 //   16  8  uint64  tokens in the token file
 //   24  4  uint32  CRC-32 (zlib's) of the token file's bytes, as stored
 //   28  4  uint32  format version, 1
@@ -22,7 +22,9 @@
 
 namespace strata::data {
 
-enum class SideKind { kExamples, kLossMask };
+// PATH.pairs (preference pairs, Note [DPO]) is the header alone: its token file's examples are
+// pairs, chosen then rejected.
+enum class SideKind { kExamples, kLossMask, kPairs };
 
 inline constexpr size_t kSideHeaderBytes = 32;
 

@@ -143,6 +143,7 @@ StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const DataConfig& con
     ds->description_ += fmt::format("; {} epoch(s) of {} {} of {} tokens", config.epochs, ds->epoch_windows(),
                                     examples ? "rows" : "windows", seq_len + 1);
   STRATA_RETURN_IF_ERROR(ds->OpenLossMask(config));
+  if (ds->pairs_) STRATA_RETURN_IF_ERROR(ds->CheckPairs());
   return ds;
 }
 
@@ -163,10 +164,12 @@ Status TokenDataset::OpenExamples(const DataConfig& config) {
           fmt::format("the examples of '{}' (strata.data.packing; scripts/prepare_data.py writes PATH.examples)", path));
     std::vector<int64_t> part;
     STRATA_RETURN_IF_ERROR(DecodeExampleStarts(*bytes, static_cast<size_t>(count), examples_path, path, &part));
+    if (config.pairs) STRATA_RETURN_IF_ERROR(OpenPairs(path, fingerprint, part.size()));
     for (int64_t start : part) starts.push_back(offset + start);
   }
   if (config.eval_path.empty()) {
-    const auto held = std::lower_bound(starts.begin(), starts.end(), eval_begin_);  // Open() set n - n_eval
+    auto held = std::lower_bound(starts.begin(), starts.end(), eval_begin_);  // Open() set n - n_eval
+    if (config.pairs && (held - starts.begin()) % 2 == 1) ++held;  // a pair stays in one split
     eval_begin_ = held == starts.end() ? n : *held;
   }
   rows_[0] = BuildExampleRows(starts, 0, eval_begin_, eval_begin_, seq_len_, config.packing, config.long_examples);
@@ -181,6 +184,9 @@ Status TokenDataset::OpenExamples(const DataConfig& config) {
                              config.path, split, examples, tokens,
                              config.eval_path.empty() ? "; strata.data.eval_fraction sets the held-out share" : "");
   packing_ = config.packing;
+  pairs_ = config.pairs;
+  pairs_path_ = config.path;
+  if (pairs_) description_ += fmt::format("; {} preference pairs", rows_[0].rows() / 2);
   description_ += fmt::format("; {} {} examples in {} rows ({} longer than a row, {})", rows_[0].examples,
                               packing_ == Packing::kPacked ? "packed" : "unpacked", rows_[0].rows(),
                               rows_[0].split_examples,
@@ -260,7 +266,8 @@ uint64_t TokenDataset::EpochOrder(uint64_t sequence, uint64_t count) const {
 
 // Note [Examples]: sequences pick rows as they pick windows, in the epoch's order or at random.
 int64_t TokenDataset::RowOf(Split split, uint64_t sequence) const {
-  const auto count = static_cast<uint64_t>(split_rows(split).rows());
+  // Preference pairs: `sequence` numbers pairs, and the result is the pair's (its chosen row / 2).
+  const auto count = static_cast<uint64_t>(split_rows(split).rows() / (pairs_ ? 2 : 1));
   if (epochs_ && split == Split::kTrain) return static_cast<int64_t>(EpochOrder(sequence, count));
   const uint64_t stream = split == Split::kTrain ? 0x726F7773ULL : 0x6576726FULL;  // "rows" / "evro"
   return static_cast<int64_t>(Draw(stream, sequence, count));
@@ -284,24 +291,46 @@ uint64_t TokenDataset::Draw(uint64_t stream, uint64_t sequence, uint64_t n) cons
   return Below(state, n);
 }
 
-Batch TokenDataset::Get(Split split, uint64_t index, int64_t batch_size) const {
-  STRATA_CHECK(batch_size > 0) << "batch_size " << batch_size;
+Batch TokenDataset::EmptyBatch(int64_t batch_size) const {
   const int64_t T = seq_len_;
   Batch batch;
   batch.inputs = torch::empty({batch_size, T}, torch::kInt64);
   batch.targets = torch::empty({batch_size, T}, torch::kInt64);
   if (has_loss_mask()) batch.loss_mask = torch::empty({batch_size, T}, torch::kBool);
+  if (packing_ != Packing::kWindows) {
+    batch.positions = torch::empty({batch_size, T}, torch::kInt64);
+    batch.rows = torch::empty({batch_size}, torch::kInt64);
+  }
+  return batch;
+}
+
+void TokenDataset::FillRow(Split split, int64_t r, int64_t b, Batch* batch) const {
+  const int64_t T = seq_len_;
+  FillExampleRow(split_rows(split), r, tokens_.data(), mask_.empty() ? nullptr : mask_.data(), T,
+                 batch->inputs.data_ptr<int64_t>() + b * T, batch->targets.data_ptr<int64_t>() + b * T,
+                 batch->loss_mask.data_ptr<bool>() + b * T, batch->positions.data_ptr<int64_t>() + b * T);
+  batch->rows.data_ptr<int64_t>()[b] = first_row(split) + r;
+}
+
+Batch TokenDataset::Get(Split split, uint64_t index, int64_t batch_size) const {
+  STRATA_CHECK(batch_size > 0 && (!pairs_ || batch_size % 2 == 0)) << "batch_size " << batch_size;
+  const int64_t T = seq_len_;
+  Batch batch = EmptyBatch(batch_size);
   int64_t* in = batch.inputs.data_ptr<int64_t>();
   int64_t* out = batch.targets.data_ptr<int64_t>();
   bool* mask = has_loss_mask() ? batch.loss_mask.data_ptr<bool>() : nullptr;
-  if (packing_ != Packing::kWindows) {  // Note [Examples]
-    batch.positions = torch::empty({batch_size, T}, torch::kInt64);
-    int64_t* positions = batch.positions.data_ptr<int64_t>();
-    for (int64_t b = 0; b < batch_size; ++b) {
-      const int64_t row = RowOf(split, index * static_cast<uint64_t>(batch_size) + static_cast<uint64_t>(b));
-      FillExampleRow(split_rows(split), row, tokens_.data(), mask_.empty() ? nullptr : mask_.data(),
-                     T, in + b * T, out + b * T, mask + b * T, positions + b * T);
+  if (pairs_) {  // Note [DPO]: the pairs' chosen rows, then their rejected rows
+    const int64_t P = batch_size / 2;
+    for (int64_t p = 0; p < P; ++p) {
+      const int64_t pair = RowOf(split, index * static_cast<uint64_t>(P) + static_cast<uint64_t>(p));
+      FillRow(split, 2 * pair, p, &batch);
+      FillRow(split, 2 * pair + 1, P + p, &batch);
     }
+    return batch;
+  }
+  if (packing_ != Packing::kWindows) {  // Note [Examples]
+    for (int64_t b = 0; b < batch_size; ++b)
+      FillRow(split, RowOf(split, index * static_cast<uint64_t>(batch_size) + static_cast<uint64_t>(b)), b, &batch);
     return batch;
   }
   for (int64_t b = 0; b < batch_size; ++b) {
@@ -338,6 +367,60 @@ int64_t TokenDataset::LossTokens(Split split, uint64_t first, uint64_t count, in
     for (int64_t t = 0; t < T; ++t) n += m[t];
   }
   return n;
+}
+
+Batch TokenDataset::RowsInOrder(Split split, int64_t first, int64_t count, int64_t batch_size) const {
+  STRATA_CHECK(packing_ != Packing::kWindows && count >= 1 && count <= batch_size && first >= 0 &&
+               first + count <= rows(split))
+      << "rows " << first << " + " << count << " of " << rows(split) << " in a batch of " << batch_size;
+  Batch batch = EmptyBatch(batch_size);
+  for (int64_t b = 0; b < batch_size; ++b) FillRow(split, first + std::min(b, count - 1), b, &batch);
+  return batch;
+}
+
+// Note [DPO]: a token file of pairs says so (PATH.pairs, written with its examples) and holds
+// an even number of examples, chosen then rejected.
+Status TokenDataset::OpenPairs(const std::string& path, const TokenFingerprint& fingerprint, size_t examples) {
+  const std::string pairs_path = path + ".pairs";
+  StatusOr<std::string> bytes = ReadTokenFile(pairs_path);
+  if (!bytes.ok())
+    return InvalidArgument("strata.objective \"dpo\" trains on preference pairs, but '{}' has no '{}': its examples "
+                           "are not pairs (scripts/prepare_data.py writes both from prompt/chosen/rejected records)",
+                           path, pairs_path);
+  bool fingerprinted = false;
+  STRATA_ASSIGN_OR_RETURN(std::string_view payload, SideFilePayload(*bytes, SideKind::kPairs, fingerprint, pairs_path,
+                                                                    path, &fingerprinted));
+  if (!fingerprinted || !payload.empty())
+    return InvalidArgument("'{}' is not a pairs file (its {}-byte header, written by scripts/prepare_data.py)",
+                           pairs_path, kSideHeaderBytes);
+  if (examples % 2 != 0)
+    return InvalidArgument("'{}' holds {} examples: preference pairs are an even number (chosen, rejected)", path,
+                           examples);
+  return Status();
+}
+
+// Every example a row with a trained target: a pair whose completion trains nothing, or an
+// example left out of the rows, would pair a chosen row with another pair's rejected one.
+Status TokenDataset::CheckPairs() const {
+  for (Split split : {Split::kTrain, Split::kEval}) {
+    const ExampleRows& built = split_rows(split);
+    if (built.examples != built.rows() || built.rows() % 2 != 0)
+      return InvalidArgument("'{}': the {} split has an example without a target (one token long): every example of "
+                             "a preference pair needs its completion", pairs_path_,
+                             split == Split::kTrain ? "training" : "held-out");
+    for (int64_t r = 0; r < built.rows(); ++r) {
+      const Piece& p = built.pieces[built.first[r]];
+      const auto trained = mask_.empty() ? p.length - 1
+                                         : std::count(mask_.begin() + p.begin + 1, mask_.begin() + p.begin + p.length,
+                                                      uint8_t{1});
+      if (trained == 0)
+        return InvalidArgument("'{}': the {} completion of pair {} of the {} split trains no token (within a row of "
+                               "strata.model.seq_len targets): a pair needs both completions",
+                               pairs_path_, r % 2 == 0 ? "chosen" : "rejected", r / 2,
+                               split == Split::kTrain ? "training" : "held-out");
+    }
+  }
+  return Status();
 }
 
 }  // namespace strata::data

@@ -73,6 +73,7 @@ Status Engine::Impl::Init(const EngineHooks& hooks) {
                                                                     : std::max(1, rank_cores - 1));
   optimizer.norm_threads = rank_cores;  // what the compute thread's OpenMP calls take
   optimizer.early_sums.assign(plan.blocks.size(), std::nullopt);
+  if (cfg.objective == Objective::kDpo) dpo = std::make_unique<DpoObjective>(cfg.dpo);
   auto phase = [&](const std::string& what) {
     if (hooks.on_phase) hooks.on_phase(what);
   };

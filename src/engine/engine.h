@@ -132,6 +132,14 @@ class Engine {
   bool UpdateInFlight() const;
   // Mean loss over `batches` eval batches per rank, averaged over ranks. Collective.
   StatusOr<double> EvalLoss(const data::TokenDataset& data, int64_t batches);
+  // strata.objective "dpo" (Note [DPO]): per row of the dataset (data::Batch::rows) the
+  // log-probability of its trained targets under the weights as they are, every row of both
+  // splits in one forward pass, the ranks taking turns; the same vector on every rank.
+  // Collective. `on_batch`: told of each batch done, with the total (progress).
+  StatusOr<std::vector<double>> RowLogProbs(const data::TokenDataset& data,
+                                            const std::function<void(int64_t done, int64_t total)>& on_batch = {});
+  // The reference log-probabilities DPO's loss compares with: RowLogProbs of the initial model.
+  void SetDpoReference(std::vector<double> logps);
   // Called on the compute thread as each block visit of a training step starts (forward,
   // head and backward, in order), with the visits finished and the step's total: progress
   // within a step, which at long sequences on a CPU lasts tens of minutes. Optional.

@@ -27,6 +27,7 @@
 #include "src/engine/working_format.h"
 #include "src/engine/loss_scaler.h"
 #include "src/engine/block_inputs.h"
+#include "src/engine/dpo_objective.h"
 #include "src/engine/experts/expert_parts.h"
 #include "src/engine/prefetch.h"
 #include "src/engine/update/update_mode.h"
@@ -71,7 +72,8 @@ struct StepInputs {
   std::vector<data::Batch> batches;
   std::vector<double> weights;
 };
-enum class Pass { kTrain, kEval };
+// kLogProbs: a forward whose head gives each row's log-probability (DPO's reference pass).
+enum class Pass { kTrain, kEval, kLogProbs };
 
 // The optimizer step of a training step, possibly still running on the optimizer thread
 // while the next forward goes on (Note [Optimizer overlap]).
@@ -123,6 +125,9 @@ struct Engine::Impl final : BlockReadiness {
   Optimizer optimizer{UpdateWindowParts{plan, io, model, state, bufs, experts}};
   EngineStats stats;
   StepStats step_counts;  // what the schedules count of the running step (its block inputs' bytes)
+  std::unique_ptr<DpoObjective> dpo;  // strata.objective "dpo" (Note [DPO])
+  model::DpoTally dpo_tally;           // the running pass's pairs on this rank
+  torch::Tensor row_logps;             // Pass::kLogProbs: the last batch's, per row
   std::function<void(size_t done, size_t total)> on_step_visit;  // Engine::OnStepVisit
 
   // engine.cc: set-up
@@ -150,8 +155,10 @@ struct Engine::Impl final : BlockReadiness {
   // from `gather`, which fetches a sparse layer's routed experts).
   Status ForwardBlock(int b, Pass pass, torch::Tensor* x, Activations* act, const MicroBatch& mb, Gatherer& gather,
                       const model::PackedLayout* packing);
+  // `rows`: the batch's dataset rows (DPO's reference; Pass::kLogProbs leaves each row's
+  // log-probability in row_logps).
   StatusOr<double> HeadPass(const torch::Tensor& x, const torch::Tensor& targets, const torch::Tensor& mask,
-                            double weight, Pass pass, Activations* act);
+                            const torch::Tensor& rows, double weight, Pass pass, Activations* act);
   Status AcquireHead(Gatherer& gather);
   Status BackwardBlock(int b, Activations& act, const MicroBatch& mb, Gatherer& gather);
   bool BackwardVisits(int b) const;
@@ -191,6 +198,9 @@ struct Engine::Impl final : BlockReadiness {
   // The next NVMe sub-group's states read ahead of the update (UpdateWindow::ReadStatesEarly),
   // when no update runs and the mode starts from the first block.
   void ReadStatesEarly();
+
+  // engine_dpo.cc: a pass's DPO pairs over every rank. Collective.
+  StatusOr<model::DpoTally> SumOverRanks(const model::DpoTally& tally);
 
   // engine_optimizer.cc, on the compute thread: the norm, the skip decision, the launch of
   // the update (the update itself: update/); AwaitBlock before a block's weights are used,

@@ -89,7 +89,7 @@ Status Engine::Impl::LayerMajor(const StepInputs& in, Gatherer& gather, double* 
     if (fused) stacked.Reset(n, false);
     Activations& act = fused ? stacked : acts[i];
     const torch::Tensor part = fused ? x[0].narrow(0, static_cast<int64_t>(i) * rows, rows) : x[i];
-    STRATA_ASSIGN_OR_RETURN(double loss, HeadPass(part, targets[i], masks[i], in.weights[i], Pass::kTrain, &act));
+    STRATA_ASSIGN_OR_RETURN(double loss, HeadPass(part, targets[i], masks[i], in.batches[i].rows, in.weights[i], Pass::kTrain, &act));
     if (fused) grad_out[i] = act.grad_out;
     *loss_sum += loss;
     STRATA_RETURN_IF_ERROR(ReduceGradients(n - 1, in.mbs[i]));  // before the next head's backward adds to them

@@ -328,7 +328,7 @@ Status Engine::Impl::ForwardBlock(int b, Pass pass, torch::Tensor* x, Activation
 // act->grad_out, the tied weight's gradient added to the pending one; its parameter gradients
 // wait for ReduceGradients(N-1).
 StatusOr<double> Engine::Impl::HeadPass(const torch::Tensor& x, const torch::Tensor& targets, const torch::Tensor& mask,
-                                        double weight, Pass pass, Activations* act) {
+                                        const torch::Tensor& rows, double weight, Pass pass, Activations* act) {
   const int n = num_blocks();
   const bool train = pass == Pass::kTrain;
   double loss = 0;
@@ -336,14 +336,24 @@ StatusOr<double> Engine::Impl::HeadPass(const torch::Tensor& x, const torch::Ten
   STRATA_RETURN_IF_ERROR(TorchCall("head", [&] {
     BindTiedHead();
     model::Block& head = *model.blocks[n - 1].module;
+    // The step's loss: the language model's, or DPO's over the micro-batch's pairs (Note [DPO]).
+    const auto objective = [&](const torch::Tensor& hidden) {
+      return dpo ? dpo->Loss(head, hidden, targets, mask, rows, &dpo_tally)
+                 : MicroBatchLoss(head, hidden, targets, mask, weight, cfg.loss_chunk);
+    };
+    if (pass == Pass::kLogProbs) {
+      torch::NoGradGuard no_grad;
+      row_logps = HeadRowLogProbs(head, x, targets, mask).to(torch::kCPU);
+      return;
+    }
     if (!train) {
       torch::NoGradGuard no_grad;
-      loss = MicroBatchLoss(head, x, targets, mask, weight, cfg.loss_chunk).item<double>();
+      loss = objective(x).item<double>();
       return;
     }
     act->inputs[n - 1] = x;
     torch::Tensor in = x.detach().requires_grad_(true);
-    torch::Tensor l = MicroBatchLoss(head, in, targets, mask, weight, cfg.loss_chunk);
+    torch::Tensor l = objective(in);
     loss = l.item<double>();
     // The routers' load-balancing loss: its gradient reaches them in their layers' backward.
     if (act->router) loss += act->router->Finish(optimizer.scaler.scale());
@@ -427,7 +437,7 @@ StatusOr<double> Engine::Impl::Forward(const data::Batch& batch, double loss_wei
     gather.Release();
   }
   STRATA_RETURN_IF_ERROR(AcquireHead(gather));
-  StatusOr<double> loss = HeadPass(x, targets, mask, loss_weight, pass, act);
+  StatusOr<double> loss = HeadPass(x, targets, mask, batch.rows, loss_weight, pass, act);
   gather.Release();
   if (train && loss.ok()) STRATA_RETURN_IF_ERROR(ReduceGradients(n - 1, mb));
   return loss;
@@ -471,13 +481,15 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   const auto wall0 = std::chrono::steady_clock::now();
   const int world = m.io.comm->world_size(), rank = m.io.comm->rank();
   UpdateMode& mode = *m.optimizer.mode;
+  if (m.dpo && !m.dpo->has_reference())
+    return Error(StatusCode::kFailedPrecondition, "strata.objective \"dpo\": no reference log-probabilities (Engine::SetDpoReference)");
   m.optimizer.window.DropEarlyStates();  // left by a step that failed before its optimizer ran
   m.experts.BeginStep();
   for (auto& sums : m.optimizer.early_sums) sums.reset();  // likewise
   STRATA_RETURN_IF_ERROR(m.FlushRestoringWorking());  // a checkpoint's last masters (RestoreState)
 
-  std::vector<double> weights(m.cfg.grad_accum, 1.0);  // Note [Loss mask]
-  if (data.has_loss_mask()) {
+  std::vector<double> weights(m.cfg.grad_accum, 1.0);  // Note [Loss mask]; DPO: the mean over pairs
+  if (data.has_loss_mask() && !m.dpo) {
     const auto first = static_cast<uint64_t>(step * m.cfg.grad_accum * world);
     STRATA_ASSIGN_OR_RETURN(weights, LossWeights(data, data::Split::kTrain, first, m.cfg.grad_accum, world, rank,
                                                  m.cfg.micro_batch, fmt::format("step {}", step)));
@@ -496,6 +508,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
     Gatherer gather(m.gather_parts(), visits, prefetch.get(), m.on_step_visit);
     StepCleanup cleanup(*m.optimizer.mode, m.optimizer.window, *m.io.dev, prefetch.get());  // on an error: what the step started, finished or undone
     m.step_counts = StepStats();
+    m.dpo_tally = model::DpoTally();
     Status s = m.cfg.layer_major ? m.LayerMajor(in, gather, &loss_sum) : m.MicroBatchMajor(in, gather, &loss_sum);
     st.block_inputs_written = m.step_counts.block_inputs_written;
     st.block_inputs_read = m.step_counts.block_inputs_read;
@@ -515,6 +528,9 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   float loss_buf = static_cast<float>(loss_sum);
   STRATA_RETURN_IF_ERROR(m.io.comm->AllReduce(&loss_buf, 1, DType::kF32, ReduceOp::kSum));
   st.loss = loss_buf / static_cast<double>(m.cfg.grad_accum * world);
+  if (m.dpo) {
+    STRATA_ASSIGN_OR_RETURN(st.dpo, m.SumOverRanks(m.dpo_tally));
+  }
   st.loss_scale = m.optimizer.scaler.scale();
   st.lr = LearningRate(m.cfg, m.optimizer.adam_steps);  // (the schedule counts applied updates)
   STRATA_ASSIGN_OR_RETURN(bool applied, m.OptimizerStep(step, &st));
@@ -537,9 +553,11 @@ StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batche
   Impl& m = *impl_;
   if (!m.optimizer.mode->ComputeWaits()) STRATA_RETURN_IF_ERROR(m.Quiesce());  // the latest weights (Note [Delayed update])
   STRATA_RETURN_IF_ERROR(m.FlushRestoringWorking());         // a checkpoint's last masters (RestoreState)
+  if (m.dpo && !m.dpo->has_reference())
+    return Error(StatusCode::kFailedPrecondition, "strata.objective \"dpo\": no reference log-probabilities (Engine::SetDpoReference)");
   const int world = m.io.comm->world_size(), rank = m.io.comm->rank();
-  std::vector<double> weights(batches, 1.0);  // Note [Loss mask]
-  if (data.has_loss_mask()) {
+  std::vector<double> weights(batches, 1.0);  // Note [Loss mask]; DPO: the mean over pairs
+  if (data.has_loss_mask() && !m.dpo) {
     STRATA_ASSIGN_OR_RETURN(weights,
                             LossWeights(data, data::Split::kEval, 0, batches, world, rank, m.cfg.micro_batch, "eval"));
   }

@@ -2,6 +2,8 @@
 // metrics file and bench step. No LibTorch.
 #pragma once
 
+#include "src/model/dpo.h"
+
 #include <cstdint>
 
 namespace strata {
@@ -34,6 +36,8 @@ struct StepStats {
   // (forwards, recomputations), the experts some token chose, as the routers reported them, and
   // the experts' parts the fetches read (0 where every expert is fetched with its block).
   int64_t experts_routed = 0, experts_fetched = 0;
+  // strata.objective "dpo": the step's pairs over every rank, and their rewards (Note [DPO]).
+  model::DpoTally dpo;
 };
 
 }  // namespace strata

@@ -21,6 +21,7 @@ StatusOr<SettledRun> SettleRunConfig(TrainConfig c, const SettleContext& ctx) {
   ResolvePrecision(&c, ctx.on_gpu);
   ResolveSchedule(&c, ctx.device.host);
   ResolveTileSizes(&c);
+  STRATA_RETURN_IF_ERROR(CheckObjective(c));
   MemoryEstimate estimate;
   bool host_blocks_auto = false;
   if (ctx.machine) {

@@ -124,9 +124,25 @@ void SettleTile(TrainConfig* c, int64_t* chunk, int64_t automatic, double row, c
 }  // namespace
 
 void ResolveTileSizes(TrainConfig* c) {
+  if (c->objective == Objective::kDpo && c->loss_chunk < 0) {  // Note [DPO]: whole logits, per row
+    c->loss_chunk = 0;
+    RecordAuto(c, "strata.loss_chunk", "0", "strata.objective \"dpo\" takes each row's log-probability from its "
+                                            "whole logits");
+  }
   SettleTile(c, &c->loss_chunk, AutoLossChunk(*c), LogitsRowBytes(*c), "strata.loss_chunk",
          "fp32 logits (and as much again for their softmax and its gradient)");
   SettleTile(c, &c->mlp_chunk, AutoMlpChunk(*c), MlpRowBytes(*c), "strata.mlp_chunk", "MLP intermediates [tokens, F]");
+}
+
+Status CheckObjective(const TrainConfig& c) {
+  if (c.objective != Objective::kDpo) return Status();
+  if (c.micro_batch % 2 != 0)
+    return InvalidArgument("strata.objective \"dpo\": train_micro_batch_size_per_gpu {} must be even (each pair is a "
+                           "chosen and a rejected row of one micro-batch)", c.micro_batch);
+  if (c.loss_chunk > 0)
+    return InvalidArgument("strata.objective \"dpo\": strata.loss_chunk {} (the tiled loss) is not for DPO yet; set "
+                           "it to 0 or \"auto\"", c.loss_chunk);
+  return Status();
 }
 
 }  // namespace strata

@@ -45,4 +45,8 @@ void ResolveDeviceAccumulation(TrainConfig* config, bool host_device, bool fits)
 // names the keys and the numbers ("train_batch_size 30 is not divisible by ...").
 Status ResolveBatch(TrainConfig* config, int world_size);
 
+// What strata.objective needs of the settled batch and tiles (Note [DPO]: pairs in a
+// micro-batch, whole logits); the error names the key.
+Status CheckObjective(const TrainConfig& config);
+
 }  // namespace strata

@@ -143,10 +143,11 @@ class PrepareDataErrors(unittest.TestCase):
         data = self.write_jsonl("long.jsonl", self.good_rows(1) + ['{"text": "' + "x" * (64 << 20) + '"}'])
         self.assert_fails(self.run_script(data), f"{data}:2: a line longer than 64 MiB")
 
-    def test_preference_records_are_refused_naming_dpo(self):
+    def test_preference_pairs_are_written_alone(self):
         data = self.write_jsonl("dpo.jsonl", self.good_rows(2) + [{"prompt": "q", "chosen": "a", "rejected": "b"}])
-        self.assert_fails(self.run_script(data), f"{data}:3: preference records (prompt/chosen/rejected) are for DPO, "
-                                                 "which this version does not train")
+        self.assert_fails(self.run_script(data), f"{data}:3: a preference pair, but the first record ({data}:1) is "
+                                                 "not: preference pairs are written alone (DPO reads every example "
+                                                 "as half a pair)")
 
     def test_bad_alpaca_and_sharegpt_lines_and_mappings(self):
         turns = [{"from": "human", "value": "hi"}, {"from": "function_call", "value": "{}"}]

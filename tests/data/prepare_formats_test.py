@@ -4,7 +4,7 @@ tokenizer and a ChatML template built here (chat_tokenizer.py; no network): alpa
 renamed columns (--columns, --roles, --ignore-columns), Parquet files and folders written by
 datasets' Dataset.save_to_disk each give the bytes (tokens, mask, examples) of the equivalent
 `messages` file; a bad row is one error line naming the file and the row; preference records
-are refused naming DPO; --preview prints the examples with their trained tokens marked and
+are checked (their tokens: tests/hf/dpo_trl.py); --preview prints the examples with their trained tokens marked and
 their rows, from raw inputs and from the written files alike.
 
 The successful runs call the script's main() in this process (one transformers import); the
@@ -193,8 +193,9 @@ class PrepareFormats(unittest.TestCase):
                                                  {"conversations": []}])
         wrong = self.write_jsonl("wrong.jsonl", [good, {**good, "input": 3}])
         extra = self.write_jsonl("extra.jsonl", [{**good, "id": 1}])
-        dpo = self.write_jsonl("dpo.jsonl", [{"prompt": "Hi", "chosen": "Hello", "rejected": "Go away"}])
-        dpo_chat = self.write_jsonl("dpo_chat.jsonl", [{"chosen": messages_of("", [("a", "b")]), "rejected": "c"}])
+        dpo = self.write_jsonl("dpo.jsonl", [{"chosen": "Hello", "rejected": "Go away"}])
+        dpo_chat = self.write_jsonl("dpo_chat.jsonl", [{"prompt": "q", "chosen": messages_of("", [("a", "b")]),
+                                                        "rejected": "c"}])
         dict_folder = os.path.join(self.dir, "dict_ds")
         datasets.DatasetDict(train=datasets.Dataset.from_list([good])).save_to_disk(dict_folder)
         mapped = ("--columns", "conversations=chat")
@@ -223,8 +224,8 @@ class PrepareFormats(unittest.TestCase):
             ((extra,), f'{extra}:1: expected {{"text"}}, {{"prompt", "completion"}} or {{"messages"}} (strings), '
                        "alpaca {\"instruction\", \"input\", \"output\"} or ShareGPT {\"conversations\"}, got keys "
                        "['id', 'input', 'instruction', 'output']"),
-            ((dpo,), f"{dpo}:1: preference records (prompt/chosen/rejected) are for DPO, which this version does "
-                     "not train"),
+            ((dpo,), f'{dpo}:1: a preference record needs its "prompt" (the implicit prompt that TRL extracts '
+                     "from a shared start is not read)"),
             ((dpo_chat,), f'{dpo_chat}:1: "chosen" and "rejected" must both be strings or both lists of messages '
                           'with a string "role" and "content"'),
             ((dict_folder,), f"{dict_folder}: a DatasetDict folder; name one of its splits (e.g. {dict_folder}/train)"),
