@@ -40,6 +40,7 @@
 #include "src/model/model_family.h"
 #include "src/settle/settle.h"
 #include "src/cli/dpo_reference.h"
+#include "src/checkpoint/shared_folder.h"
 #include "strata/host_pinner.h"
 #include "strata/log.h"
 
@@ -194,6 +195,9 @@ Status TrainRun::Connect() {
     const auto hold = HoldOffStops();  // (a stop meanwhile: the folder is never made)
     STRATA_ASSIGN_OR_RETURN(save_lock_, FolderLock::Take(a_.save));
   }
+  // Every rank writes its shard into one folder: a --save that each node has on its own disk
+  // is found now, not at the first save after the first interval of training.
+  if (!a_.save.empty()) STRATA_RETURN_IF_ERROR(ckpt::CheckFolderIsShared(*comm_, a_.save, "--save"));
   // The config settled for this run on this machine; refused before any state is allocated
   // when it cannot fit: host memory, NVMe, and a GPU's own memory.
   const MachineCapacity machine = ProbeMachine(cfg_, device_.device->MemoryBytes());

@@ -447,5 +447,41 @@ TEST(Cli, ADeadOrHungRankMakesTheOthersExitWithAClearError) {
   }
 }
 
+// Node-local --save folders (each "node" a folder of its own, as without a shared file
+// system): found at start-up, before any step, naming the folder and the rank that does not
+// see it, where the first save used to fail after the first interval of training.
+TEST(Cli, ASaveFolderTheRanksDoNotShareIsRefusedAtStartUp) {
+  testing::TempDir dir;
+  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29833";
+  auto args = [&](const std::string& node) {
+    return " train --steps 20 --set strata.model.n_layer=1 --set strata.comm_timeout_s=20 --set "
+           "zero_optimization.offload_param.nvme_path=" + dir.path() + "/" + node +
+           " --set zero_optimization.offload_optimizer.nvme_path=" + dir.path() + "/" + node + " --save " +
+           dir.path() + "/" + node + "/ckpt";
+  };
+  const std::string node_b = dir.path() + "/node_b.log";
+  const pid_t other = fork();
+  if (other == 0) {
+    ::execl("/bin/sh", "sh", "-c", ("RANK=1 " + env + " exec " STRATA_BINARY + args("b") + " >" + node_b + " 2>&1").c_str(),
+            nullptr);
+    _exit(127);
+  }
+  const auto r = testing::RunStrataWatching(args("a"), [](const std::string&, pid_t) {}, "RANK=0 " + env);
+  int status = 0;
+  ::waitpid(other, &status, 0);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("--save '" + dir.path() + "/a/ckpt' is not one folder that every rank shares: rank(s) 1 of 2"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("train step"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/a/ckpt")) << "the folder this run created is removed";
+  std::ifstream b(node_b);
+  const std::string b_out((std::istreambuf_iterator<char>(b)), {});
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << b_out;
+  EXPECT_NE(b_out.find("rank 1: --save '" + dir.path() + "/b/ckpt' here is not the folder rank 0 saves into"),
+            std::string::npos)
+      << b_out;
+}
+
 }  // namespace
 }  // namespace strata
