@@ -101,10 +101,30 @@ Status RestoreCounters(Engine& engine, const nlohmann::json& c, const std::strin
 }
 
 // Rank 0's part of the commit: manifest, rename, `latest`, pruning.
-Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, const std::string& tmp, int64_t step,
-              int world, const SaveOptions& opt) {
+// Node-local folders: every rank's sum (rank<r>.sum's fields) over the ranks, its numbers in
+// 16-bit pieces (a float holds each exactly, whatever the collective does).
+StatusOr<nlohmann::json> GatherSums(Communicator& comm, const nlohmann::json& sum) {
+  constexpr int kPieces = 12;  // bytes, xxh3, tensors: 4 pieces each
+  const uint64_t mine[3] = {sum["bytes"].get<uint64_t>(), std::stoull(sum["xxh3"].get<std::string>(), nullptr, 16),
+                            sum["tensors"].get<uint64_t>()};
+  std::vector<float> shard(kPieces), all(static_cast<size_t>(kPieces) * comm.world_size());
+  for (int i = 0; i < kPieces; ++i) shard[i] = static_cast<float>((mine[i / 4] >> (16 * (i % 4))) & 0xFFFF);
+  STRATA_RETURN_IF_ERROR(comm.AllGather(shard.data(), all.data(), kPieces, DType::kF32));
   nlohmann::json files = nlohmann::json::array();
-  for (int r = 0; r < world; ++r) {
+  for (int r = 0; r < comm.world_size(); ++r) {
+    uint64_t v[3] = {0, 0, 0};
+    for (int i = 0; i < kPieces; ++i)
+      v[i / 4] |= static_cast<uint64_t>(all[static_cast<size_t>(r) * kPieces + i]) << (16 * (i % 4));
+    files.push_back({{"name", RankFileName(r)}, {"bytes", v[0]}, {"xxh3", HexU64(v[1])}, {"tensors", v[2]}});
+  }
+  return files;
+}
+
+// `gathered`: every rank's sum, where the folder holds only some of them (node-local folders).
+Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, const std::string& tmp, int64_t step,
+              int world, const SaveOptions& opt, const nlohmann::json* gathered) {
+  nlohmann::json files = gathered ? *gathered : nlohmann::json::array();
+  for (int r = 0; !gathered && r < world; ++r) {
     const std::string sum_path = (fs::path(tmp) / fmt::format("rank{}.sum", r)).string();
     STRATA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(sum_path));
     STRATA_ASSIGN_OR_RETURN(nlohmann::json sum, ParseJsonText(text, "'" + sum_path + "'", StatusCode::kDataLoss));
@@ -191,9 +211,10 @@ StatusOr<std::vector<std::string>> CheckSaveFolder(const std::string& save, cons
 Status SaveCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg, const std::string& dir, int64_t step,
                       const SaveOptions& opt) {
   const int rank = comm.rank(), world = comm.world_size();
+  const bool lead = opt.folders > 1 ? opt.folder_lead : rank == 0;  // of this rank's folder
   const std::string tmp = (fs::path(dir) / (StepDirName(step) + ".tmp")).string();
   Status s;
-  if (rank == 0) {
+  if (lead) {
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) s = Error(StatusCode::kIoError, "cannot create checkpoint folder '{}': {}", dir, ec.message());
@@ -211,20 +232,57 @@ Status SaveCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg
   if (s.ok()) s = WriteFileAtomically((fs::path(tmp) / fmt::format("rank{}.sum", rank)).string(), sum.dump());
   s = Agree(comm, s, fmt::format("checkpoint: writing rank {}'s shard", rank).c_str());
   if (s.ok()) {
-    if (rank == 0) s = Commit(engine, cfg, dir, tmp, step, world, opt);
+    StatusOr<nlohmann::json> gathered = opt.folders > 1 ? GatherSums(comm, sum) : StatusOr<nlohmann::json>(nullptr);
+    if (!gathered.ok()) s = gathered.status();
+    if (s.ok() && lead) s = Commit(engine, cfg, dir, tmp, step, world, opt, opt.folders > 1 ? &*gathered : nullptr);
     s = Agree(comm, s, "checkpoint: committing");
   }
   // A failed save (a full disk, an I/O error) can never become valid: its folder goes, so the
   // space comes back; the checkpoints before it and `latest` were never touched.
-  if (!s.ok() && rank == 0 && RemoveAll(tmp).ok())
+  if (!s.ok() && lead && RemoveAll(tmp).ok())
     s = Status(s.code(), fmt::format("{} (the incomplete '{}' was removed; earlier checkpoints in '{}' are intact)",
                                      s.message(), tmp, dir));
-  if (rank == 0) ForgetTemporary(tmp);  // renamed into place, or removed
+  if (lead) ForgetTemporary(tmp);  // renamed into place, or removed
   return s;
 }
 
-StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg, const std::string& path) {
+namespace {
+
+// Node-local folders: the step folder every rank resumes from, the newest that every folder
+// holds. A save cut short between two nodes' commits leaves one node's `latest` a step ahead;
+// the step before is still there (strata.keep_checkpoints keeps two), so every rank takes that.
+// A rank that cannot resolve `path` keeps it, and its error is the resume's. Collective.
+StatusOr<std::string> AgreedStepDir(Communicator& comm, const std::string& path) {
+  const StatusOr<std::string> mine = ResolveStepDir(path);
+  int64_t step = -1;
+  if (mine.ok()) {
+    const std::string name = fs::path(*mine).filename().string();  // "step_00000040"
+    if (name.starts_with("step_") && name.size() > 5 && name.find_first_not_of("0123456789", 5) == std::string::npos)
+      step = std::stoll(name.substr(5));
+  }
+  if (step >= (int64_t{1} << 24))  // (a float holds the steps exactly below this)
+    return Error(StatusCode::kInvalidArgument, "node-local checkpoints agree on steps below 16777216, not {}", step);
+  float lowest = -static_cast<float>(step), highest = static_cast<float>(step);
+  STRATA_RETURN_IF_ERROR(comm.AllReduce(&lowest, 1, DType::kF32, ReduceOp::kMax));
+  STRATA_RETURN_IF_ERROR(comm.AllReduce(&highest, 1, DType::kF32, ReduceOp::kMax));
+  const auto newest_everywhere = static_cast<int64_t>(-lowest);
+  if (!mine.ok() || newest_everywhere < 0 || newest_everywhere == static_cast<int64_t>(highest)) return path;
+  if (comm.rank() == 0)
+    LogWarn("'{}': the node-local folders' newest checkpoints differ (steps {} to {}: a save was cut short on some "
+            "node); every rank resumes from step {}", path, newest_everywhere, static_cast<int64_t>(highest),
+            newest_everywhere);
+  return (fs::path(*mine).parent_path() / StepDirName(newest_everywhere)).string();
+}
+
+}  // namespace
+
+StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg,
+                                 const std::string& given) {
   int64_t step = 0;
+  std::string path = given;
+  if (cfg.node_local_checkpoints && comm.world_size() > 1) {
+    STRATA_ASSIGN_OR_RETURN(path, AgreedStepDir(comm, given));
+  }
   auto load = [&]() -> Status {
     STRATA_ASSIGN_OR_RETURN(std::string step_dir, ResolveStepDir(path));
     STRATA_ASSIGN_OR_RETURN(nlohmann::json m, ReadManifest(step_dir));
@@ -263,7 +321,11 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
         LogInfo("resharding '{}': saved by {} rank(s) at ZeRO stage {} with sub_group_size {}; this run: {} rank(s), "
                 "stage {}, sub_group_size {}", step_dir, m["world_size"].dump(), m["zero_stage"].dump(),
                 m["sub_group_size"].dump(), comm.world_size(), cfg.zero_stage, cfg.sub_group_size);
-      STRATA_RETURN_IF_ERROR(RestoreResharded(engine, cfg, m, step_dir));
+      if (Status r = RestoreResharded(engine, cfg, m, step_dir); !r.ok())
+        return cfg.node_local_checkpoints
+                   ? r.WithContext("resharding a node-local checkpoint reads every rank's file: put the rank files of "
+                                   "this step from every node's folder into one step folder and resume from it")
+                   : r;
       STRATA_RETURN_IF_ERROR(RestoreCounters(engine, m["counters"], step_dir));
       step = m["step"].get<int64_t>();
       return Status();

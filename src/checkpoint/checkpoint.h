@@ -9,7 +9,10 @@
 //    step_N, fsyncs DIR, then replaces DIR/latest (temporary name + fsync + rename);
 // 4. rank 0 removes the oldest step folders beyond `keep`.
 // A process killed anywhere before the end of 3 leaves `latest` on the previous step
-// folder, untouched. Failures on any rank reach all ranks (an all-reduced flag after each
+// folder, untouched. With node-local folders (checkpoint.use_node_local_storage) each folder's
+// lead (its lowest rank) does rank 0's part in its folder, with the manifest of every rank's
+// file (the sums gathered over the ranks, not read from the folder), and a resume agrees on the
+// newest step every folder holds (a save cut short on one node resumes all from the step before). Failures on any rank reach all ranks (an all-reduced flag after each
 // phase), so no rank waits for a peer that gave up.
 #pragma once
 
@@ -33,6 +36,11 @@ struct SaveOptions {
   // What an earlier run left in the folder that this run replaces (train --overwrite): removed
   // by the commit of this save once `latest` names it (CheckSaveFolder lists them).
   std::vector<std::string> replaces;
+  // How many --save folders the ranks write into (ckpt::FolderGroups: one shared folder, or one
+  // per node with checkpoint.use_node_local_storage) and whether this rank leads its folder (it
+  // makes the step folder, commits it and prunes). One folder: rank 0 leads.
+  int folders = 1;
+  bool folder_lead = false;
 };
 
 // Whether a run may save into `save` (before it saves anything): a folder holding no

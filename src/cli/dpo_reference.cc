@@ -137,11 +137,11 @@ Status PrepareDpoReference(const DpoReferenceInputs& in, Engine& engine, Communi
     in.message(fmt::format("DPO reference log-probabilities: one forward pass over {} rows with the initial weights",
                            rows));
   STRATA_ASSIGN_OR_RETURN(std::vector<double> logps, engine.RowLogProbs(data));
-  if (in.lead) {
-    if (Status w = WriteFileAtomically(path, EncodeReference(identity, logps)); !w.ok())
-      return w.WithContext("writing the DPO reference log-probabilities");
-    if (in.message) in.message(fmt::format("DPO reference log-probabilities written to {}", path));
-  }
+  // Every rank that could not read it writes it (the same bytes; a temporary name each, then
+  // renamed): with node-local disks each node gets its copy.
+  if (Status w = WriteFileAtomically(path, EncodeReference(identity, logps)); !w.ok())
+    return w.WithContext("writing the DPO reference log-probabilities");
+  if (in.message && in.lead) in.message(fmt::format("DPO reference log-probabilities written to {}", path));
   engine.SetDpoReference(std::move(logps));
   return Status();
 }

@@ -25,7 +25,7 @@ struct DpoReferenceInputs {
   const TrainConfig& config;
   std::string init_from;  // the initial weights' folder or file; "" = drawn from the seed
   bool resuming = false;
-  bool lead = false;  // writes the file
+  bool lead = false;  // says what happens
   std::function<void(const std::string&)> message;
 };
 

@@ -78,6 +78,7 @@ class TrainRun {
  private:
   Status Configure();
   Status Connect();
+  Status ClaimSaveFolder();
   Status CreateEngine();
   Status Resume();
   void Predict();
@@ -109,6 +110,7 @@ class TrainRun {
   std::unique_ptr<StepHeartbeat> heartbeat_;  // lead rank: progress within a long step
   std::unique_ptr<FolderLock> save_lock_;  // rank 0's claim on --save
   TempPath unsaved_save_dir_;  // a --save folder this run created: removed unless a checkpoint lands in it
+  ckpt::FolderGroups save_groups_;  // which ranks share a --save folder (ClaimSaveFolder)
   std::vector<std::string> replaced_;  // --overwrite: another run's step folders there, removed at the first save
   std::unique_ptr<StartupProgress> startup_;      // from the data to the first step
   uint64_t rss_before_engine_ = 0, file_before_engine_ = 0;
@@ -181,23 +183,7 @@ Status TrainRun::Connect() {
   auto device = OpenComputeDevice(cfg_.device, env_.local_rank, comm_.get());
   if (!device.ok()) return device.status().WithContext(fmt::format("rank {}", env_.rank));
   device_ = std::move(device).value();
-  if (lead() && !a_.save.empty()) {  // before any step: a second run on it stops here
-    // The topmost folder of --save that does not exist yet: Take creates it (and those below).
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    fs::path created;
-    for (fs::path p = fs::path(a_.save).lexically_normal(); !p.empty() && !fs::exists(fs::symlink_status(p, ec));
-         p = p.parent_path()) {
-      created = p;
-      if (p == p.parent_path()) break;
-    }
-    if (!created.empty()) unsaved_save_dir_ = TempPath(created.string());
-    const auto hold = HoldOffStops();  // (a stop meanwhile: the folder is never made)
-    STRATA_ASSIGN_OR_RETURN(save_lock_, FolderLock::Take(a_.save));
-  }
-  // Every rank writes its shard into one folder: a --save that each node has on its own disk
-  // is found now, not at the first save after the first interval of training.
-  if (!a_.save.empty()) STRATA_RETURN_IF_ERROR(ckpt::CheckFolderIsShared(*comm_, a_.save, "--save"));
+  if (!a_.save.empty()) STRATA_RETURN_IF_ERROR(ClaimSaveFolder());  // before any step
   // The config settled for this run on this machine; refused before any state is allocated
   // when it cannot fit: host memory, NVMe, and a GPU's own memory.
   const MachineCapacity machine = ProbeMachine(cfg_, device_.device->MemoryBytes());
@@ -260,6 +246,43 @@ void TrainRun::Predict() {
     std::fputs("5", f);
     std::fclose(f);
   }
+}
+
+// --save is made by the first rank of each folder, in rank order (so its maker is the folder's
+// lead: the lowest rank that sees it) and removed at exit unless a checkpoint lands in it; with
+// one shared folder only rank 0 makes it. Which ranks share it is found (ckpt::FindFolderGroups)
+// and checked against checkpoint.use_node_local_storage, and each folder's lead takes the
+// run's claim on it: a second run on it stops here.
+Status TrainRun::ClaimSaveFolder() {
+  namespace fs = std::filesystem;
+  const bool makes = env_.rank == 0 || cfg_.node_local_checkpoints;
+  for (int r = 0; r < env_.world_size; ++r) {
+    if (r == env_.rank && makes) {
+      std::error_code ec;
+      fs::path created;  // the topmost folder of --save that does not exist yet
+      for (fs::path p = fs::path(a_.save).lexically_normal(); !p.empty() && !fs::exists(fs::symlink_status(p, ec));
+           p = p.parent_path()) {
+        created = p;
+        if (p == p.parent_path()) break;
+      }
+      const auto hold = HoldOffStops();  // (a stop meanwhile: the folder is never made)
+      if (!created.empty()) {
+        fs::create_directories(a_.save, ec);
+        if (ec) return Error(StatusCode::kIoError, "cannot create --save '{}': {}", a_.save, ec.message());
+        unsaved_save_dir_ = TempPath(created.string());
+      }
+    }
+    if (env_.world_size > 1) STRATA_RETURN_IF_ERROR(comm_->Barrier());
+  }
+  STRATA_ASSIGN_OR_RETURN(save_groups_, ckpt::FindFolderGroups(*comm_, a_.save));
+  std::string note;
+  STRATA_RETURN_IF_ERROR(
+      ckpt::CheckFolderGroups(save_groups_, a_.save, "--save", cfg_.node_local_checkpoints, env_.rank, &note));
+  if (lead() && !note.empty()) LogInfo("{}", note);
+  if (!save_groups_.leads(env_.rank)) return Status();
+  const auto hold = HoldOffStops();
+  STRATA_ASSIGN_OR_RETURN(save_lock_, FolderLock::Take(a_.save));
+  return Status();
 }
 
 Status TrainRun::CreateEngine() {
@@ -408,6 +431,8 @@ Status TrainRun::Eval(int64_t step) {
 Status TrainRun::Save(int64_t step) {
   ckpt::SaveOptions so;
   so.keep = cfg_.keep_checkpoints;
+  so.folder_lead = save_groups_.leads(env_.rank);
+  so.folders = save_groups_.count();
   so.replaces = replaced_;
   if (!cfg_.debug_crash_in_save.empty())
     so.crash_hook = [point = cfg_.debug_crash_in_save, sig = cfg_.debug_crash_signal](const std::string& p) {

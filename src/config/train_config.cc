@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "src/base/input_file.h"
+#include "src/config/checkpoint_section.h"
 #include "src/config/data_section.h"
 #include "src/config/json_reader.h"
 #include "src/config/model_section.h"
@@ -335,7 +336,7 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   // In reading order: `config check` lists the "auto"s in that order.
   for (Status (*section)(JsonReader&, TrainConfig*) :
        {ParseBatch, ParsePrecision, ParseOptimizer, ParseScheduler, ParseZero, ParseAio, ParseActivationCheckpointing,
-        ParseMonitors, ParseStrata})
+        ParseMonitors, ParseCheckpointSection, ParseStrata})
     if (Status s = section(root, &c); !s.ok()) return s.WithContext(origin);
   if (c.schedule.total_num_steps == 0) c.schedule.total_num_steps = c.steps;
   if (Status s = CheckKeys(c); !s.ok()) return s.WithContext(origin);

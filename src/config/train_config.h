@@ -209,6 +209,9 @@ struct TrainConfig {
   int64_t debug_overflow_step = -1;  // tests: plant an Inf in the gradient at this step (0-based)
   int64_t save_interval = 0;         // strata.save_interval: checkpoint every K steps with --save (0 = at the end only)
   int keep_checkpoints = 2;          // strata.keep_checkpoints: step folders kept (0 = all)
+  // checkpoint.use_node_local_storage: each node saves into its own --save folder (src/checkpoint/
+  // shared_folder.h finds which ranks share one); false: one folder every rank shares.
+  bool node_local_checkpoints = false;
   std::string debug_crash_in_save;   // tests: kill the process at this point of a checkpoint save
   int debug_crash_signal = 9;        // tests: ... with this signal (SIGKILL; a stop signal tests the clean stop)
   // strata.max_skipped_steps: without a dynamic loss scale, this many non-finite steps in a
