@@ -274,6 +274,14 @@ StatusOr<std::string> AgreedStepDir(Communicator& comm, const std::string& path)
   return (fs::path(*mine).parent_path() / StepDirName(newest_everywhere)).string();
 }
 
+// RestoreResharded, saying what a node-local checkpoint needs for it.
+Status Reshard(Engine& engine, const TrainConfig& cfg, const nlohmann::json& m, const std::string& step_dir) {
+  const Status r = RestoreResharded(engine, cfg, m, step_dir);
+  if (r.ok() || !cfg.node_local_checkpoints) return r;
+  return r.WithContext("resharding a node-local checkpoint reads every rank's file: put the rank files of this step "
+                       "from every node's folder into one step folder and resume from it");
+}
+
 }  // namespace
 
 StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const TrainConfig& cfg,
@@ -321,11 +329,7 @@ StatusOr<int64_t> LoadCheckpoint(Engine& engine, Communicator& comm, const Train
         LogInfo("resharding '{}': saved by {} rank(s) at ZeRO stage {} with sub_group_size {}; this run: {} rank(s), "
                 "stage {}, sub_group_size {}", step_dir, m["world_size"].dump(), m["zero_stage"].dump(),
                 m["sub_group_size"].dump(), comm.world_size(), cfg.zero_stage, cfg.sub_group_size);
-      if (Status r = RestoreResharded(engine, cfg, m, step_dir); !r.ok())
-        return cfg.node_local_checkpoints
-                   ? r.WithContext("resharding a node-local checkpoint reads every rank's file: put the rank files of "
-                                   "this step from every node's folder into one step folder and resume from it")
-                   : r;
+      STRATA_RETURN_IF_ERROR(Reshard(engine, cfg, m, step_dir));
       STRATA_RETURN_IF_ERROR(RestoreCounters(engine, m["counters"], step_dir));
       step = m["step"].get<int64_t>();
       return Status();
