@@ -179,10 +179,21 @@ void Progress::Monitor(const StepStats& st, double tflops) {
   o_.monitors->Write(std::move(s));
 }
 
-void Progress::OnEval(int64_t step, double loss, int64_t batches) {
-  Message(fmt::format("eval  step {:5d}  loss {:.4f} (held-out, {} batches)", step, loss, batches));
-  if (o_.monitors) o_.monitors->Write({{"Train/Samples/eval_loss", loss, step * o_.sequences_per_step}});
-  if (metrics_fd_ >= 0) WriteMetrics(nlohmann::json({{"step", step}, {"eval_loss", loss}, {"eval_batches", batches}}).dump());
+void Progress::OnEval(int64_t step, double loss, int64_t batches, const model::DpoTally& dpo) {
+  std::string line = fmt::format("eval  step {:5d}  loss {:.4f} (held-out, {} batches)", step, loss, batches);
+  if (dpo.pairs > 0)
+    line += fmt::format("  rewards margin {:.4f} accuracy {:.3f}", dpo.margins / dpo.pairs, dpo.accuracies / dpo.pairs);
+  Message(line);
+  const int64_t samples = step * o_.sequences_per_step;
+  std::vector<monitor::Scalar> scalars = {{"Train/Samples/eval_loss", loss, samples}};
+  nlohmann::json j = {{"step", step}, {"eval_loss", loss}, {"eval_batches", batches}};
+  if (dpo.pairs > 0)  // TRL's names, eval_ first (Note [DPO])
+    for (const auto& [name, value] : DpoMeans(dpo)) {
+      j["eval_" + name] = value;
+      scalars.push_back({"Train/Samples/eval_" + name, value, samples});
+    }
+  if (o_.monitors) o_.monitors->Write(std::move(scalars));
+  if (metrics_fd_ >= 0) WriteMetrics(j.dump());
 }
 
 void Progress::OnSave(int64_t step, const std::string& dir, double seconds) {

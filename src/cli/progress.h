@@ -38,7 +38,8 @@ class Progress {
   // Opens the metrics file: created, or appended to (an earlier run's lines are kept).
   Status Open();
   void OnStep(const StepStats& st);
-  void OnEval(int64_t step, double loss, int64_t batches);
+  // `dpo`: strata.objective "dpo"'s held-out pairs (none: pairs 0).
+  void OnEval(int64_t step, double loss, int64_t batches, const model::DpoTally& dpo = {});
   void OnSave(int64_t step, const std::string& dir, double seconds);
   void Message(const std::string& line);  // any other line, printed above the bar
   void Finish();                          // the summary

@@ -424,7 +424,7 @@ void TrainRun::PrintStartup() {
 Status TrainRun::Eval(int64_t step) {
   if (cfg_.eval_interval == 0 || cfg_.eval_batches == 0) return Status();  // none asked for
   STRATA_ASSIGN_OR_RETURN(double loss, engine_->EvalLoss(*data_, cfg_.eval_batches));
-  if (lead()) progress_->OnEval(step, loss, cfg_.eval_batches);
+  if (lead()) progress_->OnEval(step, loss, cfg_.eval_batches, engine_->LastEvalDpo());
   return Status();
 }
 

@@ -140,6 +140,8 @@ class Engine {
                                             const std::function<void(int64_t done, int64_t total)>& on_batch = {});
   // The reference log-probabilities DPO's loss compares with: RowLogProbs of the initial model.
   void SetDpoReference(std::vector<double> logps);
+  // strata.objective "dpo": the last EvalLoss's pairs over every rank, and their rewards.
+  model::DpoTally LastEvalDpo() const;
   // Called on the compute thread as each block visit of a training step starts (forward,
   // head and backward, in order), with the visits finished and the step's total: progress
   // within a step, which at long sequences on a CPU lasts tens of minutes. Optional.

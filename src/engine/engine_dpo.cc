@@ -53,6 +53,8 @@ StatusOr<std::vector<double>> Engine::RowLogProbs(const data::TokenDataset& data
   return std::vector<double>(logps.begin(), logps.end());
 }
 
+model::DpoTally Engine::LastEvalDpo() const { return impl_->eval_dpo; }
+
 StatusOr<model::DpoTally> Engine::Impl::SumOverRanks(const model::DpoTally& t) {
   float v[7] = {static_cast<float>(t.pairs),          static_cast<float>(t.chosen_rewards),
                 static_cast<float>(t.rejected_rewards), static_cast<float>(t.margins),

@@ -127,6 +127,7 @@ struct Engine::Impl final : BlockReadiness {
   StepStats step_counts;  // what the schedules count of the running step (its block inputs' bytes)
   std::unique_ptr<DpoObjective> dpo;  // strata.objective "dpo" (Note [DPO])
   model::DpoTally dpo_tally;           // the running pass's pairs on this rank
+  model::DpoTally eval_dpo;            // the last evaluation's, over every rank
   torch::Tensor row_logps;             // Pass::kLogProbs: the last batch's, per row
   std::function<void(size_t done, size_t total)> on_step_visit;  // Engine::OnStepVisit
 

@@ -562,6 +562,7 @@ StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batche
                             LossWeights(data, data::Split::kEval, 0, batches, world, rank, m.cfg.micro_batch, "eval"));
   }
   double sum = 0;
+  m.dpo_tally = model::DpoTally();
   for (int64_t i = 0; i < batches; ++i) {
     const std::vector<Visit> visits = m.plan.Visits(1, /*backward=*/false);
     std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(visits);
@@ -580,6 +581,9 @@ StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batche
   }
   float buf = static_cast<float>(sum);
   STRATA_RETURN_IF_ERROR(m.io.comm->AllReduce(&buf, 1, DType::kF32, ReduceOp::kSum));
+  if (m.dpo) {
+    STRATA_ASSIGN_OR_RETURN(m.eval_dpo, m.SumOverRanks(m.dpo_tally));
+  }
   return static_cast<double>(buf) / static_cast<double>(batches * world);
 }
 
