@@ -155,8 +155,10 @@ StatusOr<std::unique_ptr<Monitors>> Monitors::Open(const TrainConfig& cfg) {
   return std::make_unique<Monitors>(std::move(sinks));
 }
 
-Monitors::Monitors(std::vector<std::unique_ptr<Sink>> sinks)
-    : sinks_(std::move(sinks)), failed_(sinks_.size(), false), thread_([this] { Run(); }) {}
+Monitors::Monitors(std::vector<std::unique_ptr<Sink>> sinks) {
+  for (auto& sink : sinks) lanes_.push_back(std::make_unique<Lane>(std::move(sink)));
+  for (auto& lane : lanes_) lane->thread = std::thread([this, l = lane.get()] { Run(*l); });
+}
 
 Monitors::~Monitors() {
   {
@@ -164,20 +166,25 @@ Monitors::~Monitors() {
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  for (auto& lane : lanes_) lane->thread.join();
 }
 
 void Monitors::Write(std::vector<Scalar> scalars) {
+  const double now = WallTime();  // every monitor stamps the batch with the same time
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(scalars));
+    for (auto& lane : lanes_) lane->queue.emplace_back(now, scalars);
   }
   cv_.notify_all();
 }
 
 void Monitors::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return queue_.empty() && !busy_; });
+  cv_.wait(lock, [this] {
+    for (const auto& lane : lanes_)
+      if (!lane->queue.empty() || lane->busy) return false;
+    return true;
+  });
 }
 
 int64_t Monitors::lost() const {
@@ -187,42 +194,37 @@ int64_t Monitors::lost() const {
 
 std::string Monitors::Describe() const {
   std::string out;
-  for (const auto& s : sinks_) out += (out.empty() ? "" : ", ") + s->Describe();
+  for (const auto& lane : lanes_) out += (out.empty() ? "" : ", ") + lane->sink->Describe();
   return out;
 }
 
-// The writer thread: each batch to every monitor that has not failed; the first failure of
-// a monitor is a warning, and its later batches count as lost.
-void Monitors::Run() {
+// A monitor's writer thread: each batch in turn, while the monitor has not failed; its first
+// failure is a warning, and its later batches count as lost.
+void Monitors::Run(Lane& lane) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping, and all written
-    std::vector<Scalar> batch = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
+    cv_.wait(lock, [&] { return stop_ || !lane.queue.empty(); });
+    if (lane.queue.empty()) return;  // stopping, and all written
+    auto [now, batch] = std::move(lane.queue.front());
+    lane.queue.pop_front();
+    lane.busy = true;
+    const bool failed = lane.failed;
     lock.unlock();
-    const double now = WallTime();
-    int64_t lost = 0;
-    for (size_t i = 0; i < sinks_.size(); ++i) {
-      if (failed_[i]) {
-        lost += static_cast<int64_t>(batch.size());
-        continue;
-      }
-      Status s;
+    Status s;
+    if (!failed) {
       for (const Scalar& x : batch)
-        if (s.ok()) s = sinks_[i]->Write(x, now);
-      if (s.ok()) s = sinks_[i]->Flush();
-      if (!s.ok()) {
-        failed_[i] = true;
-        lost += static_cast<int64_t>(batch.size());
-        LogWarn("{}: {}; this monitor writes nothing more in this run (the training goes on)", sinks_[i]->Describe(),
+        if (s.ok()) s = lane.sink->Write(x, now);
+      if (s.ok()) s = lane.sink->Flush();
+      if (!s.ok())
+        LogWarn("{}: {}; this monitor writes nothing more in this run (the training goes on)", lane.sink->Describe(),
                 s.message());
-      }
     }
     lock.lock();
-    lost_ += lost;
-    busy_ = false;
+    if (failed || !s.ok()) {
+      lane.failed = true;
+      lost_ += static_cast<int64_t>(batch.size());
+    }
+    lane.busy = false;
     cv_.notify_all();
   }
 }

@@ -52,21 +52,27 @@ class Monitors {
   explicit Monitors(std::vector<std::unique_ptr<Sink>> sinks);
   ~Monitors();  // writes what is queued, then closes the files
 
-  void Write(std::vector<Scalar> scalars);  // queued; returns at once
+  void Write(std::vector<Scalar> scalars);  // queued for every monitor; returns at once
   void Drain();                             // waits until everything queued is written
   int64_t lost() const;                     // scalars a failed monitor did not write
   std::string Describe() const;             // the monitors and their folders, for the start-up line
 
  private:
-  void Run();
-  std::vector<std::unique_ptr<Sink>> sinks_;
-  std::vector<bool> failed_;
+  // One monitor with its queue and its writer thread: a slow one (a W&B client reading late,
+  // a disk that stalls) holds up no other, as none holds up a step.
+  struct Lane {
+    explicit Lane(std::unique_ptr<Sink> s) : sink(std::move(s)) {}
+    std::unique_ptr<Sink> sink;
+    std::deque<std::pair<double, std::vector<Scalar>>> queue;  // (wall time of the Write, its scalars)
+    bool busy = false, failed = false;
+    std::thread thread;
+  };
+  void Run(Lane& lane);
+  std::vector<std::unique_ptr<Lane>> lanes_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::vector<Scalar>> queue_;
-  bool stop_ = false, busy_ = false;
+  bool stop_ = false;
   int64_t lost_ = 0;
-  std::thread thread_;
 };
 
 }  // namespace strata::monitor

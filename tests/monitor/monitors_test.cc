@@ -1,6 +1,6 @@
 // The monitors' files and writer thread (src/monitor): CRC-32C and TFRecord framing against
-// known answers; a slow monitor never holds up Write; a failing one warns once and counts what
-// it lost while the others go on; an event file is never one that exists; a folder that cannot
+// known answers; a slow monitor never holds up Write, nor a stuck one another monitor; a failing
+// one warns once and counts what it lost while the others go on; an event file is never one that exists; a folder that cannot
 // be created is an error naming it; the wandb client's protocol, against stand-in clients: the
 // scalars as JSON lines, a client that dies is a failed write (no SIGPIPE), one that cannot
 // start is an error saying how to mend it.
@@ -73,6 +73,38 @@ TEST(Monitors, ASlowMonitorNeverHoldsUpTheStep) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.1);  // 4 x 50 ms queued
   m.Drain();
   EXPECT_EQ(written.load(), 4);
+  EXPECT_EQ(m.lost(), 0);
+}
+
+// A monitor stuck in a write (a W&B client that stopped reading, a stalled disk) holds up no
+// other: each has a writer of its own. Both are stamped with the time of the Write.
+TEST(Monitors, AStuckMonitorHoldsUpNoOther) {
+  class StuckSink : public Sink {
+   public:
+    explicit StuckSink(std::atomic<bool>* release) : release_(release) {}
+    Status Write(const Scalar&, double) override {
+      while (!*release_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return Status();
+    }
+    Status Flush() override { return Status(); }
+    std::string Describe() const override { return "stuck"; }
+
+   private:
+    std::atomic<bool>* release_;
+  };
+  std::atomic<bool> release{false};
+  std::atomic<int> healthy{0};
+  std::vector<std::unique_ptr<Sink>> sinks;
+  sinks.push_back(std::make_unique<StuckSink>(&release));
+  sinks.push_back(std::make_unique<FakeSink>(&healthy, -1, 0));
+  Monitors m(std::move(sinks));
+  for (int i = 0; i < 3; ++i) m.Write({{"Train/Samples/lr", 1.0, i}});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (healthy.load() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(healthy.load(), 3);  // written while the other is still stuck in its first
+  release = true;
+  m.Drain();
   EXPECT_EQ(m.lost(), 0);
 }
 
