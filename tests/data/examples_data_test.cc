@@ -16,12 +16,6 @@
 namespace strata::data {
 namespace {
 
-std::string Le(uint64_t v, int width) {
-  std::string out;
-  for (int i = 0; i < width; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-  return out;
-}
-
 // Token j of example i is 100 * (i + 1) + j: a token says which example it is from and where.
 // The mask trains the second half of each example (its "completion").
 struct ExampleFiles {
@@ -32,9 +26,9 @@ struct ExampleFiles {
     std::string bytes, mask, starts;
     int64_t at = 0;
     for (size_t i = 0; i < lengths.size(); ++i) {
-      starts += Le(static_cast<uint64_t>(at), 8);
+      starts += testing::LittleEndian(static_cast<uint64_t>(at), 8);
       for (int64_t j = 0; j < lengths[i]; ++j) {
-        bytes += Le(static_cast<uint64_t>(100 * (i + 1) + j), 4);
+        bytes += testing::LittleEndian(static_cast<uint64_t>(100 * (i + 1) + j), 4);
         mask.push_back(j >= lengths[i] / 2 ? 1 : 0);
       }
       at += lengths[i];
@@ -88,14 +82,14 @@ void ExpectWellFormedRows(const Batch& b, int64_t T, int64_t* examples_in_rows) 
 
 TEST(ExamplesFile, BadFilesAreErrorsNamingBothFiles) {
   std::vector<int64_t> starts;
-  EXPECT_TRUE(DecodeExampleStarts(Le(0, 8) + Le(5, 8), 10, "e", "t", &starts).ok());
+  EXPECT_TRUE(DecodeExampleStarts(testing::LittleEndian(0, 8) + testing::LittleEndian(5, 8), 10, "e", "t", &starts).ok());
   EXPECT_EQ(starts, (std::vector<int64_t>{0, 5}));
   for (auto [bytes, needle] : std::vector<std::pair<std::string, std::string>>{
-           {Le(0, 8) + "abc", "not a multiple of 8"},
+           {testing::LittleEndian(0, 8) + "abc", "not a multiple of 8"},
            {"", "is empty"},
-           {Le(3, 8), "starts at token 3, not 0"},
-           {Le(0, 8) + Le(4, 8) + Le(4, 8), "not after example 1"},
-           {Le(0, 8) + Le(10, 8), "has 10 tokens"}}) {
+           {testing::LittleEndian(3, 8), "starts at token 3, not 0"},
+           {testing::LittleEndian(0, 8) + testing::LittleEndian(4, 8) + testing::LittleEndian(4, 8), "not after example 1"},
+           {testing::LittleEndian(0, 8) + testing::LittleEndian(10, 8), "has 10 tokens"}}) {
     const Status s = DecodeExampleStarts(bytes, 10, "sft.u32.examples", "sft.u32", &starts);
     ASSERT_FALSE(s.ok()) << needle;
     EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
@@ -205,7 +199,7 @@ TEST(ExampleData, MissingOrMismatchedExamplesAreErrorsNamingTheFiles) {
   auto missing = TokenDataset::Open(f.Config(Packing::kNone), 100000, 16);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find(f.tokens + ".examples"), std::string::npos) << missing.status().message();
-  testing::WriteBytes(f.tokens + ".examples", Le(0, 8) + Le(100000, 8));
+  testing::WriteBytes(f.tokens + ".examples", testing::LittleEndian(0, 8) + testing::LittleEndian(100000, 8));
   auto beyond = TokenDataset::Open(f.Config(Packing::kNone), 100000, 16);
   ASSERT_FALSE(beyond.ok());
   EXPECT_NE(beyond.status().message().find("replaced without its examples file"), std::string::npos)
@@ -248,7 +242,7 @@ TEST(ExampleData, SideFilesOfAnotherTokenFileAreRefusedNamingBoth) {
             "the side file belongs to another token file"},
            {"kind", ".examples", SideFileHeader(SideKind::kLossMask, mine) + starts, "the side files were mixed up"},
            {"short", ".mask", SideFileHeader(SideKind::kLossMask, mine).substr(0, 20), "cut short inside its 32-byte"},
-           {"version", ".mask", SideFileHeader(SideKind::kLossMask, mine).substr(0, 28) + Le(2, 4) + mask,
+           {"version", ".mask", SideFileHeader(SideKind::kLossMask, mine).substr(0, 28) + testing::LittleEndian(2, 4) + mask,
             "format version 2"}}) {
     SCOPED_TRACE(c.what);
     const std::string saved = testing::ReadBytes(f.tokens + c.side);
@@ -267,7 +261,7 @@ TEST(ExampleData, SideFilesOfAnotherTokenFileAreRefusedNamingBoth) {
   ASSERT_TRUE(TokenDataset::Open(c, 100000, 16).ok());
   const std::string eval_tokens = testing::ReadBytes(eval.tokens);
   testing::WriteBytes(eval.tokens + ".examples",
-                      SideFileHeader(SideKind::kExamples, {mine.tokens, mine.crc32}) + Le(0, 8) + Le(3, 8));
+                      SideFileHeader(SideKind::kExamples, {mine.tokens, mine.crc32}) + testing::LittleEndian(0, 8) + testing::LittleEndian(3, 8));
   auto stale = TokenDataset::Open(c, 100000, 16);
   ASSERT_FALSE(stale.ok());
   EXPECT_NE(stale.status().message().find(fmt::format("but '{}' has {} tokens (CRC-32 {:08x})", eval.tokens,

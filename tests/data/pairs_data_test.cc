@@ -15,12 +15,6 @@
 namespace strata::data {
 namespace {
 
-std::string PairsLe(uint64_t v, int width) {
-  std::string out;
-  for (int i = 0; i < width; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-  return out;
-}
-
 // Example i: 4 + i % 3 tokens, token j = 100 * (i + 1) + j; its last two tokens trained (the
 // completion). Examples 2k and 2k + 1 are pair k's chosen and rejected.
 struct PairFiles {
@@ -30,10 +24,10 @@ struct PairFiles {
     std::string bytes, mask, starts;
     int64_t at = 0;
     for (int i = 0; i < examples; ++i) {
-      starts += PairsLe(static_cast<uint64_t>(at), 8);
+      starts += testing::LittleEndian(static_cast<uint64_t>(at), 8);
       const int n = 4 + i % 3;
       for (int j = 0; j < n; ++j) {
-        bytes += PairsLe(static_cast<uint64_t>(100 * (i + 1) + j), 4);
+        bytes += testing::LittleEndian(static_cast<uint64_t>(100 * (i + 1) + j), 4);
         mask.push_back(j >= n - 2 && i != untrained ? 1 : 0);
       }
       at += n;

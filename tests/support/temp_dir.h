@@ -2,6 +2,7 @@
 // Lives under $STRATA_TEST_DIR or /var/tmp (a real disk, so O_DIRECT works; /tmp may be tmpfs).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,8 @@ std::vector<std::string> EntryNames(const std::string& dir);
 
 // Writes `bytes` to `path` (created or replaced): a test's input files.
 void WriteBytes(const std::string& path, const std::string& bytes);
+// `v` as `width` little-endian bytes: the token, examples and side files' numbers.
+std::string LittleEndian(uint64_t v, int width);
 // The whole file at `path` ("" if it cannot be read).
 std::string ReadBytes(const std::string& path);
 
