@@ -154,6 +154,8 @@ Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, co
       {"layout", Layout(engine)},
       {"files", files}};
   if (!c.expert_steps.empty()) manifest["counters"]["expert_steps"] = c.expert_steps;
+  for (const auto& [name, bytes] : opt.side_files)
+    STRATA_RETURN_IF_ERROR(WriteDurably((fs::path(tmp) / name).string(), bytes));
   STRATA_RETURN_IF_ERROR(WriteFileAtomically((fs::path(tmp) / "manifest.json").string(), manifest.dump(1)));
   for (int r = 0; r < world; ++r) {  // their content is in the manifest now
     std::error_code ec;

@@ -41,6 +41,9 @@ struct SaveOptions {
   // makes the step folder, commits it and prunes). One folder: rank 0 leads.
   int folders = 1;
   bool folder_lead = false;
+  // Files of the run's own kept in the step folder beside the shards (name, bytes), written by
+  // each folder's lead before the manifest: DPO's reference log-probabilities.
+  std::vector<std::pair<std::string, std::string>> side_files;
 };
 
 // Whether a run may save into `save` (before it saves anything): a folder holding no

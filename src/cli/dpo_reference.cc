@@ -54,8 +54,10 @@ bool Take(std::string_view* in, T* v) {
   return true;
 }
 
-// The file's rows when it is the reference of `identity`; an error says why not.
-StatusOr<std::vector<double>> ReadReference(const std::string& path, const std::string& identity, int64_t rows) {
+// The file's rows when it is the reference of `identity` (`any_identity`: whatever it says it
+// is, a checkpoint's copy being the run's own); an error says why not.
+StatusOr<std::vector<double>> ReadReference(const std::string& path, const std::string& identity, int64_t rows,
+                                            bool any_identity = false) {
   STRATA_ASSIGN_OR_RETURN(std::string bytes, ReadTextFile(path));
   std::string_view in(bytes);
   uint64_t hash = 0, count = 0;
@@ -67,7 +69,7 @@ StatusOr<std::vector<double>> ReadReference(const std::string& path, const std::
     return InvalidArgument("'{}' is cut short in its header", path);
   const std::string_view text = in.substr(0, length);
   in.remove_prefix(length);
-  if (text != identity || hash != HashOf(identity))
+  if (!any_identity && (text != identity || hash != HashOf(identity)))
     return InvalidArgument("'{}' holds the reference of another model or data:\n  its: {}\n  this run's: {}", path, text,
                            identity);
   if (static_cast<int64_t>(count) != rows || in.size() != static_cast<size_t>(rows) * sizeof(double))
@@ -114,36 +116,44 @@ std::string DpoReferencePath(const TrainConfig& c, const std::string& identity) 
   return fmt::format("{}.ref-{:016x}", c.data.path, HashOf(identity));
 }
 
-Status PrepareDpoReference(const DpoReferenceInputs& in, Engine& engine, Communicator& comm,
-                           const data::TokenDataset& data) {
+StatusOr<std::string> PrepareDpoReference(const DpoReferenceInputs& in, Engine& engine, Communicator& comm,
+                                          const data::TokenDataset& data) {
   const std::string identity = DpoReferenceIdentity(in.config, in.init_from, data);
-  const std::string path = DpoReferencePath(in.config, identity);
+  const std::string beside = DpoReferencePath(in.config, identity);
   const int64_t rows = data.rows(data::Split::kTrain) + data.rows(data::Split::kEval);
   std::error_code ec;
-  StatusOr<std::vector<double>> read = std::filesystem::exists(path, ec)
-                                           ? ReadReference(path, identity, rows)
-                                           : StatusOr<std::vector<double>>(Error(StatusCode::kNotFound, "no file '{}'", path));
+  const std::string kept = in.step_dir.empty() ? "" : (std::filesystem::path(in.step_dir) / kDpoReferenceFile).string();
+  const bool from_checkpoint = !kept.empty() && std::filesystem::exists(kept, ec);
+  const std::string path = from_checkpoint ? kept : beside;
+  StatusOr<std::vector<double>> read =
+      std::filesystem::exists(path, ec)
+          ? ReadReference(path, identity, rows, from_checkpoint)
+          : StatusOr<std::vector<double>>(Error(StatusCode::kNotFound, "no file '{}'", path));
   STRATA_ASSIGN_OR_RETURN(const bool everyone, EveryRank(comm, read.ok()));
   if (everyone) {
     if (in.message) in.message(fmt::format("DPO reference log-probabilities of {} rows read from {}", rows, path));
-    engine.SetDpoReference(std::move(read).value());
-    return Status();
+    std::vector<double> logps = std::move(read).value();
+    std::string bytes = EncodeReference(identity, logps);
+    engine.SetDpoReference(std::move(logps));
+    return bytes;
   }
   if (in.resuming)
     return read.status().WithContext(fmt::format(
         "a resumed DPO run compares with the initial model's log-probabilities, which the run wrote to '{}' when it "
-        "started (its weights are no longer the initial ones): put that file back, or start the run again", path));
+        "started and its checkpoints keep as '{}' (its weights are no longer the initial ones): put that file back, "
+        "or start the run again", beside, kDpoReferenceFile));
   if (in.message)
     in.message(fmt::format("DPO reference log-probabilities: one forward pass over {} rows with the initial weights",
                            rows));
   STRATA_ASSIGN_OR_RETURN(std::vector<double> logps, engine.RowLogProbs(data));
   // Every rank that could not read it writes it (the same bytes; a temporary name each, then
   // renamed): with node-local disks each node gets its copy.
-  if (Status w = WriteFileAtomically(path, EncodeReference(identity, logps)); !w.ok())
+  std::string bytes = EncodeReference(identity, logps);
+  if (Status w = WriteFileAtomically(beside, bytes); !w.ok())
     return w.WithContext("writing the DPO reference log-probabilities");
-  if (in.message && in.lead) in.message(fmt::format("DPO reference log-probabilities written to {}", path));
+  if (in.message && in.lead) in.message(fmt::format("DPO reference log-probabilities written to {}", beside));
   engine.SetDpoReference(std::move(logps));
-  return Status();
+  return bytes;
 }
 
 }  // namespace strata::cli

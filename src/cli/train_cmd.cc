@@ -40,6 +40,7 @@
 #include "src/model/model_family.h"
 #include "src/settle/settle.h"
 #include "src/cli/dpo_reference.h"
+#include "src/checkpoint/manifest.h"
 #include "src/checkpoint/shared_folder.h"
 #include "strata/host_pinner.h"
 #include "strata/log.h"
@@ -111,6 +112,7 @@ class TrainRun {
   std::unique_ptr<FolderLock> save_lock_;  // rank 0's claim on --save
   TempPath unsaved_save_dir_;  // a --save folder this run created: removed unless a checkpoint lands in it
   ckpt::FolderGroups save_groups_;  // which ranks share a --save folder (ClaimSaveFolder)
+  std::string dpo_reference_;        // DPO: the reference log-probabilities' file, kept in each checkpoint
   std::vector<std::string> replaced_;  // --overwrite: another run's step folders there, removed at the first save
   std::unique_ptr<StartupProgress> startup_;      // from the data to the first step
   uint64_t rss_before_engine_ = 0, file_before_engine_ = 0;
@@ -336,11 +338,14 @@ Status TrainRun::Resume() {
   }
   if (cfg_.objective == Objective::kDpo) {  // Note [DPO]: the initial model's, before any step
     startup_->Phase("DPO reference log-probabilities");
-    const DpoReferenceInputs in{cfg_, init_from(), !a_.resume.empty(), lead(),
-                                [this](const std::string& line) {
-                                  if (lead()) std::printf("%s\n", line.c_str());
-                                }};
-    STRATA_RETURN_IF_ERROR(PrepareDpoReference(in, *engine_, *comm_, *data_));
+    DpoReferenceInputs in{cfg_, init_from(), !a_.resume.empty(), lead(), [this](const std::string& line) {
+                            if (lead()) std::printf("%s\n", line.c_str());
+                          }};
+    if (!a_.resume.empty()) {
+      const StatusOr<std::string> step_dir = ckpt::ResolveStepDir(a_.resume);
+      if (step_dir.ok()) in.step_dir = *step_dir;
+    }
+    STRATA_ASSIGN_OR_RETURN(dpo_reference_, PrepareDpoReference(in, *engine_, *comm_, *data_));
   }
   ProgressOptions po;
   po.first_step = start_;
@@ -434,6 +439,7 @@ Status TrainRun::Save(int64_t step) {
   so.folder_lead = save_groups_.leads(env_.rank);
   so.folders = save_groups_.count();
   so.replaces = replaced_;
+  if (!dpo_reference_.empty()) so.side_files.emplace_back(kDpoReferenceFile, dpo_reference_);
   if (!cfg_.debug_crash_in_save.empty())
     so.crash_hook = [point = cfg_.debug_crash_in_save, sig = cfg_.debug_crash_signal](const std::string& p) {
       if (p != point) return;

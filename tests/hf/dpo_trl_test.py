@@ -14,8 +14,8 @@ within 1e-4 relative (2-norm per tensor: Adam's normalised step turns rounding-l
 differences in near-zero gradient entries into steps of the learning rate's size).
 
   full: every weight trained; also, a run resumed from its step-10 checkpoint gives steps 10-19
-        bit for bit, reading the reference log-probabilities the first run wrote beside the data
-        (and refusing to resume, naming the file, once that file is gone);
+        bit for bit, reading the reference log-probabilities its checkpoint keeps (also once the
+        file beside the data is gone; refusing to resume, naming the file, without either);
   lora: rank-4 adapters on q_proj and v_proj, TRL given Strata's initial adapters as a PEFT
         model (the reference is then the base with its adapters off, which is the initial model:
         B starts at zero).
@@ -210,25 +210,34 @@ def compare_weights(strata_folder, model, lora):
 
 
 def check_resume(binary, folder, config, first):
-    """Resumed at step 10 (the reference read back from beside the data): the same steps, bitwise."""
+    """Resumed at step 10: the reference read back (the checkpoint's copy), the same steps bitwise;
+    without the file beside the data it still resumes from the copy; without both it is refused."""
     model = ["--init-from", folder + "/model"]  # (the model's shape: its weights come from the checkpoint)
-    out = run([binary, "train", "--config", config, *model, "--nproc", "2", "--resume", folder + "/ckpt/step_00000010",
-               "--metrics", folder + "/resumed.jsonl", "--save", folder + "/ckpt_resumed"])
-    if "DPO reference log-probabilities of 20 rows read from" not in out:
-        sys.exit(f"the resumed run did not read the reference back:\n{out}")
-    resumed = strata_metrics(folder + "/resumed.jsonl")
-    if resumed != first[10:]:
-        sys.exit(f"resumed steps 10-19 differ:\n{resumed}\n{first[10:]}")
+    step10 = folder + "/ckpt/step_00000010"
+
+    def resume(metrics):
+        return subprocess.run([binary, "train", "--config", config, *model, "--nproc", "2", "--resume", step10,
+                               "--metrics", metrics, "--save", folder + "/ckpt_resumed", "--overwrite"],
+                              capture_output=True, text=True)
+
+    r = resume(folder + "/resumed.jsonl")
+    if r.returncode != 0 or f"DPO reference log-probabilities of 20 rows read from {step10}/dpo_reference" not in r.stdout:
+        sys.exit(f"the resumed run did not read the checkpoint's reference:\n{r.stdout}\n{r.stderr}")
+    if strata_metrics(folder + "/resumed.jsonl") != first[10:]:
+        sys.exit("resumed steps 10-19 differ from the first run's")
     refs = [f for f in os.listdir(folder) if f.startswith("train.u16.ref-")]
     if len(refs) != 1:
         sys.exit(f"expected one reference file beside the data, found {refs}")
     os.remove(os.path.join(folder, refs[0]))
-    r = subprocess.run([binary, "train", "--config", config, *model, "--nproc", "2", "--resume",
-                        folder + "/ckpt/step_00000010"],
-                       capture_output=True, text=True)
+    r = resume(folder + "/resumed2.jsonl")
+    if r.returncode != 0 or strata_metrics(folder + "/resumed2.jsonl") != first[10:]:
+        sys.exit(f"without the file beside the data, the resume from the checkpoint's copy failed:\n{r.stdout}\n{r.stderr}")
+    os.remove(step10 + "/dpo_reference")
+    r = resume(folder + "/resumed3.jsonl")
     if r.returncode == 0 or "a resumed DPO run compares with the initial model's log-probabilities" not in r.stderr + r.stdout:
-        sys.exit(f"a resume without the reference file: rc {r.returncode}\n{r.stdout}\n{r.stderr}")
-    print("resumed at step 10: steps 10-19 bit for bit; without the reference file the resume is refused by name")
+        sys.exit(f"a resume without either copy of the reference: rc {r.returncode}\n{r.stdout}\n{r.stderr}")
+    print("resumed at step 10: steps 10-19 bit for bit (from the checkpoint's copy of the reference, with and "
+          "without the file beside the data); without either the resume is refused by name")
 
 
 def main():
