@@ -60,6 +60,9 @@ def node_args(binary, folder, node, extra):
             "--save", f"{folder}/{node}/ckpt", "--metrics", f"{folder}/{node}/metrics.jsonl", *extra]
 
 
+STARTED = []  # every node started: killed on any way out, so no rank outlives the test's folder
+
+
 def start_nodes(binary, folder, extra_of):
     """Both nodes under torchrun, each in a process group of its own (killed whole)."""
     port = free_port()
@@ -71,6 +74,7 @@ def start_nodes(binary, folder, extra_of):
                "--max-restarts", "0", "--no-python", *node_args(binary, folder, node, extra_of(node))]
         log = open(f"{folder}/{node}/torchrun.log", "a")
         procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+    STARTED.extend(procs)
     return procs
 
 
@@ -101,70 +105,78 @@ def wait_all(procs, folder, timeout=240):
 
 
 def resume(binary, folder, metrics):
-    for node in ("a", "b"):
-        os.replace(f"{folder}/{node}/metrics.jsonl", f"{folder}/{node}/{metrics}") if os.path.exists(
-            f"{folder}/{node}/metrics.jsonl") else None
+    for node in ("a", "b"):  # the earlier run's metrics kept aside, under `metrics`
+        if os.path.exists(f"{folder}/{node}/metrics.jsonl"):
+            os.replace(f"{folder}/{node}/metrics.jsonl", f"{folder}/{node}/{metrics}")
     wait_all(start_nodes(binary, folder, lambda node: ["--resume", f"{folder}/{node}/ckpt"]), folder)
     logs = open(f"{folder}/a/torchrun.log").read() + open(f"{folder}/b/torchrun.log").read()
     return losses(f"{folder}/a/metrics.jsonl") or losses(f"{folder}/b/metrics.jsonl"), logs
 
 
 def main():
-    binary = sys.argv[1]
     with tempfile.TemporaryDirectory(prefix="strata-test-nodes-") as folder:
-        # The uninterrupted run: 2 ranks on one machine, one shared folder.
-        ref = subprocess.run([binary, "train", "--nproc", "2", "--steps", str(STEPS), *MODEL,
-                              "--set", f"zero_optimization.offload_param.nvme_path={folder}/ref",
-                              "--set", f"zero_optimization.offload_optimizer.nvme_path={folder}/ref",
-                              "--metrics", f"{folder}/ref.jsonl"], capture_output=True, text=True)
-        if ref.returncode != 0:
-            sys.exit(f"the uninterrupted run failed:\n{ref.stdout}\n{ref.stderr}")
-        want = losses(f"{folder}/ref.jsonl")
+        try:
+            check(sys.argv[1], folder)
+        finally:  # before the folder goes: no rank outlives it
+            for p in STARTED:
+                if p.poll() is None:
+                    kill_node(p)
 
-        # Two nodes, killed once both folders hold a checkpoint and the run has gone on past it.
-        procs = start_nodes(binary, folder, lambda node: [])
-        deadline = time.time() + 240
-        while time.time() < deadline:
-            done = losses(f"{folder}/a/metrics.jsonl")
-            if all(os.path.exists(f"{folder}/{n}/ckpt/latest") for n in "ab") and done and max(done) >= 13:
-                break
-            if any(p.poll() is not None for p in procs):
-                sys.exit("a node ended before it was killed:\n" + open(f"{folder}/a/torchrun.log").read()[-3000:])
-            time.sleep(0.01)
-        for p in procs:
-            kill_node(p)
-        killed_at = max(losses(f"{folder}/a/metrics.jsonl"))
-        for node, other in (("a", "1"), ("b", "0")):
-            step = open(f"{folder}/{node}/ckpt/latest").read().strip()
-            held = sorted(os.listdir(f"{folder}/{node}/ckpt/{step}"))
-            if len(held) != 2 or "manifest.json" not in held or f"rank{other}.safetensors" in held:
-                sys.exit(f"node {node}'s {step} holds {held}: its own rank's file and the manifest expected")
-        if killed_at >= STEPS - 1:
-            sys.exit(f"the run was not killed before its end (step {killed_at})")
 
-        got, logs = resume(binary, folder, "killed.jsonl")
-        first = min(got)
-        if first % 4 != 0 or first > killed_at or "resumed from" not in logs:
-            sys.exit(f"resumed at step {first} after a kill at step {killed_at}:\n{logs[-3000:]}")
-        bad = [s for s in got if got[s] != want[s]]
-        if bad or max(got) != STEPS - 1:
-            sys.exit(f"resumed steps {min(got)}..{max(got)} differ from the uninterrupted run at {bad[:5]}")
-        print(f"killed at step {killed_at}, resumed from each node's folder at step {first}: steps {first}..{STEPS - 1} "
-              "bit for bit the uninterrupted 2-rank run")
+def check(binary, folder):
+    # The uninterrupted run: 2 ranks on one machine, one shared folder.
+    ref = subprocess.run([binary, "train", "--nproc", "2", "--steps", str(STEPS), *MODEL,
+                          "--set", f"zero_optimization.offload_param.nvme_path={folder}/ref",
+                          "--set", f"zero_optimization.offload_optimizer.nvme_path={folder}/ref",
+                          "--metrics", f"{folder}/ref.jsonl"], capture_output=True, text=True)
+    if ref.returncode != 0:
+        sys.exit(f"the uninterrupted run failed:\n{ref.stdout}\n{ref.stderr}")
+    want = losses(f"{folder}/ref.jsonl")
 
-        # A save cut short between the nodes' commits: node b's newest step is gone.
-        steps_b = sorted(d for d in os.listdir(f"{folder}/b/ckpt") if d.startswith("step_"))
-        newest, before = steps_b[-1], steps_b[-2]
-        shutil.rmtree(f"{folder}/b/ckpt/{newest}")
-        with open(f"{folder}/b/ckpt/latest", "w") as f:
-            f.write(before + "\n")
-        got, logs = resume(binary, folder, "cut.jsonl")
-        if "newest checkpoints differ" not in logs or min(got) != int(before[5:]):
-            sys.exit(f"after a save cut short on node b (newest {newest}, before it {before}): resumed at "
-                     f"{min(got) if got else None}\n{logs[-3000:]}")
-        if any(got[s] != want[s] for s in got):
-            sys.exit("the resume from the step both nodes hold differs from the uninterrupted run")
-        print(f"a save cut short on one node: both resumed from {before}, bit for bit")
+    # Two nodes, killed once both folders hold a checkpoint and the run has gone on past it.
+    procs = start_nodes(binary, folder, lambda node: [])
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        done = losses(f"{folder}/a/metrics.jsonl")
+        if all(os.path.exists(f"{folder}/{n}/ckpt/latest") for n in "ab") and done and max(done) >= 13:
+            break
+        if any(p.poll() is not None for p in procs):
+            sys.exit("a node ended before it was killed:\n" + open(f"{folder}/a/torchrun.log").read()[-3000:])
+        time.sleep(0.01)
+    for p in procs:
+        kill_node(p)
+    killed_at = max(losses(f"{folder}/a/metrics.jsonl"))
+    for node, other in (("a", "1"), ("b", "0")):
+        step = open(f"{folder}/{node}/ckpt/latest").read().strip()
+        held = sorted(os.listdir(f"{folder}/{node}/ckpt/{step}"))
+        if len(held) != 2 or "manifest.json" not in held or f"rank{other}.safetensors" in held:
+            sys.exit(f"node {node}'s {step} holds {held}: its own rank's file and the manifest expected")
+    if killed_at >= STEPS - 1:
+        sys.exit(f"the run was not killed before its end (step {killed_at})")
+
+    got, logs = resume(binary, folder, "killed.jsonl")
+    first = min(got)
+    if first % 4 != 0 or first > killed_at or "resumed from" not in logs:
+        sys.exit(f"resumed at step {first} after a kill at step {killed_at}:\n{logs[-3000:]}")
+    bad = [s for s in got if got[s] != want[s]]
+    if bad or max(got) != STEPS - 1:
+        sys.exit(f"resumed steps {min(got)}..{max(got)} differ from the uninterrupted run at {bad[:5]}")
+    print(f"killed at step {killed_at}, resumed from each node's folder at step {first}: steps {first}..{STEPS - 1} "
+          "bit for bit the uninterrupted 2-rank run")
+
+    # A save cut short between the nodes' commits: node b's newest step is gone.
+    steps_b = sorted(d for d in os.listdir(f"{folder}/b/ckpt") if d.startswith("step_"))
+    newest, before = steps_b[-1], steps_b[-2]
+    shutil.rmtree(f"{folder}/b/ckpt/{newest}")
+    with open(f"{folder}/b/ckpt/latest", "w") as f:
+        f.write(before + "\n")
+    got, logs = resume(binary, folder, "cut.jsonl")
+    if "newest checkpoints differ" not in logs or min(got) != int(before[5:]):
+        sys.exit(f"after a save cut short on node b (newest {newest}, before it {before}): resumed at "
+                 f"{min(got) if got else None}\n{logs[-3000:]}")
+    if any(got[s] != want[s] for s in got):
+        sys.exit("the resume from the step both nodes hold differs from the uninterrupted run")
+    print(f"a save cut short on one node: both resumed from {before}, bit for bit")
 
 
 if __name__ == "__main__":
