@@ -10,6 +10,7 @@
 #include "src/checkpoint/safetensors.h"
 #include "src/config/json_reader.h"
 #include "strata/flat_group.h"
+#include "src/comm/float_pieces.h"
 #include "strata/log.h"
 
 namespace strata::ckpt {
@@ -101,21 +102,20 @@ Status RestoreCounters(Engine& engine, const nlohmann::json& c, const std::strin
 }
 
 // Rank 0's part of the commit: manifest, rename, `latest`, pruning.
-// Node-local folders: every rank's sum (rank<r>.sum's fields) over the ranks, its numbers in
-// 16-bit pieces (a float holds each exactly, whatever the collective does).
+// Node-local folders: every rank's sum (rank<r>.sum's fields) over the ranks.
 StatusOr<nlohmann::json> GatherSums(Communicator& comm, const nlohmann::json& sum) {
-  constexpr int kPieces = 12;  // bytes, xxh3, tensors: 4 pieces each
+  constexpr int kPieces = 3 * kFloatPieces;  // bytes, xxh3, tensors
   const uint64_t mine[3] = {sum["bytes"].get<uint64_t>(), std::stoull(sum["xxh3"].get<std::string>(), nullptr, 16),
                             sum["tensors"].get<uint64_t>()};
   std::vector<float> shard(kPieces), all(static_cast<size_t>(kPieces) * comm.world_size());
-  for (int i = 0; i < kPieces; ++i) shard[i] = static_cast<float>((mine[i / 4] >> (16 * (i % 4))) & 0xFFFF);
+  for (int k = 0; k < 3; ++k) ToFloatPieces(mine[k], &shard[k * kFloatPieces]);
   STRATA_RETURN_IF_ERROR(comm.AllGather(shard.data(), all.data(), kPieces, DType::kF32));
   nlohmann::json files = nlohmann::json::array();
   for (int r = 0; r < comm.world_size(); ++r) {
-    uint64_t v[3] = {0, 0, 0};
-    for (int i = 0; i < kPieces; ++i)
-      v[i / 4] |= static_cast<uint64_t>(all[static_cast<size_t>(r) * kPieces + i]) << (16 * (i % 4));
-    files.push_back({{"name", RankFileName(r)}, {"bytes", v[0]}, {"xxh3", HexU64(v[1])}, {"tensors", v[2]}});
+    const float* theirs = &all[static_cast<size_t>(r) * kPieces];
+    files.push_back({{"name", RankFileName(r)}, {"bytes", FromFloatPieces(theirs)},
+                     {"xxh3", HexU64(FromFloatPieces(theirs + kFloatPieces))},
+                     {"tensors", FromFloatPieces(theirs + 2 * kFloatPieces)}});
   }
   return files;
 }

@@ -10,16 +10,13 @@
 #include <set>
 
 #include "src/base/temporaries.h"
+#include "src/comm/float_pieces.h"
 
 namespace strata::ckpt {
 namespace {
 
-std::string ProbeName(const std::string& dir, const float token[4], int rank) {
-  return (std::filesystem::path(dir) /
-          fmt::format(".strata-probe-{:04x}{:04x}{:04x}{:04x}-{}", static_cast<unsigned>(token[0]),
-                      static_cast<unsigned>(token[1]), static_cast<unsigned>(token[2]),
-                      static_cast<unsigned>(token[3]), rank))
-      .string();
+std::string ProbeName(const std::string& dir, uint64_t token, int rank) {
+  return (std::filesystem::path(dir) / fmt::format(".strata-probe-{:016x}-{}", token, rank)).string();
 }
 
 }  // namespace
@@ -32,13 +29,13 @@ StatusOr<FolderGroups> FindFolderGroups(Communicator& comm, const std::string& d
   FolderGroups g;
   g.lead_of.assign(static_cast<size_t>(world), 0);
   if (world == 1) return g;
-  // The token in 16-bit pieces: a float holds each exactly, whatever the collective does.
-  float token[4] = {0, 0, 0, 0};
+  float pieces[kFloatPieces] = {};
   if (rank == 0) {
     std::random_device random;
-    for (float& t : token) t = static_cast<float>(random() & 0xFFFF);
+    ToFloatPieces((uint64_t{random()} << 32) | random(), pieces);
   }
-  STRATA_RETURN_IF_ERROR(comm.Broadcast(token, 4, DType::kF32, 0));
+  STRATA_RETURN_IF_ERROR(comm.Broadcast(pieces, kFloatPieces, DType::kF32, 0));
+  const uint64_t token = FromFloatPieces(pieces);
   std::error_code ec;
   const std::string mine = ProbeName(dir, token, rank);
   const bool exists = fs::is_directory(dir, ec);

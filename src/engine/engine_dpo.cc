@@ -31,18 +31,8 @@ StatusOr<std::vector<double>> Engine::RowLogProbs(const data::TokenDataset& data
       const int64_t first = (i * world + rank) * B;
       const int64_t count = std::clamp<int64_t>(rows - first, 0, B);
       const data::Batch batch = data.RowsInOrder(split, count > 0 ? first : 0, std::max<int64_t>(count, 1), B);
-      const std::vector<Visit> visits = m.plan.Visits(1, /*backward=*/false);
-      std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(visits);
-      StatusOr<double> ran = 0.0;
-      {
-        Gatherer gather(m.gather_parts(), visits, prefetch.get());
-        ran = m.Forward(batch, 1.0, Pass::kLogProbs, gather, nullptr, MicroBatch{});
-      }
-      if (!ran.ok()) {
-        m.io.dev->Synchronize().IgnoreError();
-        if (prefetch) prefetch->Drain();
+      if (StatusOr<double> ran = m.ForwardOnly(batch, 1.0, Pass::kLogProbs); !ran.ok())
         return ran.status().WithContext("the reference log-probabilities");
-      }
       const float* row = m.row_logps.data_ptr<float>();
       for (int64_t b = 0; b < count; ++b) logps[static_cast<size_t>(base + first + b)] = row[b];
       if (on_batch) on_batch(++done, total);
@@ -54,6 +44,13 @@ StatusOr<std::vector<double>> Engine::RowLogProbs(const data::TokenDataset& data
 }
 
 model::DpoTally Engine::LastEvalDpo() const { return impl_->eval_dpo; }
+
+Status Engine::Impl::CheckDpoReference() const {
+  if (dpo && !dpo->has_reference())
+    return Error(StatusCode::kFailedPrecondition,
+                 "strata.objective \"dpo\": no reference log-probabilities (Engine::SetDpoReference)");
+  return Status();
+}
 
 StatusOr<model::DpoTally> Engine::Impl::SumOverRanks(const model::DpoTally& t) {
   float v[7] = {static_cast<float>(t.pairs),          static_cast<float>(t.chosen_rewards),

@@ -176,6 +176,9 @@ struct Engine::Impl final : BlockReadiness {
                                      BlockRouting& routing, model::RouterLoss* router_loss) const;
   StatusOr<double> Forward(const data::Batch& batch, double loss_weight, Pass pass, Gatherer& gather, Activations* act,
                            const MicroBatch& mb);
+  // A pass without a backward (eval, DPO's reference): one batch, a Gatherer of its own.
+  StatusOr<double> ForwardOnly(const data::Batch& batch, double weight, Pass pass);
+  Status CheckDpoReference() const;  // strata.objective "dpo": the reference is set
   Status Backward(Activations& act, Gatherer& gather, const MicroBatch& mb);
   void BindTiedHead();
   Status ReduceGradients(int b, const MicroBatch& mb);

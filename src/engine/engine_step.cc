@@ -481,8 +481,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   const auto wall0 = std::chrono::steady_clock::now();
   const int world = m.io.comm->world_size(), rank = m.io.comm->rank();
   UpdateMode& mode = *m.optimizer.mode;
-  if (m.dpo && !m.dpo->has_reference())
-    return Error(StatusCode::kFailedPrecondition, "strata.objective \"dpo\": no reference log-probabilities (Engine::SetDpoReference)");
+  STRATA_RETURN_IF_ERROR(m.CheckDpoReference());
   m.optimizer.window.DropEarlyStates();  // left by a step that failed before its optimizer ran
   m.experts.BeginStep();
   for (auto& sums : m.optimizer.early_sums) sums.reset();  // likewise
@@ -549,12 +548,28 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   return st;
 }
 
+// One batch forward through every block, its weights gathered for this pass alone; on an error
+// the device's queues and the reads are finished before it returns.
+StatusOr<double> Engine::Impl::ForwardOnly(const data::Batch& batch, double weight, Pass pass) {
+  const std::vector<Visit> visits = plan.Visits(1, /*backward=*/false);
+  std::unique_ptr<PrefetchScheduler> prefetch = MakePrefetcher(visits);
+  StatusOr<double> loss = 0.0;
+  {
+    Gatherer gather(gather_parts(), visits, prefetch.get());
+    loss = Forward(batch, weight, pass, gather, nullptr, MicroBatch{});
+  }
+  if (!loss.ok()) {
+    io.dev->Synchronize().IgnoreError();
+    if (prefetch) prefetch->Drain();
+  }
+  return loss;
+}
+
 StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batches) {
   Impl& m = *impl_;
   if (!m.optimizer.mode->ComputeWaits()) STRATA_RETURN_IF_ERROR(m.Quiesce());  // the latest weights (Note [Delayed update])
   STRATA_RETURN_IF_ERROR(m.FlushRestoringWorking());         // a checkpoint's last masters (RestoreState)
-  if (m.dpo && !m.dpo->has_reference())
-    return Error(StatusCode::kFailedPrecondition, "strata.objective \"dpo\": no reference log-probabilities (Engine::SetDpoReference)");
+  STRATA_RETURN_IF_ERROR(m.CheckDpoReference());
   const int world = m.io.comm->world_size(), rank = m.io.comm->rank();
   std::vector<double> weights(batches, 1.0);  // Note [Loss mask]; DPO: the mean over pairs
   if (data.has_loss_mask() && !m.dpo) {
@@ -564,19 +579,9 @@ StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batche
   double sum = 0;
   m.dpo_tally = model::DpoTally();
   for (int64_t i = 0; i < batches; ++i) {
-    const std::vector<Visit> visits = m.plan.Visits(1, /*backward=*/false);
-    std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(visits);
     data::Batch batch = data.Get(data::Split::kEval, static_cast<uint64_t>(i * world + rank), m.cfg.micro_batch);
-    StatusOr<double> loss = 0.0;
-    {
-      Gatherer gather(m.gather_parts(), visits, prefetch.get());
-      loss = m.Forward(batch, weights[i], Pass::kEval, gather, nullptr, MicroBatch{});
-    }
-    if (!loss.ok()) {
-      m.io.dev->Synchronize().IgnoreError();
-      if (prefetch) prefetch->Drain();
-      return loss.status().WithContext("eval");
-    }
+    StatusOr<double> loss = m.ForwardOnly(batch, weights[i], Pass::kEval);
+    if (!loss.ok()) return loss.status().WithContext("eval");
     sum += *loss;
   }
   float buf = static_cast<float>(sum);
