@@ -146,8 +146,8 @@ StatusOr<std::string> PrepareDpoReference(const DpoReferenceInputs& in, Engine& 
     in.message(fmt::format("DPO reference log-probabilities: one forward pass over {} rows with the initial weights",
                            rows));
   STRATA_ASSIGN_OR_RETURN(std::vector<double> logps, engine.RowLogProbs(data));
-  // Every rank that could not read it writes it (the same bytes; a temporary name each, then
-  // renamed): with node-local disks each node gets its copy.
+  // Some rank could not read it: every rank writes it (the same bytes; a temporary name each,
+  // then renamed), so with node-local disks each node gets its copy.
   std::string bytes = EncodeReference(identity, logps);
   if (Status w = WriteFileAtomically(beside, bytes); !w.ok())
     return w.WithContext("writing the DPO reference log-probabilities");
