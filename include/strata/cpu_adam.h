@@ -36,25 +36,32 @@
 #include <cstdint>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "strata/status.h"
 
 namespace strata {
 
 // Note [Update rules]
-// AdamStep runs one of three element-wise rules, each in the one fused pass and with the
+// AdamStep runs one of four element-wise rules, each in the one fused pass and with the
 // master, gradient and half-copy formats described here; Lion and Adagrad as DeepSpeed
-// 0.19.8's CPU kernels compute them (its cpu_lion.h, cpu_adagrad.h), operation for operation:
+// 0.19.8's CPU kernels compute them (its cpu_lion.h, cpu_adagrad.h), operation for operation,
+// LAMB as its FusedLamb does (fused_lamb_cuda_kernel.cu):
 //   kAdam     the AdamW below: m and v (exp_avg, exp_avg_sq)
 //   kLion     c = b1 m + (1-b1) g;  p = p (1 - lr wd) - lr sign(c);  m = b2 m + (1-b2) g
 //             exp_avg only; sign(+-0) = +-1 (DeepSpeed takes c's sign bit), so an element
 //             whose gradient and momentum are 0 still moves by lr; eps and the step unused
 //   kAdagrad  g = g + wd p (L2, coupled);  v = v + g^2;  p = p - lr g / (sqrt(v) + eps)
 //             exp_avg_sq only (the sum of squares); betas and the step unused
-// g is the gradient times grad_unscale * clip_coef in each. Lion and Adagrad keep fp32
+//   kLamb     m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  u = m / (sqrt(v) + eps) + wd p
+//             (eps_inside_sqrt: m / sqrt(v + eps));  p = p - step_size trust u, where
+//             step_size = lr sqrt(1 - b2^t) / (1 - b1^t) (lr without bias_correction) and
+//             trust = hp.trust_ratio, the tensor's LambTrustRatio of ||p|| and ||u|| over the
+//             whole tensor, which LambNormSums gives in pieces (Note [LAMB trust ratio])
+// g is the gradient times grad_unscale * clip_coef in each. Lion, Adagrad and LAMB keep fp32
 // states (no bf16 or 8-bit moments).
-enum class UpdateRule { kAdam, kLion, kAdagrad };
-const char* UpdateRuleName(UpdateRule r);  // "Adam", "Lion", "Adagrad"
+enum class UpdateRule { kAdam, kLion, kAdagrad, kLamb };
+const char* UpdateRuleName(UpdateRule r);  // "Adam", "Lion", "Adagrad", "LAMB"
 
 // Per-step hyper-parameters (PyTorch AdamW semantics: decoupled weight decay,
 // p <- p * (1 - lr * weight_decay) before the Adam update). Passed by value to every
@@ -75,6 +82,10 @@ struct AdamHyperParams {
   // ... and the global-norm clip coefficient computed by the caller (1 = no clipping).
   double clip_coef = 1.0;
   UpdateRule rule = UpdateRule::kAdam;  // Note [Update rules]
+  // LAMB only: the tensor's trust ratio (LambTrustRatio), and where eps goes (FusedLamb's
+  // eps_inside_sqrt).
+  double trust_ratio = 1.0;
+  bool eps_inside_sqrt = false;
 };
 
 // Format of the optional half-precision copy of the updated weights.
@@ -187,6 +198,28 @@ struct AdamOptions {
 // that is GradSumSquares()'s job, before any sub-group is stepped.
 [[nodiscard]] Status AdamStep(const AdamHyperParams& hp, const AdamSpans& spans,
                               const AdamOptions& options = {});
+
+// Elements [begin, end) of `spans`: every array narrowed, the rounding index moved on, the
+// no_decay ranges clipped and shifted into `no_decay` (which the result's no_decay views: keep
+// it alive). 8-bit moments are encoded in whole blocks and cannot be sliced (checked).
+AdamSpans SliceSpans(const AdamSpans& spans, size_t begin, size_t end, std::vector<std::pair<size_t, size_t>>* no_decay);
+
+// Note [LAMB trust ratio]
+// LAMB scales each parameter tensor's update u by trust = ||p|| / ||u||, clamped to
+// [min_coeff, max_coeff], or 1 where either norm is 0 (DeepSpeed 0.19.8's FusedLamb), the
+// norms over the whole tensor before the update. A tensor is cut into sub-groups and, under
+// ZeRO, into ranks: the step first sums p^2 and u^2 over each piece (LambNormSums, which
+// computes u exactly as the update will and writes nothing), adds the pieces of a tensor
+// across sub-groups and ranks, and then runs AdamStep over each piece with its tensor's
+// ratio. u is computed twice, bit for bit the same both times; the states are read twice.
+struct LambSums {
+  double weight_sq = 0;  // sum of p^2 (the master before the update)
+  double update_sq = 0;  // sum of u^2
+};
+[[nodiscard]] Status LambNormSums(const AdamHyperParams& hp, const AdamSpans& spans, LambSums* sums,
+                                  const AdamOptions& options = {});
+// FusedLamb's coefficient from a tensor's sums (computed in fp32, as its kernel does).
+double LambTrustRatio(double weight_sq, double update_sq, double min_coeff, double max_coeff);
 
 // A fp32 master split into working weights and low halves (Note [Split master]), and back.
 // Sizes must match (checked).

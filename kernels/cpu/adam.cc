@@ -91,6 +91,8 @@ Status ValidateHyperParams(const AdamHyperParams& hp) {
   if (!IsFinite(hp.weight_decay) || hp.weight_decay < 0)
     return InvalidArgument("Adam weight_decay must be finite and >= 0, got {}", hp.weight_decay);
   if (hp.step < 1) return InvalidArgument("Adam step is 1-based, got {}", hp.step);
+  if (hp.rule == UpdateRule::kLamb && (!IsFinite(hp.trust_ratio) || hp.trust_ratio < 0))
+    return InvalidArgument("LAMB trust_ratio must be finite and >= 0, got {}", hp.trust_ratio);
   if (!IsFinite(hp.grad_unscale) || !IsFinite(hp.clip_coef) || hp.clip_coef < 0)
     return InvalidArgument("Adam grad_unscale ({}) and clip_coef ({}) must be finite, clip_coef >= 0",
                            hp.grad_unscale, hp.clip_coef);
@@ -125,7 +127,12 @@ Status ValidateSpans(UpdateRule rule, const AdamSpans& s) {
   const bool bf16_moments = !s.exp_avg_bf16.empty() || !s.exp_avg_sq_bf16.empty();
   const bool moments_8bit = !s.exp_avg_8bit.empty() || !s.exp_avg_sq_8bit.empty();
   const bool fp32_moments = !s.exp_avg.empty() || !s.exp_avg_sq.empty();
-  if (rule != UpdateRule::kAdam) {
+  if (rule == UpdateRule::kLamb) {
+    if (bf16_moments || moments_8bit || s.exp_avg.size() != n || s.exp_avg_sq.size() != n)
+      return InvalidArgument("LAMB keeps exp_avg and exp_avg_sq in fp32, {} elements each; given {} and {}{}", n,
+                             s.exp_avg.size(), s.exp_avg_sq.size(),
+                             bf16_moments || moments_8bit ? " and bf16 or 8-bit moments" : "");
+  } else if (rule != UpdateRule::kAdam) {
     STRATA_RETURN_IF_ERROR(ValidateOneState(rule, s));
   } else if (moments_8bit) {
     if (bf16_moments || fp32_moments || s.exp_avg_8bit.size() != Moment8BitBytes(n) ||
@@ -209,6 +216,14 @@ AdamArgs MakeArgs(const AdamHyperParams& hp, const AdamSpans& s) {
     a.l2 = static_cast<float>(hp.weight_decay);
     a.decay = 1;
   }
+  if (hp.rule == UpdateRule::kLamb) {  // FusedLamb: u = m / denom + wd p, p -= (step_size trust) u
+    a.l2 = static_cast<float>(hp.weight_decay);
+    a.decay = 1;
+    const float step_size = static_cast<float>(hp.bias_correction ? hp.lr * std::sqrt(bc2) / bc1 : hp.lr);
+    a.neg_step_size = -(step_size * static_cast<float>(hp.trust_ratio));  // as FusedLamb multiplies them, in fp32
+    a.eps_in = hp.eps_inside_sqrt ? a.eps : 0.0f;
+    a.eps = hp.eps_inside_sqrt ? 0.0f : a.eps;
+  }
   return a;
 }
 
@@ -279,11 +294,78 @@ Status AdamStep(const AdamHyperParams& hp, const AdamSpans& spans, const AdamOpt
   return Status::Ok();
 }
 
+AdamSpans SliceSpans(const AdamSpans& s, size_t begin, size_t end, std::vector<std::pair<size_t, size_t>>* no_decay) {
+  STRATA_CHECK(s.exp_avg_8bit.empty() && s.exp_avg_sq_8bit.empty()) << "8-bit moments are encoded in whole blocks";
+  STRATA_CHECK(begin <= end && end <= Elements(s)) << "[" << begin << ", " << end << ") of " << Elements(s);
+  const size_t n = end - begin;
+  auto cut = [&](auto span) { return span.empty() ? span : span.subspan(begin, n); };
+  AdamSpans out = s;
+  out.params = cut(s.params);
+  out.exp_avg = cut(s.exp_avg);
+  out.exp_avg_sq = cut(s.exp_avg_sq);
+  out.grad = cut(s.grad);
+  out.grad_bf16 = cut(s.grad_bf16);
+  out.half_out = cut(s.half_out);
+  out.exp_avg_bf16 = cut(s.exp_avg_bf16);
+  out.exp_avg_sq_bf16 = cut(s.exp_avg_sq_bf16);
+  out.master_low = cut(s.master_low);
+  out.rounding_index = s.rounding_index + begin;
+  no_decay->clear();
+  for (const auto& [lo, hi] : s.no_decay)
+    if (lo < end && hi > begin) no_decay->emplace_back(std::max(lo, begin) - begin, std::min(hi, end) - begin);
+  out.no_decay = *no_decay;
+  return out;
+}
+
+Status LambNormSums(const AdamHyperParams& hp, const AdamSpans& spans, LambSums* sums, const AdamOptions& options) {
+  if (hp.rule != UpdateRule::kLamb) return InvalidArgument("LambNormSums takes the LAMB rule, not {}", UpdateRuleName(hp.rule));
+  STRATA_RETURN_IF_ERROR(ValidateHyperParams(hp));
+  STRATA_RETURN_IF_ERROR(ValidateSpans(hp.rule, spans));
+  *sums = {};
+  const size_t n = Elements(spans);
+  if (n == 0) return Status::Ok();
+  const AdamArgs args = MakeArgs(hp, spans);
+  AdamHyperParams plain = hp;
+  plain.weight_decay = 0;
+  const AdamArgs no_decay = MakeArgs(plain, spans);
+  using SumsFn = void (*)(const AdamArgs&, size_t, size_t, double*, double*);
+  const SumsFn kernel = ForActiveIsa<SumsFn>(cpu::LambSumsAvx512, cpu::LambSumsAvx2, cpu::LambSumsScalar);
+  double w[kMaxThreads] = {}, u[kMaxThreads] = {};
+  const bool split = args.master_kind == cpu::MasterKind::kSplit;
+  ParallelRanges(split ? static_cast<const void*>(args.lo) : args.p, split ? 2 : sizeof(float), n,
+                 ThreadsFor(n, options), [&](int t, size_t b, size_t e) {
+                   for (const auto& [lo, hi] : spans.no_decay) {  // as AdamStep cuts them
+                     if (hi <= b) continue;
+                     if (lo >= e) break;
+                     if (lo > b) kernel(args, b, lo, &w[t], &u[t]);
+                     const size_t stop = std::min(hi, e);
+                     kernel(no_decay, std::max(lo, b), stop, &w[t], &u[t]);
+                     b = stop;
+                   }
+                   if (b < e) kernel(args, b, e, &w[t], &u[t]);
+                 });
+  for (int t = 0; t < kMaxThreads; ++t) {  // fixed order: deterministic for a thread count
+    sums->weight_sq += w[t];
+    sums->update_sq += u[t];
+  }
+  return Status::Ok();
+}
+
+double LambTrustRatio(double weight_sq, double update_sq, double min_coeff, double max_coeff) {
+  const float w = std::sqrt(static_cast<float>(weight_sq)), u = std::sqrt(static_cast<float>(update_sq));
+  if (w == 0 || u == 0) return 1.0;
+  float coeff = w / u;
+  if (coeff > static_cast<float>(max_coeff)) coeff = static_cast<float>(max_coeff);
+  if (coeff < static_cast<float>(min_coeff)) coeff = static_cast<float>(min_coeff);
+  return coeff;
+}
+
 const char* UpdateRuleName(UpdateRule r) {
   switch (r) {
     case UpdateRule::kAdam: return "Adam";
     case UpdateRule::kLion: return "Lion";
     case UpdateRule::kAdagrad: return "Adagrad";
+    case UpdateRule::kLamb: return "LAMB";
   }
   return "?";
 }

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include "adam_impl.h"
+#include "lamb_impl.h"
 
 namespace strata::cpu {
 namespace {
@@ -118,6 +119,10 @@ using Narrow = ScalarOps</*kHardwareFma=*/true>;
 
 void AdamRangeAvx2(const AdamArgs& a, size_t begin, size_t end) {
   AdamRangeDispatch<Avx2Ops, Narrow>(a, begin, end);
+}
+
+void LambSumsAvx2(const AdamArgs& a, size_t begin, size_t end, double* w, double* u) {
+  LambSumsDispatch<Avx2Ops, Narrow>(a, begin, end, w, u);
 }
 
 double SumSquaresAvx2(const float* x, size_t begin, size_t end) {

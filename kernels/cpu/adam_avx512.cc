@@ -10,6 +10,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include "adam_impl.h"
+#include "lamb_impl.h"
 #include "bf16_avx512.h"
 
 namespace strata::cpu {
@@ -100,6 +101,10 @@ void AdamRangeAvx512(const AdamArgs& a, size_t begin, size_t end) {
 
 void AdamRangeAvx512Bf16(const AdamArgs& a, size_t begin, size_t end) {
   AdamRangeDispatch<Avx512Ops<true>, Narrow>(a, begin, end);
+}
+
+void LambSumsAvx512(const AdamArgs& a, size_t begin, size_t end, double* w, double* u) {
+  LambSumsDispatch<Avx512Ops<false>, Narrow>(a, begin, end, w, u);
 }
 
 double SumSquaresAvx512(const float* x, size_t begin, size_t end) {

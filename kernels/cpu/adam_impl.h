@@ -51,7 +51,8 @@ struct AdamArgs {
   float inv_sqrt_bc2 = 1;                // 1 / sqrt(1 - beta2^t)
   float eps = 0;
   float neg_lr = 0;                      // Lion, Adagrad: -lr
-  float l2 = 0;                          // Adagrad: g += l2 * p (coupled weight decay)
+  float l2 = 0;                          // Adagrad: g += l2 * p (coupled); LAMB: u += l2 * p
+  float eps_in = 0;                      // LAMB: sqrt(v + eps_in) + eps (one of the two is 0)
   // MomentKind::kBf16 and k8Bit: the stochastic rounding's key and the 32-bit counter of element 0;
   // element i's counter is sr_base + i (mod 2^32). See RoundingBits.
   uint32_t sr_key = 0;
@@ -64,6 +65,12 @@ void AdamRangeScalar(const AdamArgs& a, size_t begin, size_t end);
 void AdamRangeAvx2(const AdamArgs& a, size_t begin, size_t end);
 void AdamRangeAvx512(const AdamArgs& a, size_t begin, size_t end);
 void AdamRangeAvx512Bf16(const AdamArgs& a, size_t begin, size_t end);
+
+// LAMB's norm pass (Note [LAMB trust ratio]) over [begin, end): adds sum p^2 and sum u^2 (in
+// double) to *w and *u; writes nothing else.
+void LambSumsScalar(const AdamArgs& a, size_t begin, size_t end, double* w, double* u);
+void LambSumsAvx2(const AdamArgs& a, size_t begin, size_t end, double* w, double* u);
+void LambSumsAvx512(const AdamArgs& a, size_t begin, size_t end, double* w, double* u);
 
 // A split master (Note [Split master]): n fp32 values to working weights + low halves, and back.
 void SplitMasterScalar(const float* p, uint16_t* w, int16_t* lo, size_t n);
@@ -195,8 +202,10 @@ struct AdamConsts {
       : grad_scale(Ops::Set1(a.grad_scale)), beta1(Ops::Set1(a.beta1)), one_minus_beta1(Ops::Set1(a.one_minus_beta1)),
         beta2(Ops::Set1(a.beta2)), one_minus_beta2(Ops::Set1(a.one_minus_beta2)),
         inv_sqrt_bc2(Ops::Set1(a.inv_sqrt_bc2)), eps(Ops::Set1(a.eps)), neg_step_size(Ops::Set1(a.neg_step_size)),
-        decay(Ops::Set1(a.decay)), neg_lr(Ops::Set1(a.neg_lr)), l2(Ops::Set1(a.l2)), one(Ops::Set1(1.0f)) {}
-  F grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, neg_step_size, decay, neg_lr, l2, one;
+        decay(Ops::Set1(a.decay)), neg_lr(Ops::Set1(a.neg_lr)), l2(Ops::Set1(a.l2)), eps_in(Ops::Set1(a.eps_in)),
+        one(Ops::Set1(1.0f)) {}
+  F grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, neg_step_size, decay, neg_lr, l2,
+      eps_in, one;
 };
 
 // One element or one vector of the AdamW update; identical arithmetic for every width, so
@@ -237,7 +246,29 @@ inline void AdagradUpdate(const AdamConsts<Ops>& c, typename Ops::F g, typename 
   p = Ops::Fma(Ops::Div(gd, denom), c.neg_lr, p);
 }
 
-// The moments a rule keeps: Adam m and v, Lion m, Adagrad v (its sum of squares).
+// LAMB's direction as FusedLamb computes it (Note [Update rules] in strata/cpu_adam.h), m and v
+// updated: u = m / (sqrt(v + eps_in) + eps) + l2 p, eps_in or eps being 0 (adding 0 is exact,
+// so either placement rounds as FusedLamb's own branch does). Its norm pass and its update
+// both call this: the u whose norm sets the trust ratio is the u the update applies.
+template <class Ops>
+inline typename Ops::F LambDirection(const AdamConsts<Ops>& c, typename Ops::F g, typename Ops::F p,
+                                     typename Ops::F& m, typename Ops::F& v) {
+  using F = typename Ops::F;
+  const F gs = Ops::Mul(g, c.grad_scale);
+  m = Ops::Fma(c.beta1, m, Ops::Mul(c.one_minus_beta1, gs));
+  v = Ops::Fma(c.beta2, v, Ops::Mul(c.one_minus_beta2, Ops::Mul(gs, gs)));
+  const F denom = Ops::Fma(Ops::Sqrt(Ops::Fma(v, c.one, c.eps_in)), c.one, c.eps);
+  return Ops::Fma(p, c.l2, Ops::Div(m, denom));
+}
+
+// p = p - (step_size trust) u, the product folded into neg_step_size once per tensor.
+template <class Ops>
+inline void LambUpdate(const AdamConsts<Ops>& c, typename Ops::F g, typename Ops::F& p, typename Ops::F& m,
+                       typename Ops::F& v) {
+  p = Ops::Fma(c.neg_step_size, LambDirection<Ops>(c, g, p, m, v), p);
+}
+
+// The moments a rule keeps: Adam and LAMB m and v, Lion m, Adagrad v (its sum of squares).
 constexpr bool KeepsM(UpdateRule r) { return r != UpdateRule::kAdagrad; }
 constexpr bool KeepsV(UpdateRule r) { return r != UpdateRule::kLion; }
 
@@ -320,6 +351,7 @@ inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
       if constexpr (kV) v = Ops::Load(a.v + i);
     }
     if constexpr (kRule == UpdateRule::kAdam) AdamUpdate<Ops>(c, g, p, m, v);
+    else if constexpr (kRule == UpdateRule::kLamb) LambUpdate<Ops>(c, g, p, m, v);
     else if constexpr (kRule == UpdateRule::kLion) LionUpdate<Ops>(c, g, p, m);
     else AdagradUpdate<Ops>(c, g, p, v);
     if constexpr (kMaster == MasterKind::kFp32) Ops::Store(a.p + i, p);
@@ -374,9 +406,9 @@ inline void AdamRangeHalf(const AdamArgs& a, size_t begin, size_t end) {
   }
 }
 
-// Lion and Adagrad (fp32 states): the gradient, half copy and master formats Adam has.
+// Lion, Adagrad and LAMB (fp32 states): the gradient, half copy and master formats Adam has.
 template <class Wide, class Narrow, UpdateRule kRule>
-inline void OneStateRangeDispatch(const AdamArgs& a, size_t begin, size_t end) {
+inline void Fp32StatesRangeDispatch(const AdamArgs& a, size_t begin, size_t end) {
   if (a.grad_kind == GradKind::kBf16)
     return AdamRangeHalf<Wide, Narrow, GradKind::kBf16, MomentKind::kFp32, kRule>(a, begin, end);
   AdamRangeHalf<Wide, Narrow, GradKind::kFp32, MomentKind::kFp32, kRule>(a, begin, end);
@@ -417,8 +449,9 @@ inline void Adam8BitRangeT(const AdamArgs& a, size_t begin, size_t end) {
 // The 2 x 3 x (3 + 1) (gradient, moments, half copy or split master) matrix for one ISA, chosen once per range.
 template <class Wide, class Narrow>
 inline void AdamRangeDispatch(const AdamArgs& a, size_t begin, size_t end) {
-  if (a.rule == UpdateRule::kLion) return OneStateRangeDispatch<Wide, Narrow, UpdateRule::kLion>(a, begin, end);
-  if (a.rule == UpdateRule::kAdagrad) return OneStateRangeDispatch<Wide, Narrow, UpdateRule::kAdagrad>(a, begin, end);
+  if (a.rule == UpdateRule::kLion) return Fp32StatesRangeDispatch<Wide, Narrow, UpdateRule::kLion>(a, begin, end);
+  if (a.rule == UpdateRule::kAdagrad) return Fp32StatesRangeDispatch<Wide, Narrow, UpdateRule::kAdagrad>(a, begin, end);
+  if (a.rule == UpdateRule::kLamb) return Fp32StatesRangeDispatch<Wide, Narrow, UpdateRule::kLamb>(a, begin, end);
   if (a.moment_kind == MomentKind::k8Bit)
     return a.grad_kind == GradKind::kBf16 ? Adam8BitRangeT<Wide, Narrow, GradKind::kBf16>(a, begin, end)
                                           : Adam8BitRangeT<Wide, Narrow, GradKind::kFp32>(a, begin, end);

@@ -1,6 +1,7 @@
 // Scalar AdamW and gradient pass: plain x86-64 (no -m flags), the fallback and the path
 // every SIMD one is tested against. See adam_impl.h for the shared kernel templates.
 #include "adam_impl.h"
+#include "lamb_impl.h"
 
 namespace strata::cpu {
 
@@ -8,6 +9,10 @@ using Scalar = ScalarOps</*kHardwareFma=*/false>;
 
 void AdamRangeScalar(const AdamArgs& a, size_t begin, size_t end) {
   AdamRangeDispatch<Scalar, Scalar>(a, begin, end);
+}
+
+void LambSumsScalar(const AdamArgs& a, size_t begin, size_t end, double* w, double* u) {
+  LambSumsDispatch<Scalar, Scalar>(a, begin, end, w, u);
 }
 
 double SumSquaresScalar(const float* x, size_t begin, size_t end) {
