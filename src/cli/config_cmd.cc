@@ -65,6 +65,12 @@ nlohmann::ordered_json ResolvedOptimizer(const TrainConfig& c) {
               {"params", {{"lr", c.lr}, {"betas", {c.beta1, c.beta2}}, {"weight_decay", c.weight_decay}}}};
     case OptimizerKind::kAdagrad:
       return {{"type", "Adagrad"}, {"params", {{"lr", c.lr}, {"eps", c.eps}, {"weight_decay", c.weight_decay}}}};
+    case OptimizerKind::kLamb:
+      return {{"type", "Lamb"},
+              {"params",
+               {{"lr", c.lr}, {"betas", {c.beta1, c.beta2}}, {"eps", c.eps}, {"eps_inside_sqrt", c.eps_inside_sqrt},
+                {"weight_decay", c.weight_decay}, {"bias_correction", c.bias_correction},
+                {"max_coeff", c.lamb_max_coeff}, {"min_coeff", c.lamb_min_coeff}}}};
     case OptimizerKind::kAdam: break;
   }
   return {{"type", c.adam_w_mode ? "AdamW" : "Adam"},

@@ -102,7 +102,6 @@ std::string RefusedOptimizer(const std::string& lower) {
   if (lower == "onebitadam" || lower == "zerooneadam" || lower == "onebitlamb")
     return "compresses the gradients it communicates (DeepSpeed builds its 1-bit / 0/1 optimizer); Strata's "
            "communication is exact";
-  if (lower == "lamb") return "is DeepSpeed's FusedLamb, not built in this version";
   if (lower == "muon") return "is DeepSpeed's MuonWithAuxAdam, not built in this version";
   return "is not an optimizer DeepSpeed 0.19.8 builds for ZeRO either";
 }
@@ -144,6 +143,42 @@ Status ParseOneStateOptimizer(JsonReader& opt, JsonReader& p, TrainConfig* c) {
   return Status();
 }
 
+// LAMB: FusedLamb's parameters and defaults, the class DeepSpeed 0.19.8 builds for "Lamb"
+// (lr 1e-3, bias_correction true, betas (0.9, 0.999), eps 1e-8 outside the root,
+// weight_decay 0, the trust ratio clamped to [0.01, 10]). DeepSpeed asserts a dynamic loss
+// scale for it: an fp16.loss_scale is refused as there.
+Status ParseLamb(JsonReader& opt, JsonReader& p, TrainConfig* c) {
+  c->lr = 1e-3;
+  c->beta1 = 0.9, c->beta2 = 0.999;
+  c->eps = 1e-8;
+  c->weight_decay = 0;
+  c->bias_correction = true;
+  if (c->loss_scale.static_scale > 0)
+    return InvalidArgument("fp16.loss_scale: {} is a static loss scale, and DeepSpeed 0.19.8 refuses \"Lamb\" without "
+                           "a dynamic one (its FusedLamb); leave it out or 0", c->loss_scale.static_scale);
+  if (!p.Has("weight_decay"))
+    c->notes.push_back("optimizer.params.weight_decay: not set, so 0 (DeepSpeed 0.19.8 builds FusedLamb)");
+  c->notes.push_back("optimizer.type Lamb: FusedLamb's update with its trust ratio over each whole tensor, across "
+                     "sub-groups and ranks (DeepSpeed 0.19.8 runs FusedLamb on the GPU only, and under ZeRO only with "
+                     "zero_allow_untested_optimizer)");
+  STRATA_RETURN_IF_ERROR(p.Double("lr", &c->lr, 0, 1e3));
+  STRATA_RETURN_IF_ERROR(ParseBetas(p, c));
+  STRATA_RETURN_IF_ERROR(p.Double("eps", &c->eps, 1e-30, 1));
+  STRATA_RETURN_IF_ERROR(p.Bool("eps_inside_sqrt", &c->eps_inside_sqrt));
+  STRATA_RETURN_IF_ERROR(p.Double("weight_decay", &c->weight_decay, 0, 10));
+  STRATA_RETURN_IF_ERROR(p.Bool("bias_correction", &c->bias_correction));
+  STRATA_RETURN_IF_ERROR(p.Double("max_coeff", &c->lamb_max_coeff, 0, 1e9));
+  STRATA_RETURN_IF_ERROR(p.Double("min_coeff", &c->lamb_min_coeff, 0, 1e9));
+  if (c->lamb_min_coeff > c->lamb_max_coeff)
+    return InvalidArgument("{}: {} is above max_coeff {}", p.PathOf("min_coeff"), c->lamb_min_coeff, c->lamb_max_coeff);
+  bool amsgrad = false;
+  STRATA_RETURN_IF_ERROR(p.Bool("amsgrad", &amsgrad));
+  if (amsgrad) return InvalidArgument("{}: FusedLamb has no AMSGrad variant (DeepSpeed 0.19.8 raises)", p.PathOf("amsgrad"));
+  p.UnusedKeys(&c->warnings);
+  opt.UnusedKeys(&c->warnings);
+  return Status();
+}
+
 }  // namespace
 
 Status ParseOptimizer(JsonReader& root, TrainConfig* c) {
@@ -154,13 +189,18 @@ Status ParseOptimizer(JsonReader& root, TrainConfig* c) {
   // DeepSpeed matches optimizer names in any case ("adamw", "ADAM").
   std::string lower = type;
   for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  if (lower != "adam" && lower != "adamw" && lower != "lion" && lower != "adagrad")
-    return InvalidArgument("{}: \"{}\" {}; Strata runs \"Adam\", \"AdamW\", \"Lion\" and \"Adagrad\" (in any case)",
-                           opt.PathOf("type"), type, RefusedOptimizer(lower));
+  if (lower != "adam" && lower != "adamw" && lower != "lion" && lower != "adagrad" && lower != "lamb")
+    return InvalidArgument("{}: \"{}\" {}; Strata runs \"Adam\", \"AdamW\", \"Lion\", \"Adagrad\" and \"Lamb\" (in "
+                           "any case)", opt.PathOf("type"), type, RefusedOptimizer(lower));
   STRATA_ASSIGN_OR_RETURN(JsonReader p, opt.Child("params"));
+  if (p.Has("max_grad_norm"))  // as DeepSpeed 0.19.8, for every optimizer
+    return InvalidArgument("{}: not an optimizer parameter (DeepSpeed 0.19.8 refuses it too); clip with the top-level "
+                           "gradient_clipping", p.PathOf("max_grad_norm"));
   c->optimizer = lower == "lion"      ? OptimizerKind::kLion
                  : lower == "adagrad" ? OptimizerKind::kAdagrad
+                 : lower == "lamb"    ? OptimizerKind::kLamb
                                       : OptimizerKind::kAdam;
+  if (c->optimizer == OptimizerKind::kLamb) return ParseLamb(opt, p, c);
   if (c->optimizer != OptimizerKind::kAdam) return ParseOneStateOptimizer(opt, p, c);
   type = lower == "adam" ? "Adam" : "AdamW";
   c->adam_w_mode = true;  // DeepSpeed's "Adam" is decoupled (AdamW) unless adam_w_mode is false

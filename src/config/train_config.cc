@@ -287,6 +287,17 @@ static Status CheckSplitMaster(const TrainConfig& c) {
   return Status();
 }
 
+// LAMB's trust ratios come from every tensor's norms before any of it is updated (Note [LAMB
+// trust ratio]): no update can start during the backward, or run beside the next step.
+static Status CheckLamb(const TrainConfig& c) {
+  if (c.optimizer != OptimizerKind::kLamb) return Status();
+  if (c.optimizer_overlap != OptimizerOverlap::kNone && c.optimizer_overlap != OptimizerOverlap::kForward)
+    return InvalidArgument("strata.optimizer_overlap \"{}\": not with optimizer.type \"Lamb\", whose update needs "
+                           "every tensor's norms first; use \"forward\" or \"none\"",
+                           OptimizerOverlapName(c.optimizer_overlap));
+  return Status();
+}
+
 Status CheckKeys(const TrainConfig& c) {
   if (c.fuse_micro_batches && c.schedule_setting == StepSchedule::kMicroBatch)
     return InvalidArgument("strata.fuse_micro_batches: needs the layer-major schedule, but strata.schedule is "
@@ -307,6 +318,7 @@ Status CheckKeys(const TrainConfig& c) {
   STRATA_RETURN_IF_ERROR(CheckDelayedUpdate(c));
   STRATA_RETURN_IF_ERROR(CheckHostBlocks(c));
   STRATA_RETURN_IF_ERROR(CheckSplitMaster(c));
+  STRATA_RETURN_IF_ERROR(CheckLamb(c));
   STRATA_RETURN_IF_ERROR(CheckNoDecay(c));
   if (model::IsMoe(c.model) && c.optimizer_overlap == OptimizerOverlap::kSpeculative)
     return InvalidArgument("strata.optimizer_overlap \"speculative\": not for mixtures of experts (which experts an "

@@ -85,7 +85,7 @@ struct ScheduleConfig {
 };
 
 // optimizer.type: which optimizer the CPU update runs (each a row of src/engine/optimizer_rule.h).
-enum class OptimizerKind { kAdam, kLion, kAdagrad };
+enum class OptimizerKind { kAdam, kLion, kAdagrad, kLamb };
 
 // tensorboard / csv_monitor: DeepSpeed's monitor sections (src/monitor), with its defaults:
 // the files go to output_path/job_name ("" joins to the working folder's job_name).
@@ -179,11 +179,14 @@ struct TrainConfig {
   std::string precision_reason;   // why compute_dtype is what it is, for the start-up line
   std::string precision_warning;  // set when the choice will be slow here (bf16 forced on a CPU without it)
   LossScaleConfig loss_scale;
-  // Optimizer: Adam / AdamW, Lion (lr, betas, weight_decay) or Adagrad (lr, eps, weight_decay).
+  // Optimizer: Adam / AdamW, Lion (lr, betas, weight_decay), Adagrad (lr, eps, weight_decay) or LAMB.
   OptimizerKind optimizer = OptimizerKind::kAdam;
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   bool adam_w_mode = true;        // "AdamW" or Adam with adam_w_mode (decoupled decay)
   bool bias_correction = true;    // optimizer.params.bias_correction: Adam's 1 / (1 - beta^t) factors
+  // LAMB (FusedLamb's params): where eps goes, and the trust ratio's clamp (Note [LAMB trust ratio]).
+  bool eps_inside_sqrt = false;
+  double lamb_min_coeff = 0.01, lamb_max_coeff = 10.0;
   ScheduleConfig schedule;
   // ZeRO.
   int zero_stage = 3;  // a parsed config without zero_optimization.stage: 0, as DeepSpeed 0.19.8

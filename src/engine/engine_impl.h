@@ -221,6 +221,7 @@ struct Engine::Impl final : BlockReadiness {
   // The next update's hyper-parameters (Adam's step and the schedule's lr: the applied
   // updates so far, as DeepSpeed counts them), clip coefficient 1.
   AdamHyperParams NextHyperParams() const;
+  Status SetTrustRatios(const AdamHyperParams& hp);  // LAMB: the norm pass, across ranks (Note [LAMB trust ratio])
   // Stages 1-2: this rank's updated part of block b shared with the others (compute thread).
   Status ShareUpdatedWeights(int b);
 

@@ -73,6 +73,7 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   ++optimizer.adam_steps;
   if (experts.any()) STRATA_RETURN_IF_ERROR(experts.CountSteps(cfg.expert_update, optimizer.adam_steps, *io.comm));
   hp.clip_coef = ClipCoefficient(stats->grad_norm, cfg.gradient_clipping);
+  if (plan.format.rule().per_tensor) STRATA_RETURN_IF_ERROR(SetTrustRatios(hp));
   // Updates made early assumed clip coefficient 1 (exactly what ClipCoefficient returns when
   // the norm is within bounds) and otherwise these very hyper-parameters.
   const Verdict verdict = hp.clip_coef == 1.0 ? Verdict::kStands : Verdict::kRedo;
@@ -88,6 +89,30 @@ AdamHyperParams Engine::Impl::NextHyperParams() const {
   hp.grad_unscale = 1.0 / optimizer.scaler.scale();
   hp.clip_coef = 1.0;
   return hp;
+}
+
+// LAMB: each tensor's norms from every rank's pieces of it, then its trust ratio, before any
+// of it is updated (Note [LAMB trust ratio]). The sums cross ranks in fp32, as FusedLamb
+// keeps them.
+Status Engine::Impl::SetTrustRatios(const AdamHyperParams& hp) {
+  STRATA_ASSIGN_OR_RETURN(const auto sums, optimizer.window.LambNorms(hp));
+  std::vector<float> flat;
+  for (const auto& block : sums)
+    for (const LambSums& s : block) {
+      flat.push_back(static_cast<float>(s.weight_sq));
+      flat.push_back(static_cast<float>(s.update_sq));
+    }
+  if (plan.optim_sharded && io.comm->world_size() > 1 && !flat.empty()) {
+    Tracer::Span span(io.tracer, Track::kComm, "all-reduce lamb norms");
+    STRATA_RETURN_IF_ERROR(io.comm->AllReduce(flat.data(), flat.size(), DType::kF32, ReduceOp::kSum));
+  }
+  std::vector<std::vector<float>> ratios(sums.size());
+  size_t k = 0;
+  for (size_t b = 0; b < sums.size(); ++b)
+    for (size_t t = 0; t < sums[b].size(); ++t, k += 2)
+      ratios[b].push_back(static_cast<float>(LambTrustRatio(flat[k], flat[k + 1], cfg.lamb_min_coeff, cfg.lamb_max_coeff)));
+  optimizer.window.SetTrustRatios(std::move(ratios));
+  return Status();
 }
 
 // Starts the mode's update on the optimizer thread with one ready event per block.

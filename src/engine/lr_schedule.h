@@ -153,6 +153,7 @@ inline AdamHyperParams StepHyperParams(const TrainConfig& c, int64_t applied) {
   hp.bias_correction = c.bias_correction;
   hp.step = applied + 1;
   hp.rule = RuleOf(c.optimizer).kernel;
+  hp.eps_inside_sqrt = c.eps_inside_sqrt;  // (LAMB's; its trust ratio is per tensor, set by the step)
   return hp;
 }
 

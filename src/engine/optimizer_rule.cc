@@ -6,11 +6,12 @@
 namespace strata {
 namespace {
 
-constexpr std::array<OptimizerRule, 3> kRules = {{
+constexpr std::array<OptimizerRule, 4> kRules = {{
     {OptimizerKind::kAdam, "adam", "AdamW", UpdateRule::kAdam, true, true, true, "Adam m", "Adam v"},
     {OptimizerKind::kLion, "lion", "Lion", UpdateRule::kLion, true, false, false, "Lion momentum", "-"},
     {OptimizerKind::kAdagrad, "adagrad", "Adagrad", UpdateRule::kAdagrad, false, true, false, "-",
      "Adagrad sum of squares"},
+    {OptimizerKind::kLamb, "lamb", "Lamb", UpdateRule::kLamb, true, true, false, "LAMB m", "LAMB v", true},
 }};
 
 }  // namespace

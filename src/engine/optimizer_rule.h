@@ -9,9 +9,10 @@
 // "adam_m" and "adam_v" whatever the optimizer: the manifest's "optimizer" says whose they
 // are, and a resume under another optimizer is refused). Adding one is: its kernel rule
 // (strata/cpu_adam.h, Note [Update rules]), its row below, its config entry
-// (src/config/optimizer_section.cc) and its tests. An optimizer whose update needs more than
-// its own elements (LAMB's per-tensor trust ratio, Muon's whole matrices) needs a step the
-// sub-group loop does not have yet.
+// (src/config/optimizer_section.cc) and its tests. LAMB's update needs each tensor's norms
+// first (`per_tensor`): a norm pass over the same states before the update (Note [LAMB trust
+// ratio]). An optimizer that needs whole matrices (Muon) needs a step the sub-group loop does
+// not have yet.
 #pragma once
 
 #include "src/config/train_config.h"
@@ -22,13 +23,16 @@ namespace strata {
 
 struct OptimizerRule {
   OptimizerKind kind;
-  const char* name;       // "adam", "lion", "adagrad": what checkpoints record (manifest "optimizer")
-  const char* title;      // as the config names its type: "AdamW", "Lion", "Adagrad"
+  const char* name;       // "adam", "lion", "adagrad", "lamb": what checkpoints record (manifest "optimizer")
+  const char* title;      // as the config names its type: "AdamW", "Lion", "Adagrad", "Lamb"
   UpdateRule kernel;      // the CPU kernel's rule
   bool keeps_m, keeps_v;  // the moment slots it keeps
   bool compact_moments;   // strata.adam_states "bf16" and "8bit" apply to it
   const char* m_row;      // the memory table's rows for its states
   const char* v_row;
+  // Its update scales each tensor by a ratio of whole-tensor norms (LAMB): the step runs a norm
+  // pass over the states first (Note [LAMB trust ratio], update/trust_ratios.h).
+  bool per_tensor = false;
 
   bool Keeps(TensorRole moment) const { return moment == TensorRole::kAdamM ? keeps_m : keeps_v; }
   int moments() const { return keeps_m + keeps_v; }

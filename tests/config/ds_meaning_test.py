@@ -3,7 +3,7 @@ the corpus (configs/, tests/config/ds_configs/, the cases in tests/config/ds_mea
 to hit each default, and the DeepSpeedExamples configs both accept, tests/config/ds_examples/),
 the fields that change what is trained, as `strata config check` resolves them, against DeepSpeed's own parser (DeepSpeedConfig) and the
 constructor defaults of the optimizer class DeepSpeed would build for that config (offloaded:
-DeepSpeedCPUAdam; torch_adam: torch.optim.AdamW or Adam; else FusedAdam) and of its scheduler
+DeepSpeedCPUAdam; torch_adam: torch.optim.AdamW or Adam; else FusedAdam; Lamb: FusedLamb) and of its scheduler
 class. The schedules' values are compared bit for bit by the LrSchedule tests.
 
 Usage: ds_meaning_test.py STRATA_BINARY. One world (1 rank). A config DeepSpeed's parser refuses
@@ -30,6 +30,7 @@ try:
     import torch
     from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad
     from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
+    from deepspeed.ops.lamb import FusedLamb
     from deepspeed.ops.lion import DeepSpeedCPULion, FusedLion
     from deepspeed.runtime import lr_schedules
     from deepspeed.runtime.config import DeepSpeedConfig
@@ -67,6 +68,8 @@ def optimizer_class(ds, params):
         return DeepSpeedCPULion if offloaded else FusedLion
     if ds.optimizer_name == "adagrad":
         return DeepSpeedCPUAdagrad if offloaded else torch.optim.Adagrad
+    if ds.optimizer_name == "lamb":
+        return FusedLamb  # offloaded or not (DeepSpeed has no CPU LAMB)
     if params.get("torch_adam", False):
         adam_w = ds.optimizer_name == "adamw" or params.get("adam_w_mode", True)
         return torch.optim.AdamW if adam_w else torch.optim.Adam
@@ -76,7 +79,9 @@ def optimizer_class(ds, params):
 # The hyper-parameters each optimizer's class takes, compared by value (Adam's decoupling and
 # bias correction besides).
 OPTIMIZER_FIELDS = {"adam": ("lr", "betas", "eps", "weight_decay"), "lion": ("lr", "betas", "weight_decay"),
-                    "adagrad": ("lr", "eps", "weight_decay")}
+                    "adagrad": ("lr", "eps", "weight_decay"),
+                    "lamb": ("lr", "betas", "eps", "weight_decay", "eps_inside_sqrt", "bias_correction", "max_coeff",
+                             "min_coeff")}
 
 
 def optimizer_fields(rule, value):
@@ -127,7 +132,7 @@ def deepspeed_meaning(path):
         for key, v in inspect.signature(cls.__init__).parameters.items():
             if v.default is inspect.Parameter.empty and key not in ("self", "optimizer") and key in given:
                 out[f"scheduler.{key}"] = given[key]
-    if ds.optimizer_name in ("adam", "adamw", "lion", "adagrad"):
+    if ds.optimizer_name in ("adam", "adamw", "lion", "adagrad", "lamb"):
         params = dict(ds.optimizer_params or {})
         cls = optimizer_class(ds, params)
         d = defaults(cls)

@@ -1,4 +1,4 @@
-// optimizer.type Lion and Adagrad (Note [Optimizer rules]): DeepSpeed 0.19.8's defaults for
+// optimizer.type Lion, Adagrad and Lamb (Note [Optimizer rules]): DeepSpeed 0.19.8's defaults for
 // what a config leaves out, each noted; what DeepSpeed's CPU classes lack refused by name; the
 // types Strata does not run refused with what DeepSpeed would have built; and the state
 // formats that are Adam's refused for them.
@@ -59,12 +59,53 @@ TEST(OptimizerTypes, WhatTheyLackAndWhatStrataDoesNotRunAreRefusedByName) {
             std::string::npos);
   EXPECT_NE(Refusal(R"({"type": "Lion", "params": {"betas": [1.0, 0.9]}})").find("optimizer.params.betas"),
             std::string::npos);
-  EXPECT_NE(Refusal(R"({"type": "Lamb"})").find("\"Lamb\" is DeepSpeed's FusedLamb, not built in this version"),
+  EXPECT_NE(Refusal(R"({"type": "Muon"})").find("\"Muon\" is DeepSpeed's MuonWithAuxAdam, not built in this version"),
+            std::string::npos);
+  EXPECT_NE(Refusal(R"({"type": "AdamW", "params": {"max_grad_norm": 1.0}})")
+                .find("optimizer.params.max_grad_norm: not an optimizer parameter (DeepSpeed 0.19.8 refuses it too); "
+                      "clip with the top-level gradient_clipping"),
             std::string::npos);
   EXPECT_NE(Refusal(R"({"type": "OneBitAdam"})").find("compresses the gradients it communicates"), std::string::npos);
-  EXPECT_NE(Refusal(R"({"type": "ZeroOneAdam"})").find("Strata runs \"Adam\", \"AdamW\", \"Lion\" and \"Adagrad\""),
+  EXPECT_NE(Refusal(R"({"type": "ZeroOneAdam"})").find("Strata runs \"Adam\", \"AdamW\", \"Lion\", \"Adagrad\" and \"Lamb\""),
             std::string::npos);
   EXPECT_NE(Refusal(R"({"type": "SGD"})").find("optimizer.type: \"SGD\""), std::string::npos);
+}
+
+// LAMB: FusedLamb's defaults and parameters; what DeepSpeed refuses for it, refused by name;
+// the update modes that would start before every tensor's norms are known, refused.
+TEST(OptimizerTypes, LambTakesFusedLambsDefaultsAndRefusesWhatItCannotMean) {
+  const TrainConfig lamb = ParseWithOptimizer(R"({"type": "Lamb"})");
+  EXPECT_EQ(lamb.optimizer, OptimizerKind::kLamb);
+  EXPECT_EQ(lamb.lr, 1e-3);
+  EXPECT_EQ(lamb.beta1, 0.9);
+  EXPECT_EQ(lamb.beta2, 0.999);
+  EXPECT_EQ(lamb.eps, 1e-8);
+  EXPECT_EQ(lamb.weight_decay, 0.0);
+  EXPECT_TRUE(lamb.bias_correction);
+  EXPECT_FALSE(lamb.eps_inside_sqrt);
+  EXPECT_EQ(lamb.lamb_min_coeff, 0.01);
+  EXPECT_EQ(lamb.lamb_max_coeff, 10.0);
+  EXPECT_TRUE(NotedHere(lamb, "weight_decay: not set, so 0 (DeepSpeed 0.19.8 builds FusedLamb)"));
+  const TrainConfig given = ParseWithOptimizer(
+      R"({"type": "LAMB", "params": {"lr": 0.01, "eps_inside_sqrt": true, "bias_correction": false, "max_coeff": 0.3,
+          "min_coeff": 0.08, "weight_decay": 0.1}})");
+  EXPECT_TRUE(given.eps_inside_sqrt);
+  EXPECT_FALSE(given.bias_correction);
+  EXPECT_EQ(given.lamb_max_coeff, 0.3);
+  EXPECT_EQ(given.lamb_min_coeff, 0.08);
+  EXPECT_NE(Refusal(R"({"type": "Lamb", "params": {"amsgrad": true}})").find("optimizer.params.amsgrad"), std::string::npos);
+  EXPECT_NE(Refusal(R"({"type": "Lamb", "params": {"min_coeff": 2, "max_coeff": 1}})").find("optimizer.params.min_coeff"),
+            std::string::npos);
+  auto scaled = ParseTrainConfig(R"({"fp16": {"enabled": true, "loss_scale": 128}, "optimizer": {"type": "Lamb"}})", "test");
+  ASSERT_FALSE(scaled.ok());
+  EXPECT_NE(scaled.status().ToString().find("fp16.loss_scale: 128 is a static loss scale"), std::string::npos);
+  for (const char* overlap : {"speculative", "delayed"}) {
+    auto c = ParseTrainConfig(std::string(R"({"optimizer": {"type": "Lamb"}, "zero_optimization": {"stage": 3,
+        "offload_param": {"device": "nvme", "nvme_path": "/tmp"}}, "strata": {"optimizer_overlap": ")") + overlap + R"("}})",
+                              "test");
+    ASSERT_FALSE(c.ok()) << overlap;
+    EXPECT_NE(c.status().ToString().find("not with optimizer.type \"Lamb\""), std::string::npos) << c.status().ToString();
+  }
 }
 
 TEST(OptimizerTypes, KeepOneFp32StateWhichTheFormatStoresAlone) {

@@ -1,8 +1,9 @@
-// Lion and Adagrad (Note [Optimizer rules]) as users compare them: a LLaMA written by
+// Lion, Adagrad and LAMB (Note [Optimizer rules]) as users compare them: a LLaMA written by
 // transformers, trained by Strata for 20 fp32 steps on 2 ranks (ZeRO-3, so each rank's
 // optimizer range cuts the blocks; parameters and optimizer states on NVMe) with Trainer's
 // decay groups and exported, against transformers trained by the reference optimizer on the
-// same batches (optimizer_peers.py: torch.optim.Adagrad, DeepSpeedCPULion's kernel in torch):
+// same batches (optimizer_peers.py: torch.optim.Adagrad, DeepSpeedCPULion's kernel and FusedLamb's
+// formula in torch; LAMB's trust ratios are over whole tensors, which ZeRO-3 cuts across ranks):
 // every loss and every weight tensor within 1e-5 relative, and a run that decays everything
 // is not as close. A checkpoint records whose states it holds: resuming one under another
 // optimizer is refused by name.
@@ -84,7 +85,8 @@ TEST_P(HfOptimizers, MatchTheirReferenceWithTrainersGroups) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, HfOptimizers,
-                         ::testing::Values(OptimizerCase{"Lion", "lion", 1e-4}, OptimizerCase{"Adagrad", "adagrad", 1e-2}),
+                         ::testing::Values(OptimizerCase{"Lion", "lion", 1e-4}, OptimizerCase{"Adagrad", "adagrad", 1e-2},
+                                           OptimizerCase{"Lamb", "lamb", 1e-2}),
                          [](const auto& info) { return std::string(info.param.type); });
 
 }  // namespace

@@ -2,7 +2,7 @@
 
   optimizer DIR TOKENS STEPS NAME LR WD STRATA LOSSES
       DIR's model trained for STEPS steps on the one window TOKENS (as hf_models.py decay) by
-      NAME ("lion", "adagrad") at LR with Hugging Face Trainer's decay groups (WD, none for
+      NAME ("lion", "adagrad", "lamb") at LR with Hugging Face Trainer's decay groups (WD, none for
       get_decay_parameter_names' exclusions), against STRATA (an exported folder after as
       many steps) and LOSSES (Strata's per-step losses): exits 1 when a tensor (2-norm) or a
       loss differs by more than OPTIMIZER_TOLERANCE (relative), or when a run with every
@@ -12,7 +12,9 @@ Adagrad is torch.optim.Adagrad (what DeepSpeed 0.19.8 builds when the optimizer 
 offloaded; its DeepSpeedCPUAdagrad computes the same formula). Lion is DeepSpeedCPULion's
 kernel (csrc/includes/cpu_lion.h) written out in torch, operation for operation, its fused
 multiply-adds as one rounding (a product of two floats is exact in double); building
-DeepSpeed's op in every test run would cost a minute of compiling.
+DeepSpeed's op in every test run would cost a minute of compiling. LAMB is DeepSpeed's
+FusedLamb (csrc/lamb/fused_lamb_cuda_kernel.cu, a CUDA-only op) written out in torch: its
+formula per parameter tensor, its fp32 constants and its clamped trust ratio.
 """
 import json
 import sys
@@ -67,12 +69,57 @@ class DeepSpeedCpuLion:
                     m.copy_(_fused(g, self._f32(1 - b2), m * self._f32(b2)))
 
 
+class FusedLambFormula:
+    """FusedLamb's step on fp32 tensors, per parameter: m = b1 m + (1-b1) g, v = b2 v +
+    (1-b2) g^2, u = m / (sqrt(v) + eps) + wd p, trust = clamp(||p|| / ||u||, 0.01, 10) (1 where
+    a norm is 0), p -= (lr sqrt(1 - b2^t) / (1 - b1^t)) trust u, the step size in fp32."""
+
+    def __init__(self, groups, lr, betas=(0.9, 0.999), eps=1e-8, min_coeff=0.01, max_coeff=10.0):
+        import torch
+        self.groups, self.lr, self.betas, self.eps = groups, lr, betas, eps
+        self.min_coeff, self.max_coeff, self.t = min_coeff, max_coeff, 0
+        self.m = {id(p): torch.zeros_like(p) for g in groups for p in g["params"]}
+        self.v = {id(p): torch.zeros_like(p) for g in groups for p in g["params"]}
+
+    def zero_grad(self):
+        for g in self.groups:
+            for p in g["params"]:
+                p.grad = None
+
+    def step(self):
+        import numpy as np
+        import torch
+        b1, b2 = self.betas
+        self.t += 1
+        f = np.float32
+        # As fused_lamb_cuda: 1 - std::pow(float beta, step) in double, then fp32 arithmetic.
+        bc1, bc2 = f(1 - float(f(b1)) ** self.t), f(1 - float(f(b2)) ** self.t)
+        step_size = f(self.lr) * np.sqrt(bc2) / bc1
+        with torch.no_grad():
+            for group in self.groups:
+                wd = group["weight_decay"]
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    g, m, v = p.grad, self.m[id(p)], self.v[id(p)]
+                    m.mul_(b1).add_(g, alpha=1 - b1)
+                    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                    u = m / (v.sqrt() + self.eps) + wd * p
+                    w_norm, u_norm = p.double().norm().item(), u.double().norm().item()
+                    trust = 1.0
+                    if w_norm != 0 and u_norm != 0:
+                        trust = min(max(f(w_norm) / f(u_norm), f(self.min_coeff)), f(self.max_coeff))
+                    p.sub_(u * float(f(step_size) * f(trust)))
+
+
 def _optimizer(name, groups, lr):
     import torch
     if name == "adagrad":
         return torch.optim.Adagrad(groups, lr=lr, eps=1e-10)
     if name == "lion":
         return DeepSpeedCpuLion(groups, lr)
+    if name == "lamb":
+        return FusedLambFormula(groups, lr)
     sys.exit(f"optimizer_peers.py: unknown optimizer {name!r}")
 
 

@@ -120,15 +120,19 @@ StatusOr<std::byte*> UpdateWindow::BlockOutput(int b, PinnedBuffer* lease, int64
     STRATA_RETURN_IF_ERROR(read.WithContext(fmt::format("working weights of block {}", b)));
     return lease->data();
   }
-  std::optional<PinnedBuffer> got = m_.state.store->AcquireBuffer(*m_.state.pools.param);
-  if (!got) got = m_.state.pools.param->AcquireFor(std::chrono::minutes(5));  // held by copies to the device
-  if (!got) return Status(StatusCode::kInternal, "no pinned buffer for the working weights in 5 minutes");
-  *lease = std::move(*got);
+  STRATA_ASSIGN_OR_RETURN(*lease, LeaseParamBuffer());
   if (plan.format.MasterFromWorking()) {  // the weights being replaced hold the master (or its high halves)
     Tracer::Span s(m_.io.tracer, Track::kOptimizer, "adam b" + std::to_string(b) + ": reading its working weights");
     STRATA_RETURN_IF_ERROR(ReadWorkingInto(b, *lease).Wait().WithContext(fmt::format("working weights of block {}", b)));
   }
   return lease->data();
+}
+
+StatusOr<PinnedBuffer> UpdateWindow::LeaseParamBuffer() {
+  std::optional<PinnedBuffer> got = m_.state.store->AcquireBuffer(*m_.state.pools.param);
+  if (!got) got = m_.state.pools.param->AcquireFor(std::chrono::minutes(5));  // held by copies to the device
+  if (!got) return Status(StatusCode::kInternal, "no pinned buffer for the working weights in 5 minutes");
+  return std::move(*got);
 }
 
 StatusOr<std::array<std::span<std::byte>, 3>> UpdateWindow::StateSpans(int b, const SubGroup& sg, LoadedStates* cur) {
@@ -152,14 +156,12 @@ Status UpdateWindow::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
                                     std::byte* out) {
   STRATA_ASSIGN_OR_RETURN(auto states, StateSpans(b, sg, cur));
   const StateFormat& format = m_.plan.format;
-  AdamHyperParams own = hp;
-  if (const int e = m_.plan.blocks[b].ExpertAt(sg.range.begin); e >= 0 && m_.experts.UpdateStep(b, e) >= 0) {
-    own.step = m_.experts.UpdateStep(b, e);  // Note [Expert updates]: strata.expert_update "chosen"
-    if (own.step == 0) {  // not chosen: its states stay (not written back), its weights too
-      format.KeepWeights(states, out, sg.range.len);
-      return Status();
-    }
+  const std::optional<AdamHyperParams> params = SubGroupParams(hp, b, sg);
+  if (!params) {  // an expert not chosen: its states stay (not written back), its weights too
+    format.KeepWeights(states, out, sg.range.len);
+    return Status();
   }
+  const AdamHyperParams& own = *params;
   std::span<const float> grad;
   std::span<const uint16_t> grad_bf16;
   const BlockRuntime& br = m_.model.blocks[b];
@@ -175,7 +177,8 @@ Status UpdateWindow::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   spans.no_decay = no_decay;
   {
     Tracer::Span s(m_.io.tracer, Track::kOptimizer, "adam b" + std::to_string(b));
-    STRATA_RETURN_IF_ERROR(AdamStep(own, spans, {.num_threads = threads_}));
+    if (format.rule().per_tensor) STRATA_RETURN_IF_ERROR(StepTensors(own, b, sg, spans));
+    else STRATA_RETURN_IF_ERROR(AdamStep(own, spans, {.num_threads = threads_}));
     format.FinishUpdate(states, out, sg.range.len);
   }
   if (cur) {
@@ -239,7 +242,8 @@ std::unique_ptr<LoadedStates> UpdateWindow::LoadStates(const SubGroup& sg) {
 }
 
 void UpdateWindow::ReadStatesEarly() {
-  if (!m_.state.pools.optim) return;
+  // (LAMB's norm pass reads every state before the update: an early read would be dropped.)
+  if (!m_.state.pools.optim || m_.plan.format.rule().per_tensor) return;
   // The NVMe sub-group after the last one read early, in update order (block by block; host
   // blocks' states are updated in place).
   const SubGroup* last = early_.empty() ? nullptr : early_.back()->sub;

@@ -11,10 +11,12 @@
 #include <array>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "src/engine/engine_parts.h"
+#include "src/engine/update/tensor_pieces.h"
 #include "strata/cpu_adam.h"
 #include "strata/event.h"
 #include "strata/pinned_pool.h"
@@ -83,6 +85,14 @@ class UpdateWindow {
   StatusOr<std::byte*> BlockOutput(int b, PinnedBuffer* lease, int64_t* first, ParkingLot* park = nullptr);
   Status FinishBlock(int b, PinnedBuffer lease, ParkingLot* park = nullptr);
 
+  // LAMB (Note [LAMB trust ratio]). Compute thread, while no update runs: the norm pass, this
+  // rank's sums of p^2 and u^2 per tensor of each block (TensorsOf), read and computed as the
+  // update with `hp` will and nothing written; then the ratios the update applies, per block
+  // and tensor.
+  StatusOr<std::vector<std::vector<LambSums>>> LambNorms(const AdamHyperParams& hp);
+  void SetTrustRatios(std::vector<std::vector<float>> ratios) { trust_ = std::move(ratios); }
+  const TensorRanges& TensorsOf(int b);
+
   // Compute thread, while no update runs: reads the states of the next NVMe sub-group in
   // update order into free optim-pool buffers (once as the last micro-batch starts, once per
   // block of its backward), best effort, never blocking; Take hands them to the update, Drop
@@ -100,11 +110,25 @@ class UpdateWindow {
   Event ReadWorkingInto(int b, const PinnedBuffer& buf);
   // A resident block's updated working weights (in `lease`) to the device, off the critical path.
   Status UpdateResident(int b, PinnedBuffer lease);
+  // A param-pool buffer, waiting for one where copies to the device hold them all.
+  StatusOr<PinnedBuffer> LeaseParamBuffer();
+  // The hyper-parameters of sub-group `sg` of block b: `hp` with an expert's own step count
+  // (Note [Expert updates]); none where its expert is left as it is this step.
+  std::optional<AdamHyperParams> SubGroupParams(const AdamHyperParams& hp, int b, const SubGroup& sg) const;
+  // LAMB: `spans` (sub-group `sg` of block b) stepped tensor piece by tensor piece, each with
+  // its tensor's trust ratio.
+  Status StepTensors(const AdamHyperParams& hp, int b, const SubGroup& sg, const AdamSpans& spans);
+  // The norm pass's view of block b's working weights (where the master is read from them).
+  StatusOr<std::byte*> WorkingForNorms(int b, PinnedBuffer* lease, int64_t* first);
+  Status AddNorms(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur, std::byte* working,
+                  std::vector<LambSums>* sums);
 
   UpdateWindowParts m_;
   uint64_t seed_ = 0;
   int threads_ = 1;
   EarlyStates early_;
+  std::vector<TensorRanges> tensors_;        // per block, built on first use
+  std::vector<std::vector<float>> trust_;    // LAMB: this step's ratio per block and tensor
 };
 
 }  // namespace strata

@@ -1,0 +1,135 @@
+// LAMB's two halves in the update window (Note [LAMB trust ratio] in strata/cpu_adam.h): the
+// norm pass, which reads every sub-group's states as the update will and writes nothing, and
+// the update of a sub-group tensor piece by tensor piece with each tensor's trust ratio. The
+// engine adds the norm pass's sums across ranks and sets the ratios in between
+// (engine_optimizer.cc).
+#include <algorithm>
+#include <utility>
+
+#include "src/engine/update/update_window.h"
+#include "strata/check.h"
+
+namespace strata {
+
+std::optional<AdamHyperParams> UpdateWindow::SubGroupParams(const AdamHyperParams& hp, int b, const SubGroup& sg) const {
+  AdamHyperParams own = hp;
+  if (const int e = m_.plan.blocks[b].ExpertAt(sg.range.begin); e >= 0 && m_.experts.UpdateStep(b, e) >= 0) {
+    own.step = m_.experts.UpdateStep(b, e);  // Note [Expert updates]: strata.expert_update "chosen"
+    if (own.step == 0) return std::nullopt;
+  }
+  return own;
+}
+
+const TensorRanges& UpdateWindow::TensorsOf(int b) {
+  if (tensors_.empty()) tensors_.resize(m_.model.blocks.size());
+  TensorRanges& t = tensors_[b];
+  if (t.empty()) {
+    const BlockRuntime& br = m_.model.blocks[b];
+    for (size_t i : br.by_offset) {
+      const ParamSlot& s = br.slots[i];
+      if (!s.nf4 && s.numel > 0) t.emplace_back(s.offset, s.offset + s.numel);  // (an NF4 base is frozen)
+    }
+  }
+  return t;
+}
+
+Status UpdateWindow::StepTensors(const AdamHyperParams& hp, int b, const SubGroup& sg, const AdamSpans& spans) {
+  STRATA_CHECK(b < static_cast<int>(trust_.size())) << "LAMB update of block " << b << " before its trust ratios";
+  const std::vector<float>& ratios = trust_[b];
+  std::vector<std::pair<size_t, size_t>> no_decay;
+  Status status;
+  ForEachTensorPiece(TensorsOf(b), sg.range, [&](int t, int64_t lo, int64_t hi) {
+    if (!status.ok()) return;
+    AdamHyperParams piece = hp;
+    piece.trust_ratio = t >= 0 ? ratios[t] : 1.0;  // padding: p, g and the moments are 0 and stay so
+    status = AdamStep(piece, SliceSpans(spans, lo, hi, &no_decay), {.num_threads = threads_});
+  });
+  return status;
+}
+
+// Block b's working weights where the update reads the master from them; null where it does
+// not (a master of its own: the norm pass reads that).
+StatusOr<std::byte*> UpdateWindow::WorkingForNorms(int b, PinnedBuffer* lease, int64_t* first) {
+  const BlockRuntime& br = m_.model.blocks[b];
+  *first = m_.plan.blocks[b].working.begin;
+  if (br.adapter.valid()) {
+    *first = m_.plan.blocks[b].adapter.begin;
+    return m_.state.store->CpuMemory(br.adapter).data();
+  }
+  if (!m_.plan.resident[b] && m_.state.store->home(br.working) != Tier::kNvme)
+    return m_.state.store->CpuMemory(br.working).data();
+  if (!m_.plan.format.MasterFromWorking()) return nullptr;
+  STRATA_ASSIGN_OR_RETURN(*lease, LeaseParamBuffer());
+  STRATA_RETURN_IF_ERROR(ReadWorkingInto(b, *lease).Wait().WithContext(fmt::format("working weights of block {}", b)));
+  return lease->data();
+}
+
+Status UpdateWindow::AddNorms(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur,
+                              std::byte* working, std::vector<LambSums>* sums) {
+  const std::optional<AdamHyperParams> own = SubGroupParams(hp, b, sg);
+  if (!own) return Status();  // not updated this step: not in the norms either
+  STRATA_ASSIGN_OR_RETURN(auto states, StateSpans(b, sg, cur));
+  std::span<const float> grad;
+  std::span<const uint16_t> grad_bf16;
+  const BlockRuntime& br = m_.model.blocks[b];
+  if (m_.plan.gsize == 2) grad_bf16 = AccumulatedGradient<uint16_t>(br, m_.plan.blocks[b], sg.range);
+  else grad = AccumulatedGradient<float>(br, m_.plan.blocks[b], sg.range);
+  AdamSpans spans = m_.plan.format.UpdateSpans(states, working, sg.range.len, grad, grad_bf16, seed_, own->step, b,
+                                               sg.range.begin);
+  if (!m_.plan.format.MasterFromWorking()) spans.half_out = {};  // written by the update, never read
+  std::vector<std::pair<size_t, size_t>> no_decay;  // strata.no_decay, in the sub-group's elements
+  for (const auto& [lo, hi] : br.no_decay) {
+    const int64_t from = std::max(lo, sg.range.begin), to = std::min(hi, sg.range.begin + sg.range.len);
+    if (from < to) no_decay.emplace_back(from - sg.range.begin, to - sg.range.begin);
+  }
+  spans.no_decay = no_decay;
+  std::vector<std::pair<size_t, size_t>> piece_no_decay;
+  Status status;
+  ForEachTensorPiece(TensorsOf(b), sg.range, [&](int t, int64_t lo, int64_t hi) {
+    if (!status.ok() || t < 0) return;
+    LambSums piece;
+    status = LambNormSums(*own, SliceSpans(spans, lo, hi, &piece_no_decay), &piece, {.num_threads = threads_});
+    (*sums)[t].weight_sq += piece.weight_sq;
+    (*sums)[t].update_sq += piece.update_sq;
+  });
+  return status;
+}
+
+// Every sub-group in update order, the next one's states read while one is summed; the
+// buffers go back to their pools unwritten.
+StatusOr<std::vector<std::vector<LambSums>>> UpdateWindow::LambNorms(const AdamHyperParams& hp) {
+  Tracer::Span span(m_.io.tracer, Track::kOptimizer, "lamb norms");
+  DropEarlyStates();
+  const int n = static_cast<int>(m_.model.blocks.size());
+  std::vector<std::vector<LambSums>> sums(n);
+  std::vector<std::pair<int, const SubGroup*>> order;
+  for (int b = 0; b < n; ++b) {
+    sums[b].resize(TensorsOf(b).size());
+    for (const SubGroup& sg : m_.model.blocks[b].subs) order.push_back({b, &sg});
+  }
+  std::unique_ptr<LoadedStates> next = order.empty() ? nullptr : LoadStates(*order[0].second);
+  PinnedBuffer lease;
+  std::byte* working = nullptr;
+  int64_t first = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const auto [b, sg] = order[i];
+    if (i == 0 || order[i - 1].first != b) {
+      lease = PinnedBuffer();  // (the block before's, back to its pool)
+      STRATA_ASSIGN_OR_RETURN(working, WorkingForNorms(b, &lease, &first));
+    }
+    std::unique_ptr<LoadedStates> cur = std::move(next);
+    if (i + 1 < order.size()) next = LoadStates(*order[i + 1].second);
+    std::byte* at = working ? working + (sg->range.begin - first) * m_.plan.dsize : nullptr;
+    Status s = AddNorms(hp, b, *sg, cur.get(), at, &sums[b]);
+    if (!s.ok()) {
+      EarlyStates pending;  // wait for the reads in flight before their buffers go back
+      if (cur) pending.push_back(std::move(cur));
+      if (next) pending.push_back(std::move(next));
+      DropStates(pending);
+      return s;
+    }
+  }
+  return sums;
+}
+
+}  // namespace strata
