@@ -27,6 +27,7 @@ constexpr double kAdamBf16StatesBytes = 22;  // m, v in bf16 (read and written) 
 constexpr double kAdamSplitMasterBytes = 20;  // ... and the master as the copy + its low half (r2 w2)
 constexpr double kAdam8BitStatesBytes = 18.1;  // m, v in 8 bits + a scale per 256 (r2.03 w2.03) with the bf16 copy
 constexpr double kOneStateBytes = 20;  // Lion, Adagrad: fp32 p, g, one state read; p, the state written
+constexpr double kLambBytes = 44;      // LAMB: its norm pass reads p, g, m, v (16), then Adam's 28
 constexpr double kTriadBytes = 12;     // STREAM's count: b, c read, a written
 constexpr double kCastBytes = 6;       // fp32 read, bf16 written
 constexpr double kNormBytes = 4;       // fp32 read
@@ -187,6 +188,24 @@ int RunAdamBench(const AdamBenchOptions& o) {
                 [&] { return adam(spans_lion, UpdateRule::kLion); }, {}});
   vs.push_back({"strata_adagrad", "Strata Adagrad fp32", kOneStateBytes, n,
                 [&] { return adam(spans_adagrad, UpdateRule::kAdagrad); }, {}});
+  vs.push_back({"strata_lamb", "Strata LAMB fp32: norm pass + update", kLambBytes, n, [&]() -> StatusOr<double> {
+                  ++hp.step;
+                  hp.rule = UpdateRule::kLamb;
+                  Timer t;
+                  LambSums sums;
+                  STRATA_RETURN_IF_ERROR(LambNormSums(hp, spans, &sums, adam_options));
+                  hp.trust_ratio = LambTrustRatio(sums.weight_sq, sums.update_sq, 0.01, 10.0);
+                  STRATA_RETURN_IF_ERROR(AdamStep(hp, spans, adam_options));
+                  return t.Seconds();
+                }, {}});
+  // Four read streams (as the norm pass reads them), then the Adam pattern.
+  vs.push_back({"roofline_lamb", "roofline: 4 reads, then Adam's pattern (r8 w3)", kLambBytes, n, [&] {
+                  return timed([&] {
+                    for (const float* x : {p.get(), g.get(), m.get(), v.get()})
+                      (void)GradSumSquares(std::span<const float>(x, n), adam_options);
+                    RooflinePass(p.get(), g.get(), m.get(), v.get(), nullptr, n, threads);
+                  });
+                }, {}});
   vs.push_back({"roofline_one_state", "roofline: one-state pattern (r3 w2)", kOneStateBytes, n,
                 [&] { return timed([&] { RooflinePass(p.get(), g.get(), m.get(), nullptr, nullptr, n, threads); }); }, {}});
   vs.push_back({"roofline_fp32", "roofline: Adam pattern, no math (r4 w3)", kAdamBytes, n,
@@ -257,6 +276,7 @@ int RunAdamBench(const AdamBenchOptions& o) {
   const Variant *torch = find("libtorch"), *ds = find("deepspeed"), *ds_copy = find("deepspeed_copy");
   const Variant &lion = *find("strata_lion"), &adagrad = *find("strata_adagrad"), &roof1 = *find("roofline_one_state");
   const Variant *ds_lion = find("deepspeed_lion"), *ds_adagrad = find("deepspeed_adagrad");
+  const Variant &lamb = *find("strata_lamb"), &roof_lamb = *find("roofline_lamb");
 
   struct Ratio {
     std::string key, what;
@@ -281,6 +301,8 @@ int RunAdamBench(const AdamBenchOptions& o) {
        ds_lion ? std::optional(PairedRatio(*ds_lion, lion)) : std::nullopt, 1.0},
       {"ratio_vs_deepspeed_adagrad", "Strata Adagrad vs DeepSpeed CPU Adagrad",
        ds_adagrad ? std::optional(PairedRatio(*ds_adagrad, adagrad)) : std::nullopt, 1.0},
+      // (DeepSpeed has no CPU LAMB: its FusedLamb runs on the GPU only.)
+      {"roofline_fraction_lamb", "Strata LAMB / its roofline (4 reads + Adam's)", PairedRatio(roof_lamb, lamb), 0.90},
   };
 
   const double gb = 1e9;

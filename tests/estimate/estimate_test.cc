@@ -133,6 +133,21 @@ TEST(Estimate, OneStateOptimizersMatchTheEngineLedgerExactly) {
   }
 }
 
+// LAMB keeps Adam's two moments: the estimate of each placement is the ledger, Adam's bytes.
+TEST(Estimate, LambMatchesTheEngineLedgerExactly) {
+  testing::TempDir dir;
+  TrainConfig c = Shrunk("llama_1b_nvme.json", dir.path());
+  const MemoryLedger adam = EstimateMemory(*testing::Settled(c, 2, true), 2, 0, {true}).ledger;
+  c.optimizer = OptimizerKind::kLamb;
+  ExpectEstimateMatchesLedger(c, 2, "lamb");
+  const MemoryLedger lamb = EstimateMemory(*testing::Settled(c, 2, true), 2, 0, {true}).ledger;
+  EXPECT_EQ(lamb.Of(StateKind::kAdamM), adam.Of(StateKind::kAdamM));
+  EXPECT_EQ(lamb.Of(StateKind::kAdamV), adam.Of(StateKind::kAdamV));
+  c.host_blocks = 2;
+  c.compute_dtype = DType::kF32;  // the master in the working weights
+  ExpectEstimateMatchesLedger(c, 3, "lamb, fp32, 2 host blocks");
+}
+
 // LoRA: master weights, m, v and gradient accumulators for the adapters only; on a device
 // with resident blocks and on NVMe (where the layers' trainable ends are host tensors).
 TEST(Estimate, LoraMatchesTheEngineLedgerExactly) {
