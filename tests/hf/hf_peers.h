@@ -5,28 +5,18 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <string>
 
 #include "support/peers.h"
+#include "support/warm_python.h"
 
 namespace strata::testing {
 
-// Runs `hf_models.py ARGS`; its exit code (-1 if it could not run), stdout + stderr in `out`.
+// Runs `hf_models.py ARGS` (through the warm Python: support/warm_python.h); its exit code (-1
+// if it could not run), stdout + stderr in `out`.
 inline int RunHfModels(const std::string& args, std::string* out = nullptr) {
-  const std::string cmd =
-      std::string(STRATA_PYTHON) + " " STRATA_SOURCE_DIR "/tests/hf/hf_models.py " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
-  const int rc = pclose(p);
-  if (out) *out = text;
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return RunPythonScript(STRATA_PYTHON, STRATA_SOURCE_DIR "/tests/hf/hf_models.py", args, out);
 }
 
 // Skips, or fails where the peers are required, unless `hf_models.py check EXTRA` succeeds.
