@@ -208,6 +208,7 @@ Status Engine::Impl::BuildBlocks(const EngineHooks& hooks, const std::function<v
   }
   for (Staging& s : staging) STRATA_RETURN_IF_ERROR(s.WaitWrites());
   MarkNoDecay();
+  if (plan.format.rule().per_tensor) MarkTensorGroups();
   return Status();
 }
 
@@ -225,6 +226,28 @@ void Engine::Impl::MarkNoDecay() {
       else br.no_decay.push_back({s.offset, s.offset + s.numel});
     }
   }
+}
+
+// LAMB: each block's tensors, grouped by the model parameter of transformers each is (part of),
+// which its trust ratio is over (Note [LAMB trust ratio]).
+void Engine::Impl::MarkTensorGroups() {
+  std::vector<TensorGroups> all(num_blocks());
+  for (int b = 0; b < num_blocks(); ++b) {
+    const BlockRuntime& br = model.blocks[b];
+    TensorGroups& g = all[b];
+    std::vector<std::string> names;
+    for (size_t i : br.by_offset) {
+      const ParamSlot& s = br.slots[i];
+      if (s.nf4 || s.numel == 0) continue;  // (an NF4 base is frozen)
+      const std::string name = model::HfParameterOf(cfg.model, b, s.name);
+      const auto at = std::find(names.begin(), names.end(), name);
+      g.ranges.emplace_back(s.offset, s.offset + s.numel);
+      g.group.push_back(static_cast<int>(at - names.begin()));
+      if (at == names.end()) names.push_back(name);
+    }
+    g.count = static_cast<int>(names.size());
+  }
+  optimizer.window.SetTensorGroups(std::move(all));
 }
 
 // Takes block b's module, made in place in `st.flat`: records its slots, applies the hook's

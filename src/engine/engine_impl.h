@@ -143,6 +143,7 @@ struct Engine::Impl final : BlockReadiness {
                      const std::function<void()>& staged);
   Status BuildBlock(int b, std::shared_ptr<model::Block> module, const EngineHooks& hooks, Staging& st);
   void MarkNoDecay();  // every block's BlockRuntime::no_decay (strata.no_decay)
+  void MarkTensorGroups();  // LAMB: the update window's per-block tensor groups
   Status StoreInitialState(int b, const torch::Tensor& flat, Staging& st);
   Status AllocateDeviceBuffers();
   torch::ScalarType compute_scalar() const;

@@ -44,6 +44,21 @@ std::optional<FusedRows> FusedRowsOf(const ModelConfig& c, const std::string& n)
   return std::nullopt;
 }
 
+std::string HfParameterOf(const ModelConfig& c, int block, const std::string& strata_name) {
+  const std::string name = ToHfName(c.arch == Arch::kGpt2, static_cast<int>(c.n_layer), block, strata_name).name;
+  if (const auto fused = FusedRowsOf(c, name)) return fused->fused;
+  // <mlp>.experts.<e>.<projection>.weight: gate and up (Mixtral's w1, w3) fused, down (w2) apart.
+  const size_t experts = name.find(".experts.");
+  if (experts == std::string::npos) return name;
+  const size_t dot = name.find('.', experts + 9);
+  if (dot == std::string::npos || dot == experts + 9) return name;
+  for (size_t i = experts + 9; i < dot; ++i)
+    if (name[i] < '0' || name[i] > '9') return name;  // (not a numbered expert)
+  const std::string projection = name.substr(dot + 1);
+  const bool down = projection.starts_with("down_proj") || projection.starts_with("w2");
+  return name.substr(0, experts) + (down ? ".experts.down_proj" : ".experts.gate_up_proj");
+}
+
 bool IsHfBuffer(const std::string& k) {
   return k.ends_with(".attn.bias") || k.ends_with(".attn.masked_bias") || k.ends_with("rotary_emb.inv_freq");
 }

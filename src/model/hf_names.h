@@ -44,6 +44,13 @@ struct FusedRows {
 };
 std::optional<FusedRows> FusedRowsOf(const ModelConfig& config, const std::string& hf_name);
 
+// The parameter of transformers' model (5.x) that Strata's tensor `strata_name` of `block` is
+// or is part of: its HF name; for a projection transformers fuses, the fused tensor's (Phi-3's
+// self_attn.qkv_proj and mlp.gate_up_proj; a sparse layer's experts, all of them in one
+// <mlp>.experts.gate_up_proj and one <mlp>.experts.down_proj). What a per-tensor rule (LAMB's
+// trust ratio) takes as one tensor.
+std::string HfParameterOf(const ModelConfig& config, int block, const std::string& strata_name);
+
 // HF's prefix-less variants (GPT2Model / LlamaModel save without "transformer." /
 // "model."): the key as written in a file -> the canonical full key above.
 std::string CanonicalHfName(bool gpt2, const std::string& key);

@@ -56,6 +56,31 @@ TEST(HfNames, Phi3FusesQkvAndGateUp) {
   EXPECT_FALSE(FusedRowsOf(c, "model.layers.1.self_attn.q_proj.weight"));
 }
 
+// The parameters of transformers 5 a tensor is part of (LAMB's groups): Phi-3's fused
+// projections, and a sparse layer's experts, gate and up of all of them in one tensor.
+TEST(HfNames, HfParameterOfIsTheFusedTensorWhereTransformersFuses) {
+  ModelConfig c;
+  c.arch = Arch::kLlama;
+  c.hf_model_type = "phi3";
+  c.n_layer = 2;
+  c.d_model = 64;
+  c.n_head = 4;
+  c.ffn_hidden = 192;
+  EXPECT_EQ(HfParameterOf(c, 1, "self_attn.k_proj.weight"), "model.layers.0.self_attn.qkv_proj.weight");
+  EXPECT_EQ(HfParameterOf(c, 2, "mlp.gate_proj.weight"), "model.layers.1.mlp.gate_up_proj.weight");
+  EXPECT_EQ(HfParameterOf(c, 1, "self_attn.o_proj.weight"), "model.layers.0.self_attn.o_proj.weight");
+  c.hf_model_type = "mixtral";
+  EXPECT_EQ(HfParameterOf(c, 1, "self_attn.q_proj.weight"), "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(HfParameterOf(c, 1, "block_sparse_moe.experts.3.w1.weight"),
+            HfParameterOf(c, 1, "block_sparse_moe.experts.0.w3.weight"));
+  EXPECT_NE(HfParameterOf(c, 1, "block_sparse_moe.experts.3.w1.weight"),
+            HfParameterOf(c, 1, "block_sparse_moe.experts.3.w2.weight"));
+  EXPECT_NE(HfParameterOf(c, 1, "block_sparse_moe.experts.3.w1.weight"),
+            HfParameterOf(c, 2, "block_sparse_moe.experts.3.w1.weight"));
+  EXPECT_EQ(HfParameterOf(c, 2, "mlp.experts.7.down_proj.weight"), "model.layers.1.mlp.experts.down_proj");
+  EXPECT_EQ(HfParameterOf(c, 1, "block_sparse_moe.gate.weight"), "model.layers.0.block_sparse_moe.gate.weight");
+}
+
 // Phi-3's adapters are on its fused projections, as PEFT names them; the unfused names are
 // refused, naming the fused ones.
 TEST(HfNames, Phi3LoraTargetsItsFusedProjections) {

@@ -118,8 +118,8 @@ def _optimizer(name, groups, lr):
         return torch.optim.Adagrad(groups, lr=lr, eps=1e-10)
     if name == "lion":
         return DeepSpeedCpuLion(groups, lr)
-    if name == "lamb":
-        return FusedLambFormula(groups, lr)
+    if name == "lamb":  # (the test's clamp: min_coeff 1e-4, so that the ratios are not all at 0.01)
+        return FusedLambFormula(groups, lr, min_coeff=1e-4)
     sys.exit(f"optimizer_peers.py: unknown optimizer {name!r}")
 
 

@@ -20,28 +20,17 @@ std::optional<AdamHyperParams> UpdateWindow::SubGroupParams(const AdamHyperParam
   return own;
 }
 
-const TensorRanges& UpdateWindow::TensorsOf(int b) {
-  if (tensors_.empty()) tensors_.resize(m_.model.blocks.size());
-  TensorRanges& t = tensors_[b];
-  if (t.empty()) {
-    const BlockRuntime& br = m_.model.blocks[b];
-    for (size_t i : br.by_offset) {
-      const ParamSlot& s = br.slots[i];
-      if (!s.nf4 && s.numel > 0) t.emplace_back(s.offset, s.offset + s.numel);  // (an NF4 base is frozen)
-    }
-  }
-  return t;
-}
-
 Status UpdateWindow::StepTensors(const AdamHyperParams& hp, int b, const SubGroup& sg, const AdamSpans& spans) {
-  STRATA_CHECK(b < static_cast<int>(trust_.size())) << "LAMB update of block " << b << " before its trust ratios";
+  STRATA_CHECK(b < static_cast<int>(trust_.size()) && b < static_cast<int>(groups_.size()))
+      << "LAMB update of block " << b << " before its trust ratios";
   const std::vector<float>& ratios = trust_[b];
+  const TensorGroups& groups = groups_[b];
   std::vector<std::pair<size_t, size_t>> no_decay;
   Status status;
-  ForEachTensorPiece(TensorsOf(b), sg.range, [&](int t, int64_t lo, int64_t hi) {
+  ForEachTensorPiece(groups.ranges, sg.range, [&](int t, int64_t lo, int64_t hi) {
     if (!status.ok()) return;
     AdamHyperParams piece = hp;
-    piece.trust_ratio = t >= 0 ? ratios[t] : 1.0;  // padding: p, g and the moments are 0 and stay so
+    piece.trust_ratio = t >= 0 ? ratios[groups.group[t]] : 1.0;  // padding: p, g and the moments are 0 and stay so
     status = AdamStep(piece, SliceSpans(spans, lo, hi, &no_decay), {.num_threads = threads_});
   });
   return status;
@@ -84,13 +73,15 @@ Status UpdateWindow::AddNorms(const AdamHyperParams& hp, int b, const SubGroup& 
   }
   spans.no_decay = no_decay;
   std::vector<std::pair<size_t, size_t>> piece_no_decay;
+  const TensorGroups& groups = groups_[b];
   Status status;
-  ForEachTensorPiece(TensorsOf(b), sg.range, [&](int t, int64_t lo, int64_t hi) {
+  ForEachTensorPiece(groups.ranges, sg.range, [&](int t, int64_t lo, int64_t hi) {
     if (!status.ok() || t < 0) return;
     LambSums piece;
     status = LambNormSums(*own, SliceSpans(spans, lo, hi, &piece_no_decay), &piece, {.num_threads = threads_});
-    (*sums)[t].weight_sq += piece.weight_sq;
-    (*sums)[t].update_sq += piece.update_sq;
+    LambSums& group = (*sums)[groups.group[t]];
+    group.weight_sq += piece.weight_sq;
+    group.update_sq += piece.update_sq;
   });
   return status;
 }
@@ -103,8 +94,9 @@ StatusOr<std::vector<std::vector<LambSums>>> UpdateWindow::LambNorms(const AdamH
   const int n = static_cast<int>(m_.model.blocks.size());
   std::vector<std::vector<LambSums>> sums(n);
   std::vector<std::pair<int, const SubGroup*>> order;
+  STRATA_CHECK(static_cast<int>(groups_.size()) == n) << "LAMB's norm pass before the blocks' tensor groups";
   for (int b = 0; b < n; ++b) {
-    sums[b].resize(TensorsOf(b).size());
+    sums[b].resize(groups_[b].count);
     for (const SubGroup& sg : m_.model.blocks[b].subs) order.push_back({b, &sg});
   }
   std::unique_ptr<LoadedStates> next = order.empty() ? nullptr : LoadStates(*order[0].second);

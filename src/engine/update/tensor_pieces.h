@@ -14,6 +14,14 @@ namespace strata {
 // The flat ranges [begin, end) of a block's parameter tensors, sorted and disjoint.
 using TensorRanges = std::vector<std::pair<int64_t, int64_t>>;
 
+// A block's tensors and the model parameter each is (part of): `group[t]` in [0, count). Where
+// transformers fuses tensors Strata keeps apart (model::HfParameterOf), they share a group.
+struct TensorGroups {
+  TensorRanges ranges;
+  std::vector<int> group;
+  int count = 0;
+};
+
 // Calls fn(t, lo, hi) for each piece of `sub` in order, lo and hi relative to sub.begin: t is
 // the index of the tensor in `tensors` it lies in, or -1 for elements of no tensor (padding).
 template <class Fn>

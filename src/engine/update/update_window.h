@@ -85,13 +85,13 @@ class UpdateWindow {
   StatusOr<std::byte*> BlockOutput(int b, PinnedBuffer* lease, int64_t* first, ParkingLot* park = nullptr);
   Status FinishBlock(int b, PinnedBuffer lease, ParkingLot* park = nullptr);
 
-  // LAMB (Note [LAMB trust ratio]). Compute thread, while no update runs: the norm pass, this
-  // rank's sums of p^2 and u^2 per tensor of each block (TensorsOf), read and computed as the
-  // update with `hp` will and nothing written; then the ratios the update applies, per block
-  // and tensor.
+  // LAMB (Note [LAMB trust ratio]). At creation: each block's tensors and their groups (the
+  // model parameters a ratio is over). Compute thread, while no update runs: the norm pass,
+  // this rank's sums of p^2 and u^2 per group of each block, read and computed as the update
+  // with `hp` will and nothing written; then the ratios the update applies, per block and group.
+  void SetTensorGroups(std::vector<TensorGroups> groups) { groups_ = std::move(groups); }
   StatusOr<std::vector<std::vector<LambSums>>> LambNorms(const AdamHyperParams& hp);
   void SetTrustRatios(std::vector<std::vector<float>> ratios) { trust_ = std::move(ratios); }
-  const TensorRanges& TensorsOf(int b);
 
   // Compute thread, while no update runs: reads the states of the next NVMe sub-group in
   // update order into free optim-pool buffers (once as the last micro-batch starts, once per
@@ -127,8 +127,8 @@ class UpdateWindow {
   uint64_t seed_ = 0;
   int threads_ = 1;
   EarlyStates early_;
-  std::vector<TensorRanges> tensors_;        // per block, built on first use
-  std::vector<std::vector<float>> trust_;    // LAMB: this step's ratio per block and tensor
+  std::vector<TensorGroups> groups_;         // LAMB: per block
+  std::vector<std::vector<float>> trust_;    // LAMB: this step's ratio per block and group
 };
 
 }  // namespace strata
