@@ -16,6 +16,9 @@
      asks them (UpdateModeFacts, UpdateMode, StateFormat, ModelFamily). The engine's whole
      state (Engine::Impl, engine_impl.h) is named only by the engine's own files
      (src/engine/engine*): its collaborators are built from its parts (engine_parts.h).
+  4. Notes: every `Note [Name]` cited in the code, scripts or docs is defined somewhere (a
+     comment block headed by it), under its full name, and every defined Note is in
+     docs/DESIGN.md's index.
 
 Prints every violation as FILE:LINE: message and exits 1 if there is any. Run by ctest.
 """
@@ -170,6 +173,43 @@ def check_owners(path, text, errors):
             errors.append(f"{r}:{line}: names {what} ({m.group(0)}); ask its owner ({', '.join(owners)})")
 
 
+NOTE = re.compile(r"Note \[([^\]]+)\]")
+NOTE_HEADING = re.compile(r"^[ \t]*(?://|#)?[ \t]*Note \[([^\]]+)\]", re.M)
+NOTE_TREES = ("include", "kernels", "offload", "src", "bench", "tests", "scripts", "configs", "docs", ".ci")
+# Where a Note's name is the example, not a citation.
+NOTE_EXAMPLES = ("docs/STYLE.md", "docs/DESIGN.md", ".ci/check_layout.py")
+
+
+def note_name(raw):
+    """A citation wrapped over comment lines, as one name."""
+    return re.sub(r"\s+", " ", re.sub(r"\n\s*(//|#)\s*", " ", raw)).strip()
+
+
+def check_notes(errors):
+    cited, defined = {}, set()
+    paths = [os.path.join(ROOT, "README.md")]
+    for top in NOTE_TREES:
+        for d, _, files in os.walk(os.path.join(ROOT, top)):
+            paths += [os.path.join(d, f) for f in sorted(files)
+                      if f.endswith((".h", ".cc", ".cu", ".cuh", ".py", ".sh", ".md", ".json", ".txt", ".cmake"))]
+    for path in paths:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        defined.update(note_name(m.group(1)) for m in NOTE_HEADING.finditer(text))
+        if rel(path) in NOTE_EXAMPLES:
+            continue
+        for m in NOTE.finditer(text):
+            cited.setdefault(note_name(m.group(1)), f"{rel(path)}:{text.count(chr(10), 0, m.start()) + 1}")
+    for name, where in sorted(cited.items()):
+        if name not in defined:
+            errors.append(f"{where}: Note [{name}] is cited but defined nowhere (a comment block headed by it)")
+    with open(os.path.join(ROOT, "docs", "DESIGN.md"), encoding="utf-8") as f:
+        design = f.read()
+    for name in sorted(defined):
+        if name not in design:
+            errors.append(f"docs/DESIGN.md:1: Note [{name}] is defined but not in the Notes index")
+
+
 def main():
     errors = []
     for top in ("include", "kernels", "offload", "src", "bench", "tests"):
@@ -184,6 +224,7 @@ def main():
                 check_functions(path, text, errors)
             if top == "src":
                 check_owners(path, text, errors)
+    check_notes(errors)
     for e in errors:
         print(e)
     print(f"check_layout: {len(errors)} violation(s)")

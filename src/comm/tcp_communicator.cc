@@ -144,7 +144,8 @@ class TcpCommunicator final : public Communicator {
     return Status::Ok();
   }
 
-  // shard = op over ranks of chunk `rank` of `full`, in ring order (Note [Ring order ...]).
+  // shard = op over ranks of chunk `rank` of `full`, in ring order (Note [Ring order makes reductions
+  // deterministic]).
   // `shard` may alias that chunk of `full`: it is written only after the last step.
   Status RingReduceScatter(const char* full, const Chunks& chunks, DType dtype, ReduceOp op, void* shard,
                            const char* name) {
