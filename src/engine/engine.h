@@ -15,7 +15,8 @@
 // strata.block_inputs names, or its activations), the head's forward and backward together
 // (the loss tiled), backward block by block by recomputation (gather again, recompute,
 // backprop, reduce gradients into the accumulator), then the global gradient norm across
-// ranks (NaN/Inf: an fp16 overflow skips the step), then the CPU AdamW by sub-group on the
+// ranks (NaN/Inf: an fp16 overflow skips the step), then the CPU AdamW (or Lion, Adagrad, or
+// LAMB after its norm pass, Note [LAMB trust ratio]) by sub-group on the
 // optimizer thread, pipelined with the NVMe reads and writes of the states (the UpdateWindow)
 // and overlapped with the next step's forward as strata.optimizer_overlap says (update/); its
 // fused output is the next step's working weights. The PrefetchScheduler keeps the reads of

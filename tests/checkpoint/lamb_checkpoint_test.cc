@@ -99,5 +99,22 @@ TEST(LambInEngine, EveryPlacementIsBitwiseThePlainUpdateAndTheRatiosMatter) {
   EXPECT_FALSE(torch::equal(want[1][2].second, other[1][2].second));
 }
 
+// LoRA: only the adapters are stepped, each adapter matrix its own ratio (as PEFT's lora_A
+// and lora_B are parameters of their own); the base keeps its bytes and a resume is bitwise.
+TEST(LambInEngine, LoraAdaptersResumeBitwiseOnEveryTier) {
+  for (Tier tier : {Tier::kCpu, Tier::kNvme}) {
+    SCOPED_TRACE(OffloadDeviceName(tier));
+    TempDir dir;
+    TrainConfig c = LambConfig(dir.path());
+    c.compute_dtype = DType::kF32;
+    c.model.arch = model::Arch::kLlama;
+    c.model.lora.r = 4;
+    c.model.lora.alpha = 8;
+    c.model.lora.target_modules = {"q_proj", "v_proj", "down_proj"};
+    c.offload_param.device = c.offload_optimizer.device = tier;
+    ExpectResumeIsBitwise(c, dir.path() + "/ckpt");
+  }
+}
+
 }  // namespace
 }  // namespace strata
