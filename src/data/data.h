@@ -102,7 +102,9 @@ class TokenDataset {
   bool epochs_ = false;
   Packing packing_ = Packing::kWindows;
   bool pairs_ = false;
-  std::string pairs_path_;  // the training token file, for CheckPairs' messages
+  // The token files of the two splits (the training file for both without a validation file),
+  // for CheckPairs' messages.
+  std::string pairs_paths_[2];
   ExampleRows rows_[2];  // train, eval: with examples only
   // What identifies the token file and the validation file, for their side files (side_file.h).
   TokenFingerprint fingerprints_[2];

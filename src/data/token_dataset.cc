@@ -185,7 +185,8 @@ Status TokenDataset::OpenExamples(const DataConfig& config) {
                              config.eval_path.empty() ? "; strata.data.eval_fraction sets the held-out share" : "");
   packing_ = config.packing;
   pairs_ = config.pairs;
-  pairs_path_ = config.path;
+  pairs_paths_[0] = config.path;
+  pairs_paths_[1] = config.eval_path.empty() ? config.path : config.eval_path;
   if (pairs_) description_ += fmt::format("; {} preference pairs", rows_[0].rows() / 2);
   description_ += fmt::format("; {} {} examples in {} rows ({} longer than a row, {})", rows_[0].examples,
                               packing_ == Packing::kPacked ? "packed" : "unpacked", rows_[0].rows(),
@@ -406,7 +407,7 @@ Status TokenDataset::CheckPairs() const {
     const ExampleRows& built = split_rows(split);
     if (built.examples != built.rows() || built.rows() % 2 != 0)
       return InvalidArgument("'{}': the {} split has an example without a target (one token long): every example of "
-                             "a preference pair needs its completion", pairs_path_,
+                             "a preference pair needs its completion", pairs_paths_[split == Split::kTrain ? 0 : 1],
                              split == Split::kTrain ? "training" : "held-out");
     for (int64_t r = 0; r < built.rows(); ++r) {
       const Piece& p = built.pieces[built.first[r]];
@@ -416,7 +417,7 @@ Status TokenDataset::CheckPairs() const {
       if (trained == 0)
         return InvalidArgument("'{}': the {} completion of pair {} of the {} split trains no token (within a row of "
                                "strata.model.seq_len targets): a pair needs both completions",
-                               pairs_path_, r % 2 == 0 ? "chosen" : "rejected", r / 2,
+                               pairs_paths_[split == Split::kTrain ? 0 : 1], r % 2 == 0 ? "chosen" : "rejected", r / 2,
                                split == Split::kTrain ? "training" : "held-out");
     }
   }

@@ -107,6 +107,16 @@ TEST(DpoPairs, WhatIsNotPairsIsRefusedByName) {
               std::string::npos)
         << ds.status().message();
   }
+  {  // a validation file's pair is named with the validation file
+    PairFiles f(40), v(10, true, /*untrained=*/2);
+    DataConfig c = f.Config();
+    c.eval_path = v.tokens;
+    auto ds = TokenDataset::Open(c, 1 << 20, 8);
+    ASSERT_FALSE(ds.ok());
+    EXPECT_NE(ds.status().message().find("'" + v.tokens + "': the chosen completion of pair 1 of the held-out split"),
+              std::string::npos)
+        << ds.status().message();
+  }
   {  // a pairs file of another token file
     PairFiles f(40), g(38);
     std::filesystem::copy_file(g.tokens + ".pairs", f.tokens + ".pairs",
