@@ -1,6 +1,6 @@
-// Lion and Adagrad in the engine (Note [Optimizer rules]): each sub-group stores its one state
-// alone (the shard holds no tensor of the slot it does not keep); a resume is bitwise the
-// uninterrupted run; a restore on 1 rank, on 3 or with another sub_group_size and back is
+// Lion, Adagrad and LAMB in the engine (Note [Optimizer rules]): Lion and Adagrad store their
+// one state alone (the shard holds no tensor of the slot they do not keep); a resume is bitwise
+// the uninterrupted run; a restore on 1 rank, on 3 or with another sub_group_size and back is
 // exact; the overlapped, speculative and host-block placements are bitwise the plain update.
 #include <gtest/gtest.h>
 
@@ -8,6 +8,7 @@
 #include "engine/engine_test_util.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/checkpoint/safetensors.h"
+#include "src/engine/optimizer_rule.h"
 
 namespace strata {
 namespace {
@@ -22,6 +23,7 @@ TrainConfig OptimizerConfig(const std::string& dir, OptimizerKind kind) {
   TrainConfig c = testing::TinyConfig(dir);
   c.optimizer = kind;
   c.lr = kind == OptimizerKind::kLion ? 2e-4 : 1e-2;
+  if (kind == OptimizerKind::kLamb) c.weight_decay = 0.01;
   c.eps = 1e-10;
   c.compute_dtype = DType::kBF16;
   c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
@@ -37,6 +39,7 @@ int ShardTensors(const std::string& ck, const std::string& part) {
 }
 
 class OptimizerInEngine : public ::testing::TestWithParam<OptimizerKind> {};
+class OptimizerReshard : public ::testing::TestWithParam<OptimizerKind> {};
 
 TEST_P(OptimizerInEngine, ResumesBitwiseAndStoresItsOneStateAlone) {
   TempDir dir;
@@ -53,7 +56,7 @@ TEST_P(OptimizerInEngine, ResumesBitwiseAndStoresItsOneStateAlone) {
   EXPECT_FALSE(torch::equal(straight[1][2].second, fresh[1][2].second));
 }
 
-TEST_P(OptimizerInEngine, ReshardsExactly) {
+TEST_P(OptimizerReshard, ReshardsExactly) {
   TempDir dir;
   const TrainConfig cfg = OptimizerConfig(dir.path(), GetParam());
   const std::string ck = dir.path() + "/ckpt";
@@ -103,6 +106,72 @@ TEST_P(OptimizerInEngine, EveryPlacementAndOverlapIsBitwiseThePlainUpdate) {
 
 INSTANTIATE_TEST_SUITE_P(Kinds, OptimizerInEngine, ::testing::Values(OptimizerKind::kLion, OptimizerKind::kAdagrad),
                          [](const auto& info) { return info.param == OptimizerKind::kLion ? "Lion" : "Adagrad"; });
+INSTANTIATE_TEST_SUITE_P(Kinds, OptimizerReshard,
+                         ::testing::Values(OptimizerKind::kLion, OptimizerKind::kAdagrad, OptimizerKind::kLamb),
+                         [](const auto& info) { return RuleOf(info.param).title; });
+
+// LAMB (Note [LAMB trust ratio]): its norm pass reads the states the update then reads again
+// and writes nothing, so a resume is bitwise the uninterrupted run and every placement of the
+// states gives the plain update's bits; a run whose trust ratios were all 1 would differ.
+TEST(LambInEngine, ResumesBitwiseWithBothMoments) {
+  TempDir dir;
+  const TrainConfig cfg = OptimizerConfig(dir.path(), OptimizerKind::kLamb);
+  const std::string ck = dir.path() + "/ckpt";
+  const Params straight = ExpectResumeIsBitwise(cfg, ck);
+  EXPECT_GT(ShardTensors(ck, ".adam_m"), 0);
+  EXPECT_GT(ShardTensors(ck, ".adam_v"), 0);
+  Params fresh;  // without the restore the second half would differ: the comparison has teeth
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(cfg, r, c, 3, 6, "", "", &fresh); }), "");
+  EXPECT_FALSE(torch::equal(straight[1][2].second, fresh[1][2].second));
+}
+
+TEST(LambInEngine, EveryPlacementIsBitwiseThePlainUpdateAndTheRatiosMatter) {
+  TempDir dir;
+  TrainConfig plain = OptimizerConfig(dir.path(), OptimizerKind::kLamb);
+  plain.optimizer_overlap = OptimizerOverlap::kNone;
+  Params want;
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(plain, r, c, 0, 4, "", "", &want); }), "");
+  struct Variant {
+    const char* name;
+    int64_t host_blocks;
+    Tier states;
+  };
+  for (const Variant v : {Variant{"forward", 0, Tier::kNvme}, Variant{"host blocks", 1, Tier::kNvme},
+                          Variant{"states in host memory", 0, Tier::kCpu}}) {
+    SCOPED_TRACE(v.name);
+    TrainConfig c = plain;
+    c.optimizer_overlap = OptimizerOverlap::kForward;
+    c.host_blocks = v.host_blocks;
+    c.offload_optimizer.device = v.states;
+    Params got;
+    ASSERT_EQ(RunRanks(2, [&](int r, Communicator& comm) { return Train(c, r, comm, 0, 4, "", "", &got); }), "");
+    testing::ExpectBitwiseEqual(want, got);
+  }
+  // Clamped to 1 both ways, every ratio is 1: another update.
+  TrainConfig ones = plain;
+  ones.lamb_min_coeff = ones.lamb_max_coeff = 1.0;
+  Params other;
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(ones, r, c, 0, 4, "", "", &other); }), "");
+  EXPECT_FALSE(torch::equal(want[1][2].second, other[1][2].second));
+}
+
+// LoRA: only the adapters are stepped, each adapter matrix its own ratio (as PEFT's lora_A
+// and lora_B are parameters of their own); the base keeps its bytes and a resume is bitwise.
+TEST(LambInEngine, LoraAdaptersResumeBitwiseOnEveryTier) {
+  for (Tier tier : {Tier::kCpu, Tier::kNvme}) {
+    SCOPED_TRACE(OffloadDeviceName(tier));
+    TempDir dir;
+    TrainConfig c = OptimizerConfig(dir.path(), OptimizerKind::kLamb);
+    c.compute_dtype = DType::kF32;
+    c.model.arch = model::Arch::kLlama;
+    c.model.lora.r = 4;
+    c.model.lora.alpha = 8;
+    c.model.lora.target_modules = {"q_proj", "v_proj", "down_proj"};
+    c.offload_param.device = c.offload_optimizer.device = tier;
+    ExpectResumeIsBitwise(c, dir.path() + "/ckpt");
+  }
+}
+
 
 }  // namespace
 }  // namespace strata

@@ -29,20 +29,35 @@ def _fused(a, b, c):
     return (a.double() * b.double() + c.double()).to(torch.float32)
 
 
-class DeepSpeedCpuLion:
+class _ReferenceOptimizer:
+    """What the training loop asks of an optimizer besides step(): zero_grad, and the
+    parameters to step with their group's weight decay."""
+
+    def __init__(self, groups):
+        self.groups = groups
+
+    def zero_grad(self):
+        for g in self.groups:
+            for p in g["params"]:
+                p.grad = None
+
+    def _with_grads(self):
+        for group in self.groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    yield group["weight_decay"], p
+
+
+class DeepSpeedCpuLion(_ReferenceOptimizer):
     """DeepSpeedCPULion's step on fp32 tensors: c = fma(g, 1-b1, b1 m); p = fma(p, 1 - lr wd,
     -lr sign(c)) with sign(+-0) = +-1 (DeepSpeed takes c's sign bit), or p + that without decay;
     m = fma(g, 1-b2, b2 m). Its constants are fp32, as the kernel's are."""
 
     def __init__(self, groups, lr, betas=(0.9, 0.999)):
         import torch
-        self.groups, self.lr, self.betas = groups, lr, betas
+        super().__init__(groups)
+        self.lr, self.betas = lr, betas
         self.m = {id(p): torch.zeros_like(p) for g in groups for p in g["params"]}
-
-    def zero_grad(self):
-        for g in self.groups:
-            for p in g["params"]:
-                p.grad = None
 
     @staticmethod
     def _f32(x):
@@ -53,38 +68,30 @@ class DeepSpeedCpuLion:
         import torch
         b1, b2 = self.betas
         with torch.no_grad():
-            for group in self.groups:
-                wd = group["weight_decay"]
-                for p in group["params"]:
-                    if p.grad is None:
-                        continue
-                    g, m = p.grad, self.m[id(p)]
-                    c = _fused(g, self._f32(1 - b1), m * self._f32(b1))
-                    lr = self._f32(self.lr)
-                    step = torch.where(torch.signbit(c), lr, -lr)
-                    if wd > 0:
-                        p.copy_(_fused(p, self._f32(1 - self.lr * wd), step))
-                    else:
-                        p.add_(step)
-                    m.copy_(_fused(g, self._f32(1 - b2), m * self._f32(b2)))
+            for wd, p in self._with_grads():
+                g, m = p.grad, self.m[id(p)]
+                c = _fused(g, self._f32(1 - b1), m * self._f32(b1))
+                lr = self._f32(self.lr)
+                step = torch.where(torch.signbit(c), lr, -lr)
+                if wd > 0:
+                    p.copy_(_fused(p, self._f32(1 - self.lr * wd), step))
+                else:
+                    p.add_(step)
+                m.copy_(_fused(g, self._f32(1 - b2), m * self._f32(b2)))
 
 
-class FusedLambFormula:
+class FusedLambFormula(_ReferenceOptimizer):
     """FusedLamb's step on fp32 tensors, per parameter: m = b1 m + (1-b1) g, v = b2 v +
     (1-b2) g^2, u = m / (sqrt(v) + eps) + wd p, trust = clamp(||p|| / ||u||, 0.01, 10) (1 where
     a norm is 0), p -= (lr sqrt(1 - b2^t) / (1 - b1^t)) trust u, the step size in fp32."""
 
     def __init__(self, groups, lr, betas=(0.9, 0.999), eps=1e-8, min_coeff=0.01, max_coeff=10.0):
         import torch
-        self.groups, self.lr, self.betas, self.eps = groups, lr, betas, eps
+        super().__init__(groups)
+        self.lr, self.betas, self.eps = lr, betas, eps
         self.min_coeff, self.max_coeff, self.t = min_coeff, max_coeff, 0
         self.m = {id(p): torch.zeros_like(p) for g in groups for p in g["params"]}
         self.v = {id(p): torch.zeros_like(p) for g in groups for p in g["params"]}
-
-    def zero_grad(self):
-        for g in self.groups:
-            for p in g["params"]:
-                p.grad = None
 
     def step(self):
         import numpy as np
@@ -96,20 +103,16 @@ class FusedLambFormula:
         bc1, bc2 = f(1 - float(f(b1)) ** self.t), f(1 - float(f(b2)) ** self.t)
         step_size = f(self.lr) * np.sqrt(bc2) / bc1
         with torch.no_grad():
-            for group in self.groups:
-                wd = group["weight_decay"]
-                for p in group["params"]:
-                    if p.grad is None:
-                        continue
-                    g, m, v = p.grad, self.m[id(p)], self.v[id(p)]
-                    m.mul_(b1).add_(g, alpha=1 - b1)
-                    v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                    u = m / (v.sqrt() + self.eps) + wd * p
-                    w_norm, u_norm = p.double().norm().item(), u.double().norm().item()
-                    trust = 1.0
-                    if w_norm != 0 and u_norm != 0:
-                        trust = min(max(f(w_norm) / f(u_norm), f(self.min_coeff)), f(self.max_coeff))
-                    p.sub_(u * float(f(step_size) * f(trust)))
+            for wd, p in self._with_grads():
+                g, m, v = p.grad, self.m[id(p)], self.v[id(p)]
+                m.mul_(b1).add_(g, alpha=1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                u = m / (v.sqrt() + self.eps) + wd * p
+                w_norm, u_norm = p.double().norm().item(), u.double().norm().item()
+                trust = 1.0
+                if w_norm != 0 and u_norm != 0:
+                    trust = min(max(f(w_norm) / f(u_norm), f(self.min_coeff)), f(self.max_coeff))
+                p.sub_(u * float(f(step_size) * f(trust)))
 
 
 def _optimizer(name, groups, lr):
