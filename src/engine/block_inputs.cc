@@ -69,6 +69,13 @@ Status BlockInputStash::StartWrite(int b, size_t p, Held& h) {
   return Status();
 }
 
+Status BlockInputStash::WaitForWrites() {
+  for (auto& block : held_)
+    for (Held& h : block)
+      if (h.write_started) STRATA_RETURN_IF_ERROR(h.written.Wait());
+  return Status();
+}
+
 Status BlockInputStash::Pump() {
   for (size_t b = 0; b < held_.size(); ++b) {
     for (size_t p = 0; p < held_[b].size(); ++p) {

@@ -44,6 +44,9 @@ class BlockInputStash {
   // Before block b's backward of pass p: its input back in *into (on the compute device), and
   // the next visit's (b, p + 1, else b - 1) brought closer.
   Status Fetch(int b, size_t p, torch::Tensor* into);
+  // Waits for the writes to the swap file in flight; their memory stays held until the next Keep
+  // or Fetch lets go of it (what the tests wait for, where a sleep would guess the disk's speed).
+  Status WaitForWrites();
 
  private:
   struct Held {

@@ -6,8 +6,6 @@
 // and chooses for them, and what the keys refuse.
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <thread>
 
 #include "engine/engine_test_util.h"
 #include "src/engine/block_inputs.h"
@@ -163,7 +161,7 @@ TEST(BlockInputStash, ReadsBackWhatItWroteAndCountsIt) {
       kept.push_back(x);
     }
   EXPECT_EQ(bytes.block_inputs_written, 4u * 3 * 5 * 7 * 4);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the writes land
+  ASSERT_TRUE(stash.WaitForWrites().ok());  // the writes land
   for (int b = 2; b >= 1; --b)
     for (size_t p = 0; p < 2; ++p) {
       torch::Tensor back;
@@ -179,7 +177,8 @@ TEST(BlockInputStash, ReadsBackWhatItWroteAndCountsIt) {
   const torch::Tensor alias = first;
   ASSERT_TRUE(forward.Keep(1, 0, &first).ok());
   EXPECT_GT(alias.use_count(), 1);  // held while its write is in flight
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(forward.WaitForWrites().ok());
+  EXPECT_GT(alias.use_count(), 1);  // (landed, still held: the next Keep lets go of it)
   ASSERT_TRUE(forward.Keep(2, 0, &second).ok());
   EXPECT_EQ(alias.use_count(), 1);
 }

@@ -66,11 +66,7 @@ Status UpdateWindow::AddNorms(const AdamHyperParams& hp, int b, const SubGroup& 
   AdamSpans spans = m_.plan.format.UpdateSpans(states, working, sg.range.len, grad, grad_bf16, seed_, own->step, b,
                                                sg.range.begin);
   if (!m_.plan.format.MasterFromWorking()) spans.half_out = {};  // written by the update, never read
-  std::vector<std::pair<size_t, size_t>> no_decay;  // strata.no_decay, in the sub-group's elements
-  for (const auto& [lo, hi] : br.no_decay) {
-    const int64_t from = std::max(lo, sg.range.begin), to = std::min(hi, sg.range.begin + sg.range.len);
-    if (from < to) no_decay.emplace_back(from - sg.range.begin, to - sg.range.begin);
-  }
+  const std::vector<std::pair<size_t, size_t>> no_decay = NoDecayIn(b, sg);  // (as the update's)
   spans.no_decay = no_decay;
   std::vector<std::pair<size_t, size_t>> piece_no_decay;
   const TensorGroups& groups = groups_[b];
@@ -87,7 +83,7 @@ Status UpdateWindow::AddNorms(const AdamHyperParams& hp, int b, const SubGroup& 
 }
 
 // Every sub-group in update order, the next one's states read while one is summed; the
-// buffers go back to their pools unwritten.
+// buffers go back to their pools unwritten (on an error too, once their reads are done).
 StatusOr<std::vector<std::vector<LambSums>>> UpdateWindow::LambNorms(const AdamHyperParams& hp) {
   Tracer::Span span(m_.io.tracer, Track::kOptimizer, "lamb norms");
   DropEarlyStates();
@@ -112,14 +108,7 @@ StatusOr<std::vector<std::vector<LambSums>>> UpdateWindow::LambNorms(const AdamH
     std::unique_ptr<LoadedStates> cur = std::move(next);
     if (i + 1 < order.size()) next = LoadStates(*order[i + 1].second);
     std::byte* at = working ? working + (sg->range.begin - first) * m_.plan.dsize : nullptr;
-    Status s = AddNorms(hp, b, *sg, cur.get(), at, &sums[b]);
-    if (!s.ok()) {
-      EarlyStates pending;  // wait for the reads in flight before their buffers go back
-      if (cur) pending.push_back(std::move(cur));
-      if (next) pending.push_back(std::move(next));
-      DropStates(pending);
-      return s;
-    }
+    STRATA_RETURN_IF_ERROR(AddNorms(hp, b, *sg, cur.get(), at, &sums[b]));  // (reads in flight: ~LoadedStates)
   }
   return sums;
 }

@@ -169,11 +169,7 @@ Status UpdateWindow::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   else grad = AccumulatedGradient<float>(br, m_.plan.blocks[b], sg.range);
   AdamSpans spans = format.UpdateSpans(states, out, sg.range.len, grad, grad_bf16, seed_, own.step, b,
                                        sg.range.begin);
-  std::vector<std::pair<size_t, size_t>> no_decay;  // strata.no_decay, in the sub-group's elements
-  for (const auto& [lo, hi] : m_.model.blocks[b].no_decay) {
-    const int64_t from = std::max(lo, sg.range.begin), to = std::min(hi, sg.range.begin + sg.range.len);
-    if (from < to) no_decay.emplace_back(from - sg.range.begin, to - sg.range.begin);
-  }
+  const std::vector<std::pair<size_t, size_t>> no_decay = NoDecayIn(b, sg);
   spans.no_decay = no_decay;
   {
     Tracer::Span s(m_.io.tracer, Track::kOptimizer, "adam b" + std::to_string(b));
@@ -187,6 +183,15 @@ Status UpdateWindow::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
       if (format.StoresState(k)) (void)m_.state.store->WriteBack(hs[k], std::move(cur->buf[k]));
   }
   return Status();
+}
+
+std::vector<std::pair<size_t, size_t>> UpdateWindow::NoDecayIn(int b, const SubGroup& sg) const {
+  std::vector<std::pair<size_t, size_t>> out;
+  for (const auto& [lo, hi] : m_.model.blocks[b].no_decay) {
+    const int64_t from = std::max(lo, sg.range.begin), to = std::min(hi, sg.range.begin + sg.range.len);
+    if (from < to) out.emplace_back(from - sg.range.begin, to - sg.range.begin);
+  }
+  return out;
 }
 
 // Block b is updated: its working weights to their home (or parked). Its gradients stay: the

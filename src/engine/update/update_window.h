@@ -23,11 +23,19 @@
 
 namespace strata {
 
-// One optimizer sub-group's states (master, m, v) being read into pinned buffers.
+// One optimizer sub-group's states (master, m, v) being read into pinned buffers. Dropped on
+// an error path while its reads are in flight, it waits for them before its buffers go back to
+// their pool (a read finishing into a buffer someone else holds would write over their data).
 struct LoadedStates {
   const SubGroup* sub = nullptr;
   PinnedBuffer buf[3];
   Event read[3];
+  LoadedStates() = default;
+  LoadedStates(const LoadedStates&) = delete;
+  LoadedStates& operator=(const LoadedStates&) = delete;
+  ~LoadedStates() {
+    for (Event& t : read) t.Wait().IgnoreError();
+  }
 };
 // Sub-groups' states read before their update, in its order.
 using EarlyStates = std::deque<std::unique_ptr<LoadedStates>>;
@@ -118,6 +126,8 @@ class UpdateWindow {
   // LAMB: `spans` (sub-group `sg` of block b) stepped tensor piece by tensor piece, each with
   // its tensor's trust ratio.
   Status StepTensors(const AdamHyperParams& hp, int b, const SubGroup& sg, const AdamSpans& spans);
+  // strata.no_decay's ranges of block b within sub-group `sg`, in the sub-group's elements.
+  std::vector<std::pair<size_t, size_t>> NoDecayIn(int b, const SubGroup& sg) const;
   // The norm pass's view of block b's working weights (where the master is read from them).
   StatusOr<std::byte*> WorkingForNorms(int b, PinnedBuffer* lease, int64_t* first);
   Status AddNorms(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur, std::byte* working,
