@@ -158,9 +158,9 @@ Status ParseLamb(JsonReader& opt, JsonReader& p, TrainConfig* c) {
                            "a dynamic one (its FusedLamb); leave it out or 0", c->loss_scale.static_scale);
   if (!p.Has("weight_decay"))
     c->notes.push_back("optimizer.params.weight_decay: not set, so 0 (DeepSpeed 0.19.8 builds FusedLamb)");
-  c->notes.push_back("optimizer.type Lamb: FusedLamb's update with its trust ratio over each whole tensor, across "
-                     "sub-groups and ranks (DeepSpeed 0.19.8 runs FusedLamb on the GPU only, and under ZeRO only with "
-                     "zero_allow_untested_optimizer)");
+  c->notes.push_back("optimizer.type Lamb: FusedLamb's update, its trust ratio over each whole parameter as "
+                     "transformers holds it, across sub-groups and ranks (DeepSpeed 0.19.8 runs FusedLamb on the GPU "
+                     "only, and under ZeRO only with zero_allow_untested_optimizer)");
   STRATA_RETURN_IF_ERROR(p.Double("lr", &c->lr, 0, 1e3));
   STRATA_RETURN_IF_ERROR(ParseBetas(p, c));
   STRATA_RETURN_IF_ERROR(p.Double("eps", &c->eps, 1e-30, 1));
