@@ -28,16 +28,23 @@ TEST(HfNames, LlamaNames) {
   EXPECT_TRUE(IsHfBuffer("model.layers.0.self_attn.rotary_emb.inv_freq"));
 }
 
-// Phi-3: q, k, v are rows [0, H*d), [H*d, +KV*d), [+KV*d, +KV*d) of qkv_proj; gate and up
-// the two halves of gate_up_proj; nothing is fused in any other family.
-TEST(HfNames, Phi3FusesQkvAndGateUp) {
+// A Phi-3 of 2 layers, 4 heads of 16 (2 key/value heads) and an MLP of 192.
+ModelConfig SmallPhi3() {
   ModelConfig c;
   c.arch = Arch::kLlama;
   c.hf_model_type = "phi3";
+  c.n_layer = 2;
   c.d_model = 64;
   c.n_head = 4;
   c.n_kv_head = 2;
   c.ffn_hidden = 192;
+  return c;
+}
+
+// Phi-3: q, k, v are rows [0, H*d), [H*d, +KV*d), [+KV*d, +KV*d) of qkv_proj; gate and up
+// the two halves of gate_up_proj; nothing is fused in any other family.
+TEST(HfNames, Phi3FusesQkvAndGateUp) {
+  ModelConfig c = SmallPhi3();
   const auto q = FusedRowsOf(c, "model.layers.1.self_attn.q_proj.weight");
   const auto k = FusedRowsOf(c, "model.layers.1.self_attn.k_proj.weight");
   const auto v = FusedRowsOf(c, "model.layers.1.self_attn.v_proj.weight");
@@ -59,13 +66,7 @@ TEST(HfNames, Phi3FusesQkvAndGateUp) {
 // The parameters of transformers 5 a tensor is part of (LAMB's groups): Phi-3's fused
 // projections, and a sparse layer's experts, gate and up of all of them in one tensor.
 TEST(HfNames, HfParameterOfIsTheFusedTensorWhereTransformersFuses) {
-  ModelConfig c;
-  c.arch = Arch::kLlama;
-  c.hf_model_type = "phi3";
-  c.n_layer = 2;
-  c.d_model = 64;
-  c.n_head = 4;
-  c.ffn_hidden = 192;
+  ModelConfig c = SmallPhi3();
   EXPECT_EQ(HfParameterOf(c, 1, "self_attn.k_proj.weight"), "model.layers.0.self_attn.qkv_proj.weight");
   EXPECT_EQ(HfParameterOf(c, 2, "mlp.gate_proj.weight"), "model.layers.1.mlp.gate_up_proj.weight");
   EXPECT_EQ(HfParameterOf(c, 1, "self_attn.o_proj.weight"), "model.layers.0.self_attn.o_proj.weight");

@@ -58,16 +58,9 @@ Status UpdateWindow::AddNorms(const AdamHyperParams& hp, int b, const SubGroup& 
   const std::optional<AdamHyperParams> own = SubGroupParams(hp, b, sg);
   if (!own) return Status();  // not updated this step: not in the norms either
   STRATA_ASSIGN_OR_RETURN(auto states, StateSpans(b, sg, cur));
-  std::span<const float> grad;
-  std::span<const uint16_t> grad_bf16;
-  const BlockRuntime& br = m_.model.blocks[b];
-  if (m_.plan.gsize == 2) grad_bf16 = AccumulatedGradient<uint16_t>(br, m_.plan.blocks[b], sg.range);
-  else grad = AccumulatedGradient<float>(br, m_.plan.blocks[b], sg.range);
-  AdamSpans spans = m_.plan.format.UpdateSpans(states, working, sg.range.len, grad, grad_bf16, seed_, own->step, b,
-                                               sg.range.begin);
+  std::vector<std::pair<size_t, size_t>> no_decay;
+  AdamSpans spans = SubGroupSpans(b, sg, states, working, own->step, &no_decay);  // (as the update's)
   if (!m_.plan.format.MasterFromWorking()) spans.half_out = {};  // written by the update, never read
-  const std::vector<std::pair<size_t, size_t>> no_decay = NoDecayIn(b, sg);  // (as the update's)
-  spans.no_decay = no_decay;
   std::vector<std::pair<size_t, size_t>> piece_no_decay;
   const TensorGroups& groups = groups_[b];
   Status status;

@@ -162,15 +162,8 @@ Status UpdateWindow::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
     return Status();
   }
   const AdamHyperParams& own = *params;
-  std::span<const float> grad;
-  std::span<const uint16_t> grad_bf16;
-  const BlockRuntime& br = m_.model.blocks[b];
-  if (m_.plan.gsize == 2) grad_bf16 = AccumulatedGradient<uint16_t>(br, m_.plan.blocks[b], sg.range);
-  else grad = AccumulatedGradient<float>(br, m_.plan.blocks[b], sg.range);
-  AdamSpans spans = format.UpdateSpans(states, out, sg.range.len, grad, grad_bf16, seed_, own.step, b,
-                                       sg.range.begin);
-  const std::vector<std::pair<size_t, size_t>> no_decay = NoDecayIn(b, sg);
-  spans.no_decay = no_decay;
+  std::vector<std::pair<size_t, size_t>> no_decay;
+  const AdamSpans spans = SubGroupSpans(b, sg, states, out, own.step, &no_decay);
   {
     Tracer::Span s(m_.io.tracer, Track::kOptimizer, "adam b" + std::to_string(b));
     if (format.rule().per_tensor) STRATA_RETURN_IF_ERROR(StepTensors(own, b, sg, spans));
@@ -185,13 +178,22 @@ Status UpdateWindow::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   return Status();
 }
 
-std::vector<std::pair<size_t, size_t>> UpdateWindow::NoDecayIn(int b, const SubGroup& sg) const {
-  std::vector<std::pair<size_t, size_t>> out;
-  for (const auto& [lo, hi] : m_.model.blocks[b].no_decay) {
+AdamSpans UpdateWindow::SubGroupSpans(int b, const SubGroup& sg, const std::array<std::span<std::byte>, 3>& states,
+                                      std::byte* out, int64_t step, std::vector<std::pair<size_t, size_t>>* no_decay) const {
+  std::span<const float> grad;
+  std::span<const uint16_t> grad_bf16;
+  const BlockRuntime& br = m_.model.blocks[b];
+  if (m_.plan.gsize == 2) grad_bf16 = AccumulatedGradient<uint16_t>(br, m_.plan.blocks[b], sg.range);
+  else grad = AccumulatedGradient<float>(br, m_.plan.blocks[b], sg.range);
+  AdamSpans spans =
+      m_.plan.format.UpdateSpans(states, out, sg.range.len, grad, grad_bf16, seed_, step, b, sg.range.begin);
+  no_decay->clear();  // strata.no_decay, in the sub-group's elements
+  for (const auto& [lo, hi] : br.no_decay) {
     const int64_t from = std::max(lo, sg.range.begin), to = std::min(hi, sg.range.begin + sg.range.len);
-    if (from < to) out.emplace_back(from - sg.range.begin, to - sg.range.begin);
+    if (from < to) no_decay->emplace_back(from - sg.range.begin, to - sg.range.begin);
   }
-  return out;
+  spans.no_decay = *no_decay;
+  return spans;
 }
 
 // Block b is updated: its working weights to their home (or parked). Its gradients stay: the

@@ -126,8 +126,11 @@ class UpdateWindow {
   // LAMB: `spans` (sub-group `sg` of block b) stepped tensor piece by tensor piece, each with
   // its tensor's trust ratio.
   Status StepTensors(const AdamHyperParams& hp, int b, const SubGroup& sg, const AdamSpans& spans);
-  // strata.no_decay's ranges of block b within sub-group `sg`, in the sub-group's elements.
-  std::vector<std::pair<size_t, size_t>> NoDecayIn(int b, const SubGroup& sg) const;
+  // What AdamStep (and LAMB's norm pass) take for sub-group `sg` of block b: its stored
+  // `states`, its working weights at `out`, its accumulated gradient, the rounding seed of
+  // Adam step `step`, and strata.no_decay's ranges within it (in `no_decay`, which the spans view).
+  AdamSpans SubGroupSpans(int b, const SubGroup& sg, const std::array<std::span<std::byte>, 3>& states, std::byte* out,
+                          int64_t step, std::vector<std::pair<size_t, size_t>>* no_decay) const;
   // The norm pass's view of block b's working weights (where the master is read from them).
   StatusOr<std::byte*> WorkingForNorms(int b, PinnedBuffer* lease, int64_t* first);
   Status AddNorms(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur, std::byte* working,
