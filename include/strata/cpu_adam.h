@@ -43,10 +43,11 @@
 namespace strata {
 
 // Note [Update rules]
-// AdamStep runs one of four element-wise rules, each in the one fused pass and with the
+// AdamStep runs one of five element-wise rules, each in the one fused pass and with the
 // master, gradient and half-copy formats described here; Lion and Adagrad as DeepSpeed
 // 0.19.8's CPU kernels compute them (its cpu_lion.h, cpu_adagrad.h), operation for operation,
-// LAMB as its FusedLamb does (fused_lamb_cuda_kernel.cu):
+// LAMB as its FusedLamb does (fused_lamb_cuda_kernel.cu), Muon's element-wise half as
+// torch.optim.Muon and DeepSpeed's MuonWithAuxAdam do:
 //   kAdam     the AdamW below: m and v (exp_avg, exp_avg_sq)
 //   kLion     c = b1 m + (1-b1) g;  p = p (1 - lr wd) - lr sign(c);  m = b2 m + (1-b2) g
 //             exp_avg only; sign(+-0) = +-1 (DeepSpeed takes c's sign bit), so an element
@@ -58,10 +59,15 @@ namespace strata {
 //             step_size = lr sqrt(1 - b2^t) / (1 - b1^t) (lr without bias_correction) and
 //             trust = hp.trust_ratio, the tensor's LambTrustRatio of ||p|| and ||u|| over the
 //             whole tensor, which LambNormSums gives in pieces (Note [LAMB trust ratio])
-// g is the gradient times grad_unscale * clip_coef in each. Lion, Adagrad and LAMB keep fp32
-// states (no bf16 or 8-bit moments).
-enum class UpdateRule { kAdam, kLion, kAdagrad, kLamb };
-const char* UpdateRuleName(UpdateRule r);  // "Adam", "Lion", "Adagrad", "LAMB"
+//   kMuon     m = lerp(m, g, 1 - b1) (b1: the momentum);  p = p (1 - lr wd) - lr ratio o, o
+//             being spans.muon_update, the orthogonalised update that whole matrices give
+//             (Note [Muon] in src/engine/update/muon_matrices.h), ratio hp.muon_lr_ratio;
+//             exp_avg only (the momentum buffer); lerp as torch computes it, one fused
+//             multiply-add from the nearer end. MuonNesterov gives the direction o is made of.
+// g is the gradient times grad_unscale * clip_coef in each. Lion, Adagrad, LAMB and Muon keep
+// fp32 states (no bf16 or 8-bit moments).
+enum class UpdateRule { kAdam, kLion, kAdagrad, kLamb, kMuon };
+const char* UpdateRuleName(UpdateRule r);  // "Adam", "Lion", "Adagrad", "LAMB", "Muon"
 
 // Per-step hyper-parameters (PyTorch AdamW semantics: decoupled weight decay,
 // p <- p * (1 - lr * weight_decay) before the Adam update). Passed by value to every
@@ -86,6 +92,9 @@ struct AdamHyperParams {
   // eps_inside_sqrt).
   double trust_ratio = 1.0;
   bool eps_inside_sqrt = false;
+  // Muon only: the factor of lr in the step but not in the decay (torch.optim.Muon's adjusted
+  // lr, sqrt(max(1, rows / cols)); 1 where the update already carries it, as DeepSpeed's does).
+  double muon_lr_ratio = 1.0;
 };
 
 // Format of the optional half-precision copy of the updated weights.
@@ -129,6 +138,8 @@ struct AdamSpans {
   // hp.weight_decay. Each element's arithmetic is the same however the span is cut, so this
   // is exactly a call per range. Not with 8-bit moments (their blocks are encoded whole).
   std::span<const std::pair<size_t, size_t>> no_decay;
+  // Muon only: the orthogonalised update of each element, read only.
+  std::span<const float> muon_update;
 };
 
 // Note [Split master]
@@ -220,6 +231,12 @@ struct LambSums {
                                   const AdamOptions& options = {});
 // FusedLamb's coefficient from a tensor's sums (computed in fp32, as its kernel does).
 double LambTrustRatio(double weight_sq, double update_sq, double min_coeff, double max_coeff);
+
+// Muon's direction before orthogonalisation, for each element of `spans` (its gradient and
+// exp_avg; the rule kMuon): the momentum moved on exactly as AdamStep will move it, then
+// Nesterov's g.lerp(m, momentum) into `out` (as many elements). Nothing else is written.
+[[nodiscard]] Status MuonNesterov(const AdamHyperParams& hp, const AdamSpans& spans, std::span<float> out,
+                                  const AdamOptions& options = {});
 
 // A fp32 master split into working weights and low halves (Note [Split master]), and back.
 // Sizes must match (checked).

@@ -86,13 +86,15 @@ Status ValidateHyperParams(const AdamHyperParams& hp) {
   if (!IsFinite(hp.lr) || hp.lr < 0) return InvalidArgument("Adam lr must be finite and >= 0, got {}", hp.lr);
   if (hp.rule != UpdateRule::kAdagrad && (!(hp.beta1 >= 0 && hp.beta1 < 1) || !(hp.beta2 >= 0 && hp.beta2 < 1)))
     return InvalidArgument("{} betas must lie in [0, 1), got ({}, {})", UpdateRuleName(hp.rule), hp.beta1, hp.beta2);
-  if (hp.rule != UpdateRule::kLion && (!IsFinite(hp.eps) || hp.eps <= 0))
+  if (hp.rule != UpdateRule::kLion && hp.rule != UpdateRule::kMuon && (!IsFinite(hp.eps) || hp.eps <= 0))
     return InvalidArgument("{} eps must be finite and > 0, got {}", UpdateRuleName(hp.rule), hp.eps);
   if (!IsFinite(hp.weight_decay) || hp.weight_decay < 0)
     return InvalidArgument("Adam weight_decay must be finite and >= 0, got {}", hp.weight_decay);
   if (hp.step < 1) return InvalidArgument("Adam step is 1-based, got {}", hp.step);
   if (hp.rule == UpdateRule::kLamb && (!IsFinite(hp.trust_ratio) || hp.trust_ratio < 0))
     return InvalidArgument("LAMB trust_ratio must be finite and >= 0, got {}", hp.trust_ratio);
+  if (hp.rule == UpdateRule::kMuon && (!IsFinite(hp.muon_lr_ratio) || hp.muon_lr_ratio < 0))
+    return InvalidArgument("Muon muon_lr_ratio must be finite and >= 0, got {}", hp.muon_lr_ratio);
   if (!IsFinite(hp.grad_unscale) || !IsFinite(hp.clip_coef) || hp.clip_coef < 0)
     return InvalidArgument("Adam grad_unscale ({}) and clip_coef ({}) must be finite, clip_coef >= 0",
                            hp.grad_unscale, hp.clip_coef);
@@ -102,15 +104,15 @@ Status ValidateHyperParams(const AdamHyperParams& hp) {
 // Elements of the sub-group: of the fp32 master, or of a split one's low halves.
 size_t Elements(const AdamSpans& s) { return s.master_low.empty() ? s.params.size() : s.master_low.size(); }
 
-// Lion keeps exp_avg only, Adagrad exp_avg_sq only, both in fp32 (Note [Update rules]).
+// Lion and Muon keep exp_avg only, Adagrad exp_avg_sq only, all in fp32 (Note [Update rules]).
 Status ValidateOneState(UpdateRule rule, const AdamSpans& s) {
   const size_t n = Elements(s);
-  const bool lion = rule == UpdateRule::kLion;
-  const size_t kept = lion ? s.exp_avg.size() : s.exp_avg_sq.size(), other = lion ? s.exp_avg_sq.size() : s.exp_avg.size();
+  const bool keeps_m = rule != UpdateRule::kAdagrad;
+  const size_t kept = keeps_m ? s.exp_avg.size() : s.exp_avg_sq.size(), other = keeps_m ? s.exp_avg_sq.size() : s.exp_avg.size();
   if (kept != n || other != 0 || !s.exp_avg_bf16.empty() || !s.exp_avg_sq_bf16.empty() || !s.exp_avg_8bit.empty() ||
       !s.exp_avg_sq_8bit.empty())
     return InvalidArgument("{} keeps {} only, {} fp32 elements; given exp_avg {}, exp_avg_sq {}{}", UpdateRuleName(rule),
-                           lion ? "exp_avg" : "exp_avg_sq", n, s.exp_avg.size(), s.exp_avg_sq.size(),
+                           keeps_m ? "exp_avg" : "exp_avg_sq", n, s.exp_avg.size(), s.exp_avg_sq.size(),
                            s.exp_avg_bf16.empty() && s.exp_avg_sq_bf16.empty() && s.exp_avg_8bit.empty() &&
                                    s.exp_avg_sq_8bit.empty()
                                ? ""
@@ -134,6 +136,9 @@ Status ValidateSpans(UpdateRule rule, const AdamSpans& s) {
                              bf16_moments || moments_8bit ? " and bf16 or 8-bit moments" : "");
   } else if (rule != UpdateRule::kAdam) {
     STRATA_RETURN_IF_ERROR(ValidateOneState(rule, s));
+    if (rule == UpdateRule::kMuon && s.muon_update.size() != n)
+      return InvalidArgument("Muon needs an orthogonalised update for each of its {} elements; given {}", n,
+                             s.muon_update.size());
   } else if (moments_8bit) {
     if (bf16_moments || fp32_moments || s.exp_avg_8bit.size() != Moment8BitBytes(n) ||
         s.exp_avg_sq_8bit.size() != Moment8BitBytes(n))
@@ -224,6 +229,16 @@ AdamArgs MakeArgs(const AdamHyperParams& hp, const AdamSpans& s) {
     a.eps_in = hp.eps_inside_sqrt ? a.eps : 0.0f;
     a.eps = hp.eps_inside_sqrt ? 0.0f : a.eps;
   }
+  if (hp.rule == UpdateRule::kMuon) {  // torch: lerp weights in fp32, the step's alpha lr * ratio in double
+    a.o = s.muon_update.data();
+    a.lerp_coef = a.one_minus_beta1;
+    a.lerp_small = a.lerp_coef < 0.5f;
+    if (!a.lerp_small) a.lerp_coef -= 1.0f;
+    a.nesterov_coef = a.beta1;
+    a.nesterov_small = a.beta1 < 0.5f;
+    if (!a.nesterov_small) a.nesterov_coef -= 1.0f;
+    a.neg_lr = static_cast<float>(-(hp.lr * hp.muon_lr_ratio));
+  }
   return a;
 }
 
@@ -309,6 +324,7 @@ AdamSpans SliceSpans(const AdamSpans& s, size_t begin, size_t end, std::vector<s
   out.exp_avg_bf16 = cut(s.exp_avg_bf16);
   out.exp_avg_sq_bf16 = cut(s.exp_avg_sq_bf16);
   out.master_low = cut(s.master_low);
+  out.muon_update = cut(s.muon_update);
   out.rounding_index = s.rounding_index + begin;
   no_decay->clear();
   for (const auto& [lo, hi] : s.no_decay)
@@ -351,6 +367,24 @@ Status LambNormSums(const AdamHyperParams& hp, const AdamSpans& spans, LambSums*
   return Status::Ok();
 }
 
+Status MuonNesterov(const AdamHyperParams& hp, const AdamSpans& spans, std::span<float> out, const AdamOptions& options) {
+  if (hp.rule != UpdateRule::kMuon) return InvalidArgument("MuonNesterov takes the Muon rule, not {}", UpdateRuleName(hp.rule));
+  STRATA_RETURN_IF_ERROR(ValidateHyperParams(hp));
+  const size_t n = spans.grad.empty() ? spans.grad_bf16.size() : spans.grad.size();
+  if (spans.exp_avg.size() != n || out.size() != n || (!spans.grad.empty() && !spans.grad_bf16.empty()))
+    return InvalidArgument("MuonNesterov needs one gradient, exp_avg and out of one length; given {} + {}, {} and {}",
+                           spans.grad.size(), spans.grad_bf16.size(), spans.exp_avg.size(), out.size());
+  if (n == 0) return Status::Ok();
+  AdamSpans plain = spans;
+  plain.muon_update = {};  // (not read)
+  const AdamArgs args = MakeArgs(hp, plain);
+  using NesterovFn = void (*)(const AdamArgs&, size_t, size_t, float*);
+  const NesterovFn kernel = ForActiveIsa<NesterovFn>(cpu::MuonNesterovAvx512, cpu::MuonNesterovAvx2, cpu::MuonNesterovScalar);
+  ParallelRanges(out.data(), sizeof(float), n, ThreadsFor(n, options),
+                 [&](int, size_t b, size_t e) { kernel(args, b, e, out.data()); });
+  return Status::Ok();
+}
+
 double LambTrustRatio(double weight_sq, double update_sq, double min_coeff, double max_coeff) {
   const float w = std::sqrt(static_cast<float>(weight_sq)), u = std::sqrt(static_cast<float>(update_sq));
   if (w == 0 || u == 0) return 1.0;
@@ -366,6 +400,7 @@ const char* UpdateRuleName(UpdateRule r) {
     case UpdateRule::kLion: return "Lion";
     case UpdateRule::kAdagrad: return "Adagrad";
     case UpdateRule::kLamb: return "LAMB";
+    case UpdateRule::kMuon: return "Muon";
   }
   return "?";
 }

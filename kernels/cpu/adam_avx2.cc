@@ -5,6 +5,7 @@
 
 #include "adam_impl.h"
 #include "lamb_impl.h"
+#include "muon_impl.h"
 
 namespace strata::cpu {
 namespace {
@@ -73,6 +74,7 @@ struct Avx2Ops {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(lo), _mm256_castsi256_si128(dp));
   }
   static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F Sub(F a, F b) { return _mm256_sub_ps(a, b); }
   static F Div(F a, F b) { return _mm256_div_ps(a, b); }
   static F Sqrt(F a) { return _mm256_sqrt_ps(a); }
   static F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
@@ -123,6 +125,10 @@ void AdamRangeAvx2(const AdamArgs& a, size_t begin, size_t end) {
 
 void LambSumsAvx2(const AdamArgs& a, size_t begin, size_t end, double* w, double* u) {
   LambSumsDispatch<Avx2Ops, Narrow>(a, begin, end, w, u);
+}
+
+void MuonNesterovAvx2(const AdamArgs& a, size_t begin, size_t end, float* out) {
+  MuonNesterovDispatch<Avx2Ops, Narrow>(a, begin, end, out);
 }
 
 double SumSquaresAvx2(const float* x, size_t begin, size_t end) {

@@ -11,6 +11,7 @@
 
 #include "adam_impl.h"
 #include "lamb_impl.h"
+#include "muon_impl.h"
 #include "bf16_avx512.h"
 
 namespace strata::cpu {
@@ -56,6 +57,7 @@ struct Avx512Ops {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), _mm512_cvtsepi32_epi16(d));
   }
   static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F Sub(F a, F b) { return _mm512_sub_ps(a, b); }
   static F Div(F a, F b) { return _mm512_div_ps(a, b); }
   static F Sqrt(F a) { return _mm512_sqrt_ps(a); }
   static F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
@@ -105,6 +107,10 @@ void AdamRangeAvx512Bf16(const AdamArgs& a, size_t begin, size_t end) {
 
 void LambSumsAvx512(const AdamArgs& a, size_t begin, size_t end, double* w, double* u) {
   LambSumsDispatch<Avx512Ops<false>, Narrow>(a, begin, end, w, u);
+}
+
+void MuonNesterovAvx512(const AdamArgs& a, size_t begin, size_t end, float* out) {
+  MuonNesterovDispatch<Avx512Ops<false>, Narrow>(a, begin, end, out);
 }
 
 double SumSquaresAvx512(const float* x, size_t begin, size_t end) {

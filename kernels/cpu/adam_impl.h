@@ -53,6 +53,15 @@ struct AdamArgs {
   float neg_lr = 0;                      // Lion, Adagrad: -lr
   float l2 = 0;                          // Adagrad: g += l2 * p (coupled); LAMB: u += l2 * p
   float eps_in = 0;                      // LAMB: sqrt(v + eps_in) + eps (one of the two is 0)
+  // Muon: the orthogonalised update of each element (whole matrices, computed before), and
+  // torch's lerp of the momentum toward the gradient by w = 1 - momentum: m + w (g - m) for
+  // w < 0.5, else g + (w - 1) (g - m), as one fused multiply-add (lerp_coef: w or w - 1).
+  const float* o = nullptr;
+  float lerp_coef = 0;
+  bool lerp_small = true;
+  // MuonNesterov: torch's g.lerp(m, momentum), the same way (nesterov_coef: momentum or momentum - 1).
+  float nesterov_coef = 0;
+  bool nesterov_small = false;
   // MomentKind::kBf16 and k8Bit: the stochastic rounding's key and the 32-bit counter of element 0;
   // element i's counter is sr_base + i (mod 2^32). See RoundingBits.
   uint32_t sr_key = 0;
@@ -71,6 +80,12 @@ void AdamRangeAvx512Bf16(const AdamArgs& a, size_t begin, size_t end);
 void LambSumsScalar(const AdamArgs& a, size_t begin, size_t end, double* w, double* u);
 void LambSumsAvx2(const AdamArgs& a, size_t begin, size_t end, double* w, double* u);
 void LambSumsAvx512(const AdamArgs& a, size_t begin, size_t end, double* w, double* u);
+
+// Muon's direction before its orthogonalisation (MuonNesterov in strata/cpu_adam.h) over
+// [begin, end) into out; reads g and m, writes nothing else.
+void MuonNesterovScalar(const AdamArgs& a, size_t begin, size_t end, float* out);
+void MuonNesterovAvx2(const AdamArgs& a, size_t begin, size_t end, float* out);
+void MuonNesterovAvx512(const AdamArgs& a, size_t begin, size_t end, float* out);
 
 // A split master (Note [Split master]): n fp32 values to working weights + low halves, and back.
 void SplitMasterScalar(const float* p, uint16_t* w, int16_t* lo, size_t n);
@@ -155,6 +170,7 @@ struct ScalarOps {
     *lo = static_cast<int16_t>(d < -32768 ? -32768 : d > 32767 ? 32767 : d);
   }
   static F Mul(F a, F b) { return a * b; }
+  static F Sub(F a, F b) { return a - b; }
   static F Div(F a, F b) { return a / b; }
   static F Sqrt(F a) { return std::sqrt(a); }
   static F Fma(F a, F b, F c) {
@@ -203,9 +219,11 @@ struct AdamConsts {
         beta2(Ops::Set1(a.beta2)), one_minus_beta2(Ops::Set1(a.one_minus_beta2)),
         inv_sqrt_bc2(Ops::Set1(a.inv_sqrt_bc2)), eps(Ops::Set1(a.eps)), neg_step_size(Ops::Set1(a.neg_step_size)),
         decay(Ops::Set1(a.decay)), neg_lr(Ops::Set1(a.neg_lr)), l2(Ops::Set1(a.l2)), eps_in(Ops::Set1(a.eps_in)),
-        one(Ops::Set1(1.0f)) {}
+        one(Ops::Set1(1.0f)), lerp_coef(Ops::Set1(a.lerp_coef)), nesterov_coef(Ops::Set1(a.nesterov_coef)),
+        lerp_small(a.lerp_small), nesterov_small(a.nesterov_small) {}
   F grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, neg_step_size, decay, neg_lr, l2,
-      eps_in, one;
+      eps_in, one, lerp_coef, nesterov_coef;
+  bool lerp_small, nesterov_small;
 };
 
 // One element or one vector of the AdamW update; identical arithmetic for every width, so
@@ -268,9 +286,33 @@ inline void LambUpdate(const AdamConsts<Ops>& c, typename Ops::F g, typename Ops
   p = Ops::Fma(c.neg_step_size, LambDirection<Ops>(c, g, p, m, v), p);
 }
 
-// The moments a rule keeps: Adam and LAMB m and v, Lion m, Adagrad v (its sum of squares).
+// Muon's momentum as torch's buf.lerp_(g', 1 - momentum) computes it (its vectorised lerp: one
+// fused multiply-add from the nearer end), g' = g * grad_scale. The update and the pass that
+// feeds the orthogonalisation (MuonNesterov) both call this: the momentum the update stores is
+// the one the update direction was made from.
+template <class Ops>
+inline typename Ops::F MuonMomentum(const AdamConsts<Ops>& c, typename Ops::F gs, typename Ops::F m) {
+  return Ops::Fma(c.lerp_coef, Ops::Sub(gs, m), c.lerp_small ? m : gs);
+}
+
+// Nesterov's direction, torch's g'.lerp(m, momentum) with m the new momentum.
+template <class Ops>
+inline typename Ops::F MuonDirection(const AdamConsts<Ops>& c, typename Ops::F gs, typename Ops::F m) {
+  return Ops::Fma(c.nesterov_coef, Ops::Sub(m, gs), c.nesterov_small ? gs : m);
+}
+
+// p = p (1 - lr wd) - lr' o, as torch's param.mul_(1 - lr wd).add_(o, alpha=-lr') (its
+// vectorised add is a fused multiply-add); the momentum moved on.
+template <class Ops>
+inline void MuonUpdate(const AdamConsts<Ops>& c, typename Ops::F g, typename Ops::F o, typename Ops::F& p,
+                       typename Ops::F& m) {
+  m = MuonMomentum<Ops>(c, Ops::Mul(g, c.grad_scale), m);
+  p = Ops::Fma(c.neg_lr, o, Ops::Mul(p, c.decay));
+}
+
+// The moments a rule keeps: Adam and LAMB m and v, Lion and Muon m, Adagrad v (its sum of squares).
 constexpr bool KeepsM(UpdateRule r) { return r != UpdateRule::kAdagrad; }
-constexpr bool KeepsV(UpdateRule r) { return r != UpdateRule::kLion; }
+constexpr bool KeepsV(UpdateRule r) { return r != UpdateRule::kLion && r != UpdateRule::kMuon; }
 
 // The random bits of kWidth consecutive elements (Note [Stochastic rounding of the moments]
 // in strata/cpu_adam.h): lowbias32 (C. Wellons' hash-prospector: a bijection of 32 bits,
@@ -353,6 +395,7 @@ inline void AdamLoop(const AdamArgs& a, size_t begin, size_t end) {
     if constexpr (kRule == UpdateRule::kAdam) AdamUpdate<Ops>(c, g, p, m, v);
     else if constexpr (kRule == UpdateRule::kLamb) LambUpdate<Ops>(c, g, p, m, v);
     else if constexpr (kRule == UpdateRule::kLion) LionUpdate<Ops>(c, g, p, m);
+    else if constexpr (kRule == UpdateRule::kMuon) MuonUpdate<Ops>(c, g, Ops::Load(a.o + i), p, m);
     else AdagradUpdate<Ops>(c, g, p, v);
     if constexpr (kMaster == MasterKind::kFp32) Ops::Store(a.p + i, p);
     if constexpr (kBf16Moments) {
@@ -406,7 +449,7 @@ inline void AdamRangeHalf(const AdamArgs& a, size_t begin, size_t end) {
   }
 }
 
-// Lion, Adagrad and LAMB (fp32 states): the gradient, half copy and master formats Adam has.
+// Lion, Adagrad, LAMB and Muon (fp32 states): the gradient, half copy and master formats Adam has.
 template <class Wide, class Narrow, UpdateRule kRule>
 inline void Fp32StatesRangeDispatch(const AdamArgs& a, size_t begin, size_t end) {
   if (a.grad_kind == GradKind::kBf16)
@@ -452,6 +495,7 @@ inline void AdamRangeDispatch(const AdamArgs& a, size_t begin, size_t end) {
   if (a.rule == UpdateRule::kLion) return Fp32StatesRangeDispatch<Wide, Narrow, UpdateRule::kLion>(a, begin, end);
   if (a.rule == UpdateRule::kAdagrad) return Fp32StatesRangeDispatch<Wide, Narrow, UpdateRule::kAdagrad>(a, begin, end);
   if (a.rule == UpdateRule::kLamb) return Fp32StatesRangeDispatch<Wide, Narrow, UpdateRule::kLamb>(a, begin, end);
+  if (a.rule == UpdateRule::kMuon) return Fp32StatesRangeDispatch<Wide, Narrow, UpdateRule::kMuon>(a, begin, end);
   if (a.moment_kind == MomentKind::k8Bit)
     return a.grad_kind == GradKind::kBf16 ? Adam8BitRangeT<Wide, Narrow, GradKind::kBf16>(a, begin, end)
                                           : Adam8BitRangeT<Wide, Narrow, GradKind::kFp32>(a, begin, end);

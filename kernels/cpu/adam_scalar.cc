@@ -2,6 +2,7 @@
 // every SIMD one is tested against. See adam_impl.h for the shared kernel templates.
 #include "adam_impl.h"
 #include "lamb_impl.h"
+#include "muon_impl.h"
 
 namespace strata::cpu {
 
@@ -13,6 +14,10 @@ void AdamRangeScalar(const AdamArgs& a, size_t begin, size_t end) {
 
 void LambSumsScalar(const AdamArgs& a, size_t begin, size_t end, double* w, double* u) {
   LambSumsDispatch<Scalar, Scalar>(a, begin, end, w, u);
+}
+
+void MuonNesterovScalar(const AdamArgs& a, size_t begin, size_t end, float* out) {
+  MuonNesterovDispatch<Scalar, Scalar>(a, begin, end, out);
 }
 
 double SumSquaresScalar(const float* x, size_t begin, size_t end) {

@@ -136,7 +136,7 @@ Status Commit(Engine& engine, const TrainConfig& cfg, const std::string& dir, co
       {"step", step},
       {"world_size", world},
       {"compute_dtype", DTypeName(cfg.compute_dtype)},
-      // Whose states the moment slots hold ("adam", "lion", "adagrad", "lamb"; Note [Optimizer rules]).
+      // Whose states the moment slots hold ("adam", "lion", "adagrad", "lamb", "muon"; Note [Optimizer rules]).
       {"optimizer", engine.plan().format.rule().name},
       {"adam_states", DTypeName(engine.plan().format.VisitedMomentDType())},
       // How the run kept m and v ("8bit" is saved as its fp32 values: adam_states "fp32").

@@ -48,7 +48,7 @@ std::string ManifestProblem(const nlohmann::json& j) {
   if (!j["compute_dtype"].is_string() || !j["model"].is_object() || !j["counters"].is_object())
     return "\"compute_dtype\", \"model\" or \"counters\" has the wrong type";
   if (j.contains("optimizer") && (!j["optimizer"].is_string() || !RuleNamed(j["optimizer"].get<std::string>())))
-    return "\"optimizer\" is none of \"adam\", \"lion\", \"adagrad\", \"lamb\"";
+    return "\"optimizer\" is none of \"adam\", \"lion\", \"adagrad\", \"lamb\", \"muon\"";
   if (j.contains("adam_states") && j["adam_states"] != "fp32" && j["adam_states"] != "bf16")
     return "\"adam_states\" is neither \"fp32\" nor \"bf16\"";
   if (j.contains("run_adam_states") && j["run_adam_states"] != "fp32" && j["run_adam_states"] != "bf16" &&

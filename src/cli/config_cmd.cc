@@ -37,7 +37,12 @@ nlohmann::ordered_json Offload(const OffloadConfig& o) {
 }
 
 // The resolved scheduler parameters of the schedule's kind.
-nlohmann::ordered_json ScheduleParams(const ScheduleConfig& s) {
+nlohmann::ordered_json ScheduleParams(const TrainConfig& c) {
+  const ScheduleConfig& s = c.schedule;
+  // WarmupLR's default peak is each group's own lr: Muon's two halves have one each.
+  const nlohmann::ordered_json peak = s.warmup_max_is_group_lr && c.optimizer == OptimizerKind::kMuon
+                                          ? nlohmann::ordered_json{c.muon.lr, c.lr}
+                                          : nlohmann::ordered_json(s.warmup_max_lr);
   switch (s.kind) {
     case LrScheduleKind::kOneCycle:
       return {{"cycle_min_lr", s.cycle_min_lr}, {"cycle_max_lr", s.cycle_max_lr}, {"decay_lr_rate", s.decay_lr_rate},
@@ -50,7 +55,7 @@ nlohmann::ordered_json ScheduleParams(const ScheduleConfig& s) {
       return {{"lr_range_test_min_lr", s.range_min_lr}, {"lr_range_test_step_size", s.range_step_size},
               {"lr_range_test_step_rate", s.range_step_rate}, {"lr_range_test_staircase", s.range_staircase}};
     default:
-      return {{"warmup_min_lr", s.warmup_min_lr}, {"warmup_max_lr", s.warmup_max_lr},
+      return {{"warmup_min_lr", s.warmup_min_lr}, {"warmup_max_lr", peak},
               {"warmup_num_steps", s.warmup_num_steps},
               {"warmup_type", s.warmup_type == WarmupType::kLog ? "log" : "linear"}, {"total_num_steps", s.total_num_steps},
               {"cos_min_ratio", s.cos_min_ratio}, {"warmup_min_ratio", s.warmup_min_ratio}};
@@ -71,6 +76,14 @@ nlohmann::ordered_json ResolvedOptimizer(const TrainConfig& c) {
                {{"lr", c.lr}, {"betas", {c.beta1, c.beta2}}, {"eps", c.eps}, {"eps_inside_sqrt", c.eps_inside_sqrt},
                 {"weight_decay", c.weight_decay}, {"bias_correction", c.bias_correction},
                 {"max_coeff", c.lamb_max_coeff}, {"min_coeff", c.lamb_min_coeff}}}};
+    case OptimizerKind::kMuon: {
+      const char* ns = c.muon.ns == MuonNs::kGram ? "gram" : c.muon.ns == MuonNs::kStandard ? "standard" : "torch";
+      return {{"type", "Muon"},
+              {"params",
+               {{"lr", c.lr}, {"betas", {c.beta1, c.beta2}}, {"eps", c.eps}, {"weight_decay", c.weight_decay},
+                {"adam_w_mode", c.adam_w_mode}, {"muon_lr", c.muon.lr}, {"momentum", c.muon.momentum},
+                {"muon_weight_decay", c.muon.weight_decay}, {"ns_method", ns}}}};
+    }
     case OptimizerKind::kAdam: break;
   }
   return {{"type", c.adam_w_mode ? "AdamW" : "Adam"},
@@ -102,7 +115,7 @@ nlohmann::ordered_json Resolved(const TrainConfig& c) {
         {"initial_scale_power", c.loss_scale.initial_scale_power}, {"loss_scale_window", c.loss_scale.window},
         {"hysteresis", c.loss_scale.hysteresis}, {"min_loss_scale", c.loss_scale.min_scale}}},
       {"optimizer", ResolvedOptimizer(c)},
-      {"scheduler", {{"type", ScheduleName(s.kind)}, {"params", ScheduleParams(s)}}},
+      {"scheduler", {{"type", ScheduleName(s.kind)}, {"params", ScheduleParams(c)}}},
       {"zero_optimization",
        {{"stage", c.zero_stage}, {"offload_param", Offload(c.offload_param)},
         {"offload_optimizer", Offload(c.offload_optimizer)}, {"sub_group_size", c.sub_group_size},

@@ -75,6 +75,7 @@ Status ParseScheduler(JsonReader& root, TrainConfig* c) {
   // Absent, the peak is DeepSpeed's default: the optimizer's lr for WarmupLR, 0.001 for
   // WarmupDecayLR. "auto" is the optimizer's lr (what the Hugging Face Trainer fills in).
   c->schedule.warmup_max_lr = type == "WarmupDecayLR" && !p.IsAuto("warmup_max_lr") ? 1e-3 : c->lr;
+  c->schedule.warmup_max_is_group_lr = type == "WarmupLR" && !p.Has("warmup_max_lr");
   // "auto" is the Trainer's warmup_steps, 0 unless set: no warmup (DeepSpeed's default is 1000).
   if (p.IsAuto("warmup_num_steps")) c->schedule.warmup_num_steps = 0;
   STRATA_RETURN_IF_ERROR(p.Double("warmup_min_lr", &c->schedule.warmup_min_lr, 0, 1e3));
@@ -102,7 +103,6 @@ std::string RefusedOptimizer(const std::string& lower) {
   if (lower == "onebitadam" || lower == "zerooneadam" || lower == "onebitlamb")
     return "compresses the gradients it communicates (DeepSpeed builds its 1-bit / 0/1 optimizer); Strata's "
            "communication is exact";
-  if (lower == "muon") return "is DeepSpeed's MuonWithAuxAdam, not built in this version";
   return "is not an optimizer DeepSpeed 0.19.8 builds for ZeRO either";
 }
 
@@ -179,6 +179,49 @@ Status ParseLamb(JsonReader& opt, JsonReader& p, TrainConfig* c) {
   return Status();
 }
 
+// Muon: DeepSpeed 0.19.8's MuonWithAuxAdam as its engine builds it (_muon_param_groups): the
+// shared lr, weight_decay, the Muon half's momentum and ns_method, the AdamW half's betas and
+// eps, muon_lr / adam_lr over the shared lr; the class's defaults for what is absent (Muon lr
+// 0.02, momentum 0.95; AdamW lr 3e-4, betas (0.9, 0.95), eps 1e-10; weight_decay 0).
+Status ParseMuon(JsonReader& opt, JsonReader& p, TrainConfig* c) {
+  c->lr = 3e-4;
+  c->beta1 = 0.9, c->beta2 = 0.95;
+  c->eps = 1e-10;
+  c->weight_decay = 0;
+  c->bias_correction = true;
+  c->muon = MuonConfig();
+  if (p.Has("lr")) {
+    STRATA_RETURN_IF_ERROR(p.Double("lr", &c->lr, 0, 1e3));
+    c->muon.lr = c->lr;
+  }
+  STRATA_RETURN_IF_ERROR(p.Double("muon_lr", &c->muon.lr, 0, 1e3));
+  STRATA_RETURN_IF_ERROR(p.Double("adam_lr", &c->lr, 0, 1e3));
+  STRATA_RETURN_IF_ERROR(p.Double("momentum", &c->muon.momentum, 0, 0.999999));
+  STRATA_RETURN_IF_ERROR(p.Double("weight_decay", &c->weight_decay, 0, 10));
+  c->muon.weight_decay = c->weight_decay;
+  STRATA_RETURN_IF_ERROR(ParseBetas(p, c));
+  STRATA_RETURN_IF_ERROR(p.Double("eps", &c->eps, 1e-30, 1));
+  STRATA_RETURN_IF_ERROR(p.Bool("adam_w_mode", &c->adam_w_mode));
+  std::string ns = "gram";
+  STRATA_RETURN_IF_ERROR(p.Choice("ns_method", &ns, {"gram", "standard", "torch"}));
+  c->muon.ns = ns == "gram" ? MuonNs::kGram : ns == "standard" ? MuonNs::kStandard : MuonNs::kTorch;
+  bool per_head = false;
+  STRATA_RETURN_IF_ERROR(p.Bool("per_head_muon", &per_head));
+  if (per_head)
+    return InvalidArgument("{}: true is not supported (each attention head orthogonalised on its own); leave it "
+                           "out or false", p.PathOf("per_head_muon"));
+  if (!p.Has("weight_decay"))
+    c->notes.push_back("optimizer.params.weight_decay: not set, so 0 for both halves (DeepSpeed 0.19.8's "
+                       "MuonWithAuxAdam)");
+  c->notes.push_back(fmt::format(
+      "optimizer.type Muon: DeepSpeed's MuonWithAuxAdam; every 2-D weight but the embeddings and lm_head takes Muon "
+      "(lr {}, momentum {}, Newton-Schulz \"{}\" on the whole matrix, assembled across sub-groups and ranks), the "
+      "rest AdamW (lr {}, betas [{}, {}], eps {})", c->muon.lr, c->muon.momentum, ns, c->lr, c->beta1, c->beta2, c->eps));
+  p.UnusedKeys(&c->warnings);
+  opt.UnusedKeys(&c->warnings);
+  return Status();
+}
+
 }  // namespace
 
 Status ParseOptimizer(JsonReader& root, TrainConfig* c) {
@@ -189,9 +232,9 @@ Status ParseOptimizer(JsonReader& root, TrainConfig* c) {
   // DeepSpeed matches optimizer names in any case ("adamw", "ADAM").
   std::string lower = type;
   for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  if (lower != "adam" && lower != "adamw" && lower != "lion" && lower != "adagrad" && lower != "lamb")
-    return InvalidArgument("{}: \"{}\" {}; Strata runs \"Adam\", \"AdamW\", \"Lion\", \"Adagrad\" and \"Lamb\" (in "
-                           "any case)", opt.PathOf("type"), type, RefusedOptimizer(lower));
+  if (lower != "adam" && lower != "adamw" && lower != "lion" && lower != "adagrad" && lower != "lamb" && lower != "muon")
+    return InvalidArgument("{}: \"{}\" {}; Strata runs \"Adam\", \"AdamW\", \"Lion\", \"Adagrad\", \"Lamb\" and "
+                           "\"Muon\" (in any case)", opt.PathOf("type"), type, RefusedOptimizer(lower));
   STRATA_ASSIGN_OR_RETURN(JsonReader p, opt.Child("params"));
   if (p.Has("max_grad_norm"))  // as DeepSpeed 0.19.8, for every optimizer
     return InvalidArgument("{}: not an optimizer parameter (DeepSpeed 0.19.8 refuses it too); clip with the top-level "
@@ -199,8 +242,10 @@ Status ParseOptimizer(JsonReader& root, TrainConfig* c) {
   c->optimizer = lower == "lion"      ? OptimizerKind::kLion
                  : lower == "adagrad" ? OptimizerKind::kAdagrad
                  : lower == "lamb"    ? OptimizerKind::kLamb
+                 : lower == "muon"    ? OptimizerKind::kMuon
                                       : OptimizerKind::kAdam;
   if (c->optimizer == OptimizerKind::kLamb) return ParseLamb(opt, p, c);
+  if (c->optimizer == OptimizerKind::kMuon) return ParseMuon(opt, p, c);
   if (c->optimizer != OptimizerKind::kAdam) return ParseOneStateOptimizer(opt, p, c);
   type = lower == "adam" ? "Adam" : "AdamW";
   c->adam_w_mode = true;  // DeepSpeed's "Adam" is decoupled (AdamW) unless adam_w_mode is false

@@ -287,14 +287,29 @@ static Status CheckSplitMaster(const TrainConfig& c) {
   return Status();
 }
 
-// LAMB's trust ratios come from every tensor's norms before any of it is updated (Note [LAMB
-// trust ratio]): no update can start during the backward, or run beside the next step.
-static Status CheckLamb(const TrainConfig& c) {
-  if (c.optimizer != OptimizerKind::kLamb) return Status();
+// LAMB's trust ratios come from every tensor's norms, Muon's updates from whole matrices, before
+// any of them is updated (Note [LAMB trust ratio], Note [Muon]): no update can start during the
+// backward, or run beside the next step.
+static Status CheckWholeTensorOptimizers(const TrainConfig& c) {
+  if (c.optimizer != OptimizerKind::kLamb && c.optimizer != OptimizerKind::kMuon) return Status();
+  const bool lamb = c.optimizer == OptimizerKind::kLamb;
   if (c.optimizer_overlap != OptimizerOverlap::kNone && c.optimizer_overlap != OptimizerOverlap::kForward)
-    return InvalidArgument("strata.optimizer_overlap \"{}\": not with optimizer.type \"Lamb\", whose update needs "
-                           "every tensor's norms first; use \"forward\" or \"none\"",
-                           OptimizerOverlapName(c.optimizer_overlap));
+    return InvalidArgument("strata.optimizer_overlap \"{}\": not with optimizer.type \"{}\", whose update needs {} "
+                           "first; use \"forward\" or \"none\"", OptimizerOverlapName(c.optimizer_overlap),
+                           lamb ? "Lamb" : "Muon", lamb ? "every tensor's norms" : "every whole matrix");
+  if (lamb) return Status();
+  if (c.model.lora.enabled())
+    return InvalidArgument("optimizer.type \"Muon\": not with strata.lora yet (its adapters would take Muon one "
+                           "factor at a time); use \"AdamW\" for adapters");
+  if (model::IsMoe(c.model))
+    return InvalidArgument("optimizer.type \"Muon\": not for mixtures of experts yet (transformers holds a layer's "
+                           "experts as one 3-D tensor, which Muon would orthogonalise expert by expert)");
+  if (!c.adam_w_mode && c.weight_decay > 0)
+    return InvalidArgument("optimizer.params.adam_w_mode: false (L2 decay in Muon's AdamW half) is not supported with "
+                           "weight_decay {}; leave it out", c.weight_decay);
+  if (c.schedule.kind == LrScheduleKind::kOneCycle && c.schedule.cycle_momentum)
+    return InvalidArgument("scheduler.params.cycle_momentum: true (OneCycle's default) would cycle Muon's momentum "
+                           "as if it were Adam's beta1; set it false with optimizer.type \"Muon\"");
   return Status();
 }
 
@@ -318,7 +333,7 @@ Status CheckKeys(const TrainConfig& c) {
   STRATA_RETURN_IF_ERROR(CheckDelayedUpdate(c));
   STRATA_RETURN_IF_ERROR(CheckHostBlocks(c));
   STRATA_RETURN_IF_ERROR(CheckSplitMaster(c));
-  STRATA_RETURN_IF_ERROR(CheckLamb(c));
+  STRATA_RETURN_IF_ERROR(CheckWholeTensorOptimizers(c));
   STRATA_RETURN_IF_ERROR(CheckNoDecay(c));
   if (model::IsMoe(c.model) && c.optimizer_overlap == OptimizerOverlap::kSpeculative)
     return InvalidArgument("strata.optimizer_overlap \"speculative\": not for mixtures of experts (which experts an "

@@ -60,6 +60,7 @@ struct ScheduleConfig {
   LrScheduleKind kind = LrScheduleKind::kConstant;
   double warmup_min_lr = 0;
   double warmup_max_lr = 1e-3;      // WarmupLR / WarmupDecayLR peak (WarmupLR: the optimizer's lr)
+  bool warmup_max_is_group_lr = false;  // WarmupLR without warmup_max_lr: each group's own lr (Muon's two)
   int64_t warmup_num_steps = 1000;  // 0 (which DeepSpeed refuses): no warmup
   WarmupType warmup_type = WarmupType::kLog;
   int64_t total_num_steps = 0;      // WarmupDecayLR / WarmupCosineLR (defaults to the run's steps)
@@ -85,7 +86,18 @@ struct ScheduleConfig {
 };
 
 // optimizer.type: which optimizer the CPU update runs (each a row of src/engine/optimizer_rule.h).
-enum class OptimizerKind { kAdam, kLion, kAdagrad, kLamb };
+enum class OptimizerKind { kAdam, kLion, kAdagrad, kLamb, kMuon };
+
+// optimizer.params.ns_method of "Muon": DeepSpeed's Newton-Schulz iterations ("gram", "standard"),
+// or torch.optim.Muon's ("torch", Strata's: its bf16 iteration, and its lr adjustment where
+// DeepSpeed scales the update); Note [Muon] in src/engine/update/muon_matrices.h.
+enum class MuonNs { kGram, kStandard, kTorch };
+// "Muon": DeepSpeed 0.19.8's MuonWithAuxAdam. The hidden matrices take Muon with these; every
+// other parameter the AdamW half with the optimizer's lr, betas, eps and weight_decay.
+struct MuonConfig {
+  double lr = 0.02, momentum = 0.95, weight_decay = 0;
+  MuonNs ns = MuonNs::kGram;
+};
 
 // tensorboard / csv_monitor: DeepSpeed's monitor sections (src/monitor), with its defaults:
 // the files go to output_path/job_name ("" joins to the working folder's job_name).
@@ -187,6 +199,7 @@ struct TrainConfig {
   // LAMB (FusedLamb's params): where eps goes, and the trust ratio's clamp (Note [LAMB trust ratio]).
   bool eps_inside_sqrt = false;
   double lamb_min_coeff = 0.01, lamb_max_coeff = 10.0;
+  MuonConfig muon;  // "Muon": the matrices' half (lr and friends above: its AdamW half)
   ScheduleConfig schedule;
   // ZeRO.
   int zero_stage = 3;  // a parsed config without zero_optimization.stage: 0, as DeepSpeed 0.19.8

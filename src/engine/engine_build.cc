@@ -11,6 +11,7 @@
 #include "src/config/decay_groups.h"
 #include "src/engine/engine_impl.h"
 #include "src/engine/experts/expert_parts.h"
+#include "src/engine/update/newton_schulz.h"
 #include "src/model/hf_names.h"
 #include "src/model/nf4.h"
 #include "strata/cpu_adam.h"
@@ -209,6 +210,7 @@ Status Engine::Impl::BuildBlocks(const EngineHooks& hooks, const std::function<v
   for (Staging& s : staging) STRATA_RETURN_IF_ERROR(s.WaitWrites());
   MarkNoDecay();
   if (plan.format.rule().per_tensor) MarkTensorGroups();
+  if (plan.format.rule().whole_matrices) STRATA_RETURN_IF_ERROR(MarkMuonTensors());
   return Status();
 }
 
@@ -248,6 +250,45 @@ void Engine::Impl::MarkTensorGroups() {
     g.count = static_cast<int>(names.size());
   }
   optimizer.window.SetTensorGroups(std::move(all));
+}
+
+// Muon: each block's tensors, those DeepSpeed's MuonWithAuxAdam gives Muon (at least two
+// dimensions, a transformers name without "embed" or "lm_head") as matrices in transformers'
+// shape (Note [Muon]). A matrix transformers fuses from several of Strata's tensors is refused.
+Status Engine::Impl::MarkMuonTensors() {
+  if (cfg.model.arch == model::Arch::kGpt2)
+    return InvalidArgument("optimizer.type \"Muon\": not for GPT-2 yet (transformers holds its weights transposed)");
+  std::vector<MuonTensors> all(num_blocks());
+  for (int b = 0; b < num_blocks(); ++b) {
+    const BlockRuntime& br = model.blocks[b];
+    MuonTensors& t = all[b];
+    std::vector<std::pair<std::string, bool>> seen;  // transformers' names so far, and whether Muon's
+    for (size_t i : br.by_offset) {
+      const ParamSlot& s = br.slots[i];
+      if (s.nf4 || s.numel == 0) continue;
+      const std::string name = model::HfParameterOf(cfg.model, b, s.name);
+      std::string lower = name;
+      for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      const bool muon = s.shape.size() >= 2 && lower.find("embed") == std::string::npos &&
+                        lower.find("lm_head") == std::string::npos;
+      const auto at = std::find_if(seen.begin(), seen.end(), [&](const auto& e) { return e.first == name; });
+      if (at != seen.end() && (muon || at->second))
+        return InvalidArgument("optimizer.type \"Muon\": transformers holds {} as one matrix made of several of "
+                               "Strata's tensors (block {}: {}), which is not supported yet", name, b, s.name);
+      seen.emplace_back(name, muon);
+      t.ranges.emplace_back(s.offset, s.offset + s.numel);
+      if (!muon) {
+        t.matrix.push_back(-1);
+        continue;
+      }
+      const int64_t rows = s.shape[0], cols = s.numel / rows;  // (more than 2-D: viewed as rows x rest, as DeepSpeed)
+      t.matrix.push_back(static_cast<int>(t.matrices.size()));
+      t.matrices.push_back({s.offset, rows, cols, MuonLrRatio(cfg.muon.ns, rows, cols)});
+    }
+  }
+  optimizer.window.SetMuonTensors(std::move(all));
+  stats.ledger.Add(StateKind::kMuonUpdates, Tier::kCpu, optimizer.window.MuonBytes());
+  return Status();
 }
 
 // Takes block b's module, made in place in `st.flat`: records its slots, applies the hook's

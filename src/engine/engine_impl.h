@@ -144,6 +144,7 @@ struct Engine::Impl final : BlockReadiness {
   Status BuildBlock(int b, std::shared_ptr<model::Block> module, const EngineHooks& hooks, Staging& st);
   void MarkNoDecay();  // every block's BlockRuntime::no_decay (strata.no_decay)
   void MarkTensorGroups();  // LAMB: the update window's per-block tensor groups
+  Status MarkMuonTensors();  // Muon: the update window's per-block tensors and matrices (Note [Muon])
   Status StoreInitialState(int b, const torch::Tensor& flat, Staging& st);
   Status AllocateDeviceBuffers();
   torch::ScalarType compute_scalar() const;
@@ -223,6 +224,7 @@ struct Engine::Impl final : BlockReadiness {
   // updates so far, as DeepSpeed counts them), clip coefficient 1.
   AdamHyperParams NextHyperParams() const;
   Status SetTrustRatios(const AdamHyperParams& hp);  // LAMB: the norm pass, across ranks (Note [LAMB trust ratio])
+  Status SetMuonUpdates(const AdamHyperParams& hp);  // Muon: whole matrices orthogonalised, across ranks (Note [Muon])
   // Stages 1-2: this rank's updated part of block b shared with the others (compute thread).
   Status ShareUpdatedWeights(int b);
 

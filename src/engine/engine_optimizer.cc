@@ -12,6 +12,7 @@
 
 #include "src/engine/engine_impl.h"
 #include "src/engine/lr_schedule.h"
+#include "src/engine/update/newton_schulz.h"
 #include "strata/cpu_adam.h"
 #include "strata/check.h"
 #include "strata/log.h"
@@ -74,6 +75,7 @@ StatusOr<bool> Engine::Impl::OptimizerStep(int64_t step, StepStats* stats) {
   if (experts.any()) STRATA_RETURN_IF_ERROR(experts.CountSteps(cfg.expert_update, optimizer.adam_steps, *io.comm));
   hp.clip_coef = ClipCoefficient(stats->grad_norm, cfg.gradient_clipping);
   if (plan.format.rule().per_tensor) STRATA_RETURN_IF_ERROR(SetTrustRatios(hp));
+  if (plan.format.rule().whole_matrices) STRATA_RETURN_IF_ERROR(SetMuonUpdates(hp));
   // Updates made early assumed clip coefficient 1 (exactly what ClipCoefficient returns when
   // the norm is within bounds) and otherwise these very hyper-parameters.
   const Verdict verdict = hp.clip_coef == 1.0 ? Verdict::kStands : Verdict::kRedo;
@@ -112,6 +114,42 @@ Status Engine::Impl::SetTrustRatios(const AdamHyperParams& hp) {
     for (size_t t = 0; t < sums[b].size(); ++t, k += 2)
       ratios[b].push_back(static_cast<float>(LambTrustRatio(flat[k], flat[k + 1], cfg.lamb_min_coeff, cfg.lamb_max_coeff)));
   optimizer.window.SetTrustRatios(std::move(ratios));
+  return Status();
+}
+
+// Muon: block by block, u over every rank's pieces of its matrices, added across ranks (each
+// element comes from one rank: the sum is exact), each matrix this rank's optimizer range
+// touches orthogonalised whole on the compute device, this rank's slices of o kept for the
+// update (Note [Muon]). Blocks without matrices take no part (every rank skips the same ones).
+Status Engine::Impl::SetMuonUpdates(const AdamHyperParams& hp) {
+  AdamHyperParams muon = hp;
+  muon.rule = UpdateRule::kMuon;
+  muon.lr = MuonLearningRate(cfg, hp.step - 1);
+  muon.beta1 = cfg.muon.momentum;
+  muon.weight_decay = cfg.muon.weight_decay;
+  UpdateWindow& window = optimizer.window;
+  window.SetMuonParams(muon);
+  std::vector<float> o;
+  for (int b = 0; b < num_blocks(); ++b) {
+    const MuonTensors& tensors = window.muon_tensors(b);
+    if (tensors.matrices.empty()) continue;
+    STRATA_ASSIGN_OR_RETURN(const std::span<float> u, window.MuonDirections(b));
+    if (plan.optim_sharded && io.comm->world_size() > 1) {
+      Tracer::Span span(io.tracer, Track::kComm, "all-reduce muon b" + std::to_string(b));
+      STRATA_RETURN_IF_ERROR(io.comm->AllReduce(u.data(), u.size(), DType::kF32, ReduceOp::kSum));
+    }
+    Tracer::Span span(io.tracer, Track::kOptimizer, "newton-schulz b" + std::to_string(b));
+    const ElementRange mine = plan.blocks[b].optimizer;
+    const std::span<float> kept = window.MuonUpdates(b);
+    for (const MuonMatrix& m : tensors.matrices) {
+      const int64_t from = std::max(m.begin, mine.begin), to = std::min(m.end(), mine.begin + mine.len);
+      if (from >= to) continue;  // (another rank's)
+      o.resize(static_cast<size_t>(m.rows * m.cols));
+      STRATA_RETURN_IF_ERROR(OrthogonalizeMatrix(cfg.muon.ns, u.data() + m.begin, m.rows, m.cols, io.dev->device(), o.data())
+                                 .WithContext(fmt::format("block {}", b)));
+      std::copy(o.begin() + (from - m.begin), o.begin() + (to - m.begin), kept.begin() + (from - mine.begin));
+    }
+  }
   return Status();
 }
 

@@ -104,29 +104,38 @@ inline double RangeTestLr(const ScheduleConfig& s, double i) {
 
 }  // namespace lr_schedule_internal
 
-// The lr of the update that follows `applied` applied updates.
-inline double LearningRate(const TrainConfig& c, int64_t applied) {
+// The lr of the update that follows `applied` applied updates, of a parameter group whose own
+// lr is `group_lr` (DeepSpeed's schedulers set every group: WarmupLR's default peak and
+// WarmupCosineLR's ratio are of each group's lr, the other values are the schedule's own).
+inline double GroupLearningRate(const ScheduleConfig& s, double group_lr, int64_t applied) {
   namespace sched = lr_schedule_internal;
-  const ScheduleConfig& s = c.schedule;
   const double i = static_cast<double>(applied - 1);  // DeepSpeed's last_batch_iteration
   const bool started = applied > 0 || s.warmup_num_steps == 0;
   switch (s.kind) {
     case LrScheduleKind::kConstant:
-      return c.lr;
+      return group_lr;
     case LrScheduleKind::kWarmupLR:
-    case LrScheduleKind::kWarmupDecayLR:
+    case LrScheduleKind::kWarmupDecayLR: {
+      const double max_lr = s.warmup_max_is_group_lr ? group_lr : s.warmup_max_lr;
       if (!started) return s.warmup_min_lr;
-      if (i < 0) return s.warmup_max_lr;
-      return s.warmup_min_lr + (s.warmup_max_lr - s.warmup_min_lr) * sched::WarmupGamma(s, i);
+      if (i < 0) return max_lr;
+      return s.warmup_min_lr + (max_lr - s.warmup_min_lr) * sched::WarmupGamma(s, i);
+    }
     case LrScheduleKind::kWarmupCosineLR:
       if (!started) return 0.0;
-      return c.lr * (i < 0 ? 1.0 : sched::CosineRatio(s, i));
+      return group_lr * (i < 0 ? 1.0 : sched::CosineRatio(s, i));
     case LrScheduleKind::kOneCycle:  // built: cycle_min_lr
       return applied == 0 ? s.cycle_min_lr : sched::OneCycleLr(s, i);
     case LrScheduleKind::kLRRangeTest:  // built: lr_range_test_min_lr
       return applied == 0 ? s.range_min_lr : sched::RangeTestLr(s, i);
   }
-  return c.lr;
+  return group_lr;
+}
+
+// The lr of the update that follows `applied` applied updates (Muon's matrices: MuonLearningRate).
+inline double LearningRate(const TrainConfig& c, int64_t applied) { return GroupLearningRate(c.schedule, c.lr, applied); }
+inline double MuonLearningRate(const TrainConfig& c, int64_t applied) {
+  return GroupLearningRate(c.schedule, c.muon.lr, applied);
 }
 
 // Adam's betas for the update that follows `applied` applied updates: the config's, or with

@@ -11,8 +11,9 @@
 // (strata/cpu_adam.h, Note [Update rules]), its row below, its config entry
 // (src/config/optimizer_section.cc) and its tests. LAMB's update needs each tensor's norms
 // first (`per_tensor`): a norm pass over the same states before the update (Note [LAMB trust
-// ratio]). An optimizer that needs whole matrices (Muon) needs a step the sub-group loop does
-// not have yet.
+// ratio]). Muon's update of a matrix needs the whole matrix (`whole_matrices`): a pass over the
+// states assembles and orthogonalises each before the update (Note [Muon] in
+// update/muon_matrices.h); its other parameters take AdamW in the same sub-groups.
 #pragma once
 
 #include "src/config/train_config.h"
@@ -23,8 +24,8 @@ namespace strata {
 
 struct OptimizerRule {
   OptimizerKind kind;
-  const char* name;       // "adam", "lion", "adagrad", "lamb": what checkpoints record (manifest "optimizer")
-  const char* title;      // as the config names its type: "AdamW", "Lion", "Adagrad", "Lamb"
+  const char* name;       // "adam", "lion", "adagrad", "lamb", "muon": what checkpoints record (manifest "optimizer")
+  const char* title;      // as the config names its type: "AdamW", "Lion", "Adagrad", "Lamb", "Muon"
   UpdateRule kernel;      // the CPU kernel's rule
   bool keeps_m, keeps_v;  // the moment slots it keeps
   bool compact_moments;   // strata.adam_states "bf16" and "8bit" apply to it
@@ -33,7 +34,12 @@ struct OptimizerRule {
   // Its update scales each tensor by a ratio of whole-tensor norms (LAMB): the step runs a norm
   // pass over the states first (Note [LAMB trust ratio], update/trust_ratios.h).
   bool per_tensor = false;
+  // Its update of a matrix needs the whole matrix (Muon): the step assembles and orthogonalises
+  // each first (Note [Muon]).
+  bool whole_matrices = false;
 
+  // The step runs a pass over every state before the update (no state can be read early).
+  bool pre_pass() const { return per_tensor || whole_matrices; }
   bool Keeps(TensorRole moment) const { return moment == TensorRole::kAdamM ? keeps_m : keeps_v; }
   int moments() const { return keeps_m + keeps_v; }
 };

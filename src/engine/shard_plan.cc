@@ -282,6 +282,11 @@ void ShardPlan::PlanLedger() {
     if (device_accum) ledger.Add(StateKind::kGradAccum, Tier::kDevice, b.grad.len * 4);
     if (speculative[i]) ledger.Add(StateKind::kSpeculationBackup, Tier::kCpu, SpeculationBackupBytes(i));
   }
+  if (format.rule().whole_matrices) {  // (UpdateWindow::SetMuonTensors)
+    uint64_t elements = static_cast<uint64_t>(max_padded);
+    for (const BlockPlan& b : blocks) elements += static_cast<uint64_t>(b.optimizer.len);
+    ledger.Add(StateKind::kMuonUpdates, Tier::kCpu, elements * 4);
+  }
   const int64_t tied_padded = tied_slot ? blocks[tied_owner].layout.padded : 0;
   ledger.Add(StateKind::kGatherBuffers, Tier::kDevice,
              (gather_slots * max_padded + tied_padded + decode_slots() * max_decoded) * dsize);

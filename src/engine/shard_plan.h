@@ -38,8 +38,9 @@ namespace strata {
 enum class StateKind {
   kWorking, kMaster, kAdamM, kAdamV, kGradAccum, kGatherBuffers, kPinnedBuffers,
   kSpeculationBackup,  // strata.optimizer_overlap "speculative": what a roll-back restores
+  kMuonUpdates,        // Muon: this rank's o between its two passes, and one block's u (Note [Muon])
 };
-inline constexpr int kNumStateKinds = 8;
+inline constexpr int kNumStateKinds = 9;
 struct MemoryLedger {
   uint64_t bytes[kNumStateKinds][kNumTiers] = {};  // by StateKind and Tier (strata/tier.h)
   void Add(StateKind k, Tier r, uint64_t n) { bytes[static_cast<int>(k)][static_cast<int>(r)] += n; }

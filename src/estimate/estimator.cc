@@ -171,11 +171,12 @@ Status CheckFits(const MemoryEstimate& e, const MachineCapacity& m, int local_ra
 std::string FormatEstimate(const MemoryEstimate& e) {
   static const char* kNames[] = {"bf16/fp32 working weights", "fp32 master weights", "Adam m", "Adam v",
                                  "gradient accumulator", "gather buffers", "pinned I/O buffers",
-                                 "speculation backups"};
+                                 "speculation backups", "Muon updates"};
   std::string out = fmt::format("{:<28}{:>14}{:>14}{:>14}\n", "per rank", "device", "cpu", "nvme");
   for (int k = 0; k < kNumStateKinds; ++k) {
-    if (k == static_cast<int>(StateKind::kSpeculationBackup) && e.ledger.Of(StateKind::kSpeculationBackup) == 0)
-      continue;  // a row only for the mode that has them
+    if ((k == static_cast<int>(StateKind::kSpeculationBackup) || k == static_cast<int>(StateKind::kMuonUpdates)) &&
+        e.ledger.Of(static_cast<StateKind>(k)) == 0)
+      continue;  // a row only for the mode or optimizer that has them
     // The master's and the moments' rows are named by the format and its optimizer.
     const int state = k - static_cast<int>(StateKind::kMaster);
     const bool optimizer_state = state >= 0 && state < 3;

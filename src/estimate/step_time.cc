@@ -121,7 +121,7 @@ StepWork WorkOf(const TrainConfig& cfg, const ShardPlan& plan, const MachineRate
   // The update reads some sub-groups' states while it writes others back: both at once.
   w.update_io = mr.nvme_mixed > 0 ? static_cast<double>(t.states + t.written) / mr.nvme_mixed
                                   : static_cast<double>(t.states) / mr.nvme_read + static_cast<double>(t.written) / mr.nvme_write;
-  if (rule.per_tensor) {  // LAMB's norm pass first: p, g, m and v read once more (16 B), states too
+  if (rule.pre_pass()) {  // LAMB's norm pass or Muon's directions first: the states read once more
     w.adam += optim_elems / (mr.adam * 28.0 / 16.0);
     w.update_io += static_cast<double>(t.states) / mr.nvme_read;
   }

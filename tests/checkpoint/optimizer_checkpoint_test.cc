@@ -1,4 +1,4 @@
-// Lion, Adagrad and LAMB in the engine (Note [Optimizer rules]): Lion and Adagrad store their
+// Lion, Adagrad, LAMB and Muon in the engine (Note [Optimizer rules]): Lion and Adagrad store their
 // one state alone (the shard holds no tensor of the slot they do not keep); a resume is bitwise
 // the uninterrupted run; a restore on 1 rank, on 3 or with another sub_group_size and back is
 // exact; the overlapped, speculative and host-block placements are bitwise the plain update.
@@ -23,7 +23,11 @@ TrainConfig OptimizerConfig(const std::string& dir, OptimizerKind kind) {
   TrainConfig c = testing::TinyConfig(dir);
   c.optimizer = kind;
   c.lr = kind == OptimizerKind::kLion ? 2e-4 : 1e-2;
-  if (kind == OptimizerKind::kLamb) c.weight_decay = 0.01;
+  if (kind == OptimizerKind::kLamb || kind == OptimizerKind::kMuon) c.weight_decay = 0.01;
+  if (kind == OptimizerKind::kMuon) {  // (not for GPT-2's transposed weights)
+    c.model.arch = model::Arch::kLlama;
+    c.muon.weight_decay = 0.01;
+  }
   c.eps = 1e-10;
   c.compute_dtype = DType::kBF16;
   c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;
@@ -107,7 +111,8 @@ TEST_P(OptimizerInEngine, EveryPlacementAndOverlapIsBitwiseThePlainUpdate) {
 INSTANTIATE_TEST_SUITE_P(Kinds, OptimizerInEngine, ::testing::Values(OptimizerKind::kLion, OptimizerKind::kAdagrad),
                          [](const auto& info) { return info.param == OptimizerKind::kLion ? "Lion" : "Adagrad"; });
 INSTANTIATE_TEST_SUITE_P(Kinds, OptimizerReshard,
-                         ::testing::Values(OptimizerKind::kLion, OptimizerKind::kAdagrad, OptimizerKind::kLamb),
+                         ::testing::Values(OptimizerKind::kLion, OptimizerKind::kAdagrad, OptimizerKind::kLamb,
+                                           OptimizerKind::kMuon),
                          [](const auto& info) { return RuleOf(info.param).title; });
 
 // LAMB (Note [LAMB trust ratio]): its norm pass reads the states the update then reads again
@@ -172,6 +177,43 @@ TEST(LambInEngine, LoraAdaptersResumeBitwiseOnEveryTier) {
   }
 }
 
+// Muon (Note [Muon]): its direction pass reads the states the update then reads again and
+// writes nothing, so a resume is bitwise the uninterrupted run and every placement of the
+// states gives the plain update's bits; torch's iteration is another update.
+TEST(MuonInEngine, ResumesBitwiseAndEveryPlacementIsThePlainUpdate) {
+  TempDir dir;
+  TrainConfig plain = OptimizerConfig(dir.path(), OptimizerKind::kMuon);
+  const Params straight = ExpectResumeIsBitwise(plain, dir.path() + "/ckpt");
+  plain.optimizer_overlap = OptimizerOverlap::kNone;
+  Params want;
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(plain, r, c, 0, 4, "", "", &want); }), "");
+  struct Variant {
+    const char* name;
+    int64_t host_blocks;
+    Tier states;
+  };
+  for (const Variant v : {Variant{"forward", 0, Tier::kNvme}, Variant{"host blocks", 1, Tier::kNvme},
+                          Variant{"states in host memory", 0, Tier::kCpu}}) {
+    SCOPED_TRACE(v.name);
+    TrainConfig c = plain;
+    c.optimizer_overlap = OptimizerOverlap::kForward;
+    c.host_blocks = v.host_blocks;
+    c.offload_optimizer.device = v.states;
+    Params got;
+    ASSERT_EQ(RunRanks(2, [&](int r, Communicator& comm) { return Train(c, r, comm, 0, 4, "", "", &got); }), "");
+    testing::ExpectBitwiseEqual(want, got);
+  }
+  TrainConfig torch_ns = plain;
+  torch_ns.muon.ns = MuonNs::kTorch;
+  Params other;
+  ASSERT_EQ(RunRanks(2, [&](int r, Communicator& c) { return Train(torch_ns, r, c, 0, 4, "", "", &other); }), "");
+  EXPECT_FALSE(torch::equal(want[1][2].second, other[1][2].second));
+  // GPT-2's weights are transposed in transformers (Conv1D): refused by name when the engine is built.
+  TrainConfig gpt2 = plain;
+  gpt2.model.arch = model::Arch::kGpt2;
+  const std::string err = RunRanks(1, [&](int r, Communicator& c) { return Train(gpt2, r, c, 0, 1, "", "", nullptr); });
+  EXPECT_NE(err.find("optimizer.type \"Muon\": not for GPT-2 yet"), std::string::npos) << err;
+}
 
 }  // namespace
 }  // namespace strata

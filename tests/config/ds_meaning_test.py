@@ -4,7 +4,7 @@ to hit each default, and the DeepSpeedExamples configs both accept, tests/config
 the fields that change what is trained, as `strata config check` resolves them, against DeepSpeed's own parser (DeepSpeedConfig) and the
 constructor defaults of the optimizer class DeepSpeed would build for that config (offloaded:
 DeepSpeedCPUAdam; torch_adam: torch.optim.AdamW or Adam; else FusedAdam; Lamb: FusedLamb) and of its scheduler
-class. The schedules' values are compared bit for bit by the LrSchedule tests.
+class; for Muon, the two halves DeepSpeed's engine builds (_muon_param_groups) with MuonWithAuxAdam's defaults. The schedules' values are compared bit for bit by the LrSchedule tests.
 
 Usage: ds_meaning_test.py STRATA_BINARY. One world (1 rank). A config DeepSpeed's parser refuses
 (Hugging Face's "auto" values, which the Trainer fills in first) is listed and not compared;
@@ -80,6 +80,7 @@ def optimizer_class(ds, params):
 # bias correction besides).
 OPTIMIZER_FIELDS = {"adam": ("lr", "betas", "eps", "weight_decay"), "lion": ("lr", "betas", "weight_decay"),
                     "adagrad": ("lr", "eps", "weight_decay"),
+                    "muon": ("lr", "betas", "eps", "weight_decay", "muon_lr", "momentum", "muon_weight_decay"),
                     "lamb": ("lr", "betas", "eps", "weight_decay", "eps_inside_sqrt", "bias_correction", "max_coeff",
                              "min_coeff")}
 
@@ -88,6 +89,27 @@ def optimizer_fields(rule, value):
     out = {"optimizer.rule": rule}
     for k in OPTIMIZER_FIELDS[rule]:
         out[f"optimizer.{k}"] = [float(b) for b in value(k)] if k == "betas" else float(value(k))
+    return out
+
+
+def muon_meaning(ds):
+    """MuonWithAuxAdam's two halves as DeepSpeed's engine builds them: one parameter of each
+    kind through _muon_param_groups, then the class's own defaults filled in."""
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    from deepspeed.runtime.zero.muon.original_muon import MuonWithAuxAdam
+    params = dict(ds.optimizer_params or {})
+    adam_w = params.pop("adam_w_mode", True)
+    matrix, vector = torch.nn.Parameter(torch.zeros(2, 2)), torch.nn.Parameter(torch.zeros(2))
+    matrix.use_muon, vector.use_muon = True, False
+    groups = DeepSpeedEngine._muon_param_groups([matrix, vector], params)
+    MuonWithAuxAdam(groups)
+    muon = next(g for g in groups if g["use_muon"])
+    adam = next(g for g in groups if not g["use_muon"])
+    out = {"optimizer.rule": "muon", "optimizer.lr": float(adam["lr"]), "optimizer.betas": [float(b) for b in adam["betas"]],
+           "optimizer.eps": float(adam["eps"]), "optimizer.weight_decay": float(adam["weight_decay"]),
+           "optimizer.muon_lr": float(muon["lr"]), "optimizer.momentum": float(muon["momentum"]),
+           "optimizer.muon_weight_decay": float(muon["weight_decay"]), "optimizer.ns_method": muon["ns_method"],
+           "optimizer.decoupled": bool(adam_w), "optimizer class": "MuonWithAuxAdam"}
     return out
 
 
@@ -121,8 +143,11 @@ def deepspeed_meaning(path):
             if key in ("optimizer", "last_batch_iteration"):
                 continue
             value = given.get(key, default)
-            if value is None and key == "warmup_max_lr":  # WarmupLR: the optimizer's lr
+            if value is None and key == "warmup_max_lr":  # WarmupLR: each group's lr (Muon: its two halves')
                 value = dict(ds.optimizer_params or {}).get("lr", 1e-3)
+                if ds.optimizer_name == "muon":
+                    halves = muon_meaning(ds)
+                    value = [halves["optimizer.muon_lr"], halves["optimizer.lr"]]
             if value is None and key.startswith("cycle_second_"):  # OneCycle: the first half's
                 first = key.replace("second", "first")
                 value = given.get(first, d.get(first))
@@ -144,6 +169,8 @@ def deepspeed_meaning(path):
             out.update({"optimizer.decoupled": bool(decoupled),
                         "optimizer.bias_correction": bool(params.get("bias_correction", d.get("bias_correction", True)))})
         out["optimizer class"] = cls.__name__
+    if ds.optimizer_name == "muon":
+        out.update(muon_meaning(ds))
     return out
 
 
@@ -173,6 +200,8 @@ def strata_meaning(r, with_optimizer):
         if rule == "adam":
             out.update({"optimizer.decoupled": r["optimizer"]["type"] == "AdamW",
                         "optimizer.bias_correction": bool(p["bias_correction"])})
+        if rule == "muon":
+            out.update({"optimizer.ns_method": p["ns_method"], "optimizer.decoupled": bool(p["adam_w_mode"])})
     return out
 
 

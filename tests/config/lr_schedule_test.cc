@@ -162,6 +162,34 @@ TEST(LrSchedule, DeepSpeedsOwnSchedulersAgreeBitForBit) {
             << KindName(kind) << " " << TypeName(type) << " after " << k << " updates";
 }
 
+// DeepSpeed's schedulers set every parameter group: Muon's two halves each follow their own lr
+// where the schedule is relative to it (WarmupLR without warmup_max_lr, WarmupCosineLR, none)
+// and share the schedule's own values otherwise.
+TEST(LrSchedule, MuonsHalvesFollowTheirOwnLr) {
+  const Setting s;
+  for (LrScheduleKind kind : kKinds)
+    for (bool own_peak : {false, true}) {
+      TrainConfig c = Config(kind, WarmupType::kLinear, s);
+      c.optimizer = OptimizerKind::kMuon;
+      c.muon.lr = 0.05;
+      c.schedule.warmup_max_is_group_lr = own_peak && kind == LrScheduleKind::kWarmupLR;
+      if (c.schedule.warmup_max_is_group_lr) c.schedule.warmup_max_lr = c.lr;
+      Setting adam = s, muon = s;
+      if (c.schedule.warmup_max_is_group_lr) adam.max_lr = s.lr, muon.max_lr = 0.05;
+      muon.lr = 0.05;
+      for (int64_t k : kSteps) {
+        EXPECT_EQ(LearningRate(c, k), DeepSpeedLr(kind, WarmupType::kLinear, adam, k)) << KindName(kind) << " " << k;
+        EXPECT_NEAR(MuonLearningRate(c, k), DeepSpeedLr(kind, WarmupType::kLinear, muon, k), 1e-15)
+            << KindName(kind) << " " << k;
+      }
+    }
+  TrainConfig constant;
+  constant.lr = 3e-4;
+  constant.muon.lr = 0.02;
+  EXPECT_EQ(LearningRate(constant, 4), 3e-4);
+  EXPECT_EQ(MuonLearningRate(constant, 4), 0.02);
+}
+
 // warmup_num_steps 0, which DeepSpeed refuses, is no warmup: the first update takes the peak.
 TEST(LrSchedule, NoWarmupStartsAtThePeak) {
   Setting s{.warmup = 0};

@@ -1,4 +1,4 @@
-// optimizer.type Lion, Adagrad and Lamb (Note [Optimizer rules]): DeepSpeed 0.19.8's defaults for
+// optimizer.type Lion, Adagrad, Lamb and Muon (Note [Optimizer rules]): DeepSpeed 0.19.8's defaults for
 // what a config leaves out, each noted; what DeepSpeed's CPU classes lack refused by name; the
 // types Strata does not run refused with what DeepSpeed would have built; and the state
 // formats that are Adam's refused for them.
@@ -59,14 +59,12 @@ TEST(OptimizerTypes, WhatTheyLackAndWhatStrataDoesNotRunAreRefusedByName) {
             std::string::npos);
   EXPECT_NE(Refusal(R"({"type": "Lion", "params": {"betas": [1.0, 0.9]}})").find("optimizer.params.betas"),
             std::string::npos);
-  EXPECT_NE(Refusal(R"({"type": "Muon"})").find("\"Muon\" is DeepSpeed's MuonWithAuxAdam, not built in this version"),
-            std::string::npos);
   EXPECT_NE(Refusal(R"({"type": "AdamW", "params": {"max_grad_norm": 1.0}})")
                 .find("optimizer.params.max_grad_norm: not an optimizer parameter (DeepSpeed 0.19.8 refuses it too); "
                       "clip with the top-level gradient_clipping"),
             std::string::npos);
   EXPECT_NE(Refusal(R"({"type": "OneBitAdam"})").find("compresses the gradients it communicates"), std::string::npos);
-  EXPECT_NE(Refusal(R"({"type": "ZeroOneAdam"})").find("Strata runs \"Adam\", \"AdamW\", \"Lion\", \"Adagrad\" and \"Lamb\""),
+  EXPECT_NE(Refusal(R"({"type": "ZeroOneAdam"})").find("Strata runs \"Adam\", \"AdamW\", \"Lion\", \"Adagrad\", \"Lamb\" and \"Muon\""),
             std::string::npos);
   EXPECT_NE(Refusal(R"({"type": "SGD"})").find("optimizer.type: \"SGD\""), std::string::npos);
 }
@@ -106,6 +104,56 @@ TEST(OptimizerTypes, LambTakesFusedLambsDefaultsAndRefusesWhatItCannotMean) {
     ASSERT_FALSE(c.ok()) << overlap;
     EXPECT_NE(c.status().ToString().find("not with optimizer.type \"Lamb\""), std::string::npos) << c.status().ToString();
   }
+}
+
+// Muon: MuonWithAuxAdam's two halves as DeepSpeed 0.19.8's engine builds them (the shared lr
+// and weight_decay, muon_lr / adam_lr over the lr, each half's defaults); what Strata does not
+// run with it refused by name.
+TEST(OptimizerTypes, MuonTakesMuonWithAuxAdamsHalvesAndDefaults) {
+  const TrainConfig muon = ParseWithOptimizer(R"({"type": "Muon"})", R"({"model": {"arch": "llama"}})");
+  EXPECT_EQ(muon.optimizer, OptimizerKind::kMuon);
+  EXPECT_EQ(muon.muon.lr, 0.02);
+  EXPECT_EQ(muon.muon.momentum, 0.95);
+  EXPECT_EQ(muon.muon.weight_decay, 0.0);
+  EXPECT_EQ(muon.muon.ns, MuonNs::kGram);
+  EXPECT_EQ(muon.lr, 3e-4);
+  EXPECT_EQ(muon.beta1, 0.9);
+  EXPECT_EQ(muon.beta2, 0.95);
+  EXPECT_EQ(muon.eps, 1e-10);
+  EXPECT_EQ(muon.weight_decay, 0.0);
+  EXPECT_TRUE(NotedHere(muon, "weight_decay: not set, so 0 for both halves"));
+  const TrainConfig shared = ParseWithOptimizer(R"({"type": "muon", "params": {"lr": 0.01, "weight_decay": 0.1,
+      "ns_method": "standard", "momentum": 0.9}})", R"({"model": {"arch": "llama"}})");
+  EXPECT_EQ(shared.muon.lr, 0.01);
+  EXPECT_EQ(shared.lr, 0.01);
+  EXPECT_EQ(shared.muon.weight_decay, 0.1);
+  EXPECT_EQ(shared.weight_decay, 0.1);
+  EXPECT_EQ(shared.muon.momentum, 0.9);
+  EXPECT_EQ(shared.muon.ns, MuonNs::kStandard);
+  const TrainConfig apart = ParseWithOptimizer(R"({"type": "Muon", "params": {"lr": 0.01, "muon_lr": 0.05,
+      "adam_lr": 0.002, "ns_method": "torch"}})", R"({"model": {"arch": "llama"}})");
+  EXPECT_EQ(apart.muon.lr, 0.05);
+  EXPECT_EQ(apart.lr, 0.002);
+  EXPECT_EQ(apart.muon.ns, MuonNs::kTorch);
+  auto refused = [](const std::string& optimizer, const std::string& strata, const std::string& extra = "") {
+    auto c = ParseTrainConfig(R"({"optimizer": )" + optimizer + R"(, "strata": )" + strata + extra + "}", "test");
+    return c.ok() ? std::string("accepted") : c.status().ToString();
+  };
+  const std::string llama = R"({"model": {"arch": "llama"}})";
+  EXPECT_NE(refused(R"({"type": "Muon", "params": {"per_head_muon": true}})", llama).find("optimizer.params.per_head_muon"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"type": "Muon", "params": {"ns_method": "polar"}})", llama).find("optimizer.params.ns_method"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"type": "Muon"})", R"({"model": {"arch": "llama"}, "lora": {"r": 4}})").find("not with strata.lora"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"type": "Muon"})", R"({"model": {"arch": "llama"}, "optimizer_overlap": "speculative"})",
+                    R"(, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"}})")
+                .find("not with optimizer.type \"Muon\", whose update needs every whole matrix first"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"type": "Muon"})", llama,
+                    R"(, "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.001, "cycle_max_lr": 0.01}})")
+                .find("cycle Muon's momentum"),
+            std::string::npos);
 }
 
 TEST(OptimizerTypes, KeepOneFp32StateWhichTheFormatStoresAlone) {

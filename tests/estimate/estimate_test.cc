@@ -148,6 +148,20 @@ TEST(Estimate, LambMatchesTheEngineLedgerExactly) {
   ExpectEstimateMatchesLedger(c, 3, "lamb, fp32, 2 host blocks");
 }
 
+// Muon keeps Adam's two slots (its matrices' momentum, the AdamW half's m and v) and its o
+// between the two passes (Note [Muon]): the estimate of each placement is the ledger.
+TEST(Estimate, MuonMatchesTheEngineLedgerExactly) {
+  testing::TempDir dir;
+  TrainConfig c = Shrunk("llama_1b_nvme.json", dir.path());
+  c.optimizer = OptimizerKind::kMuon;
+  ExpectEstimateMatchesLedger(c, 2, "muon");
+  const MemoryLedger muon = EstimateMemory(*testing::Settled(c, 2, true), 2, 0, {true}).ledger;
+  EXPECT_GT(muon.Of(StateKind::kMuonUpdates), 0u);
+  c.host_blocks = 2;
+  c.compute_dtype = DType::kF32;
+  ExpectEstimateMatchesLedger(c, 3, "muon, fp32, 2 host blocks");
+}
+
 // LoRA: master weights, m, v and gradient accumulators for the adapters only; on a device
 // with resident blocks and on NVMe (where the layers' trainable ends are host tensors).
 TEST(Estimate, LoraMatchesTheEngineLedgerExactly) {

@@ -317,6 +317,8 @@ def _train(d, tokens, steps, lr, wd, grouped, per_expert=False, make_optimizer=N
                 p.mul_(1 + jitter * torch.randn(p.shape, generator=g))
     decay = set(Trainer.get_decay_parameter_names(None, model)) if grouped else {n for n, _ in model.named_parameters()}
     params = dict(model.named_parameters())
+    for n, p in params.items():
+        p.hf_name = n  # (what a reference optimizer that splits by name reads)
     experts = _Experts(model, per_expert)
     groups = [{"params": [v for n, p in params.items() if n in decay for v in experts.params(n, p)], "weight_decay": wd},
               {"params": [v for n, p in params.items() if n not in decay for v in experts.params(n, p)],
@@ -483,8 +485,11 @@ def run(cmd, args):
         decay_groups(*args[0:8])
     elif cmd == "optimizer":
         from optimizer_peers import compare_optimizer
-        compare_optimizer(*args[0:8], train=lambda d, t, steps, lr, wd, grouped, make: _train(
-            d, t, steps, lr, wd, grouped, per_expert=False, make_optimizer=make))
+        compare_optimizer(*args[0:8], train=lambda d, t, steps, lr, wd, grouped, make, jitter: _train(
+            d, t, steps, lr, wd, grouped, per_expert=False, make_optimizer=make, jitter=jitter))
+    elif cmd == "muon-exact":
+        from optimizer_peers import muon_exact
+        muon_exact(args[0])
     elif cmd == "examples":
         example_losses(args[0], args[1])
     elif cmd == "nf4":

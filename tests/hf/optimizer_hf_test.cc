@@ -1,9 +1,10 @@
-// Lion, Adagrad and LAMB (Note [Optimizer rules]) as users compare them: a LLaMA written by
+// Lion, Adagrad, LAMB and Muon (Note [Optimizer rules]) as users compare them: a LLaMA written by
 // transformers, trained by Strata for 20 fp32 steps on 2 ranks (ZeRO-3, so each rank's
 // optimizer range cuts the blocks; parameters and optimizer states on NVMe) with Trainer's
 // decay groups and exported, against transformers trained by the reference optimizer on the
 // same batches (optimizer_peers.py: torch.optim.Adagrad, DeepSpeedCPULion's kernel and FusedLamb's
-// formula in torch; LAMB's trust ratios are over whole tensors, which ZeRO-3 cuts across ranks):
+// formula in torch; LAMB's trust ratios are over whole tensors, which ZeRO-3 cuts across ranks;
+// torch.optim.Muon + AdamW and DeepSpeed's MuonWithAuxAdam, whose matrices are orthogonalised whole):
 // every loss and every weight tensor within 1e-5 relative, and a run that decays everything
 // is not as close. A checkpoint records whose states it holds: resuming one under another
 // optimizer is refused by name.
@@ -29,6 +30,9 @@ namespace {
 constexpr int kOptimizerSteps = 20;
 constexpr int kOptimizerSeq = 32;
 constexpr const char* kLambClamp = R"(, "min_coeff": 0.0001)";  // as optimizer_peers.py's FusedLambFormula
+// Muon's half its own lr (optimizer_peers.py's MUON_LR), AdamW's the case's.
+constexpr const char* kMuonTorch = R"(, "muon_lr": 0.02, "ns_method": "torch")";
+constexpr const char* kMuonGram = R"(, "muon_lr": 0.02)";
 
 struct OptimizerCase {
   const char* type;  // optimizer.type as the config spells it
@@ -77,7 +81,8 @@ TEST_P(HfOptimizers, MatchTheirReferenceWithTrainersGroups) {
   // The checkpoint says whose states it holds; AdamW cannot resume them.
   nlohmann::json manifest;
   std::ifstream(ck + "/" + ckpt::StepDirName(kOptimizerSteps) + "/manifest.json") >> manifest;
-  EXPECT_EQ(manifest.value("optimizer", ""), c.name);
+  const std::string name = c.name;
+  EXPECT_EQ(manifest.value("optimizer", ""), name.substr(0, name.find('_')));  // (muon_torch: "muon")
   TrainConfig adam = cfg;
   adam.optimizer = OptimizerKind::kAdam;
   const std::string err = testing::RunRanks(2, [&](int, Communicator& comm) -> Status {
@@ -95,10 +100,15 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, HfOptimizers,
                                            // transformers fuses q/k/v and gate/up (Phi-3) and a layer's
                                            // experts: LAMB's ratio is over each fused tensor
                                            OptimizerCase{"Lamb", "lamb", 1e-2, "phi3", kLambClamp},
-                                           OptimizerCase{"Lamb", "lamb", 1e-2, "mixtral", kLambClamp}),
+                                           OptimizerCase{"Lamb", "lamb", 1e-2, "mixtral", kLambClamp},
+                                           OptimizerCase{"Muon", "muon_torch", 1e-3, "llama", kMuonTorch},
+                                           OptimizerCase{"Muon", "muon_deepspeed", 1e-3, "llama", kMuonGram}),
                          [](const auto& info) {
                            const std::string arch = info.param.arch;
-                           return std::string(info.param.type) + (arch == "llama" ? "" : "_" + arch);
+                           const std::string name = info.param.name;
+                           const size_t cut = name.find('_');
+                           return std::string(info.param.type) + (arch == "llama" ? "" : "_" + arch) +
+                                  (cut == std::string::npos ? "" : name.substr(cut));
                          });
 
 }  // namespace

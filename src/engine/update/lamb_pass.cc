@@ -75,8 +75,7 @@ Status UpdateWindow::AddNorms(const AdamHyperParams& hp, int b, const SubGroup& 
   return status;
 }
 
-// Every sub-group in update order, the next one's states read while one is summed; the
-// buffers go back to their pools unwritten (on an error too, once their reads are done).
+// Every sub-group in update order, the next one's states read while one is summed.
 StatusOr<std::vector<std::vector<LambSums>>> UpdateWindow::LambNorms(const AdamHyperParams& hp) {
   Tracer::Span span(m_.io.tracer, Track::kOptimizer, "lamb norms");
   DropEarlyStates();
@@ -88,21 +87,19 @@ StatusOr<std::vector<std::vector<LambSums>>> UpdateWindow::LambNorms(const AdamH
     sums[b].resize(groups_[b].count);
     for (const SubGroup& sg : m_.model.blocks[b].subs) order.push_back({b, &sg});
   }
-  std::unique_ptr<LoadedStates> next = order.empty() ? nullptr : LoadStates(*order[0].second);
   PinnedBuffer lease;
   std::byte* working = nullptr;
   int64_t first = 0;
-  for (size_t i = 0; i < order.size(); ++i) {
-    const auto [b, sg] = order[i];
-    if (i == 0 || order[i - 1].first != b) {
+  int working_of = -1;
+  STRATA_RETURN_IF_ERROR(VisitStates(order, [&](int b, const SubGroup& sg, LoadedStates* cur) -> Status {
+    if (b != working_of) {
       lease = PinnedBuffer();  // (the block before's, back to its pool)
       STRATA_ASSIGN_OR_RETURN(working, WorkingForNorms(b, &lease, &first));
+      working_of = b;
     }
-    std::unique_ptr<LoadedStates> cur = std::move(next);
-    if (i + 1 < order.size()) next = LoadStates(*order[i + 1].second);
-    std::byte* at = working ? working + (sg->range.begin - first) * m_.plan.dsize : nullptr;
-    STRATA_RETURN_IF_ERROR(AddNorms(hp, b, *sg, cur.get(), at, &sums[b]));  // (reads in flight: ~LoadedStates)
-  }
+    std::byte* at = working ? working + (sg.range.begin - first) * m_.plan.dsize : nullptr;
+    return AddNorms(hp, b, sg, cur, at, &sums[b]);
+  }));
   return sums;
 }
 

@@ -167,6 +167,7 @@ Status UpdateWindow::UpdateSubGroup(const AdamHyperParams& hp, int b, const SubG
   {
     Tracer::Span s(m_.io.tracer, Track::kOptimizer, "adam b" + std::to_string(b));
     if (format.rule().per_tensor) STRATA_RETURN_IF_ERROR(StepTensors(own, b, sg, spans));
+    else if (format.rule().whole_matrices) STRATA_RETURN_IF_ERROR(StepMuon(own, b, sg, spans));
     else STRATA_RETURN_IF_ERROR(AdamStep(own, spans, {.num_threads = threads_}));
     format.FinishUpdate(states, out, sg.range.len);
   }
@@ -248,9 +249,20 @@ std::unique_ptr<LoadedStates> UpdateWindow::LoadStates(const SubGroup& sg) {
   return l;
 }
 
+Status UpdateWindow::VisitStates(const std::vector<std::pair<int, const SubGroup*>>& order, const StateVisit& fn) {
+  std::unique_ptr<LoadedStates> next = order.empty() ? nullptr : LoadStates(*order[0].second);
+  for (size_t i = 0; i < order.size(); ++i) {
+    std::unique_ptr<LoadedStates> cur = std::move(next);
+    if (i + 1 < order.size()) next = LoadStates(*order[i + 1].second);
+    STRATA_RETURN_IF_ERROR(fn(order[i].first, *order[i].second, cur.get()));  // (reads in flight: ~LoadedStates)
+  }
+  return Status();
+}
+
 void UpdateWindow::ReadStatesEarly() {
-  // (LAMB's norm pass reads every state before the update: an early read would be dropped.)
-  if (!m_.state.pools.optim || m_.plan.format.rule().per_tensor) return;
+  // (LAMB's norm pass and Muon's directions read every state before the update: an early read
+  // would be dropped.)
+  if (!m_.state.pools.optim || m_.plan.format.rule().pre_pass()) return;
   // The NVMe sub-group after the last one read early, in update order (block by block; host
   // blocks' states are updated in place).
   const SubGroup* last = early_.empty() ? nullptr : early_.back()->sub;

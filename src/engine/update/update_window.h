@@ -10,12 +10,14 @@
 
 #include <array>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "src/engine/engine_parts.h"
+#include "src/engine/update/muon_matrices.h"
 #include "src/engine/update/tensor_pieces.h"
 #include "strata/cpu_adam.h"
 #include "strata/event.h"
@@ -101,6 +103,20 @@ class UpdateWindow {
   StatusOr<std::vector<std::vector<LambSums>>> LambNorms(const AdamHyperParams& hp);
   void SetTrustRatios(std::vector<std::vector<float>> ratios) { trust_ = std::move(ratios); }
 
+  // Muon (Note [Muon] in update/muon_matrices.h). At creation: each block's tensors and
+  // matrices. Compute thread, while no update runs: the matrices' hyper-parameters of this
+  // step (rule kMuon); block by block, u over this rank's pieces of its matrices (the block's
+  // flat elements, 0 elsewhere: a buffer of the window's), its states read and nothing
+  // written; then this rank's o of the block (its optimizer range: 0 outside the matrices) is
+  // written into MuonUpdates(b), which the update reads. Both buffers are the ledger's "Muon
+  // updates" (ShardPlan::MuonBytes).
+  void SetMuonTensors(std::vector<MuonTensors> tensors);
+  const MuonTensors& muon_tensors(int b) const { return muon_[b]; }
+  void SetMuonParams(const AdamHyperParams& hp) { muon_hp_ = hp; }
+  StatusOr<std::span<float>> MuonDirections(int b);
+  std::span<float> MuonUpdates(int b) { return muon_o_[b]; }
+  uint64_t MuonBytes() const;  // what SetMuonTensors allocated
+
   // Compute thread, while no update runs: reads the states of the next NVMe sub-group in
   // update order into free optim-pool buffers (once as the last micro-batch starts, once per
   // block of its backward), best effort, never blocking; Take hands them to the update, Drop
@@ -135,6 +151,14 @@ class UpdateWindow {
   StatusOr<std::byte*> WorkingForNorms(int b, PinnedBuffer* lease, int64_t* first);
   Status AddNorms(const AdamHyperParams& hp, int b, const SubGroup& sg, LoadedStates* cur, std::byte* working,
                   std::vector<LambSums>* sums);
+  // Muon: `spans` (sub-group `sg` of block b) stepped tensor piece by tensor piece, a matrix's
+  // with the matrices' rule and its o, the rest with AdamW (`hp`).
+  Status StepMuon(const AdamHyperParams& hp, int b, const SubGroup& sg, const AdamSpans& spans);
+  // The passes before an update: fn(b, sg, states) for each of `order`'s sub-groups in turn,
+  // the next one's states read (from NVMe) while one is visited; `cur` null where they live in
+  // host memory. The buffers go back to their pools unwritten (on an error too, once read).
+  using StateVisit = std::function<Status(int b, const SubGroup& sg, LoadedStates* cur)>;
+  Status VisitStates(const std::vector<std::pair<int, const SubGroup*>>& order, const StateVisit& fn);
 
   UpdateWindowParts m_;
   uint64_t seed_ = 0;
@@ -142,6 +166,10 @@ class UpdateWindow {
   EarlyStates early_;
   std::vector<TensorGroups> groups_;         // LAMB: per block
   std::vector<std::vector<float>> trust_;    // LAMB: this step's ratio per block and group
+  std::vector<MuonTensors> muon_;            // Muon: per block
+  std::vector<std::vector<float>> muon_o_;   // Muon: this rank's o per block (its optimizer range)
+  std::vector<float> muon_u_;                // Muon: one block's u (its padded flat elements)
+  AdamHyperParams muon_hp_;                  // Muon: the matrices' hyper-parameters this step
 };
 
 }  // namespace strata
