@@ -28,6 +28,9 @@ constexpr double kAdamSplitMasterBytes = 20;  // ... and the master as the copy 
 constexpr double kAdam8BitStatesBytes = 18.1;  // m, v in 8 bits + a scale per 256 (r2.03 w2.03) with the bf16 copy
 constexpr double kOneStateBytes = 20;  // Lion, Adagrad: fp32 p, g, one state read; p, the state written
 constexpr double kLambBytes = 44;      // LAMB: its norm pass reads p, g, m, v (16), then Adam's 28
+// Muon's element-wise half (its Newton-Schulz runs on the compute device): the direction pass
+// reads g, m and writes u (12), the update reads p, g, m, o and writes p, m (24).
+constexpr double kMuonBytes = 36;
 constexpr double kTriadBytes = 12;     // STREAM's count: b, c read, a written
 constexpr double kCastBytes = 6;       // fp32 read, bf16 written
 constexpr double kNormBytes = 4;       // fp32 read
@@ -198,6 +201,25 @@ int RunAdamBench(const AdamBenchOptions& o) {
                   STRATA_RETURN_IF_ERROR(AdamStep(hp, spans, adam_options));
                   return t.Seconds();
                 }, {}});
+  vs.push_back({"strata_muon", "Strata Muon fp32: direction pass + update", kMuonBytes, n, [&]() -> StatusOr<double> {
+                  AdamHyperParams muon = hp;
+                  muon.rule = UpdateRule::kMuon;
+                  muon.beta1 = 0.95;
+                  AdamSpans s = spans_lion;
+                  s.muon_update = {scratch.get(), n};  // (o = u: the orthogonalisation is not this pass)
+                  Timer t;
+                  STRATA_RETURN_IF_ERROR(MuonNesterov(muon, s, {scratch.get(), n}, adam_options));
+                  STRATA_RETURN_IF_ERROR(AdamStep(muon, s, adam_options));
+                  return t.Seconds();
+                }, {}});
+  // The same bytes in three memory-only passes: u = f(g, m) (r2 w1), o read, the one-state pattern (r3 w2).
+  vs.push_back({"roofline_muon", "roofline: triad, 1 read, one-state pattern (r6 w3)", kMuonBytes, n, [&] {
+                  return timed([&] {
+                    TriadPass(scratch.get(), g.get(), m.get(), n, threads);
+                    (void)GradSumSquares(std::span<const float>(scratch.get(), n), adam_options);
+                    RooflinePass(p.get(), g.get(), m.get(), nullptr, nullptr, n, threads);
+                  });
+                }, {}});
   // Four read streams (as the norm pass reads them), then the Adam pattern.
   vs.push_back({"roofline_lamb", "roofline: 4 reads, then Adam's pattern (r8 w3)", kLambBytes, n, [&] {
                   return timed([&] {
@@ -277,6 +299,7 @@ int RunAdamBench(const AdamBenchOptions& o) {
   const Variant &lion = *find("strata_lion"), &adagrad = *find("strata_adagrad"), &roof1 = *find("roofline_one_state");
   const Variant *ds_lion = find("deepspeed_lion"), *ds_adagrad = find("deepspeed_adagrad");
   const Variant &lamb = *find("strata_lamb"), &roof_lamb = *find("roofline_lamb");
+  const Variant &muon = *find("strata_muon"), &roof_muon = *find("roofline_muon");
 
   struct Ratio {
     std::string key, what;
@@ -303,6 +326,8 @@ int RunAdamBench(const AdamBenchOptions& o) {
        ds_adagrad ? std::optional(PairedRatio(*ds_adagrad, adagrad)) : std::nullopt, 1.0},
       // (DeepSpeed has no CPU LAMB: its FusedLamb runs on the GPU only.)
       {"roofline_fraction_lamb", "Strata LAMB / its roofline (4 reads + Adam's)", PairedRatio(roof_lamb, lamb), 0.90},
+      // (DeepSpeed has no CPU Muon: MuonWithAuxAdam runs torch operations on the device.)
+      {"roofline_fraction_muon", "Strata Muon (element-wise) / its roofline", PairedRatio(roof_muon, muon), 0.90},
   };
 
   const double gb = 1e9;

@@ -7,7 +7,7 @@
 namespace strata::cli {
 
 void AddBenchAdamCommand(CLI::App& bench, Action* action) {
-  auto* cmd = bench.add_subcommand("adam", "CPU AdamW (fp32, and with the fused bf16 copy), Lion, Adagrad and LAMB vs "
+  auto* cmd = bench.add_subcommand("adam", "CPU AdamW (fp32, and with the fused bf16 copy), Lion, Adagrad, LAMB and Muon vs "
                                            "their memory rooflines, STREAM triad, LibTorch's AdamW and DeepSpeed's "
                                            "CPU Adam, Lion and Adagrad");
   auto opts = std::make_shared<bench::AdamBenchOptions>();

@@ -43,6 +43,19 @@ std::string Rate(double per_s, const char* unit) {
 
 }  // namespace
 
+double MuonNewtonSchulzFlops(const TrainConfig& cfg) {
+  if (cfg.optimizer != OptimizerKind::kMuon) return 0;
+  const model::ModelConfig m = model::Canonical(cfg.model);
+  const double d = static_cast<double>(m.d_model), hd = static_cast<double>(model::HeadDim(m));
+  const double q = static_cast<double>(m.n_head) * hd, kv = static_cast<double>(m.n_kv_head) * hd;
+  const double ff = static_cast<double>(m.ffn_hidden);
+  auto ns = [](double rows, double cols) {  // 5 x (X X^T, then A A and B X): 4 n^2 m + 2 n^3
+    const double n = std::min(rows, cols), w = std::max(rows, cols);
+    return 5.0 * (4.0 * n * n * w + 2.0 * n * n * n);
+  };
+  return static_cast<double>(m.n_layer) * (ns(q, d) + 2 * ns(kv, d) + ns(d, q) + 2 * ns(ff, d) + ns(d, ff));
+}
+
 double StepFlops(const TrainConfig& cfg) {
   const model::ModelSpec spec(cfg.model);
   const model::ModelConfig& m = cfg.model;
@@ -166,6 +179,8 @@ StepWork WorkOf(const TrainConfig& cfg, const ShardPlan& plan, const MachineRate
 StepTimePrediction PredictStepTime(const TrainConfig& cfg, const ShardPlan& plan, const MachineRates& mr) {
   StepTimePrediction p;
   p.flops = StepFlops(cfg);
+  // Muon: each rank orthogonalises about its share of the matrices, on the compute device.
+  if (!plan.blocks.empty()) p.flops += MuonNewtonSchulzFlops(cfg) / plan.blocks.front().layout.world;
   const StepWork w = WorkOf(cfg, plan, mr, &p);
   // Forward and backward: compute (with the host's accumulation where it runs on the compute
   // thread) against the prefetched fetches and the link, each hidden behind the others. The

@@ -2,6 +2,7 @@
 // the shipped configs (shrunk) and variations of stage, offload, precision and architecture.
 #include "src/estimate/estimator.h"
 #include "src/estimate/host_blocks_fit.h"
+#include "src/estimate/step_time.h"
 #include "src/settle/settle_autos.h"
 #include "src/settle/settle_keys.h"
 #include "src/settle/largest_fit.h"
@@ -157,6 +158,11 @@ TEST(Estimate, MuonMatchesTheEngineLedgerExactly) {
   ExpectEstimateMatchesLedger(c, 2, "muon");
   const MemoryLedger muon = EstimateMemory(*testing::Settled(c, 2, true), 2, 0, {true}).ledger;
   EXPECT_GT(muon.Of(StateKind::kMuonUpdates), 0u);
+  // Its Newton-Schulz is counted in the step's FLOPs (on the compute device).
+  EXPECT_GT(MuonNewtonSchulzFlops(c), 0.0);
+  TrainConfig adam = c;
+  adam.optimizer = OptimizerKind::kAdam;
+  EXPECT_EQ(MuonNewtonSchulzFlops(adam), 0.0);
   c.host_blocks = 2;
   c.compute_dtype = DType::kF32;
   ExpectEstimateMatchesLedger(c, 3, "muon, fp32, 2 host blocks");
