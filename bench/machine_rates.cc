@@ -102,7 +102,7 @@ int BlockOfSpan(const std::string& name) {
 struct ComputeSplit {
   double per_layer = 0, rest = 0;  // seconds per pass
 };
-StatusOr<ComputeSplit> MeasureComputeSplit(TrainConfig c, int64_t batch, int64_t seq) {
+StatusOr<ComputeSplit> MeasureComputeSplit(SettledConfig c, int64_t batch, int64_t seq) {
   constexpr int kLayers = 2, kSteps = 3;
   c.model.n_layer = kLayers;
   c.model.seq_len = seq;
@@ -143,7 +143,7 @@ StatusOr<ComputeSplit> MeasureComputeSplit(TrainConfig c, int64_t batch, int64_t
 // config recomputes, backward, the head, the gradients added in place), at the shape of a
 // block's pass (the micro-batch, or fused the step's; at most 2048 tokens, the model scales
 // to the real count): MeasureComputeSplit's layer times n_layer, and the rest.
-Status MeasureCompute(const TrainConfig& cfg, MachineRates* r) {
+Status MeasureCompute(const SettledConfig& cfg, MachineRates* r) {
   const model::ModelConfig& mc = cfg.model;
   const int64_t seq = std::min<int64_t>(mc.seq_len, 2048);
   // A block's pass: one micro-batch, or fused all of the step's at once.
@@ -168,7 +168,7 @@ void MeasureHostBytes(MachineRates* r) {
 
 }  // namespace
 
-StatusOr<MachineRates> MeasureThisMachine(const TrainConfig& cfg) {
+StatusOr<MachineRates> MeasureThisMachine(const SettledConfig& cfg) {
   MachineRates r;
   r.name = "this machine";
   r.host_device = true;

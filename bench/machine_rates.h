@@ -16,6 +16,6 @@ namespace strata::bench {
 
 // Blocks on the host (a CPU build, or strata.device "cpu"). The NVMe rows only when the config
 // puts something on NVMe (else their rate stays 0: nothing to move).
-StatusOr<MachineRates> MeasureThisMachine(const TrainConfig& cfg);
+StatusOr<MachineRates> MeasureThisMachine(const SettledConfig& cfg);
 
 }  // namespace strata::bench

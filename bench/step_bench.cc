@@ -113,7 +113,7 @@ const ComputeDevice& AnyDevice(const std::vector<Variant>& vs) {
   return *vs[0].device;
 }
 
-void PrintTable(const StepBenchOptions& o, const TrainConfig& base, std::vector<Variant>& vs, int64_t tokens,
+void PrintTable(const StepBenchOptions& o, const SettledConfig& base, std::vector<Variant>& vs, int64_t tokens,
                 double flops_per_token, double peak) {
   auto tflops = [&](double step_ms) { return tokens * flops_per_token / (step_ms / 1e3) / 1e12; };
   const bool fake = o.fake_device_gbps > 0;
@@ -176,7 +176,7 @@ int RunStepBench(const StepBenchOptions& o) {
   const bool on_gpu = o.fake_device_gbps <= 0 && SpecNamesGpu(written->device);
   auto settled = SettleRunConfig(*written, {1, 1, on_gpu, {!on_gpu}, &machine});  // as train would, on one rank
   if (!settled.ok()) return fail(settled.status().WithContext(origin));
-  const TrainConfig* base = &*settled->config;  // what the table describes
+  const SettledConfig* base = &*settled->config;  // what the table describes
   if (!base->precision_warning.empty()) LogWarn("{}", base->precision_warning);
   auto data = data::TokenDataset::Open(base->data, base->model.vocab_size, base->model.seq_len);
   if (!data.ok()) return fail(data.status());

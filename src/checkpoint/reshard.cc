@@ -106,7 +106,7 @@ Status RestoreResharded(Engine& engine, const TrainConfig& cfg, const nlohmann::
   for (int q = 0; q < old_world; ++q) {
     STRATA_ASSIGN_OR_RETURN(SafetensorsFile f, OpenRankFile(step_dir, m, q));
     files.push_back(std::move(f));
-    const ShardPlan old_plan = ShardPlan::Make(old_cfg, shape, old_world, q);
+    const ShardPlan old_plan = ShardPlan::Make(SettledConfig(old_cfg), shape, old_world, q);  // (layouts: as written)
     STRATA_RETURN_IF_ERROR(IndexRankFile(files.back(), old_plan, &index));
   }
   for (auto& [where, pieces] : index)

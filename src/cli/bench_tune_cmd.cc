@@ -23,7 +23,7 @@ struct TuneArgs {
 // buffer size and its prefetch byte budget (the engine's own ShardPlan, for rank 0 of nproc).
 Status DescribeConfig(const TuneArgs& a, bench::TuneOptions* o) {
   STRATA_ASSIGN_OR_RETURN(RunConfig run, ReadSettledConfig(a.config, "", {}, a.nproc));
-  const TrainConfig& cfg = *run;
+  const SettledConfig& cfg = *run;
   const bool param_nvme = cfg.offload_param.device == Tier::kNvme;
   const bool optim_nvme = cfg.offload_optimizer.device == Tier::kNvme;
   o->sweep.dir = !a.dir.empty() ? a.dir

@@ -27,7 +27,7 @@ namespace strata::cli {
 
 namespace {
 
-void PrintLargestFit(const TrainConfig& cfg, int nproc, DeviceTraits device, const MachineCapacity& m) {
+void PrintLargestFit(const SettledConfig& cfg, int nproc, DeviceTraits device, const MachineCapacity& m) {
   const LargestFit f = FindLargestFit(cfg, nproc, device, m);
   const double limit = (static_cast<double>(m.host_available) + static_cast<double>(m.nvme_free)) /
                        StateBytesPerParameter(cfg);
@@ -51,7 +51,7 @@ void PrintLargestFit(const TrainConfig& cfg, int nproc, DeviceTraits device, con
               limit / 1e9, 100.0 * f.parameters / limit);
   // Compressed moments are opt-in (they round m and v): told beside, never chosen. (Adam's only.)
   if (AdamStatesSetting(cfg) != "fp32" || !RuleOf(cfg.optimizer).compact_moments) return;
-  TrainConfig bf16 = cfg, eight = cfg;
+  SettledConfig bf16 = cfg, eight = cfg;
   SetAdamStates(&bf16, "bf16");
   SetAdamStates(&eight, "8bit");
   const int64_t with_bf16 = FindLargestFit(bf16, nproc, device, m).parameters;
@@ -67,7 +67,7 @@ void PrintLargestFit(const TrainConfig& cfg, int nproc, DeviceTraits device, con
 
 // With the optimizer states on NVMe, how many blocks host memory could keep instead
 // (strata.host_blocks), as the estimate sees it.
-void PrintHostBlocksRoom(const TrainConfig& cfg, int nproc, int64_t params, DeviceTraits device,
+void PrintHostBlocksRoom(const SettledConfig& cfg, int nproc, int64_t params, DeviceTraits device,
                          const MachineCapacity& m) {
   const HostBlocksFit f = MostHostBlocks(cfg, nproc, params, device, m, nproc);
   if (f.blocks <= cfg.host_blocks) {
@@ -84,7 +84,7 @@ void PrintHostBlocksRoom(const TrainConfig& cfg, int nproc, int64_t params, Devi
 }
 
 // " (the first N blocks in host memory)" after "optimizer states on nvme", or nothing.
-std::string HostBlocksNote(const TrainConfig& cfg, bool resolved_auto) {
+std::string HostBlocksNote(const SettledConfig& cfg, bool resolved_auto) {
   if (cfg.offload_optimizer.device != Tier::kNvme || cfg.host_blocks <= 0) return "";
   return fmt::format(" ({} in host memory{})", HostBlocksPhrase(cfg.host_blocks),
                      resolved_auto ? ": strata.host_blocks auto" : "");
@@ -92,7 +92,7 @@ std::string HostBlocksNote(const TrainConfig& cfg, bool resolved_auto) {
 
 // What a step moves through the disk (per rank), and per parameter: the figure that bounds a
 // step when the disk is slower than the compute.
-void PrintStepTraffic(const TrainConfig& cfg, const MemoryEstimate& e, int64_t params, DeviceTraits device) {
+void PrintStepTraffic(const SettledConfig& cfg, const MemoryEstimate& e, int64_t params, DeviceTraits device) {
   const double per_param = static_cast<double>(e.parameters) / e.world;
   const ShardPlan plan = ShardPlan::Make(cfg, ModelShape::Of(cfg.model, params), e.world, 0, device);
   if (!device.host) {
@@ -143,7 +143,7 @@ Status ForMachine(const std::string& name, TrainConfig* cfg, MachineRates* rates
 }
 
 // The step-time model's table for the settled config (`here`: this machine measured first).
-int PrintStepTime(const std::string& name, const TrainConfig& cfg, int nproc, int64_t params, DeviceTraits device,
+int PrintStepTime(const std::string& name, const SettledConfig& cfg, int nproc, int64_t params, DeviceTraits device,
                   MachineRates rates) {
   if (name == "here") {
     const bool nvme = HasSwapFolder(cfg);
@@ -193,7 +193,7 @@ StatusOr<EstimateFlags> ReadFlags(const EstimateArgs& a) {
 
 // "fits this machine: yes", or no with what would make it fit; then, where host blocks were
 // not settled by "auto", how many host memory has room for.
-void PrintVerdict(const TrainConfig& cfg, int nproc, int64_t params, DeviceTraits device, const MachineCapacity& m,
+void PrintVerdict(const SettledConfig& cfg, int nproc, int64_t params, DeviceTraits device, const MachineCapacity& m,
                   const MemoryEstimate& e, bool planned, bool host_blocks_room) {
   const Status fits = CheckFits(e, m, nproc);
   const std::string verdict =
@@ -254,7 +254,7 @@ int RunEstimate(const EstimateArgs& a) {
     std::fprintf(stderr, "error: %s\n", settled.status().WithContext(origin).message().c_str());
     return 1;
   }
-  const TrainConfig* cfg = &*settled->config;
+  const SettledConfig* cfg = &*settled->config;
   const bool host_blocks_auto = settled->host_blocks_auto;
   const MemoryEstimate& e = settled->estimate;
   if (gpu)

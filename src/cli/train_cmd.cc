@@ -98,7 +98,7 @@ class TrainRun {
   const TrainArgs& a_;
   LaunchEnv env_;
   std::string origin_;           // the config's files, for messages
-  TrainConfig cfg_;              // as written, then (from Connect on) as settled: *run_
+  SettledConfig cfg_;            // as written (nothing settled), then (from Connect on) as settled: *run_
   std::optional<RunConfig> run_;  // settled for this run (Connect)
   MemoryEstimate estimate_;
   std::unique_ptr<Communicator> comm_;
@@ -150,7 +150,8 @@ Status TrainRun::Configure() {
   std::error_code ec;
   if (!a_.init_from.empty() && std::filesystem::is_directory(a_.init_from, ec))
     sets.push_back("strata.model.from=" + nlohmann::json(a_.init_from).dump());
-  STRATA_ASSIGN_OR_RETURN(cfg_, ReadTrainConfig(a_.config, a_.strata_file, sets, &origin_));
+  STRATA_ASSIGN_OR_RETURN(TrainConfig written, ReadTrainConfig(a_.config, a_.strata_file, sets, &origin_));
+  cfg_ = SettledConfig(std::move(written));
   // Before any rank connects: every rank sees the same folder and stops; rank 0 says why.
   if (!a_.save.empty()) {
     StatusOr<std::vector<std::string>> replaced = ckpt::CheckSaveFolder(a_.save, a_.resume, a_.overwrite);

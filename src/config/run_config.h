@@ -12,14 +12,14 @@ namespace strata {
 
 class RunConfig {
  public:
-  const TrainConfig& get() const { return c_; }
-  const TrainConfig& operator*() const { return c_; }
-  const TrainConfig* operator->() const { return &c_; }
+  const SettledConfig& get() const { return c_; }
+  const SettledConfig& operator*() const { return c_; }
+  const SettledConfig* operator->() const { return &c_; }
 
  private:
   friend class RunConfigSettler;  // src/settle/settle.cc
-  explicit RunConfig(TrainConfig c) : c_(std::move(c)) {}
-  TrainConfig c_;
+  explicit RunConfig(SettledConfig c) : c_(std::move(c)) {}
+  SettledConfig c_;
 };
 
 }  // namespace strata

@@ -23,7 +23,7 @@ const char* BlockInputsName(BlockInputsAt at) {
 const char* ExpertFetchName(ExpertFetch f) { return f == ExpertFetch::kRouted ? "routed" : "all"; }
 const char* ExpertUpdateName(ExpertUpdate u) { return u == ExpertUpdate::kAll ? "all" : "chosen"; }
 
-BlockInputsAt WrittenBlockInputs(const TrainConfig& c, bool host_device) {
+BlockInputsAt WrittenBlockInputs(const SettledConfig& c, bool host_device) {
   if (!c.block_inputs || c.keep_activations) return BlockInputsAt::kDevice;
   if (*c.block_inputs == BlockInputsAt::kHost && host_device) return BlockInputsAt::kDevice;
   return *c.block_inputs;

@@ -143,9 +143,10 @@ const char* StepScheduleName(StepSchedule s);
 enum class BlockInputsAt { kDevice, kHost, kNvme };
 const char* BlockInputsName(BlockInputsAt at);
 struct TrainConfig;
+struct SettledConfig;
 // Where the block inputs wait as written, where that applies: not with kept activations (no
 // input is saved alone); "host" on the host device is where they are made; unset: device.
-BlockInputsAt WrittenBlockInputs(const TrainConfig& c, bool host_device);
+BlockInputsAt WrittenBlockInputs(const SettledConfig& c, bool host_device);
 
 // strata.objective: what a step's loss is (Note [DPO] for preference pairs).
 enum class Objective { kLanguageModel, kDpo };
@@ -253,9 +254,7 @@ struct TrainConfig {
   // is delayed; the updates of the steps before it run as with "forward" (exact), which
   // ZeRO-Offload advises for the first steps of a run, where the weights change fastest.
   int64_t delayed_update_from = 0;
-  StepSchedule schedule_setting = StepSchedule::kAuto;  // strata.schedule, as written
-  // What the engine runs, settled by SettleRunConfig through ResolveSchedule.
-  bool layer_major = false;
+  StepSchedule schedule_setting = StepSchedule::kAuto;  // strata.schedule, as written (settled: SettledConfig)
   // strata.fuse_micro_batches: layer-major, each block runs the step's micro-batches stacked as
   // one batch (the head still one micro-batch at a time): one pass over the block's weights
   // per direction per step instead of one per micro-batch, in fewer and larger matrix
@@ -266,8 +265,7 @@ struct TrainConfig {
   // waits for the backward (Note [Block inputs in the tiers]): "device" (where it was made),
   // "host" (off the host: copied to host memory after the block's forward, back before its
   // backward), "nvme" (the rank's swap file), "auto" (nullopt: settled by the estimate).
-  std::optional<BlockInputsAt> block_inputs;
-  BlockInputsAt block_inputs_at = BlockInputsAt::kDevice;  // settled (src/settle: EstimateResolvingAutos)
+  std::optional<BlockInputsAt> block_inputs;  // (settled: SettledConfig)
   // strata.expert_fetch: with mixtures of experts, whether a visit of a sparse layer's block
   // reads only the routed experts (where the rank reads the block whole itself and it is not
   // resident on the device) or every expert.
@@ -285,10 +283,7 @@ struct TrainConfig {
   // strata.mlp_chunk: tokens per tile of each MLP (Note [Tiled MLP]); 0 untiled; "auto" (-1)
   // settled by ResolveTileSizes (src/settle).
   int64_t mlp_chunk = -1;
-  Recompute recompute = Recompute::kAuto;  // strata.recompute (activation_checkpointing present: kAlways)
-  // What the engine does, settled by SettleRunConfig through ResolveRecompute (kAuto: from the estimate);
-  // false = recompute until SettleRunConfig decides (src/settle).
-  bool keep_activations = false;
+  Recompute recompute = Recompute::kAuto;  // strata.recompute (activation_checkpointing present: kAlways; settled: SettledConfig)
   // strata.adam_states: how Adam's m and v are stored ("fp32", or "bf16": 4 B/param instead
   // of 8, in memory, on NVMe and in checkpoints; the update itself stays fp32).
   DType adam_states = DType::kF32;
@@ -316,9 +311,7 @@ struct TrainConfig {
   // on the host: the link and the host's memory then carry 1/accumulation of the gradient
   // traffic. 4 B/param (of this rank's range) of device memory. "auto" (-1): where the
   // estimate fits the device's memory (known) with them; true (1) / false (0) as written.
-  int device_accumulation = -1;
-  // What the engine does, settled by SettleRunConfig (src/settle) from device_accumulation.
-  bool accumulate_on_device = false;
+  int device_accumulation = -1;  // (settled: SettledConfig)
   int optimizer_threads = 0;  // strata.optimizer_threads: the CPU Adam's OpenMP threads; 0 = the compute thread's
   // strata.device_memory: bytes of device memory for the fit check; 0 ("auto"): the device's own.
   uint64_t device_memory = 0;
@@ -332,6 +325,24 @@ struct TrainConfig {
   // Keys read with a meaning of their own here, one sentence each (DeepSpeed's deprecated
   // forms, sections whose effect is built in); `config check` and `train` print them.
   std::vector<std::string> notes;
+};
+
+// A config with what settling decided for its keys that say "auto" or leave the choice to the
+// machine (src/settle): what the plan, the estimator and the engine read. TrainConfig is what
+// the user wrote and never holds these; SettleRunConfig makes one (RunConfig), and the
+// estimator's trials set them on a copy to weigh a choice.
+struct SettledConfig : TrainConfig {
+  SettledConfig() = default;
+  explicit SettledConfig(TrainConfig written) : TrainConfig(std::move(written)) {}
+  // strata.schedule: layer-major or micro-batch-major (ResolveSchedule).
+  bool layer_major = false;
+  // strata.block_inputs: where each block's input waits for the backward (EstimateSettlingAutos).
+  BlockInputsAt block_inputs_at = BlockInputsAt::kDevice;
+  // strata.recompute: keep each block's activations (ResolveRecompute, kAuto from the estimate);
+  // false (recompute) until settled.
+  bool keep_activations = false;
+  // strata.device_accumulation: sum the micro-batches' gradients on the device.
+  bool accumulate_on_device = false;
 };
 
 // The rules between keys (the delayed update, host blocks, the split master, 8-bit moments
@@ -358,7 +369,7 @@ double MlpRowBytes(const TrainConfig& config);
 
 // How many times a step passes each block in each direction: once layer-major, else once per
 // micro-batch (the fetches of its working weights, ShardPlan::Visits).
-inline int64_t BlockPasses(const TrainConfig& c) { return c.layer_major ? 1 : c.grad_accum; }
+inline int64_t BlockPasses(const SettledConfig& c) { return c.layer_major ? 1 : c.grad_accum; }
 
 // Whether the run has a swap folder: the working weights or the optimizer states on NVMe.
 inline bool HasSwapFolder(const TrainConfig& c) {

@@ -159,7 +159,7 @@ uint64_t Engine::prefetch_budget_bytes() const {
   return std::max<uint64_t>(1, impl_->cfg.prefetch_bucket_size * DTypeSize(impl_->cfg.compute_dtype));
 }
 const CreationStats& Engine::creation() const { return impl_->stats.creation; }
-const TrainConfig& Engine::config() const { return impl_->cfg; }
+const SettledConfig& Engine::config() const { return impl_->cfg; }
 void Engine::OnStepVisit(std::function<void(size_t done, size_t total)> observer) {
   impl_->on_step_visit = std::move(observer);
 }

@@ -176,7 +176,7 @@ class Engine {
   uint64_t prefetch_high_water_bytes() const;
   uint64_t prefetch_budget_bytes() const;
   const CreationStats& creation() const;
-  const TrainConfig& config() const;
+  const SettledConfig& config() const;
 
   struct Impl;
 

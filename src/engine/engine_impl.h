@@ -114,7 +114,7 @@ struct EngineStats {
 // optimizer thread reads the plan, the model's blocks and the state, and writes the state and
 // the optimizer's run, only while an update runs (Quiesce ends that).
 struct Engine::Impl final : BlockReadiness {
-  TrainConfig cfg;  // as settled for the run (RunConfig)
+  SettledConfig cfg;  // as settled for the run (RunConfig)
   ShardPlan plan;
   EngineIo io;
   ModelBlocks model;

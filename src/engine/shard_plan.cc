@@ -70,7 +70,7 @@ ModelShape ModelShape::Of(const model::ModelConfig& config, int64_t params) {
   return s;
 }
 
-ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int world, int rank,
+ShardPlan ShardPlan::Make(const SettledConfig& cfg, const ModelShape& model, int world, int rank,
                           DeviceTraits device) {
   ShardPlan p;
   p.host_device = device.host;
@@ -120,7 +120,7 @@ ShardPlan ShardPlan::Make(const TrainConfig& cfg, const ModelShape& model, int w
 // Each buffer holds one stored state of the largest sub-group: 4 B/element where an fp32
 // master or fp32 moments are stored, a quarter of that for 8-bit moments beside a master kept
 // in the working weights (the host memory saved goes to host blocks).
-void ShardPlan::PlanOptimizerPool(const TrainConfig& cfg) {
+void ShardPlan::PlanOptimizerPool(const SettledConfig& cfg) {
   if (!StatesOnNvme(cfg) || max_sub_group == 0) return;
   uint64_t widest_state = 0;
   for (TensorRole r : kStateRoles)
@@ -129,11 +129,11 @@ void ShardPlan::PlanOptimizerPool(const TrainConfig& cfg) {
 }
 
 // Some block's optimizer states live on NVMe (not every block is a host block).
-bool ShardPlan::StatesOnNvme(const TrainConfig& cfg) const {
+bool ShardPlan::StatesOnNvme(const SettledConfig& cfg) const {
   return cfg.offload_optimizer.device == Tier::kNvme && host_blocks < static_cast<int64_t>(blocks.size());
 }
 
-void ShardPlan::PlanSpeculation(const TrainConfig& cfg) {
+void ShardPlan::PlanSpeculation(const SettledConfig& cfg) {
   speculative.assign(blocks.size(), false);
   if (!FactsOf(cfg).speculates) return;
   // The last blocks' gradients are final first: their updates overlap the most backward.
@@ -186,7 +186,7 @@ void ShardPlan::CutAtExperts(BlockPlan& b) {
 }
 
 // Residency, buffers and pools, which depend on the device.
-void ShardPlan::PlanDevice(const TrainConfig& cfg) {
+void ShardPlan::PlanDevice(const SettledConfig& cfg) {
   // Off the host, the first resident_blocks blocks ("auto": all of them when offload_param is
   // "none", else none) keep their working weights on the device; without residency a block
   // that is not offloaded lives in host memory (the cpu tier) and is copied in per use.
@@ -308,7 +308,7 @@ std::vector<Visit> ShardPlan::Visits(int micro_batches, bool backward) const {
   return order;
 }
 
-Status ShardPlan::CheckFormats(const TrainConfig& c) const { return StateFormat::Check(c, AnyResident()); }
+Status ShardPlan::CheckFormats(const SettledConfig& c) const { return StateFormat::Check(c, AnyResident()); }
 
 Tier ShardPlan::WorkingTier(int b) const {
   if (resident.at(b)) return Tier::kDevice;

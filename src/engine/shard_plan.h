@@ -208,11 +208,11 @@ struct ShardPlan {
 
   // `cfg` supplies the stage, the offload homes and pools, sub_group_size, the compute dtype
   // and the aio settings.
-  static ShardPlan Make(const TrainConfig& cfg, const ModelShape& model, int world, int rank,
+  static ShardPlan Make(const SettledConfig& cfg, const ModelShape& model, int world, int rank,
                         DeviceTraits device = {});
   // The state formats with what is known once the precision and the plan are (the split
   // master needs bf16 compute and no block's working weights on the device).
-  Status CheckFormats(const TrainConfig& cfg) const;
+  Status CheckFormats(const SettledConfig& cfg) const;
   // Where block b's working weights live: the device for resident blocks, else their home.
   Tier WorkingTier(int b) const;
   // strata.host_blocks (only with offload_optimizer "nvme"): the first host_blocks blocks keep
@@ -234,10 +234,10 @@ struct ShardPlan {
   void AddBlock(int64_t numel, int64_t trainable, int64_t sub_group_step);
   static void CutAtExperts(BlockPlan& b);
   void PlanAdapters();
-  void PlanDevice(const TrainConfig& cfg);
-  void PlanOptimizerPool(const TrainConfig& cfg);
-  bool StatesOnNvme(const TrainConfig& cfg) const;
-  void PlanSpeculation(const TrainConfig& cfg);
+  void PlanDevice(const SettledConfig& cfg);
+  void PlanOptimizerPool(const SettledConfig& cfg);
+  bool StatesOnNvme(const SettledConfig& cfg) const;
+  void PlanSpeculation(const SettledConfig& cfg);
   void PlanLedger();
 
  public:

@@ -24,7 +24,7 @@ uint64_t MemoryEstimate::host_peak() const {
 
 uint64_t MemoryEstimate::node_host_bytes(int local_ranks) const { return host_peak() * local_ranks; }
 
-MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_override, DeviceTraits device) {
+MemoryEstimate EstimateMemory(const SettledConfig& cfg, int world, int64_t params_override, DeviceTraits device) {
   MemoryEstimate e;
   e.world = world;
   e.host_device = device.host;

@@ -63,7 +63,7 @@ struct MemoryEstimate {
 // `params_override` > 0 rescales every block so the model has that many parameters (the
 // `estimate --params N` form); the config's shape otherwise. `device`: where blocks run (the
 // host, or a GPU: double buffers, residency, a device tier of its own).
-MemoryEstimate EstimateMemory(const TrainConfig& cfg, int world, int64_t params_override = 0,
+MemoryEstimate EstimateMemory(const SettledConfig& cfg, int world, int64_t params_override = 0,
                               DeviceTraits device = {});
 
 struct MachineCapacity {

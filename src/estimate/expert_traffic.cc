@@ -19,7 +19,7 @@ double ExpectedExpertShare(int64_t num_experts, int64_t top_k, int64_t tokens) {
   return -std::expm1(static_cast<double>(tokens) * std::log1p(-missed));
 }
 
-int64_t TokensPerVisit(const TrainConfig& cfg, const ShardPlan& plan) {
+int64_t TokensPerVisit(const SettledConfig& cfg, const ShardPlan& plan) {
   return cfg.micro_batch * cfg.model.seq_len * (cfg.layer_major ? cfg.grad_accum : 1) *
          (plan.GathersAcrossRanks() ? plan.world : 1);
 }
@@ -39,7 +39,7 @@ int64_t TokensForAllButOnePercent(int64_t num_experts, int64_t top_k) {
 }
 
 // Why no visit reads fewer experts, or "" where some do.
-std::string WhyEveryExpert(const TrainConfig& cfg, const ShardPlan& plan, int sparse, int fetching) {
+std::string WhyEveryExpert(const SettledConfig& cfg, const ShardPlan& plan, int sparse, int fetching) {
   if (cfg.expert_fetch == ExpertFetch::kAll) return "strata.expert_fetch \"all\": every visit reads every expert";
   if (cfg.keep_activations) return "strata.recompute \"never\": a kept backward reads every expert";
   if (fetching == 0) return fmt::format("all {} sparse blocks are resident on the device: nothing is fetched", sparse);
@@ -63,7 +63,7 @@ std::string Row(const std::string& label, double share, const StepTraffic& s, co
 
 }  // namespace
 
-std::string FormatExpertTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
+std::string FormatExpertTraffic(const SettledConfig& cfg, const ShardPlan& plan) {
   const model::MoeOptions& moe = cfg.model.moe;
   int sparse = 0, fetching = 0;
   for (int b = 0; b < static_cast<int>(plan.blocks.size()); ++b) {

@@ -20,7 +20,7 @@ double ExpectedExpertShare(int64_t num_experts, int64_t top_k, int64_t tokens);
 
 // Tokens whose routing one visit of a block fetches by: a micro-batch's (layer-major, the whole
 // step's); with ZeRO-3 across ranks, every rank's (they gather the experts together).
-int64_t TokensPerVisit(const TrainConfig& cfg, const ShardPlan& plan);
+int64_t TokensPerVisit(const SettledConfig& cfg, const ShardPlan& plan);
 
 // Bytes of block b's experts within `read` (elements of its flat group), in the compute dtype.
 uint64_t ExpertBytesIn(const ShardPlan& plan, int b, ElementRange read);
@@ -29,6 +29,6 @@ uint64_t ExpertBytesIn(const ShardPlan& plan, int b, ElementRange read);
 // (none: ""), the experts, top-k, tokens per visit, the expected share fetched and the bytes
 // per step (NVMe reads; off the host, copies to the device) at uniform routing against every
 // expert, then the same at fewer tokens per visit.
-std::string FormatExpertTraffic(const TrainConfig& cfg, const ShardPlan& plan);
+std::string FormatExpertTraffic(const SettledConfig& cfg, const ShardPlan& plan);
 
 }  // namespace strata

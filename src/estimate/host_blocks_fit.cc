@@ -4,10 +4,10 @@
 
 namespace strata {
 
-HostBlocksFit MostHostBlocks(const TrainConfig& cfg, int world, int64_t params_override, DeviceTraits device,
+HostBlocksFit MostHostBlocks(const SettledConfig& cfg, int world, int64_t params_override, DeviceTraits device,
                              const MachineCapacity& m, int local_ranks) {
   auto estimate = [&](int64_t blocks) {
-    TrainConfig c = cfg;
+    SettledConfig c = cfg;
     c.host_blocks = blocks;
     return EstimateMemory(c, world, params_override, device);
   };

@@ -29,7 +29,7 @@ std::string HostBlocksPhrase(int64_t blocks);
 // even that does. NVMe and the device are not judged: the caller's CheckFits does (a disk
 // too small for the states as given may hold what the host blocks leave it). Only
 // meaningful with offload_optimizer "nvme".
-HostBlocksFit MostHostBlocks(const TrainConfig& cfg, int world, int64_t params_override, DeviceTraits device,
+HostBlocksFit MostHostBlocks(const SettledConfig& cfg, int world, int64_t params_override, DeviceTraits device,
                              const MachineCapacity& m, int local_ranks);
 
 }  // namespace strata

@@ -56,7 +56,7 @@ double MuonNewtonSchulzFlops(const TrainConfig& cfg) {
   return static_cast<double>(m.n_layer) * (ns(q, d) + 2 * ns(kv, d) + ns(d, q) + 2 * ns(ff, d) + ns(d, ff));
 }
 
-double StepFlops(const TrainConfig& cfg) {
+double StepFlops(const SettledConfig& cfg) {
   const model::ModelSpec spec(cfg.model);
   const model::ModelConfig& m = cfg.model;
   const double tokens = static_cast<double>(cfg.micro_batch) * m.seq_len * cfg.grad_accum;
@@ -105,7 +105,7 @@ struct StepWork {
   double sums_out = 0;  // device accumulation: the sums' copy to the host, all after their last backward
 };
 
-StepWork WorkOf(const TrainConfig& cfg, const ShardPlan& plan, const MachineRates& mr, StepTimePrediction* p) {
+StepWork WorkOf(const SettledConfig& cfg, const ShardPlan& plan, const MachineRates& mr, StepTimePrediction* p) {
   StepWork w;
   const double tokens = static_cast<double>(cfg.micro_batch * cfg.model.seq_len);
   w.compute = mr.micro_batch_s > 0 ? mr.micro_batch_s * tokens / mr.probe_tokens * static_cast<double>(cfg.grad_accum)
@@ -176,7 +176,7 @@ StepWork WorkOf(const TrainConfig& cfg, const ShardPlan& plan, const MachineRate
 
 }  // namespace
 
-StepTimePrediction PredictStepTime(const TrainConfig& cfg, const ShardPlan& plan, const MachineRates& mr) {
+StepTimePrediction PredictStepTime(const SettledConfig& cfg, const ShardPlan& plan, const MachineRates& mr) {
   StepTimePrediction p;
   p.flops = StepFlops(cfg);
   // Muon: each rank orthogonalises about its share of the matrices, on the compute device.

@@ -58,13 +58,13 @@ struct StepTimePrediction {
 
 // FLOPs of one rank's step: the model's training FLOPs per token (forward + backward) times its
 // tokens, plus the blocks' forward once more where each is recomputed in its backward.
-double StepFlops(const TrainConfig& cfg);
+double StepFlops(const SettledConfig& cfg);
 // Muon (Note [Muon]): Newton-Schulz's FLOPs per step over every matrix of a LLaMA-shaped model
 // (5 iterations of X X^T, A A and B X on each n x m matrix, n <= m); 0 for other optimizers.
 double MuonNewtonSchulzFlops(const TrainConfig& cfg);
 
 // Per rank. `plan` is the config's own (ShardPlan::Make with the machine's device traits).
-StepTimePrediction PredictStepTime(const TrainConfig& cfg, const ShardPlan& plan, const MachineRates& machine);
+StepTimePrediction PredictStepTime(const SettledConfig& cfg, const ShardPlan& plan, const MachineRates& machine);
 
 // The table `estimate` and `train --predict` print.
 std::string FormatPrediction(const StepTimePrediction& p, const MachineRates& machine);

@@ -8,13 +8,13 @@
 namespace strata {
 namespace {
 
-double ShareAt(const TrainConfig& cfg, int64_t tokens) {
+double ShareAt(const SettledConfig& cfg, int64_t tokens) {
   return ExpectedExpertShare(cfg.model.moe.num_experts, cfg.model.moe.top_k, tokens);
 }
 
 // Per pass (every block visited once, forward or backward), the expected bytes of the working
 // tensors on NVMe that routing leaves unread: the experts no token chose.
-uint64_t UnroutedNvmeBytes(const TrainConfig& cfg, const ShardPlan& plan, double share) {
+uint64_t UnroutedNvmeBytes(const SettledConfig& cfg, const ShardPlan& plan, double share) {
   double unread = 0;
   for (int b = 0; b < static_cast<int>(plan.blocks.size()); ++b) {
     if (!plan.FetchesRouted(b) || plan.WorkingTier(b) != Tier::kNvme) continue;
@@ -45,11 +45,11 @@ uint64_t ExpertStateBytesOnNvme(const ShardPlan& plan) {
 
 }  // namespace
 
-StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
+StepTraffic EstimateStepTraffic(const SettledConfig& cfg, const ShardPlan& plan) {
   return EstimateStepTraffic(cfg, plan, TokensPerVisit(cfg, plan));
 }
 
-StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan, int64_t tokens_per_visit) {
+StepTraffic EstimateStepTraffic(const SettledConfig& cfg, const ShardPlan& plan, int64_t tokens_per_visit) {
   const MemoryLedger& ledger = plan.ledger;
   StepTraffic t;
   for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV})
@@ -82,11 +82,11 @@ StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan, i
   return t;
 }
 
-LinkTraffic EstimateLinkTraffic(const TrainConfig& cfg, const ShardPlan& plan) {
+LinkTraffic EstimateLinkTraffic(const SettledConfig& cfg, const ShardPlan& plan) {
   return EstimateLinkTraffic(cfg, plan, TokensPerVisit(cfg, plan));
 }
 
-LinkTraffic EstimateLinkTraffic(const TrainConfig& cfg, const ShardPlan& plan, int64_t tokens_per_visit) {
+LinkTraffic EstimateLinkTraffic(const SettledConfig& cfg, const ShardPlan& plan, int64_t tokens_per_visit) {
   LinkTraffic t;
   if (plan.host_device || plan.blocks.empty()) return t;
   // Every gather of a block that is not resident copies its shard (or, unsharded, its whole

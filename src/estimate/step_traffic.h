@@ -34,8 +34,8 @@ struct StepTraffic {
 
 // From `plan`'s ledger (its NVMe bytes) and where it keeps the master; a visit of a block
 // computes `tokens_per_visit` tokens (the config's: TokensPerVisit).
-StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan);
-StepTraffic EstimateStepTraffic(const TrainConfig& cfg, const ShardPlan& plan, int64_t tokens_per_visit);
+StepTraffic EstimateStepTraffic(const SettledConfig& cfg, const ShardPlan& plan);
+StepTraffic EstimateStepTraffic(const SettledConfig& cfg, const ShardPlan& plan, int64_t tokens_per_visit);
 
 // Per rank, per training step off the host (a GPU, the fake device): the bytes its copies
 // move over the host link. In: the working weights of every block that is not resident, at
@@ -47,7 +47,7 @@ struct LinkTraffic {
   uint64_t in = 0, out = 0;
   uint64_t in_all_experts = 0;  // `in` with every gather copying every expert
 };
-LinkTraffic EstimateLinkTraffic(const TrainConfig& cfg, const ShardPlan& plan);
-LinkTraffic EstimateLinkTraffic(const TrainConfig& cfg, const ShardPlan& plan, int64_t tokens_per_visit);
+LinkTraffic EstimateLinkTraffic(const SettledConfig& cfg, const ShardPlan& plan);
+LinkTraffic EstimateLinkTraffic(const SettledConfig& cfg, const ShardPlan& plan, int64_t tokens_per_visit);
 
 }  // namespace strata

@@ -58,7 +58,7 @@ StatusOr<Consolidator> Consolidator::Open(const std::string& checkpoint) {
     c.files_.push_back(std::move(f));
   }
   if (c.lora()) {  // the base is in the working weights: where each rank's lie (ShardPlan's rule)
-    TrainConfig cfg;
+    SettledConfig cfg;  // (the layout is the written config's)
     cfg.model = c.model_;
     cfg.zero_stage = c.manifest_.at("zero_stage").get<int>();
     cfg.sub_group_size = c.manifest_.at("sub_group_size").get<int64_t>();

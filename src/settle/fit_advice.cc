@@ -10,9 +10,9 @@
 
 namespace strata {
 
-std::string FitAdvice(const TrainConfig& cfg, int world, int64_t params_override, DeviceTraits device,
+std::string FitAdvice(const SettledConfig& cfg, int world, int64_t params_override, DeviceTraits device,
                       const MachineCapacity& m, int local_ranks) {
-  TrainConfig base = cfg;
+  SettledConfig base = cfg;
   if (CheckFits(EstimateResolvingAutos(&base, world, params_override, device, m, local_ranks), m, local_ranks).ok())
     return "";
   enum class Moments { kAsGiven, kBf16, k8Bit };
@@ -35,7 +35,7 @@ std::string FitAdvice(const TrainConfig& cfg, int world, int64_t params_override
         (t.moments == Moments::k8Bit && !may_8bit) ||
         (!t.accumulator && t.moments == Moments::kAsGiven && !host_blocks))
       continue;
-    TrainConfig c = cfg;
+    SettledConfig c = cfg;
     if (host_blocks) c.host_blocks = -1;
     std::vector<std::string> set, cost;
     if (t.accumulator) {

@@ -14,7 +14,7 @@ namespace strata {
 // "" when `cfg` fits or no compression makes it fit; else a line for the first setting that
 // fits, with the bytes it needs and what it costs in precision.
 // params_override as EstimateMemory's (`estimate --params`; 0: the config's model).
-std::string FitAdvice(const TrainConfig& cfg, int world, int64_t params_override, DeviceTraits device,
+std::string FitAdvice(const SettledConfig& cfg, int world, int64_t params_override, DeviceTraits device,
                       const MachineCapacity& m, int local_ranks);
 
 }  // namespace strata

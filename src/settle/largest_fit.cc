@@ -9,9 +9,9 @@ namespace {
 
 // Whether `params` parameters fit with this placement; the estimate of what would run and the
 // host blocks "auto" settled on, as `train` would settle them.
-bool Fits(const TrainConfig& placed, int world, int64_t params, DeviceTraits device, const MachineCapacity& m,
+bool Fits(const SettledConfig& placed, int world, int64_t params, DeviceTraits device, const MachineCapacity& m,
           MemoryEstimate* e, int64_t* host_blocks) {
-  TrainConfig c = placed;
+  SettledConfig c = placed;
   *e = EstimateSettlingAutos(&c, world, params, device, m, world);
   *host_blocks = c.host_blocks;
   return CheckFits(*e, m, world).ok();
@@ -19,7 +19,7 @@ bool Fits(const TrainConfig& placed, int world, int64_t params, DeviceTraits dev
 
 }  // namespace
 
-LargestFit FindLargestFit(const TrainConfig& cfg, int world, DeviceTraits device, const MachineCapacity& m) {
+LargestFit FindLargestFit(const SettledConfig& cfg, int world, DeviceTraits device, const MachineCapacity& m) {
   using D = Tier;
   std::vector<std::pair<D, D>> placements;
   if (cfg.zero_stage == 3) placements = {{D::kCpu, D::kCpu}, {D::kCpu, D::kNvme}, {D::kNvme, D::kNvme}};
@@ -32,7 +32,7 @@ LargestFit FindLargestFit(const TrainConfig& cfg, int world, DeviceTraits device
   for (DType accumulator : accumulators)
   for (auto [params_on, optimizer_on] : placements) {
     if ((params_on == D::kNvme || optimizer_on == D::kNvme) && m.nvme_free == 0) continue;  // unbounded
-    TrainConfig placed = cfg;
+    SettledConfig placed = cfg;
     placed.offload_param.device = params_on;
     placed.offload_optimizer.device = optimizer_on;
     placed.grad_accum_dtype = accumulator;

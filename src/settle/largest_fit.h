@@ -25,7 +25,7 @@ struct LargestFit {
 // 5% more); states on NVMe with strata.host_blocks "auto" (the config's own setting is not
 // kept: the most blocks host memory has room for). Activations as strata.recompute "auto"
 // would choose. Fits are monotone in the count.
-LargestFit FindLargestFit(const TrainConfig& cfg, int world, DeviceTraits device, const MachineCapacity& m);
+LargestFit FindLargestFit(const SettledConfig& cfg, int world, DeviceTraits device, const MachineCapacity& m);
 
 // Bytes of training state per parameter with Adam: bf16 working 2 + fp32 master 4 + m 4 + v 4
 // + fp32 gradient 4; (MemAvailable + free NVMe) / this is the machine's physical limit.

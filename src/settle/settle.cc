@@ -10,10 +10,11 @@ namespace strata {
 
 class RunConfigSettler {
  public:
-  static RunConfig Make(TrainConfig c) { return RunConfig(std::move(c)); }
+  static RunConfig Make(SettledConfig c) { return RunConfig(std::move(c)); }
 };
 
-StatusOr<SettledRun> SettleRunConfig(TrainConfig c, const SettleContext& ctx) {
+StatusOr<SettledRun> SettleRunConfig(TrainConfig written, const SettleContext& ctx) {
+  SettledConfig c(std::move(written));
   // What the parser checked may have been changed since (--max-seq's lengths): the model's
   // arithmetic below needs a valid one.
   if (Status v = model::Validate(c.model); !v.ok()) return v.WithContext("strata.model");

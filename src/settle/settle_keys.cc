@@ -34,7 +34,7 @@ void RecordAuto(TrainConfig* c, const std::string& path, std::string value, std:
   c->autos.push_back({path, std::move(value), std::move(reason)});
 }
 
-void ResolveSchedule(TrainConfig* c, bool host_device) {
+void ResolveSchedule(SettledConfig* c, bool host_device) {
   const bool fetched = c->offload_param.device == Tier::kNvme ||
                        (!host_device && c->offload_param.device != Tier::kDevice);
   const bool saves = c->grad_accum > 1 && fetched;
@@ -46,7 +46,7 @@ void ResolveSchedule(TrainConfig* c, bool host_device) {
                             : "the working weights are not fetched per visit: nothing to save");
 }
 
-void ResolveRecompute(TrainConfig* c, bool fits) {
+void ResolveRecompute(SettledConfig* c, bool fits) {
   c->keep_activations = c->recompute == Recompute::kNever || (c->recompute == Recompute::kAuto && fits);
   if (c->recompute != Recompute::kAuto) return;
   if (c->block_inputs && *c->block_inputs != BlockInputsAt::kDevice) {  // moving them asks for recompute
@@ -59,7 +59,7 @@ void ResolveRecompute(TrainConfig* c, bool fits) {
                                  : "kept activations would not fit this machine: each block recomputed");
 }
 
-void ResolveDeviceAccumulation(TrainConfig* c, bool host_device, bool fits) {
+void ResolveDeviceAccumulation(SettledConfig* c, bool host_device, bool fits) {
   const bool applies = !host_device && c->grad_accum > 1;
   c->accumulate_on_device = applies && (c->device_accumulation == 1 || (c->device_accumulation < 0 && fits));
   if (c->device_accumulation >= 0 || !applies) return;

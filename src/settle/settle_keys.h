@@ -25,7 +25,7 @@ void RecordAuto(TrainConfig* config, const std::string& path, std::string value,
 // micro-batches and each visit of a block fetches its working weights (from NVMe, or, off
 // the host, over the host link): those fetches then happen once per step instead of once per
 // micro-batch. Records what "auto" became and why.
-void ResolveSchedule(TrainConfig* config, bool host_device);
+void ResolveSchedule(SettledConfig* config, bool host_device);
 
 // Settles strata.loss_chunk and strata.mlp_chunk "auto" to the tiles AutoLossChunk and
 // AutoMlpChunk choose (src/config/tile_sizes.cc), and records why.
@@ -33,12 +33,12 @@ void ResolveTileSizes(TrainConfig* config);
 
 // Settles keep_activations: kNever keeps, kAlways recomputes, kAuto keeps when `fits` (the
 // estimate with kept activations fits this machine). Records what "auto" became and why.
-void ResolveRecompute(TrainConfig* config, bool fits);
+void ResolveRecompute(SettledConfig* config, bool fits);
 
 // Settles accumulate_on_device: off on the host device and with one micro-batch per step;
 // else as written, or for "auto" when `fits` (the estimate with device accumulators fits the
 // device and the host). Records what "auto" became and why.
-void ResolveDeviceAccumulation(TrainConfig* config, bool host_device, bool fits);
+void ResolveDeviceAccumulation(SettledConfig* config, bool host_device, bool fits);
 
 // Derives the batch keys left unset for `world_size` ranks (DeepSpeed's rule above) and
 // checks their consistency; records what each "auto" became in config->autos. The error

@@ -2,6 +2,8 @@
 // Strata does not use, --set overrides (the learning-rate schedules: lr_schedule_test.cc).
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +17,12 @@
 
 namespace strata {
 namespace {
+
+// A parsed config that a test settles one key of itself (SettledConfig: nothing settled yet).
+std::optional<SettledConfig> Unsettled(const StatusOr<TrainConfig>& parsed) {
+  EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+  return parsed.ok() ? std::optional<SettledConfig>(SettledConfig(*parsed)) : std::nullopt;
+}
 
 TEST(Config, EveryShippedConfigParses) {
   int n = 0;
@@ -111,8 +119,8 @@ TEST(Config, LegacyCpuOffloadKeysMapToTheOffloadSections) {
 // strata.recompute: "auto" keeps the activations when they fit; DeepSpeed's
 // activation_checkpointing section means recompute; strata.recompute overrides either.
 TEST(Config, RecomputeFollowsTheFitAndActivationCheckpointing) {
-  auto c = ParseTrainConfig("{}", "r.json");
-  ASSERT_TRUE(c.ok());
+  auto c = Unsettled(ParseTrainConfig("{}", "r.json"));
+  ASSERT_TRUE(c);
   EXPECT_EQ(c->recompute, Recompute::kAuto);
   EXPECT_FALSE(c->keep_activations);  // unresolved: the safe path
   ResolveRecompute(&*c, /*fits=*/true);
@@ -121,9 +129,9 @@ TEST(Config, RecomputeFollowsTheFitAndActivationCheckpointing) {
   EXPECT_FALSE(c->keep_activations);
   ASSERT_EQ(std::count_if(c->autos.begin(), c->autos.end(), [](const AutoValue& a) { return a.path == "strata.recompute"; }), 1);
 
-  auto ac = ParseTrainConfig(R"({"activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": true,
-                                                              "number_checkpoints": 4, "typo": 1}})", "r.json");
-  ASSERT_TRUE(ac.ok()) << ac.status().ToString();
+  auto ac = Unsettled(ParseTrainConfig(R"({"activation_checkpointing": {"partition_activations": true,
+      "cpu_checkpointing": true, "number_checkpoints": 4, "typo": 1}})", "r.json"));
+  ASSERT_TRUE(ac);
   EXPECT_EQ(ac->recompute, Recompute::kAlways);
   ResolveRecompute(&*ac, /*fits=*/true);
   EXPECT_FALSE(ac->keep_activations);
@@ -135,8 +143,8 @@ TEST(Config, RecomputeFollowsTheFitAndActivationCheckpointing) {
   EXPECT_TRUE(has(ac->warnings, "activation_checkpointing.typo"));
   EXPECT_FALSE(has(ac->warnings, "partition_activations"));
 
-  auto never = ParseTrainConfig(R"({"activation_checkpointing": {}, "strata": {"recompute": "never"}})", "r.json");
-  ASSERT_TRUE(never.ok());
+  auto never = Unsettled(ParseTrainConfig(R"({"activation_checkpointing": {}, "strata": {"recompute": "never"}})", "r.json"));
+  ASSERT_TRUE(never);
   ResolveRecompute(&*never, /*fits=*/false);
   EXPECT_TRUE(never->keep_activations);  // asked for, even where the estimate says it won't fit
   auto bad = ParseTrainConfig(R"({"strata": {"recompute": "sometimes"}})", "r.json");
@@ -445,20 +453,20 @@ TEST(Config, HostBlocksNeedOptimizerStatesOnNvme) {
 // ResolveDeviceAccumulation turns it off on the host and with one micro-batch, and records
 // what "auto" became.
 TEST(Config, DeviceAccumulationIsAutoTrueOrFalse) {
-  auto absent = ParseTrainConfig(R"({"gradient_accumulation_steps": 4})", "d.json");
-  ASSERT_TRUE(absent.ok()) << absent.status().message();
+  auto absent = Unsettled(ParseTrainConfig(R"({"gradient_accumulation_steps": 4})", "d.json"));
+  ASSERT_TRUE(absent);
   EXPECT_EQ(absent->device_accumulation, -1);
   EXPECT_FALSE(absent->accumulate_on_device);  // unresolved: the per-micro-batch path
-  auto on = ParseTrainConfig(R"({"gradient_accumulation_steps": 4, "strata": {"device_accumulation": true}})", "d.json");
-  ASSERT_TRUE(on.ok()) << on.status().message();
+  auto on = Unsettled(ParseTrainConfig(R"({"gradient_accumulation_steps": 4, "strata": {"device_accumulation": true}})", "d.json"));
+  ASSERT_TRUE(on);
   EXPECT_EQ(on->device_accumulation, 1);
   ResolveDeviceAccumulation(&*on, /*host_device=*/true, true);
   EXPECT_FALSE(on->accumulate_on_device);  // no device to sum on
   ResolveDeviceAccumulation(&*on, /*host_device=*/false, false);
   EXPECT_TRUE(on->accumulate_on_device);  // as written, fit or not (the fit check has the last word)
-  auto automatic = ParseTrainConfig(R"({"gradient_accumulation_steps": 4, "strata": {"device_accumulation": "auto"}})",
-                                    "d.json");
-  ASSERT_TRUE(automatic.ok()) << automatic.status().message();
+  auto automatic = Unsettled(ParseTrainConfig(R"({"gradient_accumulation_steps": 4, "strata": {"device_accumulation": "auto"}})",
+                                              "d.json"));
+  ASSERT_TRUE(automatic);
   ResolveDeviceAccumulation(&*automatic, /*host_device=*/false, true);
   EXPECT_TRUE(automatic->accumulate_on_device);
   bool recorded = false;

@@ -107,10 +107,10 @@ TEST(BlockInputsTier, TheEstimateCountsThemOnDiskAndAutoPicksTheDiskWhenHostMemo
   // "auto" with host memory between the two: the disk; with plenty: where they are made.
   MachineCapacity m;
   m.host_available = (nvme.host_peak() + device.host_peak()) / 2;
-  TrainConfig a = c;
+  SettledConfig a(c);
   EstimateResolvingAutos(&a, 1, 0, {true}, m, 1);
   EXPECT_EQ(a.block_inputs_at, BlockInputsAt::kNvme);
-  a = c;
+  a = SettledConfig(c);
   m.host_available = device.host_peak() * 4;
   EstimateResolvingAutos(&a, 1, 0, {true}, m, 1);
   EXPECT_EQ(a.block_inputs_at, BlockInputsAt::kDevice);

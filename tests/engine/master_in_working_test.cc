@@ -147,7 +147,7 @@ TEST(MasterInWorking, OnlyWhereTheUpdateReplacesFp32WeightsInPlace) {
   const TrainConfig c = TinyConfig(dir.path());
   const ModelShape shape = ModelShape::Of(c.model);
   auto in_working = [&](const TrainConfig& k, DeviceTraits device = {}) {
-    return ShardPlan::Make(k, shape, 1, 0, device).format.master() == MasterFormat::kInWorking;
+    return ShardPlan::Make(SettledConfig(k), shape, 1, 0, device).format.master() == MasterFormat::kInWorking;
   };
   EXPECT_TRUE(in_working(c));
   TrainConfig k = c;

@@ -15,13 +15,14 @@
 namespace strata {
 namespace {
 
-TrainConfig Config(const std::string& extra = "") {
+// A plan's config: as written, with nothing settled (recompute, no device accumulation).
+SettledConfig Config(const std::string& extra = "") {
   auto c = ParseTrainConfig(R"({"train_micro_batch_size_per_gpu": 2,
       "zero_optimization": {"stage": 3, "sub_group_size": 1000},
       "strata": {"model": {"arch": "gpt2", "vocab_size": 64, "seq_len": 16, "n_layer": 2, "d_model": 16,
                            "n_head": 2})" + extra + "}}", "test");
   EXPECT_TRUE(c.ok()) << c.status().ToString();
-  return *c;
+  return SettledConfig(*c);
 }
 
 ModelShape Shape(std::vector<int64_t> numels) {
@@ -34,7 +35,7 @@ TEST(ShardPlan, EveryRanksRangesTileEachBlockAtEveryStage) {
   const ModelShape shape = Shape({1000, 5003, 64, 7});
   for (int stage : {0, 1, 2, 3}) {
     for (int world : {1, 2, 3, 4}) {
-      TrainConfig c = Config();
+      SettledConfig c = Config();
       c.zero_stage = stage;
       std::vector<ShardPlan> plans;
       for (int r = 0; r < world; ++r) plans.push_back(ShardPlan::Make(c, shape, world, r));
@@ -68,7 +69,7 @@ TEST(ShardPlan, EveryRanksRangesTileEachBlockAtEveryStage) {
 
 TEST(ShardPlan, SubGroupsTileTheOptimizerRangeInAlignedSteps) {
   for (int64_t sub : {1, 64, 100, 1000, 1 << 20}) {
-    TrainConfig c = Config();
+    SettledConfig c = Config();
     c.sub_group_size = sub;
     const ShardPlan p = ShardPlan::Make(c, Shape({5003, 130}), 2, 1);
     for (const BlockPlan& bp : p.blocks) {
@@ -89,7 +90,7 @@ TEST(ShardPlan, SubGroupsTileTheOptimizerRangeInAlignedSteps) {
 // The store's tensors, listed and counted alike, each named back, and their bytes the ledger's.
 TEST(ShardPlan, KeysAndTheirBytesAreTheLedger) {
   for (const char* states : {"fp32", "bf16", "8bit"}) {
-    TrainConfig c = Config();
+    SettledConfig c = Config();
     c.offload_param.device = Tier::kNvme;
     c.offload_optimizer.device = Tier::kNvme;
     SetAdamStates(&c, states);
@@ -112,7 +113,7 @@ TEST(ShardPlan, KeysAndTheirBytesAreTheLedger) {
 }
 
 TEST(ShardPlan, PlacementFollowsTheOffloadSettingsAndHostBlocks) {
-  TrainConfig c = Config();
+  SettledConfig c = Config();
   c.offload_param.device = Tier::kNvme;
   c.offload_optimizer.device = Tier::kNvme;
   c.host_blocks = 2;
@@ -140,7 +141,7 @@ TEST(ShardPlan, PlacementFollowsTheOffloadSettingsAndHostBlocks) {
 // in host memory as "cpu" does, and the ledger (so the estimate) says so. Found on the first
 // GPU run, whose ledger put 81 GB of states in device memory that the process held itself.
 TEST(ShardPlan, OffTheHostOptimizerStatesOfNoneLiveInHostMemory) {
-  TrainConfig c = Config();
+  SettledConfig c = Config();
   c.offload_optimizer.device = Tier::kDevice;
   const ShardPlan host = ShardPlan::Make(c, Shape({1000, 1000}), 1, 0);
   EXPECT_EQ(host.OptimizerTier(0), Tier::kDevice);  // the host is the device
@@ -158,7 +159,7 @@ TEST(ShardPlan, OffTheHostOptimizerStatesOfNoneLiveInHostMemory) {
 }
 
 TEST(ShardPlan, VisitsAreTheStepsOrderOfGathers) {
-  TrainConfig c = Config();
+  SettledConfig c = Config();
   ModelShape tied = Shape({100, 100, 100, 100});
   tied.tied_owner = 0;
   tied.tied_numel = 50;
@@ -176,7 +177,7 @@ TEST(ShardPlan, VisitsAreTheStepsOrderOfGathers) {
 }
 
 TEST(ShardPlan, SpeculationTakesTheLastBlocksWithinItsBudget) {
-  TrainConfig c = Config();
+  SettledConfig c = Config();
   c.optimizer_overlap = OptimizerOverlap::kSpeculative;
   c.speculation_budget_mb = 0;
   EXPECT_EQ(ShardPlan::Make(c, Shape({1 << 20, 1 << 20, 1 << 20}), 1, 0).speculative,
@@ -191,7 +192,7 @@ TEST(ShardPlan, SpeculationTakesTheLastBlocksWithinItsBudget) {
 }
 
 TEST(ShardPlan, TheFormatsSettleFromTheConfigAndTheirNeedsAreChecked) {
-  TrainConfig c = Config();
+  SettledConfig c = Config();
   c.offload_param.device = Tier::kCpu;
   EXPECT_EQ(ShardPlan::Make(c, Shape({1000}), 1, 0).format.master(), MasterFormat::kInWorking);  // fp32 compute
   c.optimizer_overlap = OptimizerOverlap::kSpeculative;  // keeps two versions of the weights

@@ -158,7 +158,7 @@ TEST(StepTraffic, DeviceLinkBytesAreTheArithmetic) {
 }
 
 TEST(StepTraffic, CountsEachWorkingReadOfTheSchedule) {
-  TrainConfig c = TinyConfig("/unused");
+  SettledConfig c(TinyConfig("/unused"));
   ShardPlan p;  // only its ledger and where it keeps the master are read
   MemoryLedger& l = p.ledger;
   l.Add(StateKind::kWorking, Tier::kNvme, 100);

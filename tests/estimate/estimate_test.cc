@@ -180,7 +180,7 @@ TEST(Estimate, LoraMatchesTheEngineLedgerExactly) {
     ExpectEstimateMatchesLedger(c, world, "lora on nvme", /*on_device=*/true);
     ExpectEstimateMatchesLedger(c, world, "lora on nvme");
   }
-  const MemoryEstimate e = EstimateMemory(c, 1, 0, {true});
+  const MemoryEstimate e = EstimateMemory(SettledConfig(c), 1, 0, {true});
   const model::ModelSpec spec(c.model);
   int64_t trainable = 0;
   for (int b = 0; b < spec.num_blocks(); ++b) trainable += spec.trainable_parameters(b);
@@ -241,7 +241,7 @@ TEST(Estimate, The70bQloraBaseFitsOneH100) {
   EXPECT_LT(on_gpu, 38'000'000'000ull);
   EXPECT_EQ(e.ledger.At(StateKind::kWorking, Tier::kCpu) + e.ledger.At(StateKind::kWorking, Tier::kNvme), 0u);
   EXPECT_LT(e.device_peak(), 80'000'000'000ull) << "device peak " << e.device_peak();
-  TrainConfig bf16 = *cfg;
+  SettledConfig bf16(*cfg);
   bf16.model.lora.base_dtype = "";
   const MemoryEstimate b = EstimateMemory(*testing::Settled(bf16, 1, false), 1, 0, {false});
   EXPECT_GT(b.device_peak(), 80'000'000'000ull);
@@ -274,27 +274,27 @@ TEST(Estimate, DeviceAccumulationWhereTheDeviceHasRoom) {
   ASSERT_TRUE(cfg.ok());
   ASSERT_GT(cfg->grad_accum, 1);
   ASSERT_EQ(cfg->device_accumulation, -1);
-  TrainConfig want = *cfg;  // what it takes: the sums, each block recomputed
+  SettledConfig want(*cfg);  // what it takes: the sums, each block recomputed
   want.accumulate_on_device = true;
   want.keep_activations = false;
   MachineCapacity m{1ull << 50, 1ull << 50, "/x", EstimateMemory(want, 1, 0, {.host = false}).device_peak()};
-  TrainConfig roomy = *cfg;
+  SettledConfig roomy(*cfg);
   const MemoryEstimate e = EstimateResolvingAutos(&roomy, 1, 0, {.host = false}, m, 1);
   EXPECT_TRUE(roomy.accumulate_on_device);
   EXPECT_FALSE(roomy.keep_activations);  // the sums came first
   EXPECT_EQ(e.ledger.At(StateKind::kGradAccum, Tier::kDevice), 4 * static_cast<uint64_t>(e.parameters));
   m.device_memory -= 1;  // one byte short
-  TrainConfig tight = *cfg;
+  SettledConfig tight(*cfg);
   EstimateResolvingAutos(&tight, 1, 0, {.host = false}, m, 1);
   EXPECT_FALSE(tight.accumulate_on_device);
-  TrainConfig host = *cfg;
+  SettledConfig host(*cfg);
   EstimateResolvingAutos(&host, 1, 0, {.host = true}, m, 1);
   EXPECT_FALSE(host.accumulate_on_device);
-  TrainConfig single = *cfg;
+  SettledConfig single(*cfg);
   single.grad_accum = 1;
   EstimateResolvingAutos(&single, 1, 0, {.host = false}, MachineCapacity{1ull << 50, 1ull << 50, "/x", 80ull << 30}, 1);
   EXPECT_FALSE(single.accumulate_on_device);
-  TrainConfig off = *cfg;  // as written wins
+  SettledConfig off(*cfg);  // as written wins
   off.device_accumulation = 0;
   EstimateResolvingAutos(&off, 1, 0, {.host = false}, MachineCapacity{1ull << 50, 1ull << 50, "/x", 80ull << 30}, 1);
   EXPECT_FALSE(off.accumulate_on_device);
@@ -305,7 +305,7 @@ TEST(Estimate, ADeviceTierLargerThanTheGpuIsRefused) {
   auto cfg = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/llama_7b_gpu.json");
   ASSERT_TRUE(cfg.ok());
   cfg->resident_blocks = 34;  // every block's working weights on the GPU
-  const MemoryEstimate e = EstimateMemory(*cfg, 1, 0, {.host = false});
+  const MemoryEstimate e = EstimateMemory(SettledConfig(*cfg), 1, 0, {.host = false});
   MachineCapacity m{1ull << 50, 1ull << 50, "/x", /*device_memory=*/16ull << 30};
   const Status s = CheckFits(e, m, 1);
   ASSERT_EQ(s.code(), StatusCode::kResourceExhausted);
@@ -314,13 +314,13 @@ TEST(Estimate, ADeviceTierLargerThanTheGpuIsRefused) {
   m.device_memory = 80ull << 30;
   EXPECT_TRUE(CheckFits(e, m, 1).ok());
   cfg->resident_blocks = 0;  // the parameters offloaded: the GPU holds only buffers and activations
-  EXPECT_LT(EstimateMemory(*cfg, 1, 0, {.host = false}).device_peak(), e.device_peak() / 2);
+  EXPECT_LT(EstimateMemory(SettledConfig(*cfg), 1, 0, {.host = false}).device_peak(), e.device_peak() / 2);
 }
 
 TEST(Estimate, RefusesWhatDoesNotFitWithTheNumbers) {
   auto cfg = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/llama_1b_nvme.json");
   ASSERT_TRUE(cfg.ok());
-  const MemoryEstimate e = EstimateMemory(*cfg, 1);
+  const MemoryEstimate e = EstimateMemory(SettledConfig(*cfg), 1);
   MachineCapacity small;
   small.host_available = 1'000'000'000;
   small.nvme_free = 2'000'000'000;
@@ -339,7 +339,7 @@ TEST(Estimate, RefusesWhatDoesNotFitWithTheNumbers) {
 TEST(Estimate, LargestFitIsTheEdgeOfTheMachine) {
   auto loaded = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/llama_1b_nvme.json");
   ASSERT_TRUE(loaded.ok());
-  TrainConfig cfg = *loaded;
+  SettledConfig cfg(*loaded);  // (the schedule and the autos as their defaults: micro-batch, recompute)
   ResolvePrecision(&cfg, false);
   ASSERT_TRUE(ResolveBatch(&cfg, 1).ok());
   MachineCapacity m;
@@ -351,7 +351,7 @@ TEST(Estimate, LargestFitIsTheEdgeOfTheMachine) {
   EXPECT_EQ(f.optimizer_on, Tier::kNvme);
   EXPECT_TRUE(CheckFits(f.estimate, m, 1).ok());
   auto fits_placed = [&](const LargestFit& f, int64_t params) {  // as --max places it, host blocks "auto"
-    TrainConfig placed = cfg;
+    SettledConfig placed(cfg);
     placed.offload_param.device = f.params_on;
     placed.offload_optimizer.device = f.optimizer_on;
     placed.grad_accum_dtype = f.accumulator;
@@ -385,15 +385,15 @@ TEST(Estimate, HostBlocksFillHostMemoryToTheMargin) {
   TrainConfig cfg = *loaded;
   ResolvePrecision(&cfg, false);
   ASSERT_TRUE(ResolveBatch(&cfg, 1).ok());
-  const MemoryEstimate none = EstimateMemory(cfg, 1);
+  const MemoryEstimate none = EstimateMemory(SettledConfig(cfg), 1);
   MachineCapacity m{none.node_host_bytes(1) + (4ull << 30), 80ull << 30, "/x", 0};
-  const HostBlocksFit f = MostHostBlocks(cfg, 1, 0, {true}, m, 1);
+  const HostBlocksFit f = MostHostBlocks(SettledConfig(cfg), 1, 0, {true}, m, 1);
   ASSERT_GT(f.blocks, 0);
   ASSERT_LT(f.blocks, kAllBlocks);
   EXPECT_LE(static_cast<double>(f.estimate.node_host_bytes(1)), kHostBlocksFill * m.host_available);
   TrainConfig more = cfg;
   more.host_blocks = f.blocks + 1;
-  EXPECT_GT(static_cast<double>(EstimateMemory(more, 1).node_host_bytes(1)), kHostBlocksFill * m.host_available);
+  EXPECT_GT(static_cast<double>(EstimateMemory(SettledConfig(more), 1).node_host_bytes(1)), kHostBlocksFill * m.host_available);
   uint64_t states_in_host = 0;
   for (StateKind k : {StateKind::kWorking, StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV})
     states_in_host += f.estimate.ledger.At(k, Tier::kCpu);
@@ -403,10 +403,10 @@ TEST(Estimate, HostBlocksFillHostMemoryToTheMargin) {
   EXPECT_LT(none.nvme_on_disk - f.estimate.nvme_on_disk, states_in_host + states_in_host / 1000);
   // A machine with room for everything: every block's.
   const MachineCapacity huge{1ull << 50, 1ull << 50, "/x", 0};
-  EXPECT_EQ(MostHostBlocks(cfg, 1, 0, {true}, huge, 1).blocks, kAllBlocks);
+  EXPECT_EQ(MostHostBlocks(SettledConfig(cfg), 1, 0, {true}, huge, 1).blocks, kAllBlocks);
 
   // "auto" (-1) settles on that count and its estimate; a set count stays; without NVMe states none.
-  TrainConfig automatic = cfg;
+  SettledConfig automatic(cfg);
   automatic.host_blocks = -1;
   MemoryEstimate e = none;
   EXPECT_TRUE(ResolveHostBlocks(&automatic, 1, 0, {true}, m, 1, &e));
@@ -414,7 +414,7 @@ TEST(Estimate, HostBlocksFillHostMemoryToTheMargin) {
   EXPECT_EQ(e.node_host_bytes(1), f.estimate.node_host_bytes(1));
   EXPECT_FALSE(ResolveHostBlocks(&automatic, 1, 0, {true}, m, 1, &e));
   EXPECT_EQ(automatic.host_blocks, f.blocks);
-  TrainConfig on_cpu = cfg;
+  SettledConfig on_cpu(cfg);
   on_cpu.offload_optimizer.device = Tier::kCpu;
   on_cpu.host_blocks = -1;
   EXPECT_TRUE(ResolveHostBlocks(&on_cpu, 1, 0, {true}, m, 1, &e));

@@ -42,7 +42,7 @@ TrainConfig TinyMoe(const std::string& strata_keys = "") {
   return *c;
 }
 
-ShardPlan PlanOf(const TrainConfig& c, int world = 1) {
+ShardPlan PlanOf(const SettledConfig& c, int world = 1) {
   return ShardPlan::Make(c, ModelShape::Of(c.model), world, 0, {.host = false});
 }
 

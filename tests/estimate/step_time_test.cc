@@ -12,7 +12,7 @@ namespace strata {
 namespace {
 
 // A 1 B LLaMA (the configs' shape), everything on NVMe, 1 x 128 tokens, accumulation 16.
-TrainConfig Llama1b(StepSchedule schedule) {
+SettledConfig Llama1b(StepSchedule schedule) {
   auto c = ParseTrainConfig(R"({
     "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 16, "bf16": {"enabled": true},
     "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/var/tmp/strata"},
@@ -43,7 +43,7 @@ double Seconds(const StepTimePrediction& p, const std::string& resource) {
 }
 
 TEST(StepTime, EachResourceIsItsWorkOverItsRate) {
-  const TrainConfig c = Llama1b(StepSchedule::kMicroBatch);
+  const SettledConfig c = Llama1b(StepSchedule::kMicroBatch);
   const ShardPlan plan = ShardPlan::Make(c, ModelShape::Of(c.model), 1, 0);
   const StepTimePrediction p = PredictStepTime(c, plan, SlowDisk());
   EXPECT_DOUBLE_EQ(Seconds(p, "compute"), StepFlops(c) / 1e12);
@@ -54,7 +54,7 @@ TEST(StepTime, EachResourceIsItsWorkOverItsRate) {
 }
 
 TEST(StepTime, LayerMajorCutsTheDiskTimeItBinds) {
-  const TrainConfig micro = Llama1b(StepSchedule::kMicroBatch), layer = Llama1b(StepSchedule::kLayerMajor);
+  const SettledConfig micro = Llama1b(StepSchedule::kMicroBatch), layer = Llama1b(StepSchedule::kLayerMajor);
   ASSERT_TRUE(layer.layer_major);
   const StepTimePrediction a = PredictStepTime(micro, ShardPlan::Make(micro, ModelShape::Of(micro.model), 1, 0), SlowDisk());
   const StepTimePrediction b = PredictStepTime(layer, ShardPlan::Make(layer, ModelShape::Of(layer.model), 1, 0), SlowDisk());

@@ -16,8 +16,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!text.ok()) return 0;
   auto cfg = strata::ParseTrainConfig(*text, "fuzz.json");
   if (!cfg.ok()) return 0;
-  strata::ResolvePrecision(&*cfg, false);
-  (void)strata::ResolveBatch(&*cfg, 1 + static_cast<int>(size % 4));
-  strata::ResolveRecompute(&*cfg, size % 2 == 0);
+  strata::SettledConfig settled(*cfg);
+  strata::ResolvePrecision(&settled, false);
+  (void)strata::ResolveBatch(&settled, 1 + static_cast<int>(size % 4));
+  strata::ResolveRecompute(&settled, size % 2 == 0);
   return 0;
 }

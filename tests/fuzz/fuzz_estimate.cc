@@ -101,7 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t params = ScaledParameters(f.checked);
   auto settled = SettleRunConfig(*written, {f.nproc, f.nproc, gpu, {!gpu}, &m, params});
   if (!settled.ok()) return 0;
-  const TrainConfig& cfg = *settled->config;
+  const SettledConfig& cfg = *settled->config;
   const MemoryEstimate& e = settled->estimate;
   (void)FormatEstimate(e);
   // The searches below settle the config dozens of times: bounded here, so that one input
