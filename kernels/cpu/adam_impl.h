@@ -286,6 +286,13 @@ inline void LambUpdate(const AdamConsts<Ops>& c, typename Ops::F g, typename Ops
   p = Ops::Fma(c.neg_step_size, LambDirection<Ops>(c, g, p, m, v), p);
 }
 
+// Element i (or the vector from it) of the gradient, fp32 or bf16 (widened exactly).
+template <class Ops, GradKind kGrad>
+inline typename Ops::F LoadGradient(const AdamArgs& a, size_t i) {
+  if constexpr (kGrad == GradKind::kFp32) return Ops::Load(a.g32 + i);
+  else return Ops::LoadBf16(a.g16 + i);
+}
+
 // Muon's momentum as torch's buf.lerp_(g', 1 - momentum) computes it (its vectorised lerp: one
 // fused multiply-add from the nearer end), g' = g * grad_scale. The update and the pass that
 // feeds the orthogonalisation (MuonNesterov) both call this: the momentum the update stores is

@@ -13,9 +13,7 @@ inline void LambSumsLoop(const AdamArgs& a, size_t begin, size_t end, typename O
   using F = typename Ops::F;
   const AdamConsts<Ops> c(a);
   for (size_t i = begin; i < end; i += Ops::kWidth) {
-    F g;
-    if constexpr (kGrad == GradKind::kFp32) g = Ops::Load(a.g32 + i);
-    else g = Ops::LoadBf16(a.g16 + i);
+    const F g = LoadGradient<Ops, kGrad>(a, i);
     F p;
     if constexpr (kMaster == MasterKind::kSplit) p = Ops::LoadSplit(a.half + i, a.lo + i);
     else p = Ops::Load(a.p + i);

@@ -14,9 +14,7 @@ inline void MuonNesterovLoop(const AdamArgs& a, size_t begin, size_t end, float*
   using F = typename Ops::F;
   const AdamConsts<Ops> c(a);
   for (size_t i = begin; i < end; i += Ops::kWidth) {
-    F g;
-    if constexpr (kGrad == GradKind::kFp32) g = Ops::Load(a.g32 + i);
-    else g = Ops::LoadBf16(a.g16 + i);
+    const F g = LoadGradient<Ops, kGrad>(a, i);
     const F gs = Ops::Mul(g, c.grad_scale);
     const F m = MuonMomentum<Ops>(c, gs, Ops::Load(a.m + i));
     Ops::Store(out + i, MuonDirection<Ops>(c, gs, m));

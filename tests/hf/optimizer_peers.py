@@ -212,15 +212,17 @@ def compare_optimizer(d, tokens_file, steps, name, lr, wd, strata, losses_file, 
     strata_losses = json.load(open(losses_file))
     make = lambda groups: _optimizer(name, groups, float(lr))  # noqa: E731
     tolerance = OPTIMIZER_TOLERANCE
+    runs = {}  # grouped -> the reference's run (the floor's unjittered run is the comparison's)
     if name.startswith("muon"):
-        model, losses, _, _ = train(d, tokens, int(steps), float(lr), float(wd), True, make, 0.0)
+        runs[True] = train(d, tokens, int(steps), float(lr), float(wd), True, make, 0.0)
         jittered, jittered_losses, _, _ = train(d, tokens, int(steps), float(lr), float(wd), True, make, 1e-7)
-        floor, _, loss_floor = _max_difference(model, jittered.state_dict(), losses, jittered_losses)
+        floor, _, loss_floor = _max_difference(runs[True][0], jittered.state_dict(), runs[True][1], jittered_losses)
         tolerance = max(tolerance, 2 * floor, 2 * loss_floor)
         print(f"{name}: the reference against itself jittered by 1e-7: weights {floor:.3g}, loss {loss_floor:.3g}")
 
     def compare(label, grouped):
-        model, losses, undecayed, _ = train(d, tokens, int(steps), float(lr), float(wd), grouped, make, 0.0)
+        run = runs.get(grouped) or train(d, tokens, int(steps), float(lr), float(wd), grouped, make, 0.0)
+        model, losses, undecayed, _ = run
         worst, where, loss_diff = _max_difference(model, theirs, losses, strata_losses)
         print(f"{name}, {label} ({undecayed} tensors undecayed): max relative |weights - Strata's| = {worst:.3g} "
               f"({where}), |loss - Strata's| = {loss_diff:.3g} over {len(losses)} steps (tolerance {tolerance:.3g})")
