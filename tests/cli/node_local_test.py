@@ -33,7 +33,7 @@ except Exception as e:  # noqa: BLE001 - any import failure means: not here
     missing_peers(f"torch (torchrun) or psutil not importable: {e}")
 
 STEPS = 40
-MODEL = ["--set", "strata.model.n_layer=4", "--set", "strata.model.d_model=256", "--set", "strata.model.n_head=4",
+MODEL = ["--set", "strata.model.n_layer=4", "--set", "strata.model.d_model=128", "--set", "strata.model.n_head=4",
          "--set", "strata.save_interval=4", "--set", "strata.eval_interval=0"]
 
 
