@@ -321,7 +321,7 @@ void TrainRun::PrintLedger() const {
               HumanBytes(engine_->swap_bytes_on_disk()).c_str(), HumanBytes(estimate_.nvme_on_disk).c_str(),
               HumanBytes(estimate_.host_peak()).c_str());
   const CreationStats& c = engine_->creation();
-  std::printf("engine created in %.1f s: initial state of %s written in %.1f s (%s/s; Adam's m and v, %s, zero: "
+  std::printf("engine created in %.1f s: initial state of %s written in %.1f s (%s/s; the optimizer's moments, %s, zero: "
               "not written); pools of %s pinned in %.1f s%s\n",
               c.total_s, HumanBytes(c.state_bytes).c_str(), c.blocks_s,
               HumanBytes(c.blocks_s > 0 ? static_cast<uint64_t>(c.state_bytes / c.blocks_s) : 0).c_str(),
