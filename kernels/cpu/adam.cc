@@ -375,9 +375,7 @@ Status MuonNesterov(const AdamHyperParams& hp, const AdamSpans& spans, std::span
     return InvalidArgument("MuonNesterov needs one gradient, exp_avg and out of one length; given {} + {}, {} and {}",
                            spans.grad.size(), spans.grad_bf16.size(), spans.exp_avg.size(), out.size());
   if (n == 0) return Status::Ok();
-  AdamSpans plain = spans;
-  plain.muon_update = {};  // (not read)
-  const AdamArgs args = MakeArgs(hp, plain);
+  const AdamArgs args = MakeArgs(hp, spans);
   using NesterovFn = void (*)(const AdamArgs&, size_t, size_t, float*);
   const NesterovFn kernel = ForActiveIsa<NesterovFn>(cpu::MuonNesterovAvx512, cpu::MuonNesterovAvx2, cpu::MuonNesterovScalar);
   ParallelRanges(out.data(), sizeof(float), n, ThreadsFor(n, options),

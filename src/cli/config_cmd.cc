@@ -82,7 +82,7 @@ nlohmann::ordered_json ResolvedOptimizer(const TrainConfig& c) {
               {"params",
                {{"lr", c.lr}, {"betas", {c.beta1, c.beta2}}, {"eps", c.eps}, {"weight_decay", c.weight_decay},
                 {"adam_w_mode", c.adam_w_mode}, {"muon_lr", c.muon.lr}, {"momentum", c.muon.momentum},
-                {"muon_weight_decay", c.muon.weight_decay}, {"ns_method", ns}}}};
+                {"muon_weight_decay", c.weight_decay}, {"ns_method", ns}}}};
     }
     case OptimizerKind::kAdam: break;
   }

@@ -198,7 +198,6 @@ Status ParseMuon(JsonReader& opt, JsonReader& p, TrainConfig* c) {
   STRATA_RETURN_IF_ERROR(p.Double("adam_lr", &c->lr, 0, 1e3));
   STRATA_RETURN_IF_ERROR(p.Double("momentum", &c->muon.momentum, 0, 0.999999));
   STRATA_RETURN_IF_ERROR(p.Double("weight_decay", &c->weight_decay, 0, 10));
-  c->muon.weight_decay = c->weight_decay;
   STRATA_RETURN_IF_ERROR(ParseBetas(p, c));
   STRATA_RETURN_IF_ERROR(p.Double("eps", &c->eps, 1e-30, 1));
   STRATA_RETURN_IF_ERROR(p.Bool("adam_w_mode", &c->adam_w_mode));

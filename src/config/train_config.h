@@ -93,9 +93,10 @@ enum class OptimizerKind { kAdam, kLion, kAdagrad, kLamb, kMuon };
 // DeepSpeed scales the update); Note [Muon] in src/engine/update/muon_matrices.h.
 enum class MuonNs { kGram, kStandard, kTorch };
 // "Muon": DeepSpeed 0.19.8's MuonWithAuxAdam. The hidden matrices take Muon with these; every
-// other parameter the AdamW half with the optimizer's lr, betas, eps and weight_decay.
+// other parameter the AdamW half with the optimizer's lr, betas and eps. Both decay by the
+// optimizer's weight_decay (one key in DeepSpeed).
 struct MuonConfig {
-  double lr = 0.02, momentum = 0.95, weight_decay = 0;
+  double lr = 0.02, momentum = 0.95;
   MuonNs ns = MuonNs::kGram;
 };
 

@@ -126,7 +126,6 @@ Status Engine::Impl::SetMuonUpdates(const AdamHyperParams& hp) {
   muon.rule = UpdateRule::kMuon;
   muon.lr = MuonLearningRate(cfg, hp.step - 1);
   muon.beta1 = cfg.muon.momentum;
-  muon.weight_decay = cfg.muon.weight_decay;
   UpdateWindow& window = optimizer.window;
   window.SetMuonParams(muon);
   std::vector<float> o;

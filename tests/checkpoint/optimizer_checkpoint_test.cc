@@ -24,10 +24,7 @@ TrainConfig OptimizerConfig(const std::string& dir, OptimizerKind kind) {
   c.optimizer = kind;
   c.lr = kind == OptimizerKind::kLion ? 2e-4 : 1e-2;
   if (kind == OptimizerKind::kLamb || kind == OptimizerKind::kMuon) c.weight_decay = 0.01;
-  if (kind == OptimizerKind::kMuon) {  // (not for GPT-2's transposed weights)
-    c.model.arch = model::Arch::kLlama;
-    c.muon.weight_decay = 0.01;
-  }
+  if (kind == OptimizerKind::kMuon) c.model.arch = model::Arch::kLlama;  // (not for GPT-2's transposed weights)
   c.eps = 1e-10;
   c.compute_dtype = DType::kBF16;
   c.offload_param.device = c.offload_optimizer.device = Tier::kNvme;

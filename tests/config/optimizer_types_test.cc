@@ -114,7 +114,6 @@ TEST(OptimizerTypes, MuonTakesMuonWithAuxAdamsHalvesAndDefaults) {
   EXPECT_EQ(muon.optimizer, OptimizerKind::kMuon);
   EXPECT_EQ(muon.muon.lr, 0.02);
   EXPECT_EQ(muon.muon.momentum, 0.95);
-  EXPECT_EQ(muon.muon.weight_decay, 0.0);
   EXPECT_EQ(muon.muon.ns, MuonNs::kGram);
   EXPECT_EQ(muon.lr, 3e-4);
   EXPECT_EQ(muon.beta1, 0.9);
@@ -126,7 +125,6 @@ TEST(OptimizerTypes, MuonTakesMuonWithAuxAdamsHalvesAndDefaults) {
       "ns_method": "standard", "momentum": 0.9}})", R"({"model": {"arch": "llama"}})");
   EXPECT_EQ(shared.muon.lr, 0.01);
   EXPECT_EQ(shared.lr, 0.01);
-  EXPECT_EQ(shared.muon.weight_decay, 0.1);
   EXPECT_EQ(shared.weight_decay, 0.1);
   EXPECT_EQ(shared.muon.momentum, 0.9);
   EXPECT_EQ(shared.muon.ns, MuonNs::kStandard);

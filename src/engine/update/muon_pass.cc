@@ -66,9 +66,7 @@ Status UpdateWindow::StepMuon(const AdamHyperParams& hp, int b, const SubGroup& 
       static_cast<size_t>(sg.range.begin - m_.plan.blocks[b].optimizer.begin), static_cast<size_t>(sg.range.len));
   AdamHyperParams adam = hp;
   adam.rule = UpdateRule::kAdam;
-  AdamHyperParams muon = muon_hp_;
-  muon.grad_unscale = hp.grad_unscale;
-  muon.clip_coef = hp.clip_coef;
+  AdamHyperParams muon = muon_hp_;  // (as the direction pass took them: its momentum is the one stored)
   std::vector<std::pair<size_t, size_t>> no_decay;
   Status status;
   ForEachTensorPiece(tensors.ranges, sg.range, [&](int t, int64_t lo, int64_t hi) {
