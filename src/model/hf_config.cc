@@ -444,9 +444,9 @@ nlohmann::ordered_json HfConfigJson(const ModelConfig& c, const std::string& tor
                            {"low_freq_factor", c.rope_scaling.low_freq_factor},
                            {"high_freq_factor", c.rope_scaling.high_freq_factor},
                            {"original_max_position_embeddings", c.rope_scaling.original_max_positions}};
-    if (type == "llama") j.update({{"attention_bias", false}, {"mlp_bias", false}});
-    if (type == "qwen3" || IsMoe(c)) j["attention_bias"] = false;
-    if (type != "llama") j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
+    if (f.bias_keys == BiasKeys::kAttentionAndMlp) j.update({{"attention_bias", false}, {"mlp_bias", false}});
+    if (f.bias_keys == BiasKeys::kAttention) j["attention_bias"] = false;
+    if (f.sliding_window_key) j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
     if (f.sliding == Sliding::kWhenEnabled) j["use_sliding_window"] = c.sliding_window > 0;
     if (IsGemma(c)) GemmaConfigJson(c, &j);
     if (IsMoe(c)) MoeConfigJson(c, &j);

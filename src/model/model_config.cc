@@ -251,20 +251,25 @@ static Status ValidateLoraTargets(const ModelConfig& c) {
   if (l.target_modules.empty() && l.target_parameters.empty())
     return InvalidArgument("strata.lora.target_modules is empty: name at least one of q_proj, k_proj, v_proj, "
                            "o_proj, gate_proj, up_proj, down_proj (or a mixture of experts' target_parameters)");
-  const bool phi3 = FamilyOf(c).fused_projections;
+  // The row says what the family's modules are called; a name from another row says what to
+  // write instead.
+  const ModelFamily& f = FamilyOf(c);
+  auto names = [](const ModelFamily& row, const std::string& t) { return std::ranges::count(row.lora_targets, t) > 0; };
   for (const std::string& t : l.target_modules) {
-    bool known = false, fused = false;
-    for (const char* p : kLoraProjections) known = known || t == p;
-    for (const char* p : kLoraFusedProjections) fused = fused || t == p;
-    if (!known && !fused)
+    if (names(f, t)) continue;
+    const auto rows = ModelFamilies();
+    const auto owner = std::ranges::find_if(rows, [&](const ModelFamily& row) { return names(row, t); });
+    if (owner == rows.end())
       return InvalidArgument("strata.lora.target_modules: \"{}\" is not one of q_proj, k_proj, v_proj, o_proj, "
                              "gate_proj, up_proj, down_proj (Phi-3: qkv_proj, o_proj, gate_up_proj, down_proj)", t);
-    if (fused && !phi3)
+    if (owner->fused_projections)
       return InvalidArgument("strata.lora.target_modules: \"{}\" is Phi-3's fused projection; {} has q_proj, k_proj, "
                              "v_proj and gate_proj, up_proj", t, c.hf_model_type.empty() ? "this model" : c.hf_model_type);
-    if (phi3 && t != "o_proj" && t != "down_proj" && !fused)
+    if (f.fused_projections)
       return InvalidArgument("strata.lora.target_modules: \"{}\": Phi-3 fuses q/k/v into qkv_proj and gate/up into "
                              "gate_up_proj; target those (as PEFT does), o_proj and down_proj", t);
+    return InvalidArgument("strata.lora.target_modules: \"{}\" is not a module of {}'s blocks that adapters take",
+                           t, f.display);
   }
   bool sparse = false;  // (PEFT too refuses a target that matches nothing)
   for (int64_t layer = 0; layer < c.n_layer; ++layer) sparse = sparse || SparseLayer(c, layer);
@@ -293,7 +298,7 @@ static Status ValidateLora(const ModelConfig& c) {
     return InvalidArgument("strata.lora.base_dtype = \"{}\" needs adapters (strata.lora.r > 0): a base that is "
                            "trained is kept in the compute dtype", c.lora.base_dtype);
   if (c.lora.enabled()) {
-    if (c.arch != Arch::kLlama)
+    if (FamilyOf(c).lora_targets.empty())
       return InvalidArgument("strata.lora: adapters are built for the LLaMA family (llama, mistral, qwen2, qwen3), "
                              "not GPT-2");
     if (!(c.lora.dropout >= 0 && c.lora.dropout < 1))

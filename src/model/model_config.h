@@ -67,10 +67,6 @@ struct LoraConfig {
   double scale() const { return alpha / static_cast<double>(r); }
   bool operator==(const LoraConfig&) const = default;
 };
-inline constexpr const char* kLoraProjections[] = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                   "gate_proj", "up_proj", "down_proj"};
-// Phi-3's fused projections (Strata keeps q/k/v and gate/up apart; one adapter each, as PEFT's).
-inline constexpr const char* kLoraFusedProjections[] = {"qkv_proj", "gate_up_proj"};
 inline constexpr const char* kLoraExpertTensors[] = {"gate_up_proj", "down_proj"};
 
 // Gemma 2 and Gemma 3 (text) (hf_model_type "gemma2", "gemma3_text"; gemma.cc): LLaMA's block

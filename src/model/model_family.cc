@@ -5,6 +5,10 @@
 namespace strata::model {
 namespace {
 
+constexpr const char* kDense[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+constexpr const char* kFused[] = {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};  // Phi-3's modules
+constexpr const char* kAttention[] = {"q_proj", "k_proj", "v_proj", "o_proj"};          // beside experts
+
 // transformers' config classes say what each row fixes: Qwen2Config's q/k/v always carry
 // biases, Qwen3's and Gemma 3's heads always normalise q and k, OLMoE normalises the whole
 // projections, Mixtral's experts are MixtralSparseMoeBlock's (always renormalised).
@@ -12,26 +16,36 @@ constexpr ModelFamily kFamilies[] = {
     {.model_type = "gpt2", .causal_lm = "GPT2LMHeadModel", .base_model = "GPT2Model", .display = "GPT-2",
      .gpt2 = true, .ties_embeddings = true},
     {.model_type = "llama", .causal_lm = "LlamaForCausalLM", .base_model = "LlamaModel", .display = "LLaMA",
-     .qkv_bias = Has::kFree, .qk_norm = Has::kFree},
+     .qkv_bias = Has::kFree, .qk_norm = Has::kFree,
+     .lora_targets = kDense, .bias_keys = BiasKeys::kAttentionAndMlp, .sliding_window_key = false},
     {.model_type = "mistral", .causal_lm = "MistralForCausalLM", .base_model = "MistralModel", .display = "Mistral",
-     .sliding = Sliding::kAll},
+     .sliding = Sliding::kAll,
+     .lora_targets = kDense},
     {.model_type = "qwen2", .causal_lm = "Qwen2ForCausalLM", .base_model = "Qwen2Model", .display = "Qwen2",
-     .qkv_bias = Has::kAlways, .sliding = Sliding::kWhenEnabled},
+     .qkv_bias = Has::kAlways, .sliding = Sliding::kWhenEnabled,
+     .lora_targets = kDense},
     {.model_type = "qwen3", .causal_lm = "Qwen3ForCausalLM", .base_model = "Qwen3Model", .display = "Qwen3",
-     .qk_norm = Has::kAlways, .sliding = Sliding::kWhenEnabled},
+     .qk_norm = Has::kAlways, .sliding = Sliding::kWhenEnabled,
+     .lora_targets = kDense, .bias_keys = BiasKeys::kAttention},
     {.model_type = "phi3", .causal_lm = "Phi3ForCausalLM", .base_model = "Phi3Model", .display = "Phi-3/4",
-     .fused_projections = true, .sliding = Sliding::kAll},
+     .fused_projections = true, .sliding = Sliding::kAll,
+     .lora_targets = kFused},
     {.model_type = "gemma2", .causal_lm = "Gemma2ForCausalLM", .base_model = "Gemma2Model", .display = "Gemma 2",
-     .gemma = true, .sliding = Sliding::kPerLayer, .ties_embeddings = true},
+     .gemma = true, .sliding = Sliding::kPerLayer, .ties_embeddings = true,
+     .lora_targets = kDense},
     {.model_type = "gemma3_text", .causal_lm = "Gemma3ForCausalLM", .base_model = "Gemma3TextModel",
      .display = "Gemma 3", .qk_norm = Has::kAlways, .gemma = true, .sliding = Sliding::kPerLayer,
-     .ties_embeddings = true},
+     .ties_embeddings = true,
+     .lora_targets = kDense},
     {.model_type = "mixtral", .causal_lm = "MixtralForCausalLM", .base_model = "MixtralModel", .display = "Mixtral",
-     .experts = true, .mixtral_experts = true, .sliding = Sliding::kAll},
+     .experts = true, .mixtral_experts = true, .sliding = Sliding::kAll,
+     .lora_targets = kAttention, .bias_keys = BiasKeys::kAttention},
     {.model_type = "qwen3_moe", .causal_lm = "Qwen3MoeForCausalLM", .base_model = "Qwen3MoeModel",
-     .display = "Qwen3-MoE", .qk_norm = Has::kAlways, .experts = true, .sliding = Sliding::kWhenEnabled},
+     .display = "Qwen3-MoE", .qk_norm = Has::kAlways, .experts = true, .sliding = Sliding::kWhenEnabled,
+     .lora_targets = kAttention, .bias_keys = BiasKeys::kAttention},
     {.model_type = "olmoe", .causal_lm = "OlmoeForCausalLM", .base_model = "OlmoeModel", .display = "OLMoE",
-     .qk_norm_whole = true, .experts = true},
+     .qk_norm_whole = true, .experts = true,
+     .lora_targets = kAttention, .bias_keys = BiasKeys::kAttention},
 };
 
 }  // namespace

@@ -3,7 +3,8 @@
 // model_type and architectures), how users read its name, its arch, and what its blocks fix
 // about the architecture that config.json does not say. Whatever differs by family asks the
 // row instead of comparing hf_model_type strings: the config.json reader and writer
-// (hf_config.cc), Validate, the block factories, the tensor names, the help texts. Adding a
+// (hf_config.cc; only Gemma's and the mixtures' own keys are spelled there per type), Validate,
+// the block factories, the tensor names, the LoRA targets, the help texts. Adding a
 // family is its row here, its blocks where they differ, the keys of its config.json, and its
 // tests (one round trip of config.json per row: HfConfig.EveryFamilyRoundTrips).
 #pragma once
@@ -25,6 +26,11 @@ enum class Has { kNever, kAlways, kFree };
 // (Gemma).
 enum class Sliding { kNone, kAll, kWhenEnabled, kPerLayer };
 
+// The bias keys export writes (false: Strata's blocks have no o_proj or MLP biases) as the
+// family's config class spells them: LlamaConfig has attention_bias and mlp_bias, Qwen3's and
+// the experts' configs attention_bias, the others neither (their class fixes the biases).
+enum class BiasKeys { kNone, kAttention, kAttentionAndMlp };
+
 struct ModelFamily {
   std::string_view model_type;  // config.json's model_type and strata.model.hf_model_type
   std::string_view causal_lm;   // the architectures entry export writes
@@ -43,6 +49,12 @@ struct ModelFamily {
   bool fused_projections = false;  // Phi-3: qkv_proj, gate_up_proj in its files (hf_names.h)
   Sliding sliding = Sliding::kNone;
   bool ties_embeddings = false;    // tie_word_embeddings' default in its config class
+  // The projections strata.lora.target_modules may name, as PEFT names them in the family's
+  // modules (Phi-3's fused ones); empty: no adapters (GPT-2). The experts of a mixture are
+  // adapted through target_parameters, so its rows name the attention projections only.
+  std::span<const char* const> lora_targets;
+  BiasKeys bias_keys = BiasKeys::kNone;
+  bool sliding_window_key = true;  // export writes sliding_window (null when off); LlamaConfig has none
 };
 
 // Every family, the arch's own first (gpt2, llama), in the order help texts list them.

@@ -321,6 +321,35 @@ ModelConfig TinyOf(const ModelFamily& f) {
   return c;
 }
 
+// Each row's adapters: the modules its row names take LoRA (every one of them together), a
+// module of another family's blocks is refused naming what to write instead, and GPT-2 takes
+// none. The bias keys export writes are the row's.
+TEST(HfConfig, EveryFamilyTakesTheAdaptersItsRowNames) {
+  for (const ModelFamily& f : ModelFamilies()) {
+    SCOPED_TRACE(std::string(f.model_type));
+    ModelConfig c = TinyOf(f);
+    c.lora.r = 8;
+    c.lora.alpha = 16;
+    c.lora.target_modules.assign(f.lora_targets.begin(), f.lora_targets.end());
+    if (f.gpt2) {
+      c.lora.target_modules = {"q_proj"};
+      EXPECT_NE(Validate(c).message().find("adapters are built for the LLaMA family"), std::string::npos);
+      continue;
+    }
+    ASSERT_TRUE(Validate(c).ok()) << Validate(c).ToString();
+    c.lora.target_modules = {f.fused_projections ? "q_proj" : "qkv_proj"};
+    EXPECT_NE(Validate(c).message().find(f.fused_projections ? "Phi-3 fuses q/k/v" : "is Phi-3's fused projection"),
+              std::string::npos) << Validate(c).ToString();
+    c.lora.target_modules = {"c_attn"};
+    EXPECT_NE(Validate(c).message().find("\"c_attn\" is not one of"), std::string::npos) << Validate(c).ToString();
+    c.lora = {};
+    const nlohmann::ordered_json j = HfConfigJson(c, "float32");
+    EXPECT_EQ(j.contains("attention_bias"), f.bias_keys != BiasKeys::kNone || f.gemma);  // (Gemma's own keys)
+    EXPECT_EQ(j.contains("mlp_bias"), f.bias_keys == BiasKeys::kAttentionAndMlp);
+    EXPECT_EQ(j.contains("sliding_window"), f.sliding_window_key);
+  }
+}
+
 // One round trip of config.json per row of the family table: the config export writes reads
 // back as the same model of the same family, which has what its blocks always have.
 TEST(HfConfig, EveryFamilyRoundTrips) {
