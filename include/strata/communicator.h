@@ -42,6 +42,12 @@ class Communicator {
   // In place: data = data of rank `root`.
   virtual Status Broadcast(void* data, size_t count, DType dtype, int root) = 0;
   virtual Status Barrier() = 0;
+  // out[r*count .. (r+1)*count) = block `rank` of rank r's `in`, for every r: block r of `in`
+  // goes to rank r. `in` and `out` hold world_size*count elements each and do not overlap.
+  // The base, for host buffers, gathers every rank's whole `in` (world_size times the bytes
+  // a direct exchange moves): exact on any CPU transport, for their small exchanges; NCCL
+  // (device buffers) overrides it with grouped sends and receives.
+  virtual Status AllToAll(const void* in, void* out, size_t count, DType dtype);
 };
 
 // The launcher contract (torchrun / Slurm / `strata train --nproc N`).

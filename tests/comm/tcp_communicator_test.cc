@@ -16,6 +16,7 @@
 
 #include "comm/comm_test_util.h"
 #include "comm/fork_ranks.h"
+#include "comm/group_check.h"
 #include "src/comm/socket.h"
 #include "strata/check.h"
 #include "strata/communicator.h"
@@ -134,6 +135,26 @@ INSTANTIATE_TEST_SUITE_P(Comm, TcpRing, ::testing::Values(2, 3), [](const auto& 
 // 64 MiB of fp32 through a 2-rank all-reduce: exact (small integers sum exactly in any
 // order), and the bandwidth is printed as a quick figure (algbw = bytes / time; busbw =
 // algbw * 2(n-1)/n, the bytes each link carries, as nccl-tests reports).
+// Group communicators over the TCP ring (Note [Process mesh]): 4 processes as data 2 x
+// tensor 2, each group's collectives and the world's all-to-all against the reference.
+TEST(TcpRing, GroupsOfADataByTensorMeshMatchTheReferenceBitwise) {
+  constexpr int kN = 4;
+  const int port = FreePort();
+  auto codes = ForkRanks(kN, 30s, [&](int rank) {
+    auto comm = MakeTcpCommunicator(Env(rank, kN, port), 5s);
+    if (!comm.ok()) return ChildFail(rank, comm.status().ToString());
+    auto mesh = ProcessMesh::Make({2, 2, 1}, kN, rank);
+    if (!mesh.ok()) return ChildFail(rank, mesh.status().ToString());
+    for (unsigned axes : {unsigned{kTensorAxis}, unsigned{kDataAxis}, unsigned{kDataAxis | kTensorAxis}}) {
+      auto group = MakeGroupCommunicator(**comm, *mesh, axes);
+      for (size_t count : {size_t{1}, size_t{4099}})
+        if (int rc = testing::CheckGroupCollectives(*group, *mesh, axes, count, DType::kBF16)) return rc;
+    }
+    return 0;
+  });
+  for (int r = 0; r < kN; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
 TEST(TcpRingLarge, AllReduce64MiBTwoRanks) {
   constexpr int kN = 2;
   constexpr size_t kCount = (64u << 20) / sizeof(float);

@@ -68,6 +68,22 @@ class NcclCommunicatorImpl final : public NcclCommunicator, public StreamCollect
         Nccl(ncclBroadcast(data, data, count, NcclType(dtype), root, comm_, stream_), "broadcast", rank_));
     return Sync("broadcast");
   }
+  // Point-to-point, grouped so NCCL runs every send and receive at once: block r to rank r.
+  Status AllToAll(const void* in, void* out, size_t count, DType dtype) override {
+    const size_t block = count * (dtype == DType::kF32 ? 4 : 2);
+    STRATA_RETURN_IF_ERROR(Nccl(ncclGroupStart(), "all-to-all", rank_));
+    for (int r = 0; r < world_; ++r) {
+      const ncclResult_t send =
+          ncclSend(static_cast<const char*>(in) + r * block, count, NcclType(dtype), r, comm_, stream_);
+      const ncclResult_t recv = ncclRecv(static_cast<char*>(out) + r * block, count, NcclType(dtype), r, comm_, stream_);
+      if (send != ncclSuccess || recv != ncclSuccess) {
+        ncclGroupEnd();
+        return Nccl(send != ncclSuccess ? send : recv, "all-to-all", rank_);
+      }
+    }
+    STRATA_RETURN_IF_ERROR(Nccl(ncclGroupEnd(), "all-to-all", rank_));
+    return Sync("all-to-all");
+  }
   StreamCollectives* stream_collectives() override { return this; }
   Status AllGatherOn(void* stream, const void* shard, void* full, size_t count, DType dtype) override {
     return Nccl(ncclAllGather(shard, full, count, NcclType(dtype), comm_, static_cast<cudaStream_t>(stream)),
