@@ -14,7 +14,9 @@
 // transport (local threads, the TCP ring, NCCL) has groups without a second rendezvous. The
 // contract this asks: every group along the same axes calls the same collective at the same
 // time, with the same count and dtype (as model-parallel code does: every tensor group runs
-// the same sublayer), and no rank uses the world communicator meanwhile. Each collective is
+// the same sublayer), and no other thread uses the world communicator meanwhile: the engine's
+// ZeRO traffic runs on threads of its own, so the blocks' groups ride on a world of their own
+// (a second ring from the same rendezvous), not on ZeRO's. Each collective is
 // one world all-gather from which a member keeps its group's blocks and reduces them itself,
 // in group-rank order in fp32 (Note [fp32 accumulation]): every member computes the same
 // bits, and a group of one rank is a copy. It moves world / group times the bytes of a ring
