@@ -1,0 +1,28 @@
+// Note [Ulysses]
+// DeepSpeed Ulysses' sequence parallelism: each of the S ranks of a sequence group holds T / S
+// consecutive positions of every row (rank s: positions s·T/S .. (s+1)·T/S - 1). Everything in a
+// block works position by position, except attention, which needs the whole row: before it an
+// all-to-all trades positions for heads (rank s then holds heads s·H/S .. (s+1)·H/S - 1 of all T
+// positions), attention runs on whole rows for those heads, and a second all-to-all trades
+// them back. Each all-to-all is the other's inverse, so the gradient of one is the other
+// applied to the incoming gradient. Key and value heads split like the query heads, so a
+// group of S needs S to divide the key/value heads (grouped-query attention with fewer
+// key/value heads than ranks is refused, naming both). The group's all-to-alls run on the
+// block's thread, in the block's order, on every rank alike, forward, recomputation and
+// backward: ranks meet in the same collective because they run the same blocks.
+#pragma once
+
+#include <torch/types.h>
+
+#include "strata/communicator.h"
+
+namespace strata::model {
+
+// x [B, H, T/S, D], this rank's positions of every head -> [B, H/S, T, D], this rank's heads
+// of every position. `group` is the sequence group (Note [Process mesh]); H % S == 0.
+torch::Tensor SequenceToHeads(const torch::Tensor& x, Communicator& group);
+
+// The inverse: x [B, H/S, T, D] -> [B, H, T/S, D].
+torch::Tensor HeadsToSequence(const torch::Tensor& x, Communicator& group);
+
+}  // namespace strata::model
