@@ -1,7 +1,7 @@
 // Note [Block context]
 // What one run of a block needs besides its input and its weights: the packed examples'
 // layout, LoRA dropout's masks, the sparse layers' routing report and load-balancing loss, the
-// MLP's tile size. A value the engine makes for each forward of a block and again for its
+// MLP's tile size, the sequence shard (Ulysses). A value the engine makes for each forward of a block and again for its
 // recomputation, handed to Block::Forward and on to every layer that reads a part of it (not
 // state armed on the thread: what a layer depends on is in its signature, and a block may run
 // on any thread). The default, empty, is a plain pass (evaluation without packing, generation,
@@ -14,6 +14,10 @@
 #include <torch/types.h>
 
 #include <cstdint>
+
+namespace strata {
+class Communicator;
+}
 
 namespace strata::model {
 
@@ -54,6 +58,10 @@ struct BlockContext {
   RouterLoss* router_loss = nullptr;
   // strata.mlp_chunk (Note [Tiled MLP]): tokens per tile, 0 untiled.
   int64_t mlp_chunk = 0;
+  // Ulysses (Note [Ulysses]): this rank holds positions sequence_offset .. of every row, and
+  // attention runs over `sequence_group`; null: the whole row is here.
+  Communicator* sequence_group = nullptr;
+  int64_t sequence_offset = 0;
 
   // x with LoRA dropout p applied, or x.
   torch::Tensor Dropout(const torch::Tensor& x, double p) const { return dropout ? dropout->Apply(x, p) : x; }

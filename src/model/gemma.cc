@@ -20,6 +20,7 @@
 // does. Sliding-window layers (Gemma 3) rotate with their own RoPE base; their window is the
 // whole sequence (Validate() keeps seq_len within it).
 #include <cmath>
+#include <stdexcept>
 #include <limits>
 #include <tuple>
 
@@ -98,6 +99,7 @@ class GemmaAttention final : public torch::nn::Module {
     o_proj_ = register_module("o_proj", std::make_shared<Linear>(q_out, C, false, c.init_std, AdapterFor(c.lora, "o_proj")));
   }
   torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) {
+    if (ctx.sequence_group) throw std::invalid_argument("Ulysses: Gemma's soft-capped attention is not split yet");
     auto [q, k, v] = Project(x, 0, ctx);
     const int64_t B = q.size(0), T = q.size(2);
     if (ctx.packing) {  // Note [Packed sequences]

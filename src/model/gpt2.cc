@@ -26,7 +26,7 @@ class Gpt2Embedding final : public Block {
   }
   BlockKind kind() const override { return BlockKind::kEmbedding; }
   torch::Tensor Forward(const torch::Tensor& tokens, const BlockContext& ctx) override {
-    return Embed(tokens, 0, ctx.packing);
+    return Embed(tokens, ctx.sequence_offset, ctx.packing);  // this rank's positions (Note [Ulysses])
   }
   torch::Tensor ForwardCached(const torch::Tensor& tokens, int64_t past, KvCache&) override {
     return Embed(tokens, past, nullptr);
@@ -56,6 +56,8 @@ class Gpt2Attention final : public torch::nn::Module {
   }
   torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) {
     torch::Tensor qkv = Qkv(x, ctx);
+    if (ctx.sequence_group)  // Note [Ulysses]
+      return c_proj_->Forward(ShardedCausalAttention(qkv[0], qkv[1], qkv[2], *ctx.sequence_group), ctx);
     return c_proj_->Forward(CausalAttention(qkv[0], qkv[1], qkv[2], ctx.packing), ctx);
   }
   torch::Tensor ForwardCached(const torch::Tensor& x, KvCache& cache) {

@@ -30,6 +30,7 @@
 #include "src/model/block_context.h"
 #include "src/model/model.h"
 #include "src/model/packed_sequences.h"
+#include "src/model/ulysses.h"
 #include "strata/check.h"
 #include "strata/normal.h"
 
@@ -288,6 +289,17 @@ inline torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor
   if (packed) return PackedCausalAttention(q, k, v, *packed);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   return Attend(q, k, v, std::nullopt, /*causal=*/true).transpose(1, 2).reshape({B, T, H * D});
+}
+
+// CausalAttention over a row split across a sequence group (Note [Ulysses]): q [B, H, T/S, D],
+// k, v [B, Hkv, T/S, D] at this rank's positions -> [B, T/S, H * D]. Packed rows are not split
+// (refused where the run is set up).
+inline torch::Tensor ShardedCausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                            Communicator& group) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const torch::Tensor heads = Attend(SequenceToHeads(q, group), SequenceToHeads(k, group), SequenceToHeads(v, group),
+                                     std::nullopt, /*causal=*/true);
+  return HeadsToSequence(heads, group).transpose(1, 2).reshape({B, T, H * D});
 }
 
 // CausalAttention for queries at positions past..past+T-1 (past = cache.length()): k, v

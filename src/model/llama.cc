@@ -70,7 +70,8 @@ class LlamaAttention final : public torch::nn::Module {
     o_proj_ = register_module("o_proj", std::make_shared<Linear>(q_out, C, false, c.init_std, AdapterFor(c.lora, "o_proj")));
   }
   torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) {
-    auto [q, k, v] = Project(x, 0, ctx);
+    auto [q, k, v] = Project(x, ctx.sequence_offset, ctx);  // RoPE at this rank's positions
+    if (ctx.sequence_group) return o_proj_->Forward(ShardedCausalAttention(q, k, v, *ctx.sequence_group), ctx);
     return o_proj_->Forward(CausalAttention(q, k, v, ctx.packing), ctx);
   }
   torch::Tensor ForwardCached(const torch::Tensor& x, int64_t past, KvCache& cache) {

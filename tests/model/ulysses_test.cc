@@ -1,13 +1,18 @@
 // Note [Ulysses] (src/model/ulysses.h): attention over a sequence split across S ranks
 // (threads with local communicators), with its two all-to-alls, gives each rank its positions
 // of the whole-row attention, and the gradients of its positions of q, k and v, as one rank
-// attending over the whole row computes them: plain and grouped-query heads, S = 2 and 4.
+// attending over the whole row computes them: plain and grouped-query heads, S = 2 and 4. A
+// whole model (GPT-2, LLaMA with grouped-query heads, Qwen2-shaped q/k/v biases) run on
+// position shards gives the whole model's logits, and its weights' gradients summed over the
+// ranks.
 #include <gtest/gtest.h>
 
 #include <thread>
 #include <vector>
 
+#include "model/model_test_util.h"
 #include "src/model/layers.h"
+#include "src/model/model.h"
 #include "src/model/ulysses.h"
 
 namespace strata::model {
@@ -64,6 +69,62 @@ TEST(Ulysses, ShardedAttentionGivesEachRankItsPositionsOfTheWholeRowAndGradients
       EXPECT_TRUE(torch::allclose(a.k, PositionShard(whole.k, s, S), 1e-6, 1e-6)) << "rank " << s;
       EXPECT_TRUE(torch::allclose(a.v, PositionShard(whole.v, s, S), 1e-6, 1e-6)) << "rank " << s;
     }
+  }
+}
+
+// `config` on one rank over [B, T] tokens and on S ranks over T / S positions each: logits,
+// and the gradients of the mean token loss over the whole batch (each rank's share: its
+// positions' losses over the whole count, so that the ranks' gradients sum to the whole one).
+void ExpectShardedModelIsTheWholeModel(const ModelConfig& config, int64_t S) {
+  const ModelSpec spec(config);
+  const int64_t B = 2, T = config.seq_len, V = config.vocab_size;
+  const torch::Tensor tokens = testing::Tokens(B, T + 1, V, 5);
+  const torch::Tensor inputs = tokens.slice(1, 0, T), targets = tokens.slice(1, 1, T + 1);
+  auto loss_of = [&](const torch::Tensor& logits, const torch::Tensor& t) {
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, V}), t.reshape({-1}),
+                                                torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
+           static_cast<double>(B * T);
+  };
+  FullModel whole(spec);
+  const torch::Tensor logits = whole.Forward(inputs, BlockContext{});
+  loss_of(logits, targets).backward();
+  auto comms = MakeLocalCommunicators(static_cast<int>(S));
+  std::vector<torch::Tensor> shard_logits(static_cast<size_t>(S));
+  std::vector<std::shared_ptr<FullModel>> models;
+  for (int64_t s = 0; s < S; ++s) models.push_back(std::make_shared<FullModel>(spec));  // the same weights (seeded)
+  std::vector<std::thread> ranks;
+  const int64_t n = T / S;
+  for (int64_t s = 0; s < S; ++s)
+    ranks.emplace_back([&, s] {
+      BlockContext ctx;
+      ctx.sequence_group = comms[static_cast<size_t>(s)].get();
+      ctx.sequence_offset = s * n;
+      const torch::Tensor l = models[static_cast<size_t>(s)]->Forward(inputs.slice(1, s * n, (s + 1) * n), ctx);
+      loss_of(l, targets.slice(1, s * n, (s + 1) * n)).backward();
+      shard_logits[static_cast<size_t>(s)] = l.detach();
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_LT(testing::NormRelativeError(torch::cat(shard_logits, 1), logits.detach()), 1e-6);
+  auto named = whole.named_parameters();
+  for (const auto& p : named) {
+    torch::Tensor sum = torch::zeros_like(p.value());
+    for (const auto& m : models) sum += m->named_parameters()[p.key()].grad();
+    EXPECT_LT(testing::NormRelativeError(sum, p.value().grad()), 1e-5) << p.key();
+  }
+}
+
+TEST(Ulysses, AModelOnPositionShardsIsTheWholeModel) {
+  for (int64_t S : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << S << " ranks");
+    { SCOPED_TRACE("gpt2"); ExpectShardedModelIsTheWholeModel(testing::Tiny(Arch::kGpt2), S); }
+    ModelConfig llama = testing::Tiny(Arch::kLlama, /*tie=*/false);
+    llama.n_kv_head = 4;  // (a group of 4 needs 4 key/value heads)
+    { SCOPED_TRACE("llama"); ExpectShardedModelIsTheWholeModel(llama, S); }
+    ModelConfig qwen2 = llama;
+    qwen2.hf_model_type = "qwen2";
+    qwen2.qkv_bias = true;
+    if (S == 2) qwen2.n_kv_head = 2;
+    { SCOPED_TRACE("qwen2"); ExpectShardedModelIsTheWholeModel(qwen2, S); }
   }
 }
 
