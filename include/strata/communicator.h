@@ -74,5 +74,9 @@ std::vector<std::unique_ptr<Communicator>> MakeLocalCommunicators(int world_size
 // master_addr:master_port (rank 0 hosts it), then a TCP ring between the ranks.
 // `timeout` bounds the rendezvous and every blocking receive.
 StatusOr<std::unique_ptr<Communicator>> MakeTcpCommunicator(const LaunchEnv& env, std::chrono::milliseconds timeout);
+// `count` communicators over the same ranks from one rendezvous, each its own ring: for
+// collectives that run on different threads at once (Note [Process mesh]).
+StatusOr<std::vector<std::unique_ptr<Communicator>>> MakeTcpCommunicators(const LaunchEnv& env,
+                                                                          std::chrono::milliseconds timeout, int count);
 
 }  // namespace strata

@@ -108,6 +108,7 @@ nlohmann::ordered_json Resolved(const TrainConfig& c) {
       {"train_batch_size", c.train_batch},
       {"train_micro_batch_size_per_gpu", c.micro_batch},
       {"gradient_accumulation_steps", c.grad_accum},
+      {"sequence_parallel_size", c.sequence_parallel},
       {"gradient_clipping", c.gradient_clipping},
       {"bf16", {{"enabled", c.compute_dtype == DType::kBF16}}},
       {"fp16",

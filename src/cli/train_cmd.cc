@@ -101,7 +101,7 @@ class TrainRun {
   SettledConfig cfg_;            // as written (nothing settled), then (from Connect on) as settled: *run_
   std::optional<RunConfig> run_;  // settled for this run (Connect)
   MemoryEstimate estimate_;
-  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Communicator> comm_, blocks_comm_;  // ZeRO's; the blocks' own with sequence_parallel_size > 1
   OpenedDevice device_;
   std::unique_ptr<data::TokenDataset> data_;
   std::unique_ptr<Tracer> tracer_;
@@ -175,13 +175,12 @@ Status TrainRun::Configure() {
 }
 
 Status TrainRun::Connect() {
-  if (env_.world_size > 1) {
-    // A dead peer closes its sockets (the others fail at once); a hung one is caught by this
-    // timeout, so no rank waits forever.
-    STRATA_ASSIGN_OR_RETURN(comm_, MakeTcpCommunicator(env_, std::chrono::seconds(cfg_.comm_timeout_s)));
-  } else {
-    comm_ = MakeSingleRankCommunicator();
-  }
+  // A dead peer closes its sockets, a hung one meets the timeout: no rank waits forever. With
+  // sequence parallelism a second ring, the blocks' own (Note [Process mesh]); one rank: none.
+  STRATA_ASSIGN_OR_RETURN(auto comms, MakeTcpCommunicators(env_, std::chrono::seconds(cfg_.comm_timeout_s),
+                                                           cfg_.sequence_parallel > 1 ? 2 : 1));
+  comm_ = std::move(comms[0]);
+  if (comms.size() == 2) blocks_comm_ = std::move(comms[1]);
   // Where blocks run; a GPU gets NCCL for its device buffers, met through the host communicator.
   auto device = OpenComputeDevice(cfg_.device, env_.local_rank, comm_.get());
   if (!device.ok()) return device.status().WithContext(fmt::format("rank {}", env_.rank));
@@ -299,6 +298,7 @@ Status TrainRun::CreateEngine() {
     LogWarn("initial weights from {} ignored: --resume restores all weights", init_from());
   }
   hooks.on_phase = [p = startup_.get()](const std::string& what) { p->Phase("creating the engine: " + what); };
+  hooks.blocks_world = blocks_comm_.get();
   tracer_ = std::make_unique<Tracer>(env_.rank);
   rss_before_engine_ = ProcStatusBytes("VmRSS:");
   file_before_engine_ = ProcStatusBytes("RssFile:");
@@ -378,7 +378,7 @@ void TrainRun::PrintStartup() {
   const model::ModelSpec spec(cfg_.model);
   progress_->Message(fmt::format(
       "strata train: {} model, {:.2f} M parameters, {} blocks; {} rank(s), ZeRO stage {}; params on {}, optimizer "
-      "states on {}; {} compute on {} ({}); activations {}; batch {} = {} x {} accumulation{}{} x {} rank(s); data: {}",
+      "states on {}; {} compute on {} ({}); activations {}; batch {} = {} x {} accumulation{}{} x {}; data: {}",
       model::FamilyOf(cfg_.model).display,
       spec.num_parameters() / 1e6, engine_->num_blocks(),
       env_.world_size, cfg_.zero_stage, OffloadDeviceName(cfg_.offload_param.device),
@@ -391,7 +391,10 @@ void TrainRun::PrintStartup() {
                         cfg_.block_inputs_at == BlockInputsAt::kHost ? "host memory" : "the swap file"),
       cfg_.train_batch,
       cfg_.micro_batch, cfg_.grad_accum, cfg_.accumulate_on_device ? " (summed on the device)" : "",
-      cfg_.grad_accum > 1 ? (cfg_.layer_major ? ", layer-major" : ", micro-batch-major") : "", env_.world_size,
+      cfg_.grad_accum > 1 ? (cfg_.layer_major ? ", layer-major" : ", micro-batch-major") : "",
+      cfg_.sequence_parallel == 1 ? fmt::format("{} rank(s)", env_.world_size)
+      : fmt::format("{} data rank(s), each row's positions split over {} ranks (Ulysses)",
+                    env_.world_size / cfg_.sequence_parallel, cfg_.sequence_parallel),
       data_->description()));
   if (cfg_.weight_decay > 0) {
     const std::vector<std::string> no_decay = NoDecayPatterns(cfg_);

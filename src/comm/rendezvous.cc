@@ -13,9 +13,10 @@ namespace {
 std::vector<uint8_t> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string Text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
 
-std::string AddressKey(int rank) { return fmt::format("strata/ring/{}", rank); }
-constexpr const char* kReadCount = "strata/ring/read";
-constexpr const char* kAllRead = "strata/ring/all_read";
+// Ring 0's keys are the first ring's; every further ring of one run has its own.
+std::string RingKey(int ring, const std::string& what) {
+  return ring == 0 ? "strata/ring/" + what : fmt::format("strata/ring{}/{}", ring, what);
+}
 
 PeerAddress ParseAddress(const std::string& text, int rank) {
   const size_t colon = text.rfind(':');
@@ -82,21 +83,21 @@ StatusOr<std::unique_ptr<Rendezvous>> Rendezvous::Connect(const LaunchEnv& env, 
   return std::unique_ptr<Rendezvous>(new Rendezvous(std::move(impl)));
 }
 
-StatusOr<std::vector<PeerAddress>> Rendezvous::ExchangeAddresses(const PeerAddress& mine) {
+StatusOr<std::vector<PeerAddress>> Rendezvous::ExchangeAddresses(const PeerAddress& mine, int ring) {
   auto peers = std::make_shared<std::vector<PeerAddress>>();
   Impl* p = impl_.get();
   // Two waits of up to the timeout each (everyone's address; rank 0: everyone has read).
-  STRATA_RETURN_IF_ERROR(impl_->Bounded(2 * p->timeout + std::chrono::seconds(2), [p, peers, mine] {
+  STRATA_RETURN_IF_ERROR(impl_->Bounded(2 * p->timeout + std::chrono::seconds(2), [p, peers, mine, ring] {
     c10d::TCPStore& store = *p->store;
     const LaunchEnv& env = p->env;
-    store.set(AddressKey(env.rank), Bytes(fmt::format("{}:{}", mine.host, mine.port)));
+    store.set(RingKey(ring, std::to_string(env.rank)), Bytes(fmt::format("{}:{}", mine.host, mine.port)));
     std::vector<std::string> keys;
-    for (int r = 0; r < env.world_size; ++r) keys.push_back(AddressKey(r));
+    for (int r = 0; r < env.world_size; ++r) keys.push_back(RingKey(ring, std::to_string(r)));
     store.wait(keys, p->timeout);
     for (int r = 0; r < env.world_size; ++r) peers->push_back(ParseAddress(Text(store.get(keys[static_cast<size_t>(r)])), r));
     // Rank 0 owns the store's server: it may only drop it after everyone has read.
-    if (store.add(kReadCount, 1) == env.world_size) store.set(kAllRead, Bytes("1"));
-    if (env.rank == 0) store.wait({kAllRead}, p->timeout);
+    if (store.add(RingKey(ring, "read"), 1) == env.world_size) store.set(RingKey(ring, "all_read"), Bytes("1"));
+    if (env.rank == 0) store.wait({RingKey(ring, "all_read")}, p->timeout);
   }));
   return *peers;
 }

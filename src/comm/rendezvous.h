@@ -22,9 +22,10 @@ class Rendezvous {
   static StatusOr<std::unique_ptr<Rendezvous>> Connect(const LaunchEnv& env, std::chrono::milliseconds timeout);
   ~Rendezvous();
 
-  // Publishes `mine` and returns the listener address of every rank (index = rank). Rank 0
-  // returns only once every rank has read all addresses, so it may then drop the store.
-  StatusOr<std::vector<PeerAddress>> ExchangeAddresses(const PeerAddress& mine);
+  // Publishes `mine` as this rank's listener of ring `ring` (0, 1, ... in the order every rank
+  // builds them) and returns every rank's (index = rank). Rank 0 returns only once every rank
+  // has read all addresses, so after the last ring it may drop the store.
+  StatusOr<std::vector<PeerAddress>> ExchangeAddresses(const PeerAddress& mine, int ring = 0);
 
  private:
   struct Impl;

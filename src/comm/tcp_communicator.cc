@@ -185,23 +185,36 @@ class TcpCommunicator final : public Communicator {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Communicator>> MakeTcpCommunicator(const LaunchEnv& env, std::chrono::milliseconds timeout) {
+StatusOr<std::vector<std::unique_ptr<Communicator>>> MakeTcpCommunicators(const LaunchEnv& env,
+                                                                          std::chrono::milliseconds timeout,
+                                                                          int count) {
   if (env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size) {
     return InvalidArgument("tcp communicator: rank {} outside a world of {}", env.rank, env.world_size);
   }
-  if (env.world_size == 1) return MakeSingleRankCommunicator();
-  // The store first: its port is then taken, and our ephemeral listener cannot land on it.
+  std::vector<std::unique_ptr<Communicator>> comms;
+  if (env.world_size == 1) {
+    for (int i = 0; i < count; ++i) comms.push_back(MakeSingleRankCommunicator());
+    return comms;
+  }
+  // The store first: its port is then taken, and our ephemeral listeners cannot land on it.
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<comm::Rendezvous> rendezvous, comm::Rendezvous::Connect(env, timeout));
-  STRATA_ASSIGN_OR_RETURN(comm::FileDescriptor listener, comm::Listen(0, env.world_size, kSocketBufferBytes));
-  STRATA_ASSIGN_OR_RETURN(uint16_t port, comm::LocalPort(listener));
   auto host = comm::LocalAddressTowards(env.master_addr, static_cast<uint16_t>(env.master_port));
   if (!host.ok()) return host.status().WithContext("tcp communicator: finding this rank's address");
-  STRATA_ASSIGN_OR_RETURN(std::vector<comm::PeerAddress> peers, rendezvous->ExchangeAddresses({*host, port}));
-  rendezvous.reset();
-  STRATA_ASSIGN_OR_RETURN(comm::RingLinks ring,
-                          comm::ConnectRing(env.rank, peers, listener, timeout, kSocketBufferBytes));
-  LogDebug("tcp communicator: rank {} of {} listening on {}:{}", env.rank, env.world_size, *host, port);
-  return std::unique_ptr<Communicator>(std::make_unique<TcpCommunicator>(std::move(ring)));
+  for (int ring = 0; ring < count; ++ring) {
+    STRATA_ASSIGN_OR_RETURN(comm::FileDescriptor listener, comm::Listen(0, env.world_size, kSocketBufferBytes));
+    STRATA_ASSIGN_OR_RETURN(uint16_t port, comm::LocalPort(listener));
+    STRATA_ASSIGN_OR_RETURN(std::vector<comm::PeerAddress> peers, rendezvous->ExchangeAddresses({*host, port}, ring));
+    STRATA_ASSIGN_OR_RETURN(comm::RingLinks links,
+                            comm::ConnectRing(env.rank, peers, listener, timeout, kSocketBufferBytes));
+    LogDebug("tcp communicator: ring {}, rank {} of {} listening on {}:{}", ring, env.rank, env.world_size, *host, port);
+    comms.push_back(std::make_unique<TcpCommunicator>(std::move(links)));
+  }
+  return comms;
+}
+
+StatusOr<std::unique_ptr<Communicator>> MakeTcpCommunicator(const LaunchEnv& env, std::chrono::milliseconds timeout) {
+  STRATA_ASSIGN_OR_RETURN(auto comms, MakeTcpCommunicators(env, timeout, 1));
+  return std::move(comms.front());
 }
 
 }  // namespace strata

@@ -14,7 +14,7 @@ namespace {
 
 constexpr double kWholeBytes = 1ull << 30, kTileBytes = 256ull << 20;
 
-int64_t MicroBatchTokens(const TrainConfig& c) { return c.micro_batch * c.model.seq_len; }
+int64_t MicroBatchTokens(const TrainConfig& c) { return RankMicroBatchTokens(c); }
 
 // The tile for rows of `row` bytes: 0 where a micro-batch's fit in kWholeBytes.
 int64_t AutoTile(const TrainConfig& c, double row) {

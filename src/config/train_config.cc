@@ -144,6 +144,7 @@ Status ParseBatch(JsonReader& root, TrainConfig* c) {
   STRATA_RETURN_IF_ERROR(batch_key("gradient_accumulation_steps", &c->grad_accum, &c->grad_accum_set));
   STRATA_RETURN_IF_ERROR(batch_key("train_batch_size", &c->train_batch, &c->train_batch_set));
   c->train_batch = c->micro_batch * c->grad_accum;  // provisional (one rank), until ResolveBatch
+  STRATA_RETURN_IF_ERROR(root.Int("sequence_parallel_size", &c->sequence_parallel, 1, 1 << 16));
   if (!root.Has("gradient_clipping"))
     c->notes.push_back("gradient_clipping: not set, so 1.0 (DeepSpeed 0.19.8's default); 0 turns clipping off");
   STRATA_RETURN_IF_ERROR(root.Double("gradient_clipping", &c->gradient_clipping, 0, 1e9));

@@ -7,6 +7,7 @@
 // range [0, 3]"); keys Strata does not use are reported by name as warnings.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -181,6 +182,10 @@ struct TrainConfig {
   // derives the missing ones with DeepSpeed's rule
   //   train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * world.
   std::optional<int64_t> train_batch_set, micro_batch_set, grad_accum_set;
+  // sequence_parallel_size (DeepSpeed Ulysses, Note [Ulysses]): each row's positions split over
+  // groups of this many ranks, which share one micro-batch; the batch rule counts world / it
+  // data ranks, as DeepSpeed's does. The ranks stay ZeRO ranks for the weights.
+  int64_t sequence_parallel = 1;
   int64_t micro_batch = 8;        // train_micro_batch_size_per_gpu
   int64_t grad_accum = 1;         // gradient_accumulation_steps
   int64_t train_batch = 0;        // train_batch_size, known after ResolveBatch
@@ -354,6 +359,12 @@ Status CheckKeys(const TrainConfig& config);
 // strata.adam_states as written ("fp32", "bf16", "8bit"), and set to one of them.
 std::string AdamStatesSetting(const TrainConfig& config);
 void SetAdamStates(TrainConfig* config, const std::string& setting);
+
+// The tokens of one micro-batch that one rank computes: its positions of every row (all of
+// them, or T / sequence_parallel_size with Ulysses, Note [Ulysses]).
+inline int64_t RankMicroBatchTokens(const TrainConfig& c) {
+  return c.micro_batch * (c.model.seq_len / std::max<int64_t>(1, c.sequence_parallel));
+}
 
 // strata.loss_chunk and strata.mlp_chunk: the tokens whose logits or intermediates exist at
 // once (tile_sizes.cc): the tile as written, or where "auto" the tile it settles to

@@ -44,6 +44,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const RunConfig& config, Commun
                            dcomm->rank(), dcomm->world_size(), comm->rank(), comm->world_size());
   impl->io.tracer = tracer;
   device->set_tracer(tracer);
+  if (config->sequence_parallel > 1 && !device->is_host())
+    return InvalidArgument("sequence_parallel_size {}: blocks on a GPU cannot split their rows yet",
+                           config->sequence_parallel);
+  STRATA_ASSIGN_OR_RETURN(impl->seq, SequenceShards::Make(static_cast<int>(config->sequence_parallel), *comm,
+                                                          hooks.blocks_world));
   STRATA_RETURN_IF_ERROR(impl->Init(hooks));
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

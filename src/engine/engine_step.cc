@@ -103,7 +103,8 @@ model::BlockContext Engine::Impl::BlockContextOf(const model::PackedLayout* pack
           .dropout = dropout ? &*dropout : nullptr,
           .routing = routing.context(),
           .router_loss = router_loss,
-          .mlp_chunk = cfg.mlp_chunk};  // Note [Tiled MLP]
+          .mlp_chunk = cfg.mlp_chunk,                                                         // Note [Tiled MLP]
+          .sequence_group = seq.group(), .sequence_offset = seq.offset(cfg.model.seq_len)};  // Note [Ulysses]
 }
 
 // Reads of the visits whose working weights are on NVMe; null when there are none.
@@ -479,7 +480,8 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   st.step = step;
   const double t0 = m.io.tracer ? m.io.tracer->Now() : 0;
   const auto wall0 = std::chrono::steady_clock::now();
-  const int world = m.io.comm->world_size(), rank = m.io.comm->rank();
+  const int world = m.io.comm->world_size();
+  const int data_ranks = m.seq.data_ranks(), data_rank = m.seq.data_rank();  // whole rows: the world
   UpdateMode& mode = *m.optimizer.mode;
   STRATA_RETURN_IF_ERROR(m.CheckDpoReference());
   m.optimizer.window.DropEarlyStates();  // left by a step that failed before its optimizer ran
@@ -489,15 +491,16 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
 
   std::vector<double> weights(m.cfg.grad_accum, 1.0);  // Note [Loss mask]; DPO: the mean over pairs
   if (data.has_loss_mask() && !m.dpo) {
-    const auto first = static_cast<uint64_t>(step * m.cfg.grad_accum * world);
-    STRATA_ASSIGN_OR_RETURN(weights, LossWeights(data, data::Split::kTrain, first, m.cfg.grad_accum, world, rank,
-                                                 m.cfg.micro_batch, fmt::format("step {}", step)));
+    STRATA_RETURN_IF_ERROR(m.seq.RefuseLossMask());
+    const auto first = static_cast<uint64_t>(step * m.cfg.grad_accum * data_ranks);
+    STRATA_ASSIGN_OR_RETURN(weights, LossWeights(data, data::Split::kTrain, first, m.cfg.grad_accum, data_ranks,
+                                                 data_rank, m.cfg.micro_batch, fmt::format("step {}", step)));
   }
   StepInputs in;
   for (int64_t i = 0; i < m.cfg.grad_accum; ++i) {
     in.mbs.push_back({step, i, i == 0, i + 1 == m.cfg.grad_accum,
-                      static_cast<uint64_t>((step * m.cfg.grad_accum + i) * world + rank)});
-    in.batches.push_back(data.Get(data::Split::kTrain, in.mbs.back().sample, m.cfg.micro_batch));
+                      static_cast<uint64_t>((step * m.cfg.grad_accum + i) * data_ranks + data_rank)});
+    in.batches.push_back(m.seq.Slice(data.Get(data::Split::kTrain, in.mbs.back().sample, m.cfg.micro_batch)));
   }
   in.weights = std::move(weights);
   const std::vector<Visit> visits = m.plan.Visits(static_cast<int>(BlockPasses(m.cfg)), /*backward=*/true);
@@ -534,7 +537,7 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   st.lr = LearningRate(m.cfg, m.optimizer.adam_steps);  // (the schedule counts applied updates)
   STRATA_ASSIGN_OR_RETURN(bool applied, m.OptimizerStep(step, &st));
   st.skipped = !applied;
-  st.tokens = m.cfg.micro_batch * m.cfg.model.seq_len * m.cfg.grad_accum * world;
+  st.tokens = m.cfg.micro_batch * m.cfg.model.seq_len * m.cfg.grad_accum * data_ranks;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   if (m.io.tracer) {
     st.wait_s = m.io.tracer->Total(Track::kWait, t0);
@@ -570,16 +573,18 @@ StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batche
   if (!m.optimizer.mode->ComputeWaits()) STRATA_RETURN_IF_ERROR(m.Quiesce());  // the latest weights (Note [Delayed update])
   STRATA_RETURN_IF_ERROR(m.FlushRestoringWorking());         // a checkpoint's last masters (RestoreState)
   STRATA_RETURN_IF_ERROR(m.CheckDpoReference());
-  const int world = m.io.comm->world_size(), rank = m.io.comm->rank();
+  const int world = m.io.comm->world_size(), data_ranks = m.seq.data_ranks(), data_rank = m.seq.data_rank();
   std::vector<double> weights(batches, 1.0);  // Note [Loss mask]; DPO: the mean over pairs
   if (data.has_loss_mask() && !m.dpo) {
-    STRATA_ASSIGN_OR_RETURN(weights,
-                            LossWeights(data, data::Split::kEval, 0, batches, world, rank, m.cfg.micro_batch, "eval"));
+    STRATA_RETURN_IF_ERROR(m.seq.RefuseLossMask());
+    STRATA_ASSIGN_OR_RETURN(weights, LossWeights(data, data::Split::kEval, 0, batches, data_ranks, data_rank,
+                                                 m.cfg.micro_batch, "eval"));
   }
   double sum = 0;
   m.dpo_tally = model::DpoTally();
   for (int64_t i = 0; i < batches; ++i) {
-    data::Batch batch = data.Get(data::Split::kEval, static_cast<uint64_t>(i * world + rank), m.cfg.micro_batch);
+    data::Batch batch =
+        m.seq.Slice(data.Get(data::Split::kEval, static_cast<uint64_t>(i * data_ranks + data_rank), m.cfg.micro_batch));
     StatusOr<double> loss = m.ForwardOnly(batch, weights[i], Pass::kEval);
     if (!loss.ok()) return loss.status().WithContext("eval");
     sum += *loss;

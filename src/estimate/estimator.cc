@@ -44,7 +44,7 @@ MemoryEstimate EstimateMemory(const SettledConfig& cfg, int world, int64_t param
   // the tiled loss, 3 x [tile, V]: Note [Tiled loss]).
   const auto& m = cfg.model;
   const double scale = params_override > 0 ? static_cast<double>(e.parameters) / model::ModelSpec(m).num_parameters() : 1;
-  const double btc = static_cast<double>(cfg.micro_batch) * m.seq_len * m.d_model;
+  const double btc = static_cast<double>(RankMicroBatchTokens(cfg)) * m.d_model;  // this rank's positions
   const double scale_c = params_override > 0 ? std::sqrt(scale) : 1.0;  // width grows as sqrt(params)
   const int n = static_cast<int>(plan.blocks.size());
   // Kept activations (no recompute): every layer's saved tensors live until its backward;
@@ -63,7 +63,7 @@ MemoryEstimate EstimateMemory(const SettledConfig& cfg, int world, int64_t param
   // Of the working set, the MLP's intermediates are ~3 x [B, T, F]; tiled (Note [Tiled MLP]),
   // one tile's. (2 layers 512 wide, F = 3C, 32 K tokens, recompute: host peak 1.50 -> 1.22 GB
   // with tiles of 1024, 8.4 x [B, T, C] less.)
-  const double tokens = static_cast<double>(cfg.micro_batch) * m.seq_len;
+  const double tokens = static_cast<double>(RankMicroBatchTokens(cfg));
   const double mlp_saved = 3.0 * f_over_c * (1.0 - static_cast<double>(MlpTileTokens(cfg)) / tokens);
   // (A dense width far beyond the measured shapes, F >> 8C, would make the fit negative.)
   const double working = std::max(0.0, 32 - mlp_saved) * (cfg.layer_major && cfg.fuse_micro_batches ? held : 1.0);

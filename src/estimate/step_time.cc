@@ -59,7 +59,8 @@ double MuonNewtonSchulzFlops(const TrainConfig& cfg) {
 double StepFlops(const SettledConfig& cfg) {
   const model::ModelSpec spec(cfg.model);
   const model::ModelConfig& m = cfg.model;
-  const double tokens = static_cast<double>(cfg.micro_batch) * m.seq_len * cfg.grad_accum;
+  // This rank's tokens; with Ulysses its heads' attention over whole rows: the same 1 / S share.
+  const double tokens = static_cast<double>(RankMicroBatchTokens(cfg)) * cfg.grad_accum;
   double flops = spec.train_flops_per_token() * tokens;
   if (!cfg.keep_activations) {
     double layers = 0;
@@ -107,7 +108,7 @@ struct StepWork {
 
 StepWork WorkOf(const SettledConfig& cfg, const ShardPlan& plan, const MachineRates& mr, StepTimePrediction* p) {
   StepWork w;
-  const double tokens = static_cast<double>(cfg.micro_batch * cfg.model.seq_len);
+  const double tokens = static_cast<double>(RankMicroBatchTokens(cfg));
   w.compute = mr.micro_batch_s > 0 ? mr.micro_batch_s * tokens / mr.probe_tokens * static_cast<double>(cfg.grad_accum)
                                    : p->flops / mr.flops;
   // The host adds each micro-batch's gradients into the accumulators (flattened first), unless

@@ -72,7 +72,7 @@ StepTraffic EstimateStepTraffic(const SettledConfig& cfg, const ShardPlan& plan,
   t.read_at_most = t.read_all_experts - visits * unread;
   t.read_served = t.read_at_most - (served ? t.working - unread : 0);
   if (cfg.block_inputs_at == BlockInputsAt::kNvme && !cfg.keep_activations) {  // each layer's input, each micro-batch
-    const auto inputs = static_cast<uint64_t>(cfg.micro_batch * cfg.model.seq_len * cfg.model.d_model * cfg.grad_accum *
+    const auto inputs = static_cast<uint64_t>(RankMicroBatchTokens(cfg) * cfg.model.d_model * cfg.grad_accum *
                                               cfg.model.n_layer) * plan.dsize;
     t.written += inputs;
     t.read_at_most += inputs;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "src/model/model_family.h"
 #include "strata/isa.h"
 
 namespace strata {
@@ -106,6 +107,35 @@ Status ResolveBatch(TrainConfig* c, int world) {
   c->train_batch = c->micro_batch * c->grad_accum * w;
   if (!tb) note("train_batch_size", c->train_batch, fmt::format("micro-batch x accumulation steps x {} ranks", world));
   return Status();
+}
+
+StatusOr<int> CheckSequenceParallel(const TrainConfig& c, int world, bool host_device) {
+  const int64_t sp = c.sequence_parallel;
+  if (sp == 1) return world;
+  const model::ModelConfig& m = c.model;
+  const int64_t kv = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
+  auto refuse = [&](const std::string& why) {
+    return InvalidArgument("sequence_parallel_size {}: {}", sp, why);
+  };
+  if (world % sp != 0) return refuse(fmt::format("the world of {} rank(s) does not split into groups of {}", world, sp));
+  if (m.seq_len % sp != 0) return refuse(fmt::format("seq_len {} does not split into {} equal shards", m.seq_len, sp));
+  if (m.n_head % sp != 0 || kv % sp != 0)
+    return refuse(fmt::format("{} attention heads ({} key/value heads) do not split over {} ranks: each rank attends "
+                              "with a share of every kind of head", m.n_head, kv, sp));
+  if (model::IsGemma(m) || model::IsMoe(m))
+    return refuse(fmt::format("{}'s {} not split over positions yet", model::FamilyOf(m).display,
+                              model::IsMoe(m) ? "load-balancing loss is" : "soft-capped attention is"));
+  if (c.data.packing != data::Packing::kWindows)
+    return refuse("examples (strata.data.packing) are not split over positions yet; use token windows");
+  if (c.objective == Objective::kDpo) return refuse("strata.objective \"dpo\" is not split over positions yet");
+  if (m.lora.enabled() && m.lora.dropout > 0)
+    return refuse("LoRA dropout draws its masks per call, which a split row would draw differently; set "
+                  "strata.lora.dropout 0");
+  if (!host_device)
+    return refuse(fmt::format("strata.device \"{}\": the all-to-alls run over the ranks' CPU communicator, so "
+                              "blocks that run on a GPU cannot split their rows yet; set strata.device \"cpu\"",
+                              c.device));
+  return static_cast<int>(world / sp);
 }
 
 namespace {

@@ -155,6 +155,38 @@ TEST(TcpRing, GroupsOfADataByTensorMeshMatchTheReferenceBitwise) {
   for (int r = 0; r < kN; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
+// Two rings from one rendezvous (MakeTcpCommunicators), each used by a thread of its own at
+// the same time, as ZeRO's collectives and the blocks' all-to-alls are: neither's bytes reach
+// the other, 50 rounds each.
+TEST(TcpRing, TwoRingsOfOneRendezvousServeTwoThreadsAtOnce) {
+  constexpr int kN = 3;
+  const int port = FreePort();
+  auto codes = ForkRanks(kN, 30s, [&](int rank) {
+    auto comms = MakeTcpCommunicators(Env(rank, kN, port), 5s, 2);
+    if (!comms.ok()) return ChildFail(rank, comms.status().ToString());
+    if (comms->size() != 2) return ChildFail(rank, "not two rings");
+    int ring0 = 0, ring1 = 0;
+    std::thread zero([&] {
+      for (int round = 0; round < 50 && ring0 == 0; ++round) {
+        std::vector<float> x(1001, static_cast<float>(rank + round));
+        if (!(*comms)[0]->AllReduce(x.data(), x.size(), DType::kF32, ReduceOp::kSum).ok() ||
+            x[1000] != static_cast<float>(3 + 3 * round))
+          ring0 = ChildFail(rank, fmt::format("ring 0, round {}", round));
+      }
+    });
+    for (int round = 0; round < 50 && ring1 == 0; ++round) {
+      std::vector<float> send(kN * 7), got(kN * 7);
+      for (int j = 0; j < kN * 7; ++j) send[j] = static_cast<float>(1000 * rank + j + round);
+      if (!(*comms)[1]->AllToAll(send.data(), got.data(), 7, DType::kF32).ok() ||
+          got[7 * (kN - 1)] != static_cast<float>(1000 * (kN - 1) + 7 * rank + round))
+        ring1 = ChildFail(rank, fmt::format("ring 1, round {}", round));
+    }
+    zero.join();
+    return ring0 ? ring0 : ring1;
+  });
+  for (int r = 0; r < kN; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
 TEST(TcpRingLarge, AllReduce64MiBTwoRanks) {
   constexpr int kN = 2;
   constexpr size_t kCount = (64u << 20) / sizeof(float);

@@ -48,13 +48,14 @@ def corpus():
     return files
 
 
-def strata_resolved(binary, path, raw):
+def strata_resolved(binary, path, raw, nproc=1):
     # bf16.enabled "auto" follows this CPU (fp32 where bf16 is slow, STRATA_FORCE_ISA=avx2 too),
     # and a config that needs bf16 (split master weights) is then refused here: resolve such a
     # config as on the machines it is written for. The field itself is not compared ("auto").
     auto_bf16 = isinstance(raw.get("bf16"), dict) and raw["bf16"].get("enabled") == "auto"
     extra = ["--set", "bf16.enabled=true"] if auto_bf16 else []
-    r = subprocess.run([binary, "config", "check", path] + extra, capture_output=True, text=True)
+    r = subprocess.run([binary, "config", "check", path, "--nproc", str(nproc)] + extra, capture_output=True,
+                       text=True)
     if r.returncode != 0:
         raise SystemExit(f"{path}: strata config check failed:\n{r.stdout}{r.stderr}")
     text = r.stdout.split("resolved configuration:", 1)[1]
@@ -174,6 +175,43 @@ def deepspeed_meaning(path):
     return out
 
 
+def sequence_parallel_meaning(path, world):
+    """DeepSpeedConfig's batch keys for a config with sequence_parallel_size in a world of
+    `world` ranks. Given the config as a dict (as the Hugging Face integration passes it; a path
+    it reads without looking for the key) and no mpu, its parser divides the world by it, as
+    an mpu's data-parallel world does in a Ulysses run."""
+    import deepspeed.comm as dist
+    saved = dist.get_rank, dist.get_world_size
+    dist.get_rank, dist.get_world_size = (lambda group=None: 0), (lambda group=None: world)
+    try:
+        with open(path) as f:
+            ds = DeepSpeedConfig(json.load(f))
+    finally:
+        dist.get_rank, dist.get_world_size = saved
+    return {"train_batch_size": ds.train_batch_size, "train_micro_batch_size_per_gpu": ds.train_micro_batch_size_per_gpu,
+            "gradient_accumulation_steps": ds.gradient_accumulation_steps, "data ranks": ds.world_size}
+
+
+def sequence_parallel_differences(binary, world=2):
+    """The configs of ds_meaning/sequence_parallel/ on `world` ranks: the batch keys as DeepSpeed
+    resolves them, and its data ranks (world / sequence_parallel_size) as Strata counts them."""
+    differences, compared = [], 0
+    for path in sorted(glob.glob(os.path.join(HERE, "ds_meaning", "sequence_parallel", "*.json"))):
+        name = os.path.relpath(path, ROOT)
+        with open(path) as f:
+            raw = json.load(f)
+        r = strata_resolved(binary, path, raw, nproc=world)
+        mine = {"train_batch_size": r["train_batch_size"],
+                "train_micro_batch_size_per_gpu": r["train_micro_batch_size_per_gpu"],
+                "gradient_accumulation_steps": r["gradient_accumulation_steps"],
+                "data ranks": world / r["sequence_parallel_size"]}
+        compared += 1
+        for key, want in sequence_parallel_meaning(path, world).items():
+            if not same(mine[key], want):
+                differences.append(f"{name}: {key}: Strata {mine[key]!r}, DeepSpeed {PINNED} {want!r}")
+    return compared, differences
+
+
 def strata_meaning(r, with_optimizer):
     out = {
         "gradient_clipping": float(r["gradient_clipping"]),
@@ -266,15 +304,17 @@ def main():
             if not same(mine[key], want):
                 differences.append(f"{name}: {key}: Strata {mine[key]!r}, DeepSpeed {PINNED} {want!r}"
                                    + (f" ({ds['optimizer class']})" if key.startswith("optimizer.") else ""))
+    sp_compared, sp_differences = sequence_parallel_differences(binary)
+    differences += sp_differences
     print(f"{compared} config(s), {fields} fields, compared with DeepSpeed {PINNED}'s meaning; "
-          f"{len(refused)} refused by DeepSpeed's parser")
+          f"{len(refused)} refused by DeepSpeed's parser; {sp_compared} sequence-parallel config(s) on 2 ranks")
     for r in refused:
         print(f"  not compared: {r}")
     for a in autos:
         print(f"  \"auto\", resolved by Strata: {a}")
     for d in differences:
         print(f"DIFFERENT {d}")
-    if compared == 0:
+    if compared == 0 or sp_compared == 0:
         print("nothing compared")
         return 1
     return 1 if differences else 0

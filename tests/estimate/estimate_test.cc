@@ -229,6 +229,30 @@ TEST(Estimate, QloraMatchesTheEngineLedgerExactly) {
 
 // The shipped 70 B QLoRA config at full size on the GPU machine (one H100, 80 GB): the whole
 // NF4 base resident on the GPU, with room to spare, where the bf16 base (138 GB) is not.
+// Ulysses (Note [Ulysses]): a rank holds T / S positions of each row, so sequence 2 with a
+// micro-batch of 4 rows costs each rank what data parallelism's micro-batch of 2 does (the
+// same global batch on the same 2 ranks): activations, tiles and FLOPs; the weights and states
+// are ZeRO's over the same world. The batch rule counts the data ranks.
+TEST(Estimate, SequenceParallelCountsEachRanksPositions) {
+  testing::TempDir dir;
+  TrainConfig split = Shrunk("gpt2_124m_cpu_offload.json", dir.path());
+  split.micro_batch_set = split.micro_batch = 4;
+  split.grad_accum_set = split.grad_accum = 1;
+  split.sequence_parallel = 2;
+  TrainConfig data = split;
+  data.micro_batch_set = data.micro_batch = 2;
+  data.sequence_parallel = 1;
+  const RunConfig a = testing::Settled(split, 2), b = testing::Settled(data, 2);
+  EXPECT_EQ(a->train_batch, 4);
+  EXPECT_EQ(b->train_batch, 4);
+  const MemoryEstimate ea = EstimateMemory(*a, 2, 0, {true}), eb = EstimateMemory(*b, 2, 0, {true});
+  EXPECT_EQ(ea.activations, eb.activations);
+  EXPECT_EQ(ea.boundary_activations, eb.boundary_activations);
+  EXPECT_EQ(ea.host_peak(), eb.host_peak());
+  EXPECT_EQ(StepFlops(*a), StepFlops(*b));
+  EXPECT_EQ(LossTileTokens(*a), LossTileTokens(*b));
+}
+
 TEST(Estimate, The70bQloraBaseFitsOneH100) {
   auto cfg = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/llama_70b_qlora_gpu.json");
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();

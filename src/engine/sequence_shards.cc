@@ -1,0 +1,43 @@
+#include "src/engine/sequence_shards.h"
+
+namespace strata {
+
+StatusOr<SequenceShards> SequenceShards::Make(int sequence, Communicator& world, Communicator* blocks_world) {
+  SequenceShards s;
+  s.data_rank_ = world.rank();
+  s.data_ranks_ = world.world_size();
+  if (sequence == 1) return s;
+  if (blocks_world == nullptr || blocks_world->world_size() != world.world_size() || blocks_world->rank() != world.rank())
+    return InvalidArgument("sequence_parallel_size {}: the blocks need a communicator of their own over the same {} "
+                           "ranks", sequence, world.world_size());
+  if (world.world_size() % sequence != 0)
+    return InvalidArgument("sequence_parallel_size {}: the world of {} rank(s) does not split into groups of {}",
+                           sequence, world.world_size(), sequence);
+  STRATA_ASSIGN_OR_RETURN(ProcessMesh mesh,
+                          ProcessMesh::Make({world.world_size() / sequence, 1, sequence}, world.world_size(), world.rank()));
+  s.data_rank_ = mesh.coord().data;
+  s.data_ranks_ = mesh.shape().data;
+  s.index_ = mesh.coord().sequence;
+  s.size_ = sequence;
+  s.group_ = MakeGroupCommunicator(*blocks_world, mesh, kSequenceAxis);
+  return s;
+}
+
+data::Batch SequenceShards::Slice(const data::Batch& batch) const {
+  if (size_ == 1) return batch;
+  const int64_t n = batch.inputs.size(1) / size_, at = index_ * n;
+  data::Batch shard = batch;
+  shard.inputs = batch.inputs.slice(1, at, at + n).contiguous();
+  shard.targets = batch.targets.slice(1, at, at + n).contiguous();
+  if (batch.loss_mask.defined()) shard.loss_mask = batch.loss_mask.slice(1, at, at + n).contiguous();
+  if (batch.positions.defined()) shard.positions = batch.positions.slice(1, at, at + n).contiguous();
+  return shard;
+}
+
+Status SequenceShards::RefuseLossMask() const {
+  if (size_ == 1) return Status();
+  return InvalidArgument("sequence_parallel_size {}: the data has a loss mask, whose weights are not split over "
+                         "positions yet; train without one (strata.data.loss_mask \"none\")", size_);
+}
+
+}  // namespace strata
