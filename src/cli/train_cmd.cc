@@ -405,9 +405,9 @@ void TrainRun::PrintStartup() {
   }
   progress_->Message(cfg_.eval_interval == 0 || cfg_.eval_batches == 0
                          ? std::string("evaluation: none (strata.eval_interval 0)")
-                         : fmt::format("evaluation: {} held-out batch(es) of {} x {} tokens per rank at the start, every "
-                                       "{} steps and at the end", cfg_.eval_batches, cfg_.micro_batch,
-                                       cfg_.model.seq_len, cfg_.eval_interval));
+                         : fmt::format("evaluation: {} held-out batch(es) of {} x {} tokens per {}rank at the start, "
+                                       "every {} steps and at the end", cfg_.eval_batches, cfg_.micro_batch,
+                                       cfg_.model.seq_len, cfg_.sequence_parallel > 1 ? "data " : "", cfg_.eval_interval));
   if (cfg_.model.lora.enabled()) {
     int64_t trainable = 0, nf4 = 0;
     for (int i = 0; i < spec.num_blocks(); ++i) {
