@@ -489,20 +489,19 @@ StatusOr<StepStats> Engine::Step(int64_t step, const data::TokenDataset& data) {
   for (auto& sums : m.optimizer.early_sums) sums.reset();  // likewise
   STRATA_RETURN_IF_ERROR(m.FlushRestoringWorking());  // a checkpoint's last masters (RestoreState)
 
-  std::vector<double> weights(m.cfg.grad_accum, 1.0);  // Note [Loss mask]; DPO: the mean over pairs
-  if (data.has_loss_mask() && !m.dpo) {
-    STRATA_RETURN_IF_ERROR(m.seq.RefuseLossMask());
-    const auto first = static_cast<uint64_t>(step * m.cfg.grad_accum * data_ranks);
-    STRATA_ASSIGN_OR_RETURN(weights, LossWeights(data, data::Split::kTrain, first, m.cfg.grad_accum, data_ranks,
-                                                 data_rank, m.cfg.micro_batch, fmt::format("step {}", step)));
-  }
   StepInputs in;
   for (int64_t i = 0; i < m.cfg.grad_accum; ++i) {
     in.mbs.push_back({step, i, i == 0, i + 1 == m.cfg.grad_accum,
                       static_cast<uint64_t>((step * m.cfg.grad_accum + i) * data_ranks + data_rank)});
     in.batches.push_back(m.seq.Slice(data.Get(data::Split::kTrain, in.mbs.back().sample, m.cfg.micro_batch)));
   }
-  in.weights = std::move(weights);
+  in.weights.assign(m.cfg.grad_accum, 1.0);  // Note [Loss mask]; DPO: the mean over pairs
+  if (data.has_loss_mask() && !m.dpo) {
+    STRATA_ASSIGN_OR_RETURN(in.weights, BatchLossWeights(data, data::Split::kTrain,
+                                                         static_cast<uint64_t>(step * m.cfg.grad_accum * data_ranks),
+                                                         m.seq, world, in.batches, m.cfg.micro_batch,
+                                                         fmt::format("step {}", step)));
+  }
   const std::vector<Visit> visits = m.plan.Visits(static_cast<int>(BlockPasses(m.cfg)), /*backward=*/true);
   std::unique_ptr<PrefetchScheduler> prefetch = m.MakePrefetcher(visits);
   double loss_sum = 0;
@@ -574,18 +573,19 @@ StatusOr<double> Engine::EvalLoss(const data::TokenDataset& data, int64_t batche
   STRATA_RETURN_IF_ERROR(m.FlushRestoringWorking());         // a checkpoint's last masters (RestoreState)
   STRATA_RETURN_IF_ERROR(m.CheckDpoReference());
   const int world = m.io.comm->world_size(), data_ranks = m.seq.data_ranks(), data_rank = m.seq.data_rank();
+  std::vector<data::Batch> eval;
+  for (int64_t i = 0; i < batches; ++i)
+    eval.push_back(
+        m.seq.Slice(data.Get(data::Split::kEval, static_cast<uint64_t>(i * data_ranks + data_rank), m.cfg.micro_batch)));
   std::vector<double> weights(batches, 1.0);  // Note [Loss mask]; DPO: the mean over pairs
   if (data.has_loss_mask() && !m.dpo) {
-    STRATA_RETURN_IF_ERROR(m.seq.RefuseLossMask());
-    STRATA_ASSIGN_OR_RETURN(weights, LossWeights(data, data::Split::kEval, 0, batches, data_ranks, data_rank,
-                                                 m.cfg.micro_batch, "eval"));
+    STRATA_ASSIGN_OR_RETURN(weights, BatchLossWeights(data, data::Split::kEval, 0, m.seq, world, eval,
+                                                      m.cfg.micro_batch, "eval"));
   }
   double sum = 0;
   m.dpo_tally = model::DpoTally();
   for (int64_t i = 0; i < batches; ++i) {
-    data::Batch batch =
-        m.seq.Slice(data.Get(data::Split::kEval, static_cast<uint64_t>(i * data_ranks + data_rank), m.cfg.micro_batch));
-    StatusOr<double> loss = m.ForwardOnly(batch, weights[i], Pass::kEval);
+    StatusOr<double> loss = m.ForwardOnly(eval[i], weights[i], Pass::kEval);
     if (!loss.ok()) return loss.status().WithContext("eval");
     sum += *loss;
   }

@@ -15,7 +15,10 @@
 // negligible beside a forward), with no collective. The same rule weighs the eval batches.
 // Without a mask the engine does not call this at all: the unmasked step is unchanged. A
 // mask of all ones gives n_i x A x W == N, so w_i is exactly 1 and the result is bitwise
-// the unmasked one.
+// the unmasked one. With rows split over sequence groups (Note [Ulysses]) each of the W ranks
+// computes its positions' masked mean of a micro-batch that D = W / S data ranks read: its
+// weight is its own count n_{i,s} x A x W / N, N over the A x D batches, and the sum over a
+// group's ranks is the rows' sum of CE x A x W / N, as above.
 #include "src/engine/loss_weights.h"
 
 namespace strata {
@@ -38,6 +41,33 @@ StatusOr<std::vector<double>> LossWeights(const data::TokenDataset& data, data::
     weights[k] = static_cast<double>(mine) * static_cast<double>(shares) / static_cast<double>(total);
   }
   return weights;
+}
+
+StatusOr<std::vector<double>> SplitRowLossWeights(const data::TokenDataset& data, data::Split split, uint64_t first,
+                                                  int world, int data_ranks, int64_t batch_size,
+                                                  const std::vector<int64_t>& counts, const std::string& what) {
+  const auto per_rank = static_cast<int64_t>(counts.size());
+  const auto batches = static_cast<uint64_t>(per_rank) * static_cast<uint64_t>(data_ranks);
+  const int64_t total = data.LossTokens(split, first, batches, batch_size);
+  if (total == 0) {
+    return InvalidArgument("{}: the loss mask trains no target in any of its {} batches of {} sequences ({})", what,
+                           batches, batch_size, data.description());
+  }
+  const double ranks_share = static_cast<double>(per_rank) * static_cast<double>(world);
+  std::vector<double> weights(counts.size());
+  for (size_t k = 0; k < counts.size(); ++k)
+    weights[k] = static_cast<double>(counts[k]) * ranks_share / static_cast<double>(total);
+  return weights;
+}
+
+StatusOr<std::vector<double>> BatchLossWeights(const data::TokenDataset& data, data::Split split, uint64_t first,
+                                               const SequenceShards& seq, int world,
+                                               const std::vector<data::Batch>& batches, int64_t batch_size,
+                                               const std::string& what) {
+  const auto per_rank = static_cast<int64_t>(batches.size());
+  if (seq.size() == 1) return LossWeights(data, split, first, per_rank, seq.data_ranks(), seq.data_rank(), batch_size, what);
+  return SplitRowLossWeights(data, split, first, world, seq.data_ranks(), batch_size,
+                             SequenceShards::TrainedTargets(batches), what);
 }
 
 }  // namespace strata

@@ -34,10 +34,10 @@ data::Batch SequenceShards::Slice(const data::Batch& batch) const {
   return shard;
 }
 
-Status SequenceShards::RefuseLossMask() const {
-  if (size_ == 1) return Status();
-  return InvalidArgument("sequence_parallel_size {}: the data has a loss mask, whose weights are not split over "
-                         "positions yet; train without one (strata.data.loss_mask \"none\")", size_);
+std::vector<int64_t> SequenceShards::TrainedTargets(const std::vector<data::Batch>& batches) {
+  std::vector<int64_t> counts;
+  for (const data::Batch& b : batches) counts.push_back(b.loss_mask.sum().item<int64_t>());
+  return counts;
 }
 
 }  // namespace strata

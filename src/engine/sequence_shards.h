@@ -34,9 +34,9 @@ class SequenceShards {
   int64_t offset(int64_t seq_len) const { return index_ * (seq_len / size_); }
   // `batch` with only this rank's positions of every row (the batch itself with whole rows).
   data::Batch Slice(const data::Batch& batch) const;
-  // A loss mask's weights (Note [Loss mask]) count each row's trained targets on one rank; a
-  // split row would need them counted over its group: an error while rows are split.
-  Status RefuseLossMask() const;
+  // Loss masks (Note [Loss mask]): the trained targets of each batch's positions here (its
+  // slices of `batches`, already taken).
+  static std::vector<int64_t> TrainedTargets(const std::vector<data::Batch>& batches);
 
  private:
   int data_rank_ = 0, data_ranks_ = 1, index_ = 0, size_ = 1;

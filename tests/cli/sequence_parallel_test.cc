@@ -3,11 +3,13 @@
 // the data-parallel run of the same global batch (2 data ranks of half the micro-batch):
 // GPT-2, LLaMA (grouped-query heads) and Qwen2-shaped models, fp32, parameters and optimizer
 // states on NVMe, 20 steps, every step's loss within 1e-6 relative; a checkpoint written split
-// resumes as data parallel with the uninterrupted run's losses; and what is not split yet is
-// refused at start-up by name.
+// resumes as data parallel with the uninterrupted run's losses; a loss mask (each rank's
+// positions weighed by their own trained targets) gives the data-parallel losses and
+// evaluation losses too; and what is not split yet is refused at start-up by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -22,13 +24,13 @@ namespace {
 
 using testing::RunStrata;
 
-// The per-step training losses a run's --metrics file holds.
-std::vector<double> Losses(const std::string& metrics) {
+// The per-step training losses (or the evaluation losses) a run's --metrics file holds.
+std::vector<double> Losses(const std::string& metrics, const char* key = "loss") {
   std::vector<double> losses;
   std::ifstream in(metrics);
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
+    if (j.contains(key)) losses.push_back(j[key].get<double>());
   }
   return losses;
 }
@@ -87,6 +89,41 @@ INSTANTIATE_TEST_SUITE_P(
                       Family{"qwen2", "--set strata.model.arch=llama --set strata.model.n_kv_head=2 "
                                       "--set strata.model.hf_model_type=qwen2 --set strata.model.qkv_bias=true"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// 40 000 uint16 tokens below 256 and their mask: stretches of prompt (0) and answer (1) of
+// uneven lengths, so the two halves of a row train different numbers of targets.
+std::string MaskedTokens(const std::string& dir) {
+  const std::string path = dir + "/tokens.u16";
+  std::ofstream tokens(path, std::ios::binary), mask(path + ".mask", std::ios::binary);
+  uint32_t x = 12345;
+  bool answer = false;
+  for (int i = 0; i < 40000; ++i) {
+    x = x * 1664525u + 1013904223u;
+    const uint16_t t = static_cast<uint16_t>((x >> 16) % 256);
+    tokens.write(reinterpret_cast<const char*>(&t), 2);
+    if ((x >> 8) % 23 == 0) answer = !answer;
+    const char m = answer ? 1 : 0;
+    mask.write(&m, 1);
+  }
+  return path;
+}
+
+TEST(SequenceParallelLossMask, EachRanksPositionsAreWeighedByTheirOwnTrainedTargets) {
+  testing::TempDir dir;
+  const std::string data_file = MaskedTokens(dir.path());
+  const std::string model = "--set strata.model.arch=llama --set strata.model.n_kv_head=2 "
+                            "--set strata.model.vocab_size=256 --set strata.data.path=" + data_file;
+  const std::string eval = "--set strata.eval_interval=5 --set strata.eval_batches=2 ";
+  const std::string split = dir.path() + "/split.jsonl", data = dir.path() + "/data.jsonl";
+  auto r = RunStrata(Train(dir.path(), model, kSplit, 10, "--metrics " + split) + " " + eval);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = RunStrata(Train(dir.path(), model, kData, 10, "--metrics " + data) + " " + eval);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_EQ(Losses(data).size(), 10u);
+  ExpectSameLosses(Losses(split), Losses(data));
+  ASSERT_EQ(Losses(data, "eval_loss").size(), 3u);
+  ExpectSameLosses(Losses(split, "eval_loss"), Losses(data, "eval_loss"));
+}
 
 TEST(SequenceParallelRefusals, WhatIsNotSplitYetIsRefusedAtStartUpNamingIt) {
   testing::TempDir dir;
