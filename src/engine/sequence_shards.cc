@@ -30,7 +30,6 @@ data::Batch SequenceShards::Slice(const data::Batch& batch) const {
   shard.inputs = batch.inputs.slice(1, at, at + n).contiguous();
   shard.targets = batch.targets.slice(1, at, at + n).contiguous();
   if (batch.loss_mask.defined()) shard.loss_mask = batch.loss_mask.slice(1, at, at + n).contiguous();
-  if (batch.positions.defined()) shard.positions = batch.positions.slice(1, at, at + n).contiguous();
   return shard;
 }
 

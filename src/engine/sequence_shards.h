@@ -32,7 +32,9 @@ class SequenceShards {
   Communicator* group() const { return group_.get(); }
   // The first position this rank holds of a row of `seq_len`.
   int64_t offset(int64_t seq_len) const { return index_ * (seq_len / size_); }
-  // `batch` with only this rank's positions of every row (the batch itself with whole rows).
+  // `batch` with only this rank's positions of every row (the batch itself with whole rows):
+  // its inputs, targets and loss mask. Packed examples' positions stay whole: attention runs
+  // over whole rows, and each block reads its shard's part of them (BlockContext's offset).
   data::Batch Slice(const data::Batch& batch) const;
   // Loss masks (Note [Loss mask]): the trained targets of each batch's positions here (its
   // slices of `batches`, already taken).

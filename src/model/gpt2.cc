@@ -33,14 +33,14 @@ class Gpt2Embedding final : public Block {
   }
 
  private:
-  // Tokens at positions past..past+T-1, or of packed examples at their own (`packed`).
+  // Tokens past..past+T-1 at those positions, or of packed examples at their own (`packed`).
   torch::Tensor Embed(const torch::Tensor& tokens, int64_t past, const PackedLayout* packed) const {
     STRATA_CHECK(tokens.dim() == 2) << "tokens must be [B, T], got " << tokens.sizes();
     const int64_t T = tokens.size(1);
     STRATA_CHECK(past + T <= wpe_->weight().size(0))
         << "position " << past + T << " exceeds seq_len " << wpe_->weight().size(0);
-    if (packed && past == 0)  // Note [Packed sequences]
-      return wte_->Forward(tokens) + wpe_->Forward(packed->PositionsOn(tokens.device()));  // [B, T, C] + [B, T, C]
+    if (packed)  // Note [Packed sequences] (a sequence shard's part of them: Note [Ulysses])
+      return wte_->Forward(tokens) + wpe_->Forward(PackedPositions(*packed, tokens.device(), past, T));  // [B, T, C] + [B, T, C]
     torch::Tensor positions = torch::arange(past, past + T, tokens.options().dtype(torch::kLong));
     return wte_->Forward(tokens) + wpe_->Forward(positions);  // [B, T, C] + [T, C]
   }
@@ -57,7 +57,7 @@ class Gpt2Attention final : public torch::nn::Module {
   torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) {
     torch::Tensor qkv = Qkv(x, ctx);
     if (ctx.sequence_group)  // Note [Ulysses]
-      return c_proj_->Forward(ShardedCausalAttention(qkv[0], qkv[1], qkv[2], *ctx.sequence_group), ctx);
+      return c_proj_->Forward(ShardedCausalAttention(qkv[0], qkv[1], qkv[2], *ctx.sequence_group, ctx.packing), ctx);
     return c_proj_->Forward(CausalAttention(qkv[0], qkv[1], qkv[2], ctx.packing), ctx);
   }
   torch::Tensor ForwardCached(const torch::Tensor& x, KvCache& cache) {

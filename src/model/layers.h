@@ -292,13 +292,15 @@ inline torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor
 }
 
 // CausalAttention over a row split across a sequence group (Note [Ulysses]): q [B, H, T/S, D],
-// k, v [B, Hkv, T/S, D] at this rank's positions -> [B, T/S, H * D]. Packed rows are not split
-// (refused where the run is set up).
+// k, v [B, Hkv, T/S, D] at this rank's positions -> [B, T/S, H * D]. Packed examples attend
+// within themselves over the whole rows (`packed`: the whole rows' layout).
 inline torch::Tensor ShardedCausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                            Communicator& group) {
+                                            Communicator& group, const PackedLayout* packed) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
-  const torch::Tensor heads = Attend(SequenceToHeads(q, group), SequenceToHeads(k, group), SequenceToHeads(v, group),
-                                     std::nullopt, /*causal=*/true);
+  const torch::Tensor qh = SequenceToHeads(q, group), kh = SequenceToHeads(k, group), vh = SequenceToHeads(v, group);
+  const torch::Tensor heads =
+      packed ? PackedCausalAttention(qh, kh, vh, *packed).reshape({B, qh.size(2), qh.size(1), D}).transpose(1, 2)
+             : Attend(qh, kh, vh, std::nullopt, /*causal=*/true);
   return HeadsToSequence(heads, group).transpose(1, 2).reshape({B, T, H * D});
 }
 
@@ -376,12 +378,20 @@ inline std::pair<torch::Tensor, torch::Tensor> RopeTablesAt(const torch::Tensor&
   return RopeCosSin(torch::cat({freqs, freqs}, -1).unsqueeze(1), scaling, like);  // [B, 1, T, D]
 }
 
-// The tables for one attention call on q [B, H, T, D]: in a pass over packed examples at their
-// own positions (Note [Packed sequences]), else at past..past+T-1.
+// The positions of T tokens of packed rows from token `first` on: the whole rows' (first 0, T
+// their length), or a sequence shard's of them (Note [Ulysses]).
+inline torch::Tensor PackedPositions(const PackedLayout& packed, const torch::Device& device, int64_t first,
+                                     int64_t T) {
+  const torch::Tensor& all = packed.PositionsOn(device);
+  return first == 0 && T == packed.length() ? all : all.narrow(1, first, T);
+}
+
+// The tables for one attention call on q [B, H, T, D] of tokens past..past+T-1: in a pass over
+// packed examples at their own positions (Note [Packed sequences]), else at those.
 inline std::pair<torch::Tensor, torch::Tensor> RopeTablesFor(const torch::Tensor& q, int64_t D, double theta,
                                                              const RopeScaling& scaling, int64_t past,
                                                              const PackedLayout* packed) {
-  return packed && past == 0 ? RopeTablesAt(packed->PositionsOn(q.device()), D, theta, q, scaling)
+  return packed ? RopeTablesAt(PackedPositions(*packed, q.device(), past, q.size(2)), D, theta, q, scaling)
                 : RopeTables(q.size(2), D, theta, q, scaling, past);  // recomputed: not state to shard
 }
 

@@ -71,7 +71,7 @@ class LlamaAttention final : public torch::nn::Module {
   }
   torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) {
     auto [q, k, v] = Project(x, ctx.sequence_offset, ctx);  // RoPE at this rank's positions
-    if (ctx.sequence_group) return o_proj_->Forward(ShardedCausalAttention(q, k, v, *ctx.sequence_group), ctx);
+    if (ctx.sequence_group) return o_proj_->Forward(ShardedCausalAttention(q, k, v, *ctx.sequence_group, ctx.packing), ctx);
     return o_proj_->Forward(CausalAttention(q, k, v, ctx.packing), ctx);
   }
   torch::Tensor ForwardCached(const torch::Tensor& x, int64_t past, KvCache& cache) {

@@ -125,8 +125,6 @@ StatusOr<int> CheckSequenceParallel(const TrainConfig& c, int world, bool host_d
   if (model::IsGemma(m) || model::IsMoe(m))
     return refuse(fmt::format("{}'s {} not split over positions yet", model::FamilyOf(m).display,
                               model::IsMoe(m) ? "load-balancing loss is" : "soft-capped attention is"));
-  if (c.data.packing != data::Packing::kWindows)
-    return refuse("examples (strata.data.packing) are not split over positions yet; use token windows");
   if (c.objective == Objective::kDpo) return refuse("strata.objective \"dpo\" is not split over positions yet");
   if (m.lora.enabled() && m.lora.dropout > 0)
     return refuse("LoRA dropout draws its masks per call, which a split row would draw differently; set "

@@ -4,8 +4,9 @@
 // GPT-2, LLaMA (grouped-query heads) and Qwen2-shaped models, fp32, parameters and optimizer
 // states on NVMe, 20 steps, every step's loss within 1e-6 relative; a checkpoint written split
 // resumes as data parallel with the uninterrupted run's losses; a loss mask (each rank's
-// positions weighed by their own trained targets) gives the data-parallel losses and
-// evaluation losses too; and what is not split yet is refused at start-up by name.
+// positions weighed by their own trained targets) and packed examples (attending within
+// themselves over whole rows) give the data-parallel losses and evaluation losses too; and
+// what is not split yet is refused at start-up by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -91,10 +92,14 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.name); });
 
 // 40 000 uint16 tokens below 256 and their mask: stretches of prompt (0) and answer (1) of
-// uneven lengths, so the two halves of a row train different numbers of targets.
+// uneven lengths, so the two halves of a row train different numbers of targets; and, for
+// packing, examples of 6 to 45 tokens (PATH.examples: each example's first token).
 std::string MaskedTokens(const std::string& dir) {
   const std::string path = dir + "/tokens.u16";
   std::ofstream tokens(path, std::ios::binary), mask(path + ".mask", std::ios::binary);
+  std::ofstream examples(path + ".examples", std::ios::binary);
+  for (uint64_t start = 0, n = 0; start + 45 < 40000; start += 6 + (n++ * 7919) % 40)
+    examples.write(reinterpret_cast<const char*>(&start), 8);
   uint32_t x = 12345;
   bool answer = false;
   for (int i = 0; i < 40000; ++i) {
@@ -108,7 +113,7 @@ std::string MaskedTokens(const std::string& dir) {
   return path;
 }
 
-TEST(SequenceParallelLossMask, EachRanksPositionsAreWeighedByTheirOwnTrainedTargets) {
+TEST(SequenceParallelData, ALossMaskAndPackedExamplesKeepTheirMeaningAcrossShards) {
   testing::TempDir dir;
   const std::string data_file = MaskedTokens(dir.path());
   const std::string model = "--set strata.model.arch=llama --set strata.model.n_kv_head=2 "
@@ -123,6 +128,14 @@ TEST(SequenceParallelLossMask, EachRanksPositionsAreWeighedByTheirOwnTrainedTarg
   ExpectSameLosses(Losses(split), Losses(data));
   ASSERT_EQ(Losses(data, "eval_loss").size(), 3u);
   ExpectSameLosses(Losses(split, "eval_loss"), Losses(data, "eval_loss"));
+  // Packed examples, their boundaries anywhere in a row: each attends within itself.
+  const std::string packed = " --set strata.data.packing=packed";
+  r = RunStrata(Train(dir.path(), model + packed, kSplit, 10, "--metrics " + split + ".packed"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = RunStrata(Train(dir.path(), model + packed, kData, 10, "--metrics " + data + ".packed"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_EQ(Losses(data + ".packed").size(), 10u);
+  ExpectSameLosses(Losses(split + ".packed"), Losses(data + ".packed"));
 }
 
 TEST(SequenceParallelRefusals, WhatIsNotSplitYetIsRefusedAtStartUpNamingIt) {

@@ -13,6 +13,7 @@
 #include "model/model_test_util.h"
 #include "src/model/layers.h"
 #include "src/model/model.h"
+#include "src/model/packed_sequences.h"
 #include "src/model/ulysses.h"
 
 namespace strata::model {
@@ -75,7 +76,9 @@ TEST(Ulysses, ShardedAttentionGivesEachRankItsPositionsOfTheWholeRowAndGradients
 // `config` on one rank over [B, T] tokens and on S ranks over T / S positions each: logits,
 // and the gradients of the mean token loss over the whole batch (each rank's share: its
 // positions' losses over the whole count, so that the ranks' gradients sum to the whole one).
-void ExpectShardedModelIsTheWholeModel(const ModelConfig& config, int64_t S) {
+// `positions` (int64 [2, T], optional): packed examples (Note [Packed sequences]), the whole
+// rows' layout on every rank.
+void ExpectShardedModelIsTheWholeModel(const ModelConfig& config, int64_t S, const torch::Tensor& positions = {}) {
   const ModelSpec spec(config);
   const int64_t B = 2, T = config.seq_len, V = config.vocab_size;
   const torch::Tensor tokens = testing::Tokens(B, T + 1, V, 5);
@@ -85,8 +88,11 @@ void ExpectShardedModelIsTheWholeModel(const ModelConfig& config, int64_t S) {
                                                 torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
            static_cast<double>(B * T);
   };
+  const std::shared_ptr<const PackedLayout> layout = PackedLayout::Of(positions);
+  BlockContext plain;
+  plain.packing = layout.get();
   FullModel whole(spec);
-  const torch::Tensor logits = whole.Forward(inputs, BlockContext{});
+  const torch::Tensor logits = whole.Forward(inputs, plain);
   loss_of(logits, targets).backward();
   auto comms = MakeLocalCommunicators(static_cast<int>(S));
   std::vector<torch::Tensor> shard_logits(static_cast<size_t>(S));
@@ -96,7 +102,7 @@ void ExpectShardedModelIsTheWholeModel(const ModelConfig& config, int64_t S) {
   const int64_t n = T / S;
   for (int64_t s = 0; s < S; ++s)
     ranks.emplace_back([&, s] {
-      BlockContext ctx;
+      BlockContext ctx = plain;
       ctx.sequence_group = comms[static_cast<size_t>(s)].get();
       ctx.sequence_offset = s * n;
       const torch::Tensor l = models[static_cast<size_t>(s)]->Forward(inputs.slice(1, s * n, (s + 1) * n), ctx);
@@ -125,6 +131,26 @@ TEST(Ulysses, AModelOnPositionShardsIsTheWholeModel) {
     qwen2.qkv_bias = true;
     if (S == 2) qwen2.n_kv_head = 2;
     { SCOPED_TRACE("qwen2"); ExpectShardedModelIsTheWholeModel(qwen2, S); }
+  }
+}
+
+// Packed examples whose boundaries fall inside shards and across them: each attends within
+// itself over the whole row, at its own positions, on every rank.
+TEST(Ulysses, PackedExamplesSplitAcrossShardsAttendWithinThemselves) {
+  auto positions_of = [](std::vector<std::vector<int64_t>> rows) {
+    std::vector<int64_t> flat;
+    for (const auto& lengths : rows)
+      for (int64_t n : lengths)
+        for (int64_t p = 0; p < n; ++p) flat.push_back(p);
+    return torch::tensor(flat, torch::kInt64).reshape({static_cast<int64_t>(rows.size()), -1});
+  };
+  const torch::Tensor positions = positions_of({{5, 7, 4}, {3, 13}});  // T = 16
+  for (int64_t S : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << S << " ranks");
+    { SCOPED_TRACE("gpt2"); ExpectShardedModelIsTheWholeModel(testing::Tiny(Arch::kGpt2), S, positions); }
+    ModelConfig llama = testing::Tiny(Arch::kLlama, /*tie=*/false);
+    llama.n_kv_head = 4;
+    { SCOPED_TRACE("llama"); ExpectShardedModelIsTheWholeModel(llama, S, positions); }
   }
 }
 
