@@ -44,7 +44,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const RunConfig& config, Commun
                            dcomm->rank(), dcomm->world_size(), comm->rank(), comm->world_size());
   impl->io.tracer = tracer;
   device->set_tracer(tracer);
-  if (config->sequence_parallel > 1 && !device->is_host())
+  if (config->sequence_parallel > 1 && !device->device().is_cpu())  // (the fake device computes on the CPU)
     return InvalidArgument("sequence_parallel_size {}: blocks on a GPU cannot split their rows yet",
                            config->sequence_parallel);
   STRATA_ASSIGN_OR_RETURN(impl->seq, SequenceShards::Make(static_cast<int>(config->sequence_parallel), *comm,

@@ -18,7 +18,7 @@ StatusOr<SettledRun> SettleRunConfig(TrainConfig written, const SettleContext& c
   // What the parser checked may have been changed since (--max-seq's lengths): the model's
   // arithmetic below needs a valid one.
   if (Status v = model::Validate(c.model); !v.ok()) return v.WithContext("strata.model");
-  STRATA_ASSIGN_OR_RETURN(const int data_ranks, CheckSequenceParallel(c, ctx.world, ctx.device.host));
+  STRATA_ASSIGN_OR_RETURN(const int data_ranks, CheckSequenceParallel(c, ctx.world, ctx.on_gpu));
   STRATA_RETURN_IF_ERROR(ResolveBatch(&c, data_ranks));
   ResolvePrecision(&c, ctx.on_gpu);
   ResolveSchedule(&c, ctx.device.host);

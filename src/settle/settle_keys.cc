@@ -109,7 +109,7 @@ Status ResolveBatch(TrainConfig* c, int world) {
   return Status();
 }
 
-StatusOr<int> CheckSequenceParallel(const TrainConfig& c, int world, bool host_device) {
+StatusOr<int> CheckSequenceParallel(const TrainConfig& c, int world, bool on_gpu) {
   const int64_t sp = c.sequence_parallel;
   if (sp == 1) return world;
   const model::ModelConfig& m = c.model;
@@ -129,7 +129,7 @@ StatusOr<int> CheckSequenceParallel(const TrainConfig& c, int world, bool host_d
   if (m.lora.enabled() && m.lora.dropout > 0)
     return refuse("LoRA dropout draws its masks per call, which a split row would draw differently; set "
                   "strata.lora.dropout 0");
-  if (!host_device)
+  if (on_gpu)
     return refuse(fmt::format("strata.device \"{}\": the all-to-alls run over the ranks' CPU communicator, so "
                               "blocks that run on a GPU cannot split their rows yet; set strata.device \"cpu\"",
                               c.device));

@@ -45,10 +45,10 @@ void ResolveDeviceAccumulation(SettledConfig* config, bool host_device, bool fit
 // names the keys and the numbers ("train_batch_size 30 is not divisible by ...").
 Status ResolveBatch(TrainConfig* config, int world_size);
 // sequence_parallel_size against the world and the model: groups that divide the world, rows
-// and heads that split over a group, blocks on the host, and what is not split yet refused by
+// and heads that split over a group, blocks off the GPU, and what is not split yet refused by
 // name. The ranks the
 // batch rule counts: world / sequence_parallel_size.
-StatusOr<int> CheckSequenceParallel(const TrainConfig& config, int world_size, bool host_device);
+StatusOr<int> CheckSequenceParallel(const TrainConfig& config, int world_size, bool on_gpu);
 
 // What strata.objective needs of the settled batch and tiles (Note [DPO]: pairs in a
 // micro-batch, whole logits); the error names the key.
