@@ -204,7 +204,8 @@ void PrintVerdict(const SettledConfig& cfg, int nproc, int64_t params, DeviceTra
 
 // --max-seq: the longest sequence at the config's micro-batch and tiers, and what stops the next.
 void PrintLongestSequence(const TrainConfig& written, int nproc, int64_t params, bool gpu, const MachineCapacity& m) {
-  const LongestSequence s = FindLongestSequence(SettledFitsAtLength(written, {nproc, nproc, gpu, {!gpu}, &m, params}));
+  const LongestSequence s =
+      FindLongestSequence(SettledFitsAtLength(written, {nproc, nproc, gpu, {!gpu}, &m, params}), written.sequence_parallel);
   std::printf("\nlongest sequence that fits (--max-seq), micro-batch %lld, the tiers as written: ",
               static_cast<long long>(written.micro_batch));
   if (s.tokens == 0) {
@@ -217,7 +218,10 @@ void PrintLongestSequence(const TrainConfig& written, int nproc, int64_t params,
               m.device_memory ? fmt::format(", device memory {} of {}", HumanBytes(s.estimate.device_peak()),
                                             HumanBytes(m.device_memory)).c_str()
                               : "");
-  if (!s.bound.empty()) std::printf("one token more does not fit: %s\n", s.bound.c_str());
+  if (!s.bound.empty())
+    std::printf("%s more does not fit: %s\n",
+                written.sequence_parallel > 1 ? fmt::format("{} tokens", written.sequence_parallel).c_str() : "one token",
+                s.bound.c_str());
 }
 
 }  // namespace

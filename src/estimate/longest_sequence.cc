@@ -6,18 +6,22 @@
 
 namespace strata {
 
-LongestSequence FindLongestSequence(const FitsAtLength& fits_at) {
+LongestSequence FindLongestSequence(const FitsAtLength& fits_at, int64_t step) {
+  // In units of `step` tokens: the lengths a run can take (a sequence group's shards are equal).
+  step = std::max<int64_t>(1, step);
+  const auto fits = [&](int64_t units, std::string* why) { return fits_at(units * step, why); };
+  const int64_t first = (kShortestSequence + step - 1) / step, last = kLongestSequenceTried / step;
   LongestSequence best;
   std::string bound;
-  std::optional<MemoryEstimate> e = fits_at(kShortestSequence, &best.bound);
+  std::optional<MemoryEstimate> e = fits(first, &best.bound);
   if (!e) return best;
-  best = {kShortestSequence, *e, ""};
-  int64_t lo = kShortestSequence, hi = 0;  // lo fits; hi does not (0: none found yet)
-  while (hi == 0 && lo < kLongestSequenceTried) {
-    const int64_t next = std::min(2 * lo, kLongestSequenceTried);
-    if (auto at = fits_at(next, &bound)) {
+  best = {first * step, *e, ""};
+  int64_t lo = first, hi = 0;  // lo fits; hi does not (0: none found yet)
+  while (hi == 0 && lo < last) {
+    const int64_t next = std::min(2 * lo, last);
+    if (auto at = fits(next, &bound)) {
       lo = next;
-      best = {lo, *at, ""};
+      best = {lo * step, *at, ""};
     } else {
       hi = next;
       best.bound = bound;
@@ -28,9 +32,9 @@ LongestSequence FindLongestSequence(const FitsAtLength& fits_at) {
                              kLongestSequenceTried);
   while (hi - lo > 1 && hi != 0) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if (auto at = fits_at(mid, &bound)) {
+    if (auto at = fits(mid, &bound)) {
       lo = mid;
-      best.tokens = mid;
+      best.tokens = mid * step;
       best.estimate = *at;
     } else {
       hi = mid;

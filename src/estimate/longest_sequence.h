@@ -16,7 +16,7 @@ namespace strata {
 struct LongestSequence {
   int64_t tokens = 0;       // 0: not even kShortestSequence fits
   MemoryEstimate estimate;  // at that length
-  std::string bound;        // why the next length (one token more) does not fit; empty: none failed
+  std::string bound;        // why the next length (one step more) does not fit; empty: none failed
 };
 
 // The longest length tried is the longest Strata accepts at all (strata.model.seq_len's limit).
@@ -26,7 +26,9 @@ inline constexpr int64_t kShortestSequence = 128, kLongestSequenceTried = model:
 using FitsAtLength = std::function<std::optional<MemoryEstimate>(int64_t tokens, std::string* bound)>;
 
 // Fits are monotone in the length: doubles from kShortestSequence (up to kLongestSequenceTried),
-// then bisects to the token. Where even kLongestSequenceTried fits, `bound` says it is the limit.
-LongestSequence FindLongestSequence(const FitsAtLength& fits_at);
+// then bisects to the token, or with `step` > 1 to a multiple of it (sequence_parallel_size:
+// only those split into equal shards). Where even kLongestSequenceTried fits, `bound` says it is
+// the limit; else why `step` tokens more do not fit.
+LongestSequence FindLongestSequence(const FitsAtLength& fits_at, int64_t step = 1);
 
 }  // namespace strata

@@ -36,6 +36,29 @@ TEST(LongestSequence, FindsTheLastLengthThatFitsToTheToken) {
   }
 }
 
+// With sequence_parallel_size S only multiples of S are lengths a run takes: the search tries
+// only those (an odd length's refusal would otherwise cut the bisection short) and finds the
+// last multiple that fits.
+TEST(LongestSequence, StepsByTheSequenceGroupsSize) {
+  for (int64_t step : {int64_t{2}, int64_t{8}}) {
+    for (int64_t limit : {int64_t{4097}, int64_t{100003}}) {
+      SCOPED_TRACE(::testing::Message() << "step " << step << ", limit " << limit);
+      const LongestSequence s = FindLongestSequence(
+          [&](int64_t tokens, std::string* bound) -> std::optional<MemoryEstimate> {
+            EXPECT_EQ(tokens % step, 0) << tokens;
+            if (tokens > limit || tokens % step != 0) {
+              *bound = "too long: " + std::to_string(tokens);
+              return std::nullopt;
+            }
+            return MemoryEstimate{};
+          },
+          step);
+      EXPECT_EQ(s.tokens, limit / step * step);
+      EXPECT_EQ(s.bound, "too long: " + std::to_string(limit / step * step + step));
+    }
+  }
+}
+
 TEST(LongestSequence, TheTiledLossFitsLongerSequences) {
   auto written = ParseTrainConfig(R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
       "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}},
