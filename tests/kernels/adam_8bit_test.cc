@@ -56,10 +56,17 @@ TEST(Moments8Bit, RoundWithinAStepAndReencodeToTheSameBlob) {
         const float normal_floor = amax * (is_v ? 0x1p-14f : 0x1p-6f), step = amax * (is_v ? 0x1p-18f : 0x1p-10f);
         for (size_t i = b; i < e; ++i) {
           SCOPED_TRACE(testing::Message() << "v=" << is_v << " n=" << n << " i=" << i << " x=" << x[i]);
-          if (std::abs(x[i]) == amax) EXPECT_EQ(y[i], x[i]);
-          if (std::abs(x[i]) >= normal_floor) EXPECT_LE(std::abs(y[i] - x[i]), std::abs(x[i]) / 16 * 1.0001f);
-          else EXPECT_LE(std::abs(y[i] - x[i]), step * 1.0001f);
-          if (y[i] != 0) EXPECT_EQ(std::signbit(y[i]), std::signbit(x[i]));
+          if (std::abs(x[i]) == amax) {
+            EXPECT_EQ(y[i], x[i]);
+          }
+          if (std::abs(x[i]) >= normal_floor) {
+            EXPECT_LE(std::abs(y[i] - x[i]), std::abs(x[i]) / 16 * 1.0001f);
+          } else {
+            EXPECT_LE(std::abs(y[i] - x[i]), step * 1.0001f);
+          }
+          if (y[i] != 0) {
+            EXPECT_EQ(std::signbit(y[i]), std::signbit(x[i]));
+          }
         }
       }
       std::vector<uint8_t> again(blob.size());
