@@ -14,10 +14,10 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <vector>
 
-namespace strata {
-class Communicator;
-}
+#include "strata/communicator.h"
+
 
 namespace strata::model {
 
@@ -34,11 +34,18 @@ class RouterLoss;
 class LoraDropout {
  public:
   explicit LoraDropout(uint64_t seed) : seed_(seed) {}
-  // x with each element zeroed with probability p and the rest scaled by 1 / (1 - p).
-  torch::Tensor Apply(const torch::Tensor& x, double p) {
+  // x with each element zeroed with probability p and the rest scaled by 1 / (1 - p). With x
+  // [B, T, ..] a sequence shard's positions first .. of rows of `whole` positions (Note
+  // [Ulysses]), the whole rows' masks are drawn and its part applied: a position's mask is
+  // the one an unsplit run draws for it.
+  torch::Tensor Apply(const torch::Tensor& x, double p, int64_t first = 0, int64_t whole = 0) {
     if (p == 0) return x;
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed_ * 0x9E3779B97F4A7C15ULL + ++calls_);
-    torch::Tensor keep = torch::empty(x.sizes(), torch::kFloat32).bernoulli_(1.0 - p, gen);
+    const bool part = whole > 0 && whole != x.size(1);
+    std::vector<int64_t> shape = x.sizes().vec();
+    if (part) shape[1] = whole;
+    torch::Tensor keep = torch::empty(shape, torch::kFloat32).bernoulli_(1.0 - p, gen);
+    if (part) keep = keep.narrow(1, first, x.size(1));
     return x * (keep / (1.0 - p)).to(x.options());
   }
 
@@ -64,7 +71,11 @@ struct BlockContext {
   int64_t sequence_offset = 0;
 
   // x with LoRA dropout p applied, or x.
-  torch::Tensor Dropout(const torch::Tensor& x, double p) const { return dropout ? dropout->Apply(x, p) : x; }
+  torch::Tensor Dropout(const torch::Tensor& x, double p) const {
+    if (!dropout) return x;
+    return sequence_group ? dropout->Apply(x, p, sequence_offset, x.size(1) * sequence_group->world_size())
+                          : dropout->Apply(x, p);
+  }
   // The MLP's tile size: untiled with dropout (its masks are drawn per call, and the
   // backward's call would draw others).
   int64_t MlpTiles() const { return dropout ? 0 : mlp_chunk; }

@@ -126,9 +126,6 @@ StatusOr<int> CheckSequenceParallel(const TrainConfig& c, int world, bool on_gpu
     return refuse(fmt::format("{}'s {} not split over positions yet", model::FamilyOf(m).display,
                               model::IsMoe(m) ? "load-balancing loss is" : "soft-capped attention is"));
   if (c.objective == Objective::kDpo) return refuse("strata.objective \"dpo\" is not split over positions yet");
-  if (m.lora.enabled() && m.lora.dropout > 0)
-    return refuse("LoRA dropout draws its masks per call, which a split row would draw differently; set "
-                  "strata.lora.dropout 0");
   if (on_gpu)
     return refuse(fmt::format("strata.device \"{}\": the all-to-alls run over the ranks' CPU communicator, so "
                               "blocks that run on a GPU cannot split their rows yet; set strata.device \"cpu\"",

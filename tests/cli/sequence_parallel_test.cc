@@ -138,6 +138,24 @@ TEST(SequenceParallelData, ALossMaskAndPackedExamplesKeepTheirMeaningAcrossShard
   ExpectSameLosses(Losses(split + ".packed"), Losses(data + ".packed"));
 }
 
+// LoRA with dropout: each rank draws the whole rows' masks and applies its positions' part,
+// so a split micro-batch of 4 rows on 2 ranks trains as one rank with the same 4 rows does.
+TEST(SequenceParallelLora, DropoutMasksAreTheUnsplitRunsPositionByPosition) {
+  testing::TempDir dir;
+  const std::string lora = "--set strata.model.arch=llama --set strata.model.n_kv_head=2 --set strata.lora.r=4 "
+                           "--set strata.lora.alpha=8 --set strata.lora.dropout=0.2 "
+                           "--set 'strata.lora.target_modules=[\"q_proj\",\"v_proj\",\"down_proj\"]'";
+  const std::string split = dir.path() + "/split.jsonl", one = dir.path() + "/one.jsonl";
+  auto r = RunStrata(Train(dir.path(), lora, kSplit, 10, "--metrics " + split));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::string alone = Train(dir.path(), lora, "--set train_micro_batch_size_per_gpu=4", 10, "--metrics " + one);
+  alone.replace(alone.find("--nproc 2"), 9, "--nproc 1");
+  r = RunStrata(alone);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_EQ(Losses(one).size(), 10u);
+  ExpectSameLosses(Losses(split), Losses(one));
+}
+
 TEST(SequenceParallelRefusals, WhatIsNotSplitYetIsRefusedAtStartUpNamingIt) {
   testing::TempDir dir;
   const struct {
