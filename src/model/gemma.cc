@@ -20,7 +20,6 @@
 // does. Sliding-window layers (Gemma 3) rotate with their own RoPE base; their window is the
 // whole sequence (Validate() keeps seq_len within it).
 #include <cmath>
-#include <stdexcept>
 #include <limits>
 #include <tuple>
 
@@ -99,13 +98,14 @@ class GemmaAttention final : public torch::nn::Module {
     o_proj_ = register_module("o_proj", std::make_shared<Linear>(q_out, C, false, c.init_std, AdapterFor(c.lora, "o_proj")));
   }
   torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) {
-    if (ctx.sequence_group) throw std::invalid_argument("Ulysses: Gemma's soft-capped attention is not split yet");
-    auto [q, k, v] = Project(x, 0, ctx);
+    auto [q, k, v] = Project(x, ctx.sequence_offset, ctx);  // RoPE at this rank's positions (Note [Ulysses])
     const int64_t B = q.size(0), T = q.size(2);
+    auto attend = [this](const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
+      return GemmaAttend(a, b, c, {}, scale_, cap_);
+    };
+    if (ctx.sequence_group)
+      return o_proj_->Forward(ShardedCausalAttention(q, k, v, *ctx.sequence_group, ctx.packing, attend), ctx);
     if (ctx.packing) {  // Note [Packed sequences]
-      auto attend = [this](const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
-        return GemmaAttend(a, b, c, {}, scale_, cap_);
-      };
       return o_proj_->Forward(PackedCausalAttention(q, k, v, *ctx.packing, attend), ctx);
     }
     return o_proj_->Forward(GemmaAttend(q, k, v, {}, scale_, cap_).transpose(1, 2).reshape({B, T, -1}), ctx);

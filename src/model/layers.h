@@ -293,14 +293,17 @@ inline torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor
 
 // CausalAttention over a row split across a sequence group (Note [Ulysses]): q [B, H, T/S, D],
 // k, v [B, Hkv, T/S, D] at this rank's positions -> [B, T/S, H * D]. Packed examples attend
-// within themselves over the whole rows (`packed`: the whole rows' layout).
+// within themselves over the whole rows (`packed`: the whole rows' layout). `attend`: a
+// family's own causal attention of whole rows ([B, H/S, T, D] in and out; none: SDPA's).
 inline torch::Tensor ShardedCausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                            Communicator& group, const PackedLayout* packed) {
+                                            Communicator& group, const PackedLayout* packed,
+                                            const SegmentAttention& attend = {}) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const torch::Tensor qh = SequenceToHeads(q, group), kh = SequenceToHeads(k, group), vh = SequenceToHeads(v, group);
   const torch::Tensor heads =
-      packed ? PackedCausalAttention(qh, kh, vh, *packed).reshape({B, qh.size(2), qh.size(1), D}).transpose(1, 2)
-             : Attend(qh, kh, vh, std::nullopt, /*causal=*/true);
+      packed   ? PackedCausalAttention(qh, kh, vh, *packed, attend).reshape({B, qh.size(2), qh.size(1), D}).transpose(1, 2)
+      : attend ? attend(qh, kh, vh)
+               : Attend(qh, kh, vh, std::nullopt, /*causal=*/true);
   return HeadsToSequence(heads, group).transpose(1, 2).reshape({B, T, H * D});
 }
 

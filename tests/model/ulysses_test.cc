@@ -131,6 +131,19 @@ TEST(Ulysses, AModelOnPositionShardsIsTheWholeModel) {
     qwen2.qkv_bias = true;
     if (S == 2) qwen2.n_kv_head = 2;
     { SCOPED_TRACE("qwen2"); ExpectShardedModelIsTheWholeModel(qwen2, S); }
+    // Gemma's soft-capped attention with its own scale, local RoPE on a sliding layer (the rows
+    // within the window), and Gemma 3's q/k norms.
+    ModelConfig gemma2 = testing::Tiny(Arch::kLlama, /*tie=*/true);
+    gemma2.n_kv_head = 4;
+    gemma2.hf_model_type = "gemma2";
+    gemma2.sliding_window = 32;
+    gemma2.gemma = {24, 50, 30, 0, {true, false}};
+    { SCOPED_TRACE("gemma2"); ExpectShardedModelIsTheWholeModel(gemma2, S); }
+    ModelConfig gemma3 = gemma2;
+    gemma3.hf_model_type = "gemma3_text";
+    gemma3.qk_norm = true;
+    gemma3.gemma = {32, 0, 0, 10000, {true, false}};
+    { SCOPED_TRACE("gemma3"); ExpectShardedModelIsTheWholeModel(gemma3, S); }
   }
 }
 
