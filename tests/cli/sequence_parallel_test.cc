@@ -91,6 +91,25 @@ INSTANTIATE_TEST_SUITE_P(
                                       "--set strata.model.hf_model_type=qwen2 --set strata.model.qkv_bias=true"}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// Four ranks as data 2 x sequence 2 (each pair of neighbours one group, reading its own
+// micro-batches) train as four data ranks with the same global batch.
+TEST(SequenceParallelMesh, DataTwoBySequenceTwoIsDataFour) {
+  testing::TempDir dir;
+  const std::string model = "--set strata.model.arch=llama --set strata.model.n_kv_head=2";
+  const std::string mesh = dir.path() + "/mesh.jsonl", data = dir.path() + "/data.jsonl";
+  std::string run = Train(dir.path(), model, kSplit, 10, "--metrics " + mesh + " --set train_micro_batch_size_per_gpu=2");
+  run.replace(run.find("--nproc 2"), 9, "--nproc 4");
+  auto r = RunStrata(run);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("2 data rank(s), each row's positions split over 2 ranks"), std::string::npos) << r.out;
+  run = Train(dir.path(), model, "--set train_micro_batch_size_per_gpu=1", 10, "--metrics " + data);
+  run.replace(run.find("--nproc 2"), 9, "--nproc 4");
+  r = RunStrata(run);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_EQ(Losses(data).size(), 10u);
+  ExpectSameLosses(Losses(mesh), Losses(data));
+}
+
 // 40 000 uint16 tokens below 256 and their mask: stretches of prompt (0) and answer (1) of
 // uneven lengths, so the two halves of a row train different numbers of targets; and, for
 // packing, examples of 6 to 45 tokens (PATH.examples: each example's first token).
