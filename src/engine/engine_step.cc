@@ -410,7 +410,7 @@ Status Engine::Impl::BackwardBlock(int b, Activations& act, const MicroBatch& mb
 std::shared_ptr<model::RouterLoss> Engine::Impl::NewRouterLoss() const {
   const model::MoeOptions& moe = cfg.model.moe;
   if (moe.aux_loss_coef <= 0) return nullptr;
-  return std::make_shared<model::RouterLoss>(moe.num_experts, moe.top_k, moe.aux_loss_coef);
+  return std::make_shared<model::RouterLoss>(moe.num_experts, moe.top_k, moe.aux_loss_coef, seq.group());
 }
 
 // The backward stops above a frozen embedding (LoRA: not in the visit plan).

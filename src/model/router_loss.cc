@@ -3,6 +3,8 @@
 
 #include <torch/autograd.h>
 
+#include <stdexcept>
+
 #include "strata/check.h"
 
 namespace strata::model {
@@ -48,6 +50,15 @@ double RouterLoss::Finish(double seed) {
   seed_ = seed;
   if (rows_ == 0) return 0;
   torch::NoGradGuard no_grad;
+  if (group_) {  // the rows' whole counts and sums, from every shard of them (equal shards: R x S rows)
+    torch::Tensor all = torch::cat({tokens_.cpu(), probs_.cpu()}).contiguous();
+    const Status s = group_->AllReduce(all.data_ptr(), static_cast<size_t>(all.numel()), DType::kF32, ReduceOp::kSum);
+    if (!s.ok()) throw std::runtime_error("the load-balancing loss's sums over the sequence group: " + s.ToString());
+    tokens_ = all.narrow(0, 0, experts_).to(tokens_.device());
+    probs_ = all.narrow(0, experts_, experts_).to(probs_.device());
+    rows_ *= group_->world_size();
+    seed *= group_->world_size();
+  }
   // As transformers: the fractions, then E * sum(T / R * P / R), in fp32.
   const torch::Tensor aux = (tokens_ / rows_ * (probs_ / rows_)).sum() * static_cast<double>(experts_);
   gradient_ = (tokens_ * (coef_ * static_cast<double>(experts_) / (rows_ * rows_) * seed)).unsqueeze(0);

@@ -17,11 +17,18 @@
 
 #include <cstdint>
 
+#include "strata/communicator.h"
+
 namespace strata::model {
 
+// With rows split over a sequence group (Note [Ulysses]) each rank records its positions' T and
+// P; Finish sums them (and R) over the group, so every rank has the rows' whole loss, and each
+// rank's gradient to its own rows is scaled by the group's size: the engine's mean over the
+// world divides by it, and the group's ranks hold disjoint rows of one loss.
 class RouterLoss {
  public:
-  RouterLoss(int64_t experts, int64_t top_k, double coef) : experts_(experts), top_k_(top_k), coef_(coef) {}
+  RouterLoss(int64_t experts, int64_t top_k, double coef, Communicator* sequence_group = nullptr)
+      : experts_(experts), top_k_(top_k), coef_(coef), group_(sequence_group) {}
   // A sparse layer's routing: probabilities [N, E] (fp32, with their graph) and the chosen
   // experts [N, top_k]. Returns `out` (the layer's MLP output) carrying the loss's gradient to
   // `probs`; the counts only before Finish.
@@ -35,6 +42,7 @@ class RouterLoss {
  private:
   int64_t experts_, top_k_;
   double coef_;
+  Communicator* group_ = nullptr;
   torch::Tensor tokens_, probs_;  // fp32 [E]: T and P so far
   double rows_ = 0, seed_ = 0;
   bool finished_ = false;

@@ -122,8 +122,6 @@ StatusOr<int> CheckSequenceParallel(const TrainConfig& c, int world, bool on_gpu
   if (m.n_head % sp != 0 || kv % sp != 0)
     return refuse(fmt::format("{} attention heads ({} key/value heads) do not split over {} ranks: each rank attends "
                               "with a share of every kind of head", m.n_head, kv, sp));
-  if (model::IsMoe(m))
-    return refuse(fmt::format("{}'s load-balancing loss is not split over positions yet", model::FamilyOf(m).display));
   if (c.objective == Objective::kDpo) return refuse("strata.objective \"dpo\" is not split over positions yet");
   if (on_gpu)
     return refuse(fmt::format("strata.device \"{}\": the all-to-alls run over the ranks' CPU communicator, so "

@@ -175,6 +175,27 @@ TEST(SequenceParallelLora, DropoutMasksAreTheUnsplitRunsPositionByPosition) {
   ExpectSameLosses(Losses(split), Losses(one));
 }
 
+// A mixture of experts with its load-balancing loss: each rank's counts and sums are the
+// group's before the loss, and its gradient to its own rows scaled by the group's size, so a
+// split micro-batch of 4 rows trains as one rank with the same rows (the experts fetched as
+// each shard's tokens chose them).
+TEST(SequenceParallelExperts, TheLoadBalancingLossIsTheUnsplitRowsOne) {
+  testing::TempDir dir;
+  const std::string moe = "--set strata.model.arch=llama --set strata.model.n_kv_head=2 "
+                          "--set strata.model.hf_model_type=qwen3_moe --set strata.model.qk_norm=true "
+                          "--set 'strata.model.moe={\"num_experts\":4,\"top_k\":2,\"expert_ffn\":32,"
+                          "\"aux_loss_coef\":0.05}'";
+  const std::string split = dir.path() + "/split.jsonl", one = dir.path() + "/one.jsonl";
+  auto r = RunStrata(Train(dir.path(), moe, kSplit, 10, "--metrics " + split));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::string alone = Train(dir.path(), moe, "--set train_micro_batch_size_per_gpu=4", 10, "--metrics " + one);
+  alone.replace(alone.find("--nproc 2"), 9, "--nproc 1");
+  r = RunStrata(alone);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_EQ(Losses(one).size(), 10u);
+  ExpectSameLosses(Losses(split), Losses(one));
+}
+
 TEST(SequenceParallelRefusals, WhatIsNotSplitYetIsRefusedAtStartUpNamingIt) {
   testing::TempDir dir;
   const struct {
