@@ -157,17 +157,14 @@ TEST(SequenceParallelData, ALossMaskAndPackedExamplesKeepTheirMeaningAcrossShard
   ExpectSameLosses(Losses(split + ".packed"), Losses(data + ".packed"));
 }
 
-// LoRA with dropout: each rank draws the whole rows' masks and applies its positions' part,
-// so a split micro-batch of 4 rows on 2 ranks trains as one rank with the same 4 rows does.
-TEST(SequenceParallelLora, DropoutMasksAreTheUnsplitRunsPositionByPosition) {
+// `model` split over 2 ranks (micro-batch 4) trains as one rank with the same 4 rows: 10
+// steps' losses within 1e-6. For what a split run must draw or sum as the whole rows do.
+void ExpectSplitTrainsAsOneRank(const std::string& model) {
   testing::TempDir dir;
-  const std::string lora = "--set strata.model.arch=llama --set strata.model.n_kv_head=2 --set strata.lora.r=4 "
-                           "--set strata.lora.alpha=8 --set strata.lora.dropout=0.2 "
-                           "--set 'strata.lora.target_modules=[\"q_proj\",\"v_proj\",\"down_proj\"]'";
   const std::string split = dir.path() + "/split.jsonl", one = dir.path() + "/one.jsonl";
-  auto r = RunStrata(Train(dir.path(), lora, kSplit, 10, "--metrics " + split));
+  auto r = RunStrata(Train(dir.path(), model, kSplit, 10, "--metrics " + split));
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  std::string alone = Train(dir.path(), lora, "--set train_micro_batch_size_per_gpu=4", 10, "--metrics " + one);
+  std::string alone = Train(dir.path(), model, "--set train_micro_batch_size_per_gpu=4", 10, "--metrics " + one);
   alone.replace(alone.find("--nproc 2"), 9, "--nproc 1");
   r = RunStrata(alone);
   ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -175,25 +172,21 @@ TEST(SequenceParallelLora, DropoutMasksAreTheUnsplitRunsPositionByPosition) {
   ExpectSameLosses(Losses(split), Losses(one));
 }
 
+// LoRA with dropout: each rank draws the whole rows' masks and applies its positions' part.
+TEST(SequenceParallelLora, DropoutMasksAreTheUnsplitRunsPositionByPosition) {
+  ExpectSplitTrainsAsOneRank("--set strata.model.arch=llama --set strata.model.n_kv_head=2 --set strata.lora.r=4 "
+                             "--set strata.lora.alpha=8 --set strata.lora.dropout=0.2 "
+                             "--set 'strata.lora.target_modules=[\"q_proj\",\"v_proj\",\"down_proj\"]'");
+}
+
 // A mixture of experts with its load-balancing loss: each rank's counts and sums are the
-// group's before the loss, and its gradient to its own rows scaled by the group's size, so a
-// split micro-batch of 4 rows trains as one rank with the same rows (the experts fetched as
-// each shard's tokens chose them).
+// group's before the loss, and its gradient to its own rows scaled by the group's size (the
+// experts fetched as each shard's tokens chose them).
 TEST(SequenceParallelExperts, TheLoadBalancingLossIsTheUnsplitRowsOne) {
-  testing::TempDir dir;
-  const std::string moe = "--set strata.model.arch=llama --set strata.model.n_kv_head=2 "
-                          "--set strata.model.hf_model_type=qwen3_moe --set strata.model.qk_norm=true "
-                          "--set 'strata.model.moe={\"num_experts\":4,\"top_k\":2,\"expert_ffn\":32,"
-                          "\"aux_loss_coef\":0.05}'";
-  const std::string split = dir.path() + "/split.jsonl", one = dir.path() + "/one.jsonl";
-  auto r = RunStrata(Train(dir.path(), moe, kSplit, 10, "--metrics " + split));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  std::string alone = Train(dir.path(), moe, "--set train_micro_batch_size_per_gpu=4", 10, "--metrics " + one);
-  alone.replace(alone.find("--nproc 2"), 9, "--nproc 1");
-  r = RunStrata(alone);
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  ASSERT_EQ(Losses(one).size(), 10u);
-  ExpectSameLosses(Losses(split), Losses(one));
+  ExpectSplitTrainsAsOneRank("--set strata.model.arch=llama --set strata.model.n_kv_head=2 "
+                             "--set strata.model.hf_model_type=qwen3_moe --set strata.model.qk_norm=true "
+                             "--set 'strata.model.moe={\"num_experts\":4,\"top_k\":2,\"expert_ffn\":32,"
+                             "\"aux_loss_coef\":0.05}'");
 }
 
 TEST(SequenceParallelRefusals, WhatIsNotSplitYetIsRefusedAtStartUpNamingIt) {
