@@ -9,7 +9,12 @@
 // group of S needs S to divide the key/value heads (grouped-query attention with fewer
 // key/value heads than ranks is refused, naming both). The group's all-to-alls run on the
 // block's thread, in the block's order, on every rank alike, forward, recomputation and
-// backward: ranks meet in the same collective because they run the same blocks.
+// backward: ranks meet in the same collective because they run the same blocks. The other
+// things that see more than one position keep their whole-row meaning: packed examples' layout
+// stays whole (each rank reads its positions' part; attention runs per example on whole rows),
+// LoRA dropout draws the whole rows' masks (LoraDropout), the experts' load-balancing loss
+// sums its counts over the group (RouterLoss), and a loss mask weighs each rank's positions by
+// their own trained targets (SplitRowLossWeights).
 #pragma once
 
 #include <torch/types.h>
