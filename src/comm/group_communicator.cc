@@ -91,16 +91,7 @@ class GroupCommunicator final : public Communicator {
   // out = op over members, in group-rank order, of their gathered bytes at `offset` (each
   // contributed `bytes`); fp32 partials, rounded once.
   void Reduce(size_t bytes, size_t offset, size_t count, DType dtype, ReduceOp op, void* out) {
-    constexpr size_t kBlock = 4096;
-    float acc[kBlock];
-    const size_t esize = DTypeSize(dtype);
-    for (size_t i = 0; i < count; i += kBlock) {
-      const size_t m = std::min(kBlock, count - i);
-      comm::LoadF32(Member(0, bytes) + offset + i * esize, dtype, m, acc);
-      for (size_t k = 1; k < members_.size(); ++k)
-        comm::Accumulate(acc, Member(k, bytes) + offset + i * esize, dtype, m, op);
-      comm::StoreF32(acc, dtype, m, static_cast<char*>(out) + i * esize);
-    }
+    comm::ReduceInOrder([&](size_t k) { return Member(k, bytes) + offset; }, members_.size(), dtype, count, op, out);
   }
 
   Communicator& world_;

@@ -116,18 +116,10 @@ class LocalCommunicator final : public Communicator {
 
   // out[0..count) = op over ranks 0..n-1 (in that order) of (rank's input + byte_offset).
   void ReduceInto(size_t byte_offset, size_t count, DType dtype, ReduceOp op, void* out) {
-    constexpr size_t kBlock = 4096;  // fp32 partials stay in L1/L2
-    float acc[kBlock];
-    const size_t esize = DTypeSize(dtype);
-    for (size_t i = 0; i < count; i += kBlock) {
-      const size_t m = std::min(kBlock, count - i);
-      const size_t off = byte_offset + i * esize;
-      comm::LoadF32(static_cast<const char*>(shared_->slot(0).in) + off, dtype, m, acc);
-      for (int r = 1; r < world_size(); ++r) {
-        comm::Accumulate(acc, static_cast<const char*>(shared_->slot(r).in) + off, dtype, m, op);
-      }
-      comm::StoreF32(acc, dtype, m, static_cast<char*>(out) + i * esize);
-    }
+    const auto input = [&](size_t r) {
+      return static_cast<const char*>(shared_->slot(static_cast<int>(r)).in) + byte_offset;
+    };
+    comm::ReduceInOrder(input, static_cast<size_t>(world_size()), dtype, count, op, out);
   }
 
   std::shared_ptr<SharedState> shared_;

@@ -22,7 +22,24 @@ void LoadF32(const void* src, DType dtype, size_t n, float* dst);
 // acc[i] = op(acc[i], src[i]): the incoming partial on the left, this rank's value on the
 // right, so the order of operands is fixed by the caller's order of calls.
 void Accumulate(float* acc, const void* src, DType dtype, size_t n, ReduceOp op);
+// out[i] = op over sources 0, 1, .. n-1 (that order) of source(k)[i], in fp32 partials a block
+// at a time, rounded once. source(k): the first byte of source k's `count` elements.
+template <typename Source>
+void ReduceInOrder(const Source& source, size_t n, DType dtype, size_t count, ReduceOp op, void* out);
 // dst[i] = acc[i] rounded to `dtype` (RNE).                dst: n elements of `dtype`.
 void StoreF32(const float* acc, DType dtype, size_t n, void* dst);
+
+template <typename Source>
+void ReduceInOrder(const Source& source, size_t n, DType dtype, size_t count, ReduceOp op, void* out) {
+  constexpr size_t kBlock = 4096;  // fp32 partials stay in L1/L2
+  float acc[kBlock];
+  const size_t esize = DTypeSize(dtype);
+  for (size_t i = 0; i < count; i += kBlock) {
+    const size_t m = count - i < kBlock ? count - i : kBlock;
+    LoadF32(static_cast<const char*>(source(0)) + i * esize, dtype, m, acc);
+    for (size_t k = 1; k < n; ++k) Accumulate(acc, static_cast<const char*>(source(k)) + i * esize, dtype, m, op);
+    StoreF32(acc, dtype, m, static_cast<char*>(out) + i * esize);
+  }
+}
 
 }  // namespace strata::comm
