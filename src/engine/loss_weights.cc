@@ -23,51 +23,32 @@
 
 namespace strata {
 
-StatusOr<std::vector<double>> LossWeights(const data::TokenDataset& data, data::Split split, uint64_t first,
-                                          int64_t per_rank, int world, int rank, int64_t batch_size,
-                                          const std::string& what) {
-  const auto shares = static_cast<uint64_t>(per_rank) * static_cast<uint64_t>(world);
-  const int64_t total = data.LossTokens(split, first, shares, batch_size);
-  if (total == 0) {
-    return InvalidArgument(
-        "{}: the loss mask trains no target in any of its {} batches of {} sequences ({}): every sequence drawn is "
-        "prompt only. Use a larger batch, a longer seq_len, or data with more completion tokens",
-        what, shares, batch_size, data.description());
-  }
-  std::vector<double> weights(static_cast<size_t>(per_rank));
-  for (int64_t k = 0; k < per_rank; ++k) {
-    const uint64_t index = first + static_cast<uint64_t>(k * world + rank);
-    const int64_t mine = data.LossTokens(split, index, 1, batch_size);
-    weights[k] = static_cast<double>(mine) * static_cast<double>(shares) / static_cast<double>(total);
-  }
-  return weights;
-}
-
-StatusOr<std::vector<double>> SplitRowLossWeights(const data::TokenDataset& data, data::Split split, uint64_t first,
-                                                  int world, int data_ranks, int64_t batch_size,
-                                                  const std::vector<int64_t>& counts, const std::string& what) {
-  const auto per_rank = static_cast<int64_t>(counts.size());
-  const auto batches = static_cast<uint64_t>(per_rank) * static_cast<uint64_t>(data_ranks);
-  const int64_t total = data.LossTokens(split, first, batches, batch_size);
-  if (total == 0) {
-    return InvalidArgument("{}: the loss mask trains no target in any of its {} batches of {} sequences ({})", what,
-                           batches, batch_size, data.description());
-  }
-  const double ranks_share = static_cast<double>(per_rank) * static_cast<double>(world);
-  std::vector<double> weights(counts.size());
-  for (size_t k = 0; k < counts.size(); ++k)
-    weights[k] = static_cast<double>(counts[k]) * ranks_share / static_cast<double>(total);
-  return weights;
-}
-
 StatusOr<std::vector<double>> BatchLossWeights(const data::TokenDataset& data, data::Split split, uint64_t first,
                                                const SequenceShards& seq, int world,
                                                const std::vector<data::Batch>& batches, int64_t batch_size,
                                                const std::string& what) {
   const auto per_rank = static_cast<int64_t>(batches.size());
-  if (seq.size() == 1) return LossWeights(data, split, first, per_rank, seq.data_ranks(), seq.data_rank(), batch_size, what);
-  return SplitRowLossWeights(data, split, first, world, seq.data_ranks(), batch_size,
-                             SequenceShards::TrainedTargets(batches), what);
+  const int data_ranks = seq.data_ranks();
+  // N over the A x D batches the data ranks read; each weight's share A x W (W = D with whole rows).
+  const auto read = static_cast<uint64_t>(per_rank) * static_cast<uint64_t>(data_ranks);
+  const auto shares = static_cast<uint64_t>(per_rank) * static_cast<uint64_t>(world);
+  const int64_t total = data.LossTokens(split, first, read, batch_size);
+  if (total == 0) {
+    return InvalidArgument(
+        "{}: the loss mask trains no target in any of its {} batches of {} sequences ({}): every sequence drawn is "
+        "prompt only. Use a larger batch, a longer seq_len, or data with more completion tokens",
+        what, read, batch_size, data.description());
+  }
+  // This rank's trained targets in its k-th batch: the batch's own, or its positions' of it.
+  const std::vector<int64_t> split_counts = seq.size() > 1 ? SequenceShards::TrainedTargets(batches)
+                                                           : std::vector<int64_t>();
+  std::vector<double> weights(static_cast<size_t>(per_rank));
+  for (int64_t k = 0; k < per_rank; ++k) {
+    const uint64_t index = first + static_cast<uint64_t>(k * data_ranks + seq.data_rank());
+    const int64_t mine = seq.size() > 1 ? split_counts[k] : data.LossTokens(split, index, 1, batch_size);
+    weights[k] = static_cast<double>(mine) * static_cast<double>(shares) / static_cast<double>(total);
+  }
+  return weights;
 }
 
 }  // namespace strata

@@ -10,9 +10,7 @@ StatusOr<SequenceShards> SequenceShards::Make(int sequence, Communicator& world,
   if (blocks_world == nullptr || blocks_world->world_size() != world.world_size() || blocks_world->rank() != world.rank())
     return InvalidArgument("sequence_parallel_size {}: the blocks need a communicator of their own over the same {} "
                            "ranks", sequence, world.world_size());
-  if (world.world_size() % sequence != 0)
-    return InvalidArgument("sequence_parallel_size {}: the world of {} rank(s) does not split into groups of {}",
-                           sequence, world.world_size(), sequence);
+  // (A world that groups of `sequence` do not divide: the mesh's error names both sizes.)
   STRATA_ASSIGN_OR_RETURN(ProcessMesh mesh,
                           ProcessMesh::Make({world.world_size() / sequence, 1, sequence}, world.world_size(), world.rank()));
   s.data_rank_ = mesh.coord().data;
