@@ -105,10 +105,11 @@ nlohmann::ordered_json ResolvedObjective(const TrainConfig& c) {
 nlohmann::ordered_json Resolved(const TrainConfig& c) {
   const auto& s = c.schedule;
   return {
-      {"train_batch_size", c.train_batch},
+      {"train_batch_size", c.train_batch * c.tensor_parallel},  // as DeepSpeed counts it (TrainConfig::tensor_parallel)
       {"train_micro_batch_size_per_gpu", c.micro_batch},
       {"gradient_accumulation_steps", c.grad_accum},
       {"sequence_parallel_size", c.sequence_parallel},
+      {"tensor_parallel", {{"autotp_size", c.tensor_parallel}}},
       {"gradient_clipping", c.gradient_clipping},
       {"bf16", {{"enabled", c.compute_dtype == DType::kBF16}}},
       {"fp16",

@@ -34,6 +34,7 @@
 #include "src/config/train_config.h"
 #include "src/estimate/estimator.h"
 #include "src/settle/fit_advice.h"
+#include "src/settle/settle_keys.h"
 #include "src/estimate/host_blocks_fit.h"
 #include "src/estimate/step_time.h"
 #include "bench/machine_rates.h"
@@ -176,9 +177,10 @@ Status TrainRun::Configure() {
 
 Status TrainRun::Connect() {
   // A dead peer closes its sockets, a hung one meets the timeout: no rank waits forever. With
-  // sequence parallelism a second ring, the blocks' own (Note [Process mesh]); one rank: none.
+  // sequence or tensor parallelism a second ring, the blocks' own (Note [Process mesh]); one
+  // rank: none.
   STRATA_ASSIGN_OR_RETURN(auto comms, MakeTcpCommunicators(env_, std::chrono::seconds(cfg_.comm_timeout_s),
-                                                           cfg_.sequence_parallel > 1 ? 2 : 1));
+                                                           cfg_.sequence_parallel * cfg_.tensor_parallel > 1 ? 2 : 1));
   comm_ = std::move(comms[0]);
   if (comms.size() == 2) blocks_comm_ = std::move(comms[1]);
   // Where blocks run; a GPU gets NCCL for its device buffers, met through the host communicator.
@@ -392,9 +394,7 @@ void TrainRun::PrintStartup() {
       cfg_.train_batch,
       cfg_.micro_batch, cfg_.grad_accum, cfg_.accumulate_on_device ? " (summed on the device)" : "",
       cfg_.grad_accum > 1 ? (cfg_.layer_major ? ", layer-major" : ", micro-batch-major") : "",
-      cfg_.sequence_parallel == 1 ? fmt::format("{} rank(s)", env_.world_size)
-      : fmt::format("{} data rank(s), each row's positions split over {} ranks (Ulysses)",
-                    env_.world_size / cfg_.sequence_parallel, cfg_.sequence_parallel),
+      DescribeRanks(cfg_, env_.world_size),
       data_->description()));
   if (cfg_.weight_decay > 0) {
     const std::vector<std::string> no_decay = NoDecayPatterns(cfg_);

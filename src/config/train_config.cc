@@ -152,6 +152,31 @@ Status ParseBatch(JsonReader& root, TrainConfig* c) {
   return root.Bool("wall_clock_breakdown", &c->wall_clock_breakdown);
 }
 
+// DeepSpeed's tensor_parallel section (Note [Tensor parallel]): autotp_size, 0 or 1 off. How
+// DeepSpeed would partition the layers (its presets, custom rules, the vocabulary-parallel
+// head) changes how the same sums are computed, not what is trained: those keys are notes.
+Status ParseTensorParallel(JsonReader& root, TrainConfig* c) {
+  STRATA_ASSIGN_OR_RETURN(JsonReader tp, root.Child("tensor_parallel"));
+  STRATA_RETURN_IF_ERROR(tp.Int("autotp_size", &c->tensor_parallel, 0, 1 << 16));
+  c->tensor_parallel = std::max<int64_t>(1, c->tensor_parallel);
+  STRATA_ASSIGN_OR_RETURN(JsonReader inner, tp.Child("tp"));
+  int64_t tp_size = 1;
+  STRATA_RETURN_IF_ERROR(inner.Int("tp_size", &tp_size, 1, 1 << 16));
+  if (tp_size != 1 && tp_size != c->tensor_parallel)  // as DeepSpeed's _apply_autotp_partitioning
+    return InvalidArgument("tensor_parallel.tp.tp_size ({}) does not match tensor_parallel.autotp_size ({})", tp_size,
+                           c->tensor_parallel);
+  inner.UnusedKeys(&c->warnings);
+  for (const char* key : {"partition_config", "preset_model", "vocab_parallel_lm_head", "vocab_parallel_ce_backend",
+                          "tp_overlap_comm", "dtype", "keep_module_on_host", "injection_policy_tuple"}) {
+    if (!tp.Has(key)) continue;
+    tp.Touch(key);
+    c->notes.push_back(fmt::format("tensor_parallel.{}: accepted, not used: Strata splits every layer's heads and MLP "
+                                   "width its own way, with the same sums (Note [Tensor parallel])", key));
+  }
+  tp.UnusedKeys(&c->warnings);
+  return Status();
+}
+
 // bf16 / fp16 and DeepSpeed's loss-scale keys. bf16.enabled "auto" waits for ResolvePrecision.
 Status ParsePrecision(JsonReader& root, TrainConfig* c) {
   STRATA_ASSIGN_OR_RETURN(JsonReader bf16, root.Child("bf16"));
@@ -363,7 +388,7 @@ StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::strin
   JsonReader root(&j, "");
   // In reading order: `config check` lists the "auto"s in that order.
   for (Status (*section)(JsonReader&, TrainConfig*) :
-       {ParseBatch, ParsePrecision, ParseOptimizer, ParseScheduler, ParseZero, ParseAio, ParseActivationCheckpointing,
+       {ParseBatch, ParseTensorParallel, ParsePrecision, ParseOptimizer, ParseScheduler, ParseZero, ParseAio, ParseActivationCheckpointing,
         ParseMonitors, ParseCheckpointSection, ParseStrata})
     if (Status s = section(root, &c); !s.ok()) return s.WithContext(origin);
   if (c.schedule.total_num_steps == 0) c.schedule.total_num_steps = c.steps;

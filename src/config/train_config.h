@@ -186,6 +186,12 @@ struct TrainConfig {
   // groups of this many ranks, which share one micro-batch; the batch rule counts world / it
   // data ranks, as DeepSpeed's does. The ranks stay ZeRO ranks for the weights.
   int64_t sequence_parallel = 1;
+  // tensor_parallel.autotp_size (Note [Tensor parallel]): each layer's heads and MLP width split
+  // over groups of this many ranks, which share one micro-batch. The batch keys count them as
+  // DeepSpeed's DeepSpeedConfig does (every rank but the sequence ranks' shares: world /
+  // sequence_parallel_size); the sequences a step reads are micro-batch x accumulation x
+  // world / (sequence x tensor). The ranks stay ZeRO ranks for the weights.
+  int64_t tensor_parallel = 1;
   int64_t micro_batch = 8;        // train_micro_batch_size_per_gpu
   int64_t grad_accum = 1;         // gradient_accumulation_steps
   int64_t train_batch = 0;        // train_batch_size, known after ResolveBatch

@@ -40,10 +40,6 @@ inline bool Written(const nlohmann::json& v) {
   return !v.is_null() && !IsFalse(v);
 }
 
-inline bool SplitsLayers(const nlohmann::json& v) {
-  return v.is_object() && v.contains("autotp_size") && v["autotp_size"].is_number() && v["autotp_size"].get<double>() > 1;
-}
-
 struct KeyRule {
   const char* path;                        // dotted, from the top
   bool (*on)(const nlohmann::json& value);  // whether it does anything as written
@@ -61,7 +57,6 @@ inline constexpr KeyRule kChangesTraining[] = {
     {"progressive_layer_drop", Enabled, "skip layers at random, more of them as training goes on"},
     {"curriculum_learning", Enabled, "train on shorter sequences first, lengthening them on a schedule"},
     {"data_efficiency", Enabled, "order the data by a curriculum and drop tokens in the middle layers (random-LTD)"},
-    {"tensor_parallel", SplitsLayers, "split each layer across autotp_size ranks (AutoTP), so fewer ranks share a batch"},
     {"expert_parallel", Enabled, "spread the mixture-of-experts layers' experts across ranks (AutoEP)"},
     {"pipeline", Written, "run the model as pipeline stages, so fewer ranks share a batch"},
     {"sparse_attention", Written, "replace the attention by block-sparse attention"},

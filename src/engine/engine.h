@@ -70,9 +70,10 @@ struct EngineHooks {
   // Start-up progress: called (on the creating thread) as Create enters each phase, e.g.
   // "building block 3 of 34 (initial weights and optimizer states)". Optional.
   std::function<void(const std::string& phase)> on_phase;
-  // sequence_parallel_size > 1 (Note [Ulysses]): the same ranks as the engine's communicator,
-  // a second communicator that only the blocks' all-to-alls use (ZeRO's collectives run on
-  // threads of their own, Note [Process mesh]). Borrowed.
+  // sequence_parallel_size or tensor_parallel.autotp_size > 1 (Notes [Ulysses], [Tensor
+  // parallel]): the same ranks as the engine's communicator, a second communicator that only
+  // the blocks' all-to-alls and all-reduces use (ZeRO's collectives run on threads of their
+  // own, Note [Process mesh]). Borrowed.
   Communicator* blocks_world = nullptr;
   // Tests: wraps the NVMe tier's I/O engine (faults injected in the middle of training).
   std::function<std::unique_ptr<IoEngine>(std::unique_ptr<IoEngine>)> wrap_io_engine;

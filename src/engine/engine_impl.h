@@ -30,7 +30,7 @@
 #include "src/engine/dpo_objective.h"
 #include "src/engine/experts/expert_parts.h"
 #include "src/engine/prefetch.h"
-#include "src/engine/sequence_shards.h"
+#include "src/engine/mesh_place.h"
 #include "src/engine/update/update_mode.h"
 #include "src/engine/update/update_window.h"
 #include "src/model/model.h"
@@ -118,7 +118,7 @@ struct Engine::Impl final : BlockReadiness {
   SettledConfig cfg;  // as settled for the run (RunConfig)
   ShardPlan plan;
   EngineIo io;
-  SequenceShards seq;  // which data rank this is, and its positions of each row (Note [Ulysses])
+  MeshPlace seq;  // which data rank this is, and its positions of each row (Note [Ulysses])
   ModelBlocks model;
   StateStore state;
   DeviceBuffers bufs;

@@ -100,11 +100,11 @@ model::BlockContext Engine::Impl::BlockContextOf(const model::PackedLayout* pack
                                                  std::optional<model::LoraDropout>& dropout, BlockRouting& routing,
                                                  model::RouterLoss* router_loss) const {
   return {.packing = packing,
-          .dropout = dropout ? &*dropout : nullptr,
-          .routing = routing.context(),
+          .dropout = dropout ? &*dropout : nullptr, .routing = routing.context(),
           .router_loss = router_loss,
           .mlp_chunk = cfg.mlp_chunk,                                                         // Note [Tiled MLP]
-          .sequence_group = seq.group(), .sequence_offset = seq.offset(cfg.model.seq_len)};  // Note [Ulysses]
+          .sequence_group = seq.group(), .sequence_offset = seq.offset(cfg.model.seq_len),  // Note [Ulysses]
+          .tensor_group = seq.tensor_group()};                                               // Note [Tensor parallel]
 }
 
 // Reads of the visits whose working weights are on NVMe; null when there are none.

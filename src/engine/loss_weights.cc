@@ -18,20 +18,23 @@
 // the unmasked one. With rows split over sequence groups (Note [Ulysses]) each of the W ranks
 // computes its positions' masked mean of a micro-batch that D = W / S data ranks read: its
 // weight is its own count n_{i,s} x A x W / N, N over the A x D batches, and the sum over a
-// group's ranks is the rows' sum of CE x A x W / N, as above.
+// group's ranks is the rows' sum of CE x A x W / N, as above. A tensor group's T ranks
+// (Note [Tensor parallel]) each compute the whole batch's masked mean, counted T times in the
+// engine's 1 / (A x W): their weights are n_i x A x W / (T x N).
 #include "src/engine/loss_weights.h"
 
 namespace strata {
 
 StatusOr<std::vector<double>> BatchLossWeights(const data::TokenDataset& data, data::Split split, uint64_t first,
-                                               const SequenceShards& seq, int world,
+                                               const MeshPlace& seq, int world,
                                                const std::vector<data::Batch>& batches, int64_t batch_size,
                                                const std::string& what) {
   const auto per_rank = static_cast<int64_t>(batches.size());
   const int data_ranks = seq.data_ranks();
-  // N over the A x D batches the data ranks read; each weight's share A x W (W = D with whole rows).
+  // N over the A x D batches the data ranks read; each weight's share A x W / T (W = D with
+  // whole rows and layers).
   const auto read = static_cast<uint64_t>(per_rank) * static_cast<uint64_t>(data_ranks);
-  const auto shares = static_cast<uint64_t>(per_rank) * static_cast<uint64_t>(world);
+  const auto shares = static_cast<uint64_t>(per_rank) * static_cast<uint64_t>(world / seq.tensor_size());
   const int64_t total = data.LossTokens(split, first, read, batch_size);
   if (total == 0) {
     return InvalidArgument(
@@ -40,7 +43,7 @@ StatusOr<std::vector<double>> BatchLossWeights(const data::TokenDataset& data, d
         what, read, batch_size, data.description());
   }
   // This rank's trained targets in its k-th batch: the batch's own, or its positions' of it.
-  const std::vector<int64_t> split_counts = seq.size() > 1 ? SequenceShards::TrainedTargets(batches)
+  const std::vector<int64_t> split_counts = seq.size() > 1 ? MeshPlace::TrainedTargets(batches)
                                                            : std::vector<int64_t>();
   std::vector<double> weights(static_cast<size_t>(per_rank));
   for (int64_t k = 0; k < per_rank; ++k) {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "src/data/data.h"
-#include "src/engine/sequence_shards.h"
+#include "src/engine/mesh_place.h"
 #include "strata/status.h"
 
 namespace strata {
@@ -14,12 +14,12 @@ namespace strata {
 // The batches of one step (or one evaluation): `batches.size()` on each of `seq`'s data ranks
 // (all `world` ranks with whole rows), global indices first .. first + size x data ranks - 1,
 // data rank r's k-th being first + k x data ranks + r (data.h); `batches` are this rank's, its
-// positions of them with rows split over sequence groups (SequenceShards::Slice). Returns, for
+// positions of them with rows split over sequence groups (MeshPlace::Slice). Returns, for
 // each in order, the factor its masked mean loss is multiplied by: all exactly 1 with a mask
 // that trains every target. `what` names the step in the error returned when none of the
 // batches has a trained target.
 StatusOr<std::vector<double>> BatchLossWeights(const data::TokenDataset& data, data::Split split, uint64_t first,
-                                               const SequenceShards& seq, int world,
+                                               const MeshPlace& seq, int world,
                                                const std::vector<data::Batch>& batches, int64_t batch_size,
                                                const std::string& what);
 

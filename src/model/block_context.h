@@ -1,12 +1,12 @@
 // Note [Block context]
 // What one run of a block needs besides its input and its weights: the packed examples'
 // layout, LoRA dropout's masks, the sparse layers' routing report and load-balancing loss, the
-// MLP's tile size, the sequence shard (Ulysses). A value the engine makes for each forward of a block and again for its
+// MLP's tile size, the sequence shard (Ulysses), the tensor group. A value the engine makes for each forward of a block and again for its
 // recomputation, handed to Block::Forward and on to every layer that reads a part of it (not
 // state armed on the thread: what a layer depends on is in its signature, and a block may run
 // on any thread). The default, empty, is a plain pass (evaluation without packing, generation,
 // the reference model). What outlives the call is taken from it by value: a tiled MLP's
-// backward runs its tiles again with a plain context (tiles exist only without dropout), and
+// backward runs its tiles again with a context holding only the tensor group (tiles exist only without dropout), and
 // the load-balancing loss's autograd node keeps its RouterLoss, which the step owns.
 #pragma once
 
@@ -69,6 +69,9 @@ struct BlockContext {
   // attention runs over `sequence_group`; null: the whole row is here.
   Communicator* sequence_group = nullptr;
   int64_t sequence_offset = 0;
+  // Tensor parallel (Note [Tensor parallel]): this rank runs its share of every layer's heads
+  // and MLP width, summed over `tensor_group`; null: the whole layer is here.
+  Communicator* tensor_group = nullptr;
 
   // x with LoRA dropout p applied, or x.
   torch::Tensor Dropout(const torch::Tensor& x, double p) const {
@@ -79,6 +82,9 @@ struct BlockContext {
   // The MLP's tile size: untiled with dropout (its masks are drawn per call, and the
   // backward's call would draw others).
   int64_t MlpTiles() const { return dropout ? 0 : mlp_chunk; }
+  // What a tile of a tiled MLP runs with, in its forward and again in its backward: the tensor
+  // group alone (it holds no state of the call).
+  BlockContext ForTiles() const { return {.tensor_group = tensor_group}; }
 };
 
 }  // namespace strata::model

@@ -55,22 +55,39 @@ class Gpt2Attention final : public torch::nn::Module {
     c_proj_ = register_module("c_proj", std::make_shared<Linear>(c.d_model, c.d_model, true, proj_std));
   }
   torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) {
-    torch::Tensor qkv = Qkv(x, ctx);
-    if (ctx.sequence_group)  // Note [Ulysses]
-      return c_proj_->Forward(ShardedCausalAttention(qkv[0], qkv[1], qkv[2], *ctx.sequence_group, ctx.packing), ctx);
-    return c_proj_->Forward(CausalAttention(qkv[0], qkv[1], qkv[2], ctx.packing), ctx);
+    if (ctx.tensor_group) return ForwardHeadsShare(x, ctx, *ctx.tensor_group);
+    return c_proj_->Forward(Attention(Qkv(x, c_attn_->Forward(x, ctx)), ctx), ctx);
   }
   torch::Tensor ForwardCached(const torch::Tensor& x, KvCache& cache) {
     const BlockContext plain;
-    torch::Tensor qkv = Qkv(x, plain);
+    torch::Tensor qkv = Qkv(x, c_attn_->Forward(x, plain));
     return c_proj_->Forward(CachedCausalAttention(qkv[0], qkv[1], qkv[2], cache), plain);
   }
 
  private:
-  // [B, T, 3C] -> [3, B, H, T, D]: the first C columns are q, split into heads of D.
-  torch::Tensor Qkv(const torch::Tensor& x, const BlockContext& ctx) const {
-    const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-    return c_attn_->Forward(x, ctx).view({B, T, 3, n_head_, C / n_head_}).permute({2, 0, 3, 1, 4});
+  static torch::Tensor Attention(const torch::Tensor& qkv, const BlockContext& ctx) {
+    if (ctx.sequence_group)  // Note [Ulysses]
+      return ShardedCausalAttention(qkv[0], qkv[1], qkv[2], *ctx.sequence_group, ctx.packing);
+    return CausalAttention(qkv[0], qkv[1], qkv[2], ctx.packing);
+  }
+
+  // Note [Tensor parallel]: this rank's share of the heads: its rows of each of c_attn's q, k
+  // and v, its columns of c_proj, summed over the group.
+  torch::Tensor ForwardHeadsShare(const torch::Tensor& x, const BlockContext& ctx, Communicator& group) {
+    const double size = group.world_size();
+    const int64_t D = x.size(2) / n_head_;
+    const TensorShare heads = ShareOf(n_head_, group), columns{heads.first * D, heads.count * D};
+    const torch::Tensor in = EnterTensorGroup(x, group);
+    const torch::Tensor mine = c_proj_->ForwardColumns(
+        Attention(Qkv(x, c_attn_->ForwardRows(in, columns, size, /*stack=*/3)), ctx), columns, size);
+    return c_proj_->AddBias(LeaveTensorGroup(mine, group));
+  }
+
+  // x [B, T, C], its projection [B, T, 3n] (n = C, or a share of the heads' columns) -> [3, B,
+  // n / D, T, D]: the first n columns are q, split into heads of D.
+  torch::Tensor Qkv(const torch::Tensor& x, const torch::Tensor& projected) const {
+    const int64_t B = x.size(0), T = x.size(1), D = x.size(2) / n_head_;
+    return projected.view({B, T, 3, projected.size(2) / (3 * D), D}).permute({2, 0, 3, 1, 4});
   }
 
   int64_t n_head_;
@@ -88,6 +105,13 @@ class Gpt2Mlp final : public torch::nn::Module {
     return RowWise([this](const torch::Tensor& t, const BlockContext& c) { return Whole(t, c); }, x, *this, ctx);  // Note [Tiled MLP]
   }
   torch::Tensor Whole(const torch::Tensor& x, const BlockContext& ctx) {
+    if (ctx.tensor_group) {  // Note [Tensor parallel]: this rank's share of the width
+      Communicator& group = *ctx.tensor_group;
+      const double size = group.world_size();
+      const TensorShare width = ShareOf(c_fc_->weight().size(0), group);
+      const torch::Tensor h = torch::gelu(c_fc_->ForwardRows(EnterTensorGroup(x, group), width, size), "tanh");
+      return c_proj_->AddBias(LeaveTensorGroup(c_proj_->ForwardColumns(h, width, size), group));
+    }
     return c_proj_->Forward(torch::gelu(c_fc_->Forward(x, ctx), "tanh"), ctx);  // GPT-2's gelu_new
   }
 

@@ -30,6 +30,7 @@
 #include "src/model/block_context.h"
 #include "src/model/model.h"
 #include "src/model/packed_sequences.h"
+#include "src/model/tensor_parallel.h"
 #include "src/model/ulysses.h"
 #include "strata/check.h"
 #include "strata/normal.h"
@@ -143,6 +144,24 @@ class Linear : public Leaf {
     draws.Normal(weight_, init_std_);
     if (bias_.defined()) bias_.zero_();
   }
+  // Column-parallel (Note [Tensor parallel]): output features `share` of y alone; with
+  // `stack` > 1 (GPT-2's c_attn: q, k, v stacked along the output), those of each of the
+  // `stack` equal parts, in order.
+  torch::Tensor ForwardRows(const torch::Tensor& x, TensorShare share, double scale, int64_t stack = 1) const {
+    STRATA_CHECK(!lora_a_.defined()) << "a tensor-parallel projection with a LoRA adapter";
+    const int64_t out = weight_.size(0) / stack, in = weight_.size(1);
+    const torch::Tensor w = WeightSlice(weight_.view({stack, out, in}), 1, share.first, share.count, scale);
+    if (!bias_.defined()) return torch::linear(x, w.reshape({stack * share.count, in}));
+    const torch::Tensor b = WeightSlice(bias_.view({stack, out}), 1, share.first, share.count, scale);
+    return torch::linear(x, w.reshape({stack * share.count, in}), b.reshape({stack * share.count}));
+  }
+  // Row-parallel: x holds input features `share`; without the bias, which is added once after
+  // the group's sum (AddBias).
+  torch::Tensor ForwardColumns(const torch::Tensor& x, TensorShare share, double scale) const {
+    STRATA_CHECK(!lora_a_.defined()) << "a tensor-parallel projection with a LoRA adapter";
+    return torch::linear(x, WeightSlice(weight_, 1, share.first, share.count, scale));
+  }
+  torch::Tensor AddBias(const torch::Tensor& y) const { return bias_.defined() ? y + bias_ : y; }
   const torch::Tensor& weight() const { return weight_; }  // (LmHead's: no bias, no adapter)
   // As PEFT: A kaiming-uniform (a = sqrt(5): bound 1 / sqrt(in)), B zero, so the adapted
   // model starts as the base.
@@ -238,14 +257,21 @@ class LayerNorm : public Leaf {
 class RmsNorm : public Leaf {
  public:
   RmsNorm(int64_t dim, double eps) : eps_(eps) { weight_ = AddParameter("weight", {dim}); }
-  torch::Tensor Forward(const torch::Tensor& x) const {
-    torch::Tensor x32 = x.to(torch::kFloat32);
-    torch::Tensor normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-    return weight_ * normed.to(x.scalar_type());
+  torch::Tensor Forward(const torch::Tensor& x) const { return Normed(x, weight_); }
+  // Over a tensor-parallel share of the heads (Qwen3's per-head norms, Note [Tensor parallel]):
+  // the weight's gradient is this rank's heads' part of the sum, taken times `scale`.
+  torch::Tensor ForwardOnShare(const torch::Tensor& x, double scale) const {
+    return Normed(x, WeightSlice(weight_, 0, 0, weight_.size(0), scale));
   }
   void Initialise(WeightDraws&) override { weight_.fill_(1.0); }
 
  private:
+  torch::Tensor Normed(const torch::Tensor& x, const torch::Tensor& weight) const {
+    torch::Tensor x32 = x.to(torch::kFloat32);
+    torch::Tensor normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+    return weight * normed.to(x.scalar_type());
+  }
+
   torch::Tensor weight_;
   double eps_;
 };

@@ -19,6 +19,7 @@
 // placed after every base parameter in the flat layout (Note [Block parameters]).
 // No other biases. HF stores the same [out, in] layouts, so weights load without transposes;
 // q_proj/k_proj rows are in HF's rotate-half order (no permutation as for Meta's files).
+#include <optional>
 #include <tuple>
 
 #include "src/model/model_family.h"
@@ -70,9 +71,9 @@ class LlamaAttention final : public torch::nn::Module {
     o_proj_ = register_module("o_proj", std::make_shared<Linear>(q_out, C, false, c.init_std, AdapterFor(c.lora, "o_proj")));
   }
   torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) {
+    if (ctx.tensor_group) return ForwardHeadsShare(x, ctx, *ctx.tensor_group);
     auto [q, k, v] = Project(x, ctx.sequence_offset, ctx);  // RoPE at this rank's positions
-    if (ctx.sequence_group) return o_proj_->Forward(ShardedCausalAttention(q, k, v, *ctx.sequence_group, ctx.packing), ctx);
-    return o_proj_->Forward(CausalAttention(q, k, v, ctx.packing), ctx);
+    return o_proj_->Forward(Attention(q, k, v, ctx), ctx);
   }
   torch::Tensor ForwardCached(const torch::Tensor& x, int64_t past, KvCache& cache) {
     const BlockContext plain;
@@ -81,25 +82,58 @@ class LlamaAttention final : public torch::nn::Module {
   }
 
  private:
-  // q [B, H, T, D], k, v [B, Hkv, T, D] for positions past..past+T-1, RoPE applied.
-  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Project(const torch::Tensor& x, int64_t past,
-                                                                  const BlockContext& ctx) const {
+  torch::Tensor Attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                          const BlockContext& ctx) const {
+    if (ctx.sequence_group) return ShardedCausalAttention(q, k, v, *ctx.sequence_group, ctx.packing);  // Note [Ulysses]
+    return CausalAttention(q, k, v, ctx.packing);
+  }
+
+  // Note [Tensor parallel]: this rank's share of the heads (and of the key/value heads), its
+  // columns of o_proj, summed over the group.
+  torch::Tensor ForwardHeadsShare(const torch::Tensor& x, const BlockContext& ctx, Communicator& group) {
+    STRATA_CHECK(!qkv_lora_ && !q_norm_full_) << "tensor parallel with Phi-3's fused adapter or OLMoE's whole-projection norms";
+    const double size = group.world_size();
+    const int64_t D = head_dim_;
+    const TensorShare heads = ShareOf(n_head_, group), kv_heads = ShareOf(n_kv_head_, group);
+    const torch::Tensor in = EnterTensorGroup(x, group);
+    auto [q, k, v] = Project(in, ctx.sequence_offset, ctx,
+                             std::make_tuple(q_proj_->ForwardRows(in, {heads.first * D, heads.count * D}, size),
+                                             k_proj_->ForwardRows(in, {kv_heads.first * D, kv_heads.count * D}, size),
+                                             v_proj_->ForwardRows(in, {kv_heads.first * D, kv_heads.count * D}, size)));
+    const torch::Tensor mine = o_proj_->ForwardColumns(Attention(q, k, v, ctx), {heads.first * D, heads.count * D}, size);
+    return o_proj_->AddBias(LeaveTensorGroup(mine, group));
+  }
+
+  // q [B, H, T, D], k, v [B, Hkv, T, D] for positions past..past+T-1, RoPE applied. `shares`:
+  // the projections already taken, of a share of the heads (Note [Tensor parallel]).
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Project(
+      const torch::Tensor& x, int64_t past, const BlockContext& ctx,
+      std::optional<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>> shares = std::nullopt) const {
     const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
-    torch::Tensor q = q_proj_->Forward(x, ctx), k = k_proj_->Forward(x, ctx), v = v_proj_->Forward(x, ctx);
-    if (qkv_lora_) qkv_lora_->AddTo(x, {&q, &k, &v}, ctx);
+    torch::Tensor q, k, v;
+    if (shares) {
+      std::tie(q, k, v) = *shares;
+    } else {
+      q = q_proj_->Forward(x, ctx), k = k_proj_->Forward(x, ctx), v = v_proj_->Forward(x, ctx);
+      if (qkv_lora_) qkv_lora_->AddTo(x, {&q, &k, &v}, ctx);
+    }
     if (q_norm_full_) {  // OLMoE
       q = q_norm_full_->Forward(q);
       k = k_norm_full_->Forward(k);
     }
-    q = q.view({B, T, n_head_, D});
-    k = k.view({B, T, n_kv_head_, D});
-    if (q_norm_) {  // Qwen3: per head, before RoPE
+    q = q.view({B, T, q.size(-1) / D, D});
+    k = k.view({B, T, k.size(-1) / D, D});
+    if (q_norm_ && shares) {  // on a share of the heads: Note [Tensor parallel]
+      const double size = ctx.tensor_group->world_size();
+      q = q_norm_->ForwardOnShare(q, size);
+      k = k_norm_->ForwardOnShare(k, size);
+    } else if (q_norm_) {  // Qwen3: per head, before RoPE
       q = q_norm_->Forward(q);
       k = k_norm_->Forward(k);
     }
     q = q.transpose(1, 2);  // [B, H, T, D]
     k = k.transpose(1, 2);  // [B, Hkv, T, D]
-    v = v.view({B, T, n_kv_head_, D}).transpose(1, 2);
+    v = v.view({B, T, v.size(-1) / D, D}).transpose(1, 2);
     // rotary_dim_: D, or fewer (partial rotary: the rest of each head passes)
     auto [cos, sin] = RopeTablesFor(q, rotary_dim_, rope_theta_, rope_scaling_, past, ctx.packing);
     return {ApplyRope(q, cos, sin), ApplyRope(k, cos, sin), v};
@@ -129,6 +163,15 @@ class LlamaMlp final : public FeedForward {
     return RowWise([this](const torch::Tensor& t, const BlockContext& c) { return Whole(t, c); }, x, *this, ctx);  // Note [Tiled MLP]
   }
   torch::Tensor Whole(const torch::Tensor& x, const BlockContext& ctx) {
+    if (ctx.tensor_group) {  // Note [Tensor parallel]: this rank's share of the width
+      STRATA_CHECK(!gate_up_lora_) << "tensor parallel with Phi-3's fused adapter";
+      Communicator& group = *ctx.tensor_group;
+      const double size = group.world_size();
+      const TensorShare width = ShareOf(gate_proj_->weight().size(0), group);
+      const torch::Tensor in = EnterTensorGroup(x, group);
+      const torch::Tensor h = torch::silu(gate_proj_->ForwardRows(in, width, size)) * up_proj_->ForwardRows(in, width, size);
+      return LeaveTensorGroup(down_proj_->ForwardColumns(h, width, size), group);
+    }
     torch::Tensor gate = gate_proj_->Forward(x, ctx), up = up_proj_->Forward(x, ctx);
     if (gate_up_lora_) gate_up_lora_->AddTo(x, {&gate, &up}, ctx);
     return down_proj_->Forward(torch::silu(gate) * up, ctx);

@@ -98,7 +98,8 @@ torch::Tensor RowWise(const ContextRowFunction& f, const torch::Tensor& x, const
                       const BlockContext& ctx) {
   const int64_t chunk = ctx.MlpTiles();
   if (chunk <= 0 || x.numel() / x.size(-1) <= chunk) return f(x, ctx);
-  return TiledRows([f](const torch::Tensor& t) { return f(t, BlockContext{}); }, x, owner.parameters(), chunk);
+  return TiledRows([f, tiles = ctx.ForTiles()](const torch::Tensor& t) { return f(t, tiles); }, x, owner.parameters(),
+                   chunk);
 }
 
 

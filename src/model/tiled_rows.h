@@ -26,8 +26,8 @@ torch::Tensor TiledRows(const RowFunction& f, const torch::Tensor& x, const std:
 // An MLP's f(x, ctx) as its block's context says (an MLP's Forward: Note [Tiled MLP]): whole,
 // with the context, when BlockContext::MlpTiles is 0 or x has no more rows than that; else in
 // tiles of that many rows with `owner`'s parameters, each tile (and its run again in the
-// backward) with a plain context: tiles exist only without dropout, and the graph keeps no
-// pointer into the caller's context.
+// backward) with BlockContext::ForTiles: tiles exist only without dropout, and the graph keeps
+// no pointer into the caller's context (the tensor group is the engine's, which outlives it).
 using ContextRowFunction = std::function<torch::Tensor(const torch::Tensor&, const BlockContext&)>;
 torch::Tensor RowWise(const ContextRowFunction& f, const torch::Tensor& x, const torch::nn::Module& owner,
                       const BlockContext& ctx);

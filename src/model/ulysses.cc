@@ -6,26 +6,20 @@
 #include <stdexcept>
 #include <string>
 
+#include "src/model/group_autograd.h"
+
 namespace strata::model {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
-
-DType CommType(const torch::Tensor& x) {
-  switch (x.scalar_type()) {
-    case torch::kFloat32: return DType::kF32;
-    case torch::kBFloat16: return DType::kBF16;
-    case torch::kFloat16: return DType::kF16;
-    default: throw std::invalid_argument(std::string("Ulysses all-to-all of a ") + c10::toString(x.scalar_type()) + " tensor");
-  }
-}
+using namespace group_autograd;
 
 // send [S, ...]: block j to rank j. Returns [S, ...]: block i from rank i.
 torch::Tensor Exchange(const torch::Tensor& send, Communicator& group, const char* what) {
   torch::Tensor recv = torch::empty_like(send);
   const size_t count = static_cast<size_t>(send.numel() / group.world_size());
-  const Status s = group.AllToAll(send.data_ptr(), recv.data_ptr(), count, CommType(send));
+  const Status s = group.AllToAll(send.data_ptr(), recv.data_ptr(), count, CommType(send, "Ulysses all-to-all"));
   if (!s.ok()) throw std::runtime_error(std::string(what) + ": " + s.ToString());
   return recv;
 }
@@ -50,14 +44,10 @@ torch::Tensor ToSequence(const torch::Tensor& x, Communicator& group) {
   return Exchange(send, group, "heads to sequence").permute({1, 0, 2, 3, 4}).reshape({B, S * H, T / S, D});
 }
 
-Communicator& GroupOf(AutogradContext* ctx) {
-  return *reinterpret_cast<Communicator*>(ctx->saved_data["group"].toInt());
-}
-
 struct SequenceToHeadsFn : torch::autograd::Function<SequenceToHeadsFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group) {
     ctx->saved_data["group"] = group;
-    return ToHeads(x, *reinterpret_cast<Communicator*>(group));
+    return ToHeads(x, FromHandle(group));
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grad) {
     return {ToSequence(grad[0], GroupOf(ctx)), torch::Tensor()};
@@ -67,14 +57,12 @@ struct SequenceToHeadsFn : torch::autograd::Function<SequenceToHeadsFn> {
 struct HeadsToSequenceFn : torch::autograd::Function<HeadsToSequenceFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group) {
     ctx->saved_data["group"] = group;
-    return ToSequence(x, *reinterpret_cast<Communicator*>(group));
+    return ToSequence(x, FromHandle(group));
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grad) {
     return {ToHeads(grad[0], GroupOf(ctx)), torch::Tensor()};
   }
 };
-
-int64_t Handle(Communicator& group) { return reinterpret_cast<int64_t>(&group); }
 
 }  // namespace
 

@@ -14,7 +14,7 @@
 // stays whole (each rank reads its positions' part; attention runs per example on whole rows),
 // LoRA dropout draws the whole rows' masks (LoraDropout), the experts' load-balancing loss
 // sums its counts over the group (RouterLoss), and a loss mask weighs each rank's positions by
-// their own trained targets (SplitRowLossWeights).
+// their own trained targets (BatchLossWeights).
 #pragma once
 
 #include <torch/types.h>

@@ -1,5 +1,7 @@
 #include "src/settle/settle.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "src/engine/shard_plan.h"
@@ -18,8 +20,16 @@ StatusOr<SettledRun> SettleRunConfig(TrainConfig written, const SettleContext& c
   // What the parser checked may have been changed since (--max-seq's lengths): the model's
   // arithmetic below needs a valid one.
   if (Status v = model::Validate(c.model); !v.ok()) return v.WithContext("strata.model");
-  STRATA_ASSIGN_OR_RETURN(const int data_ranks, CheckSequenceParallel(c, ctx.world, ctx.on_gpu));
-  STRATA_RETURN_IF_ERROR(ResolveBatch(&c, data_ranks));
+  STRATA_ASSIGN_OR_RETURN(const int batch_ranks, CheckSequenceParallel(c, ctx.world, ctx.on_gpu));
+  STRATA_ASSIGN_OR_RETURN(const int data_ranks, CheckTensorParallel(c, ctx.world, ctx.on_gpu));
+  STRATA_RETURN_IF_ERROR(ResolveBatch(&c, batch_ranks));
+  if (data_ranks != batch_ranks) {  // Note [Tensor parallel]: a tensor group reads one batch
+    c.notes.push_back(fmt::format(
+        "train_batch_size {} counts the tensor ranks, as DeepSpeed does; a tensor group of {} reads one micro-batch, "
+        "so a step reads {} sequences (micro-batch x accumulation x {} data rank(s))",
+        c.train_batch, c.tensor_parallel, c.micro_batch * c.grad_accum * data_ranks, data_ranks));
+    c.train_batch = c.micro_batch * c.grad_accum * data_ranks;
+  }
   ResolvePrecision(&c, ctx.on_gpu);
   ResolveSchedule(&c, ctx.device.host);
   ResolveTileSizes(&c);

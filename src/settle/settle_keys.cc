@@ -130,6 +130,43 @@ StatusOr<int> CheckSequenceParallel(const TrainConfig& c, int world, bool on_gpu
   return static_cast<int>(world / sp);
 }
 
+StatusOr<int> CheckTensorParallel(const TrainConfig& c, int world, bool on_gpu) {
+  const int64_t tp = c.tensor_parallel, sp = c.sequence_parallel;
+  if (tp == 1) return static_cast<int>(world / sp);
+  const model::ModelConfig& m = c.model;
+  const model::ModelFamily& family = model::FamilyOf(m);
+  const int64_t kv = m.n_kv_head > 0 ? m.n_kv_head : m.n_head, split = tp * sp;
+  auto refuse = [&](const std::string& why) { return InvalidArgument("tensor_parallel.autotp_size {}: {}", tp, why); };
+  if (world % split != 0)
+    return refuse(sp == 1 ? fmt::format("the world of {} rank(s) does not split into groups of {}", world, tp)
+                          : fmt::format("the world of {} rank(s) does not split into groups of {} tensor x {} "
+                                        "sequence ranks", world, tp, sp));
+  if (m.n_head % split != 0 || kv % split != 0)
+    return refuse(fmt::format("{} attention heads ({} key/value heads) do not split over {} ranks: each rank runs "
+                              "a share of every kind of head", m.n_head, kv, split));
+  if (model::FfnHidden(m) % tp != 0)
+    return refuse(fmt::format("the MLP's width {} does not split over {} ranks", model::FfnHidden(m), tp));
+  if (family.gemma || family.experts || family.qk_norm_whole)
+    return refuse(fmt::format("model_type \"{}\" is not split yet: GPT-2 and the dense LLaMA family (LLaMA, "
+                              "Mistral, Qwen2, Qwen3, Phi-3) are", family.model_type));
+  if (m.lora.enabled()) return refuse("strata.lora: adapters on split projections are not split yet");
+  if (c.objective == Objective::kDpo) return refuse("strata.objective \"dpo\" is not split yet");
+  if (on_gpu)
+    return refuse(fmt::format("strata.device \"{}\": the all-reduces run over the ranks' CPU communicator, so "
+                              "blocks that run on a GPU cannot split their layers yet; set strata.device \"cpu\"",
+                              c.device));
+  return static_cast<int>(world / split);
+}
+
+std::string DescribeRanks(const TrainConfig& c, int world) {
+  const int64_t s = c.sequence_parallel, t = c.tensor_parallel;
+  if (s * t == 1) return fmt::format("{} rank(s)", world);
+  std::string what = fmt::format("{} data rank(s)", world / (s * t));
+  if (t > 1) what += fmt::format(", each layer's heads and MLP width split over {} ranks (tensor parallel)", t);
+  if (s > 1) what += fmt::format(", each row's positions split over {} ranks (Ulysses)", s);
+  return what;
+}
+
 namespace {
 
 // One tile key "auto" settled to `automatic`, with its reason.

@@ -49,6 +49,13 @@ Status ResolveBatch(TrainConfig* config, int world_size);
 // name. The ranks the
 // batch rule counts: world / sequence_parallel_size.
 StatusOr<int> CheckSequenceParallel(const TrainConfig& config, int world_size, bool on_gpu);
+// tensor_parallel.autotp_size against the world and the model, as CheckSequenceParallel
+// (Note [Tensor parallel]). The data ranks that read different batches: world / (sequence x
+// tensor).
+StatusOr<int> CheckTensorParallel(const TrainConfig& config, int world_size, bool on_gpu);
+// For the start-up line: "4 rank(s)", or the data ranks and how the model-parallel groups split
+// each layer and row.
+std::string DescribeRanks(const TrainConfig& config, int world_size);
 
 // What strata.objective needs of the settled batch and tiles (Note [DPO]: pairs in a
 // micro-batch, whole logits); the error names the key.

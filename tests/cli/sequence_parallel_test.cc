@@ -9,57 +9,25 @@
 // what is not split yet is refused at start-up by name.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstdint>
-#include <fstream>
 #include <string>
-#include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "cli/parallel_runs.h"
 #include "support/cli_run.h"
 #include "support/temp_dir.h"
 
 namespace strata {
 namespace {
 
+using testing::ExpectSameLosses;
+using testing::Family;
+using testing::Losses;
+using testing::MaskedTokens;
 using testing::RunStrata;
-
-// The per-step training losses (or the evaluation losses) a run's --metrics file holds.
-std::vector<double> Losses(const std::string& metrics, const char* key = "loss") {
-  std::vector<double> losses;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains(key)) losses.push_back(j[key].get<double>());
-  }
-  return losses;
-}
-
-std::string Train(const std::string& dir, const std::string& model, const std::string& layout, int steps,
-                  const std::string& extra) {
-  return "train --nproc 2 --steps " + std::to_string(steps) +
-         " --set strata.model.n_layer=2 --set strata.model.d_model=64 --set strata.model.n_head=4 "
-         "--set strata.model.seq_len=32 --set bf16.enabled=false --set strata.eval_interval=0 "
-         "--set gradient_accumulation_steps=2 "
-         "--set zero_optimization.offload_param.device=nvme --set zero_optimization.offload_optimizer.device=nvme "
-         "--set zero_optimization.offload_param.nvme_path=" + dir +
-         " --set zero_optimization.offload_optimizer.nvme_path=" + dir + " " + model + " " + layout + " " + extra;
-}
+using testing::Train;
 
 constexpr const char* kSplit = "--set sequence_parallel_size=2 --set train_micro_batch_size_per_gpu=4";
 constexpr const char* kData = "--set train_micro_batch_size_per_gpu=2";
 
-void ExpectSameLosses(const std::vector<double>& got, const std::vector<double>& want, size_t from = 0) {
-  ASSERT_EQ(got.size() + from, want.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_LE(std::abs(got[i] - want[i + from]), 1e-6 * std::abs(want[i + from])) << "step " << i + from;
-}
-
-struct Family {
-  const char* name;
-  const char* model;
-};
 
 class SequenceParallel : public ::testing::TestWithParam<Family> {};
 
@@ -85,10 +53,7 @@ TEST_P(SequenceParallel, LossesAreTheDataParallelRunsAndACheckpointResumesAsData
 
 INSTANTIATE_TEST_SUITE_P(
     Cli, SequenceParallel,
-    ::testing::Values(Family{"gpt2", "--set strata.model.arch=gpt2"},
-                      Family{"llama", "--set strata.model.arch=llama --set strata.model.n_kv_head=2"},
-                      Family{"qwen2", "--set strata.model.arch=llama --set strata.model.n_kv_head=2 "
-                                      "--set strata.model.hf_model_type=qwen2 --set strata.model.qkv_bias=true"}),
+    testing::ParallelFamilies(),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Four ranks as data 2 x sequence 2 (each pair of neighbours one group, reading its own
@@ -108,28 +73,6 @@ TEST(SequenceParallelMesh, DataTwoBySequenceTwoIsDataFour) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   ASSERT_EQ(Losses(data).size(), 10u);
   ExpectSameLosses(Losses(mesh), Losses(data));
-}
-
-// 40 000 uint16 tokens below 256 and their mask: stretches of prompt (0) and answer (1) of
-// uneven lengths, so the two halves of a row train different numbers of targets; and, for
-// packing, examples of 6 to 45 tokens (PATH.examples: each example's first token).
-std::string MaskedTokens(const std::string& dir) {
-  const std::string path = dir + "/tokens.u16";
-  std::ofstream tokens(path, std::ios::binary), mask(path + ".mask", std::ios::binary);
-  std::ofstream examples(path + ".examples", std::ios::binary);
-  for (uint64_t start = 0, n = 0; start + 45 < 40000; start += 6 + (n++ * 7919) % 40)
-    examples.write(reinterpret_cast<const char*>(&start), 8);
-  uint32_t x = 12345;
-  bool answer = false;
-  for (int i = 0; i < 40000; ++i) {
-    x = x * 1664525u + 1013904223u;
-    const uint16_t t = static_cast<uint16_t>((x >> 16) % 256);
-    tokens.write(reinterpret_cast<const char*>(&t), 2);
-    if ((x >> 8) % 23 == 0) answer = !answer;
-    const char m = answer ? 1 : 0;
-    mask.write(&m, 1);
-  }
-  return path;
 }
 
 TEST(SequenceParallelData, ALossMaskAndPackedExamplesKeepTheirMeaningAcrossShards) {

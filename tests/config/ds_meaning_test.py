@@ -175,11 +175,14 @@ def deepspeed_meaning(path):
     return out
 
 
-def sequence_parallel_meaning(path, world):
-    """DeepSpeedConfig's batch keys for a config with sequence_parallel_size in a world of
-    `world` ranks. Given the config as a dict (as the Hugging Face integration passes it; a path
-    it reads without looking for the key) and no mpu, its parser divides the world by it, as
-    an mpu's data-parallel world does in a Ulysses run."""
+def model_parallel_meaning(path, world):
+    """DeepSpeedConfig's batch keys for a config with sequence_parallel_size or
+    tensor_parallel.autotp_size in a world of `world` ranks, and its data ranks (those that read
+    different batches). Given the config as a dict (as the Hugging Face integration passes it; a
+    path it reads without looking for the key) and no mpu, its parser divides the world by
+    sequence_parallel_size, as an mpu's data-parallel world does in a Ulysses run, and counts
+    every tensor rank; AutoTP's groups (groups._init_tp_mesh_device) make world // autotp_size
+    data-parallel ranks."""
     import deepspeed.comm as dist
     saved = dist.get_rank, dist.get_world_size
     dist.get_rank, dist.get_world_size = (lambda group=None: 0), (lambda group=None: world)
@@ -188,25 +191,29 @@ def sequence_parallel_meaning(path, world):
             ds = DeepSpeedConfig(json.load(f))
     finally:
         dist.get_rank, dist.get_world_size = saved
+    tp = max(1, ds.tensor_parallel_config.autotp_size)
     return {"train_batch_size": ds.train_batch_size, "train_micro_batch_size_per_gpu": ds.train_micro_batch_size_per_gpu,
-            "gradient_accumulation_steps": ds.gradient_accumulation_steps, "data ranks": ds.world_size}
+            "gradient_accumulation_steps": ds.gradient_accumulation_steps, "autotp_size": tp,
+            "data ranks": ds.world_size // tp}
 
 
-def sequence_parallel_differences(binary, world=2):
-    """The configs of ds_meaning/sequence_parallel/ on `world` ranks: the batch keys as DeepSpeed
-    resolves them, and its data ranks (world / sequence_parallel_size) as Strata counts them."""
+def model_parallel_differences(binary, world=2):
+    """The configs of ds_meaning/sequence_parallel/ and ds_meaning/tensor_parallel/ on `world`
+    ranks: the batch keys as DeepSpeed resolves them, and its data ranks as Strata counts them
+    (world / (sequence_parallel_size x autotp_size))."""
     differences, compared = [], 0
-    for path in sorted(glob.glob(os.path.join(HERE, "ds_meaning", "sequence_parallel", "*.json"))):
+    for path in sorted(glob.glob(os.path.join(HERE, "ds_meaning", "*_parallel", "*.json"))):
         name = os.path.relpath(path, ROOT)
         with open(path) as f:
             raw = json.load(f)
         r = strata_resolved(binary, path, raw, nproc=world)
+        tp = r["tensor_parallel"]["autotp_size"]
         mine = {"train_batch_size": r["train_batch_size"],
                 "train_micro_batch_size_per_gpu": r["train_micro_batch_size_per_gpu"],
-                "gradient_accumulation_steps": r["gradient_accumulation_steps"],
-                "data ranks": world / r["sequence_parallel_size"]}
+                "gradient_accumulation_steps": r["gradient_accumulation_steps"], "autotp_size": tp,
+                "data ranks": world // (r["sequence_parallel_size"] * tp)}
         compared += 1
-        for key, want in sequence_parallel_meaning(path, world).items():
+        for key, want in model_parallel_meaning(path, world).items():
             if not same(mine[key], want):
                 differences.append(f"{name}: {key}: Strata {mine[key]!r}, DeepSpeed {PINNED} {want!r}")
     return compared, differences
@@ -304,10 +311,10 @@ def main():
             if not same(mine[key], want):
                 differences.append(f"{name}: {key}: Strata {mine[key]!r}, DeepSpeed {PINNED} {want!r}"
                                    + (f" ({ds['optimizer class']})" if key.startswith("optimizer.") else ""))
-    sp_compared, sp_differences = sequence_parallel_differences(binary)
+    sp_compared, sp_differences = model_parallel_differences(binary)
     differences += sp_differences
     print(f"{compared} config(s), {fields} fields, compared with DeepSpeed {PINNED}'s meaning; "
-          f"{len(refused)} refused by DeepSpeed's parser; {sp_compared} sequence-parallel config(s) on 2 ranks")
+          f"{len(refused)} refused by DeepSpeed's parser; {sp_compared} sequence- and tensor-parallel config(s) on 2 ranks")
     for r in refused:
         print(f"  not compared: {r}")
     for a in autos:

@@ -77,7 +77,7 @@ TEST(UnsupportedKeys, KeysOffAsWrittenAreNotes) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(c->warnings.empty()) << c->warnings[0];
   for (const char* key : {"compression_training", "progressive_layer_drop", "data_efficiency", "sparse_gradients",
-                          "prescale_gradients", "gradient_predivide_factor", "tensor_parallel",
+                          "prescale_gradients", "gradient_predivide_factor",
                           "zero_optimization.zero_quantized_weights", "optimizer.params.amsgrad",
                           "optimizer.params.fp32_optimizer_states"})
     EXPECT_TRUE(Holds(c->notes, std::string(key) + ": off as written")) << key;

@@ -87,15 +87,15 @@ struct RunResult {
 
 // `fake`: each rank runs on a fake asynchronous device (compute_device.h) with these
 // options, its collectives on a second set of local communicators; null: the host.
-// `hooks`: given to every rank's Engine::Create (with sequence_parallel_size, each rank's
-// blocks_world its own).
+// `hooks`: given to every rank's Engine::Create (with sequence_parallel_size or
+// tensor_parallel, each rank's blocks_world its own).
 inline RunResult RunEngine(const TrainConfig& cfg, int world, int64_t steps, const FakeDeviceOptions* fake = nullptr,
                            const EngineHooks& hooks = {}) {
   auto data = data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
   EXPECT_TRUE(data.ok()) << data.status().ToString();
   auto comms = MakeLocalCommunicators(world);
   auto device_comms = MakeLocalCommunicators(world);
-  auto blocks_comms = MakeLocalCommunicators(world);  // sequence parallelism: the blocks' own (Note [Ulysses])
+  auto blocks_comms = MakeLocalCommunicators(world);  // sequence / tensor parallelism: the blocks' own (Note [Process mesh])
   RunResult result;
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
@@ -113,7 +113,7 @@ inline RunResult RunEngine(const TrainConfig& cfg, int world, int64_t steps, con
       auto settled = TrySettle(cfg, world, device->is_host());
       if (!settled.ok()) return fail(settled.status());
       EngineHooks rank_hooks = hooks;
-      if (cfg.sequence_parallel > 1) rank_hooks.blocks_world = blocks_comms[r].get();
+      if (cfg.sequence_parallel * cfg.tensor_parallel > 1) rank_hooks.blocks_world = blocks_comms[r].get();
       auto engine = Engine::Create(*settled, comms[r].get(), nullptr, rank_hooks, device.get());
       if (!engine.ok()) return fail(engine.status());
       for (int64_t s = 0; s < steps; ++s) {

@@ -1,0 +1,34 @@
+// What the blocks' collectives as autograd functions share (ulysses.cc, tensor_parallel.cc): a
+// tensor's dtype as a Communicator's, and a group carried in an autograd context from the
+// forward to the backward (the group outlives the graph: it is the engine's).
+#pragma once
+
+#include <torch/autograd.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "strata/communicator.h"
+
+namespace strata::model::group_autograd {
+
+// `what`: the collective, for the error on a dtype no communicator carries.
+inline DType CommType(const torch::Tensor& x, const char* what) {
+  switch (x.scalar_type()) {
+    case torch::kFloat32: return DType::kF32;
+    case torch::kBFloat16: return DType::kBF16;
+    case torch::kFloat16: return DType::kF16;
+    default: throw std::invalid_argument(std::string(what) + " of a " + c10::toString(x.scalar_type()) + " tensor");
+  }
+}
+
+inline int64_t Handle(Communicator& group) { return reinterpret_cast<int64_t>(&group); }
+inline Communicator& FromHandle(int64_t handle) { return *reinterpret_cast<Communicator*>(handle); }
+
+// The group a forward saved as saved_data["group"].
+inline Communicator& GroupOf(torch::autograd::AutogradContext* ctx) {
+  return FromHandle(ctx->saved_data["group"].toInt());
+}
+
+}  // namespace strata::model::group_autograd

@@ -1,0 +1,39 @@
+// Tensor parallel in the engine (Note [Tensor parallel]) on the fake asynchronous device, a
+// random delay on every operation: the blocks' all-reduces (on communicators of their own) run
+// among ZeRO's gathers, reductions and NVMe reads completing at random moments, in both
+// schedules; each run is bitwise the one on the host, and its losses the data-parallel run's of
+// the same global batch within 1e-6.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/engine_test_util.h"
+#include "support/temp_dir.h"
+
+namespace strata {
+namespace {
+
+TEST(TensorParallelEngine, OnTheFakeDeviceWithRandomDelaysItIsTheHostRunBitwise) {
+  for (StepSchedule schedule : {StepSchedule::kMicroBatch, StepSchedule::kLayerMajor}) {
+    SCOPED_TRACE(schedule == StepSchedule::kLayerMajor ? "layer-major" : "micro-batch-major");
+    testing::TempDir dir;
+    TrainConfig split = testing::RecomputedLlama(dir.path(), schedule);
+    split.tensor_parallel = 2;
+    TrainConfig data = split;
+    data.tensor_parallel = 1;
+    data.micro_batch_set = data.micro_batch = split.micro_batch / 2;
+    FakeDeviceOptions fake;
+    fake.seed = 7;
+    fake.max_delay_us = 300;
+    const testing::RunResult host = testing::RunEngine(split, 2, 3);
+    const testing::RunResult device = testing::RunEngine(split, 2, 3, &fake);
+    testing::ExpectSameRun(host, device, 3);
+    const testing::RunResult whole = testing::RunEngine(data, 2, 3);
+    ASSERT_EQ(whole.stats.size(), 3u);
+    for (size_t s = 0; s < 3; ++s)
+      EXPECT_LE(std::abs(host.stats[s].loss - whole.stats[s].loss), 1e-6 * std::abs(whole.stats[s].loss)) << "step " << s;
+  }
+}
+
+}  // namespace
+}  // namespace strata
