@@ -53,8 +53,12 @@ MemoryEstimate EstimateMemory(const SettledConfig& cfg, int world, int64_t param
   // copies, the rotated q and k): 25 + 4.25 F/C, fitted to host peaks measured at 8 x 256
   // wide, bf16, F = 2C, 2.75C, 4C (16 + 17.3, 19.6, 25.8) and matching a 4.9 B run (43 x
   // 3072 wide, F = 2.67C: 2.85 GB above the estimate of 16 x [B, T, C]).
+  // Tensor parallel (Note [Tensor parallel]): the MLP's intermediates ([B, T, F] terms) and the
+  // heads' q, k, v and output (~4 x [B, T, C]) are 1 / T a rank; the residual stream, the norms
+  // and the sublayers' inputs stay whole.
+  const double split = 1.0 / static_cast<double>(cfg.tensor_parallel), heads_saved = 4.0 * (1.0 - split);
   const double f_over_c = static_cast<double>(model::FfnHidden(m)) / m.d_model;
-  const double saved = m.arch == model::Arch::kLlama ? 25.0 + 4.25 * f_over_c : 16.0;
+  const double saved = (m.arch == model::Arch::kLlama ? 25.0 + 4.25 * f_over_c * split : 16.0) - heads_saved;
   const double per_layer = cfg.keep_activations ? saved * m.n_layer : 0.0;
   // Layer-major, every micro-batch's block inputs (and kept graphs) live until its backward;
   // the head and one layer's working set serve one micro-batch at a time.
@@ -64,9 +68,11 @@ MemoryEstimate EstimateMemory(const SettledConfig& cfg, int world, int64_t param
   // one tile's. (2 layers 512 wide, F = 3C, 32 K tokens, recompute: host peak 1.50 -> 1.22 GB
   // with tiles of 1024, 8.4 x [B, T, C] less.)
   const double tokens = static_cast<double>(RankMicroBatchTokens(cfg));
-  const double mlp_saved = 3.0 * f_over_c * (1.0 - static_cast<double>(MlpTileTokens(cfg)) / tokens);
+  const double tiled = static_cast<double>(MlpTileTokens(cfg)) / tokens;
+  const double mlp_saved = 3.0 * f_over_c * (1.0 - tiled) + 3.0 * f_over_c * (1.0 - split) * tiled;  // tiles, then T
   // (A dense width far beyond the measured shapes, F >> 8C, would make the fit negative.)
-  const double working = std::max(0.0, 32 - mlp_saved) * (cfg.layer_major && cfg.fuse_micro_batches ? held : 1.0);
+  const double working =
+      std::max(0.0, 32 - mlp_saved - heads_saved) * (cfg.layer_major && cfg.fuse_micro_batches ? held : 1.0);
   e.boundary_activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * n * held);
   e.activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * (held * (n + per_layer) + working) +
                                         3.0 * static_cast<double>(LossTileTokens(cfg)) * m.vocab_size * 4);

@@ -61,12 +61,14 @@ double StepFlops(const SettledConfig& cfg) {
   const model::ModelConfig& m = cfg.model;
   // This rank's tokens; with Ulysses its heads' attention over whole rows: the same 1 / S share.
   const double tokens = static_cast<double>(RankMicroBatchTokens(cfg)) * cfg.grad_accum;
-  double flops = spec.train_flops_per_token() * tokens;
-  if (!cfg.keep_activations) {
-    double layers = 0;
-    for (int i = 1; i + 1 < spec.num_blocks(); ++i) layers += static_cast<double>(spec.block_parameters(i));
-    flops += (2.0 * layers + 4.0 * static_cast<double>(m.n_layer * m.n_head * model::HeadDim(m) * m.seq_len)) * tokens;
-  }
+  double layers = 0;
+  for (int i = 1; i + 1 < spec.num_blocks(); ++i) layers += static_cast<double>(spec.block_parameters(i));
+  const double attention = static_cast<double>(m.n_layer * m.n_head * model::HeadDim(m) * m.seq_len);
+  // Tensor parallel (Note [Tensor parallel]): the layers' products and attention are 1 / T a
+  // rank; the embedding and head run whole on each (a layer's norms, counted as split, are few).
+  const double split = 1.0 / static_cast<double>(cfg.tensor_parallel);
+  double flops = (spec.train_flops_per_token() - (1.0 - split) * (6.0 * layers + 12.0 * attention)) * tokens;
+  if (!cfg.keep_activations) flops += (2.0 * layers + 4.0 * attention) * split * tokens;
   return flops;
 }
 

@@ -253,6 +253,37 @@ TEST(Estimate, SequenceParallelCountsEachRanksPositions) {
   EXPECT_EQ(LossTileTokens(*a), LossTileTokens(*b));
 }
 
+// Tensor parallel (Note [Tensor parallel]): the same ZeRO-3 state (whole tensors over the
+// world), each rank its share of the layers' activations and compute, the embedding and head
+// whole; a step reads the data ranks' sequences, while train_batch_size counts the tensor
+// ranks, as DeepSpeed's parser does.
+TEST(Estimate, TensorParallelSplitsTheLayersActivationsAndCompute) {
+  testing::TempDir dir;
+  TrainConfig split = Shrunk("gpt2_124m_cpu_offload.json", dir.path());
+  split.micro_batch_set = split.micro_batch = 4;
+  split.grad_accum_set = split.grad_accum = 1;
+  split.tensor_parallel = 2;
+  TrainConfig whole = split;
+  whole.tensor_parallel = 1;
+  const RunConfig a = testing::Settled(split, 2), b = testing::Settled(whole, 2);
+  EXPECT_EQ(a->train_batch, 4);  // one data rank of 4 sequences
+  EXPECT_EQ(b->train_batch, 8);
+  EXPECT_TRUE(std::any_of(a->notes.begin(), a->notes.end(), [](const std::string& n) {
+    return n.find("train_batch_size 8 counts the tensor ranks") != std::string::npos;
+  }));
+  const MemoryEstimate ea = EstimateMemory(*a, 2, 0, {true}), eb = EstimateMemory(*b, 2, 0, {true});
+  auto master = [](const MemoryEstimate& e) {
+    return e.ledger.At(StateKind::kMaster, Tier::kCpu) + e.ledger.At(StateKind::kMaster, Tier::kNvme);
+  };
+  EXPECT_GT(master(ea), 0u);
+  EXPECT_EQ(master(ea), master(eb));
+  EXPECT_EQ(ea.boundary_activations, eb.boundary_activations);  // the residual stream stays whole
+  EXPECT_LT(ea.activations, eb.activations);
+  const double layers_share = StepFlops(*a) / StepFlops(*b);
+  EXPECT_GT(layers_share, 0.5);  // the head's products run whole on each rank
+  EXPECT_LT(layers_share, 0.8);
+}
+
 TEST(Estimate, The70bQloraBaseFitsOneH100) {
   auto cfg = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/llama_70b_qlora_gpu.json");
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();

@@ -3,6 +3,7 @@
 // _zeropower_via_newtonschulz, in their operation order (Python's `c * A @ A` is (c A) A).
 #include "src/engine/update/newton_schulz.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/types.h>
 
 #include <cmath>
@@ -32,8 +33,22 @@ torch::Tensor StandardIterations(torch::Tensor x) {
   return x;
 }
 
+// ns_compute_dtype("gram") as DeepSpeed's accelerators answer it: fp16 on a GPU, and on the
+// CPU where oneDNN has fp16 kernels (AVX512-FP16 or AMX-FP16: the CPU accelerator asks
+// torch.ops.mkldnn._is_mkldnn_fp16_supported, the same operator asked here), else fp32.
+torch::Dtype GramComputeType(const c10::Device& device) {
+  if (device.is_cuda()) return torch::kFloat16;
+  static const bool cpu_fp16 = [] {
+    return c10::Dispatcher::singleton()
+        .findSchemaOrThrow("mkldnn::_is_mkldnn_fp16_supported", "")
+        .typed<bool()>()
+        .call();
+  }();
+  return cpu_fp16 ? torch::kFloat16 : torch::kFloat32;
+}
+
 // zeropower_via_gram_newtonschulz: iterate on R = X X^T (n x n) when X is wide, restarting
-// at iteration 2; fp16 on a device that has it, else fp32 (its ns_compute_dtype).
+// at iteration 2; in GramComputeType.
 torch::Tensor GramNewtonSchulz(const torch::Tensor& g, bool tall, torch::Dtype compute) {
   torch::Tensor x = tall ? g.mT() : g;
   const int64_t n = x.size(-2), m = x.size(-1);
@@ -106,7 +121,7 @@ Status OrthogonalizeMatrix(MuonNs ns, const float* u, int64_t rows, int64_t cols
     if (ns == MuonNs::kTorch) {
       o = TorchNewtonSchulz(g, tall);
     } else {
-      o = ns == MuonNs::kGram ? GramNewtonSchulz(g, tall, device.is_cuda() ? torch::kFloat16 : torch::kFloat32)
+      o = ns == MuonNs::kGram ? GramNewtonSchulz(g, tall, GramComputeType(device))
                               : StandardNewtonSchulz(g, tall);
       o = o * AspectRatioScale(rows, cols);  // (in the iteration's dtype, as muon_update scales it)
     }
