@@ -11,15 +11,16 @@ void Engine::SetDpoReference(std::vector<double> logps) {
   impl_->dpo->SetReference(std::move(logps));
 }
 
-// Every rank runs every forward (ZeRO-3 gathers each block from all of them), each on rows of
-// its own: batch i of a split on rank r holds the split's rows (i * world + r) * B .., a rank
-// past the end reading its split's first row with the others (its result unused).
+// Every rank runs every forward (ZeRO-3 gathers each block from all of them), each data rank on
+// rows of its own: batch i of a split on data rank r of D holds the split's rows (i * D + r) *
+// B .., a rank past the end reading its split's first row with the others (its result unused).
+// A tensor group's ranks (Note [Tensor parallel]) read the same rows; the first one's count.
 StatusOr<std::vector<double>> Engine::RowLogProbs(const data::TokenDataset& data,
                                                   const std::function<void(int64_t done, int64_t total)>& on_batch) {
   Impl& m = *impl_;
   STRATA_RETURN_IF_ERROR(m.Quiesce());
   STRATA_RETURN_IF_ERROR(m.FlushRestoringWorking());
-  const int64_t world = m.io.comm->world_size(), rank = m.io.comm->rank();
+  const int64_t world = m.seq.data_ranks(), rank = m.seq.data_rank();
   const int64_t B = m.cfg.micro_batch;
   const auto batches_of = [&](data::Split split) { return (data.rows(split) + B * world - 1) / (B * world); };
   const int64_t total = batches_of(data::Split::kTrain) + batches_of(data::Split::kEval);
@@ -34,7 +35,8 @@ StatusOr<std::vector<double>> Engine::RowLogProbs(const data::TokenDataset& data
       if (StatusOr<double> ran = m.ForwardOnly(batch, 1.0, Pass::kLogProbs); !ran.ok())
         return ran.status().WithContext("the reference log-probabilities");
       const float* row = m.row_logps.data_ptr<float>();
-      for (int64_t b = 0; b < count; ++b) logps[static_cast<size_t>(base + first + b)] = row[b];
+      if (m.seq.tensor_index() == 0)
+        for (int64_t b = 0; b < count; ++b) logps[static_cast<size_t>(base + first + b)] = row[b];
       if (on_batch) on_batch(++done, total);
     }
   }
@@ -52,7 +54,8 @@ Status Engine::Impl::CheckDpoReference() const {
   return Status();
 }
 
-StatusOr<model::DpoTally> Engine::Impl::SumOverRanks(const model::DpoTally& t) {
+StatusOr<model::DpoTally> Engine::Impl::SumOverRanks(const model::DpoTally& tally) {
+  const model::DpoTally t = seq.tensor_index() == 0 ? tally : model::DpoTally{};  // a tensor group's pairs once
   float v[7] = {static_cast<float>(t.pairs),          static_cast<float>(t.chosen_rewards),
                 static_cast<float>(t.rejected_rewards), static_cast<float>(t.margins),
                 static_cast<float>(t.accuracies),     static_cast<float>(t.chosen_logps),

@@ -19,6 +19,7 @@ StatusOr<MeshPlace> MeshPlace::Make(int sequence, int tensor, Communicator& worl
   s.index_ = mesh.coord().sequence;
   s.size_ = sequence;
   s.tensor_size_ = tensor;
+  s.tensor_index_ = mesh.coord().tensor;
   if (sequence > 1) s.group_ = MakeGroupCommunicator(*blocks_world, mesh, kSequenceAxis);
   if (tensor > 1) s.tensor_group_ = MakeGroupCommunicator(*blocks_world, mesh, kTensorAxis);
   return s;

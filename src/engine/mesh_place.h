@@ -35,6 +35,9 @@ class MeshPlace {
   // The sequence group's size (1: whole rows) and the tensor group's (1: whole layers).
   int size() const { return size_; }
   int tensor_size() const { return tensor_size_; }
+  // This rank's place in its tensor group (0 .. tensor_size - 1): the group's members compute the
+  // same results, and where they are summed over the world only the first one's count.
+  int tensor_index() const { return tensor_index_; }
   // The ranks that read different batches or different positions of them: world / tensor.
   int loss_ranks() const { return data_ranks_ * size_; }
   // The blocks' groups; null with whole rows / whole layers.
@@ -51,7 +54,7 @@ class MeshPlace {
   static std::vector<int64_t> TrainedTargets(const std::vector<data::Batch>& batches);
 
  private:
-  int data_rank_ = 0, data_ranks_ = 1, index_ = 0, size_ = 1, tensor_size_ = 1;
+  int data_rank_ = 0, data_ranks_ = 1, index_ = 0, size_ = 1, tensor_size_ = 1, tensor_index_ = 0;
   std::shared_ptr<Communicator> group_, tensor_group_;
 };
 

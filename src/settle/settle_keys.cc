@@ -150,7 +150,6 @@ StatusOr<int> CheckTensorParallel(const TrainConfig& c, int world, bool on_gpu) 
     return refuse(fmt::format("model_type \"{}\" is not split yet: GPT-2 and the dense LLaMA family (LLaMA, "
                               "Mistral, Qwen2, Qwen3, Phi-3) are", family.model_type));
   if (m.lora.enabled()) return refuse("strata.lora: adapters on split projections are not split yet");
-  if (c.objective == Objective::kDpo) return refuse("strata.objective \"dpo\" is not split yet");
   if (on_gpu)
     return refuse(fmt::format("strata.device \"{}\": the all-reduces run over the ranks' CPU communicator, so "
                               "blocks that run on a GPU cannot split their layers yet; set strata.device \"cpu\"",

@@ -240,6 +240,31 @@ def check_resume(binary, folder, config, first):
           "without the file beside the data); without either the resume is refused by name")
 
 
+def check_tensor_parallel(binary, folder, config, first):
+    """tensor_parallel.autotp_size 2 (Note [Tensor parallel]): one data rank of 8 rows, each layer
+    split over both ranks, trains as the two data ranks of 4: every step's loss within 1e-5
+    relative and its rewards within 1e-5 absolute (both come from differences of row
+    log-probabilities near -50, sums the split computes in fp32 in another order: 1e-7 of
+    theirs is 1e-6 of a loss near 0.1); the reference pass read by data rank."""
+    r = subprocess.run([binary, "train", "--config", config, "--init-from", folder + "/model", "--nproc", "2",
+                        "--set", "tensor_parallel.autotp_size=2", "--set", "train_micro_batch_size_per_gpu=8",
+                        "--metrics", folder + "/tensor.jsonl"], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"the tensor-parallel DPO run failed:\n{r.stdout}\n{r.stderr}")
+    split = strata_metrics(folder + "/tensor.jsonl")
+    if len(split) != len(first):
+        sys.exit(f"tensor parallel: {len(split)} steps, the data-parallel run {len(first)}")
+    worst = {key: 0.0 for key in first[0]}
+    for i, (a, b) in enumerate(zip(split, first)):
+        for key in b:
+            diff = abs(a[key] - b[key]) / (abs(b[key]) if key == "loss" else 1.0)
+            worst[key] = max(worst[key], diff)
+            if diff > 1e-5:
+                sys.exit(f"tensor parallel, step {i}: {key} {a[key]!r}, data parallel {b[key]!r}")
+    print(f"tensor parallel 2: {len(split)} steps; largest difference from the data-parallel run: "
+          + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()) + " (loss relative, the rest absolute)")
+
+
 def main():
     binary, mode = sys.argv[1], sys.argv[2]
     lora = mode == "lora"
@@ -267,6 +292,7 @@ def main():
         compare_weights(folder + "/exported", trainer.model, lora)
         if not lora:
             check_resume(binary, folder, config, strata_metrics(folder + "/metrics.jsonl"))
+            check_tensor_parallel(binary, folder, config, strata_metrics(folder + "/metrics.jsonl"))
     print(f"DPO {mode}: Strata matches TRL's DPOTrainer")
 
 
