@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-
 #include <limits>
 
 #include "src/engine/experts/block_routing.h"
@@ -50,12 +49,13 @@ Status Accumulate(std::byte* acc, bool bf16, const torch::Tensor& part, double i
 }
 
 // One micro-batch's loss as the step sums it: without a mask today's mean over B x T; with
-// one the masked mean times `weight` (Note [Loss mask], loss_weights.cc).
-// With strata.loss_chunk > 0 the head's logits are made a tile at a time (Note [Tiled loss]).
+// one the masked mean times `weight` (Note [Loss mask], loss_weights.cc). With strata.loss_chunk
+// > 0 the head's logits are made a tile at a time (Note [Tiled loss]), each rank of
+// `vocab_group` its share of the vocabulary's (Note [Tensor parallel]).
 torch::Tensor MicroBatchLoss(model::Block& head, const torch::Tensor& x, const torch::Tensor& targets,
-                             const torch::Tensor& mask, double weight, int64_t chunk) {
+                             const torch::Tensor& mask, double weight, int64_t chunk, Communicator* vocab_group) {
   torch::Tensor loss = chunk > 0 ? model::TiledLanguageModelLoss(head.HeadHidden(x), head.HeadWeight(), targets, mask, chunk,
-                                                                   head.LogitSoftcap())
+                                                                   head.LogitSoftcap(), vocab_group)
                        : mask.defined() ? model::MaskedLanguageModelLoss(head.Forward(x), targets, mask)
                                         : model::LanguageModelLoss(head.Forward(x), targets);
   return !mask.defined() || weight == 1.0 ? loss : loss * weight;
@@ -340,7 +340,7 @@ StatusOr<double> Engine::Impl::HeadPass(const torch::Tensor& x, const torch::Ten
     // The step's loss: the language model's, or DPO's over the micro-batch's pairs (Note [DPO]).
     const auto objective = [&](const torch::Tensor& hidden) {
       return dpo ? dpo->Loss(head, hidden, targets, mask, rows, &dpo_tally)
-                 : MicroBatchLoss(head, hidden, targets, mask, weight, cfg.loss_chunk);
+                 : MicroBatchLoss(head, hidden, targets, mask, weight, cfg.loss_chunk, seq.tensor_group());
     };
     if (pass == Pass::kLogProbs) {
       torch::NoGradGuard no_grad;

@@ -74,8 +74,10 @@ MemoryEstimate EstimateMemory(const SettledConfig& cfg, int world, int64_t param
   const double working =
       std::max(0.0, 32 - mlp_saved - heads_saved) * (cfg.layer_major && cfg.fuse_micro_batches ? held : 1.0);
   e.boundary_activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * n * held);
+  // Tiled, the head's logits are each rank's share of the vocabulary (Note [Tensor parallel]).
+  const double vocab = static_cast<double>(m.vocab_size) * (cfg.loss_chunk > 0 ? split : 1.0);
   e.activations = static_cast<uint64_t>(btc * scale_c * plan.dsize * (held * (n + per_layer) + working) +
-                                        3.0 * static_cast<double>(LossTileTokens(cfg)) * m.vocab_size * 4);
+                                        3.0 * static_cast<double>(LossTileTokens(cfg)) * vocab * 4);
   // Note [Block inputs in the tiers] (counted for every block, as boundary_activations are).
   const uint64_t moved = e.boundary_activations;
   const BlockInputsAt inputs_at = cfg.keep_activations ? BlockInputsAt::kDevice : cfg.block_inputs_at;

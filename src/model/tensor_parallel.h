@@ -6,9 +6,11 @@
 // row-parallel, each rank multiplying its share of their inputs, and one all-reduce per
 // sublayer sums the shares (the output's bias, where there is one, is added once after it).
 // The sublayer's input enters the group through the twin of that all-reduce: identity
-// forward, an all-reduce of its gradient backward. Everything else (norms, residual stream,
-// embedding, head and loss) runs whole on every rank of the group, on the same bits: the
-// all-reduce gives every member the same sum (Note [Process mesh]).
+// forward, an all-reduce of its gradient backward. With the tiled loss (strata.loss_chunk,
+// Note [Tiled loss]) the head splits over the vocabulary: each rank its share of the logits,
+// the logsumexp and the target's logit combined over the group. Everything else (norms,
+// residual stream, embedding, an untiled head) runs whole on every rank of the group, on the
+// same bits: the collectives give every member the same sum (Note [Process mesh]).
 //
 // The weights: ZeRO-3 keeps every tensor whole in its flat layout, sharded over the whole
 // world (the tensor ranks are data-parallel ranks for the weights, as the sequence ranks are
@@ -27,6 +29,8 @@
 #pragma once
 
 #include <torch/types.h>
+
+#include <algorithm>
 
 #include "strata/communicator.h"
 
@@ -49,6 +53,13 @@ struct TensorShare {
 inline TensorShare ShareOf(int64_t n, const Communicator& group) {
   const int64_t size = group.world_size(), each = n / size;
   return {group.rank() * each, each};
+}
+// The same for an `n` the group need not divide (the vocabulary): ceil(n / size) each, the last
+// ones short.
+inline TensorShare UnevenShareOf(int64_t n, const Communicator& group) {
+  const int64_t size = group.world_size(), each = (n + size - 1) / size;
+  const int64_t first = std::min<int64_t>(group.rank() * each, n);
+  return {first, std::min<int64_t>(each, n - first)};
 }
 
 }  // namespace strata::model

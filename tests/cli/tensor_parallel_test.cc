@@ -4,8 +4,9 @@
 // micro-batch): GPT-2, LLaMA (grouped-query heads) and Qwen2-shaped models, fp32, parameters
 // and optimizer states on NVMe, 20 steps, every step's loss within 1e-6 relative; a checkpoint
 // written split resumes as data parallel with the uninterrupted run's losses; data 2 x tensor 2
-// on four ranks trains as four data ranks and resumes as them; a loss mask, packed examples
-// and a tiled MLP keep their meaning; and what is not split yet is refused at start-up by name.
+// on four ranks trains as four data ranks and resumes as them; a loss mask, packed examples,
+// a tiled MLP and a tiled loss split over the vocabulary keep their meaning; and what is not
+// split yet is refused at start-up by name.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -86,15 +87,17 @@ TEST(TensorParallelMesh, DataTwoByTensorTwoIsDataFourAndResumesAsIt) {
 }
 
 // A loss mask (each rank of a tensor group weighs the whole batch's targets once, Note [Loss
-// mask]), its evaluation losses, packed examples, and a tiled MLP (each tile's all-reduce run
-// again in the backward) train as one rank with the same 4 rows.
-TEST(TensorParallelData, ALossMaskPackedExamplesAndTiledMlpsTrainAsOneRank) {
+// mask]), its evaluation losses, packed examples, a tiled MLP (each tile's all-reduce run again
+// in the backward) and a tiled loss (the head split over the vocabulary) train as one rank
+// with the same 4 rows.
+TEST(TensorParallelData, ALossMaskPackedExamplesAndTilesTrainAsOneRank) {
   testing::TempDir dir;
   const std::string data_file = MaskedTokens(dir.path());
   const std::string model = "--set strata.model.arch=llama --set strata.model.n_kv_head=2 "
                             "--set strata.model.vocab_size=256 --set strata.data.path=" + data_file +
                             " --set strata.eval_interval=5 --set strata.eval_batches=2";
-  for (const std::string extra : {"", " --set strata.data.packing=packed", " --set strata.mlp_chunk=16"}) {
+  for (const std::string extra :
+       {"", " --set strata.data.packing=packed", " --set strata.mlp_chunk=16", " --set strata.loss_chunk=24"}) {
     SCOPED_TRACE(extra);
     const std::string split = dir.path() + "/split.jsonl" + extra.substr(extra.rfind('.') + 1),
                       one = dir.path() + "/one.jsonl" + extra.substr(extra.rfind('.') + 1);

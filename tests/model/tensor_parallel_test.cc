@@ -3,8 +3,8 @@
 // communicators), each on its share of every layer's heads and MLP width, gives every rank
 // the whole model's logits; each split projection's gradient is zero outside the rank's rows
 // or columns; and the ranks' gradients summed and divided by T (as the engine's mean over the
-// world counts them) are the whole model's. Also with a tiled MLP, and composed with Ulysses
-// on a mesh of tensor 2 x sequence 2.
+// world counts them) are the whole model's. Also with a tiled MLP, composed with Ulysses on a
+// mesh of tensor 2 x sequence 2, and the tiled loss with the head split over the vocabulary.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -14,6 +14,7 @@
 #include "model/model_test_util.h"
 #include "src/model/model.h"
 #include "src/model/tensor_parallel.h"
+#include "src/model/tiled_loss.h"
 #include "strata/process_mesh.h"
 
 namespace strata::model {
@@ -125,6 +126,47 @@ TEST(TensorParallel, TiledMlpsRunTheirAllReducesPerTileAgainInTheBackward) {
 TEST(TensorParallel, ComposesWithUlyssesOnATensorTwoBySequenceTwoMesh) {
   ExpectSplitModelIsTheWholeModel(SplitLlama(), 2, 2);
   ExpectSplitModelIsTheWholeModel(testing::Tiny(Arch::kGpt2), 2, 2);
+}
+
+// The head split over the vocabulary (a vocabulary the group does not divide, with a loss
+// mask and Gemma 2's soft-cap): every rank's loss and hidden gradient are the whole head's, and
+// the ranks' weight gradients, each its own rows times T, sum to T times the whole one.
+TEST(TensorParallel, TheTiledLossSplitsTheHeadOverTheVocabulary) {
+  torch::manual_seed(3);
+  const int64_t N = 24, C = 16, V = 67, chunk = 10;
+  const torch::Tensor hidden0 = torch::randn({2, N / 2, C}), weight0 = torch::randn({V, C}) * 0.3;
+  const torch::Tensor targets = torch::randint(V, {2, N / 2}, torch::kInt64);
+  const torch::Tensor mask = torch::rand({2, N / 2}) > 0.3;
+  for (double softcap : {0.0, 5.0}) {
+    for (int T : {2, 4}) {
+      SCOPED_TRACE(::testing::Message() << T << " ranks, soft-cap " << softcap);
+      torch::Tensor h = hidden0.clone().requires_grad_(true), w = weight0.clone().requires_grad_(true);
+      const torch::Tensor whole = TiledLanguageModelLoss(h, w, targets, mask, chunk, softcap);
+      whole.backward();
+      auto comms = MakeLocalCommunicators(T);
+      std::vector<torch::Tensor> losses(T), hidden_grads(T), weight_grads(T);
+      std::vector<std::thread> ranks;
+      for (int r = 0; r < T; ++r)
+        ranks.emplace_back([&, r] {
+          torch::Tensor hr = hidden0.clone().requires_grad_(true), wr = weight0.clone().requires_grad_(true);
+          losses[r] = TiledLanguageModelLoss(hr, wr, targets, mask, chunk, softcap, comms[r].get());
+          losses[r].backward();
+          hidden_grads[r] = hr.grad();
+          weight_grads[r] = wr.grad();
+        });
+      for (auto& t : ranks) t.join();
+      torch::Tensor sum = torch::zeros_like(weight0);
+      for (int r = 0; r < T; ++r) {
+        EXPECT_LT(testing::NormRelativeError(losses[r].detach(), whole.detach()), 1e-6) << "rank " << r;
+        EXPECT_LT(testing::NormRelativeError(hidden_grads[r], h.grad()), 1e-6) << "rank " << r;
+        const int64_t each = (V + T - 1) / T, first = r * each, rows = std::min(each, V - first);
+        EXPECT_EQ(weight_grads[r].narrow(0, 0, first).abs().sum().item<double>(), 0) << "rank " << r;
+        EXPECT_EQ(weight_grads[r].narrow(0, first + rows, V - first - rows).abs().sum().item<double>(), 0) << "rank " << r;
+        sum += weight_grads[r];
+      }
+      EXPECT_LT(testing::NormRelativeError(sum / static_cast<double>(T), w.grad()), 1e-5);
+    }
+  }
 }
 
 }  // namespace
