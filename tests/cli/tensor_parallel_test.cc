@@ -48,6 +48,9 @@ TEST_P(TensorParallel, LossesAreTheDataParallelRunsAndACheckpointResumesAsDataPa
   const std::vector<double> whole = Losses(data);
   ASSERT_EQ(whole.size(), 20u);
   ExpectSameLosses(Losses(split), whole);
+  // The gradients themselves, not only what Adam makes of them (it would hide a split
+  // tensor's gradient off by a constant factor): every step's norm, before clipping.
+  ExpectSameLosses(Losses(split, "grad_norm"), Losses(data, "grad_norm"));
   // Split for 10 steps, saved, resumed data parallel for the other 10.
   const std::string ck = dir.path() + "/ck", resumed = dir.path() + "/resumed.jsonl";
   r = RunStrata(Train(dir.path(), model, kTensor, 10, "--save " + ck));
@@ -78,6 +81,7 @@ TEST(TensorParallelMesh, DataTwoByTensorTwoIsDataFourAndResumesAsIt) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   ASSERT_EQ(Losses(data).size(), 8u);
   ExpectSameLosses(Losses(mesh), Losses(data));
+  ExpectSameLosses(Losses(mesh, "grad_norm"), Losses(data, "grad_norm"));
   const std::string ck = dir.path() + "/ck", resumed = dir.path() + "/resumed.jsonl";
   r = RunStrata(OnRanks(Train(dir.path(), model, tensor, 4, "--save " + ck), 4));
   ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -108,6 +112,7 @@ TEST(TensorParallelData, ALossMaskPackedExamplesAndTilesTrainAsOneRank) {
     ASSERT_EQ(r.exit_code, 0) << r.out;
     ASSERT_EQ(Losses(one).size(), 10u);
     ExpectSameLosses(Losses(split), Losses(one));
+    ExpectSameLosses(Losses(split, "grad_norm"), Losses(one, "grad_norm"));
     ASSERT_EQ(Losses(one, "eval_loss").size(), 3u);
     ExpectSameLosses(Losses(split, "eval_loss"), Losses(one, "eval_loss"));
   }

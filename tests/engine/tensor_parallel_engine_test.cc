@@ -1,8 +1,8 @@
 // Tensor parallel in the engine (Note [Tensor parallel]) on the fake asynchronous device, a
 // random delay on every operation: the blocks' all-reduces (on communicators of their own) run
 // among ZeRO's gathers, reductions and NVMe reads completing at random moments, in both
-// schedules; each run is bitwise the one on the host, and its losses the data-parallel run's of
-// the same global batch within 1e-6.
+// schedules; each run is bitwise the one on the host, and its losses and gradient norms the
+// data-parallel run's of the same global batch within 1e-6.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -30,8 +30,11 @@ TEST(TensorParallelEngine, OnTheFakeDeviceWithRandomDelaysItIsTheHostRunBitwise)
     testing::ExpectSameRun(host, device, 3);
     const testing::RunResult whole = testing::RunEngine(data, 2, 3);
     ASSERT_EQ(whole.stats.size(), 3u);
-    for (size_t s = 0; s < 3; ++s)
+    for (size_t s = 0; s < 3; ++s) {
       EXPECT_LE(std::abs(host.stats[s].loss - whole.stats[s].loss), 1e-6 * std::abs(whole.stats[s].loss)) << "step " << s;
+      EXPECT_LE(std::abs(host.stats[s].grad_norm - whole.stats[s].grad_norm), 1e-6 * whole.stats[s].grad_norm)
+          << "step " << s;
+    }
   }
 }
 
