@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/cli_run.h"
+
 namespace strata::testing {
 
 // The per-step training losses (or the evaluation losses) a run's --metrics file holds.
@@ -64,6 +66,32 @@ inline std::string MaskedTokens(const std::string& dir) {
     mask.write(&m, 1);
   }
   return path;
+}
+
+// `model` trained 20 steps split (`split`: the layout's keys, one data rank of micro-batch 4)
+// and as two data ranks (`data`, micro-batch 2), the same global batch: the start-up line says
+// `says`, every step's loss and gradient norm (the gradients themselves, not only what Adam's
+// scale invariance makes of them) within 1e-6; and a checkpoint written split at step 10
+// resumes as data parallel with the uninterrupted run's losses.
+inline void ExpectSplitTrainsAsDataParallelAndResumesAsIt(const std::string& dir, const std::string& model,
+                                                          const std::string& split, const std::string& data,
+                                                          const std::string& says) {
+  const std::string split_metrics = dir + "/split.jsonl", data_metrics = dir + "/data.jsonl";
+  auto r = RunStrata(Train(dir, model, split, 20, "--metrics " + split_metrics));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find(says), std::string::npos) << r.out;
+  r = RunStrata(Train(dir, model, data, 20, "--metrics " + data_metrics));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::vector<double> whole = Losses(data_metrics);
+  ASSERT_EQ(whole.size(), 20u);
+  ExpectSameLosses(Losses(split_metrics), whole);
+  ExpectSameLosses(Losses(split_metrics, "grad_norm"), Losses(data_metrics, "grad_norm"));
+  const std::string ck = dir + "/ck", resumed = dir + "/resumed.jsonl";
+  r = RunStrata(Train(dir, model, split, 10, "--save " + ck));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = RunStrata(Train(dir, model, data, 20, "--resume " + ck + " --metrics " + resumed));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ExpectSameLosses(Losses(resumed), whole, 10);
 }
 
 // The model families a split must train as data parallelism does: GPT-2, LLaMA with

@@ -28,27 +28,12 @@ using testing::Train;
 constexpr const char* kSplit = "--set sequence_parallel_size=2 --set train_micro_batch_size_per_gpu=4";
 constexpr const char* kData = "--set train_micro_batch_size_per_gpu=2";
 
-
 class SequenceParallel : public ::testing::TestWithParam<Family> {};
 
 TEST_P(SequenceParallel, LossesAreTheDataParallelRunsAndACheckpointResumesAsDataParallel) {
   testing::TempDir dir;
-  const std::string model = GetParam().model, split = dir.path() + "/split.jsonl", data = dir.path() + "/data.jsonl";
-  auto r = RunStrata(Train(dir.path(), model, kSplit, 20, "--metrics " + split));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("1 data rank(s), each row's positions split over 2 ranks (Ulysses)"), std::string::npos) << r.out;
-  r = RunStrata(Train(dir.path(), model, kData, 20, "--metrics " + data));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  const std::vector<double> whole = Losses(data);
-  ASSERT_EQ(whole.size(), 20u);
-  ExpectSameLosses(Losses(split), whole);
-  // Split for 10 steps, saved, resumed data parallel for the other 10.
-  const std::string ck = dir.path() + "/ck", resumed = dir.path() + "/resumed.jsonl";
-  r = RunStrata(Train(dir.path(), model, kSplit, 10, "--save " + ck));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  r = RunStrata(Train(dir.path(), model, kData, 20, "--resume " + ck + " --metrics " + resumed));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  ExpectSameLosses(Losses(resumed), whole, 10);
+  testing::ExpectSplitTrainsAsDataParallelAndResumesAsIt(
+      dir.path(), GetParam().model, kSplit, kData, "1 data rank(s), each row's positions split over 2 ranks (Ulysses)");
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -33,31 +33,13 @@ std::string OnRanks(std::string run, int ranks) {
   return run;
 }
 
-
 class TensorParallel : public ::testing::TestWithParam<Family> {};
 
 TEST_P(TensorParallel, LossesAreTheDataParallelRunsAndACheckpointResumesAsDataParallel) {
   testing::TempDir dir;
-  const std::string model = GetParam().model, split = dir.path() + "/split.jsonl", data = dir.path() + "/data.jsonl";
-  auto r = RunStrata(Train(dir.path(), model, kTensor, 20, "--metrics " + split));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("1 data rank(s), each layer's heads and MLP width split over 2 ranks (tensor parallel)"),
-            std::string::npos) << r.out;
-  r = RunStrata(Train(dir.path(), model, kDataRanks, 20, "--metrics " + data));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  const std::vector<double> whole = Losses(data);
-  ASSERT_EQ(whole.size(), 20u);
-  ExpectSameLosses(Losses(split), whole);
-  // The gradients themselves, not only what Adam makes of them (it would hide a split
-  // tensor's gradient off by a constant factor): every step's norm, before clipping.
-  ExpectSameLosses(Losses(split, "grad_norm"), Losses(data, "grad_norm"));
-  // Split for 10 steps, saved, resumed data parallel for the other 10.
-  const std::string ck = dir.path() + "/ck", resumed = dir.path() + "/resumed.jsonl";
-  r = RunStrata(Train(dir.path(), model, kTensor, 10, "--save " + ck));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  r = RunStrata(Train(dir.path(), model, kDataRanks, 20, "--resume " + ck + " --metrics " + resumed));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  ExpectSameLosses(Losses(resumed), whole, 10);
+  testing::ExpectSplitTrainsAsDataParallelAndResumesAsIt(
+      dir.path(), GetParam().model, kTensor, kDataRanks,
+      "1 data rank(s), each layer's heads and MLP width split over 2 ranks (tensor parallel)");
 }
 
 INSTANTIATE_TEST_SUITE_P(
