@@ -343,7 +343,7 @@ Status TrainRun::Resume() {
     startup_->Phase("DPO reference log-probabilities");
     DpoReferenceInputs in{cfg_, init_from(), !a_.resume.empty(), lead(), [this](const std::string& line) {
                             if (lead()) std::printf("%s\n", line.c_str());
-                          }};
+                          }, /*step_dir=*/{}};
     if (!a_.resume.empty()) {
       const StatusOr<std::string> step_dir = ckpt::ResolveStepDir(a_.resume);
       if (step_dir.ok()) in.step_dir = *step_dir;

@@ -52,7 +52,7 @@ struct ModelFamily {
   // The projections strata.lora.target_modules may name, as PEFT names them in the family's
   // modules (Phi-3's fused ones); empty: no adapters (GPT-2). The experts of a mixture are
   // adapted through target_parameters, so its rows name the attention projections only.
-  std::span<const char* const> lora_targets;
+  std::span<const char* const> lora_targets = {};
   BiasKeys bias_keys = BiasKeys::kNone;
   bool sliding_window_key = true;  // export writes sliding_window (null when off); LlamaConfig has none
 };
