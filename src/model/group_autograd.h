@@ -1,6 +1,7 @@
-// What the blocks' collectives as autograd functions share (ulysses.cc, tensor_parallel.cc): a
-// tensor's dtype as a Communicator's, and a group carried in an autograd context from the
-// forward to the backward (the group outlives the graph: it is the engine's).
+// What the blocks' collectives as autograd functions share (ulysses.cc, tensor_parallel.cc,
+// tiled_loss.cc): a tensor's dtype as a Communicator's, a sum over a group, and a group carried
+// in an autograd context from the forward to the backward (the group outlives the graph: it is
+// the engine's).
 #pragma once
 
 #include <torch/autograd.h>
@@ -21,6 +22,14 @@ inline DType CommType(const torch::Tensor& x, const char* what) {
     case torch::kFloat16: return DType::kF16;
     default: throw std::invalid_argument(std::string(what) + " of a " + c10::toString(x.scalar_type()) + " tensor");
   }
+}
+
+// A copy of x summed over `group`, every member getting the same bits; an error names `what`.
+inline torch::Tensor SumOverGroup(const torch::Tensor& x, Communicator& group, const char* what) {
+  torch::Tensor sum = x.contiguous().clone();
+  const Status s = group.AllReduce(sum.data_ptr(), static_cast<size_t>(sum.numel()), CommType(sum, what), ReduceOp::kSum);
+  if (!s.ok()) throw std::runtime_error(std::string(what) + ": " + s.ToString());
+  return sum;
 }
 
 inline int64_t Handle(Communicator& group) { return reinterpret_cast<int64_t>(&group); }

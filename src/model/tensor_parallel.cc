@@ -15,27 +15,19 @@ using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 using namespace group_autograd;
 
-// A copy of x summed over `group` (every member gets the same bits).
-torch::Tensor SumOver(const torch::Tensor& x, Communicator& group, const char* what) {
-  torch::Tensor sum = x.contiguous().clone();
-  const Status s = group.AllReduce(sum.data_ptr(), static_cast<size_t>(sum.numel()), CommType(sum, "tensor-parallel all-reduce"), ReduceOp::kSum);
-  if (!s.ok()) throw std::runtime_error(std::string(what) + ": " + s.ToString());
-  return sum;
-}
-
 struct EnterFn : torch::autograd::Function<EnterFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group) {
     ctx->saved_data["group"] = group;
     return x.view_as(x);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grad) {
-    return {SumOver(grad[0], GroupOf(ctx), "tensor-parallel input gradient"), torch::Tensor()};
+    return {SumOverGroup(grad[0], GroupOf(ctx), "tensor-parallel input gradient"), torch::Tensor()};
   }
 };
 
 struct LeaveFn : torch::autograd::Function<LeaveFn> {
   static torch::Tensor forward(AutogradContext*, const torch::Tensor& x, int64_t group) {
-    return SumOver(x, FromHandle(group), "tensor-parallel output");
+    return SumOverGroup(x, FromHandle(group), "tensor-parallel output");
   }
   static tensor_list backward(AutogradContext*, tensor_list grad) { return {grad[0], torch::Tensor()}; }
 };

@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "src/model/group_autograd.h"
 #include "src/model/tensor_parallel.h"
 #include "strata/check.h"
 
@@ -68,16 +69,9 @@ struct VocabShare {
   }
 };
 
-// x [n] (fp32) summed over the share's group, or x.
+// x summed over the share's group, or x.
 torch::Tensor SumOverVocab(const torch::Tensor& x, const VocabShare& v) {
-  if (!v.group) return x;
-  torch::Tensor sum = x.contiguous().clone();
-  const Status s = v.group->AllReduce(sum.data_ptr(), static_cast<size_t>(sum.numel()),
-                                      sum.scalar_type() == torch::kFloat32 ? DType::kF32
-                                      : sum.scalar_type() == torch::kBFloat16 ? DType::kBF16 : DType::kF16,
-                                      ReduceOp::kSum);
-  if (!s.ok()) throw std::runtime_error("vocabulary-parallel loss: " + s.ToString());
-  return sum;
+  return v.group ? group_autograd::SumOverGroup(x, *v.group, "vocabulary-parallel loss") : x;
 }
 
 // logsumexp over the vocabulary of each row: this share's [len] combined with the group's.
