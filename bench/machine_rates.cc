@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "bench/bench_util.h"
@@ -12,6 +14,7 @@
 #include "strata/cpu_adam.h"
 #include "strata/dtype.h"
 
+#include "src/comm/socket.h"
 #include "src/data/data.h"
 #include "src/engine/engine.h"
 #include "src/settle/settle.h"
@@ -117,6 +120,8 @@ StatusOr<ComputeSplit> MeasureComputeSplit(SettledConfig c, int64_t batch, int64
   c.recompute = c.keep_activations ? Recompute::kNever : Recompute::kAlways;
   c.eval_interval = 0;
   c.model_from.clear();
+  // One rank's whole pass: a split config's share follows from the FLOPs (StepFlops).
+  c.sequence_parallel = c.tensor_parallel = 1;
   auto comm = MakeSingleRankCommunicator();
   STRATA_ASSIGN_OR_RETURN(SettledRun settled, SettleRunConfig(c, {1, 1, false, {true}}));
   STRATA_ASSIGN_OR_RETURN(auto data, data::TokenDataset::Open(c.data, c.model.vocab_size, seq));
@@ -153,7 +158,9 @@ Status MeasureCompute(const SettledConfig& cfg, MachineRates* r) {
   r->micro_batch_s = split.rest + static_cast<double>(mc.n_layer) * split.per_layer;
   r->probe_tokens = static_cast<double>(batch * seq);
   const double tokens_per_step = static_cast<double>(cfg.micro_batch * mc.seq_len * cfg.grad_accum);
-  r->flops = StepFlops(cfg) / tokens_per_step * r->probe_tokens / r->micro_batch_s;
+  SettledConfig whole = cfg;  // the probe's pass: whole layers and rows (MeasureComputeSplit)
+  whole.sequence_parallel = whole.tensor_parallel = 1;
+  r->flops = StepFlops(whole) / tokens_per_step * r->probe_tokens / r->micro_batch_s;
   return Status();
 }
 
@@ -164,6 +171,39 @@ void MeasureHostBytes(MachineRates* r) {
   std::vector<std::byte> a(bytes, std::byte{1}), b(bytes);
   r->host_copy = MemcpyGbps(b.data(), a.data(), bytes, 1, 3) * 1e9;
   r->checksum = ChecksumGbps(a.data(), bytes) * 1e9;
+}
+
+// The blocks' group collectives on the host ride the world's TCP ring (Note [Process mesh]):
+// two ranks as threads of this process on loopback, all-gathers of 16 MB a rank, the same
+// number of calls on both (a ring call waits for the other). Bytes a rank receives per second.
+StatusOr<double> MeasureGroupRing() {
+  STRATA_ASSIGN_OR_RETURN(const uint16_t port, comm::FindFreePort());
+  constexpr size_t kCount = size_t{4} << 20;  // fp32 elements a rank
+  constexpr int kCalls = 5;
+  std::vector<Status> errors(2);
+  std::vector<double> median(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      LaunchEnv env;
+      env.rank = env.local_rank = r;
+      env.world_size = 2;
+      env.master_port = port;
+      auto comm = MakeTcpCommunicator(env, std::chrono::seconds(30));
+      if (!comm.ok()) return void(errors[r] = comm.status());
+      std::vector<float> mine(kCount, 1.0f), all(2 * kCount);
+      std::vector<double> times;
+      for (int call = 0; call <= kCalls && errors[r].ok(); ++call) {
+        const double t0 = NowSeconds();
+        errors[r] = (*comm)->AllGather(mine.data(), all.data(), kCount, DType::kF32);
+        if (call > 0) times.push_back(NowSeconds() - t0);  // (the first pays the connection's start)
+      }
+      if (errors[r].ok()) median[r] = Summarize(std::move(times)).median;
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (const Status& s : errors) STRATA_RETURN_IF_ERROR(s.WithContext("the group ring's measurement"));
+  return static_cast<double>(kCount * 4) / std::max(median[0], median[1]);
 }
 
 }  // namespace
@@ -177,13 +217,18 @@ StatusOr<MachineRates> MeasureThisMachine(const SettledConfig& cfg) {
   const bool nvme = cfg.offload_param.device == Tier::kNvme || cfg.offload_optimizer.device == Tier::kNvme;
   if (nvme) STRATA_RETURN_IF_ERROR(MeasureNvme(cfg, &r));
   MeasureHostBytes(&r);
+  const bool groups = cfg.sequence_parallel * cfg.tensor_parallel > 1;
+  if (groups) {
+    STRATA_ASSIGN_OR_RETURN(r.group_link, MeasureGroupRing());
+  }
   r.source = fmt::format("measured: the engine on two layers of this width {:.3g} TFLOP/s ({}, the gradients' "
-                         "accumulation included), CPU Adam {:.3g} G params/s{}, memcpy {:.1f} GB/s, xxh3 {:.1f} GB/s",
+                         "accumulation included), CPU Adam {:.3g} G params/s{}, memcpy {:.1f} GB/s, xxh3 {:.1f} GB/s{}",
                          r.flops / 1e12, DTypeName(cfg.compute_dtype), r.adam / 1e9,
                          nvme ? fmt::format(", NVMe read {:.2f} / write {:.2f} / both at once {:.2f} GB/s", r.nvme_read / 1e9,
                                             r.nvme_write / 1e9, r.nvme_mixed / 1e9)
                               : std::string(),
-                         r.host_copy / 1e9, r.checksum / 1e9);
+                         r.host_copy / 1e9, r.checksum / 1e9,
+                         groups ? fmt::format(", the ranks' TCP ring {:.2f} GB/s received", r.group_link / 1e9) : "");
   return r;
 }
 

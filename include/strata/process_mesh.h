@@ -21,7 +21,9 @@
 // in group-rank order in fp32 (Note [fp32 accumulation]): every member computes the same
 // bits, and a group of one rank is a copy. It moves world / group times the bytes of a ring
 // inside the group and stages them in host memory: for the CPU backends (host buffers) and
-// their small exchanges. NCCL's groups (device buffers) are to come from ncclCommSplit.
+// their small exchanges. Blocks on a GPU turn their group into an NCCL communicator of the
+// group's ranks alone, met through it (ComputeDevice::BlockGroup), whose collectives run on
+// the calling block's stream.
 #pragma once
 
 #include <memory>

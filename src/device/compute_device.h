@@ -63,6 +63,14 @@ class ComputeDevice {
   virtual std::unique_ptr<HostPinner> MakeHostPinner() const { return MakeMlockPinner(); }
   // The communicator for device buffers (collectives below go through it), borrowed.
   virtual Communicator* collectives() const = 0;
+  // The blocks' own collectives over one group of the process mesh (Note [Process mesh]), on
+  // this device's tensors, called from the thread that computes: made from `host_group`, a
+  // communicator over the same ranks on host buffers. The host uses it as it is; the fake
+  // device delays each call; a GPU makes an NCCL communicator over those ranks (met through
+  // `host_group`) whose collectives run on the stream of the block that calls them.
+  virtual StatusOr<std::shared_ptr<Communicator>> BlockGroup(std::unique_ptr<Communicator> host_group) {
+    return std::shared_ptr<Communicator>(std::move(host_group));
+  }
 
   // dst.nbytes() bytes from host `src` into device tensor `dst`, after `after`.
   virtual Event CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) = 0;
@@ -105,6 +113,9 @@ std::unique_ptr<ComputeDevice> MakeHostDevice(Communicator* comm);
 struct LinkCounters {
   std::atomic<uint64_t> in{0}, out{0};
   std::atomic<uint64_t> pinned{0};  // bytes the device's pinners were asked to lock, and did
+  // The blocks' group collectives (BlockGroup): bytes put into all-reduces, all-gathers and
+  // all-to-alls (each rank's whole send buffer).
+  std::atomic<uint64_t> group_summed{0}, group_gathered{0}, group_exchanged{0};
 };
 struct FakeDeviceOptions {
   uint64_t seed = 1;              // random delays: uniform in [0, max_delay_us] per operation

@@ -3,9 +3,12 @@
 // own, after its `after` events, with an injected delay and its destination poisoned (NaN)
 // while in flight. A missing wait in the engine then reads NaN or stale bytes, and a test
 // comparing with the host path fails, here, instead of a race on a GPU.
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <random>
+#include <thread>
 
 #include "src/device/compute_device.h"
 #include "src/device/work_queue.h"
@@ -51,6 +54,55 @@ class RegisteringPinner final : public HostPinner {
   std::map<void*, size_t> registered_;
 };
 
+// The blocks' group collectives on the fake device: each after a random delay, on the thread
+// that computes (as a GPU's run on the calling block's stream), so that nothing in the engine
+// may depend on when a rank's group collective happens against its copy and ZeRO queues.
+class DelayedGroup final : public Communicator {
+ public:
+  DelayedGroup(std::unique_ptr<Communicator> inner, uint64_t seed, int max_delay_us, LinkCounters* counters)
+      : inner_(std::move(inner)), rng_(seed), max_delay_us_(max_delay_us), counters_(counters) {}
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  const char* name() const override { return inner_->name(); }
+  Status AllGather(const void* shard, void* full, size_t count, DType dtype) override {
+    Delay();
+    Count(&LinkCounters::group_gathered, count, dtype);
+    return inner_->AllGather(shard, full, count, dtype);
+  }
+  Status ReduceScatter(const void* full, void* shard, size_t count, DType dtype, ReduceOp op) override {
+    Delay();
+    return inner_->ReduceScatter(full, shard, count, dtype, op);
+  }
+  Status AllReduce(void* data, size_t count, DType dtype, ReduceOp op) override {
+    Delay();
+    Count(&LinkCounters::group_summed, count, dtype);
+    return inner_->AllReduce(data, count, dtype, op);
+  }
+  Status Broadcast(void* data, size_t count, DType dtype, int root) override {
+    Delay();
+    return inner_->Broadcast(data, count, dtype, root);
+  }
+  Status Barrier() override { return inner_->Barrier(); }
+  Status AllToAll(const void* in, void* out, size_t count, DType dtype) override {
+    Delay();
+    Count(&LinkCounters::group_exchanged, count * static_cast<size_t>(world_size()), dtype);
+    return inner_->AllToAll(in, out, count, dtype);
+  }
+
+ private:
+  void Delay() {
+    if (max_delay_us_ <= 0) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(rng_() % (static_cast<uint64_t>(max_delay_us_) + 1)));
+  }
+  void Count(std::atomic<uint64_t> LinkCounters::*bytes, size_t count, DType dtype) {
+    if (counters_) (counters_->*bytes) += count * DTypeSize(dtype);
+  }
+  std::unique_ptr<Communicator> inner_;
+  std::mt19937_64 rng_;  // one group is called by one thread at a time (communicator.h)
+  int max_delay_us_;
+  LinkCounters* counters_;  // optional
+};
+
 class FakeAsyncDevice final : public ComputeDevice {
  public:
   FakeAsyncDevice(Communicator* comm, const FakeDeviceOptions& o)
@@ -68,6 +120,11 @@ class FakeAsyncDevice final : public ComputeDevice {
                             : fmt::format("fake async device (delays up to {} us, seed {})", o_.max_delay_us, o_.seed);
   }
   Communicator* collectives() const override { return comm_; }
+  StatusOr<std::shared_ptr<Communicator>> BlockGroup(std::unique_ptr<Communicator> host_group) override {
+    return std::shared_ptr<Communicator>(
+        std::make_shared<DelayedGroup>(std::move(host_group), o_.seed * 4 + 5 + groups_++, o_.max_delay_us,
+                                       o_.counters.get()));
+  }
   std::unique_ptr<HostPinner> MakeHostPinner() const override {
     return std::make_unique<RegisteringPinner>(o_.refuse_pinning, o_.counters);
   }
@@ -129,6 +186,7 @@ class FakeAsyncDevice final : public ComputeDevice {
 
   Communicator* comm_;
   FakeDeviceOptions o_;
+  uint64_t groups_ = 0;  // the block groups made so far: each its own stream of delays
   WorkQueue in_, out_, coll_, host_;
 };
 

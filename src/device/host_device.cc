@@ -75,6 +75,9 @@ class SynchronousDevice final : public ComputeDevice {
   uint64_t MemoryBytes() const override { return inner_->MemoryBytes(); }
   std::unique_ptr<HostPinner> MakeHostPinner() const override { return inner_->MakeHostPinner(); }
   Communicator* collectives() const override { return inner_->collectives(); }
+  StatusOr<std::shared_ptr<Communicator>> BlockGroup(std::unique_ptr<Communicator> host_group) override {
+    return inner_->BlockGroup(std::move(host_group));
+  }
 
   Event CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) override {
     return Waited(inner_->CopyIn(dst, src, after), "wait h2d");

@@ -44,14 +44,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const RunConfig& config, Commun
                            dcomm->rank(), dcomm->world_size(), comm->rank(), comm->world_size());
   impl->io.tracer = tracer;
   device->set_tracer(tracer);
-  if (config->sequence_parallel > 1 && !device->device().is_cpu())  // (the fake device computes on the CPU)
-    return InvalidArgument("sequence_parallel_size {}: blocks on a GPU cannot split their rows yet",
-                           config->sequence_parallel);
-  if (config->tensor_parallel > 1 && !device->device().is_cpu())
-    return InvalidArgument("tensor_parallel.autotp_size {}: blocks on a GPU cannot split their layers yet",
-                           config->tensor_parallel);
   STRATA_ASSIGN_OR_RETURN(impl->seq, MeshPlace::Make(static_cast<int>(config->sequence_parallel),
-                                                     static_cast<int>(config->tensor_parallel), *comm, hooks.blocks_world));
+                                                     static_cast<int>(config->tensor_parallel), *comm, hooks.blocks_world,
+                                                     *device));
   STRATA_RETURN_IF_ERROR(impl->Init(hooks));
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

@@ -2,7 +2,8 @@
 
 namespace strata {
 
-StatusOr<MeshPlace> MeshPlace::Make(int sequence, int tensor, Communicator& world, Communicator* blocks_world) {
+StatusOr<MeshPlace> MeshPlace::Make(int sequence, int tensor, Communicator& world, Communicator* blocks_world,
+                                    ComputeDevice& device) {
   MeshPlace s;
   s.data_rank_ = world.rank();
   s.data_ranks_ = world.world_size();
@@ -20,8 +21,13 @@ StatusOr<MeshPlace> MeshPlace::Make(int sequence, int tensor, Communicator& worl
   s.size_ = sequence;
   s.tensor_size_ = tensor;
   s.tensor_index_ = mesh.coord().tensor;
-  if (sequence > 1) s.group_ = MakeGroupCommunicator(*blocks_world, mesh, kSequenceAxis);
-  if (tensor > 1) s.tensor_group_ = MakeGroupCommunicator(*blocks_world, mesh, kTensorAxis);
+  // Every rank makes its groups in the same order (a GPU's meet through the host group).
+  if (sequence > 1) {
+    STRATA_ASSIGN_OR_RETURN(s.group_, device.BlockGroup(MakeGroupCommunicator(*blocks_world, mesh, kSequenceAxis)));
+  }
+  if (tensor > 1) {
+    STRATA_ASSIGN_OR_RETURN(s.tensor_group_, device.BlockGroup(MakeGroupCommunicator(*blocks_world, mesh, kTensorAxis)));
+  }
   return s;
 }
 

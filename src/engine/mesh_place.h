@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "src/data/data.h"
+#include "src/device/compute_device.h"
 #include "strata/communicator.h"
 #include "strata/process_mesh.h"
 #include "strata/status.h"
@@ -27,8 +28,10 @@ class MeshPlace {
  public:
   // `sequence`: sequence_parallel_size; `tensor`: tensor_parallel; `world`: ZeRO's
   // communicator; `blocks_world`: the same ranks again, for the blocks' groups alone (required
-  // when either is above 1).
-  static StatusOr<MeshPlace> Make(int sequence, int tensor, Communicator& world, Communicator* blocks_world);
+  // when either is above 1); `device`: where the blocks run, which turns each group over host
+  // buffers into one for its tensors (ComputeDevice::BlockGroup: NCCL on a GPU).
+  static StatusOr<MeshPlace> Make(int sequence, int tensor, Communicator& world, Communicator* blocks_world,
+                                  ComputeDevice& device);
 
   int data_rank() const { return data_rank_; }
   int data_ranks() const { return data_ranks_; }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "src/estimate/estimator.h"
+#include "src/estimate/group_traffic.h"
 #include "src/estimate/step_traffic.h"
 #include "src/engine/update/mode_facts.h"
 #include "src/model/model_config.h"
@@ -22,18 +23,22 @@ namespace {
 //   CPU Adam  16 cores beside the GPU: the fused AdamW pass moves ~30 B/param through memory,
 //             ~75 GB/s of a server socket's share: 2.5 G params/s
 //   host accumulation (without device accumulation): ~12 B/element, the same memory: 6 G/s
+//   between GPUs (the blocks' group collectives over NCCL): NVLink 4 on SXM boards and GH200
+//             systems, 450 GB/s per direction x 0.8; H100 PCIe cards over PCIe Gen5 x 0.87 (an
+//             NVLink bridge joins pairs only)
 struct Nominal {
   const char* key;
   const char* name;
   double peak_flops;
   double link;
+  double peers;
   uint64_t memory;
 };
 constexpr std::array<Nominal, 4> kNominal{{
-    {"h100-pcie", "H100 PCIe", 756e12, 64e9, 80'000'000'000},
-    {"h100-sxm", "H100 SXM", 989e12, 64e9, 80'000'000'000},
-    {"h200", "H200 SXM", 989e12, 64e9, 141'000'000'000},
-    {"gh200", "GH200", 989e12, 450e9, 96'000'000'000},
+    {"h100-pcie", "H100 PCIe", 756e12, 64e9, 64e9 * 0.87, 80'000'000'000},
+    {"h100-sxm", "H100 SXM", 989e12, 64e9, 450e9 * 0.8, 80'000'000'000},
+    {"h200", "H200 SXM", 989e12, 64e9, 450e9 * 0.8, 141'000'000'000},
+    {"gh200", "GH200", 989e12, 450e9, 450e9 * 0.8, 96'000'000'000},
 }};
 
 std::string Seconds(double s) { return s >= 10 ? fmt::format("{:.1f} s", s) : fmt::format("{:.3g} s", s); }
@@ -82,8 +87,8 @@ StatusOr<MachineRates> NominalMachine(std::string_view name) {
     // The link's share and the Adam rate as measured on the H200 machine (16 cores): pinned
     // copies 55.3 of PCIe 5.0's 63 GB/s, the fp32 CPU Adam 4.38 G params/s (bench links, bench adam).
     r.source = fmt::format("nominal: {:.0f} TFLOP/s bf16 at half of peak, host link {:.0f} GB/s per direction x 0.87, "
-                           "one Gen4 NVMe (6 / 4 GB/s), CPU Adam on 16 cores 4.4 G params/s",
-                           n.peak_flops / 1e12 * 0.5, n.link / 1e9);
+                           "one Gen4 NVMe (6 / 4 GB/s), CPU Adam on 16 cores 4.4 G params/s, {:.0f} GB/s between GPUs",
+                           n.peak_flops / 1e12 * 0.5, n.link / 1e9, n.peers / 1e9);
     r.host_device = false;
     r.flops = n.peak_flops * 0.5;
     r.link_in = r.link_out = n.link * 0.87;
@@ -91,6 +96,7 @@ StatusOr<MachineRates> NominalMachine(std::string_view name) {
     r.nvme_write = 4e9;
     r.adam = 4.4e9;
     r.accumulate = 6e9;
+    r.group_link = n.peers;
     r.device_memory = n.memory;
     return r;
   }
@@ -106,13 +112,34 @@ struct StepWork {
   double fetch = 0, update_io = 0, nvme = 0, link = 0;  // the drive's reads of working weights, its update traffic
   double fetch_cpu = 0, update_cpu = 0;  // on the host: the cores' copies and hashes beside the compute
   double sums_out = 0;  // device accumulation: the sums' copy to the host, all after their last backward
+  double groups = 0;    // the blocks' group collectives, in line with the compute
 };
+
+// "1.2 GB received (0.9 GB all-reduced in tensor groups of 2, ...) at 360 GB/s"
+std::string GroupWork(const GroupTraffic& g, double received, double rate) {
+  std::string parts;
+  if (g.tensor > 1)
+    parts += fmt::format("{} all-reduced in tensor groups of {}", HumanBytes(static_cast<uint64_t>(g.summed + g.gathered)),
+                         g.tensor);
+  if (g.sequence > 1)
+    parts += fmt::format("{}{} all-to-all in sequence groups of {}", parts.empty() ? "" : ", ",
+                         HumanBytes(static_cast<uint64_t>(g.exchanged)), g.sequence);
+  return fmt::format("{} received ({}) at {}", HumanBytes(static_cast<uint64_t>(received)), parts, Rate(rate, "B"));
+}
 
 StepWork WorkOf(const SettledConfig& cfg, const ShardPlan& plan, const MachineRates& mr, StepTimePrediction* p) {
   StepWork w;
   const double tokens = static_cast<double>(RankMicroBatchTokens(cfg));
-  w.compute = mr.micro_batch_s > 0 ? mr.micro_batch_s * tokens / mr.probe_tokens * static_cast<double>(cfg.grad_accum)
-                                   : p->flops / mr.flops;
+  // A measured pass is one rank's whole one; a rank of a split layer or row does its FLOPs' share.
+  const bool whole = cfg.tensor_parallel * cfg.sequence_parallel == 1;
+  w.compute = mr.micro_batch_s > 0 && whole
+                  ? mr.micro_batch_s * tokens / mr.probe_tokens * static_cast<double>(cfg.grad_accum)
+                  : p->flops / mr.flops;
+  // The groups' collectives block the compute thread on the host; on a GPU they run on the
+  // compute stream: in line with the compute either way.
+  const GroupTraffic groups = EstimateGroupTraffic(cfg);
+  const double group_bytes = groups.Received(mr.host_device, plan.blocks.empty() ? 1 : plan.blocks.front().layout.world);
+  if (groups.any() && mr.group_link > 0) w.groups = group_bytes / mr.group_link;
   // The host adds each micro-batch's gradients into the accumulators (flattened first), unless
   // the device sums them; on the host device this is on the compute thread's path.
   double grad_elems = 0, optim_elems = 0, working_bytes = 0;
@@ -158,6 +185,7 @@ StepWork WorkOf(const SettledConfig& cfg, const ShardPlan& plan, const MachineRa
 
   auto& r = p->resources;
   r.push_back({"compute", w.compute, fmt::format("{:.3g} TFLOP at {}", p->flops / 1e12, Rate(mr.flops, "FLOP"))});
+  if (w.groups > 0) r.push_back({"group collectives", w.groups, GroupWork(groups, group_bytes, mr.group_link)});
   if (!mr.host_device) r.push_back({"host link", w.link, fmt::format("{} in, {} out", HumanBytes(l.in), HumanBytes(l.out))});
   if (w.sums_out > 0)
     r.push_back({"gradient sums out", w.sums_out, fmt::format("{} summed on the device, copied out after their last backward",
@@ -196,7 +224,7 @@ StepTimePrediction PredictStepTime(const SettledConfig& cfg, const ShardPlan& pl
   // the whole forward counted, 4.6 s predicted against 6.85 s measured, 1.8 s of it waiting
   // for the update.)
   const double compute_path =
-      w.compute + w.fetch_cpu + (mr.host_device && mr.micro_batch_s == 0 ? w.accumulate : 0);
+      w.compute + w.groups + w.fetch_cpu + (mr.host_device && mr.micro_batch_s == 0 ? w.accumulate : 0);
   const double fb = std::max({compute_path, w.fetch, w.link});
   const double update = std::max(w.update_cpu, w.update_io);
   const double passes_before = cfg.layer_major ? 1.0 : static_cast<double>(std::max<int64_t>(1, cfg.grad_accum));

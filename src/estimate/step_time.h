@@ -34,6 +34,9 @@ struct MachineRates {
   // the compute for the same cores: a fetched block copied into its gather buffer (one thread),
   // each piece read or written hashed (xxh3, verify_checksums). B/s; 0 = not counted.
   double host_copy = 0, checksum = 0;
+  // The blocks' group collectives (tensor and sequence parallelism): bytes a rank receives per
+  // second: the ranks' TCP ring on the host, NVLink between GPUs. 0 = not counted.
+  double group_link = 0;
   uint64_t device_memory = 0;   // bytes of one GPU (nominal machines)
 };
 
@@ -43,7 +46,7 @@ StatusOr<MachineRates> NominalMachine(std::string_view name);
 const char* NominalMachineNames();
 
 struct ResourceTime {
-  std::string name;   // "compute", "host link", "NVMe", "CPU Adam", "host accumulation"
+  std::string name;   // "compute", "host link", "NVMe", "CPU Adam", "host accumulation", "group collectives"
   double seconds = 0;
   std::string work;   // what it moves or computes per step
 };

@@ -20,8 +20,8 @@ StatusOr<SettledRun> SettleRunConfig(TrainConfig written, const SettleContext& c
   // What the parser checked may have been changed since (--max-seq's lengths): the model's
   // arithmetic below needs a valid one.
   if (Status v = model::Validate(c.model); !v.ok()) return v.WithContext("strata.model");
-  STRATA_ASSIGN_OR_RETURN(const int batch_ranks, CheckSequenceParallel(c, ctx.world, ctx.on_gpu));
-  STRATA_ASSIGN_OR_RETURN(const int data_ranks, CheckTensorParallel(c, ctx.world, ctx.on_gpu));
+  STRATA_ASSIGN_OR_RETURN(const int batch_ranks, CheckSequenceParallel(c, ctx.world));
+  STRATA_ASSIGN_OR_RETURN(const int data_ranks, CheckTensorParallel(c, ctx.world));
   STRATA_RETURN_IF_ERROR(ResolveBatch(&c, batch_ranks));
   if (data_ranks != batch_ranks) {  // Note [Tensor parallel]: a tensor group reads one batch
     c.notes.push_back(fmt::format(

@@ -109,7 +109,7 @@ Status ResolveBatch(TrainConfig* c, int world) {
   return Status();
 }
 
-StatusOr<int> CheckSequenceParallel(const TrainConfig& c, int world, bool on_gpu) {
+StatusOr<int> CheckSequenceParallel(const TrainConfig& c, int world) {
   const int64_t sp = c.sequence_parallel;
   if (sp == 1) return world;
   const model::ModelConfig& m = c.model;
@@ -123,14 +123,10 @@ StatusOr<int> CheckSequenceParallel(const TrainConfig& c, int world, bool on_gpu
     return refuse(fmt::format("{} attention heads ({} key/value heads) do not split over {} ranks: each rank attends "
                               "with a share of every kind of head", m.n_head, kv, sp));
   if (c.objective == Objective::kDpo) return refuse("strata.objective \"dpo\" is not split over positions yet");
-  if (on_gpu)
-    return refuse(fmt::format("strata.device \"{}\": the all-to-alls run over the ranks' CPU communicator, so "
-                              "blocks that run on a GPU cannot split their rows yet; set strata.device \"cpu\"",
-                              c.device));
   return static_cast<int>(world / sp);
 }
 
-StatusOr<int> CheckTensorParallel(const TrainConfig& c, int world, bool on_gpu) {
+StatusOr<int> CheckTensorParallel(const TrainConfig& c, int world) {
   const int64_t tp = c.tensor_parallel, sp = c.sequence_parallel;
   if (tp == 1) return static_cast<int>(world / sp);
   const model::ModelConfig& m = c.model;
@@ -150,10 +146,6 @@ StatusOr<int> CheckTensorParallel(const TrainConfig& c, int world, bool on_gpu) 
     return refuse(fmt::format("model_type \"{}\" is not split yet: GPT-2 and the dense LLaMA family (LLaMA, "
                               "Mistral, Qwen2, Qwen3, Phi-3) are", family.model_type));
   if (m.lora.enabled()) return refuse("strata.lora: adapters on split projections are not split yet");
-  if (on_gpu)
-    return refuse(fmt::format("strata.device \"{}\": the all-reduces run over the ranks' CPU communicator, so "
-                              "blocks that run on a GPU cannot split their layers yet; set strata.device \"cpu\"",
-                              c.device));
   return static_cast<int>(world / split);
 }
 

@@ -45,14 +45,13 @@ void ResolveDeviceAccumulation(SettledConfig* config, bool host_device, bool fit
 // names the keys and the numbers ("train_batch_size 30 is not divisible by ...").
 Status ResolveBatch(TrainConfig* config, int world_size);
 // sequence_parallel_size against the world and the model: groups that divide the world, rows
-// and heads that split over a group, blocks off the GPU, and what is not split yet refused by
-// name. The ranks the
+// and heads that split over a group, and what is not split yet refused by name. The ranks the
 // batch rule counts: world / sequence_parallel_size.
-StatusOr<int> CheckSequenceParallel(const TrainConfig& config, int world_size, bool on_gpu);
+StatusOr<int> CheckSequenceParallel(const TrainConfig& config, int world_size);
 // tensor_parallel.autotp_size against the world and the model, as CheckSequenceParallel
 // (Note [Tensor parallel]). The data ranks that read different batches: world / (sequence x
 // tensor).
-StatusOr<int> CheckTensorParallel(const TrainConfig& config, int world_size, bool on_gpu);
+StatusOr<int> CheckTensorParallel(const TrainConfig& config, int world_size);
 // For the start-up line: "4 rank(s)", or the data ranks and how the model-parallel groups split
 // each layer and row.
 std::string DescribeRanks(const TrainConfig& config, int world_size);

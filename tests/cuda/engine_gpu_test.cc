@@ -1,9 +1,17 @@
 // The engine on a CUDA device (ctest label gpu; built with -DSTRATA_CUDA=ON, skipped where
-// no device is visible): one rank, NCCL for the device collectives, every state offloaded.
+// no device is visible): one rank, NCCL for the device collectives, every state offloaded;
+// the blocks' group collectives on the calling stream; two GPUs where two are visible.
 #include <gtest/gtest.h>
+
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <fmt/format.h>
+#include <torch/cuda.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <thread>
+#include <vector>
 
 #include "cuda/require_gpu.h"
 #include "engine/engine_test_util.h"
@@ -138,6 +146,81 @@ TEST(GpuEngine, TheOverlappedScheduleIsBitwiseTheSynchronousOne) {
     ASSERT_EQ(synchronous.stats.size(), 5u);
     for (int s = 0; s < 5; ++s) EXPECT_EQ(overlapped.stats[s].loss, synchronous.stats[s].loss) << "step " << s;
     EXPECT_TRUE(testing::BitwiseEqual(overlapped, synchronous));
+  }
+}
+
+// The blocks' group collectives on a GPU (ComputeDevice::BlockGroup) run on the stream of the
+// block that calls them: an all-to-all of a group of one (a copy) issued on a stream of the
+// pool right after a long product on it reads the product, not what its buffer held before.
+TEST(GpuEngine, ABlockGroupRunsOnTheCallingStream) {
+  REQUIRE_GPU();
+  auto host = MakeSingleRankCommunicator();
+  auto opened = OpenComputeDevice("cuda:0", 0, host.get());
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto group = opened->device->BlockGroup(MakeSingleRankCommunicator());
+  ASSERT_TRUE(group.ok()) << group.status().ToString();
+  const torch::Device gpu = opened->device->device();
+  c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
+  c10::StreamGuard on(guard.getStreamFromGlobalPool(gpu));
+  for (int round = 0; round < 3; ++round) {
+    const torch::Tensor a = torch::randn({2048, 2048}, torch::TensorOptions().device(gpu));
+    torch::Tensor product = a;
+    for (int i = 0; i < 8; ++i) product = torch::tanh(product.matmul(a) / 64);
+    torch::Tensor out = torch::full_like(product, -7.0);
+    ASSERT_TRUE((*group)->AllToAll(product.data_ptr(), out.data_ptr(), product.numel(), DType::kF32).ok());
+    ASSERT_TRUE((*group)->AllReduce(out.data_ptr(), out.numel(), DType::kF32, ReduceOp::kSum).ok());
+    EXPECT_TRUE(torch::equal(out, product)) << "round " << round;
+  }
+}
+
+// Ranks as threads of this process, rank r on GPU r (NCCL for ZeRO's and the blocks' groups,
+// each met through local communicators); rank 0's losses.
+std::vector<double> LossesOnGpus(const TrainConfig& cfg, int world, int64_t steps) {
+  auto data = data::TokenDataset::Open(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
+  EXPECT_TRUE(data.ok()) << data.status().ToString();
+  auto hosts = MakeLocalCommunicators(world), blocks = MakeLocalCommunicators(world);
+  std::vector<double> losses;
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.emplace_back([&, r] {
+      auto opened = OpenComputeDevice(fmt::format("cuda:{}", r), r, hosts[r].get());
+      if (!opened.ok()) return void(errors[r] = opened.status().ToString());
+      auto settled = testing::TrySettle(cfg, world, /*host_device=*/false);
+      if (!settled.ok()) return void(errors[r] = settled.status().ToString());
+      EngineHooks hooks;
+      hooks.blocks_world = blocks[r].get();
+      auto engine = Engine::Create(*settled, hosts[r].get(), nullptr, hooks, opened->device.get());
+      if (!engine.ok()) return void(errors[r] = engine.status().ToString());
+      for (int64_t s = 0; s < steps; ++s) {
+        auto st = (*engine)->Step(s, **data);
+        if (!st.ok()) return void(errors[r] = st.status().ToString());
+        if (r == 0) losses.push_back(st->loss);
+      }
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  return losses;
+}
+
+// Tensor 2 and sequence 2 on two GPUs train as data parallelism does on the same global batch.
+TEST(GpuEngine, SplitLayersAndRowsTrainAsDataParallelOnTwoGpus) {
+  REQUIRE_GPU();
+  if (torch::cuda::device_count() < 2) GTEST_SKIP() << "fewer than two GPUs visible";
+  testing::TempDir dir;
+  TrainConfig data = testing::RecomputedLlama(dir.path(), StepSchedule::kMicroBatch);
+  data.compute_dtype = DType::kF32;
+  data.micro_batch_set = data.micro_batch = 2;
+  const std::vector<double> whole = LossesOnGpus(data, 2, 5);
+  ASSERT_EQ(whole.size(), 5u);
+  for (int64_t TrainConfig::*axis : {&TrainConfig::tensor_parallel, &TrainConfig::sequence_parallel}) {
+    TrainConfig split = data;
+    split.*axis = 2;
+    split.micro_batch_set = split.micro_batch = 4;
+    const std::vector<double> losses = LossesOnGpus(split, 2, 5);
+    ASSERT_EQ(losses.size(), 5u);
+    for (size_t s = 0; s < 5; ++s) EXPECT_NEAR(losses[s], whole[s], 1e-5 * std::abs(whole[s])) << "step " << s;
   }
 }
 

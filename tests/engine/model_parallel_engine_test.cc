@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "engine/engine_test_util.h"
+#include "src/estimate/group_traffic.h"
 #include "support/temp_dir.h"
 
 namespace strata {
@@ -47,6 +48,29 @@ TEST_P(ModelParallelEngine, OnTheFakeDeviceWithRandomDelaysItIsTheHostRunBitwise
       EXPECT_LE(std::abs(host.stats[s].grad_norm - whole.stats[s].grad_norm), 1e-6 * whole.stats[s].grad_norm)
           << "step " << s;
     }
+  }
+}
+
+// What the blocks' groups carried (the fake device counts every call) is the step-time
+// model's arithmetic (group_traffic.h): with recompute and without, with the vocabulary-split
+// loss's sums and gathers where the loss is tiled.
+TEST_P(ModelParallelEngine, TheGroupsCarryWhatTheEstimateCounts) {
+  for (bool recompute : {true, false}) {
+    SCOPED_TRACE(recompute ? "recompute" : "kept activations");
+    testing::TempDir dir;
+    TrainConfig cfg = testing::RecomputedLlama(dir.path(), StepSchedule::kMicroBatch);
+    cfg.*GetParam().size = 2;
+    cfg.recompute = recompute ? Recompute::kAlways : Recompute::kNever;
+    cfg.loss_chunk = recompute ? 8 : 0;
+    FakeDeviceOptions fake;
+    fake.seed = GetParam().seed;
+    fake.counters = std::make_shared<LinkCounters>();
+    RunEngine(cfg, 2, 2, &fake);
+    const GroupTraffic expected = EstimateGroupTraffic(*testing::Settled(cfg, 2, /*host_device=*/false));
+    EXPECT_TRUE(expected.any());
+    EXPECT_EQ(static_cast<double>(fake.counters->group_summed), 2 * 2 * expected.summed);
+    EXPECT_EQ(static_cast<double>(fake.counters->group_gathered), 2 * 2 * expected.gathered);
+    EXPECT_EQ(static_cast<double>(fake.counters->group_exchanged), 2 * 2 * expected.exchanged);
   }
 }
 

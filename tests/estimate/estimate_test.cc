@@ -284,6 +284,35 @@ TEST(Estimate, TensorParallelSplitsTheLayersActivationsAndCompute) {
   EXPECT_LT(layers_share, 0.8);
 }
 
+// Blocks on GPUs split their rows and layers too (their groups are NCCL's, ComputeDevice::
+// BlockGroup): settling takes both axes there, and a rank's device activations with sequence 2
+// at a micro-batch of 4 rows are data parallelism's at 2.
+TEST(Estimate, ModelParallelGroupsSettleWithBlocksOnAGpu) {
+  testing::TempDir dir;
+  TrainConfig split = Shrunk("gpt2_124m_cpu_offload.json", dir.path());
+  split.bf16_auto = false;
+  split.compute_dtype = DType::kBF16;
+  split.micro_batch_set = split.micro_batch = 4;
+  split.grad_accum_set = split.grad_accum = 1;
+  split.sequence_parallel = 2;
+  TrainConfig data = split;
+  data.micro_batch_set = data.micro_batch = 2;
+  data.sequence_parallel = 1;
+  TrainConfig both = split;
+  both.tensor_parallel = 2;
+  auto on_gpu = [](const TrainConfig& c, int world) {
+    auto s = SettleRunConfig(c, {world, world, /*on_gpu=*/true, {/*host=*/false}});
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? s->config : testing::Settled(c, world, false);
+  };
+  const RunConfig a = on_gpu(split, 2), b = on_gpu(data, 2);
+  on_gpu(both, 4);
+  const MemoryEstimate ea = EstimateMemory(*a, 2, 0, {false}), eb = EstimateMemory(*b, 2, 0, {false});
+  EXPECT_GT(ea.activations, 0u);
+  EXPECT_EQ(ea.activations, eb.activations);
+  EXPECT_EQ(ea.device_peak(), eb.device_peak());
+}
+
 TEST(Estimate, The70bQloraBaseFitsOneH100) {
   auto cfg = LoadTrainConfig(STRATA_SOURCE_DIR "/configs/llama_70b_qlora_gpu.json");
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();

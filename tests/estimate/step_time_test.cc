@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "src/config/train_config.h"
+#include "src/estimate/group_traffic.h"
 #include "support/settled.h"
 
 namespace strata {
@@ -64,6 +65,48 @@ TEST(StepTime, LayerMajorCutsTheDiskTimeItBinds) {
   EXPECT_LT(b.step_s, a.step_s / 2);
 }
 
+// Tensor and sequence parallelism (Notes [Tensor parallel], [Ulysses]): the groups' collectives
+// are their bytes received over the group link, in line with the compute (on the host the
+// compute thread runs them; on a GPU, the compute stream). Over the host ring every call is a
+// world all-gather, so a rank receives more there than over NCCL's ring and direct sends.
+TEST(StepTime, TheGroupsCollectivesAreTheirBytesOverTheGroupLink) {
+  for (auto [tensor, sequence] : {std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
+    SCOPED_TRACE(::testing::Message() << "tensor " << tensor << ", sequence " << sequence);
+    TrainConfig c = Llama1b(StepSchedule::kMicroBatch);
+    c.tensor_parallel = tensor;
+    c.sequence_parallel = sequence;
+    const int world = 4;
+    auto run = testing::TrySettle(c, world, /*host_device=*/false);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    const SettledConfig& split = **run;
+    const GroupTraffic g = EstimateGroupTraffic(split);
+    EXPECT_EQ(g.summed > 0, tensor > 1);
+    EXPECT_EQ(g.exchanged > 0, sequence > 1);
+    const double nccl = g.Received(false, world), ring = g.Received(true, world);
+    EXPECT_GT(ring, nccl);
+    MachineRates m = SlowDisk();  // made fast: the compute binds, and the collectives with it
+    m.host_device = false;
+    m.nvme_read = m.nvme_write = 1e13;
+    m.adam = 1e12;
+    m.link_in = m.link_out = 1e11;
+    m.group_link = 1e10;
+    const ShardPlan plan = ShardPlan::Make(split, ModelShape::Of(split.model), world, 0, {false});
+    const StepTimePrediction p = PredictStepTime(split, plan, m);
+    EXPECT_DOUBLE_EQ(Seconds(p, "group collectives"), nccl / 1e10);
+    m.group_link = 0;  // not counted
+    const StepTimePrediction without = PredictStepTime(split, plan, m);
+    EXPECT_NEAR(p.step_s - without.step_s, nccl / 1e10, 1e-9 * p.step_s);
+  }
+  // A sublayer's all-reduce of a rank's tokens x d_model, in each forward (two with recompute)
+  // and in the backward, over the tensor group's ring: 2 (T - 1) / T of it received.
+  TrainConfig c = Llama1b(StepSchedule::kMicroBatch);
+  c.tensor_parallel = 2;
+  const SettledConfig split = *testing::Settled(c, 2, /*host_device=*/false);
+  const double sums = 16.0 /* layers */ * 2 * 3 * 16 /* micro-batches */ * 128 * 2048 * 2 /* bf16 */;
+  EXPECT_DOUBLE_EQ(EstimateGroupTraffic(split).summed, sums);
+  EXPECT_DOUBLE_EQ(EstimateGroupTraffic(split).Received(false, 2), sums);
+}
+
 TEST(StepTime, NominalMachinesAndAnUnknownName) {
   for (const char* name : {"h100-pcie", "h100-sxm", "h200", "gh200"}) {
     auto m = NominalMachine(name);
@@ -71,6 +114,7 @@ TEST(StepTime, NominalMachinesAndAnUnknownName) {
     EXPECT_FALSE(m->host_device);
     EXPECT_GT(m->flops, 1e14);
     EXPECT_GT(m->device_memory, 0u);
+    EXPECT_GT(m->group_link, 0);
   }
   EXPECT_GT(NominalMachine("gh200")->link_in, NominalMachine("h100-sxm")->link_in);  // NVLink-C2C
   const Status s = NominalMachine("a100").status();

@@ -33,6 +33,8 @@ class StreamCollectives {
                                  ReduceOp op) = 0;
   virtual Status AllReduceOn(void* stream, void* data, size_t count, DType dtype, ReduceOp op) = 0;
   virtual Status BroadcastOn(void* stream, void* data, size_t count, DType dtype, int root) = 0;
+  // Block r of `in` to group rank r (communicator.h's AllToAll), as grouped sends and receives.
+  virtual Status AllToAllOn(void* stream, const void* in, void* out, size_t count, DType dtype) = 0;
   // An asynchronous NCCL error (a peer died mid-collective), if any.
   virtual Status AsyncError() = 0;
 };

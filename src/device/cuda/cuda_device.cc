@@ -1,7 +1,8 @@
 // The CUDA device (compute_device.h), through LibTorch's device-generic API only (streams,
 // events, tensors on "cuda"), so no CUDA header is needed here: compute runs on LibTorch's
 // current stream; host -> device and device -> host copies each on a stream of their own
-// from LibTorch's pool; collectives on a third, enqueued through NCCL (StreamCollectives).
+// from LibTorch's pool; collectives on a third, enqueued through NCCL (StreamCollectives); the
+// blocks' group collectives (tensor and sequence parallelism) on the compute stream itself.
 // Queues wait for each other's events on the device (c10::Event::block), never on the host;
 // only host callbacks (a flag set by a thread) are waited for on the host. Built with
 // STRATA_CUDA; a CPU build compiles it too (tests/CMakeLists.txt), to keep it honest.
@@ -33,6 +34,47 @@ class CudaEventState final : public EventState {
   c10::Event event_;
 };
 
+// The blocks' group collectives on the GPU (ComputeDevice::BlockGroup): NCCL over the group's
+// ranks, each collective enqueued on LibTorch's current stream of the device, the stream the
+// calling block's operations run on (autograd runs a function's backward on its forward's
+// stream). It follows the operations that wrote its input and precedes those that read its
+// result, with no wait on the host: communicator.h's "complete when it returns" holds in the
+// stream's order, which is how every reader of the result (LibTorch operations) reads it.
+class StreamOrderedGroup final : public Communicator {
+ public:
+  StreamOrderedGroup(std::unique_ptr<Communicator> host, std::unique_ptr<cuda::NcclCommunicator> nccl,
+                     torch::Device device)
+      : host_(std::move(host)), nccl_(std::move(nccl)), on_(nccl_->stream_collectives()), device_(device),
+        guard_(c10::DeviceType::CUDA) {}
+  int rank() const override { return nccl_->rank(); }
+  int world_size() const override { return nccl_->world_size(); }
+  const char* name() const override { return "nccl (block group)"; }
+  Status AllGather(const void* shard, void* full, size_t count, DType dtype) override {
+    return on_->AllGatherOn(Current(), shard, full, count, dtype);
+  }
+  Status ReduceScatter(const void* full, void* shard, size_t count, DType dtype, ReduceOp op) override {
+    return on_->ReduceScatterOn(Current(), full, shard, count, dtype, op);
+  }
+  Status AllReduce(void* data, size_t count, DType dtype, ReduceOp op) override {
+    return on_->AllReduceOn(Current(), data, count, dtype, op);
+  }
+  Status Broadcast(void* data, size_t count, DType dtype, int root) override {
+    return on_->BroadcastOn(Current(), data, count, dtype, root);
+  }
+  Status AllToAll(const void* in, void* out, size_t count, DType dtype) override {
+    return on_->AllToAllOn(Current(), in, out, count, dtype);
+  }
+  Status Barrier() override { return nccl_->Barrier(); }
+
+ private:
+  void* Current() const { return guard_.getStream(device_).native_handle(); }
+  std::unique_ptr<Communicator> host_;  // the group over host buffers NCCL met through
+  std::unique_ptr<cuda::NcclCommunicator> nccl_;
+  cuda::StreamCollectives* on_;
+  torch::Device device_;
+  c10::impl::VirtualGuardImpl guard_;
+};
+
 class CudaDevice final : public ComputeDevice {
  public:
   CudaDevice(int index, cuda::StreamCollectives* streams, Communicator* blocking)
@@ -49,6 +91,10 @@ class CudaDevice final : public ComputeDevice {
   uint64_t MemoryBytes() const override { return cuda::DeviceMemoryBytes(device_.index()); }
   std::unique_ptr<HostPinner> MakeHostPinner() const override { return cuda::MakeCudaHostPinner(); }
   Communicator* collectives() const override { return blocking_; }
+  StatusOr<std::shared_ptr<Communicator>> BlockGroup(std::unique_ptr<Communicator> host_group) override {
+    STRATA_ASSIGN_OR_RETURN(auto nccl, cuda::MakeNcclCommunicator(host_group.get(), device_.index()));
+    return std::shared_ptr<Communicator>(std::make_shared<StreamOrderedGroup>(std::move(host_group), std::move(nccl), device_));
+  }
 
   Event CopyIn(const torch::Tensor& dst, const void* src, const EventList& after) override {
     return On(copy_in_, after, "host -> device copy", [&] {

@@ -68,20 +68,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator, public StreamCollect
         Nccl(ncclBroadcast(data, data, count, NcclType(dtype), root, comm_, stream_), "broadcast", rank_));
     return Sync("broadcast");
   }
-  // Point-to-point, grouped so NCCL runs every send and receive at once: block r to rank r.
   Status AllToAll(const void* in, void* out, size_t count, DType dtype) override {
-    const size_t block = count * (dtype == DType::kF32 ? 4 : 2);
-    STRATA_RETURN_IF_ERROR(Nccl(ncclGroupStart(), "all-to-all", rank_));
-    for (int r = 0; r < world_; ++r) {
-      const ncclResult_t send =
-          ncclSend(static_cast<const char*>(in) + r * block, count, NcclType(dtype), r, comm_, stream_);
-      const ncclResult_t recv = ncclRecv(static_cast<char*>(out) + r * block, count, NcclType(dtype), r, comm_, stream_);
-      if (send != ncclSuccess || recv != ncclSuccess) {
-        ncclGroupEnd();
-        return Nccl(send != ncclSuccess ? send : recv, "all-to-all", rank_);
-      }
-    }
-    STRATA_RETURN_IF_ERROR(Nccl(ncclGroupEnd(), "all-to-all", rank_));
+    STRATA_RETURN_IF_ERROR(AllToAllOn(stream_, in, out, count, dtype));
     return Sync("all-to-all");
   }
   StreamCollectives* stream_collectives() override { return this; }
@@ -100,6 +88,21 @@ class NcclCommunicatorImpl final : public NcclCommunicator, public StreamCollect
   Status BroadcastOn(void* stream, void* data, size_t count, DType dtype, int root) override {
     return Nccl(ncclBroadcast(data, data, count, NcclType(dtype), root, comm_, static_cast<cudaStream_t>(stream)),
                 "broadcast", rank_);
+  }
+  // Point-to-point, grouped so NCCL runs every send and receive at once: block r to rank r.
+  Status AllToAllOn(void* stream, const void* in, void* out, size_t count, DType dtype) override {
+    const size_t block = count * (dtype == DType::kF32 ? 4 : 2);
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    STRATA_RETURN_IF_ERROR(Nccl(ncclGroupStart(), "all-to-all", rank_));
+    for (int r = 0; r < world_; ++r) {
+      const ncclResult_t send = ncclSend(static_cast<const char*>(in) + r * block, count, NcclType(dtype), r, comm_, s);
+      const ncclResult_t recv = ncclRecv(static_cast<char*>(out) + r * block, count, NcclType(dtype), r, comm_, s);
+      if (send != ncclSuccess || recv != ncclSuccess) {
+        ncclGroupEnd();
+        return Nccl(send != ncclSuccess ? send : recv, "all-to-all", rank_);
+      }
+    }
+    return Nccl(ncclGroupEnd(), "all-to-all", rank_);
   }
   Status AsyncError() override {
     ncclResult_t async = ncclSuccess;
