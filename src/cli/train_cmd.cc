@@ -102,7 +102,7 @@ class TrainRun {
   SettledConfig cfg_;            // as written (nothing settled), then (from Connect on) as settled: *run_
   std::optional<RunConfig> run_;  // settled for this run (Connect)
   MemoryEstimate estimate_;
-  std::unique_ptr<Communicator> comm_, blocks_comm_;  // ZeRO's; the blocks' own with sequence_parallel_size > 1
+  std::unique_ptr<Communicator> comm_, blocks_comm_;  // ZeRO's; the blocks' own with model-parallel groups
   OpenedDevice device_;
   std::unique_ptr<data::TokenDataset> data_;
   std::unique_ptr<Tracer> tracer_;

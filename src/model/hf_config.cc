@@ -319,7 +319,7 @@ Status ReadLlamaFamily(const Keys& k, const Family& f, ModelConfig* c) {
   // What the family's blocks always have (Qwen2's q/k/v biases, Qwen3's and Gemma 3's q/k norms).
   c->qkv_bias = f.qkv_bias == Has::kAlways;
   c->qk_norm = f.qk_norm == Has::kAlways;
-  if (f.gemma) {
+  if (f.gemma()) {
     if (c->head_dim == 0 && !k.Present("head_dim")) c->head_dim = 256;  // Gemma's default
     STRATA_RETURN_IF_ERROR(ReadGemma(k, type, c));
     return k.Expect("attention_bias", false, "biases on q_proj, k_proj, v_proj and o_proj");
@@ -344,7 +344,7 @@ StatusOr<ModelConfig> ModelConfigFromHf(const nlohmann::json& j, const std::stri
   const Keys k(j, origin);
   STRATA_ASSIGN_OR_RETURN(const Family* f, FamilyOfConfigJson(k));
   ModelConfig c;
-  STRATA_RETURN_IF_ERROR(f->gpt2 ? ReadGpt2(k, &c) : ReadLlamaFamily(k, *f, &c));
+  STRATA_RETURN_IF_ERROR(f->gpt2() ? ReadGpt2(k, &c) : ReadLlamaFamily(k, *f, &c));
   c.seq_len = std::min(c.max_positions, kDefaultHfSeqLen);
   if (c.sliding_window > 0) c.seq_len = std::min(c.seq_len, c.sliding_window);
   if (c.rope_scaling.longrope()) c.seq_len = std::min(c.seq_len, c.rope_scaling.original_max_positions);

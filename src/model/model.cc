@@ -7,6 +7,7 @@
 
 #include "src/model/blocks.h"
 #include "src/model/layers.h"
+#include "src/model/model_family.h"
 #include "strata/check.h"
 
 namespace strata::model {
@@ -28,9 +29,12 @@ std::shared_ptr<Block> MakeBlock(const ModelSpec& spec, int index, const torch::
     detail::ParameterArena*& current;
     ~Reset() { current = nullptr; }
   } reset{current};
-  if (spec.config().arch == Arch::kGpt2) return detail::MakeGpt2Block(spec.config(), index);
-  return IsGemma(spec.config()) ? detail::MakeGemmaBlock(spec.config(), index)
-                                : detail::MakeLlamaBlock(spec.config(), index);
+  switch (FamilyOf(spec.config()).blocks) {  // Note [Model families]
+    case Blocks::kGpt2: return detail::MakeGpt2Block(spec.config(), index);
+    case Blocks::kGemma: return detail::MakeGemmaBlock(spec.config(), index);
+    case Blocks::kLlama: break;
+  }
+  return detail::MakeLlamaBlock(spec.config(), index);
 }
 
 

@@ -189,7 +189,7 @@ static Status ValidateRotary(const ModelConfig& c) {
 // biases one that drops them.
 static Status ValidateFamily(const ModelConfig& c) {
   const ModelFamily* f = c.hf_model_type.empty() ? &FamilyOf(c) : FindFamily(c.hf_model_type);
-  if (f == nullptr || f->gpt2 != (c.arch == Arch::kGpt2))
+  if (f == nullptr || f->gpt2() != (c.arch == Arch::kGpt2))
     return InvalidArgument("model config: hf_model_type \"{}\" is not one of {} for arch {}", c.hf_model_type,
                            FamilyTypesAndClasses(), c.arch == Arch::kGpt2 ? "gpt2" : "llama");
   for (auto [has, set, key] : {std::tuple{f->qkv_bias, c.qkv_bias, "qkv_bias"}, std::tuple{f->qk_norm, c.qk_norm, "qk_norm"}}) {
@@ -385,7 +385,7 @@ double RopeAttentionFactor(const ModelConfig& c) {
   return factor <= 1 ? 1 : std::sqrt(1 + std::log(factor) / std::log(original));
 }
 
-bool IsGemma(const ModelConfig& c) { return FamilyOf(c).gemma; }
+bool IsGemma(const ModelConfig& c) { return FamilyOf(c).gemma(); }
 
 bool IsMoe(const ModelConfig& c) { return FamilyOf(c).experts; }
 

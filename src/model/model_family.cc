@@ -14,7 +14,7 @@ constexpr const char* kAttention[] = {"q_proj", "k_proj", "v_proj", "o_proj"};  
 // projections, Mixtral's experts are MixtralSparseMoeBlock's (always renormalised).
 constexpr ModelFamily kFamilies[] = {
     {.model_type = "gpt2", .causal_lm = "GPT2LMHeadModel", .base_model = "GPT2Model", .display = "GPT-2",
-     .gpt2 = true, .ties_embeddings = true},
+     .blocks = Blocks::kGpt2, .ties_embeddings = true},
     {.model_type = "llama", .causal_lm = "LlamaForCausalLM", .base_model = "LlamaModel", .display = "LLaMA",
      .qkv_bias = Has::kFree, .qk_norm = Has::kFree,
      .lora_targets = kDense, .bias_keys = BiasKeys::kAttentionAndMlp, .sliding_window_key = false},
@@ -31,10 +31,10 @@ constexpr ModelFamily kFamilies[] = {
      .fused_projections = true, .sliding = Sliding::kAll,
      .lora_targets = kFused},
     {.model_type = "gemma2", .causal_lm = "Gemma2ForCausalLM", .base_model = "Gemma2Model", .display = "Gemma 2",
-     .gemma = true, .sliding = Sliding::kPerLayer, .ties_embeddings = true,
+     .blocks = Blocks::kGemma, .sliding = Sliding::kPerLayer, .ties_embeddings = true,
      .lora_targets = kDense},
     {.model_type = "gemma3_text", .causal_lm = "Gemma3ForCausalLM", .base_model = "Gemma3TextModel",
-     .display = "Gemma 3", .qk_norm = Has::kAlways, .gemma = true, .sliding = Sliding::kPerLayer,
+     .display = "Gemma 3", .qk_norm = Has::kAlways, .blocks = Blocks::kGemma, .sliding = Sliding::kPerLayer,
      .ties_embeddings = true,
      .lora_targets = kDense},
     {.model_type = "mixtral", .causal_lm = "MixtralForCausalLM", .base_model = "MixtralModel", .display = "Mixtral",

@@ -4,7 +4,7 @@
 // about the architecture that config.json does not say. Whatever differs by family asks the
 // row instead of comparing hf_model_type strings: the config.json reader and writer
 // (hf_config.cc; only Gemma's and the mixtures' own keys are spelled there per type), Validate,
-// the block factories, the tensor names, the LoRA targets, the help texts. Adding a
+// the block factory (`blocks`), the tensor names, the LoRA targets, the help texts. Adding a
 // family is its row here, its blocks where they differ, the keys of its config.json, and its
 // tests (one round trip of config.json per row: HfConfig.EveryFamilyRoundTrips).
 #pragma once
@@ -31,17 +31,23 @@ enum class Sliding { kNone, kAll, kWhenEnabled, kPerLayer };
 // the experts' configs attention_bias, the others neither (their class fixes the biases).
 enum class BiasKeys { kNone, kAttention, kAttentionAndMlp };
 
+// Which architecture file builds the family's blocks (MakeBlock, model.cc): gpt2.cc (Arch::kGpt2),
+// llama.cc (every other family: the LLaMA shape, dense or with experts, moe.cc), or gemma.cc
+// (Gemma's norms, GeGLU and soft-caps).
+enum class Blocks { kGpt2, kLlama, kGemma };
+
 struct ModelFamily {
   std::string_view model_type;  // config.json's model_type and strata.model.hf_model_type
   std::string_view causal_lm;   // the architectures entry export writes
   std::string_view base_model;  // also accepted when read (GPT2Model, LlamaModel, ...)
   std::string_view display;     // for people: "LLaMA", "Qwen3-MoE"
-  bool gpt2 = false;            // Arch::kGpt2; every other family is LLaMA-shaped
   Has qkv_bias = Has::kNever;   // q/k/v projection biases (Qwen2)
   Has qk_norm = Has::kNever;    // RMSNorm per head of q and k (Qwen3, Gemma 3)
   bool qk_norm_whole = false;   // OLMoE: RMSNorm over the whole q and k projections
-  bool gemma = false;           // Gemma's norms, GeGLU and soft-caps (gemma.cc)
+  Blocks blocks = Blocks::kLlama;
   bool experts = false;         // a mixture of experts (moe.cc)
+  bool gpt2() const { return blocks == Blocks::kGpt2; }
+  bool gemma() const { return blocks == Blocks::kGemma; }
   // Mixtral's tensor names and routing: its sparse MLP is "block_sparse_moe" (else "mlp"), its
   // experts' projections w1, w3, w2 (else gate_proj, up_proj, down_proj), and the chosen
   // probabilities always renormalised (MixtralConfig has no norm_topk_prob).

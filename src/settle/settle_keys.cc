@@ -142,7 +142,7 @@ StatusOr<int> CheckTensorParallel(const TrainConfig& c, int world) {
                               "a share of every kind of head", m.n_head, kv, split));
   if (model::FfnHidden(m) % tp != 0)
     return refuse(fmt::format("the MLP's width {} does not split over {} ranks", model::FfnHidden(m), tp));
-  if (family.gemma || family.experts || family.qk_norm_whole)
+  if (family.gemma() || family.experts || family.qk_norm_whole)
     return refuse(fmt::format("model_type \"{}\" is not split yet: GPT-2 and the dense LLaMA family (LLaMA, "
                               "Mistral, Qwen2, Qwen3, Phi-3) are", family.model_type));
   if (m.lora.enabled()) return refuse("strata.lora: adapters on split projections are not split yet");

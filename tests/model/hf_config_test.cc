@@ -298,8 +298,8 @@ TEST(HfConfig, WrittenConfigReadsBackTheSame) {
 // A tiny model of family `f`, with what its blocks always have (model_family.h).
 ModelConfig TinyOf(const ModelFamily& f) {
   ModelConfig c;
-  c.arch = f.gpt2 ? Arch::kGpt2 : Arch::kLlama;
-  c.hf_model_type = f.gpt2 || f.model_type == "llama" ? "" : std::string(f.model_type);
+  c.arch = f.gpt2() ? Arch::kGpt2 : Arch::kLlama;
+  c.hf_model_type = f.gpt2() || f.model_type == "llama" ? "" : std::string(f.model_type);
   c.vocab_size = 256;
   c.seq_len = 32;
   c.max_positions = 128;
@@ -309,9 +309,9 @@ ModelConfig TinyOf(const ModelFamily& f) {
   c.tie_embeddings = f.ties_embeddings;
   c.qkv_bias = f.qkv_bias == Has::kAlways;
   c.qk_norm = f.qk_norm == Has::kAlways;
-  if (!f.gpt2) c.n_kv_head = 2;
+  if (!f.gpt2()) c.n_kv_head = 2;
   if (f.sliding == Sliding::kAll) c.sliding_window = 64;
-  if (f.gemma) {
+  if (f.gemma()) {
     c.head_dim = 32;
     c.sliding_window = 64;
     c.gemma = f.model_type == "gemma2" ? GemmaOptions{24, 50, 30, 0, {true, false}}
@@ -331,7 +331,7 @@ TEST(HfConfig, EveryFamilyTakesTheAdaptersItsRowNames) {
     c.lora.r = 8;
     c.lora.alpha = 16;
     c.lora.target_modules.assign(f.lora_targets.begin(), f.lora_targets.end());
-    if (f.gpt2) {
+    if (f.gpt2()) {
       c.lora.target_modules = {"q_proj"};
       EXPECT_NE(Validate(c).message().find("adapters are built for the LLaMA family"), std::string::npos);
       continue;
@@ -344,7 +344,7 @@ TEST(HfConfig, EveryFamilyTakesTheAdaptersItsRowNames) {
     EXPECT_NE(Validate(c).message().find("\"c_attn\" is not one of"), std::string::npos) << Validate(c).ToString();
     c.lora = {};
     const nlohmann::ordered_json j = HfConfigJson(c, "float32");
-    EXPECT_EQ(j.contains("attention_bias"), f.bias_keys != BiasKeys::kNone || f.gemma);  // (Gemma's own keys)
+    EXPECT_EQ(j.contains("attention_bias"), f.bias_keys != BiasKeys::kNone || f.gemma());  // (Gemma's own keys)
     EXPECT_EQ(j.contains("mlp_bias"), f.bias_keys == BiasKeys::kAttentionAndMlp);
     EXPECT_EQ(j.contains("sliding_window"), f.sliding_window_key);
   }
@@ -373,13 +373,13 @@ TEST(HfConfig, EveryFamilyRoundTrips) {
     for (const ModelConfig* side : {&c, &*back}) {  // what config.json cannot say, the row holds
       EXPECT_EQ(side->qkv_bias, f.qkv_bias == Has::kAlways);
       EXPECT_EQ(side->qk_norm, f.qk_norm == Has::kAlways);
-      EXPECT_EQ(IsGemma(*side), f.gemma);
+      EXPECT_EQ(IsGemma(*side), f.gemma());
       EXPECT_EQ(IsMoe(*side), f.experts);
     }
     // The family's fixed parts cannot be turned off (or on) under its name.
     ModelConfig other = c;
     other.qk_norm = !c.qk_norm;
-    if (f.qk_norm != Has::kFree && !f.gpt2) {
+    if (f.qk_norm != Has::kFree && !f.gpt2()) {
       EXPECT_NE(Validate(other).message().find(fmt::format("qk_norm {} with hf_model_type \"{}\"",
                                                            other.qk_norm ? "true" : "false", f.model_type)),
                 std::string::npos) << Validate(other).ToString();
