@@ -9,6 +9,7 @@
 
 #include "src/model/model.h"
 #include "src/model/dpo.h"
+#include "strata/communicator.h"
 
 namespace strata {
 
@@ -20,9 +21,12 @@ class DpoObjective {
   void SetReference(std::vector<double> logps) { reference_ = std::move(logps); }
   bool has_reference() const { return !reference_.empty(); }
   // The mean DPO loss of the micro-batch's pairs (rows: their dataset rows, on the host), its
-  // rewards added to *tally. Undefined behaviour is refused: a row without a reference.
+  // rewards added to *tally. Undefined behaviour is refused: a row without a reference. With a
+  // `sequence_group` (Note [Ulysses]) x holds this rank's positions of the rows, whose
+  // log-probabilities are the group's sums.
   torch::Tensor Loss(model::Block& head, const torch::Tensor& x, const torch::Tensor& targets,
-                     const torch::Tensor& mask, const torch::Tensor& rows, model::DpoTally* tally) const;
+                     const torch::Tensor& mask, const torch::Tensor& rows, model::DpoTally* tally,
+                     Communicator* sequence_group = nullptr) const;
 
  private:
   model::DpoOptions options_;

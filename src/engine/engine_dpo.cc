@@ -14,7 +14,9 @@ void Engine::SetDpoReference(std::vector<double> logps) {
 // Every rank runs every forward (ZeRO-3 gathers each block from all of them), each data rank on
 // rows of its own: batch i of a split on data rank r of D holds the split's rows (i * D + r) *
 // B .., a rank past the end reading its split's first row with the others (its result unused).
-// A tensor group's ranks (Note [Tensor parallel]) read the same rows; the first one's count.
+// A tensor group's ranks (Note [Tensor parallel]) read the same rows; the first one's count. A
+// sequence group's ranks (Note [Ulysses]) each sum their positions of the same rows: the world's
+// sum adds the group's parts.
 StatusOr<std::vector<double>> Engine::RowLogProbs(const data::TokenDataset& data,
                                                   const std::function<void(int64_t done, int64_t total)>& on_batch) {
   Impl& m = *impl_;
@@ -31,7 +33,8 @@ StatusOr<std::vector<double>> Engine::RowLogProbs(const data::TokenDataset& data
     for (int64_t i = 0; i < batches_of(split); ++i) {
       const int64_t first = (i * world + rank) * B;
       const int64_t count = std::clamp<int64_t>(rows - first, 0, B);
-      const data::Batch batch = data.RowsInOrder(split, count > 0 ? first : 0, std::max<int64_t>(count, 1), B);
+      const data::Batch batch =
+          m.seq.Slice(data.RowsInOrder(split, count > 0 ? first : 0, std::max<int64_t>(count, 1), B));
       if (StatusOr<double> ran = m.ForwardOnly(batch, 1.0, Pass::kLogProbs); !ran.ok())
         return ran.status().WithContext("the reference log-probabilities");
       const float* row = m.row_logps.data_ptr<float>();
@@ -55,7 +58,8 @@ Status Engine::Impl::CheckDpoReference() const {
 }
 
 StatusOr<model::DpoTally> Engine::Impl::SumOverRanks(const model::DpoTally& tally) {
-  const model::DpoTally t = seq.tensor_index() == 0 ? tally : model::DpoTally{};  // a tensor group's pairs once
+  // A tensor or sequence group's pairs once (each member computes them alike).
+  const model::DpoTally t = seq.tensor_index() == 0 && seq.sequence_index() == 0 ? tally : model::DpoTally{};
   float v[7] = {static_cast<float>(t.pairs),          static_cast<float>(t.chosen_rewards),
                 static_cast<float>(t.rejected_rewards), static_cast<float>(t.margins),
                 static_cast<float>(t.accuracies),     static_cast<float>(t.chosen_logps),

@@ -339,7 +339,7 @@ StatusOr<double> Engine::Impl::HeadPass(const torch::Tensor& x, const torch::Ten
     model::Block& head = *model.blocks[n - 1].module;
     // The step's loss: the language model's, or DPO's over the micro-batch's pairs (Note [DPO]).
     const auto objective = [&](const torch::Tensor& hidden) {
-      return dpo ? dpo->Loss(head, hidden, targets, mask, rows, &dpo_tally)
+      return dpo ? dpo->Loss(head, hidden, targets, mask, rows, &dpo_tally, seq.group())
                  : MicroBatchLoss(head, hidden, targets, mask, weight, cfg.loss_chunk, seq.tensor_group());
     };
     if (pass == Pass::kLogProbs) {

@@ -41,6 +41,8 @@ class MeshPlace {
   // This rank's place in its tensor group (0 .. tensor_size - 1): the group's members compute the
   // same results, and where they are summed over the world only the first one's count.
   int tensor_index() const { return tensor_index_; }
+  // This rank's place in its sequence group (0 .. size - 1): which shard of each row it holds.
+  int sequence_index() const { return index_; }
   // The ranks that read different batches or different positions of them: world / tensor.
   int loss_ranks() const { return data_ranks_ * size_; }
   // The blocks' groups; null with whole rows / whole layers.

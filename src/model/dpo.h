@@ -14,7 +14,10 @@
 // precompute_ref_log_probs), so the weights stream once per step, not twice; with LoRA the
 // initial model is the frozen base (the adapters start at zero). The rewards TRL logs are
 // beta * (logp - ref) of the chosen and the rejected completions, their margin, and the share
-// of pairs whose chosen reward is the larger. Torch-free: the options and the step's tallies.
+// of pairs whose chosen reward is the larger. With the layers split (Note [Tensor parallel]) a
+// tensor group's members compute the same rows' log-probabilities; with the rows split (Note
+// [Ulysses]) each member sums its positions and the group adds the parts (RowTotalsOverGroup);
+// a group's pairs are tallied once. Torch-free: the options and the step's tallies.
 #pragma once
 
 #include <cstdint>

@@ -64,7 +64,21 @@ struct HeadsToSequenceFn : torch::autograd::Function<HeadsToSequenceFn> {
   }
 };
 
+struct RowTotalsFn : torch::autograd::Function<RowTotalsFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& partial, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return SumOverGroup(partial, FromHandle(group), "per-row sums over the sequence group");
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grad) {
+    return {grad[0] * static_cast<double>(GroupOf(ctx).world_size()), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+torch::Tensor RowTotalsOverGroup(const torch::Tensor& partial, Communicator& group) {
+  return RowTotalsFn::apply(partial, Handle(group));
+}
 
 torch::Tensor SequenceToHeads(const torch::Tensor& x, Communicator& group) {
   return SequenceToHeadsFn::apply(x, Handle(group));

@@ -13,8 +13,9 @@
 // things that see more than one position keep their whole-row meaning: packed examples' layout
 // stays whole (each rank reads its positions' part; attention runs per example on whole rows),
 // LoRA dropout draws the whole rows' masks (LoraDropout), the experts' load-balancing loss
-// sums its counts over the group (RouterLoss), and a loss mask weighs each rank's positions by
-// their own trained targets (BatchLossWeights).
+// sums its counts over the group (RouterLoss), a loss mask weighs each rank's positions by
+// their own trained targets (BatchLossWeights), and DPO's per-row log-probabilities are the
+// group's sums of each rank's positions (RowTotalsOverGroup).
 #pragma once
 
 #include <torch/types.h>
@@ -29,5 +30,11 @@ torch::Tensor SequenceToHeads(const torch::Tensor& x, Communicator& group);
 
 // The inverse: x [B, H/S, T, D] -> [B, H, T/S, D].
 torch::Tensor HeadsToSequence(const torch::Tensor& x, Communicator& group);
+
+// partial [B]: per row, a sum over this rank's positions -> the sum over the whole rows, on
+// every member alike. A loss of these totals, which every member then computes alike, flows
+// back to each member's positions times the group's size S: the engine's mean over the world
+// (S members of each row's group) then counts each row's gradient once.
+torch::Tensor RowTotalsOverGroup(const torch::Tensor& partial, Communicator& group);
 
 }  // namespace strata::model

@@ -122,7 +122,6 @@ StatusOr<int> CheckSequenceParallel(const TrainConfig& c, int world) {
   if (m.n_head % sp != 0 || kv % sp != 0)
     return refuse(fmt::format("{} attention heads ({} key/value heads) do not split over {} ranks: each rank attends "
                               "with a share of every kind of head", m.n_head, kv, sp));
-  if (c.objective == Objective::kDpo) return refuse("strata.objective \"dpo\" is not split over positions yet");
   return static_cast<int>(world / sp);
 }
 

@@ -15,7 +15,9 @@ differences in near-zero gradient entries into steps of the learning rate's size
 
   full: every weight trained; also, a run resumed from its step-10 checkpoint gives steps 10-19
         bit for bit, reading the reference log-probabilities its checkpoint keeps (also once the
-        file beside the data is gone; refusing to resume, naming the file, without either);
+        file beside the data is gone; refusing to resume, naming the file, without either); and
+        the same 2 ranks split each layer (tensor parallel 2) or each row (sequence parallel 2)
+        train as the data-parallel run;
   lora: rank-4 adapters on q_proj and v_proj, TRL given Strata's initial adapters as a PEFT
         model (the reference is then the base with its adapters off, which is the initial model:
         B starts at zero).
@@ -240,28 +242,37 @@ def check_resume(binary, folder, config, first):
           "without the file beside the data); without either the resume is refused by name")
 
 
-def check_tensor_parallel(binary, folder, config, first):
-    """tensor_parallel.autotp_size 2 (Note [Tensor parallel]): one data rank of 8 rows, each layer
-    split over both ranks, trains as the two data ranks of 4: every step's loss within 1e-5
-    relative and its rewards within 1e-5 absolute (both come from differences of row
-    log-probabilities near -50, sums the split computes in fp32 in another order: 1e-7 of
-    theirs is 1e-6 of a loss near 0.1); the reference pass read by data rank."""
+def check_split(binary, folder, config, first, key, name):
+    """A split of the same 2 ranks, one data rank of 8 rows, trains as the two data ranks of 4:
+    every step's loss within 1e-5 relative and its rewards within 1e-5 absolute (both come from
+    differences of row log-probabilities near -50, sums the split computes in fp32 in another
+    order: 1e-7 of theirs is 1e-6 of a loss near 0.1). The reference pass runs split too (the
+    file an earlier run left beside the data is removed first).
+      tensor_parallel.autotp_size 2 (Note [Tensor parallel]): each layer split over both ranks,
+        the reference pass read by data rank;
+      sequence_parallel_size 2 (Note [Ulysses]): each row's positions split over both ranks,
+        its log-probability the sum of both halves'."""
+    for f in os.listdir(folder):
+        if f.startswith("train.u16.ref-"):
+            os.remove(os.path.join(folder, f))
     r = subprocess.run([binary, "train", "--config", config, "--init-from", folder + "/model", "--nproc", "2",
-                        "--set", "tensor_parallel.autotp_size=2", "--set", "train_micro_batch_size_per_gpu=8",
-                        "--metrics", folder + "/tensor.jsonl"], capture_output=True, text=True)
+                        "--set", f"{key}=2", "--set", "train_micro_batch_size_per_gpu=8",
+                        "--metrics", f"{folder}/{name}.jsonl"], capture_output=True, text=True)
     if r.returncode != 0:
-        sys.exit(f"the tensor-parallel DPO run failed:\n{r.stdout}\n{r.stderr}")
-    split = strata_metrics(folder + "/tensor.jsonl")
+        sys.exit(f"the {name}-parallel DPO run failed:\n{r.stdout}\n{r.stderr}")
+    if "DPO reference log-probabilities: one forward pass" not in r.stdout:
+        sys.exit(f"the {name}-parallel run did not compute its reference:\n{r.stdout}")
+    split = strata_metrics(f"{folder}/{name}.jsonl")
     if len(split) != len(first):
-        sys.exit(f"tensor parallel: {len(split)} steps, the data-parallel run {len(first)}")
-    worst = {key: 0.0 for key in first[0]}
+        sys.exit(f"{name} parallel: {len(split)} steps, the data-parallel run {len(first)}")
+    worst = {k: 0.0 for k in first[0]}
     for i, (a, b) in enumerate(zip(split, first)):
-        for key in b:
-            diff = abs(a[key] - b[key]) / (abs(b[key]) if key == "loss" else 1.0)
-            worst[key] = max(worst[key], diff)
+        for k in b:
+            diff = abs(a[k] - b[k]) / (abs(b[k]) if k == "loss" else 1.0)
+            worst[k] = max(worst[k], diff)
             if diff > 1e-5:
-                sys.exit(f"tensor parallel, step {i}: {key} {a[key]!r}, data parallel {b[key]!r}")
-    print(f"tensor parallel 2: {len(split)} steps; largest difference from the data-parallel run: "
+                sys.exit(f"{name} parallel, step {i}: {k} {a[k]!r}, data parallel {b[k]!r}")
+    print(f"{name} parallel 2: {len(split)} steps; largest difference from the data-parallel run: "
           + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()) + " (loss relative, the rest absolute)")
 
 
@@ -292,7 +303,9 @@ def main():
         compare_weights(folder + "/exported", trainer.model, lora)
         if not lora:
             check_resume(binary, folder, config, strata_metrics(folder + "/metrics.jsonl"))
-            check_tensor_parallel(binary, folder, config, strata_metrics(folder + "/metrics.jsonl"))
+            first = strata_metrics(folder + "/metrics.jsonl")
+            check_split(binary, folder, config, first, "tensor_parallel.autotp_size", "tensor")
+            check_split(binary, folder, config, first, "sequence_parallel_size", "sequence")
     print(f"DPO {mode}: Strata matches TRL's DPOTrainer")
 
 

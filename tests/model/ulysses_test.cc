@@ -194,5 +194,28 @@ TEST(Ulysses, AFailedExchangeIsAnErrorNamingItAndAHeadCountThatDoesNotSplitIsRef
   EXPECT_THROW(HeadsToSequence(torch::zeros({1, 2, 3, 2}), group), std::invalid_argument);
 }
 
+// DPO's rows over a sequence group (Note [DPO]): each member's per-row partial sums become the
+// whole rows' sums on every member, and a loss of them flows back to each member times S (the
+// world's mean over the S members then counts each row once).
+TEST(Ulysses, RowTotalsAreTheGroupsSumsAndTheirGradientCountsEachRowOnce) {
+  constexpr int S = 3;
+  auto comms = MakeLocalCommunicators(S);
+  std::vector<torch::Tensor> totals(S), grads(S);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < S; ++r) {
+    ranks.emplace_back([&, r] {
+      torch::Tensor partial = torch::tensor({1.0f + r, -2.0f * r}).requires_grad_(true);
+      totals[r] = RowTotalsOverGroup(partial, *comms[r]);
+      (totals[r] * torch::tensor({0.5f, 2.0f})).sum().backward();
+      grads[r] = partial.grad();
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < S; ++r) {
+    EXPECT_TRUE(torch::equal(totals[r].detach(), torch::tensor({6.0f, -6.0f}))) << totals[r];
+    EXPECT_TRUE(torch::equal(grads[r], torch::tensor({0.5f * S, 2.0f * S}))) << grads[r];
+  }
+}
+
 }  // namespace
 }  // namespace strata::model
