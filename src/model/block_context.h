@@ -38,14 +38,19 @@ class LoraDropout {
   // [B, T, ..] a sequence shard's positions first .. of rows of `whole` positions (Note
   // [Ulysses]), the whole rows' masks are drawn and its part applied: a position's mask is
   // the one an unsplit run draws for it.
-  torch::Tensor Apply(const torch::Tensor& x, double p, int64_t first = 0, int64_t whole = 0) {
+  // Likewise x's last dimension may be features feature_first .. of `features` (a row-parallel
+  // projection's input share, Note [Tensor parallel]): the whole width's masks are drawn.
+  torch::Tensor Apply(const torch::Tensor& x, double p, int64_t first = 0, int64_t whole = 0, int64_t feature_first = 0,
+                      int64_t features = 0) {
     if (p == 0) return x;
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed_ * 0x9E3779B97F4A7C15ULL + ++calls_);
-    const bool part = whole > 0 && whole != x.size(1);
+    const bool part = whole > 0 && whole != x.size(1), narrow = features > 0 && features != x.size(-1);
     std::vector<int64_t> shape = x.sizes().vec();
     if (part) shape[1] = whole;
+    if (narrow) shape.back() = features;
     torch::Tensor keep = torch::empty(shape, torch::kFloat32).bernoulli_(1.0 - p, gen);
     if (part) keep = keep.narrow(1, first, x.size(1));
+    if (narrow) keep = keep.narrow(-1, feature_first, x.size(-1));
     return x * (keep / (1.0 - p)).to(x.options());
   }
 
@@ -73,11 +78,13 @@ struct BlockContext {
   // and MLP width, summed over `tensor_group`; null: the whole layer is here.
   Communicator* tensor_group = nullptr;
 
-  // x with LoRA dropout p applied, or x.
-  torch::Tensor Dropout(const torch::Tensor& x, double p) const {
+  // x with LoRA dropout p applied, or x. x's last dimension: features feature_first .. of
+  // `features` (0: all of them).
+  torch::Tensor Dropout(const torch::Tensor& x, double p, int64_t feature_first = 0, int64_t features = 0) const {
     if (!dropout) return x;
-    return sequence_group ? dropout->Apply(x, p, sequence_offset, x.size(1) * sequence_group->world_size())
-                          : dropout->Apply(x, p);
+    return sequence_group ? dropout->Apply(x, p, sequence_offset, x.size(1) * sequence_group->world_size(),
+                                           feature_first, features)
+                          : dropout->Apply(x, p, 0, 0, feature_first, features);
   }
   // The MLP's tile size: untiled with dropout (its masks are drawn per call, and the
   // backward's call would draw others).

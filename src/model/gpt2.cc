@@ -79,7 +79,7 @@ class Gpt2Attention final : public torch::nn::Module {
     const TensorShare heads = ShareOf(n_head_, group), columns{heads.first * D, heads.count * D};
     const torch::Tensor in = EnterTensorGroup(x, group);
     const torch::Tensor mine = c_proj_->ForwardColumns(
-        Attention(Qkv(x, c_attn_->ForwardRows(in, columns, size, /*stack=*/3)), ctx), columns, size);
+        Attention(Qkv(x, c_attn_->ForwardRows(in, columns, size, ctx, /*stack=*/3)), ctx), columns, size, ctx);
     return c_proj_->AddBias(LeaveTensorGroup(mine, group));
   }
 
@@ -109,8 +109,8 @@ class Gpt2Mlp final : public torch::nn::Module {
       Communicator& group = *ctx.tensor_group;
       const double size = group.world_size();
       const TensorShare width = ShareOf(c_fc_->weight().size(0), group);
-      const torch::Tensor h = torch::gelu(c_fc_->ForwardRows(EnterTensorGroup(x, group), width, size), "tanh");
-      return c_proj_->AddBias(LeaveTensorGroup(c_proj_->ForwardColumns(h, width, size), group));
+      const torch::Tensor h = torch::gelu(c_fc_->ForwardRows(EnterTensorGroup(x, group), width, size, ctx), "tanh");
+      return c_proj_->AddBias(LeaveTensorGroup(c_proj_->ForwardColumns(h, width, size, ctx), group));
     }
     return c_proj_->Forward(torch::gelu(c_fc_->Forward(x, ctx), "tanh"), ctx);  // GPT-2's gelu_new
   }

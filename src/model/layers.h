@@ -146,20 +146,36 @@ class Linear : public Leaf {
   }
   // Column-parallel (Note [Tensor parallel]): output features `share` of y alone; with
   // `stack` > 1 (GPT-2's c_attn: q, k, v stacked along the output), those of each of the
-  // `stack` equal parts, in order.
-  torch::Tensor ForwardRows(const torch::Tensor& x, TensorShare share, double scale, int64_t stack = 1) const {
-    STRATA_CHECK(!lora_a_.defined()) << "a tensor-parallel projection with a LoRA adapter";
+  // `stack` equal parts, in order. An adapter adds its delta's rows `share`: B's rows, and A
+  // whole, whose gradient here is only this share's part (so taken times the group's size too).
+  torch::Tensor ForwardRows(const torch::Tensor& x, TensorShare share, double scale, const BlockContext& ctx,
+                            int64_t stack = 1) const {
     const int64_t out = weight_.size(0) / stack, in = weight_.size(1);
     const torch::Tensor w = WeightSlice(weight_.view({stack, out, in}), 1, share.first, share.count, scale);
-    if (!bias_.defined()) return torch::linear(x, w.reshape({stack * share.count, in}));
-    const torch::Tensor b = WeightSlice(bias_.view({stack, out}), 1, share.first, share.count, scale);
-    return torch::linear(x, w.reshape({stack * share.count, in}), b.reshape({stack * share.count}));
+    torch::Tensor y;
+    if (!bias_.defined()) {
+      y = torch::linear(x, w.reshape({stack * share.count, in}));
+    } else {
+      const torch::Tensor b = WeightSlice(bias_.view({stack, out}), 1, share.first, share.count, scale);
+      y = torch::linear(x, w.reshape({stack * share.count, in}), b.reshape({stack * share.count}));
+    }
+    if (!lora_a_.defined()) return y;
+    STRATA_CHECK(stack == 1) << "a stacked projection with a LoRA adapter";
+    const torch::Tensor a = WeightSlice(lora_a_, 0, 0, lora_a_.size(0), scale);
+    const torch::Tensor b = WeightSlice(lora_b_, 0, share.first, share.count, scale);
+    return y + torch::linear(torch::linear(ctx.Dropout(x, dropout_), a), b) * scale_;
   }
   // Row-parallel: x holds input features `share`; without the bias, which is added once after
-  // the group's sum (AddBias).
-  torch::Tensor ForwardColumns(const torch::Tensor& x, TensorShare share, double scale) const {
-    STRATA_CHECK(!lora_a_.defined()) << "a tensor-parallel projection with a LoRA adapter";
-    return torch::linear(x, WeightSlice(weight_, 1, share.first, share.count, scale));
+  // the group's sum (AddBias). An adapter adds its part of the delta, summed with the rest by
+  // the group: A's columns `share` (dropout's masks those of the whole width's), and B whole,
+  // whose gradient here is only this share's part.
+  torch::Tensor ForwardColumns(const torch::Tensor& x, TensorShare share, double scale, const BlockContext& ctx) const {
+    const torch::Tensor y = torch::linear(x, WeightSlice(weight_, 1, share.first, share.count, scale));
+    if (!lora_a_.defined()) return y;
+    const torch::Tensor a = WeightSlice(lora_a_, 1, share.first, share.count, scale);
+    const torch::Tensor b = WeightSlice(lora_b_, 0, 0, lora_b_.size(0), scale);
+    const torch::Tensor xd = ctx.Dropout(x, dropout_, share.first, weight_.size(1));
+    return y + torch::linear(torch::linear(xd, a), b) * scale_;
   }
   torch::Tensor AddBias(const torch::Tensor& y) const { return bias_.defined() ? y + bias_ : y; }
   const torch::Tensor& weight() const { return weight_; }  // (LmHead's: no bias, no adapter)

@@ -96,11 +96,13 @@ class LlamaAttention final : public torch::nn::Module {
     const int64_t D = head_dim_;
     const TensorShare heads = ShareOf(n_head_, group), kv_heads = ShareOf(n_kv_head_, group);
     const torch::Tensor in = EnterTensorGroup(x, group);
-    auto [q, k, v] = Project(in, ctx.sequence_offset, ctx,
-                             std::make_tuple(q_proj_->ForwardRows(in, {heads.first * D, heads.count * D}, size),
-                                             k_proj_->ForwardRows(in, {kv_heads.first * D, kv_heads.count * D}, size),
-                                             v_proj_->ForwardRows(in, {kv_heads.first * D, kv_heads.count * D}, size)));
-    const torch::Tensor mine = o_proj_->ForwardColumns(Attention(q, k, v, ctx), {heads.first * D, heads.count * D}, size);
+    // One statement each: adapters draw their dropout masks in the unsplit run's order.
+    torch::Tensor q_share = q_proj_->ForwardRows(in, {heads.first * D, heads.count * D}, size, ctx);
+    torch::Tensor k_share = k_proj_->ForwardRows(in, {kv_heads.first * D, kv_heads.count * D}, size, ctx);
+    torch::Tensor v_share = v_proj_->ForwardRows(in, {kv_heads.first * D, kv_heads.count * D}, size, ctx);
+    auto [q, k, v] = Project(in, ctx.sequence_offset, ctx, std::make_tuple(q_share, k_share, v_share));
+    const torch::Tensor mine =
+        o_proj_->ForwardColumns(Attention(q, k, v, ctx), {heads.first * D, heads.count * D}, size, ctx);
     return o_proj_->AddBias(LeaveTensorGroup(mine, group));
   }
 
@@ -169,8 +171,9 @@ class LlamaMlp final : public FeedForward {
       const double size = group.world_size();
       const TensorShare width = ShareOf(gate_proj_->weight().size(0), group);
       const torch::Tensor in = EnterTensorGroup(x, group);
-      const torch::Tensor h = torch::silu(gate_proj_->ForwardRows(in, width, size)) * up_proj_->ForwardRows(in, width, size);
-      return LeaveTensorGroup(down_proj_->ForwardColumns(h, width, size), group);
+      const torch::Tensor gate = gate_proj_->ForwardRows(in, width, size, ctx);  // (before up: dropout's order)
+      const torch::Tensor h = torch::silu(gate) * up_proj_->ForwardRows(in, width, size, ctx);
+      return LeaveTensorGroup(down_proj_->ForwardColumns(h, width, size, ctx), group);
     }
     torch::Tensor gate = gate_proj_->Forward(x, ctx), up = up_proj_->Forward(x, ctx);
     if (gate_up_lora_) gate_up_lora_->AddTo(x, {&gate, &up}, ctx);

@@ -22,7 +22,11 @@
 // a slice's gradient is taken times T (exact for T a power of two): every tensor's gradient
 // is then the mean over data ranks that data parallelism computes. A weight that every head
 // shares inside the split part (Qwen3's per-head q / k norms) gets from each rank its heads'
-// part of its gradient, and is taken times T the same way. What this layout does not
+// part of its gradient, and is taken times T the same way; so are a LoRA adapter's halves: a
+// column-parallel projection's adapter adds B's rows of the share (A whole, its gradient here
+// only through those rows), a row-parallel one's its part of the delta from A's columns of the
+// share (B whole), which the sublayer's all-reduce sums with the rest; dropout's masks are the
+// whole width's, drawn in the unsplit run's order (Note [LoRA dropout]). What this layout does not
 // split is the gather: each rank still gathers the whole block (T times the working weights
 // of a slice-sharded layout); the compute and the activations of the split sublayers are
 // 1 / T.

@@ -6,7 +6,8 @@
 // written split resumes as data parallel with the uninterrupted run's losses; data 2 x tensor 2
 // on four ranks trains as four data ranks and resumes as them; a loss mask, packed examples,
 // a tiled MLP and a tiled loss split over the vocabulary keep their meaning; and what is not
-// split yet is refused at start-up by name.
+// split yet is refused at start-up by name. LoRA adapters (with dropout, on an NF4 base) split
+// with their projections.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -100,6 +101,29 @@ TEST(TensorParallelData, ALossMaskPackedExamplesAndTilesTrainAsOneRank) {
   }
 }
 
+// LoRA on every projection, with dropout (each rank draws the whole width's masks in the
+// unsplit run's order and applies its share's part, Note [LoRA dropout]) and on an NF4 base
+// (QLoRA): trains as one rank with the same 4 rows.
+TEST(TensorParallelLora, AdaptersWithDropoutAndOnAnNf4BaseTrainAsOneRank) {
+  testing::TempDir dir;
+  const std::string lora = "--set strata.model.arch=llama --set strata.model.n_kv_head=2 --set strata.lora.r=4 "
+                           "--set strata.lora.alpha=8 --set 'strata.lora.target_modules="
+                           "[\"q_proj\",\"k_proj\",\"v_proj\",\"o_proj\",\"gate_proj\",\"up_proj\",\"down_proj\"]' ";
+  for (const std::string extra : {"--set strata.lora.dropout=0.2", "--set strata.lora.base_dtype=nf4"}) {
+    SCOPED_TRACE(extra);
+    const std::string split = dir.path() + "/split" + extra.substr(extra.rfind('=')) + ".jsonl",
+                      one = dir.path() + "/one" + extra.substr(extra.rfind('=')) + ".jsonl";
+    auto r = RunStrata(Train(dir.path(), lora + extra, kTensor, 10, "--metrics " + split));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    r = RunStrata(
+        OnRanks(Train(dir.path(), lora + extra, "--set train_micro_batch_size_per_gpu=4", 10, "--metrics " + one), 1));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    ASSERT_EQ(Losses(one).size(), 10u);
+    ExpectSameLosses(Losses(split), Losses(one));
+    ExpectSameLosses(Losses(split, "grad_norm"), Losses(one, "grad_norm"));
+  }
+}
+
 TEST(TensorParallelRefusals, WhatIsNotSplitYetIsRefusedAtStartUpNamingIt) {
   testing::TempDir dir;
   const struct {
@@ -110,7 +134,8 @@ TEST(TensorParallelRefusals, WhatIsNotSplitYetIsRefusedAtStartUpNamingIt) {
       {"--set tensor_parallel.autotp_size=2 --set strata.model.arch=llama --set strata.model.n_kv_head=1",
        "do not split over 2 ranks"},
       {"--set tensor_parallel.autotp_size=2 --set strata.model.arch=llama --set strata.model.n_kv_head=2 "
-       "--set strata.lora.r=4", "strata.lora: adapters on split projections"},
+       "--set strata.model.hf_model_type=phi3 --set strata.lora.r=4 --set 'strata.lora.target_modules=[\"qkv_proj\"]'",
+       "adapters on Phi-3's fused qkv_proj and gate_up_proj are not split yet"},
       {"--set tensor_parallel.autotp_size=2 --set strata.model.arch=llama --set strata.model.n_kv_head=2 "
        "--set strata.model.hf_model_type=qwen3_moe --set strata.model.qk_norm=true "
        "--set 'strata.model.moe={\"num_experts\":4,\"top_k\":2,\"expert_ffn\":32}'",

@@ -4,7 +4,8 @@
 // the whole model's logits; each split projection's gradient is zero outside the rank's rows
 // or columns; and the ranks' gradients summed and divided by T (as the engine's mean over the
 // world counts them) are the whole model's. Also with a tiled MLP, composed with Ulysses on a
-// mesh of tensor 2 x sequence 2, and the tiled loss with the head split over the vocabulary.
+// mesh of tensor 2 x sequence 2, the tiled loss with the head split over the vocabulary, and
+// LoRA adapters on the split projections.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -28,6 +29,15 @@ torch::Tensor TokenLossOver(const torch::Tensor& logits, const torch::Tensor& ta
          static_cast<double>(count);
 }
 
+// LoRA's B away from its zero start, the same in every copy: every adapter's gradients are
+// then not zero (A's is zero while B is).
+void StartAdaptersOff(FullModel& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.named_parameters())
+    if (p.key().find("lora_B") != std::string::npos)
+      p.value().copy_(torch::arange(p.value().numel(), torch::kFloat32).reshape(p.value().sizes()).sin() * 0.1);
+}
+
 // `config` on one rank, and on a mesh of `tensor` x `sequence` ranks (each sequence rank its
 // positions, Note [Ulysses]); `mlp_chunk`: tiled MLPs (Note [Tiled MLP]).
 void ExpectSplitModelIsTheWholeModel(const ModelConfig& config, int tensor, int sequence = 1, int64_t mlp_chunk = 0) {
@@ -38,6 +48,7 @@ void ExpectSplitModelIsTheWholeModel(const ModelConfig& config, int tensor, int 
   BlockContext plain;
   plain.mlp_chunk = mlp_chunk;
   FullModel whole(spec);
+  StartAdaptersOff(whole);
   const torch::Tensor logits = whole.Forward(inputs, plain);
   TokenLossOver(logits, targets, B * T).backward();
 
@@ -51,7 +62,10 @@ void ExpectSplitModelIsTheWholeModel(const ModelConfig& config, int tensor, int 
     sequence_groups.push_back(sequence > 1 ? MakeGroupCommunicator(*comms[r], meshes.back(), kSequenceAxis) : nullptr);
   }
   std::vector<std::shared_ptr<FullModel>> models;
-  for (int r = 0; r < world; ++r) models.push_back(std::make_shared<FullModel>(spec));  // the same weights (seeded)
+  for (int r = 0; r < world; ++r) {
+    models.push_back(std::make_shared<FullModel>(spec));  // the same weights (seeded)
+    StartAdaptersOff(*models.back());
+  }
   std::vector<torch::Tensor> rank_logits(world);
   std::vector<std::thread> ranks;
   for (int r = 0; r < world; ++r)
@@ -116,6 +130,21 @@ TEST(TensorParallel, AModelOnShareOfItsHeadsAndWidthIsTheWholeModel) {
     qwen3.qk_norm = true;
     { SCOPED_TRACE("qwen3"); ExpectSplitModelIsTheWholeModel(qwen3, T); }
   }
+}
+
+// LoRA on every projection: a column-parallel one's adapter adds B's rows of the share (A
+// whole, its gradient here only the share's part), a row-parallel one's its part of the delta
+// from A's columns (B whole), summed by the group with the rest.
+TEST(TensorParallel, AdaptersOnSplitProjectionsAreTheWholeModels) {
+  ModelConfig llama = SplitLlama();
+  llama.lora.r = 4;
+  llama.lora.alpha = 8;
+  llama.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  for (int T : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << T << " ranks");
+    ExpectSplitModelIsTheWholeModel(llama, T);
+  }
+  ExpectSplitModelIsTheWholeModel(llama, 2, 2);
 }
 
 TEST(TensorParallel, TiledMlpsRunTheirAllReducesPerTileAgainInTheBackward) {
