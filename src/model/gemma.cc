@@ -12,7 +12,8 @@
 //              mlp.gate_proj.weight [F, C], mlp.up_proj.weight [F, C], mlp.down_proj.weight [C, F]
 //              post_feedforward_layernorm.weight [C]
 //   head       norm.weight [C] (the tied embedding as the LM head, or lm_head.weight [V, C])
-// With strata.lora the targeted projections carry adapters as LLaMA's do (llama.cc).
+// With strata.lora the targeted projections carry adapters as LLaMA's do (llama.cc), and a
+// tensor group splits the heads and the MLP's width as LLaMA's (Note [Tensor parallel]).
 // Every norm is Gemma's: in fp32, scaled by (1 + weight), cast back (weights start at 0).
 // Attention scores are scaled by query_pre_attn_scalar^-1/2; with attn_softcap (Gemma 2) they
 // are soft-capped, cap * tanh(scores / cap), before the mask and an fp32 softmax, which no
@@ -33,14 +34,20 @@ namespace {
 class GemmaRmsNorm : public Leaf {
  public:
   GemmaRmsNorm(int64_t dim, double eps) : eps_(eps) { weight_ = AddParameter("weight", {dim}); }
-  torch::Tensor Forward(const torch::Tensor& x) const {
-    const torch::Tensor x32 = x.to(torch::kFloat32);
-    const torch::Tensor normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-    return (normed * (1.0 + weight_.to(torch::kFloat32))).to(x.scalar_type());
+  torch::Tensor Forward(const torch::Tensor& x) const { return Normed(x, weight_); }
+  // Over a tensor-parallel share of the heads (Gemma 3's per-head norms, Note [Tensor
+  // parallel]): the weight's gradient is this rank's heads' part, taken times `scale`.
+  torch::Tensor ForwardOnShare(const torch::Tensor& x, double scale) const {
+    return Normed(x, WeightSlice(weight_, 0, 0, weight_.size(0), scale));
   }
   void Initialise(WeightDraws&) override { weight_.zero_(); }  // a scale of 1 + 0
 
  private:
+  torch::Tensor Normed(const torch::Tensor& x, const torch::Tensor& weight) const {
+    const torch::Tensor x32 = x.to(torch::kFloat32);
+    const torch::Tensor normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+    return (normed * (1.0 + weight.to(torch::kFloat32))).to(x.scalar_type());
+  }
   torch::Tensor weight_;
   double eps_;
 };
@@ -98,17 +105,9 @@ class GemmaAttention final : public torch::nn::Module {
     o_proj_ = register_module("o_proj", std::make_shared<Linear>(q_out, C, false, c.init_std, AdapterFor(c.lora, "o_proj")));
   }
   torch::Tensor Forward(const torch::Tensor& x, const BlockContext& ctx) {
+    if (ctx.tensor_group) return ForwardHeadsShare(x, ctx, *ctx.tensor_group);
     auto [q, k, v] = Project(x, ctx.sequence_offset, ctx);  // RoPE at this rank's positions (Note [Ulysses])
-    const int64_t B = q.size(0), T = q.size(2);
-    auto attend = [this](const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
-      return GemmaAttend(a, b, c, {}, scale_, cap_);
-    };
-    if (ctx.sequence_group)
-      return o_proj_->Forward(ShardedCausalAttention(q, k, v, *ctx.sequence_group, ctx.packing, attend), ctx);
-    if (ctx.packing) {  // Note [Packed sequences]
-      return o_proj_->Forward(PackedCausalAttention(q, k, v, *ctx.packing, attend), ctx);
-    }
-    return o_proj_->Forward(GemmaAttend(q, k, v, {}, scale_, cap_).transpose(1, 2).reshape({B, T, -1}), ctx);
+    return o_proj_->Forward(Attention(q, k, v, ctx), ctx);
   }
   torch::Tensor ForwardCached(const torch::Tensor& x, int64_t past, KvCache& cache) {
     const BlockContext plain;
@@ -123,19 +122,54 @@ class GemmaAttention final : public torch::nn::Module {
   }
 
  private:
+  // [B, T, H * D]: the attention of q's heads (all of them, or a tensor-parallel share).
+  torch::Tensor Attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                          const BlockContext& ctx) const {
+    auto attend = [this](const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
+      return GemmaAttend(a, b, c, {}, scale_, cap_);
+    };
+    if (ctx.sequence_group) return ShardedCausalAttention(q, k, v, *ctx.sequence_group, ctx.packing, attend);
+    if (ctx.packing) return PackedCausalAttention(q, k, v, *ctx.packing, attend);  // Note [Packed sequences]
+    const int64_t B = q.size(0), T = q.size(2);
+    return GemmaAttend(q, k, v, {}, scale_, cap_).transpose(1, 2).reshape({B, T, -1});
+  }
+
+  // Note [Tensor parallel]: this rank's share of the heads (and of the key/value heads), its
+  // columns of o_proj, summed over the group (one statement per projection: LoRA dropout's order).
+  torch::Tensor ForwardHeadsShare(const torch::Tensor& x, const BlockContext& ctx, Communicator& group) {
+    const double size = group.world_size();
+    const int64_t D = head_dim_;
+    const TensorShare heads = ShareOf(n_head_, group), kv_heads = ShareOf(n_kv_head_, group);
+    const torch::Tensor in = EnterTensorGroup(x, group);
+    const torch::Tensor q = q_proj_->ForwardRows(in, {heads.first * D, heads.count * D}, size, ctx);
+    const torch::Tensor k = k_proj_->ForwardRows(in, {kv_heads.first * D, kv_heads.count * D}, size, ctx);
+    const torch::Tensor v = v_proj_->ForwardRows(in, {kv_heads.first * D, kv_heads.count * D}, size, ctx);
+    auto [qh, kh, vh] = Heads(q, k, v, ctx.sequence_offset, ctx, size);
+    return LeaveTensorGroup(o_proj_->ForwardColumns(Attention(qh, kh, vh, ctx), {heads.first * D, heads.count * D}, size, ctx),
+                            group);
+  }
+
   // q [B, H, T, D], k, v [B, Hkv, T, D] for positions past..past+T-1, RoPE applied.
   std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Project(const torch::Tensor& x, int64_t past,
                                                                   const BlockContext& ctx) const {
-    const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
-    torch::Tensor q = q_proj_->Forward(x, ctx).view({B, T, n_head_, D});
-    torch::Tensor k = k_proj_->Forward(x, ctx).view({B, T, n_kv_head_, D});
-    if (q_norm_) {  // Gemma 3: per head, before RoPE
-      q = q_norm_->Forward(q);
-      k = k_norm_->Forward(k);
+    torch::Tensor q = q_proj_->Forward(x, ctx), k = k_proj_->Forward(x, ctx), v = v_proj_->Forward(x, ctx);
+    return Heads(q, k, v, past, ctx);
+  }
+  // The projections' outputs [B, T, n * D] as heads, normed (Gemma 3: per head, before RoPE;
+  // `share` > 0: over a tensor-parallel share of the heads, Note [Tensor parallel]) and rotated.
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> Heads(torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                                                                int64_t past, const BlockContext& ctx,
+                                                                double share = 0) const {
+    const int64_t B = q.size(0), T = q.size(1), D = head_dim_;
+    q = q.view({B, T, q.size(-1) / D, D});
+    k = k.view({B, T, k.size(-1) / D, D});
+    if (q_norm_) {
+      q = share > 0 ? q_norm_->ForwardOnShare(q, share) : q_norm_->Forward(q);
+      k = share > 0 ? k_norm_->ForwardOnShare(k, share) : k_norm_->Forward(k);
     }
     q = q.transpose(1, 2);
     k = k.transpose(1, 2);
-    torch::Tensor v = v_proj_->Forward(x, ctx).view({B, T, n_kv_head_, D}).transpose(1, 2);
+    v = v.view({B, T, v.size(-1) / D, D}).transpose(1, 2);
     auto [cos, sin] = RopeTablesFor(q, D, rope_theta_, {}, past, ctx.packing);
     return {ApplyRope(q, cos, sin), ApplyRope(k, cos, sin), v};
   }
@@ -159,7 +193,17 @@ class GemmaMlp final : public torch::nn::Module {
     return RowWise([this](const torch::Tensor& t, const BlockContext& c) { return Whole(t, c); }, x, *this, ctx);  // Note [Tiled MLP]
   }
   torch::Tensor Whole(const torch::Tensor& x, const BlockContext& ctx) {
-    return down_proj_->Forward(torch::gelu(gate_proj_->Forward(x, ctx), "tanh") * up_proj_->Forward(x, ctx), ctx);
+    if (ctx.tensor_group) {  // Note [Tensor parallel]: this rank's share of the width
+      Communicator& group = *ctx.tensor_group;
+      const double size = group.world_size();
+      const TensorShare width = ShareOf(gate_proj_->weight().size(0), group);
+      const torch::Tensor in = EnterTensorGroup(x, group);
+      const torch::Tensor gate = gate_proj_->ForwardRows(in, width, size, ctx);  // (before up: dropout's order)
+      const torch::Tensor h = torch::gelu(gate, "tanh") * up_proj_->ForwardRows(in, width, size, ctx);
+      return LeaveTensorGroup(down_proj_->ForwardColumns(h, width, size, ctx), group);
+    }
+    const torch::Tensor gate = gate_proj_->Forward(x, ctx);  // (before up: LoRA dropout's order)
+    return down_proj_->Forward(torch::gelu(gate, "tanh") * up_proj_->Forward(x, ctx), ctx);
   }
 
  private:

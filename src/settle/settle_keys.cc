@@ -141,9 +141,9 @@ StatusOr<int> CheckTensorParallel(const TrainConfig& c, int world) {
                               "a share of every kind of head", m.n_head, kv, split));
   if (model::FfnHidden(m) % tp != 0)
     return refuse(fmt::format("the MLP's width {} does not split over {} ranks", model::FfnHidden(m), tp));
-  if (family.gemma() || family.experts || family.qk_norm_whole)
-    return refuse(fmt::format("model_type \"{}\" is not split yet: GPT-2 and the dense LLaMA family (LLaMA, "
-                              "Mistral, Qwen2, Qwen3, Phi-3) are", family.model_type));
+  if (family.experts || family.qk_norm_whole)
+    return refuse(fmt::format("model_type \"{}\" is not split yet: GPT-2, the dense LLaMA family (LLaMA, "
+                              "Mistral, Qwen2, Qwen3, Phi-3) and Gemma 2 / 3 are", family.model_type));
   if (m.lora.enabled() && (m.lora.Targets("qkv_proj") || m.lora.Targets("gate_up_proj")))
     return refuse("strata.lora: adapters on Phi-3's fused qkv_proj and gate_up_proj are not split yet");
   return static_cast<int>(world / split);

@@ -7,7 +7,7 @@
 // on four ranks trains as four data ranks and resumes as them; a loss mask, packed examples,
 // a tiled MLP and a tiled loss split over the vocabulary keep their meaning; and what is not
 // split yet is refused at start-up by name. LoRA adapters (with dropout, on an NF4 base) split
-// with their projections.
+// with their projections; Gemma 2 splits too.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -122,6 +122,24 @@ TEST(TensorParallelLora, AdaptersWithDropoutAndOnAnNf4BaseTrainAsOneRank) {
     ExpectSameLosses(Losses(split), Losses(one));
     ExpectSameLosses(Losses(split, "grad_norm"), Losses(one, "grad_norm"));
   }
+}
+
+// Gemma 2: soft-capped attention on a share of the heads, GeGLU on a share of the width, the
+// tied head's final soft-cap; trains as one rank with the same 4 rows.
+TEST(TensorParallelGemma, Gemma2TrainsAsOneRank) {
+  testing::TempDir dir;
+  const std::string model = "--set strata.model.arch=llama --set strata.model.n_kv_head=2 "
+                            "--set strata.model.hf_model_type=gemma2 --set strata.model.sliding_window=32 "
+                            "--set strata.model.tie_embeddings=true --set 'strata.model.gemma={\"query_pre_attn_scalar\":16,"
+                            "\"attn_softcap\":50,\"final_softcap\":30,\"sliding_layers\":[true,false]}'";
+  const std::string split = dir.path() + "/split.jsonl", one = dir.path() + "/one.jsonl";
+  auto r = RunStrata(Train(dir.path(), model, kTensor, 10, "--metrics " + split));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = RunStrata(OnRanks(Train(dir.path(), model, "--set train_micro_batch_size_per_gpu=4", 10, "--metrics " + one), 1));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_EQ(Losses(one).size(), 10u);
+  ExpectSameLosses(Losses(split), Losses(one));
+  ExpectSameLosses(Losses(split, "grad_norm"), Losses(one, "grad_norm"));
 }
 
 TEST(TensorParallelRefusals, WhatIsNotSplitYetIsRefusedAtStartUpNamingIt) {

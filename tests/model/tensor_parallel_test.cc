@@ -4,8 +4,8 @@
 // the whole model's logits; each split projection's gradient is zero outside the rank's rows
 // or columns; and the ranks' gradients summed and divided by T (as the engine's mean over the
 // world counts them) are the whole model's. Also with a tiled MLP, composed with Ulysses on a
-// mesh of tensor 2 x sequence 2, the tiled loss with the head split over the vocabulary, and
-// LoRA adapters on the split projections.
+// mesh of tensor 2 x sequence 2, the tiled loss with the head split over the vocabulary,
+// LoRA adapters on the split projections, and Gemma 2 / 3.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -145,6 +145,29 @@ TEST(TensorParallel, AdaptersOnSplitProjectionsAreTheWholeModels) {
     ExpectSplitModelIsTheWholeModel(llama, T);
   }
   ExpectSplitModelIsTheWholeModel(llama, 2, 2);
+}
+
+// Gemma 2 (soft-capped attention with its own scale, GeGLU, four norms a layer) and Gemma 3
+// (per-head q / k norms on a share of the heads, local RoPE on a sliding layer), with adapters.
+TEST(TensorParallel, GemmaSplitsItsHeadsAndWidthAsTheLlamaFamilyDoes) {
+  ModelConfig gemma2 = testing::Tiny(Arch::kLlama, /*tie=*/true);
+  gemma2.n_kv_head = 4;
+  gemma2.hf_model_type = "gemma2";
+  gemma2.sliding_window = 32;
+  gemma2.gemma = {24, 50, 30, 0, {true, false}};
+  ModelConfig gemma3 = gemma2;
+  gemma3.hf_model_type = "gemma3_text";
+  gemma3.qk_norm = true;
+  gemma3.gemma = {32, 0, 0, 10000, {true, false}};
+  gemma3.lora.r = 4;
+  gemma3.lora.target_modules = {"q_proj", "o_proj", "up_proj", "down_proj"};
+  for (int T : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << T << " ranks");
+    { SCOPED_TRACE("gemma2"); ExpectSplitModelIsTheWholeModel(gemma2, T); }
+    { SCOPED_TRACE("gemma3"); ExpectSplitModelIsTheWholeModel(gemma3, T); }
+  }
+  { SCOPED_TRACE("gemma3, tiled MLP"); ExpectSplitModelIsTheWholeModel(gemma3, 2, 1, /*mlp_chunk=*/8); }
+  { SCOPED_TRACE("gemma2, with Ulysses"); ExpectSplitModelIsTheWholeModel(gemma2, 2, 2); }
 }
 
 TEST(TensorParallel, TiledMlpsRunTheirAllReducesPerTileAgainInTheBackward) {
