@@ -73,10 +73,26 @@ TEST(TensorParallelMesh, DataTwoByTensorTwoIsDataFourAndResumesAsIt) {
   ExpectSameLosses(Losses(resumed), Losses(data), 4);
 }
 
+// `model` with tensor 2 (one data rank of micro-batch 4) trains as one rank with the same 4
+// rows: 10 steps' losses and gradient norms within 1e-6 (and the evaluation losses, where
+// `evals` says how many). `tag` names the runs' metrics files in `dir`.
+void ExpectTensorTwoTrainsAsOneRank(const std::string& dir, const std::string& model, const std::string& tag,
+                                    size_t evals = 0) {
+  const std::string split = dir + "/split" + tag + ".jsonl", one = dir + "/one" + tag + ".jsonl";
+  auto r = RunStrata(Train(dir, model, kTensor, 10, "--metrics " + split));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = RunStrata(OnRanks(Train(dir, model, "--set train_micro_batch_size_per_gpu=4", 10, "--metrics " + one), 1));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_EQ(Losses(one).size(), 10u);
+  ExpectSameLosses(Losses(split), Losses(one));
+  ExpectSameLosses(Losses(split, "grad_norm"), Losses(one, "grad_norm"));
+  ASSERT_EQ(Losses(one, "eval_loss").size(), evals);
+  ExpectSameLosses(Losses(split, "eval_loss"), Losses(one, "eval_loss"));
+}
+
 // A loss mask (each rank of a tensor group weighs the whole batch's targets once, Note [Loss
 // mask]), its evaluation losses, packed examples, a tiled MLP (each tile's all-reduce run again
-// in the backward) and a tiled loss (the head split over the vocabulary) train as one rank
-// with the same 4 rows.
+// in the backward) and a tiled loss (the head split over the vocabulary).
 TEST(TensorParallelData, ALossMaskPackedExamplesAndTilesTrainAsOneRank) {
   testing::TempDir dir;
   const std::string data_file = MaskedTokens(dir.path());
@@ -86,24 +102,13 @@ TEST(TensorParallelData, ALossMaskPackedExamplesAndTilesTrainAsOneRank) {
   for (const std::string extra :
        {"", " --set strata.data.packing=packed", " --set strata.mlp_chunk=16", " --set strata.loss_chunk=24"}) {
     SCOPED_TRACE(extra);
-    const std::string split = dir.path() + "/split.jsonl" + extra.substr(extra.rfind('.') + 1),
-                      one = dir.path() + "/one.jsonl" + extra.substr(extra.rfind('.') + 1);
-    auto r = RunStrata(Train(dir.path(), model + extra, kTensor, 10, "--metrics " + split));
-    ASSERT_EQ(r.exit_code, 0) << r.out;
-    r = RunStrata(OnRanks(Train(dir.path(), model + extra, "--set train_micro_batch_size_per_gpu=4", 10,
-                                "--metrics " + one), 1));
-    ASSERT_EQ(r.exit_code, 0) << r.out;
-    ASSERT_EQ(Losses(one).size(), 10u);
-    ExpectSameLosses(Losses(split), Losses(one));
-    ExpectSameLosses(Losses(split, "grad_norm"), Losses(one, "grad_norm"));
-    ASSERT_EQ(Losses(one, "eval_loss").size(), 3u);
-    ExpectSameLosses(Losses(split, "eval_loss"), Losses(one, "eval_loss"));
+    ExpectTensorTwoTrainsAsOneRank(dir.path(), model + extra, extra.substr(extra.rfind('.') + 1), 3);
   }
 }
 
 // LoRA on every projection, with dropout (each rank draws the whole width's masks in the
 // unsplit run's order and applies its share's part, Note [LoRA dropout]) and on an NF4 base
-// (QLoRA): trains as one rank with the same 4 rows.
+// (QLoRA).
 TEST(TensorParallelLora, AdaptersWithDropoutAndOnAnNf4BaseTrainAsOneRank) {
   testing::TempDir dir;
   const std::string lora = "--set strata.model.arch=llama --set strata.model.n_kv_head=2 --set strata.lora.r=4 "
@@ -111,35 +116,20 @@ TEST(TensorParallelLora, AdaptersWithDropoutAndOnAnNf4BaseTrainAsOneRank) {
                            "[\"q_proj\",\"k_proj\",\"v_proj\",\"o_proj\",\"gate_proj\",\"up_proj\",\"down_proj\"]' ";
   for (const std::string extra : {"--set strata.lora.dropout=0.2", "--set strata.lora.base_dtype=nf4"}) {
     SCOPED_TRACE(extra);
-    const std::string split = dir.path() + "/split" + extra.substr(extra.rfind('=')) + ".jsonl",
-                      one = dir.path() + "/one" + extra.substr(extra.rfind('=')) + ".jsonl";
-    auto r = RunStrata(Train(dir.path(), lora + extra, kTensor, 10, "--metrics " + split));
-    ASSERT_EQ(r.exit_code, 0) << r.out;
-    r = RunStrata(
-        OnRanks(Train(dir.path(), lora + extra, "--set train_micro_batch_size_per_gpu=4", 10, "--metrics " + one), 1));
-    ASSERT_EQ(r.exit_code, 0) << r.out;
-    ASSERT_EQ(Losses(one).size(), 10u);
-    ExpectSameLosses(Losses(split), Losses(one));
-    ExpectSameLosses(Losses(split, "grad_norm"), Losses(one, "grad_norm"));
+    ExpectTensorTwoTrainsAsOneRank(dir.path(), lora + extra, extra.substr(extra.rfind('=') + 1));
   }
 }
 
 // Gemma 2: soft-capped attention on a share of the heads, GeGLU on a share of the width, the
-// tied head's final soft-cap; trains as one rank with the same 4 rows.
+// tied head's final soft-cap.
 TEST(TensorParallelGemma, Gemma2TrainsAsOneRank) {
   testing::TempDir dir;
-  const std::string model = "--set strata.model.arch=llama --set strata.model.n_kv_head=2 "
-                            "--set strata.model.hf_model_type=gemma2 --set strata.model.sliding_window=32 "
-                            "--set strata.model.tie_embeddings=true --set 'strata.model.gemma={\"query_pre_attn_scalar\":16,"
-                            "\"attn_softcap\":50,\"final_softcap\":30,\"sliding_layers\":[true,false]}'";
-  const std::string split = dir.path() + "/split.jsonl", one = dir.path() + "/one.jsonl";
-  auto r = RunStrata(Train(dir.path(), model, kTensor, 10, "--metrics " + split));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  r = RunStrata(OnRanks(Train(dir.path(), model, "--set train_micro_batch_size_per_gpu=4", 10, "--metrics " + one), 1));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  ASSERT_EQ(Losses(one).size(), 10u);
-  ExpectSameLosses(Losses(split), Losses(one));
-  ExpectSameLosses(Losses(split, "grad_norm"), Losses(one, "grad_norm"));
+  ExpectTensorTwoTrainsAsOneRank(
+      dir.path(),
+      "--set strata.model.arch=llama --set strata.model.n_kv_head=2 --set strata.model.hf_model_type=gemma2 "
+      "--set strata.model.sliding_window=32 --set strata.model.tie_embeddings=true --set 'strata.model.gemma="
+      "{\"query_pre_attn_scalar\":16,\"attn_softcap\":50,\"final_softcap\":30,\"sliding_layers\":[true,false]}'",
+      "gemma2");
 }
 
 TEST(TensorParallelRefusals, WhatIsNotSplitYetIsRefusedAtStartUpNamingIt) {

@@ -233,15 +233,21 @@ TEST(Estimate, QloraMatchesTheEngineLedgerExactly) {
 // micro-batch of 4 rows costs each rank what data parallelism's micro-batch of 2 does (the
 // same global batch on the same 2 ranks): activations, tiles and FLOPs; the weights and states
 // are ZeRO's over the same world. The batch rule counts the data ranks.
-TEST(Estimate, SequenceParallelCountsEachRanksPositions) {
-  testing::TempDir dir;
-  TrainConfig split = Shrunk("gpt2_124m_cpu_offload.json", dir.path());
+// The GPT-2 config with sequence 2 at a micro-batch of 4 rows, and as data parallelism at 2.
+std::pair<TrainConfig, TrainConfig> SequenceTwoAndDataTwo(const std::string& dir) {
+  TrainConfig split = Shrunk("gpt2_124m_cpu_offload.json", dir);
   split.micro_batch_set = split.micro_batch = 4;
   split.grad_accum_set = split.grad_accum = 1;
   split.sequence_parallel = 2;
   TrainConfig data = split;
   data.micro_batch_set = data.micro_batch = 2;
   data.sequence_parallel = 1;
+  return {split, data};
+}
+
+TEST(Estimate, SequenceParallelCountsEachRanksPositions) {
+  testing::TempDir dir;
+  const auto [split, data] = SequenceTwoAndDataTwo(dir.path());
   const RunConfig a = testing::Settled(split, 2), b = testing::Settled(data, 2);
   EXPECT_EQ(a->train_batch, 4);
   EXPECT_EQ(b->train_batch, 4);
@@ -289,15 +295,11 @@ TEST(Estimate, TensorParallelSplitsTheLayersActivationsAndCompute) {
 // at a micro-batch of 4 rows are data parallelism's at 2.
 TEST(Estimate, ModelParallelGroupsSettleWithBlocksOnAGpu) {
   testing::TempDir dir;
-  TrainConfig split = Shrunk("gpt2_124m_cpu_offload.json", dir.path());
-  split.bf16_auto = false;
-  split.compute_dtype = DType::kBF16;
-  split.micro_batch_set = split.micro_batch = 4;
-  split.grad_accum_set = split.grad_accum = 1;
-  split.sequence_parallel = 2;
-  TrainConfig data = split;
-  data.micro_batch_set = data.micro_batch = 2;
-  data.sequence_parallel = 1;
+  auto [split, data] = SequenceTwoAndDataTwo(dir.path());
+  for (TrainConfig* c : {&split, &data}) {
+    c->bf16_auto = false;
+    c->compute_dtype = DType::kBF16;
+  }
   TrainConfig both = split;
   both.tensor_parallel = 2;
   auto on_gpu = [](const TrainConfig& c, int world) {
