@@ -138,7 +138,7 @@ StepWork WorkOf(const SettledConfig& cfg, const ShardPlan& plan, const MachineRa
   // The groups' collectives block the compute thread on the host; on a GPU they run on the
   // compute stream: in line with the compute either way.
   const GroupTraffic groups = EstimateGroupTraffic(cfg);
-  const double group_bytes = groups.Received(mr.host_device, plan.blocks.empty() ? 1 : plan.blocks.front().layout.world);
+  const double group_bytes = groups.Received(mr.host_device, plan.world);
   if (groups.any() && mr.group_link > 0) w.groups = group_bytes / mr.group_link;
   // The host adds each micro-batch's gradients into the accumulators (flattened first), unless
   // the device sums them; on the host device this is on the compute thread's path.

@@ -91,7 +91,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator, public StreamCollect
   }
   // Point-to-point, grouped so NCCL runs every send and receive at once: block r to rank r.
   Status AllToAllOn(void* stream, const void* in, void* out, size_t count, DType dtype) override {
-    const size_t block = count * (dtype == DType::kF32 ? 4 : 2);
+    const size_t block = count * DTypeSize(dtype);
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
     STRATA_RETURN_IF_ERROR(Nccl(ncclGroupStart(), "all-to-all", rank_));
     for (int r = 0; r < world_; ++r) {
