@@ -23,8 +23,6 @@ using cpu::AdamArgs;
 constexpr size_t kMinElementsPerThread = 1 << 15;
 // Upper bound on threads, so that per-thread partial sums live on the stack.
 constexpr int kMaxThreads = 256;
-// Thread ranges start on a 64-byte line of the fp32 arrays: no two threads write one line.
-constexpr size_t kLineFloats = 16;
 
 int ThreadsFor(size_t n, const AdamOptions& options) {
   const int wanted = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();

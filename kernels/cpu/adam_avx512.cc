@@ -7,7 +7,9 @@
 // GCC 12 reports its own `__m512 __Y = __Y;` idiom inside the AVX-512 intrinsic headers as
 // uninitialized once they are inlined here (a known false positive); silence it for this file.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // (a GCC-only warning group)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include "adam_impl.h"
 #include "lamb_impl.h"

@@ -5,7 +5,9 @@
 
 // GCC 12's false "may be used uninitialized" inside the AVX-512 intrinsic headers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // (a GCC-only warning group)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include "bf16_avx512.h"
 #include "cast_impl.h"

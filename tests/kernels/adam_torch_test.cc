@@ -48,7 +48,11 @@ TEST_P(AdamTorchTest, HundredStepsMatchLibTorchAdamW) {
     torch_p.mutable_grad() = g.clone();
     opt.step();
     AdamHyperParams hp{.lr = lr, .weight_decay = wd, .step = step};
-    AdamSpans s{p, m, v, std::span<const float>(g.data_ptr<float>(), n), {}, {}, HalfFormat::kBf16};
+    AdamSpans s;
+    s.params = p;
+    s.exp_avg = m;
+    s.exp_avg_sq = v;
+    s.grad = std::span<const float>(g.data_ptr<float>(), n);
     ASSERT_TRUE(AdamStep(hp, s).ok());
   }
 
