@@ -176,6 +176,6 @@ std::string DefaultPeerPython() {
   return access(venv.c_str(), X_OK) == 0 ? venv : "python3";
 }
 
-std::string DefaultDeepSpeedScript() { return std::string(STRATA_SOURCE_DIR) + "/bench/deepspeed_adam.py"; }
+std::string DefaultDeepSpeedScript() { return STRATA_SOURCE_DIR "/bench/deepspeed_adam.py"; }
 
 }  // namespace strata::bench

@@ -171,12 +171,19 @@ class StandInClient {
   std::optional<std::string> old_;
 };
 
+// The wandb section switched on, the rest as DeepSpeed's defaults.
+WandbConfig WandbOn() {
+  WandbConfig c;
+  c.enabled = true;
+  return c;
+}
+
 TEST(WandbMonitor, ScalarsReachTheClientAsJsonLines) {
   testing::TempDir dir;
   const std::string got = dir.path() + "/got.jsonl";
   StandInClient client(dir, "echo ready offline /runs/offline-run-1; cat > " + got);
   {
-    auto sink = OpenWandbSink(WandbConfig{.enabled = true});
+    auto sink = OpenWandbSink(WandbOn());
     ASSERT_TRUE(sink.ok()) << sink.status().ToString();
     EXPECT_EQ((*sink)->Describe(), "wandb offline '/runs/offline-run-1'");
     ASSERT_TRUE((*sink)->Write({"Train/Samples/train_loss", 0.1, 8}, 0).ok());
@@ -194,7 +201,7 @@ TEST(WandbMonitor, ScalarsReachTheClientAsJsonLines) {
 TEST(WandbMonitor, AClientThatDiesIsAFailedWriteNotASignal) {
   testing::TempDir dir;
   StandInClient client(dir, "echo ready offline /runs/r");
-  auto sink = OpenWandbSink(WandbConfig{.enabled = true});
+  auto sink = OpenWandbSink(WandbOn());
   ASSERT_TRUE(sink.ok()) << sink.status().ToString();
   Status s;
   for (int i = 0; i < 500 && s.ok(); ++i) {  // (until the client has exited)
@@ -210,13 +217,13 @@ TEST(WandbMonitor, AClientThatCannotStartSaysHowToMendIt) {
   testing::TempDir dir;
   {
     StandInClient client(dir, "echo \"error ModuleNotFoundError: No module named 'wandb'\"; exit 1");
-    auto sink = OpenWandbSink(WandbConfig{.enabled = true});
+    auto sink = OpenWandbSink(WandbOn());
     ASSERT_FALSE(sink.ok());
     EXPECT_NE(sink.status().message().find("No module named 'wandb'"), std::string::npos) << sink.status().message();
     EXPECT_NE(sink.status().message().find("STRATA_PYTHON"), std::string::npos) << sink.status().message();
   }
   ::setenv("STRATA_PYTHON", (dir.path() + "/no-such-python").c_str(), 1);
-  auto none = OpenWandbSink(WandbConfig{.enabled = true});
+  auto none = OpenWandbSink(WandbOn());
   ::unsetenv("STRATA_PYTHON");
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("wandb: cannot start"), std::string::npos) << none.status().message();
