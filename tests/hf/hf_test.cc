@@ -26,6 +26,7 @@
 #include "src/hf/export.h"
 #include "src/hf/hf_loader.h"
 #include "src/checkpoint/safetensors.h"
+#include "hf/folder_tensors.h"
 #include "hf/hf_peers.h"
 #include "support/temp_dir.h"
 #include "support/settled.h"
@@ -61,22 +62,6 @@ int CountShards(const std::string& folder) {
   for (const auto& e : fs::directory_iterator(folder))
     if (e.path().filename().string().rfind("model-", 0) == 0 && e.path().extension() == ".safetensors") ++n;
   return n;
-}
-
-// Every tensor of a folder's shards, by name (the files stay open in `files`).
-std::map<std::string, const ckpt::TensorView*> FolderTensors(const std::string& folder,
-                                                             std::vector<ckpt::SafetensorsFile>* files) {
-  files->reserve(64);
-  std::map<std::string, const ckpt::TensorView*> out;
-  for (const auto& e : fs::directory_iterator(folder)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("model-", 0) != 0 || e.path().extension() != ".safetensors") continue;
-    auto f = ckpt::SafetensorsFile::Open(e.path().string());
-    EXPECT_TRUE(f.ok()) << f.status().ToString();
-    files->push_back(std::move(*f));
-    for (const ckpt::TensorView& t : files->back().tensors()) out[t.name] = &t;
-  }
-  return out;
 }
 
 TEST_P(HuggingFace, FolderInMatchesTransformersLogitsAndFolderOutLoadsBack) {
@@ -129,7 +114,7 @@ TEST_P(HuggingFace, FolderInMatchesTransformersLogitsAndFolderOutLoadsBack) {
   for (const auto& e : fs::directory_iterator(fs::path(exported).parent_path()))  // no temporary left
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
   std::vector<ckpt::SafetensorsFile> fa, fb;
-  const auto a = FolderTensors(hf, &fa), b = FolderTensors(exported, &fb);
+  const auto a = testing::FolderTensors(hf, &fa), b = testing::FolderTensors(exported, &fb);
   int compared = 0;
   for (const auto& [name, t] : a) {
     if (name == "lm_head.weight" && cfg.model.tie_embeddings) continue;

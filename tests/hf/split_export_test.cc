@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "hf/folder_tensors.h"
 #include "hf/hf_peers.h"
 #include "src/checkpoint/safetensors.h"
 #include "support/cli_run.h"
@@ -36,43 +37,26 @@ namespace fs = std::filesystem;
 // Largest |a - b| over two exported fp32 folders, tensor by tensor; fails on a tensor missing
 // from either or shaped differently.
 double LargestExportDifference(const std::string& a_folder, const std::string& b_folder) {
-  auto shards_of = [](const std::string& folder) {
-    std::vector<ckpt::SafetensorsFile> files;
-    for (const auto& e : fs::directory_iterator(folder)) {
-      const std::string name = e.path().filename().string();
-      if (name.rfind("model-", 0) != 0 || e.path().extension() != ".safetensors") continue;
-      auto f = ckpt::SafetensorsFile::Open(e.path().string());
-      EXPECT_TRUE(f.ok()) << f.status().ToString();
-      if (f.ok()) files.push_back(std::move(*f));
-    }
-    return files;
-  };
-  const std::vector<ckpt::SafetensorsFile> a_files = shards_of(a_folder), b_files = shards_of(b_folder);
-  std::map<std::string, const ckpt::TensorView*> b_tensors;
-  for (const auto& f : b_files)
-    for (const ckpt::TensorView& t : f.tensors()) b_tensors[t.name] = &t;
+  std::vector<ckpt::SafetensorsFile> a_files, b_files;
+  const auto a_tensors = testing::FolderTensors(a_folder, &a_files), b_tensors = testing::FolderTensors(b_folder, &b_files);
+  EXPECT_EQ(a_tensors.size(), b_tensors.size()) << a_folder << " and " << b_folder << " hold different tensors";
   double worst = 0;
-  size_t compared = 0;
-  for (const auto& f : a_files) {
-    for (const ckpt::TensorView& a : f.tensors()) {
-      auto it = b_tensors.find(a.name);
-      if (it == b_tensors.end()) {
-        ADD_FAILURE() << a.name << " is in " << a_folder << " but not in " << b_folder;
-        continue;
-      }
-      const ckpt::TensorView& b = *it->second;
-      if (a.shape != b.shape || a.bytes.size() != b.bytes.size() || a.bytes.size() % sizeof(float) != 0) {
-        ADD_FAILURE() << a.name << ": shapes or sizes differ";
-        continue;
-      }
-      std::vector<float> x(a.bytes.size() / sizeof(float)), y(x.size());
-      std::memcpy(x.data(), a.bytes.data(), a.bytes.size());
-      std::memcpy(y.data(), b.bytes.data(), b.bytes.size());
-      for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(x[i] - y[i])));
-      ++compared;
+  for (const auto& [name, a] : a_tensors) {
+    auto it = b_tensors.find(name);
+    if (it == b_tensors.end()) {
+      ADD_FAILURE() << name << " is in " << a_folder << " but not in " << b_folder;
+      continue;
     }
+    const ckpt::TensorView& b = *it->second;
+    if (a->shape != b.shape || a->bytes.size() != b.bytes.size() || a->bytes.size() % sizeof(float) != 0) {
+      ADD_FAILURE() << name << ": shapes or sizes differ";
+      continue;
+    }
+    std::vector<float> x(a->bytes.size() / sizeof(float)), y(x.size());
+    std::memcpy(x.data(), a->bytes.data(), a->bytes.size());
+    std::memcpy(y.data(), b.bytes.data(), b.bytes.size());
+    for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(x[i] - y[i])));
   }
-  EXPECT_EQ(compared, b_tensors.size()) << "tensors in " << b_folder << " but not in " << a_folder;
   return worst;
 }
 

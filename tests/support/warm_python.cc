@@ -3,19 +3,16 @@
 
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
-#include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <thread>
 
 #include <nlohmann/json.hpp>
+
+#include "support/local_server.h"
 
 extern char** environ;
 
@@ -56,66 +53,15 @@ std::string ServerName(const std::string& python) {
   return name;
 }
 
-int Connect(const std::string& name) {
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());  // abstract: sun_path[0] = 0
-  const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// Starts the server detached (its own session, no terminal, none of our pipes), once: a
-// second one finds the name taken and exits.
-void StartServer(const std::string& python, const std::string& name) {
-  const std::string server = kServer;
-  const std::string idle = std::to_string(kIdleSeconds);
-  const pid_t child = fork();
-  if (child < 0) return;
-  if (child == 0) {
-    setsid();
-    if (fork() != 0) _exit(0);
-    const int null = open("/dev/null", O_RDWR);
-    for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
-    for (int fd = 3; fd < 1024; ++fd) close(fd);
-    execl(python.c_str(), python.c_str(), server.c_str(), name.c_str(), idle.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int status;
-  waitpid(child, &status, 0);
-}
-
-bool SendAll(int fd, const std::string& data) {
-  for (size_t at = 0; at < data.size();) {
-    const ssize_t n = send(fd, data.data() + at, data.size() - at, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    at += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 }  // namespace
 
 int RunPythonScript(const std::string& python, const std::string& script, const std::string& args, std::string* out) {
   const char* cold = std::getenv("STRATA_TEST_COLD_PYTHON");
   if (cold && std::string(cold) == "1") return RunCold(python, script, args, out);
   const std::string name = ServerName(python);
-  int fd = Connect(name);
-  if (fd < 0) {
-    StartServer(python, name);
-    // It binds its name first thing; give a loaded machine time to start Python.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (fd < 0 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      fd = Connect(name);
-    }
-    if (fd < 0) return RunCold(python, script, args, out);
-  }
+  // The server binds its name first thing; give a loaded machine time to start Python.
+  const int fd = ConnectOrStart(name, {python, kServer, name, std::to_string(kIdleSeconds)}, "", std::chrono::seconds(30));
+  if (fd < 0) return RunCold(python, script, args, out);
   nlohmann::json env = nlohmann::json::object();
   for (char** e = environ; *e; ++e) {
     const std::string v = *e;
@@ -126,7 +72,8 @@ int RunPythonScript(const std::string& python, const std::string& script, const 
   const nlohmann::json request = {
       {"script", script}, {"args", args}, {"cwd", getcwd(cwd, sizeof cwd) ? cwd : "/"}, {"env", env}};
   std::string reply;
-  if (SendAll(fd, request.dump() + "\n")) {
+  const std::string line_out = request.dump() + "\n";
+  if (SendAll(fd, line_out.data(), line_out.size())) {
     char buf[65536];
     ssize_t n;
     while ((n = recv(fd, buf, sizeof buf, 0)) > 0) reply.append(buf, static_cast<size_t>(n));

@@ -5,8 +5,6 @@
 // becomes the binary itself.
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
-#include <sys/wait.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -19,8 +17,9 @@
 #include <cstring>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "support/local_server.h"
 
 extern char** environ;
 
@@ -47,39 +46,6 @@ std::string ServerName(const char* binary) {
   std::snprintf(name, sizeof name, "strata-warm-test-%d-%016zx", static_cast<int>(::getuid()),
                 std::hash<std::string>{}(key));
   return name;
-}
-
-int Connect(const std::string& name) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());  // abstract: sun_path[0] = 0
-  const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// Detached (its own session, none of our descriptors): it outlives this test and serves the
-// next ones until it has been idle a while.
-void StartServer(const char* binary, const std::string& name) {
-  const pid_t child = ::fork();
-  if (child < 0) return;
-  if (child == 0) {
-    ::setsid();
-    if (::fork() != 0) _exit(0);
-    const int null = ::open("/dev/null", O_RDWR);
-    for (int i = 0; i < 3; ++i) ::dup2(null, i);
-    ::close_range(3, ~0U, 0);
-    ::setenv("STRATA_WARM_TEST_SERVE", name.c_str(), 1);
-    ::execl(binary, binary, nullptr);
-    _exit(127);
-  }
-  int ignored;
-  ::waitpid(child, &ignored, 0);
 }
 
 bool Send(int conn, char** argv, int argc) {
@@ -109,13 +75,8 @@ bool Send(int conn, char** argv, int argc) {
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof fds);
   std::memcpy(CMSG_DATA(c), fds, sizeof fds);
-  if (::sendmsg(conn, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof size)) return false;
-  for (size_t at = 0; at < blob.size();) {
-    const ssize_t n = ::send(conn, blob.data() + at, blob.size() - at, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    at += static_cast<size_t>(n);
-  }
-  return true;
+  return ::sendmsg(conn, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof size) &&
+         strata::testing::SendAll(conn, blob.data(), blob.size());
 }
 
 }  // namespace
@@ -129,15 +90,9 @@ int main(int argc, char** argv) {
   const char* cold = std::getenv("STRATA_TEST_COLD");
   const std::string name = (cold && *cold == '1') ? "" : ServerName(run[0]);
   if (name.empty()) RunCold(run);
-  int conn = Connect(name);
-  if (conn < 0) {
-    StartServer(run[0], name);
-    // Its start is LibTorch's (under a second); a loaded machine may take longer.
-    for (int i = 0; i < 300 && conn < 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(i < 20 ? 10 : 50));
-      conn = Connect(name);
-    }
-  }
+  // Its start is LibTorch's (under a second); a loaded machine may take longer.
+  const int conn = strata::testing::ConnectOrStart(name, {run[0]}, "STRATA_WARM_TEST_SERVE=" + name,
+                                                   std::chrono::seconds(15));
   if (conn < 0 || !Send(conn, run, argc - 1)) RunCold(run);
   // The test runs in the server's child, on our descriptors; we wait for how it ended.
   int32_t code = 0;

@@ -15,7 +15,6 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +23,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "support/local_server.h"
 
 namespace {
 
@@ -119,13 +120,9 @@ void Handle(int conn) {
 
 int Serve(const char* name) {
   const int server = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  const size_t len = std::min(std::strlen(name), sizeof addr.sun_path - 2);
-  std::memcpy(addr.sun_path + 1, name, len);  // abstract: sun_path[0] = 0
-  if (server < 0 ||
-      ::bind(server, reinterpret_cast<sockaddr*>(&addr), static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + len)) != 0)
-    return 0;  // another server has this name
+  sockaddr_un addr;
+  const socklen_t len = strata::testing::AbstractAddress(name, &addr);
+  if (server < 0 || ::bind(server, reinterpret_cast<sockaddr*>(&addr), len) != 0) return 0;  // another server has it
   ::listen(server, 64);
   ::signal(SIGCHLD, SIG_IGN);  // handlers are reaped by the kernel
   for (;;) {
